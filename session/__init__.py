@@ -1,0 +1,98 @@
+"""The session persistence layer: event vocabulary, invariants, crash repair, the
+derived model transcript, the coordinator, and the memory/JSONL/SQLite backends.
+
+Nothing in this package knows about ACP or JSON-RPC.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from session.backend import Backend, SessionSummary, validate_session_id
+from session.coordinator import DURABLE_TYPES, LoadedSession, SessionLog, SessionStore
+from session.errors import (
+    EventDataError,
+    InvalidSessionIdError,
+    InvariantError,
+    SequenceError,
+    SessionClosedError,
+    SessionCorruptError,
+    SessionError,
+    SessionExistsError,
+    SessionLockedError,
+    SessionNotFoundError,
+    SessionVersionError,
+    StoreIOError,
+)
+from session.events import SESSION_FORMAT_VERSION, Event, Header, reason
+from session.invariants import InvariantTracker, check_invariants
+from session.repair import RepairReport, interrupted_turn_closers
+from session.transcript import Message, derive_messages
+
+BACKENDS = ("jsonl", "sqlite", "memory")
+
+
+def default_store_dir(environ: dict[str, str] | None = None) -> Path:
+    """`$ACP_BRIDGE_HOME`, else `$XDG_STATE_HOME/acp-bridge`, else
+    `~/.local/state/acp-bridge` (DESIGN.md section 3; `--store` overrides all)."""
+    env = os.environ if environ is None else environ
+    if env.get("ACP_BRIDGE_HOME"):
+        return Path(env["ACP_BRIDGE_HOME"])
+    state = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "acp-bridge"
+
+
+def open_backend(kind: str, root: str | os.PathLike[str] | None = None) -> Backend:
+    """A backend by name. File backends live under `root` (default: the store dir).
+    The SQLite module is imported only when asked for."""
+    if kind == "memory":
+        from session.backends.memory import MemoryBackend
+
+        return MemoryBackend()
+    where = Path(root) if root is not None else default_store_dir()
+    if kind == "jsonl":
+        from session.backends.jsonl import JsonlBackend
+
+        return JsonlBackend(where)
+    if kind == "sqlite":
+        from session.backends.sqlite import SqliteBackend
+
+        return SqliteBackend(where)
+    raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
+
+
+__all__ = [
+    "BACKENDS",
+    "DURABLE_TYPES",
+    "SESSION_FORMAT_VERSION",
+    "Backend",
+    "Event",
+    "EventDataError",
+    "Header",
+    "InvalidSessionIdError",
+    "InvariantError",
+    "InvariantTracker",
+    "LoadedSession",
+    "Message",
+    "RepairReport",
+    "SequenceError",
+    "SessionClosedError",
+    "SessionCorruptError",
+    "SessionError",
+    "SessionExistsError",
+    "SessionLockedError",
+    "SessionLog",
+    "SessionNotFoundError",
+    "SessionStore",
+    "SessionSummary",
+    "SessionVersionError",
+    "StoreIOError",
+    "check_invariants",
+    "default_store_dir",
+    "derive_messages",
+    "interrupted_turn_closers",
+    "open_backend",
+    "reason",
+    "validate_session_id",
+]

@@ -1,0 +1,141 @@
+"""The seam between the coordinator and the stores: what a backend must do.
+
+A backend stores headers and ordered events, holds one live owner per session, and
+implements the durability and repair primitives. Ordering, buffering, validation and
+the decision of *when* to be durable live in the coordinator, so a new backend
+(PostgreSQL is planned) only has to get these few methods right and pass the shared
+contract suite in tests/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, NotRequired, Protocol, TypedDict
+
+from session.errors import InvalidSessionIdError, SequenceError
+from session.events import JSON, Event, Header
+from session.scan import TornTail
+
+
+class Encoded(NamedTuple):
+    """An event and its `data` already serialized: encoding happens once, at append,
+    so non-JSON data is refused before anything is buffered."""
+
+    event: Event
+    data_json: bytes
+
+
+class SessionSummary(TypedDict):
+    id: str
+    cwd: str
+    title: str | None
+    updatedAt: int  # epoch ms
+    additionalDirectories: NotRequired[list[str]]
+
+
+@dataclass(frozen=True)
+class StoredLog:
+    """A log as read back, before repair: its good events and any torn tail."""
+
+    header: Header
+    events: list[Event]
+    torn: TornTail | None
+
+
+class BackendSession(Protocol):
+    """One open session, owned by this process until `close`."""
+
+    session_id: str
+
+    def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
+        """Append `batch` (seqs continuing the log), durably if `sync`. `write([],
+        sync=True)` makes earlier writes durable. On failure: roll back to the last
+        durable state and raise StoreIOError (the caller rewrites from there)."""
+
+    def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
+        """Durably cut `torn` (keeping it aside) and append `closers`, as one unit as
+        far as the store allows. Returns where the cut records were kept, if any."""
+
+    def close(self) -> None:
+        """Release ownership. Unsynced writes are not made durable by this."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def create(self, header: Header) -> BackendSession:
+        """Publish a new session (header only) atomically and durably, owned by the caller.
+        Raises SessionExistsError."""
+
+    def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
+        """Take ownership and read the log. Raises SessionNotFoundError,
+        SessionLockedError, SessionVersionError, SessionCorruptError."""
+
+    def list_sessions(self) -> list[SessionSummary]:
+        """Every stored session, from headers and index data, not whole logs."""
+
+    def delete(self, session_id: str) -> None:
+        """Remove a session that nobody owns. Raises SessionNotFoundError,
+        SessionLockedError."""
+
+    def close(self) -> None: ...
+
+
+_SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return `session_id` if it is an id this store issues (a lowercase UUID): such an
+    id can never name a path outside the store. Raises InvalidSessionIdError."""
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        shown = repr(session_id)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        raise InvalidSessionIdError(
+            f"invalid session id {shown}: session ids are lowercase UUIDs issued by the agent",
+            session_id=None,
+            given=shown,
+        )
+    return session_id
+
+
+def check_batch_seqs(session_id: str, batch: Sequence[Encoded], next_seq: int) -> None:
+    """Refuse a batch whose seqs do not continue the log exactly."""
+    for offset, item in enumerate(batch):
+        if item.event["seq"] != next_seq + offset:
+            raise SequenceError(
+                f"session {session_id}: append of seq {item.event['seq']} where "
+                f"{next_seq + offset} was expected",
+                session_id=session_id,
+                seq=item.event["seq"],
+                expected=next_seq + offset,
+            )
+
+
+def event_line(item: Encoded) -> bytes:
+    """The JSONL line of an event (with newline), reusing the encoded data. Event types
+    come from the fixed vocabulary, so they need no escaping."""
+    event = item.event
+    return b'{"type":"%s","seq":%d,"time":%d,"data":%s}\n' % (
+        event["type"].encode(),
+        event["seq"],
+        event["time"],
+        item.data_json,
+    )
+
+
+TITLE_LIMIT = 80
+
+
+def title_from_content(content: JSON) -> str | None:
+    """A session title from a prompt: its first text, whitespace folded, cut short."""
+    if not isinstance(content, list):
+        return None
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = " ".join(str(block.get("text", "")).split())
+            if text:
+                return text if len(text) <= TITLE_LIMIT else text[: TITLE_LIMIT - 1] + "…"
+    return None

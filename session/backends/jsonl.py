@@ -1,0 +1,269 @@
+"""The JSONL backend (the default): one append-only file per session.
+
+Layout under the store folder (0700, files 0600):
+
+    sessions/<id>.jsonl     header on line 0, one event per line
+    locks/<id>.lock         the owner lock (flock), holding the owner's pid
+    torn/<id>.<ms>.jsonl    torn tails cut by repair, kept for inspection
+
+Appends go through one O_APPEND descriptor. The backend remembers the size of the file
+at its last fsync: if a write or an fsync fails, it truncates back to that size, so the
+file never holds a half-written or unsynced suffix the coordinator does not know about.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from session.backend import (
+    Encoded,
+    SessionSummary,
+    StoredLog,
+    check_batch_seqs,
+    event_line,
+    title_from_content,
+    validate_session_id,
+)
+from session.errors import SessionCorruptError, SessionNotFoundError, StoreIOError
+from session.events import USER_MESSAGE, Event, Header
+from session.files import FILE_MODE, OwnerLock, fsync_dir, private_dir, publish, write_all
+from session.scan import Damage, TornTail, parse_event, parse_header, split_tail
+
+# How much of a log `list` reads to find the title: the header and the first prompt.
+_LIST_PEEK_BYTES = 64 * 1024
+
+
+class JsonlBackend:
+    name = "jsonl"
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = private_dir(Path(root))
+        self.sessions_dir = private_dir(self.root / "sessions")
+        self.locks_dir = private_dir(self.root / "locks")
+        self.torn_dir = self.root / "torn"
+
+    def path_of(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
+
+    def create(self, header: Header) -> JsonlSession:
+        sid = header["id"]
+        path = self.path_of(sid)
+        lock = OwnerLock.acquire(self._lock_path(sid), sid)
+        try:
+            publish(path, orjson.dumps(header) + b"\n", session_id=sid)
+            return JsonlSession(self, sid, path, lock, next_seq=0)
+        except BaseException:
+            lock.release()
+            raise
+
+    def open(self, session_id: str) -> tuple[JsonlSession, StoredLog]:
+        path = self.path_of(session_id)
+        if not path.exists():
+            raise SessionNotFoundError(f"session {session_id} not found", session_id=session_id)
+        lock = OwnerLock.acquire(self._lock_path(session_id), session_id)
+        try:
+            try:
+                content = path.read_bytes()
+            except FileNotFoundError:  # deleted while we waited for the lock
+                raise SessionNotFoundError(
+                    f"session {session_id} not found", session_id=session_id
+                ) from None
+            stored = read_log(session_id, content)
+            end = len(content) if stored.torn is None else stored.torn.where["offset"]
+            handle = JsonlSession(self, session_id, path, lock, next_seq=len(stored.events))
+            handle.durable_size = end
+            return handle, stored
+        except BaseException:
+            lock.release()
+            raise
+
+    def list_sessions(self) -> list[SessionSummary]:
+        out: list[SessionSummary] = []
+        for path in self.sessions_dir.glob("*.jsonl"):
+            summary = _summary(path)
+            if summary is not None:
+                out.append(summary)
+        return out
+
+    def delete(self, session_id: str) -> None:
+        path = self.path_of(session_id)
+        if not path.exists():
+            raise SessionNotFoundError(f"session {session_id} not found", session_id=session_id)
+        lock = OwnerLock.acquire(self._lock_path(session_id), session_id)
+        try:
+            path.unlink(missing_ok=True)
+            fsync_dir(self.sessions_dir)
+            lock.path.unlink(missing_ok=True)
+        finally:
+            lock.release()
+
+    def close(self) -> None:
+        pass
+
+    def _lock_path(self, session_id: str) -> Path:
+        return self.locks_dir / f"{validate_session_id(session_id)}.lock"
+
+
+class JsonlSession:
+    def __init__(
+        self, backend: JsonlBackend, session_id: str, path: Path, lock: OwnerLock, next_seq: int
+    ) -> None:
+        self.session_id = session_id
+        self._backend = backend
+        self._path = path
+        self._lock = lock
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self.durable_size = os.fstat(self._fd).st_size
+        self._durable_seq = next_seq  # next seq at the last durable point
+        self._next_seq = next_seq
+
+    def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
+        check_batch_seqs(self.session_id, batch, self._next_seq)
+        try:
+            if batch:
+                write_all(self._fd, b"".join(map(event_line, batch)))
+            self._next_seq += len(batch)
+            if sync:
+                os.fdatasync(self._fd)
+                self.durable_size = os.fstat(self._fd).st_size
+                self._durable_seq = self._next_seq
+        except OSError as exc:
+            self._roll_back()
+            raise StoreIOError(
+                f"session {self.session_id}: could not {'sync' if sync else 'write'} the log: "
+                f"{exc.strerror or exc}; rolled back to seq {self._durable_seq}",
+                session_id=self.session_id,
+                errno=exc.errno,
+                durableSeq=self._durable_seq,
+            ) from exc
+
+    def _roll_back(self) -> None:
+        # After a failed fsync the page cache can no longer be trusted to hold what we
+        # wrote, so everything after the last durable size goes and is rewritten.
+        self._next_seq = self._durable_seq
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self.durable_size)
+
+    def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
+        kept: str | None = None
+        try:
+            if torn is not None:
+                cut = torn.where["offset"]
+                kept = self._keep_aside(cut)
+                os.ftruncate(self._fd, cut)
+                self.durable_size = cut
+            if closers:
+                self.write(closers, sync=True)
+            else:
+                os.fsync(self._fd)
+        except OSError as exc:
+            raise StoreIOError(
+                f"session {self.session_id}: could not repair the log: {exc.strerror or exc}",
+                session_id=self.session_id,
+                errno=exc.errno,
+            ) from exc
+        return kept
+
+    def _keep_aside(self, cut: int) -> str:
+        # Saved (durably) before the truncate: a crash in between repairs again.
+        with open(self._path, "rb") as f:
+            f.seek(cut)
+            tail = f.read()
+        torn_dir = private_dir(self._backend.torn_dir)
+        aside = torn_dir / f"{self.session_id}.{time.time_ns()}.jsonl"
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            write_all(fd, tail)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(torn_dir)
+        return str(aside)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            self._lock.release()
+
+
+def read_log(session_id: str, content: bytes) -> StoredLog:
+    """Split a JSONL log into header, good events and torn tail (see scan.split_tail)."""
+    first = content.find(b"\n")
+    if first < 0:
+        return _header_only(session_id, content)
+    header = parse_header(session_id, content[:first], "byte offset 0 (line 1)")
+    lines = content[first + 1 :].split(b"\n")
+    # split() leaves b"" after a final newline; anything else there is a torn record.
+    partial = lines.pop()
+    items: list[Event | Damage] = []
+    where: list[dict[str, int]] = []
+    offset = first + 1
+    for number, line in enumerate(lines, start=2):
+        items.append(parse_event(line) if line else Damage("empty line"))
+        where.append({"offset": offset, "line": number})
+        offset += len(line) + 1
+    if partial:
+        items.append(Damage("no newline at the end (a torn write)"))
+        where.append({"offset": offset, "line": len(lines) + 2})
+    events, torn = split_tail(session_id, items, where)
+    if torn is not None:
+        torn = TornTail(
+            index=torn.index,
+            where=torn.where,
+            reason=torn.reason,
+            records=torn.records,
+            size=len(content) - torn.where["offset"],
+        )
+    return StoredLog(header, events, torn)
+
+
+def _header_only(session_id: str, content: bytes) -> StoredLog:
+    # Publication is atomic, so a header without its newline is damage, not a tear.
+    parse_header(session_id, content, "byte offset 0 (line 1)")
+    raise SessionCorruptError(
+        f"session {session_id}: the header line has no newline",
+        session_id=session_id,
+        offset=0,
+        reason="header",
+    )
+
+
+def _summary(path: Path) -> SessionSummary | None:
+    """id, cwd, title, updatedAt of a log from its first lines and its mtime."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_LIST_PEEK_BYTES)
+            mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
+    except OSError:
+        return None
+    lines = head.split(b"\n")
+    try:
+        header = orjson.loads(lines[0])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(header, dict) or header.get("id") != path.stem:
+        return None
+    title = header.get("title")
+    if title is None:
+        for line in lines[1:4]:  # turn/start, then the prompt
+            with contextlib.suppress(orjson.JSONDecodeError):
+                event = orjson.loads(line)
+                if isinstance(event, dict) and event.get("type") == USER_MESSAGE:
+                    title = title_from_content(event.get("data", {}).get("content"))
+                    break
+    summary: SessionSummary = {
+        "id": header["id"],
+        "cwd": str(header.get("cwd", "")),
+        "title": title,
+        "updatedAt": mtime,
+    }
+    if header.get("additionalDirectories"):
+        summary["additionalDirectories"] = list(header["additionalDirectories"])
+    return summary

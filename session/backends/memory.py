@@ -1,0 +1,142 @@
+"""The memory backend: the contract without a disk, for tests and throwaway sessions.
+
+It keeps each event as the same encoded line the JSONL backend writes, so the shared
+scanning code reads it back and tests can damage records exactly as on disk. Locks are
+per backend instance (one "process").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from session.backend import (
+    Encoded,
+    SessionSummary,
+    StoredLog,
+    check_batch_seqs,
+    event_line,
+    title_from_content,
+    validate_session_id,
+)
+from session.errors import SessionExistsError, SessionLockedError, SessionNotFoundError
+from session.events import USER_MESSAGE, Event, Header
+from session.scan import Damage, TornTail, parse_event, parse_header, split_tail
+
+
+@dataclass
+class _Stored:
+    header: Header
+    records: list[bytes] = field(default_factory=list)  # event lines, no newline
+    updated_at: int = 0
+    title: str | None = None
+
+
+class MemoryBackend:
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.stored: dict[str, _Stored] = {}
+        self.torn: dict[str, list[bytes]] = {}
+        self._owned: set[str] = set()
+
+    def create(self, header: Header) -> MemorySession:
+        sid = validate_session_id(header["id"])
+        if sid in self.stored:
+            raise SessionExistsError(f"session {sid} already exists", session_id=sid)
+        self._own(sid)
+        self.stored[sid] = _Stored(
+            header=orjson.loads(orjson.dumps(header)),
+            updated_at=header["createdAt"],
+            title=header.get("title"),
+        )
+        return MemorySession(self, sid, next_seq=0)
+
+    def open(self, session_id: str) -> tuple[MemorySession, StoredLog]:
+        sid = validate_session_id(session_id)
+        stored = self.stored.get(sid)
+        if stored is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        self._own(sid)
+        items: list[Event | Damage] = [parse_event(r) for r in stored.records]
+        where = [{"seq": i} for i in range(len(items))]
+        try:
+            header = parse_header(sid, orjson.dumps(stored.header), "the header")
+            events, torn = split_tail(sid, items, where)
+        except BaseException:
+            self._owned.discard(sid)
+            raise
+        if torn is not None:
+            torn = TornTail(
+                index=torn.index,
+                where=torn.where,
+                reason=torn.reason,
+                records=torn.records,
+                size=sum(len(r) + 1 for r in stored.records[torn.index :]),
+            )
+        return MemorySession(self, sid, next_seq=len(events)), StoredLog(header, events, torn)
+
+    def list_sessions(self) -> list[SessionSummary]:
+        out: list[SessionSummary] = []
+        for sid, stored in self.stored.items():
+            summary: SessionSummary = {
+                "id": sid,
+                "cwd": stored.header["cwd"],
+                "title": stored.title,
+                "updatedAt": stored.updated_at,
+            }
+            if stored.header.get("additionalDirectories"):
+                summary["additionalDirectories"] = list(stored.header["additionalDirectories"])
+            out.append(summary)
+        return out
+
+    def delete(self, session_id: str) -> None:
+        sid = validate_session_id(session_id)
+        if sid not in self.stored:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        self._own(sid)
+        del self.stored[sid]
+        self._owned.discard(sid)
+
+    def close(self) -> None:
+        self._owned.clear()
+
+    def _own(self, sid: str) -> None:
+        if sid in self._owned:
+            raise SessionLockedError(f"session {sid} is already open", session_id=sid)
+        self._owned.add(sid)
+
+
+class MemorySession:
+    def __init__(self, backend: MemoryBackend, session_id: str, next_seq: int) -> None:
+        self.session_id = session_id
+        self._backend = backend
+        self._next_seq = next_seq
+
+    def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
+        check_batch_seqs(self.session_id, batch, self._next_seq)
+        stored = self._backend.stored[self.session_id]
+        for item in batch:
+            stored.records.append(event_line(item)[:-1])
+            event = item.event
+            stored.updated_at = event["time"]
+            if stored.title is None and event["type"] == USER_MESSAGE:
+                stored.title = title_from_content(event["data"].get("content"))
+        self._next_seq += len(batch)
+
+    def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
+        stored = self._backend.stored[self.session_id]
+        kept = None
+        if torn is not None:
+            cut = stored.records[torn.index :]
+            del stored.records[torn.index :]
+            self._backend.torn.setdefault(self.session_id, []).extend(cut)
+            kept = f"memory:{self.session_id}"
+        self._next_seq = len(stored.records)
+        self.write(closers, sync=True)
+        return kept
+
+    def close(self) -> None:
+        self._backend._owned.discard(self.session_id)

@@ -1,0 +1,325 @@
+"""The SQLite backend: every session of a store in one WAL database.
+
+    sessions.sqlite3        tables sessions, events (session_id, seq), torn_events
+    locks/<id>.lock         the owner lock, as for JSONL (SQLite locks the whole file,
+                            not one session, so ownership is ours to keep)
+
+A batch is one transaction, the repair is one transaction. Streamed batches commit
+with `synchronous=NORMAL` (they survive a killed process, not a power cut); durability
+points commit with `synchronous=FULL`, which syncs the WAL and so every frame before
+it. The schema version lives in `user_version`; other versions are refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import orjson
+
+from session.backend import (
+    Encoded,
+    SessionSummary,
+    StoredLog,
+    check_batch_seqs,
+    title_from_content,
+    validate_session_id,
+)
+from session.errors import (
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionVersionError,
+    StoreIOError,
+)
+from session.events import USER_MESSAGE, Event, Header
+from session.files import FILE_MODE, OwnerLock, private_dir
+from session.scan import Damage, TornTail, check_event_shape, parse_header, split_tail
+
+SCHEMA_VERSION = 1
+DB_NAME = "sessions.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    header BLOB NOT NULL,
+    cwd TEXT NOT NULL,
+    title TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    time INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE torn_events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT,
+    time INTEGER,
+    data BLOB,
+    cut_at INTEGER NOT NULL
+);
+"""
+
+
+class SqliteBackend:
+    name = "sqlite"
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = private_dir(Path(root))
+        self.locks_dir = private_dir(self.root / "locks")
+        self.path = self.root / DB_NAME
+        if not self.path.exists():
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+        self._mutex = threading.Lock()  # one connection, possibly used from worker threads
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            self.db.execute("PRAGMA busy_timeout = 10000")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self._check_schema()
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _check_schema(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        tables = self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if version == 0 and tables == 0:
+            with self.transaction(full=True) as db:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version != SCHEMA_VERSION:
+            raise SessionVersionError(
+                f"store {self.path} has schema version {version}; this build reads only "
+                f"version {SCHEMA_VERSION} (pre-release: no migration)",
+                version=version,
+                supported=SCHEMA_VERSION,
+            )
+
+    @contextlib.contextmanager
+    def transaction(self, *, full: bool) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE .. COMMIT under the mutex; FULL sync for durability points."""
+        with self._mutex:
+            if full:
+                self.db.execute("PRAGMA synchronous = FULL")
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self.db
+                except BaseException:
+                    self.db.execute("ROLLBACK")
+                    raise
+                self.db.execute("COMMIT")
+            finally:
+                if full:
+                    self.db.execute("PRAGMA synchronous = NORMAL")
+
+    def create(self, header: Header) -> SqliteSession:
+        sid = validate_session_id(header["id"])
+        lock = OwnerLock.acquire(self._lock_path(sid), sid)
+        try:
+            with self.transaction(full=True) as db:
+                db.execute(
+                    "INSERT INTO sessions (id, header, cwd, title, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        sid,
+                        orjson.dumps(header),
+                        header["cwd"],
+                        header.get("title"),
+                        header["createdAt"],
+                        header["createdAt"],
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            lock.release()
+            raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
+        except sqlite3.Error as exc:
+            lock.release()
+            raise _io_error(sid, "create the session", exc) from exc
+        return SqliteSession(self, sid, lock, next_seq=0, has_title=header.get("title") is not None)
+
+    def open(self, session_id: str) -> tuple[SqliteSession, StoredLog]:
+        sid = validate_session_id(session_id)
+        if self._row(sid) is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        lock = OwnerLock.acquire(self._lock_path(sid), sid)
+        try:
+            row = self._row(sid)
+            if row is None:  # deleted while we took the lock
+                raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+            header = parse_header(sid, row[0], "the sessions row")
+            with self._mutex:
+                rows = self.db.execute(
+                    "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
+                    (sid,),
+                ).fetchall()
+            items = [_row_event(r) for r in rows]
+            events, torn = split_tail(sid, items, [{"seq": r[0]} for r in rows])
+            if torn is not None:
+                size = sum(len(r[3] or b"") for r in rows[torn.index :])
+                torn = TornTail(torn.index, torn.where, torn.reason, torn.records, size)
+        except BaseException:
+            lock.release()
+            raise
+        handle = SqliteSession(self, sid, lock, next_seq=len(events), has_title=row[1] is not None)
+        return handle, StoredLog(header, events, torn)
+
+    def _row(self, sid: str) -> tuple[bytes, str | None] | None:
+        with self._mutex:
+            row = self.db.execute(
+                "SELECT header, title FROM sessions WHERE id = ?", (sid,)
+            ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def list_sessions(self) -> list[SessionSummary]:
+        with self._mutex:
+            rows = self.db.execute(
+                "SELECT id, cwd, title, updated_at, header FROM sessions"
+            ).fetchall()
+        out: list[SessionSummary] = []
+        for sid, cwd, title, updated_at, header in rows:
+            summary: SessionSummary = {
+                "id": sid,
+                "cwd": cwd,
+                "title": title,
+                "updatedAt": updated_at,
+            }
+            extra = orjson.loads(header).get("additionalDirectories")
+            if extra:
+                summary["additionalDirectories"] = list(extra)
+            out.append(summary)
+        return out
+
+    def delete(self, session_id: str) -> None:
+        sid = validate_session_id(session_id)
+        if self._row(sid) is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        lock = OwnerLock.acquire(self._lock_path(sid), sid)
+        try:
+            with self.transaction(full=True) as db:
+                db.execute("DELETE FROM events WHERE session_id = ?", (sid,))
+                db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+            lock.path.unlink(missing_ok=True)
+        except sqlite3.Error as exc:
+            raise _io_error(sid, "delete the session", exc) from exc
+        finally:
+            lock.release()
+
+    def close(self) -> None:
+        with self._mutex:
+            self.db.close()
+
+    def _lock_path(self, sid: str) -> Path:
+        return self.locks_dir / f"{sid}.lock"
+
+
+class SqliteSession:
+    def __init__(
+        self,
+        backend: SqliteBackend,
+        session_id: str,
+        lock: OwnerLock,
+        next_seq: int,
+        has_title: bool,
+    ) -> None:
+        self.session_id = session_id
+        self._backend = backend
+        self._lock: OwnerLock | None = lock
+        self._next_seq = next_seq
+        self._durable_seq = next_seq
+        self._stale = False  # rows past the durable seq may remain after a failure
+        self._has_title = has_title
+
+    def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
+        check_batch_seqs(self.session_id, batch, self._next_seq)
+        sid = self.session_id
+        try:
+            with self._backend.transaction(full=sync) as db:
+                if self._stale:
+                    db.execute(
+                        "DELETE FROM events WHERE session_id = ? AND seq >= ?",
+                        (sid, self._next_seq),
+                    )
+                self._insert(db, batch)
+            self._stale = False
+        except sqlite3.Error as exc:
+            # Rows committed since the last durable point are not trusted: they are
+            # deleted by the next write, which starts again from the durable seq.
+            self._next_seq, self._stale = self._durable_seq, True
+            raise _io_error(sid, "sync the log" if sync else "write the log", exc) from exc
+        self._next_seq += len(batch)
+        if sync:
+            self._durable_seq = self._next_seq
+
+    def _insert(self, db: sqlite3.Connection, batch: Sequence[Encoded]) -> None:
+        db.executemany(
+            "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
+            [
+                (self.session_id, e.event["seq"], e.event["type"], e.event["time"], e.data_json)
+                for e in batch
+            ],
+        )
+        title = None
+        if not self._has_title:
+            for item in batch:
+                if item.event["type"] == USER_MESSAGE:
+                    title = title_from_content(item.event["data"].get("content"))
+                    break
+        updated = batch[-1].event["time"] if batch else time.time_ns() // 1_000_000
+        db.execute(
+            "UPDATE sessions SET updated_at = max(updated_at, ?), title = coalesce(title, ?) "
+            "WHERE id = ?",
+            (updated, title, self.session_id),
+        )
+        self._has_title = self._has_title or title is not None
+
+    def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
+        sid = self.session_id
+        kept = None
+        try:
+            with self._backend.transaction(full=True) as db:
+                if torn is not None:
+                    cut = torn.where["seq"]
+                    db.execute(
+                        "INSERT INTO torn_events SELECT session_id, seq, type, time, data, ? "
+                        "FROM events WHERE session_id = ? AND seq >= ?",
+                        (time.time_ns() // 1_000_000, sid, cut),
+                    )
+                    db.execute("DELETE FROM events WHERE session_id = ? AND seq >= ?", (sid, cut))
+                    kept = f"{self._backend.path}#torn_events"
+                self._insert(db, closers)
+        except sqlite3.Error as exc:
+            raise _io_error(sid, "repair the log", exc) from exc
+        self._next_seq = self._durable_seq = (torn.index if torn else self._next_seq) + len(closers)
+        return kept
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+def _row_event(row: tuple[int, str, int, bytes | str]) -> Event | Damage:
+    seq, etype, stamp, data = row
+    try:
+        parsed = orjson.loads(data)
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        return Damage(f"{etype} row data is not valid JSON ({exc})")
+    return check_event_shape({"type": etype, "seq": seq, "time": stamp, "data": parsed})
+
+
+def _io_error(sid: str, what: str, exc: BaseException) -> StoreIOError:
+    return StoreIOError(f"session {sid}: could not {what}: {exc}", session_id=sid)

@@ -1,0 +1,293 @@
+"""The coordinator: ordering, buffering and durability points over any backend.
+
+`SessionStore` creates, loads (with crash repair), lists and deletes sessions.
+`SessionLog` is the one live handle to a session: it stamps seq and time, checks every
+event against the invariants and encodes it at append (so bad data never reaches a
+buffer), buffers streamed events, and makes everything durable at `tool/call`,
+`step/end` and `turn/end`, and whenever the caller asks with `sync()` (before it waits
+on anything outside the agent). Synchronous and thread-confined: the agent calls it
+from one task, moving the fsyncs off its event loop as it sees fit.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from uuid import uuid4
+
+import orjson
+
+from session.backend import (
+    Backend,
+    BackendSession,
+    Encoded,
+    SessionSummary,
+    validate_session_id,
+)
+from session.errors import EventDataError, SessionClosedError, StoreIOError
+from session.events import (
+    SESSION_FORMAT_VERSION,
+    STEP_END,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    Event,
+    Header,
+)
+from session.invariants import InvariantTracker
+from session.repair import RepairReport, interrupted_turn_closers
+
+# Events after which everything appended so far is on disk. `tool/call` precedes both
+# the permission request and the tool run, so no tool runs without its call durable.
+DURABLE_TYPES: Final = frozenset({TOOL_CALL, STEP_END, TURN_END})
+# Streamed events go to the OS (not fsync'd) once this many are buffered, so memory
+# stays bounded and a kill -9 loses little even in a long step.
+FLUSH_EVENTS: Final = 512
+FLUSH_BYTES: Final = 1 << 20
+
+# orjson would silently turn these into strings; the log takes JSON data only.
+_ENCODE_OPTIONS: Final = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def now_ms() -> int:
+    return _time.time_ns() // 1_000_000
+
+
+def encode(event: Event) -> Encoded:
+    """Serialize an event's data once. Raises EventDataError naming the event type."""
+    try:
+        return Encoded(event, orjson.dumps(event["data"], option=_ENCODE_OPTIONS))
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise EventDataError(
+            f"the data of a {event['type']} event is not JSON: {exc}",
+            eventType=event["type"],
+            seq=event["seq"],
+        ) from None
+
+
+class SessionLog:
+    """The live, owned handle to one session's log."""
+
+    def __init__(
+        self,
+        backend_session: BackendSession,
+        header: Header,
+        events: list[Event],
+        tracker: InvariantTracker,
+        clock: Callable[[], int],
+    ) -> None:
+        self._backend = backend_session
+        self.header: Final = header
+        self._events = events
+        self._tracker = tracker
+        self._clock = clock
+        self._unwritten: list[Encoded] = []  # appended, not yet handed to the backend
+        self._unwritten_bytes = 0
+        self._unsynced: list[Encoded] = []  # written to the backend, not yet durable
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        return self.header["id"]
+
+    @property
+    def events(self) -> Sequence[Event]:
+        """Every event of the session, buffered ones included, in seq order."""
+        return self._events
+
+    @property
+    def tracker(self) -> InvariantTracker:
+        """Where the log stands (open turn and step, next seq). Read it, don't feed it."""
+        return self._tracker
+
+    @property
+    def pending(self) -> int:
+        """Events appended but not yet durable."""
+        return len(self._unwritten) + len(self._unsynced)
+
+    def append(self, etype: str, data: dict[str, Any]) -> Event:
+        """Append one event; durable before return if its type is a durability point."""
+        return self.extend([(etype, data)])[0]
+
+    def extend(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
+        """Append events in order with one durability point at most (if any of them is
+        a durable type). Raises InvariantError or EventDataError, appending none of
+        them; StoreIOError if the durability point fails (the events stay pending and
+        the next `sync` rewrites them)."""
+        self._check_open()
+        stamp = self._clock()
+        tracker = self._tracker
+        # Check the whole batch on a copy, so a refused batch leaves no trace.
+        trial = tracker if _single(items) else _copy_tracker(tracker)
+        batch: list[Encoded] = []
+        for etype, data in items:
+            event: Event = {"type": etype, "seq": trial.next_seq, "time": stamp, "data": data}
+            encoded = encode(event)
+            trial.feed(event)
+            batch.append(encoded)
+        if trial is not tracker:
+            self._tracker = trial
+        durable = False
+        for encoded in batch:
+            self._events.append(encoded.event)
+            self._unwritten.append(encoded)
+            self._unwritten_bytes += len(encoded.data_json)
+            durable = durable or encoded.event["type"] in DURABLE_TYPES
+        if durable:
+            self.sync()
+        elif len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES:
+            self.flush()
+        return [encoded.event for encoded in batch]
+
+    def flush(self) -> None:
+        """Hand buffered events to the backend without waiting for the disk."""
+        self._write(sync=False)
+
+    def sync(self) -> None:
+        """Make everything appended so far durable (a durability point)."""
+        self._check_open()
+        self._write(sync=True)
+
+    def _write(self, *, sync: bool) -> None:
+        if not self._unwritten and not (sync and self._unsynced):
+            return
+        batch = self._unwritten
+        try:
+            self._backend.write(batch, sync=sync)
+        except StoreIOError:
+            # The backend is back at its last durable state: everything since then is
+            # pending again, in order, so a retry leaves no seq gap.
+            self._unwritten = self._unsynced + self._unwritten
+            self._unsynced = []
+            raise
+        if sync:
+            self._unsynced = []
+        else:
+            self._unsynced.extend(batch)
+        self._unwritten, self._unwritten_bytes = [], 0
+
+    def close_interrupted(self, *, cause: str = "shutdown") -> list[Event]:
+        """Close an open turn with the interrupted closers (the agent is stopping
+        mid-turn) and make it durable. Returns the closers ([] if no turn is open)."""
+        closers = interrupted_turn_closers(self._events, cause=cause, time=self._clock())  # type: ignore[arg-type]
+        if closers:
+            self.extend([(c["type"], c["data"]) for c in closers])
+        return closers
+
+    def close(self) -> None:
+        """Flush durably and release ownership. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self._write(sync=True)
+        finally:
+            self._closed = True
+            self._backend.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"session {self.id} is closed", session_id=self.id)
+
+    def __enter__(self) -> SessionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _single(items: Iterable[tuple[str, dict[str, Any]]]) -> bool:
+    return isinstance(items, list | tuple) and len(items) == 1
+
+
+def _copy_tracker(tracker: InvariantTracker) -> InvariantTracker:
+    from copy import deepcopy
+
+    return deepcopy(tracker)
+
+
+@dataclass(frozen=True)
+class LoadedSession:
+    log: SessionLog
+    report: RepairReport
+
+
+class SessionStore:
+    """Sessions on one backend: create, load (repairing), list, delete."""
+
+    def __init__(self, backend: Backend, *, clock: Callable[[], int] = now_ms) -> None:
+        self.backend = backend
+        self._clock = clock
+
+    def create(
+        self,
+        *,
+        cwd: str,
+        additional_directories: Sequence[str] = (),
+        title: str | None = None,
+        session_id: str | None = None,
+    ) -> SessionLog:
+        """A new, durable, owned session with a fresh UUID (or `session_id`)."""
+        sid = validate_session_id(session_id) if session_id is not None else str(uuid4())
+        header: Header = {
+            "type": "session",
+            "version": SESSION_FORMAT_VERSION,
+            "id": sid,
+            "createdAt": self._clock(),
+            "cwd": cwd,
+        }
+        if additional_directories:
+            header["additionalDirectories"] = list(additional_directories)
+        if title is not None:
+            header["title"] = title
+        handle = self.backend.create(header)
+        return SessionLog(handle, header, [], InvariantTracker(session_id=sid), self._clock)
+
+    def load(self, session_id: str) -> LoadedSession:
+        """Open a stored session for this process, repairing it durably first: cut a
+        torn tail (kept aside) and close an interrupted final turn. Raises the
+        SessionError family: not found, locked, version, corrupt, invariant."""
+        sid = validate_session_id(session_id)
+        handle, stored = self.backend.open(sid)
+        try:
+            events = stored.events
+            closers = interrupted_turn_closers(events)
+            kept_aside = None
+            if stored.torn is not None or closers:
+                kept_aside = handle.repair(stored.torn, [encode(c) for c in closers])
+                events.extend(closers)
+            tracker = InvariantTracker(session_id=sid)
+            tracker.feed_all(events)
+        except BaseException:
+            handle.close()
+            raise
+        torn = stored.torn
+        report = RepairReport(
+            torn_bytes=torn.size if torn else 0,
+            torn_records=torn.records if torn else 0,
+            kept_aside=kept_aside,
+            interrupted_turn=closers[-1]["data"]["turn"] if closers else None,
+            synthetic_results=sum(1 for c in closers if c["type"] == TOOL_RESULT),
+            closers=len(closers),
+        )
+        return LoadedSession(
+            SessionLog(handle, stored.header, events, tracker, self._clock), report
+        )
+
+    def list(self, *, cwd: str | None = None) -> list[SessionSummary]:
+        """Stored sessions, most recently updated first, optionally only those of `cwd`."""
+        sessions = self.backend.list_sessions()
+        if cwd is not None:
+            sessions = [s for s in sessions if s["cwd"] == cwd]
+        return sorted(sessions, key=lambda s: (-s["updatedAt"], s["id"]))
+
+    def delete(self, session_id: str) -> None:
+        self.backend.delete(validate_session_id(session_id))
+
+    def close(self) -> None:
+        self.backend.close()

@@ -1,0 +1,93 @@
+"""The failure families of the persistence layer.
+
+One exception class per family, each carrying the session it concerns and a `data()`
+dict, so the protocol layer can turn any of them into a JSON-RPC error in one place
+without parsing messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SessionError(Exception):
+    """Base of every error raised by `session/`."""
+
+    code: str = "session_error"
+
+    def __init__(self, message: str, *, session_id: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.session_id = session_id
+        self.details = details
+
+    def data(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code}
+        if self.session_id is not None:
+            out["sessionId"] = self.session_id
+        out.update({k: v for k, v in self.details.items() if v is not None})
+        return out
+
+
+class InvalidSessionIdError(SessionError):
+    """The id is not one this store could have issued (and will never touch a path)."""
+
+    code = "invalid_session_id"
+
+
+class SessionNotFoundError(SessionError):
+    code = "session_not_found"
+
+
+class SessionExistsError(SessionError):
+    code = "session_exists"
+
+
+class SessionLockedError(SessionError):
+    """Another live owner (process or handle) has the session open."""
+
+    code = "session_locked"
+
+
+class SessionCorruptError(SessionError):
+    """Damage in the committed region of a log: the session cannot be loaded.
+
+    `details` name where: `offset` (bytes, JSONL) and/or `seq`, plus `reason`.
+    """
+
+    code = "session_corrupt"
+
+
+class SessionVersionError(SessionError):
+    """A stored log (or store) at a format version this build does not read."""
+
+    code = "session_version"
+
+
+class EventDataError(SessionError):
+    """Event data that is not JSON (names the event type); nothing was written."""
+
+    code = "event_data"
+
+
+class InvariantError(SessionError):
+    """An append or a log that breaks the log invariants (a programming error)."""
+
+    code = "invariant"
+
+
+class SequenceError(SessionError):
+    """A batch handed to a backend whose seqs do not continue the log."""
+
+    code = "sequence"
+
+
+class StoreIOError(SessionError):
+    """Writing or syncing failed. The backend rolled back to its last durable state;
+    nothing acknowledged was lost and a retry rewrites the pending events."""
+
+    code = "store_io"
+
+
+class SessionClosedError(SessionError):
+    code = "session_closed"

@@ -1,0 +1,219 @@
+"""The session event vocabulary (DESIGN.md section 2).
+
+Events are plain dicts typed as TypedDicts: they go to and from JSON many times per
+turn, and a dict is what orjson reads and writes fastest. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, NotRequired, TypedDict
+
+SESSION_FORMAT_VERSION: Final = 0
+"""Stamped into every header. Pre-release: shapes change without a bump; any stored
+log at another version is refused (no migration)."""
+
+# Event type names, fixed by the contract.
+TURN_START: Final = "turn/start"
+USER_MESSAGE: Final = "user/message"
+STEP_START: Final = "step/start"
+STEP_END: Final = "step/end"
+ASSISTANT_CHUNK: Final = "assistant/chunk"
+ASSISTANT_MESSAGE: Final = "assistant/message"
+TOOL_CALL: Final = "tool/call"
+TOOL_RESULT: Final = "tool/result"
+TURN_END: Final = "turn/end"
+
+EVENT_TYPES: Final = frozenset(
+    {
+        TURN_START,
+        USER_MESSAGE,
+        STEP_START,
+        STEP_END,
+        ASSISTANT_CHUNK,
+        ASSISTANT_MESSAGE,
+        TOOL_CALL,
+        TOOL_RESULT,
+        TURN_END,
+    }
+)
+
+EventType = Literal[
+    "turn/start",
+    "user/message",
+    "step/start",
+    "step/end",
+    "assistant/chunk",
+    "assistant/message",
+    "tool/call",
+    "tool/result",
+    "turn/end",
+]
+
+# The seven turn/end reason kinds: a closed set, one total mapping per consumer.
+REASON_KINDS: Final = (
+    "completed",
+    "max_tokens",
+    "max_steps",
+    "refusal",
+    "cancelled",
+    "error",
+    "interrupted",
+)
+ReasonKind = Literal[
+    "completed", "max_tokens", "max_steps", "refusal", "cancelled", "error", "interrupted"
+]
+CANCELLED_BY: Final = ("session/cancel", "session/close", "$/cancel_request")
+INTERRUPT_CAUSES: Final = ("crash", "shutdown")
+
+# The error code that marks a synthetic result written by crash/shutdown repair.
+INTERRUPTED_CODE: Final = "interrupted"
+
+JSON = Any
+"""A JSON value as orjson reads it; the ACP blocks inside events are kept verbatim."""
+
+
+class Event(TypedDict):
+    type: str
+    seq: int
+    time: int
+    data: dict[str, JSON]
+
+
+class Header(TypedDict):
+    type: Literal["session"]
+    version: int
+    id: str
+    createdAt: int
+    cwd: str
+    additionalDirectories: NotRequired[list[str]]
+    title: NotRequired[str]
+
+
+class Usage(TypedDict):
+    inputTokens: int
+    outputTokens: int
+    cacheReadTokens: NotRequired[int]
+    cacheWriteTokens: NotRequired[int]
+    reasoningTokens: NotRequired[int]
+
+
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ReasoningBlock(TypedDict):
+    type: Literal["reasoning"]
+    text: str
+
+
+class ToolCallBlock(TypedDict):
+    type: Literal["tool-call"]
+    id: str
+    name: str
+    arguments: str  # JSON text, as the model produced it
+
+
+AssistantBlock = TextBlock | ReasoningBlock | ToolCallBlock
+
+
+class ToolError(TypedDict):
+    name: str
+    code: str
+
+
+class PermissionRecord(TypedDict):
+    outcome: str
+    optionId: NotRequired[str]
+
+
+class Reason(TypedDict, total=False):
+    """`turn/end.reason`: `kind` plus the fields of that kind (DESIGN.md section 2)."""
+
+    kind: ReasonKind
+    limit: int
+    by: str
+    step: int
+    message: str
+    code: str
+    retryable: bool
+    cause: str
+
+
+# Per-type data shapes, for readers and for the constructors below.
+
+
+class TurnStartData(TypedDict):
+    turn: int
+    trigger: dict[str, JSON]
+    mode: NotRequired[str]
+    model: NotRequired[str]
+
+
+class ToolResultData(TypedDict):
+    turn: int
+    step: int
+    callId: str
+    content: list[JSON]
+    isError: bool
+    error: NotRequired[ToolError]
+    display: NotRequired[list[JSON]]
+    permission: NotRequired[PermissionRecord]
+
+
+def reason(kind: ReasonKind, **fields: JSON) -> Reason:
+    """Build a `turn/end` reason, checking that its fields belong to its kind."""
+    allowed = _REASON_FIELDS[kind]
+    extra = set(fields) - allowed[0] - allowed[1]
+    missing = allowed[0] - set(fields)
+    if extra or missing:
+        raise ValueError(f"reason {kind!r}: missing {sorted(missing)}, unexpected {sorted(extra)}")
+    out: dict[str, JSON] = {"kind": kind, **fields}
+    return out  # type: ignore[return-value]
+
+
+# kind -> (required fields, optional fields)
+_REASON_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
+    "completed": (frozenset(), frozenset()),
+    "max_tokens": (frozenset(), frozenset()),
+    "max_steps": (frozenset({"limit"}), frozenset()),
+    "refusal": (frozenset(), frozenset()),
+    "cancelled": (frozenset({"by"}), frozenset()),
+    "error": (frozenset({"step", "message"}), frozenset({"code", "retryable"})),
+    "interrupted": (frozenset({"cause"}), frozenset()),
+}
+
+
+def reason_problem(value: JSON) -> str | None:
+    """Why `value` is not a valid reason, or None. Used by the invariant checker."""
+    if not isinstance(value, dict):
+        return "reason is not an object"
+    kind = value.get("kind")
+    if kind not in _REASON_FIELDS:
+        return f"unknown reason kind {kind!r}"
+    required, optional = _REASON_FIELDS[kind]
+    keys = set(value) - {"kind"}
+    if required - keys:
+        return f"reason {kind!r} lacks {sorted(required - keys)}"
+    if keys - required - optional:
+        return f"reason {kind!r} has unexpected {sorted(keys - required - optional)}"
+    if kind == "cancelled" and value["by"] not in CANCELLED_BY:
+        return f"cancelled by {value['by']!r} is not one of {list(CANCELLED_BY)}"
+    if kind == "interrupted" and value["cause"] not in INTERRUPT_CAUSES:
+        return f"interrupted cause {value['cause']!r} is not one of {list(INTERRUPT_CAUSES)}"
+    return None
+
+
+def tool_calls_of(message_data: dict[str, JSON]) -> list[ToolCallBlock]:
+    """The tool-call blocks of an `assistant/message` event's data, in order."""
+    return [b for b in message_data.get("content", ()) if b.get("type") == "tool-call"]
+
+
+def is_synthetic_result(data: dict[str, JSON]) -> bool:
+    """A `tool/result` written by the interrupted-turn closers, not by a tool."""
+    error = data.get("error")
+    return (
+        bool(data.get("isError"))
+        and isinstance(error, dict)
+        and error.get("code") == INTERRUPTED_CODE
+    )

@@ -1,0 +1,198 @@
+"""The log invariants (DESIGN.md section 2), checked one event at a time.
+
+`InvariantTracker` is a small state machine: the coordinator feeds it every event it is
+asked to append, so a runner bug is refused before it reaches disk, and tests run
+`check_invariants` over every log they write. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from session.errors import InvariantError
+from session.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    EVENT_TYPES,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    Event,
+    is_synthetic_result,
+    reason_problem,
+    tool_calls_of,
+)
+
+_STEP_EVENTS = frozenset({ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TOOL_CALL, TOOL_RESULT, STEP_END})
+
+
+@dataclass
+class _Call:
+    step: int
+    started: bool = False
+    answered: bool = False
+
+
+@dataclass
+class InvariantTracker:
+    """Where a log stands: the next seq, the last turn, the open turn and step, and the
+    tool calls of the open turn. `feed` checks an event against that and advances."""
+
+    session_id: str | None = None
+    next_seq: int = 0
+    turn: int = 0
+    in_turn: bool = False
+    step: int = 0
+    step_open: bool = False
+    calls: dict[str, _Call] = field(default_factory=dict)
+
+    def feed(self, event: Event) -> None:
+        """Check `event` and advance. Raises InvariantError (state unchanged) if it
+        breaks an invariant."""
+        problem = self._problem(event)
+        if problem is not None:
+            raise InvariantError(
+                f"event seq {event.get('seq')!r} ({event.get('type')!r}): {problem}",
+                session_id=self.session_id,
+                seq=event.get("seq"),
+                eventType=event.get("type"),
+            )
+        self._apply(event)
+
+    def feed_all(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.feed(event)
+
+    def unanswered(self) -> list[str]:
+        """Call ids of the open turn without a result, in log order."""
+        return [cid for cid, call in self.calls.items() if not call.answered]
+
+    def _problem(self, event: Event) -> str | None:
+        if not isinstance(event, dict) or set(event) != {"type", "seq", "time", "data"}:
+            return "an event is exactly {type, seq, time, data}"
+        etype, data = event["type"], event["data"]
+        if etype not in EVENT_TYPES:
+            return "unknown event type"
+        if type(event["seq"]) is not int or event["seq"] != self.next_seq:
+            return f"seq must be {self.next_seq}"
+        if type(event["time"]) is not int or event["time"] < 0:
+            return "time must be epoch milliseconds (a non-negative int)"
+        if not isinstance(data, dict):
+            return "data must be an object"
+        turn = data.get("turn")
+        if etype == TURN_START:
+            if self.in_turn:
+                return f"turn {self.turn} is still open (no nested turns)"
+            if turn != self.turn + 1:
+                return f"turn must be {self.turn + 1}"
+            trigger = data.get("trigger")
+            if not isinstance(trigger, dict) or not isinstance(trigger.get("kind"), str):
+                return "trigger must be an object with a kind"
+            return None
+        if not self.in_turn:
+            return "outside any turn (turn enclosure)"
+        if turn != self.turn:
+            return f"names turn {turn!r}, the open turn is {self.turn}"
+        if etype == USER_MESSAGE:
+            if self.step_open:
+                return "a user message cannot sit inside a step"
+            return None if isinstance(data.get("content"), list) else "content must be a list"
+        if etype == STEP_START:
+            if self.step_open:
+                return f"step {self.step} is still open (no nested steps)"
+            return None if data.get("step") == self.step + 1 else f"step must be {self.step + 1}"
+        if etype == TURN_END:
+            if self.step_open:
+                return f"step {self.step} is still open"
+            if self.unanswered():
+                return f"tool calls without results: {self.unanswered()}"
+            return reason_problem(data.get("reason"))
+        if etype == TOOL_RESULT and is_synthetic_result(data):
+            return self._synthetic_problem(data)
+        if etype in _STEP_EVENTS and (not self.step_open or data.get("step") != self.step):
+            return f"names step {data.get('step')!r}, the open step is {self._open_step()}"
+        return self._step_event_problem(etype, data)
+
+    def _open_step(self) -> str:
+        return str(self.step) if self.step_open else "none"
+
+    def _step_event_problem(self, etype: str, data: dict[str, object]) -> str | None:
+        if etype == ASSISTANT_CHUNK:
+            chunk = data.get("chunk")
+            if not isinstance(chunk, dict) or chunk.get("type") not in ("text", "reasoning"):
+                return "chunk must be {type: text|reasoning, text}"
+            return None if isinstance(chunk.get("text"), str) else "chunk text must be a string"
+        if etype == ASSISTANT_MESSAGE:
+            if not isinstance(data.get("content"), list):
+                return "content must be a list"
+            for block in tool_calls_of(data):
+                if not isinstance(block.get("id"), str) or block["id"] in self.calls:
+                    return f"tool-call id {block.get('id')!r} is missing or not unique in the turn"
+                if not isinstance(block.get("arguments"), str):
+                    return "tool-call arguments must be JSON text"
+            return None
+        if etype == STEP_END:
+            open_calls = [
+                c for c, v in self.calls.items() if v.step == self.step and not v.answered
+            ]
+            return f"tool calls without results: {open_calls}" if open_calls else None
+        call = self.calls.get(str(data.get("callId")))
+        if call is None or call.step != self.step:
+            return f"callId {data.get('callId')!r} is not a tool call of step {self.step}"
+        if etype == TOOL_CALL:
+            return f"tool call {data['callId']!r} already recorded" if call.started else None
+        # TOOL_RESULT
+        if call.answered:
+            return f"tool call {data['callId']!r} already has a result"
+        if not isinstance(data.get("content"), list) or type(data.get("isError")) is not bool:
+            return "a result needs content (list) and isError (bool)"
+        return None
+
+    def _synthetic_problem(self, data: dict[str, object]) -> str | None:
+        # Written by the closers: it may answer a call of any step of the open turn,
+        # even after that step ended, but still exactly once and naming the call's step.
+        call = self.calls.get(str(data.get("callId")))
+        if call is None:
+            return f"callId {data.get('callId')!r} is not a tool call of turn {self.turn}"
+        if call.answered:
+            return f"tool call {data['callId']!r} already has a result"
+        if data.get("step") != call.step:
+            return f"names step {data.get('step')!r}, the call was made in step {call.step}"
+        return None
+
+    def _apply(self, event: Event) -> None:
+        etype, data = event["type"], event["data"]
+        self.next_seq += 1
+        if etype == TURN_START:
+            self.turn, self.in_turn, self.step, self.step_open = data["turn"], True, 0, False
+            self.calls = {}
+        elif etype == TURN_END:
+            self.in_turn, self.calls = False, {}
+        elif etype == STEP_START:
+            self.step, self.step_open = data["step"], True
+        elif etype == STEP_END:
+            self.step_open = False
+        elif etype == ASSISTANT_MESSAGE:
+            for block in tool_calls_of(data):
+                self.calls[block["id"]] = _Call(step=self.step)
+        elif etype == TOOL_CALL:
+            self.calls[data["callId"]].started = True
+        elif etype == TOOL_RESULT:
+            self.calls[data["callId"]].answered = True
+
+
+def check_invariants(
+    events: Iterable[Event], *, closed: bool = False, session_id: str | None = None
+) -> InvariantTracker:
+    """Check a whole log from seq 0; with `closed`, it must also end outside a turn.
+    Returns the tracker (where the log stands). Raises InvariantError."""
+    tracker = InvariantTracker(session_id=session_id)
+    tracker.feed_all(events)
+    if closed and tracker.in_turn:
+        raise InvariantError(f"the log ends inside turn {tracker.turn}", session_id=session_id)
+    return tracker

@@ -1,0 +1,129 @@
+"""Reading stored records back: shape checks and the torn-tail rule, shared by backends.
+
+A backend turns its stored records (JSONL lines, SQLite rows, memory entries) into a
+list of `Event | Damage`, each with a description of where it is, and `split_tail`
+decides what the contract says: damage that a later `turn/end` follows is in the
+committed region (refuse, naming where); damage after the last `turn/end` is a torn
+tail (cut it from the first damaged record on, and keep it aside). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from session.errors import SessionCorruptError, SessionVersionError
+from session.events import EVENT_TYPES, SESSION_FORMAT_VERSION, TURN_END, Event, Header
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A stored record that is not a well-formed event."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class TornTail:
+    """The records cut off a log's end by `split_tail`: from `index` (the first damaged
+    record, counted in events from seq 0) to the end."""
+
+    index: int
+    where: dict[str, int]  # e.g. {"offset": 812, "line": 9} or {"seq": 7}
+    reason: str
+    records: int  # stored records cut, a partial line included
+    size: int = 0  # bytes cut, where the backend counts bytes
+
+
+def parse_event(raw: bytes | str) -> Event | Damage:
+    """Parse one stored event; a Damage says why it is not one. Cheap: this runs once
+    per event on every load."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return Damage(f"not valid JSON ({exc})")
+    return check_event_shape(value)
+
+
+def check_event_shape(value: Any) -> Event | Damage:
+    if not isinstance(value, dict) or len(value) != 4:
+        return Damage("not an event object {type, seq, time, data}")
+    etype, seq, time, data = (value.get(k) for k in ("type", "seq", "time", "data"))
+    if etype not in EVENT_TYPES:
+        return Damage(f"unknown event type {etype!r}")
+    if type(seq) is not int or type(time) is not int or not isinstance(data, dict):
+        return Damage(f"{etype} event with malformed seq, time or data")
+    return value  # type: ignore[return-value]
+
+
+def split_tail(
+    session_id: str,
+    items: Sequence[Event | Damage],
+    where: Sequence[dict[str, int]],
+) -> tuple[list[Event], TornTail | None]:
+    """The good events of a stored log and the torn tail to cut, if any.
+
+    Raises SessionCorruptError if a damaged record (or a seq out of order) has a
+    well-formed `turn/end` after it: that part of the log was acknowledged.
+    """
+    events: list[Event] = []
+    for index, item in enumerate(items):
+        if isinstance(item, Damage):
+            reason = item.reason
+        elif item["seq"] != index:
+            reason = f"seq {item['seq']} where {index} was expected"
+        else:
+            events.append(item)
+            continue
+        for later in items[index + 1 :]:
+            if not isinstance(later, Damage) and later["type"] == TURN_END:
+                place = ", ".join(f"{k} {v}" for k, v in where[index].items())
+                raise SessionCorruptError(
+                    f"session {session_id} is damaged at {place}: {reason}; a later turn/end "
+                    f"(seq {later['seq']}) shows this part was committed, so it is not cut",
+                    session_id=session_id,
+                    reason=reason,
+                    **where[index],
+                )
+        return events, TornTail(
+            index=index, where=dict(where[index]), reason=reason, records=len(items) - index
+        )
+    return events, None
+
+
+def parse_header(session_id: str, raw: bytes | str, where: str) -> Header:
+    """Parse and check a stored header: a session object of our format version and id."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise SessionCorruptError(
+            f"session {session_id}: the header at {where} is not valid JSON ({exc})",
+            session_id=session_id,
+            reason="header",
+        ) from None
+    if not isinstance(value, dict) or value.get("type") != "session":
+        raise SessionCorruptError(
+            f"session {session_id}: the header at {where} is not a session header",
+            session_id=session_id,
+            reason="header",
+        )
+    version = value.get("version")
+    if version != SESSION_FORMAT_VERSION or type(version) is not int:
+        raise SessionVersionError(
+            f"session {session_id} is stored at format version {version!r}; this build reads "
+            f"only version {SESSION_FORMAT_VERSION} (pre-release: no migration)",
+            session_id=session_id,
+            version=version,
+            supported=SESSION_FORMAT_VERSION,
+        )
+    if value.get("id") != session_id or not isinstance(value.get("cwd"), str):
+        raise SessionCorruptError(
+            f"session {session_id}: the header at {where} names id {value.get('id')!r} "
+            "or lacks a cwd",
+            session_id=session_id,
+            reason="header",
+        )
+    return value  # type: ignore[return-value]

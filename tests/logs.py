@@ -1,0 +1,105 @@
+"""Building session logs for tests: a small fluent builder of (type, data) items that
+follow the invariants, and helpers to write them through a SessionLog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from session import Event, SessionLog
+
+Item = tuple[str, dict[str, Any]]
+
+
+class Script:
+    """Append-only list of (type, data) items; methods track turn and step numbers."""
+
+    def __init__(self, first_turn: int = 1) -> None:
+        self.items: list[Item] = []
+        self.turn = first_turn - 1
+        self.step = 0
+
+    def add(self, etype: str, data: dict[str, Any]) -> Script:
+        self.items.append((etype, data))
+        return self
+
+    def start_turn(self, prompt: str = "hello there") -> Script:
+        self.turn += 1
+        self.step = 0
+        self.add("turn/start", {"turn": self.turn, "trigger": {"kind": "prompt"}, "mode": "ask"})
+        return self.add(
+            "user/message", {"turn": self.turn, "content": [{"type": "text", "text": prompt}]}
+        )
+
+    def start_step(self) -> Script:
+        self.step += 1
+        return self.add("step/start", {"turn": self.turn, "step": self.step})
+
+    def chunk(self, text: str, kind: str = "text") -> Script:
+        return self.add(
+            "assistant/chunk",
+            {"turn": self.turn, "step": self.step, "chunk": {"type": kind, "text": text}},
+        )
+
+    def message(self, text: str = "", calls: tuple[str, ...] = (), usage: bool = True) -> Script:
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        for call_id in calls:
+            content.append(
+                {"type": "tool-call", "id": call_id, "name": "read_file",
+                 "arguments": orjson.dumps({"path": f"{call_id}.txt"}).decode()}
+            )
+        data: dict[str, Any] = {"turn": self.turn, "step": self.step, "content": content}
+        if usage:
+            data["usage"] = {"inputTokens": 10, "outputTokens": 3}
+        return self.add("assistant/message", data)
+
+    def call(self, call_id: str) -> Script:
+        return self.add(
+            "tool/call",
+            {"turn": self.turn, "step": self.step, "callId": call_id, "name": "read_file",
+             "arguments": {"path": f"{call_id}.txt"}, "title": f"Read {call_id}.txt",
+             "kind": "read", "locations": [{"path": f"/w/{call_id}.txt"}]},
+        )
+
+    def result(self, call_id: str, text: str = "contents", error: bool = False) -> Script:
+        return self.add(
+            "tool/result",
+            {"turn": self.turn, "step": self.step, "callId": call_id,
+             "content": [{"type": "text", "text": text}], "isError": error},
+        )
+
+    def end_step(self) -> Script:
+        return self.add("step/end", {"turn": self.turn, "step": self.step})
+
+    def end_turn(self, kind: str = "completed", **fields: Any) -> Script:
+        return self.add("turn/end", {"turn": self.turn, "reason": {"kind": kind, **fields}})
+
+    # Whole turns.
+
+    def text_turn(self, prompt: str = "hi", answer: str = "hello back") -> Script:
+        self.start_turn(prompt).start_step()
+        for word in answer.split():
+            self.chunk(word + " ")
+        return self.message(answer).end_step().end_turn()
+
+    def tool_turn(self, calls: tuple[str, ...] = ("c1", "c2")) -> Script:
+        self.start_turn("read files").start_step().chunk("thinking", "reasoning")
+        self.message("reading", calls=calls)
+        for call_id in calls:
+            self.call(call_id).result(call_id)
+        self.end_step().start_step().chunk("done").message("done").end_step()
+        return self.end_turn()
+
+
+def write(log: SessionLog, script: Script | list[Item]) -> list[Event]:
+    items = script.items if isinstance(script, Script) else script
+    return [log.append(etype, data) for etype, data in items]
+
+
+def events_of(script: Script, start_seq: int = 0, time: int = 1_000) -> list[Event]:
+    """The events a script would become, without a store (for the pure functions)."""
+    return [
+        {"type": etype, "seq": start_seq + i, "time": time + i, "data": data}
+        for i, (etype, data) in enumerate(script.items)
+    ]
