@@ -26,7 +26,13 @@ from session.backend import (
     SessionSummary,
     validate_session_id,
 )
-from session.errors import EventDataError, SessionClosedError, StoreIOError
+from session.errors import (
+    EventDataError,
+    InvariantError,
+    SessionClosedError,
+    SessionCorruptError,
+    StoreIOError,
+)
 from session.events import (
     SESSION_FORMAT_VERSION,
     STEP_END,
@@ -106,6 +112,11 @@ class SessionLog:
     def pending(self) -> int:
         """Events appended but not yet durable."""
         return len(self._unwritten) + len(self._unsynced)
+
+    @property
+    def buffered(self) -> int:
+        """Events appended but not yet handed to the backend (lost on kill -9)."""
+        return len(self._unwritten)
 
     def append(self, etype: str, data: dict[str, Any]) -> Event:
         """Append one event; durable before return if its type is a durability point."""
@@ -263,6 +274,14 @@ class SessionStore:
                 events.extend(closers)
             tracker = InvariantTracker(session_id=sid)
             tracker.feed_all(events)
+        except InvariantError as exc:
+            handle.close()
+            raise SessionCorruptError(
+                f"session {sid} breaks the log invariants: {exc.message}",
+                session_id=sid,
+                reason=exc.message,
+                seq=exc.details.get("seq"),
+            ) from None
         except BaseException:
             handle.close()
             raise
