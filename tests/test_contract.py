@@ -167,7 +167,7 @@ def test_repair_matches_the_pure_closers(store: SessionStore) -> None:
 
 
 def test_repair_is_durable_and_done_once(store: SessionStore) -> None:
-    sid, written = crash_with(store, Script().start_turn().start_step().chunk("a"))
+    sid, _ = crash_with(store, Script().start_turn().start_step().chunk("a"))
     first = store.load(sid)
     repaired = list(first.log.events)
     first.log.close()
@@ -367,9 +367,9 @@ def test_list_sessions(store: SessionStore) -> None:
     listed = store.list()
     assert {s["id"] for s in listed} == {*ids, empty.id}
     by_id = {s["id"]: s for s in listed}
-    assert by_id[ids[0]]["title"] is not None
-    assert by_id[ids[0]]["title"].startswith("prompt number 0 long")
-    assert len(by_id[ids[0]]["title"]) <= 80
+    title = by_id[ids[0]]["title"]
+    assert title is not None and title.startswith("prompt number 0 long")
+    assert len(title) <= 80
     assert by_id[empty.id]["title"] is None
     assert by_id[ids[1]].get("additionalDirectories") == ["/extra"]
     assert all(isinstance(s["updatedAt"], int) for s in listed)
