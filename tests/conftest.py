@@ -4,6 +4,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
+from syrupy.extensions.json import JSONSnapshotExtension
+from syrupy.location import PyTestLocation
 
 from session import Backend, SessionStore, open_backend
 
@@ -30,3 +33,19 @@ def backend(backend_kind: str, store_dir: Path) -> Iterator[Backend]:
 @pytest.fixture
 def store(backend: Backend) -> SessionStore:
     return SessionStore(backend)
+
+
+# Snapshots live in the top-level snapshots/ folder (DESIGN.md section 1), one folder
+# per test module, as JSON.
+SNAPSHOT_DIR = Path(__file__).resolve().parent.parent / "snapshots"
+
+
+class RootJSONSnapshot(JSONSnapshotExtension):
+    @classmethod
+    def dirname(cls, *, test_location: PyTestLocation) -> str:
+        return str(SNAPSHOT_DIR / test_location.basename)
+
+
+@pytest.fixture
+def snapshot_json(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    return snapshot.use_extension(RootJSONSnapshot)

@@ -1,0 +1,241 @@
+"""The invariant checker, as a table: each row is a log and the violation it must
+report (or None for a valid log)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from session import Event, InvariantError, check_invariants, reason
+from session.events import REASON_KINDS, reason_problem
+from tests.logs import Script, events_of
+
+
+def synthetic(call_id: str, step: int, turn: int = 1) -> tuple[str, dict[str, Any]]:
+    return (
+        "tool/result",
+        {"turn": turn, "step": step, "callId": call_id, "content": [], "isError": True,
+         "error": {"name": "InterruptedError", "code": "interrupted"}},
+    )
+
+
+def changed(script: Script, index: int, **changes: Any) -> list[Event]:
+    """The events of `script` with event `index` changed (or given extra keys)."""
+    events: list[Any] = list(events_of(script))
+    events[index] = {**events[index], **changes}
+    return events
+
+
+CASES: list[tuple[str, Callable[[], list[Event]], str | None]] = [
+    ("empty log", lambda: [], None),
+    ("text turn", lambda: events_of(Script().text_turn()), None),
+    ("tool turn then text", lambda: events_of(Script().tool_turn().text_turn()), None),
+    ("open turn is valid", lambda: events_of(Script().start_turn().start_step()), None),
+    (
+        "event before any turn",
+        lambda: events_of(Script().start_step()),
+        "outside any turn",
+    ),
+    (
+        "nested turn",
+        lambda: events_of(Script().start_turn().start_turn()),
+        "still open (no nested turns)",
+    ),
+    (
+        "turn numbers skip",
+        lambda: events_of(Script().text_turn().add("turn/start", {"turn": 3, "trigger": {"kind": "prompt"}})),
+        "turn must be 2",
+    ),
+    (
+        "first turn is not 1",
+        lambda: events_of(Script(first_turn=2).text_turn()),
+        "turn must be 1",
+    ),
+    (
+        "event names another turn",
+        lambda: events_of(Script().start_turn().add("step/start", {"turn": 2, "step": 1})),
+        "the open turn is 1",
+    ),
+    (
+        "nested step",
+        lambda: events_of(Script().start_turn().start_step().start_step()),
+        "still open (no nested steps)",
+    ),
+    (
+        "steps skip",
+        lambda: events_of(Script().start_turn().add("step/start", {"turn": 1, "step": 2})),
+        "step must be 1",
+    ),
+    (
+        "chunk outside a step",
+        lambda: events_of(Script().start_turn().chunk("x")),
+        "the open step is none",
+    ),
+    (
+        "chunk names the wrong step",
+        lambda: events_of(Script().start_turn().start_step().add(
+            "assistant/chunk", {"turn": 1, "step": 2, "chunk": {"type": "text", "text": "x"}})),
+        "the open step is 1",
+    ),
+    (
+        "unknown chunk type",
+        lambda: events_of(Script().start_turn().start_step().chunk("x", kind="image")),
+        "chunk must be",
+    ),
+    (
+        "user message inside a step",
+        lambda: events_of(Script().start_turn().start_step().add(
+            "user/message", {"turn": 1, "content": []})),
+        "cannot sit inside a step",
+    ),
+    (
+        "turn ends with a step open",
+        lambda: events_of(Script().start_turn().start_step().end_turn()),
+        "step 1 is still open",
+    ),
+    (
+        "step ends with a call unanswered",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).end_step()),
+        "tool calls without results",
+    ),
+    (
+        "result for an unknown call",
+        lambda: events_of(Script().start_turn().start_step().message("m").result("nope")),
+        "is not a tool call of step 1",
+    ),
+    (
+        "result answers a call of another step",
+        lambda: events_of(
+            Script().start_turn().start_step().message("m", calls=("c",)).call("c").result("c")
+            .end_step().start_step().result("c")
+        ),
+        "is not a tool call of step 2",
+    ),
+    (
+        "two results for one call",
+        lambda: events_of(
+            Script().start_turn().start_step().message("m", calls=("c",)).result("c").result("c")
+        ),
+        "already has a result",
+    ),
+    (
+        "tool/call recorded twice",
+        lambda: events_of(
+            Script().start_turn().start_step().message("m", calls=("c",)).call("c").call("c")
+        ),
+        "already recorded",
+    ),
+    (
+        "duplicate call id in a turn",
+        lambda: events_of(
+            Script().start_turn().start_step().message("m", calls=("c",)).result("c").end_step()
+            .start_step().message("again", calls=("c",))
+        ),
+        "not unique in the turn",
+    ),
+    (
+        "synthetic result after its step ended is allowed",
+        lambda: events_of(
+            Script().start_turn().start_step().message("m", calls=("c",))
+            .add(*synthetic("c", 1)).end_step().end_turn("interrupted", cause="crash")
+        ),
+        None,
+    ),
+    (
+        "synthetic result must name its call's step",
+        lambda: events_of(
+            Script().start_turn().start_step().message("m", calls=("c",))
+            .add(*synthetic("c", 2))
+        ),
+        "the call was made in step 1",
+    ),
+    (
+        "seq gap",
+        lambda: changed(Script().text_turn(), 2, seq=9),
+        "seq must be 2",
+    ),
+    (
+        "negative time",
+        lambda: changed(Script().text_turn(), 1, time=-1),
+        "time must be",
+    ),
+    (
+        "unknown event type",
+        lambda: changed(Script().text_turn(), 1, type="usage"),
+        "unknown event type",
+    ),
+    (
+        "extra top-level key",
+        lambda: changed(Script().text_turn(), 1, x=1),
+        "exactly {type, seq, time, data}",
+    ),
+    (
+        "unknown reason kind",
+        lambda: events_of(Script().start_turn().end_turn("exploded")),
+        "unknown reason kind",
+    ),
+    (
+        "error reason without its step",
+        lambda: events_of(Script().start_turn().end_turn("error", message="boom")),
+        "lacks ['step']",
+    ),
+    (
+        "cancelled by an unknown method",
+        lambda: events_of(Script().start_turn().end_turn("cancelled", by="user")),
+        "cancelled by 'user'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "problem"), CASES, ids=[c[0] for c in CASES])
+def test_invariants(name: str, build: Callable[[], list[Event]], problem: str | None) -> None:
+    events = build()
+    if problem is None:
+        check_invariants(events)
+    else:
+        with pytest.raises(InvariantError) as err:
+            check_invariants(events)
+        assert problem in str(err.value), str(err.value)
+
+
+def test_closed_requires_the_log_to_end_outside_a_turn() -> None:
+    events = events_of(Script().text_turn().start_turn())
+    check_invariants(events)
+    with pytest.raises(InvariantError, match="ends inside turn 2"):
+        check_invariants(events, closed=True)
+
+
+REASONS: list[tuple[str, dict[str, Any]]] = [
+    ("completed", {}),
+    ("max_tokens", {}),
+    ("max_steps", {"limit": 50}),
+    ("refusal", {}),
+    ("cancelled", {"by": "session/cancel"}),
+    ("cancelled", {"by": "session/close"}),
+    ("cancelled", {"by": "$/cancel_request"}),
+    ("error", {"step": 0, "message": "no model"}),
+    ("error", {"step": 2, "message": "boom", "code": "rate_limit", "retryable": True}),
+    ("interrupted", {"cause": "crash"}),
+    ("interrupted", {"cause": "shutdown"}),
+]
+
+
+@pytest.mark.parametrize(("kind", "fields"), REASONS)
+def test_every_reason_kind_is_valid(kind: Any, fields: dict[str, Any]) -> None:
+    made = reason(kind, **fields)
+    assert made == {"kind": kind, **fields}
+    assert reason_problem(made) is None
+    check_invariants(events_of(Script().start_turn().end_turn(kind, **fields)), closed=True)
+
+
+def test_reason_kinds_are_the_closed_set_of_seven() -> None:
+    assert REASON_KINDS == (
+        "completed", "max_tokens", "max_steps", "refusal", "cancelled", "error", "interrupted"
+    )
+    assert {k for k, _ in REASONS} == set(REASON_KINDS)
+    with pytest.raises(ValueError, match="missing"):
+        reason("max_steps")
+    with pytest.raises(ValueError, match="unexpected"):
+        reason("completed", limit=3)

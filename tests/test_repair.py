@@ -1,0 +1,106 @@
+"""Crash repair (`interrupted_turn_closers`) as a table of logs and the exact closers
+each must get, plus a snapshot of a repaired JSONL file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from syrupy.assertion import SnapshotAssertion
+
+from session import SessionStore, check_invariants, derive_messages, interrupted_turn_closers
+from session.backends.jsonl import JsonlBackend
+from session.repair import interrupted_text
+from session.transcript import unanswered_calls
+from tests.logs import Script, events_of, write
+
+CRASH = {"kind": "interrupted", "cause": "crash"}
+
+
+def result(call_id: str, step: int, started: bool, turn: int = 1) -> tuple[str, dict[str, Any]]:
+    return (
+        "tool/result",
+        {"turn": turn, "step": step, "callId": call_id,
+         "content": [{"type": "text", "text": interrupted_text("read_file", started)}],
+         "isError": True, "error": {"name": "InterruptedError", "code": "interrupted"}},
+    )
+
+
+CASES: list[tuple[str, Script, list[tuple[str, dict[str, Any]]]]] = [
+    ("empty log", Script(), []),
+    ("closed log", Script().text_turn(), []),
+    ("closed after a tool turn", Script().tool_turn(), []),
+    ("turn started, no prompt yet", Script().add("turn/start", {"turn": 1, "trigger": {"kind": "prompt"}}),
+     [("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("open turn, no step", Script().text_turn().start_turn(),
+     [("turn/end", {"turn": 2, "reason": CRASH})]),
+    ("open step with chunks", Script().start_turn().start_step().chunk("a").chunk("b"),
+     [("step/end", {"turn": 1, "step": 1}), ("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("step closed, next not started", Script().start_turn().start_step().message("m").end_step(),
+     [("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("calls not started", Script().start_turn().start_step().message("m", calls=("a", "b")),
+     [result("a", 1, False), result("b", 1, False),
+      ("step/end", {"turn": 1, "step": 1}), ("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("one call running", Script().start_turn().start_step().message("m", calls=("a", "b"))
+     .call("a").result("a").call("b"),
+     [result("b", 1, True), ("step/end", {"turn": 1, "step": 1}),
+      ("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("closed step's calls untouched", Script().start_turn().start_step()
+     .message("m", calls=("a",)).call("a").result("a").end_step()
+     .start_step().message("n", calls=("b",)),
+     [result("b", 2, False), ("step/end", {"turn": 1, "step": 2}),
+      ("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("all calls answered, step open", Script().start_turn().start_step()
+     .message("m", calls=("a",)).call("a").result("a"),
+     [("step/end", {"turn": 1, "step": 1}), ("turn/end", {"turn": 1, "reason": CRASH})]),
+]
+
+
+@pytest.mark.parametrize(("name", "script", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_closers(name: str, script: Script, expected: list[tuple[str, dict[str, Any]]]) -> None:
+    events = events_of(script)
+    closers = interrupted_turn_closers(events)
+    assert [(c["type"], c["data"]) for c in closers] == expected
+    if events:
+        assert [c["seq"] for c in closers] == list(range(len(events), len(events) + len(closers)))
+        assert all(c["time"] == events[-1]["time"] for c in closers)
+    repaired = events + closers
+    check_invariants(repaired, closed=True)
+    assert unanswered_calls(derive_messages(repaired)) == []
+
+
+def test_shutdown_cause_and_clock() -> None:
+    events = events_of(Script().start_turn().start_step())
+    closers = interrupted_turn_closers(events, cause="shutdown", time=99_999)
+    assert closers[-1]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
+    assert {c["time"] for c in closers} == {99_999}
+
+
+def test_pure_no_mutation() -> None:
+    events = events_of(Script().start_turn().start_step().message("m", calls=("a",)))
+    before = orjson.dumps(events)
+    interrupted_turn_closers(events)
+    assert orjson.dumps(events) == before
+
+
+def test_repaired_jsonl_file_snapshot(tmp_path: Path, snapshot_json: SnapshotAssertion) -> None:
+    clock = iter(range(1_700_000_000_000, 1_700_000_001_000)).__next__
+    store = SessionStore(JsonlBackend(tmp_path), clock=clock)
+    sid = "0f0f0f0f-0000-4000-8000-000000000001"
+    log = store.create(cwd="/work/project", session_id=sid)
+    script = Script().text_turn("hello", "hi there").start_turn("read two files").start_step()
+    script.chunk("Reading", "reasoning").message("reading", calls=("c1", "c2")).call("c1")
+    write(log, script)
+    log.close()
+    # A torn record at the end, as a kill -9 mid-write leaves it.
+    path = JsonlBackend(tmp_path).path_of(sid)
+    with open(path, "ab") as f:
+        f.write(b'{"type":"tool/result","seq":1')
+    loaded = store.load(sid)
+    loaded.log.close()
+    meta = loaded.report.to_meta()
+    assert Path(meta.pop("keptAside")).read_bytes() == b'{"type":"tool/result","seq":1'
+    lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert {"report": meta, "log": lines} == snapshot_json
