@@ -44,7 +44,7 @@ def test_jsonl_fsync_failure_rolls_back_and_retries(
     durable = path.read_bytes()
 
     write(log, Script(first_turn=2).start_turn().start_step().chunk("a").chunk("b"))
-    monkeypatch.setattr(jsonl_module.os, "fdatasync", eio)
+    monkeypatch.setattr(os, "fdatasync", eio)
     with pytest.raises(StoreIOError) as err:
         log.append("step/end", {"turn": 2, "step": 1})
     assert "Input/output error" in str(err.value) and log.id in str(err.value)
