@@ -1,0 +1,155 @@
+"""What a tool is, what it returns, and the client services it runs through.
+
+A tool never touches the file system or spawns a process directly: it asks
+`ClientServices`, which the ACP server implements with the client's `fs/*` and
+`terminal/*` methods when the client advertises them, and `LocalServices`
+(tools/local.py) implements on this machine otherwise. Path confinement is the tool's
+job (tools/paths.py), before any service is asked, whichever services run it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+ToolKind = Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"]
+JSON = Any
+
+
+class ToolError(Exception):
+    """An expected failure the model should see as an error result (bad arguments,
+    missing file, path outside the roots, mismatch, timeout...). `code` is a short
+    machine-readable word recorded in `tool/result.error`."""
+
+    def __init__(self, message: str, *, code: str = "tool_error", name: str = "ToolError") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.name = name
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    exit_code: int | None
+    signal: str | None = None
+
+
+@dataclass(frozen=True)
+class TerminalOutput:
+    output: str
+    truncated: bool
+    exit_status: ExitStatus | None = None
+
+
+class Terminal(Protocol):
+    """A running command (ACP terminal semantics)."""
+
+    @property
+    def terminal_id(self) -> str | None:
+        """The client's terminal id (shown as `{type: "terminal"}` content), or None
+        for a local process."""
+
+    async def wait_for_exit(self) -> ExitStatus: ...
+
+    async def output(self) -> TerminalOutput: ...
+
+    async def kill(self) -> None: ...
+
+    async def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class PermissionRequest:
+    """What the runner asks the client before an edit or a command."""
+
+    call_id: str
+    title: str
+    kind: ToolKind
+    raw_input: JSON
+    locations: Sequence[Mapping[str, JSON]] = ()
+    content: Sequence[Mapping[str, JSON]] = ()  # e.g. the diff about to be applied
+
+
+@dataclass(frozen=True)
+class PermissionOutcome:
+    outcome: Literal["selected", "cancelled"]
+    option_id: str | None = None
+
+
+class ClientServices(Protocol):
+    """The outside world of a session, as the agent may use it."""
+
+    async def read_text_file(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        """Raise FileNotFoundError / ToolError if it cannot be read."""
+
+    async def write_text_file(self, path: Path, content: str) -> None: ...
+
+    async def create_terminal(
+        self, command: str, *, cwd: Path, output_byte_limit: int, env: Mapping[str, str] | None = None
+    ) -> Terminal:
+        """Start `command` through the shell in `cwd`."""
+
+    async def request_permission(self, request: PermissionRequest) -> PermissionOutcome: ...
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Where a tool runs: the session's roots and the services to reach them."""
+
+    cwd: Path
+    roots: tuple[Path, ...]  # cwd first, then the additional directories
+    services: ClientServices
+    # Called by long-running tools with partial ACP ToolCallContent (e.g. a terminal
+    # embed) so the client can show progress; may be None.
+    progress: Callable[[list[JSON]], Awaitable[None]] | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool's answer: `content` is what the model sees (text blocks), `display` the
+    ACP ToolCallContent shown to the person (diffs, terminals, full output)."""
+
+    content: list[JSON]
+    is_error: bool = False
+    display: list[JSON] = field(default_factory=list)
+    error: Mapping[str, str] | None = None  # {name, code} for error results
+
+    @classmethod
+    def text(cls, text: str, *, is_error: bool = False, display: list[JSON] | None = None) -> ToolOutcome:
+        return cls([{"type": "text", "text": text}], is_error=is_error, display=display or [])
+
+    @classmethod
+    def failure(cls, error: ToolError) -> ToolOutcome:
+        return cls(
+            [{"type": "text", "text": error.message}],
+            is_error=True,
+            error={"name": error.name, "code": error.code},
+        )
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """What a call will do, worked out before permission is asked: its title, kind and
+    locations for the `tool/call` event, and display content (a diff) for the prompt."""
+
+    title: str
+    kind: ToolKind
+    locations: list[dict[str, JSON]] = field(default_factory=list)
+    preview: list[JSON] = field(default_factory=list)
+
+
+class Tool(Protocol):
+    name: str
+    kind: ToolKind
+    description: str
+    parameters: Mapping[str, JSON]  # JSON Schema of the arguments
+
+    async def plan(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolPlan:
+        """Validate arguments and describe the call (edits read the file to preview
+        the diff). Raises ToolError. Does not change anything."""
+
+    async def run(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolOutcome:
+        """Do it. Raises ToolError for expected failures; anything else is a tool
+        machinery failure that ends the turn with an error."""
