@@ -1,0 +1,82 @@
+"""The model interface: one streaming call per step (DESIGN.md section 4).
+
+A model turns the transcript (`session.derive_messages`) into a stream of chunks:
+text and reasoning deltas, complete tool calls, usage, and exactly one `Finish` at the
+end. Provider failures arrive as `Finish("error", ...)`, never as exceptions, so the
+runner has one path for every way a step can end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from session.events import Usage
+from session.transcript import Message
+
+FinishReason = Literal["stop", "tool_calls", "max_tokens", "refusal", "error"]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallChunk:
+    id: str
+    name: str
+    arguments: str  # JSON text
+
+
+@dataclass(frozen=True)
+class UsageChunk:
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Finish:
+    reason: FinishReason
+    message: str | None = None  # error only
+    code: str | None = None
+    retryable: bool | None = None
+
+
+ModelChunk = TextDelta | ReasoningDelta | ToolCallChunk | UsageChunk | Finish
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    messages: Sequence[Message]
+    tools: Sequence[Mapping[str, Any]]  # {name, description, parameters}
+
+
+class Model(Protocol):
+    name: str  # the spec it was made from, e.g. "echo", "script:/path.json"
+    context_window: int | None  # for usage_update.size
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
+
+
+class ModelSpecError(ValueError):
+    """A `--model` spec that names no model we can make."""
+
+
+def load_model(spec: str) -> Model:
+    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`."""
+    if spec == "echo":
+        from acp_bridge.models.echo import EchoModel
+
+        return EchoModel()
+    kind, _, arg = spec.partition(":")
+    if kind == "script" and arg:
+        from acp_bridge.models.script import ScriptModel
+
+        return ScriptModel.from_file(arg)
+    raise ModelSpecError(f"unknown model {spec!r}: use echo or script:PATH")

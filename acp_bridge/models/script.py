@@ -1,0 +1,122 @@
+"""`script:PATH`: a scripted model for tests and demos (the format is shared with
+tests outside this repo, so it is kept exactly as DESIGN.md section 4 says).
+
+    {"steps": [entry, ...], "chunkDelayMs"?: int}
+
+One entry per model call, served in order across the process's turns. Entry fields,
+all optional: `thinking` (streamed as reasoning), `text` (streamed word by word),
+`toolCalls` ([{id, name, arguments: object}]), `usage`, `finish` (default `tool_calls`
+with toolCalls, else `stop`), `error` ({message, code?, retryable?}: the call fails
+after streaming what came before), `hang: true` (stream the text, then wait until
+cancelled). Running out of entries is a step error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, get_args
+
+import anyio
+import orjson
+
+from acp_bridge.models import (
+    Finish,
+    FinishReason,
+    ModelChunk,
+    ModelRequest,
+    ModelSpecError,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallChunk,
+    UsageChunk,
+)
+
+_FIELDS = {"thinking", "text", "toolCalls", "usage", "finish", "error", "hang"}
+
+
+class ScriptModel:
+    context_window: int | None = 200_000
+
+    def __init__(self, steps: list[dict[str, Any]], *, chunk_delay_ms: int = 0, name: str = "script") -> None:
+        self.steps = steps
+        self.chunk_delay = chunk_delay_ms / 1000
+        self.name = name
+        self.calls = 0  # model calls served so far, across turns and sessions
+
+    @classmethod
+    def from_file(cls, path: str) -> ScriptModel:
+        # Relative paths resolve against the process's working directory.
+        resolved = Path(path).resolve()
+        try:
+            doc = orjson.loads(resolved.read_bytes())
+        except OSError as exc:
+            raise ModelSpecError(f"cannot read model script {resolved}: {exc.strerror}") from None
+        except orjson.JSONDecodeError as exc:
+            raise ModelSpecError(f"model script {resolved} is not JSON: {exc}") from None
+        steps, delay = _validate(doc, resolved)
+        return cls(steps, chunk_delay_ms=delay, name=f"script:{path}")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        index = self.calls
+        self.calls += 1
+        if index >= len(self.steps):
+            yield Finish(
+                "error",
+                message=f"the model script has {len(self.steps)} entries; call {index + 1} has none",
+                code="script_exhausted",
+                retryable=False,
+            )
+            return
+        entry = self.steps[index]
+        for word in str(entry.get("thinking", "")).split():
+            await self._pause()
+            yield ReasoningDelta(word + " ")
+        for word in str(entry.get("text", "")).split():
+            await self._pause()
+            yield TextDelta(word + " ")
+        if entry.get("hang"):
+            await anyio.sleep_forever()
+        error = entry.get("error")
+        if error is not None:
+            if "usage" in entry:
+                yield UsageChunk(entry["usage"])
+            yield Finish("error", message=error["message"], code=error.get("code"),
+                         retryable=error.get("retryable"))
+            return
+        calls = entry.get("toolCalls", [])
+        for call in calls:
+            yield ToolCallChunk(call["id"], call["name"], orjson.dumps(call.get("arguments", {})).decode())
+        if "usage" in entry:
+            yield UsageChunk(entry["usage"])
+        yield Finish(entry.get("finish", "tool_calls" if calls else "stop"))
+
+    async def _pause(self) -> None:
+        if self.chunk_delay:
+            await anyio.sleep(self.chunk_delay)
+
+
+def _validate(doc: Any, path: Path) -> tuple[list[dict[str, Any]], int]:
+    def bad(why: str) -> ModelSpecError:
+        return ModelSpecError(f"model script {path}: {why}")
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+        raise bad('expected {"steps": [...], "chunkDelayMs"?: int}')
+    delay = doc.get("chunkDelayMs", 0)
+    if type(delay) is not int or delay < 0:
+        raise bad("chunkDelayMs must be a non-negative integer")
+    for n, entry in enumerate(doc["steps"], start=1):
+        if not isinstance(entry, dict):
+            raise bad(f"entry {n} is not an object")
+        if set(entry) - _FIELDS:
+            raise bad(f"entry {n} has unknown fields {sorted(set(entry) - _FIELDS)}")
+        if "finish" in entry and entry["finish"] not in get_args(FinishReason):
+            raise bad(f"entry {n}: finish must be one of {list(get_args(FinishReason))}")
+        for call in entry.get("toolCalls", []):
+            if not (isinstance(call, dict) and isinstance(call.get("id"), str)
+                    and isinstance(call.get("name"), str)):
+                raise bad(f"entry {n}: each tool call needs a string id and name")
+        error = entry.get("error")
+        if error is not None and not (isinstance(error, dict) and isinstance(error.get("message"), str)):
+            raise bad(f"entry {n}: error must be {{message, code?, retryable?}}")
+    return doc["steps"], delay

@@ -1,0 +1,64 @@
+"""Session modes and the permission policy (DESIGN.md section 4). Pure.
+
+    ask           edits and commands ask first (the default)
+    accept_edits  edits run without asking; commands still ask
+    read_only     edits and commands are refused without asking
+
+Reading never asks. "Allow always" is remembered per tool name for the session (and
+recovered from the log on load, where each answer is recorded on `tool/result`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, Literal
+
+from session.events import TOOL_CALL, TOOL_RESULT, Event
+
+Decision = Literal["allow", "ask", "deny"]
+
+MODES: Final = {
+    "ask": ("Ask", "Ask before editing files or running commands."),
+    "accept_edits": ("Accept edits", "Edit files without asking; ask before running commands."),
+    "read_only": ("Read only", "Read and answer; refuse edits and commands."),
+}
+DEFAULT_MODE: Final = "ask"
+
+ALLOW_ONCE: Final = "allow_once"
+ALLOW_ALWAYS: Final = "allow_always"
+REJECT_ONCE: Final = "reject_once"
+OPTIONS: Final = (
+    {"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"},
+    {"optionId": ALLOW_ALWAYS, "name": "Always allow", "kind": "allow_always"},
+    {"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
+)
+
+
+def decide(mode: str, kind: str, tool_name: str, always: frozenset[str] | set[str]) -> Decision:
+    """Whether a call of a tool of `kind` runs, asks, or is refused in `mode`."""
+    if kind not in ("edit", "delete", "move", "execute"):
+        return "allow"
+    if mode == "read_only":
+        return "deny"
+    if tool_name in always:
+        return "allow"
+    if mode == "accept_edits" and kind != "execute":
+        return "allow"
+    return "ask"
+
+
+def remembered_always(events: Iterable[Event]) -> set[str]:
+    """Tool names the person allowed always in this session, from the log."""
+    names: dict[str, str] = {}
+    always: set[str] = set()
+    for event in events:
+        data = event["data"]
+        if event["type"] == TOOL_CALL:
+            names[data["callId"]] = data["name"]
+        elif event["type"] == TOOL_RESULT:
+            permission = data.get("permission")
+            if isinstance(permission, dict) and permission.get("optionId") == ALLOW_ALWAYS:
+                name = names.get(data["callId"])
+                if name:
+                    always.add(name)
+    return always
