@@ -16,7 +16,7 @@ from typing import NamedTuple, NotRequired, Protocol, TypedDict
 
 from session.errors import InvalidSessionIdError, SequenceError
 from session.events import JSON, Event, Header
-from session.scan import TornTail
+from session.scan import Locate, TornTail
 
 
 class Encoded(NamedTuple):
@@ -37,11 +37,13 @@ class SessionSummary(TypedDict):
 
 @dataclass(frozen=True)
 class StoredLog:
-    """A log as read back, before repair: its good events and any torn tail."""
+    """A log as read back, before repair: its good events, any torn tail, and where
+    each event is stored (for errors that must say where)."""
 
     header: Header
     events: list[Event]
     torn: TornTail | None
+    locate: Locate
 
 
 class BackendSession(Protocol):

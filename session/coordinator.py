@@ -11,8 +11,10 @@ from one task, moving the fsyncs off its event loop as it sees fit.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time as _time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from uuid import uuid4
@@ -212,6 +214,17 @@ class SessionLog:
         self.close()
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _single(items: Iterable[tuple[str, dict[str, Any]]]) -> bool:
     return isinstance(items, list | tuple) and len(items) == 1
 
@@ -264,24 +277,32 @@ class SessionStore:
         torn tail (kept aside) and close an interrupted final turn. Raises the
         SessionError family: not found, locked, version, corrupt, invariant."""
         sid = validate_session_id(session_id)
-        handle, stored = self.backend.open(sid)
+        with _gc_paused():  # parsing allocates many small dicts that are never garbage
+            handle, stored = self.backend.open(sid)
         try:
             events = stored.events
+            tracker = InvariantTracker(session_id=sid)
+            try:
+                # Check what is stored before anything is written: a log that breaks
+                # the invariants is refused untouched, not "repaired".
+                with _gc_paused():
+                    tracker.feed_all(events)
+            except InvariantError as exc:
+                seq = exc.details.get("seq")
+                where = stored.locate(seq) if isinstance(seq, int) and 0 <= seq < len(events) else {}
+                place = "".join(f", {k} {v}" for k, v in where.items())
+                raise SessionCorruptError(
+                    f"session {sid} breaks the log invariants at seq {seq}{place}: {exc.message}",
+                    session_id=sid,
+                    reason=exc.message,
+                    **({"seq": seq} | where),
+                ) from None
             closers = interrupted_turn_closers(events)
+            tracker.feed_all(closers)
             kept_aside = None
             if stored.torn is not None or closers:
                 kept_aside = handle.repair(stored.torn, [encode(c) for c in closers])
                 events.extend(closers)
-            tracker = InvariantTracker(session_id=sid)
-            tracker.feed_all(events)
-        except InvariantError as exc:
-            handle.close()
-            raise SessionCorruptError(
-                f"session {sid} breaks the log invariants: {exc.message}",
-                session_id=sid,
-                reason=exc.message,
-                seq=exc.details.get("seq"),
-            ) from None
         except BaseException:
             handle.close()
             raise

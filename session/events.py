@@ -6,7 +6,7 @@ turn, and a dict is what orjson reads and writes fastest. Nothing here does I/O.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
 SESSION_FORMAT_VERSION: Final = 0
 """Stamped into every header. Pre-release: shapes change without a bump; any stored
@@ -206,7 +206,9 @@ def reason_problem(value: JSON) -> str | None:
 
 def tool_calls_of(message_data: dict[str, JSON]) -> list[ToolCallBlock]:
     """The tool-call blocks of an `assistant/message` event's data, in order."""
-    return [b for b in message_data.get("content", ()) if b.get("type") == "tool-call"]
+    blocks = message_data.get("content", ())
+    calls = [b for b in blocks if type(b) is dict and b.get("type") == "tool-call"]
+    return cast("list[ToolCallBlock]", calls)
 
 
 def is_synthetic_result(data: dict[str, JSON]) -> bool:

@@ -28,6 +28,7 @@ from session.events import (
     tool_calls_of,
 )
 
+_BLOCK_TYPES = frozenset({"text", "reasoning", "tool-call"})
 _STEP_EVENTS = frozenset({ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TOOL_CALL, TOOL_RESULT, STEP_END})
 
 
@@ -128,8 +129,12 @@ class InvariantTracker:
                 return "chunk must be {type: text|reasoning, text}"
             return None if isinstance(chunk.get("text"), str) else "chunk text must be a string"
         if etype == ASSISTANT_MESSAGE:
-            if not isinstance(data.get("content"), list):
+            content = data.get("content")
+            if not isinstance(content, list):
                 return "content must be a list"
+            for block in content:
+                if type(block) is not dict or block.get("type") not in _BLOCK_TYPES:
+                    return f"content block {block!r:.60} is not a text, reasoning or tool-call block"
             for block in tool_calls_of(data):
                 if not isinstance(block.get("id"), str) or block["id"] in self.calls:
                     return f"tool-call id {block.get('id')!r} is missing or not unique in the turn"

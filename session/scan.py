@@ -9,7 +9,7 @@ tail (cut it from the first damaged record on, and keep it aside). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +49,12 @@ def parse_event(raw: bytes | str) -> Event | Damage:
 
 
 def check_event_shape(value: Any) -> Event | Damage:
-    if not isinstance(value, dict) or len(value) != 4:
+    if type(value) is not dict or len(value) != 4:
         return Damage("not an event object {type, seq, time, data}")
-    etype, seq, time, data = (value.get(k) for k in ("type", "seq", "time", "data"))
+    etype = value.get("type")
+    seq = value.get("seq")
+    time = value.get("time")
+    data = value.get("data")
     if etype not in EVENT_TYPES:
         return Damage(f"unknown event type {etype!r}")
     if type(seq) is not int or type(time) is not int or not isinstance(data, dict):
@@ -59,10 +62,15 @@ def check_event_shape(value: Any) -> Event | Damage:
     return value  # type: ignore[return-value]
 
 
+Locate = Callable[[int], dict[str, int]]
+"""Where the record of event index i is stored, e.g. {"offset": 812, "line": 9} or
+{"seq": 7}: computed only when an error or a cut needs it."""
+
+
 def split_tail(
     session_id: str,
     items: Sequence[Event | Damage],
-    where: Sequence[dict[str, int]],
+    locate: Locate,
 ) -> tuple[list[Event], TornTail | None]:
     """The good events of a stored log and the torn tail to cut, if any.
 
@@ -80,16 +88,17 @@ def split_tail(
             continue
         for later in items[index + 1 :]:
             if not isinstance(later, Damage) and later["type"] == TURN_END:
-                place = ", ".join(f"{k} {v}" for k, v in where[index].items())
+                where = locate(index)
+                place = ", ".join(f"{k} {v}" for k, v in where.items())
                 raise SessionCorruptError(
                     f"session {session_id} is damaged at {place}: {reason}; a later turn/end "
                     f"(seq {later['seq']}) shows this part was committed, so it is not cut",
                     session_id=session_id,
                     reason=reason,
-                    **where[index],
+                    **where,
                 )
         return events, TornTail(
-            index=index, where=dict(where[index]), reason=reason, records=len(items) - index
+            index=index, where=locate(index), reason=reason, records=len(items) - index
         )
     return events, None
 

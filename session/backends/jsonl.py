@@ -35,6 +35,8 @@ from session.events import USER_MESSAGE, Event, Header
 from session.files import FILE_MODE, OwnerLock, fsync_dir, private_dir, publish, write_all
 from session.scan import Damage, TornTail, parse_event, parse_header, split_tail
 
+_EMPTY = Damage("empty line")
+
 # How much of a log `list` reads to find the title: the header and the first prompt.
 _LIST_PEEK_BYTES = 64 * 1024
 
@@ -202,17 +204,17 @@ def read_log(session_id: str, content: bytes) -> StoredLog:
     lines = content[first + 1 :].split(b"\n")
     # split() leaves b"" after a final newline; anything else there is a torn record.
     partial = lines.pop()
-    items: list[Event | Damage] = []
-    where: list[dict[str, int]] = []
-    offset = first + 1
-    for number, line in enumerate(lines, start=2):
-        items.append(parse_event(line) if line else Damage("empty line"))
-        where.append({"offset": offset, "line": number})
-        offset += len(line) + 1
+    items: list[Event | Damage] = [parse_event(line) if line else _EMPTY for line in lines]
+    offsets = [first + 1]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
     if partial:
         items.append(Damage("no newline at the end (a torn write)"))
-        where.append({"offset": offset, "line": len(lines) + 2})
-    events, torn = split_tail(session_id, items, where)
+
+    def locate(index: int) -> dict[str, int]:
+        return {"offset": offsets[index], "line": index + 2}
+
+    events, torn = split_tail(session_id, items, locate)
     if torn is not None:
         torn = TornTail(
             index=torn.index,
@@ -221,7 +223,7 @@ def read_log(session_id: str, content: bytes) -> StoredLog:
             records=torn.records,
             size=len(content) - torn.where["offset"],
         )
-    return StoredLog(header, events, torn)
+    return StoredLog(header, events, torn, locate)
 
 
 def _header_only(session_id: str, content: bytes) -> StoredLog:

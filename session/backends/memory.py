@@ -61,10 +61,9 @@ class MemoryBackend:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         self._own(sid)
         items: list[Event | Damage] = [parse_event(r) for r in stored.records]
-        where = [{"seq": i} for i in range(len(items))]
         try:
             header = parse_header(sid, orjson.dumps(stored.header), "the header")
-            events, torn = split_tail(sid, items, where)
+            events, torn = split_tail(sid, items, _by_seq)
         except BaseException:
             self._owned.discard(sid)
             raise
@@ -76,7 +75,8 @@ class MemoryBackend:
                 records=torn.records,
                 size=sum(len(r) + 1 for r in stored.records[torn.index :]),
             )
-        return MemorySession(self, sid, next_seq=len(events)), StoredLog(header, events, torn)
+        stored_log = StoredLog(header, events, torn, _by_seq)
+        return MemorySession(self, sid, next_seq=len(events)), stored_log
 
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
@@ -107,6 +107,10 @@ class MemoryBackend:
         if sid in self._owned:
             raise SessionLockedError(f"session {sid} is already open", session_id=sid)
         self._owned.add(sid)
+
+
+def _by_seq(index: int) -> dict[str, int]:
+    return {"seq": index}
 
 
 class MemorySession:

@@ -167,7 +167,10 @@ class SqliteBackend:
                     (sid,),
                 ).fetchall()
             items = [_row_event(r) for r in rows]
-            events, torn = split_tail(sid, items, [{"seq": r[0]} for r in rows])
+            def locate(index: int) -> dict[str, int]:
+                return {"seq": rows[index][0]}
+
+            events, torn = split_tail(sid, items, locate)
             if torn is not None:
                 size = sum(len(r[3] or b"") for r in rows[torn.index :])
                 torn = TornTail(torn.index, torn.where, torn.reason, torn.records, size)
@@ -175,7 +178,7 @@ class SqliteBackend:
             lock.release()
             raise
         handle = SqliteSession(self, sid, lock, next_seq=len(events), has_title=row[1] is not None)
-        return handle, StoredLog(header, events, torn)
+        return handle, StoredLog(header, events, torn, locate)
 
     def _row(self, sid: str) -> tuple[bytes, str | None] | None:
         with self._mutex:
