@@ -1,0 +1,388 @@
+"""The turn runner (DESIGN.md section 4): one prompt in, one durable `turn/end` out.
+
+Every fact goes through the session log first and is then handed to `on_event` (the
+ACP layer turns events into `session/update`s), so what a client sees is what the log
+holds. The turn runs inside a cancel scope: `cancel(by)` ends it promptly as
+`cancelled`; cancellation from outside (the agent is stopping) closes it as
+`interrupted` with cause `shutdown`, using the same closers as crash repair.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from acp_bridge import permissions
+from acp_bridge.models import (
+    Finish,
+    Model,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallChunk,
+    UsageChunk,
+)
+from acp_bridge.tools import get_tool, tool_specs
+from acp_bridge.tools.base import (
+    ClientServices,
+    PermissionRequest,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolKind,
+    ToolOutcome,
+)
+from session import DURABLE_TYPES, Event, SessionLog, derive_messages, reason
+from session.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    Reason,
+)
+
+EventSink = Callable[[Event], Awaitable[None]]
+ProgressSink = Callable[[str, list[Any]], Awaitable[None]]
+DEFAULT_MAX_STEPS = 50
+
+
+class TurnInProgressError(Exception):
+    """A prompt arrived while this session's previous prompt is still running."""
+
+
+class _ToolMachineryError(Exception):
+    """A tool failed in a way the model cannot act on: the step fails."""
+
+
+@dataclass
+class _Step:
+    number: int
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    message_written: bool = False
+
+
+class TurnRunner:
+    """Runs the turns of one session, one at a time."""
+
+    def __init__(
+        self,
+        log: SessionLog,
+        model: Model,
+        services: ClientServices,
+        *,
+        mode: str = permissions.DEFAULT_MODE,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        tools: Sequence[Tool] | None = None,
+        on_event: EventSink | None = None,
+        on_progress: ProgressSink | None = None,
+    ) -> None:
+        self.log = log
+        self.model = model
+        self.services = services
+        self.mode = mode
+        self.max_steps = max_steps
+        self._tools = {t.name: t for t in tools} if tools is not None else None
+        self._on_event = on_event
+        self._on_progress = on_progress
+        self.always_allowed = permissions.remembered_always(log.events)
+        header = log.header
+        cwd = Path(header["cwd"])
+        self.context_roots = (cwd, *(Path(p) for p in header.get("additionalDirectories", [])))
+        self._scope: anyio.CancelScope | None = None
+        self._cancel_by: str | None = None
+        self._step: _Step | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._scope is not None
+
+    def cancel(self, by: str = "session/cancel") -> bool:
+        """Cancel the running turn (it ends as `cancelled {by}`). False if none runs."""
+        if self._scope is None:
+            return False
+        self._cancel_by = self._cancel_by or by
+        self._scope.cancel()
+        return True
+
+    async def prompt(self, content: list[Any]) -> Event:
+        """Run one turn for `content` (ACP ContentBlocks). Returns its `turn/end`
+        event, durable. Raises TurnInProgressError; StoreIOError if the log fails."""
+        if self._scope is not None:
+            raise TurnInProgressError("a prompt is already running in this session")
+        scope = self._scope = anyio.CancelScope()
+        self._cancel_by = None
+        try:
+            if self.log.tracker.in_turn:  # left open by a failed write: close it first
+                await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
+            turn = self.log.tracker.turn + 1
+            start = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
+                     "model": self.model.name}
+            await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
+            end: Reason | None = None
+            try:
+                with scope:
+                    end = await self._steps(turn)
+            except anyio.get_cancelled_exc_class():
+                # Cancelled from outside: the agent is stopping mid-turn.
+                with anyio.CancelScope(shield=True):
+                    await self._shutdown_closers()
+                raise
+            except Exception as exc:  # a bug or a broken service: the step fails
+                step = self._step.number if self._step else 0
+                failed = reason("error", step=step, message=f"{type(exc).__name__}: {exc}", code="internal")
+                with anyio.CancelScope(shield=True):
+                    last = await self._close_open(failed, "was not completed because the turn failed")
+                return last
+            with anyio.CancelScope(shield=True):
+                if end is None:  # our scope was cancelled
+                    by = self._cancel_by or "session/cancel"
+                    last = await self._close_open(reason("cancelled", by=by), "was cancelled")
+                else:
+                    last = await self._end_turn(turn, end)
+            return last
+        finally:
+            self._scope = None
+            self._step = None
+
+    async def _steps(self, turn: int) -> Reason:
+        step = 0
+        while True:
+            step += 1
+            end = await self._run_step(turn, step)
+            if end is not None:
+                return end
+            await self._append(STEP_END, {"turn": turn, "step": step})
+            self._step = None
+            if step >= self.max_steps:
+                return reason("max_steps", limit=self.max_steps)
+
+    async def _end_turn(self, turn: int, end: Reason) -> Event:
+        items: list[tuple[str, dict[str, Any]]] = []
+        if self.log.tracker.step_open:
+            items.append((STEP_END, {"turn": turn, "step": self.log.tracker.step}))
+        items.append((TURN_END, {"turn": turn, "reason": end}))
+        events = await self._extend(items)
+        return events[-1]
+
+    async def _run_step(self, turn: int, number: int) -> Reason | None:
+        """One model call and its tools. Returns the turn's end reason if the turn
+        ends with this step (the step is then still open), else None."""
+        await self._append(STEP_START, {"turn": turn, "step": number})
+        step = self._step = _Step(number)
+        request = ModelRequest(derive_messages(self.log.events), self._specs())
+        calls: list[ToolCallChunk] = []
+        usage: Any = None
+        finish: Finish | None = None
+        try:
+            async with contextlib.aclosing(self.model.stream(request)) as stream:  # type: ignore[type-var]
+                async for chunk in stream:
+                    if isinstance(chunk, TextDelta | ReasoningDelta):
+                        kind = "text" if isinstance(chunk, TextDelta) else "reasoning"
+                        (step.text if kind == "text" else step.reasoning).append(chunk.text)
+                        await self._append(ASSISTANT_CHUNK, {"turn": turn, "step": number,
+                                                             "chunk": {"type": kind, "text": chunk.text}})
+                    elif isinstance(chunk, ToolCallChunk):
+                        calls.append(chunk)
+                    elif isinstance(chunk, UsageChunk):
+                        usage = chunk.usage
+                    elif isinstance(chunk, Finish):
+                        finish = chunk
+                        break
+        except Exception as exc:  # a provider bug: the step fails, the turn says why
+            finish = Finish("error", message=f"{type(exc).__name__}: {exc}", code="model_error")
+        if finish is None:
+            finish = Finish("error", message="the model stream ended without finishing", code="model_error")
+        if finish.reason not in ("stop", "tool_calls"):
+            calls = []  # cut off, refused or failed: its tool calls are not trusted
+        content = self._content(step, calls)
+        data: dict[str, Any] = {"turn": turn, "step": number, "content": content}
+        if usage is not None:
+            data["usage"] = usage
+        if content or usage is not None:
+            await self._append(ASSISTANT_MESSAGE, data)
+        step.message_written = True
+        if finish.reason == "error":
+            fields: dict[str, Any] = {"step": number, "message": finish.message or "model error"}
+            if finish.code is not None:
+                fields["code"] = finish.code
+            if finish.retryable is not None:
+                fields["retryable"] = finish.retryable
+            return reason("error", **fields)
+        if finish.reason in ("max_tokens", "refusal"):
+            return reason(finish.reason)
+        if not calls:
+            return reason("completed")
+        for index, call in enumerate(calls):
+            try:
+                await self._run_call(turn, number, call)
+            except _ToolMachineryError as exc:
+                for later in calls[index + 1 :]:
+                    await self._result(turn, number, later.id, ToolOutcome.text(
+                        "Not run: an earlier tool call in this step failed.", is_error=True))
+                return reason("error", step=number, message=str(exc), code="tool_failed")
+        return None
+
+    @staticmethod
+    def _content(step: _Step, calls: list[ToolCallChunk]) -> list[dict[str, Any]]:
+        content: list[dict[str, Any]] = []
+        if step.reasoning:
+            content.append({"type": "reasoning", "text": "".join(step.reasoning)})
+        if step.text:
+            content.append({"type": "text", "text": "".join(step.text)})
+        content.extend({"type": "tool-call", "id": c.id, "name": c.name, "arguments": c.arguments}
+                       for c in calls)
+        return content
+
+    def _specs(self) -> Sequence[Mapping[str, Any]]:
+        if self._tools is None:
+            return tool_specs()
+        return [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                for t in self._tools.values()]
+
+    def _tool(self, name: str) -> Tool | None:
+        return get_tool(name) if self._tools is None else self._tools.get(name)
+
+    async def _run_call(self, turn: int, step: int, call: ToolCallChunk) -> None:
+        ctx = ToolContext(cwd=self.context_roots[0], roots=self.context_roots, services=self.services,
+                          progress=self._progress(call.id))
+        tool = self._tool(call.name)
+        arguments: Any = call.arguments
+        title, locations, preview = call.name, [], []
+        kind: ToolKind = "other"
+        problem: ToolError | None = None
+        try:
+            arguments = orjson.loads(call.arguments or "{}")
+            if tool is None:
+                raise ToolError(f"there is no tool named {call.name!r}", code="unknown_tool")
+            if not isinstance(arguments, dict):
+                raise ToolError("tool arguments must be a JSON object", code="invalid_arguments")
+            plan = await tool.plan(arguments, ctx)
+            title, kind, locations, preview = plan.title, plan.kind, plan.locations, plan.preview
+        except orjson.JSONDecodeError as exc:
+            problem = ToolError(f"tool arguments are not valid JSON: {exc}", code="invalid_arguments")
+        except ToolError as exc:
+            problem = exc
+            kind = tool.kind if tool is not None else "other"
+        data: dict[str, Any] = {"turn": turn, "step": step, "callId": call.id, "name": call.name,
+                                "arguments": arguments, "title": title, "kind": kind}
+        if locations:
+            data["locations"] = locations
+        await self._append(TOOL_CALL, data)  # durable before anyone is asked or anything runs
+        if problem is not None or tool is None:
+            await self._result(turn, step, call.id, ToolOutcome.failure(problem or ToolError("no tool")))
+            return
+        permission: dict[str, Any] | None = None
+        decision = permissions.decide(self.mode, kind, call.name, self.always_allowed)
+        if decision == "deny":
+            await self._result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                f"{call.name} is not allowed in {self.mode} mode", code="read_only", name="PermissionDenied")))
+            return
+        if decision == "ask":
+            answer = await self.services.request_permission(PermissionRequest(
+                call_id=call.id, title=title, kind=kind, raw_input=arguments,
+                locations=locations, content=preview))
+            permission = {"outcome": answer.outcome}
+            if answer.option_id is not None:
+                permission["optionId"] = answer.option_id
+            if answer.outcome == "cancelled":
+                await self._result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                    "The permission request was cancelled.", code="cancelled", name="Cancelled")), permission)
+                self.cancel("session/cancel")
+                await anyio.lowlevel.checkpoint()
+                return
+            if answer.option_id == permissions.ALLOW_ALWAYS:
+                self.always_allowed.add(call.name)
+            elif answer.option_id != permissions.ALLOW_ONCE:
+                await self._result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                    "The user rejected this tool call.", code="rejected", name="PermissionDenied")), permission)
+                return
+        try:
+            outcome = await tool.run(arguments, ctx)
+        except ToolError as exc:
+            outcome = ToolOutcome.failure(exc)
+        except Exception as exc:
+            await self._result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                f"{call.name} failed: {type(exc).__name__}: {exc}", code="tool_failed",
+                name=type(exc).__name__)), permission)
+            raise _ToolMachineryError(f"{call.name} failed: {type(exc).__name__}: {exc}") from exc
+        await self._result(turn, step, call.id, outcome, permission)
+
+    def _progress(self, call_id: str) -> Callable[[list[Any]], Awaitable[None]] | None:
+        sink = self._on_progress
+        if sink is None:
+            return None
+
+        async def progress(content: list[Any]) -> None:
+            await sink(call_id, content)
+
+        return progress
+
+    async def _result(self, turn: int, step: int, call_id: str, outcome: ToolOutcome,
+                      permission: dict[str, Any] | None = None) -> None:
+        data: dict[str, Any] = {"turn": turn, "step": step, "callId": call_id,
+                                "content": outcome.content, "isError": outcome.is_error}
+        if outcome.error is not None:
+            data["error"] = dict(outcome.error)
+        if outcome.display:
+            data["display"] = outcome.display
+        if permission is not None:
+            data["permission"] = permission
+        await self._append(TOOL_RESULT, data)
+
+    async def _close_open(self, end: Reason, verb: str) -> Event:
+        """Close the open turn with `end`: keep the partial answer of an unfinished
+        step, answer unanswered calls, close the step."""
+        tracker = self.log.tracker
+        turn = tracker.turn
+        items: list[tuple[str, dict[str, Any]]] = []
+        step = self._step
+        if tracker.step_open:
+            if step is not None and not step.message_written and (step.text or step.reasoning):
+                items.append((ASSISTANT_MESSAGE, {"turn": turn, "step": tracker.step,
+                                                  "content": self._content(step, [])}))
+            for call_id in tracker.unanswered():
+                ran = "while it was running" if tracker.calls[call_id].started else "before it ran"
+                code = "cancelled" if end["kind"] == "cancelled" else end["kind"]
+                items.append((TOOL_RESULT, {
+                    "turn": turn, "step": tracker.calls[call_id].step, "callId": call_id,
+                    "content": [{"type": "text", "text": f"The tool call {verb} ({ran})."}],
+                    "isError": True, "error": {"name": "Cancelled" if code == "cancelled" else "Error",
+                                               "code": code}}))
+            items.append((STEP_END, {"turn": turn, "step": tracker.step}))
+        items.append((TURN_END, {"turn": turn, "reason": end}))
+        events = await self._extend(items)
+        return events[-1]
+
+    async def _shutdown_closers(self) -> None:
+        closers = await anyio.to_thread.run_sync(self.log.close_interrupted)
+        for event in closers:
+            await self._emit(event)
+
+    async def _append(self, etype: str, data: dict[str, Any]) -> Event:
+        return (await self._extend([(etype, data)]))[0]
+
+    async def _extend(self, items: list[tuple[str, dict[str, Any]]]) -> list[Event]:
+        if any(etype in DURABLE_TYPES for etype, _ in items):
+            # The fsync happens in a worker thread so streaming to other sessions goes on.
+            events = await anyio.to_thread.run_sync(self.log.extend, items)
+        else:
+            events = self.log.extend(items)
+        for event in events:
+            await self._emit(event)
+        return events
+
+    async def _emit(self, event: Event) -> None:
+        if self._on_event is not None:
+            await self._on_event(event)

@@ -1,0 +1,378 @@
+"""The turn runner, one row per way a turn can end: the exact event sequence (types and
+key fields) and the invariants, over a real JSONL store and real local tools."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from acp_bridge.models import Model
+from acp_bridge.models.echo import EchoModel
+from acp_bridge.models.script import ScriptModel
+from acp_bridge.runner import TurnInProgressError, TurnRunner
+from acp_bridge.tools.base import PermissionOutcome, PermissionRequest
+from acp_bridge.tools.local import LocalServices
+from session import Event, SessionLog, SessionStore, check_invariants, derive_messages
+from session.backends.jsonl import JsonlBackend
+from session.transcript import unanswered_calls
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Answers:
+    """Scripted permission answers, in order; records what was asked."""
+
+    options: list[str | None] = field(default_factory=list)
+    asked: list[PermissionRequest] = field(default_factory=list)
+    hang: bool = False
+
+    async def __call__(self, request: PermissionRequest) -> PermissionOutcome:
+        self.asked.append(request)
+        if self.hang:
+            await anyio.sleep_forever()
+        option = self.options.pop(0) if self.options else "reject_once"
+        return PermissionOutcome("cancelled") if option is None else PermissionOutcome("selected", option)
+
+
+@dataclass
+class Harness:
+    store: SessionStore
+    log: SessionLog
+    runner: TurnRunner
+    answers: Answers
+    seen: list[Event]
+    workdir: Path
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a.txt").write_text("alpha\nbeta\n")
+    return work
+
+
+def script(*steps: dict[str, Any]) -> ScriptModel:
+    return ScriptModel(list(steps))
+
+
+def harness_run(
+    workdir: Path,
+    model: Model,
+    body: Callable[[Harness], Any],
+    *,
+    mode: str = "ask",
+    max_steps: int = 50,
+    answers: Answers | None = None,
+) -> Harness:
+    """Run `body(h)` with a runner over a fresh JSONL session, in a task group that owns
+    local commands; then close the log and check the invariants of what it wrote."""
+    store = SessionStore(JsonlBackend(workdir.parent / "store"))
+    log = store.create(cwd=str(workdir))
+    seen: list[Event] = []
+    answers = answers or Answers()
+
+    async def sink(event: Event) -> None:
+        seen.append(event)
+
+    async def main() -> Harness:
+        async with anyio.create_task_group() as tg:
+            services = LocalServices(task_group=tg, permission_answer=answers)
+            runner = TurnRunner(log, model, services, mode=mode, max_steps=max_steps, on_event=sink)
+            h = Harness(store, log, runner, answers, seen, workdir)
+            await body(h)
+            tg.cancel_scope.cancel()
+        return h
+
+    h = anyio.run(main)
+    assert seen == list(log.events)  # every event reached the sink, in order
+    check_invariants(log.events)
+    log.close()
+    return h
+
+
+def shape(events: list[Event] | Any) -> list[str]:
+    """A compact, readable form of an event sequence for exact comparison."""
+    out = []
+    for e in events:
+        d = e["data"]
+        t = e["type"]
+        if t == "assistant/chunk":
+            out.append(f"chunk:{d['chunk']['type']}:{d['chunk']['text']}")
+        elif t == "assistant/message":
+            kinds = ",".join(b["type"] for b in d["content"])
+            out.append(f"message[{kinds}]" + ("+usage" if "usage" in d else ""))
+        elif t == "tool/call":
+            out.append(f"call:{d['name']}:{d['kind']}")
+        elif t == "tool/result":
+            code = d.get("error", {}).get("code", "")
+            out.append(f"result:{d['callId']}:{'error' if d['isError'] else 'ok'}{':' + code if code else ''}")
+        elif t == "turn/end":
+            out.append(f"end:{d['reason']['kind']}")
+        else:
+            out.append(t)
+    return out
+
+
+def prompt(h: Harness, text: str) -> Any:
+    return h.runner.prompt([{"type": "text", "text": text}])
+
+
+READ_A = {"toolCalls": [{"id": "r1", "name": "read_file", "arguments": {"path": "a.txt"}}]}
+WRITE_B = {"toolCalls": [{"id": "w1", "name": "write_file", "arguments": {"path": "b.txt", "content": "new\n"}}]}
+RUN_ECHO = {"toolCalls": [{"id": "x1", "name": "run_command", "arguments": {"command": "echo hi"}}]}
+
+# name, model steps, mode, permission answers, max_steps, expected shape, expected reason
+PATHS: list[tuple[str, list[dict[str, Any]], str, list[str | None], int, list[str], dict[str, Any]]] = [
+    ("completed", [{"text": "all good", "usage": {"inputTokens": 5, "outputTokens": 2}}], "ask", [], 50,
+     ["step/start", "chunk:text:all ", "chunk:text:good ", "message[text]+usage", "step/end", "end:completed"],
+     {"kind": "completed"}),
+    ("reasoning then text", [{"thinking": "hmm ok", "text": "done"}], "ask", [], 50,
+     ["step/start", "chunk:reasoning:hmm ", "chunk:reasoning:ok ", "chunk:text:done ",
+      "message[reasoning,text]", "step/end", "end:completed"], {"kind": "completed"}),
+    ("read tool, two steps", [READ_A, {"text": "read it"}], "ask", [], 50,
+     ["step/start", "message[tool-call]", "call:read_file:read", "result:r1:ok", "step/end",
+      "step/start", "chunk:text:read ", "chunk:text:it ", "message[text]", "step/end", "end:completed"],
+     {"kind": "completed"}),
+    ("max_tokens in step 2", [READ_A, {"text": "cut", "finish": "max_tokens"}], "ask", [], 50,
+     ["step/start", "message[tool-call]", "call:read_file:read", "result:r1:ok", "step/end",
+      "step/start", "chunk:text:cut ", "message[text]", "step/end", "end:max_tokens"], {"kind": "max_tokens"}),
+    ("usage-only message when cut off", [{"finish": "max_tokens", "usage": {"inputTokens": 9, "outputTokens": 0}}],
+     "ask", [], 50, ["step/start", "message[]+usage", "step/end", "end:max_tokens"], {"kind": "max_tokens"}),
+    ("max_steps", [READ_A, READ_A | {"toolCalls": [{"id": "r2", "name": "read_file", "arguments": {"path": "a.txt"}}]}],
+     "ask", [], 2,
+     ["step/start", "message[tool-call]", "call:read_file:read", "result:r1:ok", "step/end",
+      "step/start", "message[tool-call]", "call:read_file:read", "result:r2:ok", "step/end", "end:max_steps"],
+     {"kind": "max_steps", "limit": 2}),
+    ("refusal", [{"text": "no", "finish": "refusal"}], "ask", [], 50,
+     ["step/start", "chunk:text:no ", "message[text]", "step/end", "end:refusal"], {"kind": "refusal"}),
+    ("error step", [READ_A, {"text": "partial", "error": {"message": "rate limited", "code": "rate_limit", "retryable": True}}],
+     "ask", [], 50,
+     ["step/start", "message[tool-call]", "call:read_file:read", "result:r1:ok", "step/end",
+      "step/start", "chunk:text:partial ", "message[text]", "step/end", "end:error"],
+     {"kind": "error", "step": 2, "message": "rate limited", "code": "rate_limit", "retryable": True}),
+    ("script exhausted is a step error", [], "ask", [], 50, ["step/start", "step/end", "end:error"],
+     {"kind": "error", "step": 1, "message": "the model script has 0 entries; call 1 has none",
+      "code": "script_exhausted", "retryable": False}),
+    ("unknown tool is an error result", [{"toolCalls": [{"id": "u1", "name": "nope", "arguments": {}}]}, {"text": "ok"}],
+     "ask", [], 50,
+     ["step/start", "message[tool-call]", "call:nope:other", "result:u1:error:unknown_tool", "step/end",
+      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+    ("edit allowed once", [WRITE_B, {"text": "ok"}], "ask", ["allow_once"], 50,
+     ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:ok", "step/end",
+      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+    ("edit rejected", [WRITE_B, {"text": "ok"}], "ask", ["reject_once"], 50,
+     ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:rejected", "step/end",
+      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+    ("read_only refuses without asking", [WRITE_B, {"text": "ok"}], "read_only", [], 50,
+     ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:read_only", "step/end",
+      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+    ("accept_edits writes without asking", [WRITE_B, {"text": "ok"}], "accept_edits", [], 50,
+     ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:ok", "step/end",
+      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+    ("command asks even in accept_edits", [RUN_ECHO, {"text": "ran"}], "accept_edits", ["allow_once"], 50,
+     ["step/start", "message[tool-call]", "call:run_command:execute", "result:x1:ok", "step/end",
+      "step/start", "chunk:text:ran ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+]
+
+
+@pytest.mark.parametrize(("name", "steps", "mode", "options", "max_steps", "expected", "end"), PATHS,
+                         ids=[p[0] for p in PATHS])
+def test_turn_paths(workdir: Path, name: str, steps: list[dict[str, Any]], mode: str,
+                    options: list[str | None], max_steps: int, expected: list[str], end: dict[str, Any]) -> None:
+    answers = Answers(options=list(options))
+    result: dict[str, Event] = {}
+
+    async def body(h: Harness) -> None:
+        result["end"] = await prompt(h, "go")
+
+    h = harness_run(workdir, script(*steps), body, mode=mode, max_steps=max_steps, answers=answers)
+    events = list(h.log.events)
+    assert shape(events[2:]) == expected
+    assert [e["type"] for e in events[:2]] == ["turn/start", "user/message"]
+    assert events[0]["data"] == {"turn": 1, "trigger": {"kind": "prompt"}, "mode": mode, "model": "script"}
+    assert result["end"] == events[-1]
+    assert result["end"]["data"]["reason"] == end
+    assert len(answers.asked) == len(options)
+    assert unanswered_calls(derive_messages(events)) == []
+
+
+def test_permission_outcome_recorded_and_always_remembered(workdir: Path) -> None:
+    answers = Answers(options=["allow_always"])
+    steps: list[dict[str, Any]] = [WRITE_B, {"text": "one"},
+             {"toolCalls": [{"id": "w2", "name": "write_file", "arguments": {"path": "c.txt", "content": "c"}}]},
+             {"text": "two"}]
+
+    async def body(h: Harness) -> None:
+        await prompt(h, "first")
+        await prompt(h, "second")
+
+    h = harness_run(workdir, script(*steps), body, answers=answers)
+    results = [e["data"] for e in h.log.events if e["type"] == "tool/result"]
+    assert results[0]["permission"] == {"outcome": "selected", "optionId": "allow_always"}
+    assert "permission" not in results[1]  # remembered: not asked again
+    assert len(answers.asked) == 1
+    assert (workdir / "c.txt").read_text() == "c"
+    request = answers.asked[0]
+    assert request.kind == "edit" and request.content[0]["type"] == "diff"
+    # Remembered across a reload too (recovered from the log).
+    loaded = h.store.load(h.log.id)
+    from acp_bridge import permissions
+
+    assert permissions.remembered_always(loaded.log.events) == {"write_file"}
+    loaded.log.close()
+
+
+def test_echo_model_and_multi_turn(workdir: Path) -> None:
+    async def body(h: Harness) -> None:
+        await prompt(h, "hello   there\nworld")
+        await prompt(h, "again")
+
+    h = harness_run(workdir, EchoModel(), body)
+    events = list(h.log.events)
+    chunks = [e["data"]["chunk"]["text"] for e in events if e["type"] == "assistant/chunk"]
+    assert chunks == ["hello ", "there ", "world ", "again "]
+    ends = [e for e in events if e["type"] == "turn/end"]
+    assert [e["data"]["turn"] for e in ends] == [1, 2]
+    message = next(e for e in events if e["type"] == "assistant/message")
+    assert message["data"]["usage"] == {"inputTokens": 3, "outputTokens": 3}
+
+
+def test_one_prompt_at_a_time(workdir: Path) -> None:
+    async def body(h: Harness) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(prompt, h, "first")
+            await anyio.sleep(0.05)
+            with pytest.raises(TurnInProgressError):
+                await prompt(h, "second")
+            h.runner.cancel()
+
+    h = harness_run(workdir, script({"text": "slow", "hang": True}), body)
+    assert [e["data"]["reason"]["kind"] for e in h.log.events if e["type"] == "turn/end"] == ["cancelled"]
+
+
+# --- cancellation at each await point ---------------------------------------------
+
+
+async def cancel_when(h: Harness, ready: Callable[[], bool], by: str = "session/cancel") -> Event:
+    """Start a prompt, wait until `ready()`, cancel, and return the turn/end."""
+    out: dict[str, Event] = {}
+
+    async def run() -> None:
+        out["end"] = await prompt(h, "go")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        with anyio.fail_after(5):
+            while not ready():
+                await anyio.sleep(0.01)
+        assert h.runner.cancel(by)
+    return out["end"]
+
+
+def test_cancel_while_streaming(workdir: Path) -> None:
+    ends: list[Event] = []
+
+    async def body(h: Harness) -> None:
+        ends.append(await cancel_when(h, lambda: any(e["type"] == "assistant/chunk" for e in h.seen)))
+
+    h = harness_run(workdir, script({"text": "partial words here", "hang": True}), body)
+    assert ends[0]["data"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
+    assert shape(list(h.log.events)[2:]) == [
+        "step/start", "chunk:text:partial ", "chunk:text:words ", "chunk:text:here ",
+        "message[text]", "step/end", "end:cancelled"]
+
+
+def test_cancel_while_waiting_for_permission(workdir: Path) -> None:
+    ends: list[Event] = []
+
+    async def body(h: Harness) -> None:
+        ends.append(await cancel_when(h, lambda: bool(h.answers.asked), by="session/close"))
+
+    h = harness_run(workdir, script(WRITE_B), body, answers=Answers(hang=True))
+    assert ends[0]["data"]["reason"] == {"kind": "cancelled", "by": "session/close"}
+    assert shape(list(h.log.events)[2:]) == [
+        "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:cancelled",
+        "step/end", "end:cancelled"]
+    assert not (workdir / "b.txt").exists()
+
+
+def test_permission_answered_cancelled_ends_the_turn(workdir: Path) -> None:
+    async def body(h: Harness) -> None:
+        end = await prompt(h, "go")
+        assert end["data"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
+
+    h = harness_run(workdir, script(WRITE_B, {"text": "never"}), body, answers=Answers(options=[None]))
+    result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
+    assert result["permission"] == {"outcome": "cancelled"}
+
+
+def test_cancel_while_a_command_runs_kills_it(workdir: Path) -> None:
+    pid_file = workdir / "pid"
+    long = {"toolCalls": [{"id": "s1", "name": "run_command",
+                           "arguments": {"command": f"echo $$ > {pid_file}; sleep 30"}}]}
+    ends: list[Event] = []
+
+    async def body(h: Harness) -> None:
+        ends.append(await cancel_when(h, lambda: pid_file.exists() and pid_file.read_text().strip() != ""))
+
+    h = harness_run(workdir, script(long), body, answers=Answers(options=["allow_once"]))
+    assert ends[0]["data"]["reason"]["kind"] == "cancelled"
+    assert shape(list(h.log.events)[2:]) == [
+        "step/start", "message[tool-call]", "call:run_command:execute", "result:s1:error:cancelled",
+        "step/end", "end:cancelled"]
+    result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
+    assert "while it was running" in result["content"][0]["text"]
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        import os
+
+        os.kill(pid, 0)
+
+
+def test_shutdown_mid_turn_closes_as_interrupted(workdir: Path) -> None:
+    async def body(h: Harness) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(prompt, h, "go")
+            with anyio.fail_after(5):
+                while not any(e["type"] == "tool/call" for e in h.seen):
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()  # the agent is stopping, not the client cancelling
+
+    h = harness_run(workdir, script(WRITE_B), body, answers=Answers(hang=True))
+    events = list(h.log.events)
+    assert shape(events[2:]) == [
+        "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:interrupted",
+        "step/end", "end:interrupted"]
+    assert events[-1]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
+    check_invariants(events, closed=True)
+
+
+async def _never(*args: Any) -> AsyncIterator[Any]:
+    raise RuntimeError("provider exploded")
+    yield  # pragma: no cover
+
+
+def test_model_exception_is_an_error_step(workdir: Path) -> None:
+    class Broken:
+        name = "broken"
+        context_window: int | None = None
+
+        def stream(self, request: Any) -> AsyncIterator[Any]:
+            return _never()
+
+    async def body(h: Harness) -> None:
+        end = await prompt(h, "go")
+        assert end["data"]["reason"] == {"kind": "error", "step": 1,
+                                         "message": "RuntimeError: provider exploded", "code": "model_error"}
+
+    harness_run(workdir, Broken(), body)
