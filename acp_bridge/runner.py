@@ -31,7 +31,9 @@ from acp_bridge.models import (
 from acp_bridge.tools import get_tool, tool_specs
 from acp_bridge.tools.base import (
     ClientServices,
+    PermissionOutcome,
     PermissionRequest,
+    Terminal,
     Tool,
     ToolContext,
     ToolError,
@@ -90,7 +92,7 @@ class TurnRunner:
     ) -> None:
         self.log = log
         self.model = model
-        self.services = services
+        self.services: ClientServices = _DurableFirst(services, self._sync)
         self.mode = mode
         self.max_steps = max_steps
         self._tools = {t.name: t for t in tools} if tools is not None else None
@@ -370,6 +372,10 @@ class TurnRunner:
         for event in closers:
             await self._emit(event)
 
+    async def _sync(self) -> None:
+        if self.log.pending:
+            await anyio.to_thread.run_sync(self.log.sync)
+
     async def _append(self, etype: str, data: dict[str, Any]) -> Event:
         return (await self._extend([(etype, data)]))[0]
 
@@ -386,3 +392,32 @@ class TurnRunner:
     async def _emit(self, event: Event) -> None:
         if self._on_event is not None:
             await self._on_event(event)
+
+
+class _DurableFirst:
+    """ClientServices that make the log durable before every request that leaves the
+    agent (DESIGN.md section 3: before a permission request, `fs/*` or `terminal/*`).
+    After a `tool/call` there is nothing pending, so this costs nothing there; it
+    matters for the file read an edit's diff preview makes before its `tool/call`."""
+
+    def __init__(self, inner: ClientServices, sync: Callable[[], Awaitable[None]]) -> None:
+        self._inner = inner
+        self._sync = sync
+
+    async def read_text_file(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        await self._sync()
+        return await self._inner.read_text_file(path, line, limit)
+
+    async def write_text_file(self, path: Path, content: str) -> None:
+        await self._sync()
+        await self._inner.write_text_file(path, content)
+
+    async def create_terminal(
+        self, command: str, *, cwd: Path, output_byte_limit: int, env: Mapping[str, str] | None = None
+    ) -> Terminal:
+        await self._sync()
+        return await self._inner.create_terminal(command, cwd=cwd, output_byte_limit=output_byte_limit, env=env)
+
+    async def request_permission(self, request: PermissionRequest) -> PermissionOutcome:
+        await self._sync()
+        return await self._inner.request_permission(request)

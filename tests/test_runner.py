@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from acp_bridge.models import Model
@@ -376,3 +377,37 @@ def test_model_exception_is_an_error_step(workdir: Path) -> None:
                                          "message": "RuntimeError: provider exploded", "code": "model_error"}
 
     harness_run(workdir, Broken(), body)
+
+
+def test_multi_step_tool_turn_log_snapshot(workdir: Path, snapshot_json: Any) -> None:
+    """The persisted log of a multi-step tool-call turn, byte for byte as JSON, with the
+    temporary directory normalized."""
+    clock = iter(range(1_700_000_000_000, 1_700_000_010_000)).__next__
+    backend = JsonlBackend(workdir.parent / "store")
+    store = SessionStore(backend, clock=clock)
+    log = store.create(cwd=str(workdir), session_id="0f0f0f0f-0000-4000-8000-000000000002")
+    model = script(
+        {"thinking": "look first", "text": "Reading.", "toolCalls": [
+            {"id": "r1", "name": "read_file", "arguments": {"path": "a.txt", "line": 2}},
+            {"id": "l1", "name": "list_dir", "arguments": {"path": "."}}],
+         "usage": {"inputTokens": 100, "outputTokens": 20}},
+        {"text": "Editing.", "toolCalls": [
+            {"id": "e1", "name": "edit_file", "arguments": {"path": "a.txt", "old_text": "beta", "new_text": "gamma"}},
+            {"id": "x1", "name": "run_command", "arguments": {"command": "cat a.txt; exit 3"}}],
+         "usage": {"inputTokens": 150, "outputTokens": 30}},
+        {"text": "Done: beta is now gamma.", "usage": {"inputTokens": 200, "outputTokens": 10}},
+    )
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            services = LocalServices(task_group=tg, permission_answer=Answers(options=["allow_once"]))
+            runner = TurnRunner(log, model, services, mode="accept_edits")
+            await runner.prompt([{"type": "text", "text": "change beta to gamma"}])
+
+    anyio.run(main)
+    log.close()
+    text = backend.path_of(log.id).read_text().replace(str(workdir), "<work>")
+    lines = [orjson.loads(line) for line in text.splitlines()]
+    check_invariants(lines[1:], closed=True)
+    assert (workdir / "a.txt").read_text() == "alpha\ngamma\n"
+    assert lines == snapshot_json
