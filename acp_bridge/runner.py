@@ -104,11 +104,22 @@ class TurnRunner:
         self.context_roots = (cwd, *(Path(p) for p in header.get("additionalDirectories", [])))
         self._scope: anyio.CancelScope | None = None
         self._cancel_by: str | None = None
+        self._stopping = False
         self._step: _Step | None = None
 
     @property
     def running(self) -> bool:
         return self._scope is not None
+
+    def stop(self) -> bool:
+        """The agent is stopping: end the running turn now, closed as `interrupted
+        {cause: "shutdown"}` by the crash-repair closers; `prompt` then returns that
+        `turn/end` (so the prompt can still be answered). False if no turn runs."""
+        if self._scope is None:
+            return False
+        self._stopping = True
+        self._scope.cancel()
+        return True
 
     def cancel(self, by: str = "session/cancel") -> bool:
         """Cancel the running turn (it ends as `cancelled {by}`). False if none runs."""
@@ -124,7 +135,7 @@ class TurnRunner:
         if self._scope is not None:
             raise TurnInProgressError("a prompt is already running in this session")
         scope = self._scope = anyio.CancelScope()
-        self._cancel_by = None
+        self._cancel_by, self._stopping = None, False
         try:
             if self.log.tracker.in_turn:  # left open by a failed write: close it first
                 await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
@@ -148,7 +159,9 @@ class TurnRunner:
                     last = await self._close_open(failed, "was not completed because the turn failed")
                 return last
             with anyio.CancelScope(shield=True):
-                if end is None:  # our scope was cancelled
+                if end is None and self._stopping:
+                    last = (await self._shutdown_closers())[-1]
+                elif end is None:  # cancelled by the client
                     by = self._cancel_by or "session/cancel"
                     last = await self._close_open(reason("cancelled", by=by), "was cancelled")
                 else:
@@ -367,10 +380,11 @@ class TurnRunner:
         events = await self._extend(items)
         return events[-1]
 
-    async def _shutdown_closers(self) -> None:
+    async def _shutdown_closers(self) -> list[Event]:
         closers = await anyio.to_thread.run_sync(self.log.close_interrupted)
         for event in closers:
             await self._emit(event)
+        return closers
 
     async def _sync(self) -> None:
         if self.log.pending:

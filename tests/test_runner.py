@@ -411,3 +411,23 @@ def test_multi_step_tool_turn_log_snapshot(workdir: Path, snapshot_json: Any) ->
     check_invariants(lines[1:], closed=True)
     assert (workdir / "a.txt").read_text() == "alpha\ngamma\n"
     assert lines == snapshot_json
+
+
+def test_stop_closes_as_interrupted_and_returns_the_turn_end(workdir: Path) -> None:
+    ends: list[Event] = []
+
+    async def body(h: Harness) -> None:
+        async def run() -> None:
+            ends.append(await prompt(h, "go"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            with anyio.fail_after(5):
+                while not any(e["type"] == "assistant/chunk" for e in h.seen):
+                    await anyio.sleep(0.01)
+            assert h.runner.stop()
+
+    h = harness_run(workdir, script({"text": "streaming", "hang": True}), body)
+    assert ends[0]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
+    assert shape(list(h.log.events)[2:]) == ["step/start", "chunk:text:streaming ", "step/end", "end:interrupted"]
+    assert not h.runner.stop()  # nothing runs any more
