@@ -1,12 +1,13 @@
 """`acp-bridge` / `python -m acp_bridge`: the command line (DESIGN.md section 6).
 
-Only argparse is imported here: the agent's start-up path stays lean, and each
+Only argparse and os are imported here: the agent's start-up path stays lean, and each
 subcommand imports what it needs when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from acp_bridge import __version__
@@ -18,10 +19,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"acp-bridge {__version__}")
     commands = parser.add_subparsers(dest="command")
-    commands.add_parser("serve", help="the stdio ACP agent (the default)")
+    serve = commands.add_parser("serve", help="the stdio ACP agent (the default)")
+    for p in (parser, serve):
+        _serve_options(p)
     demo = commands.add_parser("demo", help="show the durable log surviving a kill -9")
     demo.add_argument("--store", help="keep the demo store under this folder")
     return parser
+
+
+def _serve_options(p: argparse.ArgumentParser) -> None:
+    env = os.environ
+    p.add_argument("--store", default=None,
+                   help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
+    p.add_argument("--backend", choices=("jsonl", "sqlite"), default=env.get("ACP_BRIDGE_BACKEND", "jsonl"),
+                   help="session store backend (default jsonl; $ACP_BRIDGE_BACKEND)")
+    p.add_argument("--model", default=env.get("ACP_BRIDGE_MODEL", "echo"),
+                   help="echo (default), script:PATH ($ACP_BRIDGE_MODEL)")
+    p.add_argument("--max-steps", type=int, default=50, help="model calls per turn at most (default 50)")
+    p.add_argument("--log-level", default=env.get("ACP_BRIDGE_LOG_LEVEL", "warning"),
+                   choices=("debug", "info", "warning", "error"), help="stderr log level (default warning)")
+    p.add_argument("--log-file", default=None, help="write logs to this file instead of stderr")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         from acp_bridge.demo import run
 
         return run(args.store)
-    # serve: the ACP server is the next issue; say so rather than pretend.
-    print("acp-bridge: the stdio ACP server is not built yet", file=sys.stderr)
-    return 2
+    from acp_bridge.cli import serve
+
+    return serve(args)
 
 
 if __name__ == "__main__":

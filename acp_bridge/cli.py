@@ -1,0 +1,48 @@
+"""`acp-bridge serve`: wire the stdio transport, the connection and the agent."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import anyio
+
+from acp_bridge import __version__
+from acp_bridge.jsonrpc import Connection
+from acp_bridge.server import Agent, Config
+from acp_bridge.transport import FdLineReader, FdWriter
+from session import default_store_dir
+
+
+def serve(args: argparse.Namespace) -> int:
+    handler: logging.Handler = (logging.FileHandler(args.log_file) if args.log_file
+                                else logging.StreamHandler(sys.stderr))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("acp_bridge")
+    root.addHandler(handler)
+    root.setLevel(args.log_level.upper())
+    if args.max_steps < 1:
+        print("acp-bridge: --max-steps must be at least 1", file=sys.stderr)
+        return 2
+    config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
+                    backend=args.backend, model=args.model, max_steps=args.max_steps)
+    # One line on stderr, never stdout (stdout carries protocol messages only).
+    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), model {config.model}",
+          file=sys.stderr, flush=True)
+    reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
+    agent = Agent(config)
+
+    def connect(agent: Agent) -> Connection:
+        return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof,
+                          on_cancel_request=agent.on_cancel_request)
+
+    try:
+        anyio.run(agent.serve, connect)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        reader.close()
+        writer.close()
+    return 0

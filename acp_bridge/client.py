@@ -1,0 +1,161 @@
+"""ClientServices over ACP: the client's `fs/*` and `terminal/*` methods when it
+advertises them, the local machine otherwise, and `session/request_permission`.
+
+Capability gating lives here and only here: a method the client did not advertise in
+`initialize` is never called.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from acp_bridge import permissions
+from acp_bridge.jsonrpc import ClientError, Connection
+from acp_bridge.tools.base import (
+    ExitStatus,
+    PermissionOutcome,
+    PermissionRequest,
+    Terminal,
+    TerminalOutput,
+    ToolError,
+)
+from acp_bridge.tools.local import LocalServices
+
+log = logging.getLogger("acp_bridge.client")
+
+
+def _client_failed(method: str, exc: ClientError) -> ToolError:
+    message = exc.error.get("message", "error") if isinstance(exc.error, dict) else str(exc.error)
+    return ToolError(f"the client could not {method}: {message}", code="client_error", name="ClientError")
+
+
+class AcpClientServices:
+    def __init__(
+        self, conn: Connection, session_id: str, capabilities: Mapping[str, Any], local: LocalServices
+    ) -> None:
+        self._conn = conn
+        self._sid = session_id
+        fs_caps = capabilities.get("fs")
+        fs: Mapping[str, Any] = fs_caps if isinstance(fs_caps, dict) else {}
+        self.can_read = fs.get("readTextFile") is True
+        self.can_write = fs.get("writeTextFile") is True
+        self.can_terminal = capabilities.get("terminal") is True
+        self._local = local
+
+    async def read_text_file(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        if not self.can_read:
+            return await self._local.read_text_file(path, line, limit)
+        params: dict[str, Any] = {"sessionId": self._sid, "path": str(path)}
+        if line is not None:
+            params["line"] = line
+        if limit is not None:
+            params["limit"] = limit
+        try:
+            result = await self._conn.request("fs/read_text_file", params)
+        except ClientError as exc:
+            raise _client_failed(f"read {path}", exc) from None
+        if not isinstance(result, dict) or not isinstance(result.get("content"), str):
+            raise ToolError(f"the client's answer to fs/read_text_file for {path} has no text content",
+                            code="client_error", name="ClientError")
+        return str(result["content"])
+
+    async def write_text_file(self, path: Path, content: str) -> None:
+        if not self.can_write:
+            await self._local.write_text_file(path, content)
+            return
+        try:
+            await self._conn.request("fs/write_text_file",
+                                     {"sessionId": self._sid, "path": str(path), "content": content})
+        except ClientError as exc:
+            raise _client_failed(f"write {path}", exc) from None
+
+    async def create_terminal(
+        self, command: str, *, cwd: Path, output_byte_limit: int, env: Mapping[str, str] | None = None
+    ) -> Terminal:
+        if not self.can_terminal:
+            return await self._local.create_terminal(command, cwd=cwd, output_byte_limit=output_byte_limit,
+                                                     env=env)
+        params: dict[str, Any] = {"sessionId": self._sid, "command": "/bin/sh", "args": ["-c", command],
+                                  "cwd": str(cwd), "outputByteLimit": output_byte_limit}
+        if env:
+            params["env"] = [{"name": k, "value": v} for k, v in env.items()]
+        try:
+            result = await self._conn.request("terminal/create", params)
+        except ClientError as exc:
+            raise _client_failed(f"run {command!r}", exc) from None
+        terminal_id = result.get("terminalId") if isinstance(result, dict) else None
+        if not isinstance(terminal_id, str):
+            raise ToolError("the client's answer to terminal/create has no terminalId",
+                            code="client_error", name="ClientError")
+        return ClientTerminal(self._conn, self._sid, terminal_id)
+
+    async def request_permission(self, request: PermissionRequest) -> PermissionOutcome:
+        tool_call: dict[str, Any] = {"toolCallId": request.call_id, "title": request.title,
+                                     "kind": request.kind, "status": "pending", "rawInput": request.raw_input}
+        if request.locations:
+            tool_call["locations"] = list(request.locations)
+        if request.content:
+            tool_call["content"] = list(request.content)
+        try:
+            result = await self._conn.request("session/request_permission", {
+                "sessionId": self._sid, "toolCall": tool_call, "options": list(permissions.OPTIONS)})
+        except ClientError as exc:
+            log.warning("permission request failed: %s", exc)
+            return PermissionOutcome("selected", None)  # no answer is no permission
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        if isinstance(outcome, dict) and outcome.get("outcome") == "cancelled":
+            return PermissionOutcome("cancelled")
+        if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
+            option = outcome.get("optionId")
+            if option in {o["optionId"] for o in permissions.OPTIONS}:
+                return PermissionOutcome("selected", option)
+        log.warning("unusable permission answer %r: treated as a rejection", result)
+        return PermissionOutcome("selected", None)
+
+
+class ClientTerminal:
+    """A terminal that lives in the client (ACP `terminal/*`)."""
+
+    def __init__(self, conn: Connection, session_id: str, terminal_id: str) -> None:
+        self._conn = conn
+        self._params = {"sessionId": session_id, "terminalId": terminal_id}
+        self._id = terminal_id
+
+    @property
+    def terminal_id(self) -> str | None:
+        return self._id
+
+    async def _call(self, method: str) -> dict[str, Any]:
+        try:
+            result = await self._conn.request(method, self._params)
+        except ClientError as exc:
+            raise _client_failed(method, exc) from None
+        return result if isinstance(result, dict) else {}
+
+    async def wait_for_exit(self) -> ExitStatus:
+        result = await self._call("terminal/wait_for_exit")
+        return _exit(result)
+
+    async def output(self) -> TerminalOutput:
+        result = await self._call("terminal/output")
+        status = result.get("exitStatus")
+        return TerminalOutput(
+            output=str(result.get("output", "")),
+            truncated=bool(result.get("truncated", False)),
+            exit_status=_exit(status) if isinstance(status, dict) else None,
+        )
+
+    async def kill(self) -> None:
+        await self._call("terminal/kill")
+
+    async def release(self) -> None:
+        await self._call("terminal/release")
+
+
+def _exit(result: Mapping[str, Any]) -> ExitStatus:
+    code = result.get("exitCode")
+    sig = result.get("signal")
+    return ExitStatus(code if type(code) is int else None, sig if isinstance(sig, str) else None)

@@ -1,0 +1,138 @@
+"""Checking the params of incoming requests against the ACP v1 definitions.
+
+A small declarative checker rather than a JSON Schema validator at run time: it is
+fast, imports nothing, and its errors name the offending field (`-32602` with
+`data.field`). Unknown fields are allowed, as the protocol's extensibility asks. The
+e2e tests hold these specs to the official schema.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from acp_bridge.errors import invalid_params
+
+Check = Callable[[Any, str], None]  # raises RpcError naming the field
+
+
+def _type(name: str, test: Callable[[Any], bool]) -> Check:
+    def check(value: Any, field: str) -> None:
+        if not test(value):
+            raise invalid_params(
+                f"invalid params: {field} must be {name}, not {_describe(value)}",
+                field=field,
+                expected=name,
+            )
+
+    return check
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+STRING = _type("a string", lambda v: isinstance(v, str))
+OBJECT = _type("an object", lambda v: isinstance(v, dict))
+ARRAY = _type("an array", lambda v: isinstance(v, list))
+BOOLEAN = _type("a boolean", lambda v: isinstance(v, bool))
+UINT16 = _type("an integer 0..65535", lambda v: type(v) is int and 0 <= v <= 65535)
+OPT_STRING = _type("a string or null", lambda v: v is None or isinstance(v, str))
+OPT_OBJECT = _type("an object or null", lambda v: v is None or isinstance(v, dict))
+
+
+def absolute_path(value: Any, field: str) -> None:
+    STRING(value, field)
+    if not os.path.isabs(value) or "\x00" in value:
+        raise invalid_params(f"invalid params: {field} must be an absolute path", field=field)
+
+
+def array_of(item: Check) -> Check:
+    def check(value: Any, field: str) -> None:
+        ARRAY(value, field)
+        for index, element in enumerate(value):
+            item(element, f"{field}[{index}]")
+
+    return check
+
+
+_BLOCK_FIELDS: dict[str, dict[str, Check]] = {
+    "text": {"text": STRING},
+    "image": {"data": STRING, "mimeType": STRING},
+    "audio": {"data": STRING, "mimeType": STRING},
+    "resource_link": {"uri": STRING, "name": STRING},
+    "resource": {"resource": OBJECT},
+}
+
+
+def content_block(value: Any, field: str) -> None:
+    """An ACP ContentBlock: a known `type` and that type's required fields."""
+    OBJECT(value, field)
+    kind = value.get("type")
+    if kind not in _BLOCK_FIELDS:
+        raise invalid_params(
+            f"invalid params: {field}.type must be one of {', '.join(_BLOCK_FIELDS)}",
+            field=f"{field}.type",
+        )
+    for name, check in _BLOCK_FIELDS[kind].items():
+        if name not in value:
+            raise invalid_params(f"invalid params: {field}.{name} is required", field=f"{field}.{name}")
+        check(value[name], f"{field}.{name}")
+    if kind == "resource":
+        resource = value["resource"]
+        STRING(resource.get("uri"), f"{field}.resource.uri")
+        if not isinstance(resource.get("text"), str) and not isinstance(resource.get("blob"), str):
+            raise invalid_params(
+                f"invalid params: {field}.resource needs text or blob", field=f"{field}.resource"
+            )
+
+
+def prompt_blocks(value: Any, field: str) -> None:
+    array_of(content_block)(value, field)
+    if not value:
+        raise invalid_params(f"invalid params: {field} must not be empty", field=field)
+
+
+# method -> {field: (check, required)}
+SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
+    "initialize": {"protocolVersion": (UINT16, True), "clientCapabilities": (OBJECT, False),
+                   "clientInfo": (OPT_OBJECT, False)},
+    "authenticate": {"methodId": (STRING, True)},
+    "session/new": {"cwd": (absolute_path, True), "mcpServers": (ARRAY, True),
+                    "additionalDirectories": (array_of(absolute_path), False)},
+    "session/load": {"sessionId": (STRING, True), "cwd": (absolute_path, True), "mcpServers": (ARRAY, True),
+                     "additionalDirectories": (array_of(absolute_path), False)},
+    "session/resume": {"sessionId": (STRING, True), "cwd": (absolute_path, True),
+                       "mcpServers": (ARRAY, False), "additionalDirectories": (array_of(absolute_path), False)},
+    "session/list": {"cwd": (OPT_STRING, False), "cursor": (OPT_STRING, False)},
+    "session/close": {"sessionId": (STRING, True)},
+    "session/delete": {"sessionId": (STRING, True)},
+    "session/set_mode": {"sessionId": (STRING, True), "modeId": (STRING, True)},
+    "session/set_config_option": {"sessionId": (STRING, True), "configId": (STRING, True)},
+    "session/prompt": {"sessionId": (STRING, True), "prompt": (prompt_blocks, True)},
+    "session/cancel": {"sessionId": (STRING, True)},
+    "$/cancel_request": {"requestId": (_type("a string, number or null",
+                                             lambda v: v is None or (isinstance(v, str | int | float)
+                                             and not isinstance(v, bool))), True)},
+}
+
+
+def check_params(method: str, params: Mapping[str, Any]) -> None:
+    """Raise RpcError(-32602) naming the first field of `params` that breaks `method`'s
+    definition. `_meta` must be an object or null wherever it appears."""
+    spec = SPECS.get(method, {})
+    for name, (check, required) in spec.items():
+        if name not in params:
+            if required:
+                raise invalid_params(f"invalid params: {name} is required", field=name)
+            continue
+        if params[name] is None and not required and name not in ("clientInfo", "cwd", "cursor"):
+            continue  # an optional field sent as null counts as absent
+        check(params[name], name)
+    OPT_OBJECT(params.get("_meta"), "_meta")
