@@ -1,0 +1,88 @@
+"""The `session/prompt` answer: a pure, total function of the turn's persisted
+`turn/end` (DESIGN.md section 5).
+
+Deriving the answer from the durable event, never from in-memory state, is what makes
+a prompt's answer and a later `session/load` tell the same story. Success answers carry
+`_meta.acpBridge = {turn, reason}` (the persisted reason verbatim); failed turns become
+JSON-RPC errors whose `data` says which turn and step failed and whether a retry may
+help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, TypedDict
+
+from session.events import TURN_END, Event
+
+AUTH_REQUIRED: Final = -32000  # ACP ErrorCode "Authentication required"
+INTERNAL_ERROR: Final = -32603  # JSON-RPC "Internal error"
+
+# turn/end reason kind -> ACP StopReason, for the kinds that are success answers.
+STOP_REASONS: Final[dict[str, str]] = {
+    "completed": "end_turn",
+    "max_tokens": "max_tokens",
+    "max_steps": "max_turn_requests",
+    "refusal": "refusal",
+    "cancelled": "cancelled",
+    # The turn was cut short by the agent stopping (or a crash): from the client's
+    # side its work ended without completing, which ACP can only say as cancelled.
+    "interrupted": "cancelled",
+}
+
+
+class PromptAnswer(TypedDict):
+    """A `PromptResponse` result."""
+
+    stopReason: str
+    _meta: dict[str, Any]
+
+
+class TurnErrorData(TypedDict):
+    turn: int
+    step: int
+    code: str | None
+    retryable: bool | None
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    """A JSON-RPC error answer to `session/prompt`."""
+
+    code: int
+    message: str
+    data: TurnErrorData
+
+    def to_error(self) -> dict[str, Any]:
+        """The JSON-RPC `error` object."""
+        return {"code": self.code, "message": self.message, "data": dict(self.data)}
+
+
+Settlement = PromptAnswer | TurnFailed
+
+
+def settle(turn_end: Event) -> Settlement:
+    """The answer to the `session/prompt` whose turn ended with `turn_end`.
+
+    Raises ValueError for anything that is not a `turn/end` with a known reason kind:
+    that is a programming error, since the log's invariants admit no other kind.
+    """
+    if turn_end["type"] != TURN_END:
+        raise ValueError(f"settle() needs a {TURN_END} event, got {turn_end['type']!r}")
+    turn: int = turn_end["data"]["turn"]
+    reason: dict[str, Any] = turn_end["data"]["reason"]
+    kind = reason.get("kind")
+    if kind == "error":
+        data: TurnErrorData = {
+            "turn": turn,
+            "step": reason["step"],
+            "code": reason.get("code"),
+            "retryable": reason.get("retryable"),
+        }
+        if reason.get("code") == "auth":
+            return TurnFailed(AUTH_REQUIRED, f"authentication required: {reason['message']}", data)
+        return TurnFailed(INTERNAL_ERROR, f"turn failed: {reason['message']}", data)
+    stop = STOP_REASONS.get(kind) if isinstance(kind, str) else None
+    if stop is None:
+        raise ValueError(f"turn {turn}: unknown turn/end reason kind {kind!r}")
+    return {"stopReason": stop, "_meta": {"acpBridge": {"turn": turn, "reason": dict(reason)}}}

@@ -1,0 +1,226 @@
+"""Session events -> ACP `session/update`s (DESIGN.md section 5), one mapping for both
+the live stream of a turn and the replay of a log by `session/load`.
+
+`updates_for(event, ctx)` returns the `update` objects of the `SessionNotification`s
+to send for one event (the caller wraps each with the sessionId). It is pure apart
+from `ctx.state`, a small turn-local memory, so a replay over a log and the live
+stream of the same events produce the same updates, with these differences, both
+decided by `ctx.replay`:
+
+- `user/message` -> `user_message_chunk`s on replay only: live, the client typed the
+  prompt and already shows it.
+- On replay, `terminal` blocks are dropped from a result's display: the terminal was
+  released when the command ended, so a client loading the session (often a new
+  process) cannot resolve its id. The display always carries a text copy of the
+  output next to the embed, which stands in for it.
+
+Shapes, checked against the stable `schema.json` (schema-v1.21.0), where both
+`ContentChunk.messageId` and the `usage_update` variant are stable, so both are sent
+as the protocol defines them rather than under `_meta`:
+
+- chunks: `{sessionUpdate, content, messageId}` with messageId `t{turn}s{step}` for
+  text, `t{turn}s{step}-thought` for reasoning and `t{turn}-user` for the prompt:
+  unique in a session, the same live and on replay, derivable without a session id;
+- `tool/call` -> `tool_call {toolCallId, title, kind, status: "pending", rawInput,
+  locations?}` then `tool_call_update {toolCallId, status: "in_progress"}`;
+- `tool/result` -> `tool_call_update {toolCallId, status: "completed" | "failed",
+  content, rawOutput: {content, isError, error?}, _meta?}`, or a complete `tool_call`
+  if the call was never announced (a synthetic result for a call that never started);
+  the permission decision, if any, travels in `_meta.acpBridge.permission`;
+- `assistant/message` with usage -> `usage_update {used, size, _meta}`: `used` is
+  the step's context (input + output + cache read/write tokens), `size` the model's
+  window or DEFAULT_CONTEXT_WINDOW when the model does not say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from session.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_START,
+    USER_MESSAGE,
+    Event,
+    ToolCallBlock,
+    tool_calls_of,
+)
+
+SessionUpdate = dict[str, Any]
+"""One `SessionNotification.update` object (the `SessionUpdate` schema definition)."""
+
+META_KEY: Final = "acpBridge"
+
+DEFAULT_CONTEXT_WINDOW: Final = 128_000
+"""`usage_update.size` when the model does not report its window (echo, script): a
+common window size, so a client's meter stays meaningful rather than absent."""
+
+# Token fields of `usage` that occupy the context window. reasoningTokens is left out:
+# providers count it inside outputTokens.
+_CONTEXT_TOKEN_FIELDS: Final = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
+
+
+@dataclass
+class UpdateState:
+    """What the mapping remembers between events. Turn-local (cleared at `turn/start`),
+    since no update depends on an earlier turn: any consumer that has seen a turn from
+    its start maps it identically, whether it streamed it live or replays the log."""
+
+    calls: dict[str, ToolCallBlock] = field(default_factory=dict)
+    """callId -> the model's tool-call block, from the turn's `assistant/message`s."""
+    announced: set[str] = field(default_factory=set)
+    """callIds a `tool_call` update has been produced for."""
+
+
+@dataclass(frozen=True)
+class UpdateContext:
+    """How to map: replay or live, the model's context window, and the mutable state.
+    Use one context per stream: one per live session, a fresh one per replay. To
+    change the window (a model switch), `dataclasses.replace` it: the state is shared."""
+
+    replay: bool
+    context_window: int | None = None
+    state: UpdateState = field(default_factory=UpdateState)
+
+
+def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
+    """The `session/update` payloads for `event`, in order (often none)."""
+    etype, data = event["type"], event["data"]
+    if etype == TURN_START:
+        ctx.state.calls.clear()
+        ctx.state.announced.clear()
+        return []
+    if etype == USER_MESSAGE:
+        if not ctx.replay:
+            return []
+        msg_id = f"t{data['turn']}-user"
+        return [_chunk("user_message_chunk", block, msg_id) for block in data["content"]]
+    if etype == ASSISTANT_CHUNK:
+        return _assistant_chunk(data)
+    if etype == ASSISTANT_MESSAGE:
+        return _assistant_message(data, ctx)
+    if etype == TOOL_CALL:
+        return _tool_call(data, ctx)
+    if etype == TOOL_RESULT:
+        return _tool_result(data, ctx)
+    # step/start, step/end, turn/end: nothing to show; the turn's end is the answer to
+    # session/prompt (acp_bridge.settlement), not an update.
+    return []
+
+
+def replay_updates(
+    events: Iterable[Event], *, context_window: int | None = None
+) -> list[SessionUpdate]:
+    """Every update of a whole log, as `session/load` replays it."""
+    ctx = UpdateContext(replay=True, context_window=context_window)
+    return [update for event in events for update in updates_for(event, ctx)]
+
+
+def message_id(turn: int, step: int, kind: str) -> str:
+    """The messageId of a step's text (`kind` "text") or reasoning chunks."""
+    return f"t{turn}s{step}" if kind == "text" else f"t{turn}s{step}-thought"
+
+
+def _chunk(kind: str, content: Any, msg_id: str) -> SessionUpdate:
+    return {"sessionUpdate": kind, "content": content, "messageId": msg_id}
+
+
+def _assistant_chunk(data: dict[str, Any]) -> list[SessionUpdate]:
+    chunk = data["chunk"]
+    kind = chunk["type"]
+    if kind == "text":
+        update = "agent_message_chunk"
+    elif kind == "reasoning":
+        update = "agent_thought_chunk"
+    else:  # not in the vocabulary; show nothing rather than fail a whole replay
+        return []
+    msg_id = message_id(data["turn"], data["step"], kind)
+    return [_chunk(update, {"type": "text", "text": chunk["text"]}, msg_id)]
+
+
+def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+    # Its text and reasoning were already streamed as chunks; remember its tool calls
+    # so a result for a call that never started can still be titled.
+    for block in tool_calls_of(data):
+        ctx.state.calls.setdefault(block["id"], block)
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return []
+    used = sum(int(usage.get(name) or 0) for name in _CONTEXT_TOKEN_FIELDS)
+    size = ctx.context_window if ctx.context_window is not None else DEFAULT_CONTEXT_WINDOW
+    meta = {META_KEY: {"turn": data["turn"], "step": data["step"], "usage": usage}}
+    return [{"sessionUpdate": "usage_update", "used": used, "size": size, "_meta": meta}]
+
+
+def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+    call_id = data["callId"]
+    ctx.state.announced.add(call_id)
+    call: SessionUpdate = {
+        "sessionUpdate": "tool_call",
+        "toolCallId": call_id,
+        "title": data["title"],
+        "kind": data["kind"],
+        "status": "pending",
+        "rawInput": data["arguments"],
+    }
+    if data.get("locations"):
+        call["locations"] = data["locations"]
+    # The tool/call event is written just before the call proceeds (permission, then
+    # run), so the call is under way from here on.
+    running = {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"}
+    return [call, running]
+
+
+def _tool_result(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+    call_id = data["callId"]
+    is_error = bool(data["isError"])
+    raw_output: dict[str, Any] = {"content": data["content"], "isError": is_error}
+    if "error" in data:
+        raw_output["error"] = data["error"]
+    fields: SessionUpdate = {
+        "toolCallId": call_id,
+        "status": "failed" if is_error else "completed",
+        "content": _result_content(data, ctx.replay),
+        "rawOutput": raw_output,
+    }
+    if "permission" in data:
+        fields["_meta"] = {META_KEY: {"permission": data["permission"]}}
+    if call_id in ctx.state.announced:
+        return [{"sessionUpdate": "tool_call_update", **fields}]
+    # Never announced: the client has no tool call to update, so create it complete.
+    ctx.state.announced.add(call_id)
+    block = ctx.state.calls.get(call_id)
+    created: SessionUpdate = {
+        "sessionUpdate": "tool_call",
+        "title": block["name"] if block is not None else "tool call",
+        "kind": "other",
+        **fields,
+    }
+    if block is not None:
+        created["rawInput"] = _parse_arguments(block.get("arguments", ""))
+    return [created]
+
+
+def _result_content(data: dict[str, Any], replay: bool) -> list[Any]:
+    """ACP ToolCallContent: the tool's display if it made one, else its result blocks."""
+    display = data.get("display")
+    if display:
+        shown = [b for b in display if not (replay and b.get("type") == "terminal")]
+        if shown:
+            return shown
+    return [{"type": "content", "content": block} for block in data["content"]]
+
+
+def _parse_arguments(text: str) -> Any:
+    # The model's argument text may be invalid JSON (that is why the call failed):
+    # then show it as it came.
+    try:
+        return orjson.loads(text) if text else {}
+    except orjson.JSONDecodeError:
+        return text

@@ -1,0 +1,184 @@
+"""Validating what the agent sends against the official ACP v1 schema.
+
+The schema's root accepts almost anything (its extension branches are open), so every
+message is checked against the definition for its method instead (shared/acp/SOURCE.txt).
+The method -> definition table is read from the `x-method` / `x-side` annotations of the
+schema's `$defs`, not written out here, so it follows the schema file. `x-side` names
+the side that handles the method: "agent" for methods the client calls (the agent
+sends their responses), "client" for methods the agent calls or notifies.
+
+Failures raise SchemaViolation, an AssertionError, so pytest reports them as test
+failures with the offending path and message.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+RequestId = str | int | None
+
+
+class SchemaViolation(AssertionError):
+    """A message does not match the ACP schema or the JSON-RPC envelope."""
+
+
+def schema_path() -> Path:
+    """`$ACP_SCHEMA` if set, else ../shared/acp/schema.json from the repo root."""
+    override = os.environ.get("ACP_SCHEMA")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "shared" / "acp" / "schema.json"
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(schema_path().read_text(encoding="utf-8"))
+    return loaded
+
+
+def defs() -> dict[str, Any]:
+    d: dict[str, Any] = schema()["$defs"]
+    return d
+
+
+@functools.cache
+def validator(name: str) -> Draft202012Validator:
+    if name not in defs():
+        raise KeyError(f"the ACP schema has no definition {name!r}")
+    return Draft202012Validator({"$defs": defs(), "$ref": f"#/$defs/{name}"})
+
+
+def validate_def(name: str, instance: Any) -> None:
+    """Raise SchemaViolation unless `instance` matches the definition `name`."""
+    errors = list(validator(name).iter_errors(instance))
+    if errors:
+        error = best_match(errors)
+        where = "/".join(str(p) for p in error.absolute_path) or "<root>"
+        raise SchemaViolation(
+            f"{name}: {error.message} at {where} ({len(errors)} error(s))\n"
+            f"instance: {json.dumps(instance, default=str)[:2000]}"
+        )
+
+
+@dataclass(frozen=True)
+class MethodDefs:
+    """The definitions of one method, from the schema's annotations."""
+
+    method: str
+    side: str  # the side that handles the method: "agent", "client" or "protocol"
+    params: str | None = None  # XRequest or XNotification
+    result: str | None = None  # XResponse; None for notifications
+
+    @property
+    def is_notification(self) -> bool:
+        return self.result is None
+
+
+@functools.cache
+def method_table() -> dict[str, MethodDefs]:
+    """method name -> its definitions, from every def that carries `x-method`."""
+    found: dict[str, dict[str, str]] = {}
+    for name, definition in defs().items():
+        method = definition.get("x-method")
+        if method is None:
+            continue
+        entry = found.setdefault(method, {"side": definition["x-side"]})
+        if entry["side"] != definition["x-side"]:
+            raise ValueError(f"{method}: defs disagree on x-side")
+        for suffix, slot in (("Request", "params"), ("Notification", "params"), ("Response", "result")):
+            if name.endswith(suffix):
+                if slot in entry:
+                    raise ValueError(f"{method}: two {slot} definitions ({entry[slot]}, {name})")
+                entry[slot] = name
+                break
+        else:
+            raise ValueError(f"{name} has x-method but is not a Request/Response/Notification")
+    return {
+        method: MethodDefs(method, e["side"], e.get("params"), e.get("result"))
+        for method, e in found.items()
+    }
+
+
+def _check_envelope(msg: Mapping[str, Any]) -> None:
+    if not isinstance(msg, Mapping):
+        raise SchemaViolation(f"a JSON-RPC message must be an object, got {msg!r}")
+    if msg.get("jsonrpc") != "2.0":
+        raise SchemaViolation(f'"jsonrpc" must be "2.0": {msg!r}')
+    if "id" in msg:
+        msg_id = msg["id"]
+        # bool is an int in Python but not a JSON-RPC id.
+        if not (msg_id is None or isinstance(msg_id, str) or (type(msg_id) is int)):
+            raise SchemaViolation(f"id must be a string, an integer or null: {msg_id!r}")
+
+
+def validate_agent_message(msg: Mapping[str, Any], pending_requests: Mapping[RequestId, str]) -> str:
+    """Validate one message the agent wrote. `pending_requests` maps the ids of the
+    client's requests still awaiting an answer to their methods (the caller keeps it;
+    this function does not change it). Returns what the message was checked as, e.g.
+    "PromptResponse", "error", "SessionNotification"."""
+    _check_envelope(msg)
+    table = method_table()
+    if "method" not in msg:
+        return _validate_response(msg, pending_requests)
+    method = msg["method"]
+    if not isinstance(method, str):
+        raise SchemaViolation(f"method must be a string: {msg!r}")
+    is_request = "id" in msg
+    allowed = {"jsonrpc", "method", "params"} | ({"id"} if is_request else set())
+    if set(msg) - allowed:
+        raise SchemaViolation(f"unexpected members {sorted(set(msg) - allowed)}: {msg!r}")
+    params = msg.get("params")
+    if method.startswith("_"):  # an extension method: only the envelope is fixed
+        if params is not None and not isinstance(params, dict | list):
+            raise SchemaViolation(f"{method}: params must be structured: {msg!r}")
+        return "extension"
+    entry = table.get(method)
+    if entry is None or entry.side not in ("client", "protocol") or entry.params is None:
+        raise SchemaViolation(f"the agent may not send {method!r}: {msg!r}")
+    if entry.is_notification == is_request:
+        kind = "a request" if is_request else "a notification"
+        raise SchemaViolation(f"{method} sent as {kind}: {msg!r}")
+    validate_def(entry.params, params)
+    return entry.params
+
+
+def _validate_response(msg: Mapping[str, Any], pending: Mapping[RequestId, str]) -> str:
+    if "id" not in msg:
+        raise SchemaViolation(f"neither a request, a notification nor a response: {msg!r}")
+    if ("result" in msg) == ("error" in msg):
+        raise SchemaViolation(f"a response needs exactly one of result and error: {msg!r}")
+    if set(msg) - {"jsonrpc", "id", "result", "error"}:
+        raise SchemaViolation(f"unexpected members in a response: {msg!r}")
+    msg_id = msg["id"]
+    if "error" in msg:
+        error = msg["error"]
+        if not (
+            isinstance(error, dict)
+            and type(error.get("code")) is int
+            and isinstance(error.get("message"), str)
+        ):
+            raise SchemaViolation(f"an error needs an integer code and a string message: {msg!r}")
+        validate_def("Error", error)
+        # An id of null answers a request that could not be read (parse error).
+        if msg_id is not None and msg_id not in pending:
+            raise SchemaViolation(f"error for an unknown request id {msg_id!r}: {msg!r}")
+        return "error"
+    if msg_id not in pending:
+        raise SchemaViolation(f"result for an unknown request id {msg_id!r}: {msg!r}")
+    method = pending[msg_id]
+    if method.startswith("_"):
+        return "extension"
+    entry = method_table().get(method)
+    if entry is None or entry.side != "agent" or entry.result is None:
+        raise SchemaViolation(f"the agent answered {method!r} with a result: {msg!r}")
+    validate_def(entry.result, msg["result"])
+    return entry.result

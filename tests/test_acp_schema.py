@@ -1,0 +1,100 @@
+"""The schema helper itself: the method table read from x-method / x-side, and what
+validate_agent_message accepts and refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.acp_schema import (
+    MethodDefs,
+    RequestId,
+    SchemaViolation,
+    method_table,
+    validate_agent_message,
+)
+
+
+def test_method_table_from_annotations() -> None:
+    table = method_table()
+    assert table["session/prompt"] == MethodDefs(
+        "session/prompt", "agent", "PromptRequest", "PromptResponse"
+    )
+    assert table["initialize"] == MethodDefs("initialize", "agent", "InitializeRequest", "InitializeResponse")
+    assert table["session/update"] == MethodDefs("session/update", "client", "SessionNotification")
+    assert table["session/cancel"] == MethodDefs("session/cancel", "agent", "CancelNotification")
+    assert table["$/cancel_request"].side == "protocol"
+    assert table["session/request_permission"].params == "RequestPermissionRequest"
+    assert table["fs/read_text_file"].result == "ReadTextFileResponse"
+    assert table["terminal/create"] == MethodDefs(
+        "terminal/create", "client", "CreateTerminalRequest", "CreateTerminalResponse"
+    )
+    # Every method the design advertises is in the schema (DESIGN.md section 5).
+    for method in ("authenticate", "session/new", "session/load", "session/resume",
+                   "session/list", "session/close", "session/delete", "session/set_mode",
+                   "session/set_config_option"):
+        entry = table[method]
+        assert entry.side == "agent" and entry.params and entry.result, entry
+
+
+def msg(**fields: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", **fields}
+
+
+UPDATE = {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk",
+                                       "content": {"type": "text", "text": "hi"}}}
+PERMISSION = {
+    "sessionId": "s",
+    "toolCall": {"toolCallId": "c1", "title": "Edit a"},
+    "options": [{"optionId": "allow_once", "name": "Allow", "kind": "allow_once"}],
+}
+
+ACCEPTED: list[tuple[str, dict[str, Any], str]] = [
+    ("prompt result", msg(id=1, result={"stopReason": "end_turn"}), "PromptResponse"),
+    ("new session result", msg(id="n", result={"sessionId": "s"}), "NewSessionResponse"),
+    ("error", msg(id=1, error={"code": -32603, "message": "turn failed: x", "data": {}}), "error"),
+    ("parse error", msg(id=None, error={"code": -32700, "message": "Parse error"}), "error"),
+    ("update", msg(method="session/update", params=UPDATE), "SessionNotification"),
+    ("permission", msg(id=0, method="session/request_permission", params=PERMISSION),
+     "RequestPermissionRequest"),
+    ("read", msg(id=1, method="fs/read_text_file", params={"sessionId": "s", "path": "/a"}),
+     "ReadTextFileRequest"),
+    ("terminal", msg(id=2, method="terminal/create", params={"sessionId": "s", "command": "ls"}),
+     "CreateTerminalRequest"),
+    ("cancel own request", msg(method="$/cancel_request", params={"requestId": 3}),
+     "CancelRequestNotification"),
+    ("extension", msg(id=4, method="_acp_bridge/x", params={}), "extension"),
+]
+PENDING: dict[RequestId, str] = {1: "session/prompt", "n": "session/new"}
+
+
+@pytest.mark.parametrize(("name", "message", "checked_as"), ACCEPTED, ids=[a[0] for a in ACCEPTED])
+def test_accepted(name: str, message: dict[str, Any], checked_as: str) -> None:
+    assert validate_agent_message(message, PENDING) == checked_as
+
+
+REFUSED: list[tuple[str, dict[str, Any]]] = [
+    ("no jsonrpc", {"id": 1, "result": {"stopReason": "end_turn"}}),
+    ("wrong version", {"jsonrpc": "1.0", "id": 1, "result": {"stopReason": "end_turn"}}),
+    ("bool id", msg(id=True, result={})),
+    ("float id", msg(id=1.5, result={})),
+    ("bad stop reason", msg(id=1, result={"stopReason": "error"})),
+    ("unknown id", msg(id=99, result={"stopReason": "end_turn"})),
+    ("result and error", msg(id=1, result={}, error={"code": 1, "message": "x"})),
+    ("error code not int", msg(id=1, error={"code": "x", "message": "x"})),
+    ("error without message", msg(id=1, error={"code": -32603})),
+    ("bad update", msg(method="session/update", params={"sessionId": "s", "update": {}})),
+    ("agent-side method sent by agent", msg(id=5, method="session/prompt", params={})),
+    ("notification sent as request", msg(id=5, method="session/update", params=UPDATE)),
+    ("request sent as notification", msg(method="fs/read_text_file",
+                                         params={"sessionId": "s", "path": "/a"})),
+    ("unknown method", msg(method="nope", params={})),
+    ("stray member", msg(method="session/update", params=UPDATE, extra=1)),
+]
+
+
+@pytest.mark.parametrize(("name", "message"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused(name: str, message: dict[str, Any]) -> None:
+    with pytest.raises(SchemaViolation):
+        validate_agent_message(message, PENDING)

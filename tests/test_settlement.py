@@ -1,0 +1,85 @@
+"""Settlement (DESIGN.md section 5): every turn/end reason kind -> its exact answer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from acp_bridge.settlement import PromptAnswer, Settlement, TurnFailed, settle
+from session import Event
+from session.events import REASON_KINDS, Reason, reason
+from tests.acp_schema import validate_def
+
+
+def turn_end(turn: int, why: Mapping[str, Any]) -> Event:
+    return {"type": "turn/end", "seq": 9, "time": 0, "data": {"turn": turn, "reason": dict(why)}}
+
+
+def success(turn: int, stop: str, why: dict[str, Any]) -> PromptAnswer:
+    return {"stopReason": stop, "_meta": {"acpBridge": {"turn": turn, "reason": why}}}
+
+
+def failure(code: int, message: str, turn: int, step: int, err: str | None,
+            retryable: bool | None) -> TurnFailed:
+    return TurnFailed(code, message, {"turn": turn, "step": step, "code": err, "retryable": retryable})
+
+
+CASES: list[tuple[str, Reason, Settlement]] = [
+    ("completed", reason("completed"), success(3, "end_turn", {"kind": "completed"})),
+    ("max_tokens", reason("max_tokens"), success(3, "max_tokens", {"kind": "max_tokens"})),
+    ("max_steps", reason("max_steps", limit=50),
+     success(3, "max_turn_requests", {"kind": "max_steps", "limit": 50})),
+    ("refusal", reason("refusal"), success(3, "refusal", {"kind": "refusal"})),
+    ("cancelled", reason("cancelled", by="session/cancel"),
+     success(3, "cancelled", {"kind": "cancelled", "by": "session/cancel"})),
+    ("cancelled by $/cancel_request", reason("cancelled", by="$/cancel_request"),
+     success(3, "cancelled", {"kind": "cancelled", "by": "$/cancel_request"})),
+    ("interrupted crash", reason("interrupted", cause="crash"),
+     success(3, "cancelled", {"kind": "interrupted", "cause": "crash"})),
+    ("interrupted shutdown", reason("interrupted", cause="shutdown"),
+     success(3, "cancelled", {"kind": "interrupted", "cause": "shutdown"})),
+    ("error auth", reason("error", step=1, message="bad key", code="auth", retryable=False),
+     failure(-32000, "authentication required: bad key", 3, 1, "auth", False)),
+    ("error full", reason("error", step=2, message="rate limited", code="rate_limit", retryable=True),
+     failure(-32603, "turn failed: rate limited", 3, 2, "rate_limit", True)),
+    ("error bare", reason("error", step=0, message="boom"),
+     failure(-32603, "turn failed: boom", 3, 0, None, None)),
+]
+
+
+@pytest.mark.parametrize(("name", "why", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_settle(name: str, why: Reason, expected: Settlement) -> None:
+    answer = settle(turn_end(3, why))
+    assert answer == expected
+    if isinstance(answer, TurnFailed):
+        error = answer.to_error()
+        assert error == {"code": answer.code, "message": answer.message, "data": dict(answer.data)}
+        validate_def("Error", error)
+    else:
+        validate_def("PromptResponse", answer)
+
+
+def test_total_over_reason_kinds() -> None:
+    covered = {c[1]["kind"] for c in CASES}
+    assert covered == set(REASON_KINDS)
+
+
+def test_answer_does_not_alias_the_event() -> None:
+    event = turn_end(1, reason("max_steps", limit=5))
+    answer = settle(event)
+    assert not isinstance(answer, TurnFailed)
+    answer["_meta"]["acpBridge"]["reason"]["limit"] = 6
+    assert event["data"]["reason"]["limit"] == 5
+
+
+@pytest.mark.parametrize("why", [{"kind": "exploded"}, {}, {"kind": None}])
+def test_unknown_kind_is_a_programming_error(why: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="reason kind"):
+        settle(turn_end(1, why))
+
+
+def test_only_turn_end_settles() -> None:
+    with pytest.raises(ValueError, match="turn/end"):
+        settle({"type": "step/end", "seq": 0, "time": 0, "data": {"turn": 1, "step": 1}})
