@@ -49,3 +49,8 @@ class RootJSONSnapshot(JSONSnapshotExtension):
 @pytest.fixture
 def snapshot_json(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     return snapshot.use_extension(RootJSONSnapshot)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

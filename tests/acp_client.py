@@ -1,0 +1,245 @@
+"""An ACP test client that drives the real agent as a subprocess over stdio.
+
+Every message the agent sends is validated against the official schema
+(tests/acp_schema.validate_agent_message) as it arrives; the client answers the
+agent's requests (permission, fs, terminal) from a scripted `ClientPolicy`, and keeps
+the whole wire transcript for snapshots (`normalized()`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import orjson
+
+from tests.acp_schema import validate_agent_message
+
+CLIENT_CAPS_NONE: dict[str, Any] = {}
+CLIENT_CAPS_ALL: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
+
+
+class AgentError(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        self.code = error.get("code")
+        self.message = error.get("message")
+        self.data = error.get("data")
+
+
+@dataclass
+class ClientPolicy:
+    """How the client answers the agent's requests."""
+
+    permissions: list[str | None] = field(default_factory=list)  # optionIds; None = cancelled
+    hang_permissions: bool = False  # never answer permission requests
+    asked: list[dict[str, Any]] = field(default_factory=list)
+    fs_calls: list[tuple[str, str]] = field(default_factory=list)
+    terminals: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    async def answer(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "session/request_permission":
+            self.asked.append(params)
+            if self.hang_permissions:
+                await anyio.sleep_forever()
+            option = self.permissions.pop(0) if self.permissions else "reject_once"
+            if option is None:
+                return {"outcome": {"outcome": "cancelled"}}
+            return {"outcome": {"outcome": "selected", "optionId": option}}
+        if method == "fs/read_text_file":
+            self.fs_calls.append((method, params["path"]))
+            text = Path(params["path"]).read_text()
+            if params.get("line") or params.get("limit"):
+                lines = text.splitlines(keepends=True)
+                start = max((params.get("line") or 1) - 1, 0)
+                end = start + params["limit"] if params.get("limit") else None
+                text = "".join(lines[start:end])
+            return {"content": text}
+        if method == "fs/write_text_file":
+            self.fs_calls.append((method, params["path"]))
+            Path(params["path"]).write_text(params["content"])
+            return {}
+        if method == "terminal/create":
+            terminal_id = f"term-{len(self.terminals) + 1}"
+            proc = await anyio.run_process([params["command"], *params.get("args", [])],
+                                           cwd=params.get("cwd"), check=False, stderr=subprocess.STDOUT)
+            self.terminals[terminal_id] = {"output": proc.stdout.decode(), "exitCode": proc.returncode,
+                                           "params": params, "released": False}
+            return {"terminalId": terminal_id}
+        if method.startswith("terminal/"):
+            term = self.terminals[params["terminalId"]]
+            if method == "terminal/output":
+                return {"output": term["output"], "truncated": False,
+                        "exitStatus": {"exitCode": term["exitCode"], "signal": None}}
+            if method == "terminal/wait_for_exit":
+                return {"exitCode": term["exitCode"], "signal": None}
+            if method == "terminal/release":
+                term["released"] = True
+            return {}
+        raise AssertionError(f"unexpected agent request {method}")
+
+
+class AgentProcess:
+    """`async with AgentProcess(store, model=...) as agent:` a running agent."""
+
+    def __init__(self, store: Path, *, model: str = "echo", backend: str = "jsonl",
+                 policy: ClientPolicy | None = None, args: tuple[str, ...] = (),
+                 cwd: Path | None = None) -> None:
+        self.command = [sys.executable, "-m", "acp_bridge", "--store", str(store), "--backend", backend,
+                        "--model", model, *args]
+        self.store = store
+        self.cwd = cwd
+        self.policy = policy or ClientPolicy()
+        self.transcript: list[tuple[str, Any]] = []  # ("->" client to agent | "<-", message)
+        self.updates: list[dict[str, Any]] = []  # session/update params, in order
+        self.notifications_seen = anyio.Event()
+        self._ids = itertools.count(1)
+        self._pending: dict[Any, tuple[anyio.Event, list[Any], str]] = {}
+        self._requested: dict[Any, str] = {}  # our request ids -> method, for validation
+        self.stderr = b""
+        self.returncode: int | None = None
+
+    async def __aenter__(self) -> AgentProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = await anyio.open_process(self.command, cwd=self.cwd, env=env)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._read)
+        self._tg.start_soon(self._read_stderr)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self.proc.returncode is None:
+            await self.close_stdin()
+            with anyio.move_on_after(10):
+                await self.proc.wait()
+            if self.proc.returncode is None:
+                self.proc.kill()
+        self.returncode = await self.proc.wait()
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(None, None, None)
+        await self.proc.aclose()
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        async for chunk in self.proc.stderr:
+            self.stderr += chunk
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        buffer = b""
+        async for chunk in self.proc.stdout:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                message = orjson.loads(line)  # stdout carries protocol messages only
+                self.transcript.append(("<-", message))
+                self._on_message(message)
+
+    def _on_message(self, message: Any) -> None:
+        for item in message if isinstance(message, list) else [message]:
+            validate_agent_message(item, self._requested)
+            if "method" in item and "id" in item:
+                self._tg.start_soon(self._answer, item)
+            elif "method" in item:
+                if item["method"] == "session/update":
+                    self.updates.append(item["params"])
+            elif item.get("id") in self._pending:
+                done, slot, _ = self._pending[item["id"]]
+                slot.append(item)
+                done.set()
+
+    async def _answer(self, request: dict[str, Any]) -> None:
+        try:
+            result = await self.policy.answer(request["method"], request["params"])
+            reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+        except FileNotFoundError as exc:
+            reply = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32002, "message": str(exc)}}
+        await self.send(reply)
+
+    async def send(self, message: Any) -> None:
+        self.transcript.append(("->", message))
+        await self.send_raw(orjson.dumps(message) + b"\n")
+
+    async def send_raw(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        await self.proc.stdin.send(data)
+
+    async def request(self, method: str, params: Any = None, *, timeout: float = 20) -> Any:
+        """Send a request and wait for its answer; raises AgentError for an error."""
+        response = await self.request_raw(method, params, timeout=timeout)
+        if "error" in response:
+            raise AgentError(response["error"])
+        return response["result"]
+
+    async def request_raw(self, method: str, params: Any = None, *, timeout: float = 20,
+                          request_id: Any = None) -> dict[str, Any]:
+        rid = next(self._ids) if request_id is None else request_id
+        done, slot = anyio.Event(), list[Any]()
+        self._pending[rid] = (done, slot, method)
+        self._requested[rid] = method
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+        with anyio.fail_after(timeout):
+            await done.wait()
+        del self._pending[rid]
+        return dict(slot[0])
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def close_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        await self.proc.stdin.aclose()
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+
+    # --- conveniences ----------------------------------------------------------------
+
+    async def initialize(self, caps: dict[str, Any] | None = None) -> Any:
+        return await self.request("initialize", {"protocolVersion": 1, "clientCapabilities": caps or {},
+                                                 "clientInfo": {"name": "tests", "version": "0"}})
+
+    async def new_session(self, cwd: Path, **extra: Any) -> str:
+        result = await self.request("session/new", {"cwd": str(cwd), "mcpServers": [], **extra})
+        return str(result["sessionId"])
+
+    async def prompt(self, sid: str, text: str, **kw: Any) -> Any:
+        return await self.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
+                                  **kw)
+
+    def updates_of(self, sid: str) -> list[dict[str, Any]]:
+        return [u["update"] for u in self.updates if u["sessionId"] == sid]
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10) -> None:
+        with anyio.fail_after(timeout):
+            while not predicate():
+                await anyio.sleep(0.01)
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+
+
+def normalized(transcript: list[tuple[str, Any]], *paths: Path) -> list[Any]:
+    """The transcript with volatile values replaced: session ids, times, paths."""
+    text = orjson.dumps([{"dir": d, "msg": m} for d, m in transcript]).decode()
+    for path in sorted(paths, key=lambda p: -len(str(p))):
+        text = text.replace(str(path), f"<{path.name}>")
+    ids: dict[str, str] = {}
+    text = _UUID.sub(lambda m: ids.setdefault(m.group(0), f"<session-{len(ids) + 1}>"), text)
+    text = _ISO.sub("<time>", text)
+    return list(orjson.loads(text))
