@@ -119,7 +119,7 @@ async def test_errors_keep_the_connection_usable(tmp_path: Path, work: Path) -> 
         await agent.initialize()
         with pytest.raises(AgentError) as err:
             await agent.request("session/new", {"cwd": "relative/path", "mcpServers": []})
-        assert err.value.code == -32602 and err.value.data["field"] == "cwd"
+        assert err.value.code == -32602 and (err.value.data or {})["field"] == "cwd"
         with pytest.raises(AgentError) as err:
             await agent.request("session/prompt", {"sessionId": "00000000-0000-4000-8000-000000000000",
                                                    "prompt": [{"type": "text", "text": "x"}]})
