@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,11 +23,12 @@ def test_demo_survives_kill_9(tmp_path: Path) -> None:
     assert (tmp_path / "store" / "sessions").is_dir()
 
 
-def test_version_and_serve_placeholder() -> None:
+def test_version_and_serve_on_empty_stdin(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "acp_bridge", "--version"],
                          capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 0 and out.stdout.startswith("acp-bridge ")
-    serve = subprocess.run([sys.executable, "-m", "acp_bridge"],
+    env = {**os.environ, "ACP_BRIDGE_HOME": str(tmp_path / "home")}
+    serve = subprocess.run([sys.executable, "-m", "acp_bridge"], input="", env=env,
                            capture_output=True, text=True, timeout=30, check=False)
-    assert serve.returncode == 2 and serve.stdout == ""  # stdout is for protocol only
-    assert "not built yet" in serve.stderr
+    assert serve.returncode == 0 and serve.stdout == ""  # stdout is for protocol only
+    assert serve.stderr.startswith("acp-bridge ") and str(tmp_path / "home") in serve.stderr
