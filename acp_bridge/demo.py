@@ -1,115 +1,186 @@
-"""`acp-bridge demo`: the durable session log at work, crash included.
+"""`acp-bridge demo`: a scripted session end to end through the real stdio agent.
 
-A child process records a conversation through the real JSONL store and is killed
-with SIGKILL in the middle of a tool call; a fresh owner then loads the session,
-repairs the interrupted turn, and carries on. Everything runs locally: no network, no
-keys. (The full ACP demo through the stdio agent replaces this once the server lands.)
+It plays the editor: launches `acp-bridge serve` with a scripted model (no network, no
+keys), chats, grants a permission, kills the agent with SIGKILL in the middle of a
+running command, starts a new agent on the same store, loads the session (the
+interrupted turn comes back closed, not dropped) and carries on. Everything it prints
+is what a person would see in their editor, plus what happens underneath.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
-from session import SessionStore, check_invariants, derive_messages, open_backend
+import orjson
 
-# The child: one finished turn, then a turn that stops inside a running tool call.
-_CHILD = r"""
-import sys, time
-from session import SessionStore, open_backend
-store = SessionStore(open_backend("jsonl", sys.argv[1]))
-log = store.create(cwd=sys.argv[2])
-def turn(n, prompt):
-    log.append("turn/start", {"turn": n, "trigger": {"kind": "prompt"}, "mode": "ask", "model": "echo"})
-    log.append("user/message", {"turn": n, "content": [{"type": "text", "text": prompt}]})
-    log.append("step/start", {"turn": n, "step": 1})
-turn(1, "hello durable world")
-for word in "hello durable world".split():
-    log.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text", "text": word + " "}})
-log.append("assistant/message", {"turn": 1, "step": 1, "content": [{"type": "text", "text": "hello durable world"}],
-           "usage": {"inputTokens": 3, "outputTokens": 3}})
-log.append("step/end", {"turn": 1, "step": 1})
-log.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
-turn(2, "run the tests")
-call = {"type": "tool-call", "id": "call-1", "name": "run_command", "arguments": '{"command": "pytest"}'}
-log.append("assistant/message", {"turn": 2, "step": 1, "content": [{"type": "text", "text": "Running them."}, call]})
-log.append("tool/call", {"turn": 2, "step": 1, "callId": "call-1", "name": "run_command",
-           "arguments": {"command": "pytest"}, "title": "pytest", "kind": "execute"})
-print(log.id, flush=True)   # the tool/call is durable: the "tool" may start now
-time.sleep(60)
-"""
+
+class _Agent:
+    """A blocking, minimal ACP client around one agent process (the demo needs no more)."""
+
+    def __init__(self, store: Path, script: Path, cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "acp_bridge", "serve", "--store", str(store), "--model", f"script:{script}"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd,
+        )
+        self._ids = itertools.count(1)
+        self._buffer = b""
+        self.marker: Path | None = None  # when set, stop waiting once this file exists
+
+    def _line(self) -> bytes | None:
+        """The next line from the agent, or None if the marker appeared first."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            if self.marker is not None and self.marker.exists():
+                return None
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise RuntimeError("the agent exited")
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(orjson.dumps(message) + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """Send a request and show what streams back until its answer (None if the
+        marker appeared first)."""
+        rid = next(self._ids)
+        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        while True:
+            line = self._line()
+            if line is None:
+                _end_line()
+                return None
+            message = orjson.loads(line)
+            if message.get("id") == rid and "method" not in message:
+                _end_line()
+                return dict(message)
+            if message.get("method") == "session/update":
+                _show_update(message["params"]["update"])
+            elif message.get("method") == "session/request_permission":
+                call = message["params"]["toolCall"]
+                _end_line()
+                _say(f"      ? permission asked: {call['title']} -> you choose \"Allow once\"")
+                self._send({"jsonrpc": "2.0", "id": message["id"],
+                            "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=10)
+
+
+_inline: list[str] = []  # the kind of chunk being printed on the current line, if any
 
 
 def _say(text: str = "") -> None:
+    _end_line()
     print(text, flush=True)
 
 
-def _show(events: Any, start: int = 0) -> None:
-    for event in events[start:]:
-        data = event["data"]
-        detail = ""
-        if event["type"] == "assistant/chunk":
-            detail = repr(data["chunk"]["text"])
-        elif event["type"] == "tool/result":
-            detail = f"{data['callId']} error={data['isError']}: {data['content'][0]['text']}"
-        elif event["type"] == "turn/end":
-            detail = str(data["reason"])
-        elif event["type"] == "user/message":
-            detail = repr(data["content"][0]["text"])
-        _say(f"  {event['seq']:>3}  {event['type']:<18} turn {data['turn']}  {detail}")
+def _end_line() -> None:
+    if _inline:
+        _inline.clear()
+        print(flush=True)
+
+
+def _show_update(update: dict[str, Any]) -> None:
+    kind = update["sessionUpdate"]
+    if kind in ("agent_message_chunk", "user_message_chunk", "agent_thought_chunk"):
+        # Chunks of one message share a line, as an editor shows them.
+        if _inline != [kind]:
+            _end_line()
+            who = {"agent_message_chunk": "agent", "user_message_chunk": "you", "agent_thought_chunk": "thinks"}
+            print(f"      {who[kind]:>6}: ", end="")
+            _inline.append(kind)
+        print(update["content"].get("text", ""), end="", flush=True)
+    elif kind == "tool_call":
+        _say(f"      tool  : {update['title']} [{update.get('status')}]")
+    elif kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
+        text = ""
+        for block in update.get("content") or []:
+            inner = block.get("content", {}) if block.get("type") == "content" else {}
+            text = text or inner.get("text", "")
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        _say(f"      tool  : {update['toolCallId']} {update['status']}{': ' + first if first else ''}")
+    elif kind == "session_info_update":
+        _say(f"      title : {update.get('title')}")
+
+
+def _prompt(agent: _Agent, sid: str, text: str) -> dict[str, Any] | None:
+    _say(f"    > {text}")
+    answer = agent.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]})
+    if answer is not None:
+        result = answer.get("result", {})
+        _say(f"      answer: stopReason={result.get('stopReason')} {result.get('_meta', {}).get('acpBridge')}")
+    return answer
 
 
 def run(store_dir: str | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="acp-bridge-demo-") as tmp:
-        root = Path(store_dir or tmp) / "store"
-        _say(f"acp-bridge demo: a session log in {root}\n")
-        _say("1. A child process records a finished turn, then starts a tool call.")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(root), os.getcwd()],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert child.stdout is not None
-        sid = child.stdout.readline().strip()
-        if not sid:
-            _say("   the child failed to start")
-            return 1
-        _say(f"   session {sid}: the tool call is on disk; the tool is 'running'.\n")
-        _say(f"2. kill -9 {child.pid} (no shutdown, no flush, no goodbye).")
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        _say(f"   exit status {child.returncode}\n")
+        base = Path(store_dir or tmp)
+        store, work = base / "store", base / "project"
+        work.mkdir(parents=True, exist_ok=True)
+        marker = work / ".tests-started"
+        first = base / "model-1.json"
+        first.write_bytes(orjson.dumps({"steps": [
+            {"text": "Hello! I keep a durable log of everything we do."},
+            {"text": "I'll write the notes.", "toolCalls": [{"id": "write-1", "name": "write_file", "arguments": {
+                "path": "NOTES.md", "content": "# Notes\n\nacp-bridge never loses an acknowledged turn.\n"}}]},
+            {"text": "Written."},
+            {"text": "Running the test suite.", "toolCalls": [{"id": "tests-1", "name": "run_command", "arguments": {
+                "command": f"touch {marker.name} && sleep 10"}}]},
+        ]}))
+        second = base / "model-2.json"
+        second.write_bytes(orjson.dumps({"steps": [
+            {"text": "The last run was interrupted by a crash; the log shows it. Shall I rerun the tests?"}]}))
 
-        store = SessionStore(open_backend("jsonl", root))
-        _say("3. A new owner loads the session. Repair closes the interrupted turn:")
-        loaded = store.load(sid)
-        log, report = loaded.log, loaded.report
-        before = len(log.events) - report.closers
-        _show(log.events)
-        _say(f"\n   repair report: {report.to_meta()}")
-        _say(f"   the first {before} events are exactly what the child wrote; the last "
-             f"{report.closers} close turn {report.interrupted_turn}.\n")
+        _say(f"acp-bridge demo (store: {store})\n")
+        _say("1. An editor starts the agent and opens a session.")
+        agent = _Agent(store, first, work)
+        agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        new = agent.request("session/new", {"cwd": str(work), "mcpServers": []})
+        assert new is not None
+        sid = new["result"]["sessionId"]
+        _say(f"    session {sid}\n")
+        _say("2. A plain answer, streamed word by word:")
+        _prompt(agent, sid, "hi")
+        _say("\n3. A tool call that needs your permission:")
+        _prompt(agent, sid, "write down what you are")
+        _say(f"    NOTES.md now says: {(work / 'NOTES.md').read_text().splitlines()[-1]!r}\n")
+        _say("4. A long command starts... and the agent is killed with SIGKILL mid-command.")
+        agent.marker = marker
+        _prompt(agent, sid, "run the tests")
+        agent.proc.send_signal(signal.SIGKILL)
+        agent.proc.wait()
+        _say(f"    agent {agent.proc.pid} killed (exit status {agent.proc.returncode}); no answer was sent.\n")
+        time.sleep(0.1)
 
-        _say("4. The model transcript is valid again (every tool call has a result):")
-        for message in derive_messages(log.events):
-            _say(f"   {message['role']:<9} {str(message['content'])[:90]}")
-        _say("\n5. The conversation goes on with turn 3, and reloads without repair:")
-        n = log.tracker.turn + 1
-        log.append("turn/start", {"turn": n, "trigger": {"kind": "prompt"}})
-        log.append("user/message", {"turn": n, "content": [{"type": "text", "text": "what happened?"}]})
-        log.append("turn/end", {"turn": n, "reason": {"kind": "completed"}})
-        log.close()
-        again = store.load(sid)
-        check_invariants(again.log.events, closed=True)
-        _show(again.log.events, start=len(again.log.events) - 3)
-        _say(f"   repaired on this load: {again.report.repaired}")
-        again.log.close()
-        _say("\nDone: nothing acknowledged was lost, and the crashed turn is kept and closed.")
+        _say("5. The editor starts a new agent and loads the session; it replays everything:")
+        agent = _Agent(store, second, work)
+        agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        loaded = agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        assert loaded is not None and "result" in loaded, loaded
+        repair = loaded["result"]["_meta"]["acpBridge"]["repair"]
+        _say(f"\n    repair report: {repair}")
+        _say("    The interrupted turn is kept and closed: its command is marked failed (it may have run).\n")
+        _say("6. And the conversation goes on:")
+        _prompt(agent, sid, "what happened?")
+        code = agent.close()
+        _say(f"\nDone: the agent exited with {code}. Nothing acknowledged was lost.")
     return 0

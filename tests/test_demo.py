@@ -1,4 +1,5 @@
-"""The Quick start's main job, run as a person runs it: a real child killed with -9."""
+"""The Quick start's main job, run as a person runs it: the real stdio agent, a kill -9
+mid-command, a restart and a load."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ import sys
 from pathlib import Path
 
 
-def test_demo_survives_kill_9(tmp_path: Path) -> None:
+def test_demo_end_to_end(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "acp_bridge", "demo", "--store", str(tmp_path)],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "exit status -9" in text
-    assert "'interruptedTurn': 2, 'syntheticResults': 1, 'closers': 3" in text
-    assert "tool/result        turn 2  call-1 error=True" in text
-    assert "{'kind': 'interrupted', 'cause': 'crash'}" in text
-    assert "repaired on this load: False" in text
-    assert (tmp_path / "store" / "sessions").is_dir()
+    assert "agent: Hello! I keep a durable log of everything we do." in text
+    assert '? permission asked: Write NOTES.md -> you choose "Allow once"' in text
+    assert "(exit status -9); no answer was sent." in text
+    assert "tests-1 failed: The run_command call was interrupted" in text
+    assert "'interruptedTurn': 3, 'syntheticResults': 1, 'closers': 3" in text
+    assert "answer: stopReason=end_turn {'turn': 4, 'reason': {'kind': 'completed'}}" in text
+    assert "Done: the agent exited with 0." in text
+    assert (tmp_path / "project" / "NOTES.md").exists()
 
 
 def test_version_and_serve_on_empty_stdin(tmp_path: Path) -> None:

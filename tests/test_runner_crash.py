@@ -48,7 +48,7 @@ def test_kill_9_mid_tool_then_load(tmp_path: Path) -> None:
     steps.write_bytes(orjson.dumps({"steps": [
         {"text": "hello"},
         {"text": "running both", "toolCalls": [
-            {"id": "slow", "name": "run_command", "arguments": {"command": f"touch {marker}; sleep 60"}},
+            {"id": "slow", "name": "run_command", "arguments": {"command": f"touch {marker}; sleep 20"}},
             {"id": "after", "name": "read_file", "arguments": {"path": "started"}},
         ]},
         {"text": "never reached"},
