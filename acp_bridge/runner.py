@@ -195,6 +195,9 @@ class TurnRunner:
         """One model call and its tools. Returns the turn's end reason if the turn
         ends with this step (the step is then still open), else None."""
         await self._append(STEP_START, {"turn": turn, "step": number})
+        # The model is outside the agent: the turn so far (the prompt above all) is made
+        # durable before waiting on it, so a crash mid-stream loses only this step's chunks.
+        await self._sync()
         step = self._step = _Step(number)
         request = ModelRequest(derive_messages(self.log.events), self._specs())
         calls: list[ToolCallChunk] = []

@@ -349,7 +349,9 @@ def _id_key(rid: Any) -> Any:
 
 
 def _iso(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).isoformat().replace("+00:00", "Z")
+    """ISO 8601 UTC with milliseconds, always the same width (so the strings sort)."""
+    stamp = datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC)
+    return f"{stamp:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
 
 
 def _iso_now() -> str:
