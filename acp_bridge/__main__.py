@@ -22,6 +22,10 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="the stdio ACP agent (the default)")
     for p in (parser, serve):
         _serve_options(p)
+    # Listed for --help only: main() hands these to their own modules before parsing,
+    # so their imports stay off the agent's start-up path.
+    commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
+    commands.add_parser("sessions", help="list, show and export stored sessions")
     demo = commands.add_parser("demo", help="show the durable log surviving a kill -9")
     demo.add_argument("--store", help="keep the demo store under this folder")
     return parser
@@ -42,7 +46,16 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    raw = sys.argv[1:] if argv is None else argv
+    if raw[:1] == ["chat"]:
+        from acp_bridge.chat import main as chat_main
+
+        return chat_main(raw[1:])
+    if raw[:1] == ["sessions"]:
+        from acp_bridge.sessions_cli import main as sessions_main
+
+        return sessions_main(raw[1:])
+    args = _parser().parse_args(raw)
     if args.command == "demo":
         from acp_bridge.demo import run
 

@@ -1,0 +1,406 @@
+"""`acp-bridge chat`: a terminal ACP client that launches `acp-bridge serve` and talks
+to it over the child's stdin/stdout.
+
+It advertises `fs` and `terminal` and serves them itself, so the agent's tools read and
+write files and run commands through it; permission requests are asked at the keyboard.
+
+Input: one `LineInput` over stdin (fd 0) is the only reader, and every line is taken
+by whoever is waiting for one. While a prompt runs the loop waits for its answer and
+reads nothing, so a permission question takes the next line: with piped stdin,
+prompts and permission answers come from the same stream, in order. A read that is
+cancelled (Ctrl-C, or the agent withdrawing its question) loses nothing. The file
+descriptor is polled, never switched to non-blocking (a terminal shares that flag with
+stdout), and read directly when it cannot be polled (a regular file, /dev/null).
+
+Ctrl-C while a prompt runs sends `session/cancel` (and withdraws a pending permission
+question); a second one, or one while idle, quits. Quitting closes the agent's stdin
+and waits for it to exit. The agent runs in its own session, so the terminal's Ctrl-C
+reaches only this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import orjson
+
+from acp_bridge import __version__
+from acp_bridge.chat_client import (
+    AgentConnection,
+    AgentError,
+    AgentGone,
+    HandlerError,
+    LineInput,
+    Terminals,
+    read_text_file,
+    write_text_file,
+)
+from acp_bridge.chat_render import Renderer, sessions_table
+from acp_bridge.errors import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+)
+
+CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
+AGENT_EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
+DRAIN_GRACE = 0.5  # seconds a finished command's last output gets to arrive
+HELP = """commands:
+  /sessions      list the stored sessions
+  /load ID       load a session (its history is replayed)
+  /mode NAME     set the session mode (ask, accept_edits, read_only)
+  /quit          leave (so does end of input)
+anything else is sent as a prompt ("//text" sends "/text").
+Ctrl-C cancels a running prompt; a second Ctrl-C (or one while idle) quits.
+"""
+
+# --- command line -------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", help="session store folder (passed to the agent)")
+    p.add_argument("--backend", choices=("jsonl", "sqlite"), help="session store backend (passed to the agent)")
+    p.add_argument("--model", help="model spec: echo, script:PATH, openai:MODEL (passed to the agent)")
+    p.add_argument("--max-steps", type=_positive_int, help="model calls per turn at most (passed to the agent)")
+    p.add_argument("--cwd", default=".", help="working directory of new sessions (default: the current one)")
+    p.add_argument("--load", metavar="ID", help="start by loading this session instead of a new one")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _options(subparsers.add_parser("chat", help="talk to the agent at a terminal",
+                                   description="A terminal ACP client for acp-bridge."))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="acp-bridge chat", description="A terminal ACP client for acp-bridge.")
+    _options(parser)
+    return run(parser.parse_args(sys.argv[1:] if argv is None else argv))
+
+
+def agent_command(args: argparse.Namespace) -> list[str]:
+    command = [sys.executable, "-m", "acp_bridge", "serve"]
+    for flag, value in (("--store", args.store), ("--backend", args.backend), ("--model", args.model),
+                        ("--max-steps", args.max_steps)):
+        if value is not None:
+            command += [flag, str(value)]
+    return command
+
+
+def run(args: argparse.Namespace) -> int:
+    for stream in (sys.stdout, sys.stderr):  # an odd terminal encoding must not end the chat
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
+    try:
+        return anyio.run(_chat, args)
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _chat(args: argparse.Namespace) -> int:
+    return await Chat(args).main()
+
+
+# --- stdin --------------------------------------------------------------------------
+
+
+_ANSWERS = {"a": "allow_once", "allow": "allow_once", "y": "allow_once", "yes": "allow_once",
+            "l": "allow_always", "always": "allow_always",
+            "r": "reject_once", "reject": "reject_once", "n": "reject_once", "no": "reject_once"}
+CANCELLED: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
+
+
+def _option_for(kind: str, options: list[Any]) -> str | None:
+    """The optionId the agent offered for an answer of `kind`."""
+    wanted = [kind, "reject_always"] if kind == "reject_once" else [kind]
+    for want in wanted:
+        for option in options:
+            if isinstance(option, dict) and option.get("kind") == want and isinstance(option.get("optionId"), str):
+                return str(option["optionId"])
+    return None
+
+
+class Chat:
+    """One chat: the agent process, the connection, the input loop, Ctrl-C."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cwd = str(Path(args.cwd).resolve())
+        self.input = LineInput(sys.stdin.fileno())
+        self.echo = not os.isatty(sys.stdin.fileno())
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        self.render = Renderer(color=color, cwd=self.cwd)
+        self.sid: str | None = None
+        self.mode: str | None = None
+        self.modes: list[str] = []
+        self._conn: AgentConnection | None = None
+        self._terminals: Terminals | None = None
+        self._scope = anyio.CancelScope()  # the input loop: cancelled to quit
+        self._prompting = False
+        self._cancel_sent = False
+        self._questions: set[anyio.CancelScope] = set()
+        self._closing = False
+        self._lost = False  # the agent went away on its own
+
+    # --- output ----------------------------------------------------------------------
+
+    def write(self, text: str) -> None:
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def error(self, text: str) -> None:
+        self.write(self.render.newline())
+        print(f"acp-bridge chat: {text}", file=sys.stderr, flush=True)
+
+    def conn(self) -> AgentConnection:
+        assert self._conn is not None
+        return self._conn
+
+    # --- lifetime --------------------------------------------------------------------
+
+    async def main(self) -> int:
+        if not Path(self.cwd).is_dir():
+            self.error(f"--cwd {self.cwd} is not a directory")
+            return 2
+        try:
+            process = await anyio.open_process(agent_command(self.args), stdin=subprocess.PIPE,
+                                               stdout=subprocess.PIPE, stderr=None, start_new_session=True)
+        except OSError as exc:
+            self.error(f"cannot start the agent: {exc}")
+            return 1
+        code = 1
+        async with anyio.create_task_group() as tg:
+            self._terminals = Terminals(tg)
+            self._conn = AgentConnection(process, self._on_notification, self._on_request)
+            tg.start_soon(self._read, tg)
+            if threading.current_thread() is threading.main_thread():
+                tg.start_soon(self._signals)
+            try:
+                with self._scope:
+                    code = await self._session()
+                if self._scope.cancelled_caught:
+                    code = 1 if self._lost else 130
+            except AgentGone:
+                self._lost = True
+            finally:
+                with anyio.CancelScope(shield=True):
+                    self._closing = True
+                    await self.conn().close()
+                    with anyio.move_on_after(AGENT_EXIT_WAIT):
+                        await process.wait()
+                    if process.returncode is None:
+                        process.kill()
+                        await process.wait()
+                    await self._terminals.close_all()
+                    await process.aclose()
+                tg.cancel_scope.cancel()
+        if self._lost:
+            self.error(f"the agent exited unexpectedly (exit code {process.returncode})")
+            return 1
+        return code
+
+    async def _read(self, tg: anyio.abc.TaskGroup) -> None:
+        await self.conn().read_loop(tg)
+        if not self._closing:
+            self._lost = True
+            self._scope.cancel()
+
+    async def _signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                if self._prompting and not self._cancel_sent:
+                    self._cancel_sent = True
+                    self.write(self.render.line("[cancelling: Ctrl-C again quits]"))
+                    await self.conn().notify("session/cancel", {"sessionId": self.sid})
+                    for scope in list(self._questions):
+                        scope.cancel()
+                else:
+                    self.write(self.render.newline())
+                    self._scope.cancel()
+
+    async def _readline(self) -> str | None:
+        line = await self.input.readline()
+        if line is not None:
+            self.write(self.render.typed(line, echo=self.echo))
+        return line
+
+    # --- the conversation ------------------------------------------------------------
+
+    async def _session(self) -> int:
+        conn = self.conn()
+        try:
+            await conn.request("initialize", {
+                "protocolVersion": 1, "clientCapabilities": CLIENT_CAPABILITIES,
+                "clientInfo": {"name": "acp-bridge-chat", "title": "acp-bridge chat", "version": __version__}})
+            if self.args.load:
+                if not await self._load(self.args.load):
+                    return 1
+            else:
+                result = await conn.request("session/new", {"cwd": self.cwd, "mcpServers": []})
+                self._enter(str(result["sessionId"]), result)
+        except AgentError as exc:
+            self.error(exc.message)
+            return 1
+        self.write(self.render.line(f"session {self.sid} (mode {self.mode}); /help for commands"))
+        while True:
+            self.write(self.render.input_prompt())
+            line = await self._readline()
+            if line is None:
+                self.write(self.render.newline())
+                return 0
+            text = line.strip()
+            if not text:
+                continue
+            if text.startswith("/") and not text.startswith("//"):
+                if not await self._command(text):
+                    return 0
+                continue
+            await self._prompt(text[1:] if text.startswith("//") else text)
+
+    def _enter(self, sid: str, state: Any) -> None:
+        """Make `sid` the current session, with the mode state of its answer."""
+        self.sid = sid
+        self.render.new_session()
+        modes = state.get("modes") if isinstance(state, dict) else None
+        if isinstance(modes, dict):
+            self.mode = modes.get("currentModeId")
+            self.modes = [m["id"] for m in modes.get("availableModes", []) if isinstance(m, dict) and "id" in m]
+
+    async def _prompt(self, text: str) -> None:
+        self._prompting, self._cancel_sent = True, False
+        try:
+            result = await self.conn().request(
+                "session/prompt", {"sessionId": self.sid, "prompt": [{"type": "text", "text": text}]})
+        except AgentError as exc:
+            self.write(self.render.failed(exc.message))
+            return
+        finally:
+            self._prompting = False
+        self.write(self.render.answer(result))
+
+    async def _command(self, text: str) -> bool:
+        """Run a /command; False to quit."""
+        name, _, arg = text.partition(" ")
+        arg = arg.strip()
+        conn = self.conn()
+        try:
+            if name in ("/quit", "/exit"):
+                return False
+            if name == "/help":
+                self.write(self.render.newline() + HELP)
+            elif name == "/sessions":
+                result = await conn.request("session/list", {})
+                self.write(self.render.newline() + sessions_table(result.get("sessions", []), self.sid))
+                if result.get("nextCursor"):
+                    self.write("(more sessions not shown)\n")
+            elif name == "/mode" and not arg:
+                self.write(self.render.line(f"mode {self.mode} (available: {', '.join(self.modes)})"))
+            elif name == "/mode":
+                await conn.request("session/set_mode", {"sessionId": self.sid, "modeId": arg})
+                self.mode = arg
+            elif name == "/load" and arg:
+                await self._load(arg)
+            else:
+                self.error(f"unknown command {text!r}\n{HELP}" if name != "/load" else "usage: /load ID")
+        except AgentError as exc:
+            self.error(exc.message)
+        return True
+
+    async def _load(self, sid: str) -> bool:
+        previous = self.sid
+        self.render.new_session()
+        self.write(self.render.line(f"[loading session {sid}]"))
+        try:
+            result = await self.conn().request("session/load", {"sessionId": sid, "cwd": self.cwd, "mcpServers": []})
+        except AgentError as exc:
+            self.error(f"cannot load session {sid}: {exc.message}")
+            return False
+        self._enter(sid, result)
+        meta = (result.get("_meta") or {}).get("acpBridge") or {}
+        self.write(self.render.line(f"[loaded session {sid}: {meta.get('turns', '?')} turns, mode {self.mode}]"))
+        repair = meta.get("repair") or {}
+        if repair.get("repaired"):
+            self.write(self.render.line(f"[the log was repaired: {orjson.dumps(repair).decode()}]"))
+        if previous is not None and previous != sid:
+            with contextlib.suppress(AgentError):
+                await self.conn().request("session/close", {"sessionId": previous})
+        return True
+
+    # --- what the agent sends --------------------------------------------------------
+
+    def _on_notification(self, method: str, params: Any) -> None:
+        if method == "session/update" and isinstance(params, dict) and isinstance(params.get("update"), dict):
+            self.write(self.render.update(params["update"]))
+
+    async def _on_request(self, method: str, params: dict[str, Any]) -> Any:
+        assert self._terminals is not None
+        terminals = self._terminals
+        handlers: dict[str, Callable[..., Awaitable[Any]]] = {
+            "session/request_permission": self._permission,
+            "fs/read_text_file": read_text_file, "fs/write_text_file": write_text_file,
+            "terminal/create": terminals.create, "terminal/output": terminals.output,
+            "terminal/wait_for_exit": terminals.wait_for_exit, "terminal/kill": terminals.kill,
+            "terminal/release": terminals.release,
+        }
+        handler = handlers.get(method)
+        if handler is None:
+            raise HandlerError(METHOD_NOT_FOUND, f"method not found: {method}")
+        try:
+            inspect.signature(handler).bind(**params)
+        except TypeError as exc:
+            raise HandlerError(INVALID_PARAMS, f"invalid params for {method}: {exc}") from None
+        return await handler(**params)
+
+    async def _permission(self, toolCall: dict[str, Any], options: list[Any], **_: Any) -> dict[str, Any]:
+        if self._cancel_sent:  # the turn is being cancelled: no more questions
+            return CANCELLED
+        self.write(self.render.permission(toolCall))
+        answer: str | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                self._questions.add(scope)
+                try:
+                    while answer is None:
+                        line = await self._readline()
+                        if line is None:
+                            self.write(self.render.line("  (end of input: rejected)"))
+                            answer = "reject_once"
+                        else:
+                            answer = _ANSWERS.get(line.strip().lower())
+                            if answer is None:
+                                self.write(self.render.choices())
+                finally:
+                    self._questions.discard(scope)
+        except anyio.get_cancelled_exc_class():
+            self.write(self.render.line("  (the agent withdrew the question)"))
+            raise
+        if scope.cancelled_caught or answer is None:
+            self.write(self.render.line("  (cancelled)"))
+            return CANCELLED
+        option = _option_for(answer, options)
+        if option is None:
+            return CANCELLED
+        return {"outcome": {"outcome": "selected", "optionId": option}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
