@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from acp_bridge.models import ModelSpecError
 from session.errors import (
     InvalidSessionIdError,
     SessionCorruptError,
@@ -72,6 +73,12 @@ def to_rpc_error(exc: BaseException) -> RpcError:
         if isinstance(exc, SessionCorruptError | SessionVersionError):
             return RpcError(SESSION_DAMAGED, exc.message, data)
         return RpcError(INTERNAL_ERROR, exc.message, data)
+    if isinstance(exc, ModelSpecError):
+        return RpcError(INTERNAL_ERROR, f"the model cannot be used: {exc}", {"code": "model_spec"})
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return RpcError(INTERNAL_ERROR, f"the session store is not usable{where}: {exc.strerror or exc}",
+                        {"code": "store_unavailable"})
     if isinstance(exc, PromptInProgressError):
         return RpcError(SESSION_BUSY, str(exc), {"code": "prompt_in_progress", "sessionId": exc.session_id})
     return RpcError(INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}", {"code": "internal"})
