@@ -1,0 +1,229 @@
+"""`acp-bridge sessions list|show ID|export ID`: stored sessions for people at a terminal.
+
+    acp-bridge sessions [--store DIR] [--backend jsonl|sqlite] list [--cwd DIR] [--json] [-n N]
+    acp-bridge sessions show ID [--full]
+    acp-bridge sessions export ID [--format md|jsonl]
+
+`--store` and `--backend` are accepted before or after the subcommand; they default as
+for the agent (`$ACP_BRIDGE_HOME` / `$XDG_STATE_HOME/acp-bridge`, `$ACP_BRIDGE_BACKEND`
+or jsonl). `acp-bridge sessions` alone lists.
+
+Decisions (DESIGN.md section 6 leaves the details open):
+
+- **Read-only, always.** Nothing here takes a session's owner lock, repairs, or creates
+  anything in the store: not the store folder, not a lock file, not `torn/`. `show` and
+  `export` work on a session that a live agent owns at that moment. JSONL logs are read
+  with one plain read and split with `session.backends.jsonl.read_log`; SQLite is opened
+  with `mode=ro` (SQLite may leave its empty `-wal`/`-shm` side files, with the database
+  file's mode; the database itself is not written). `SessionStore.load` is never called:
+  it takes ownership and writes the repair.
+- **Unrepaired logs are shown as loading would leave them.** A log that ends inside a
+  turn whose agent is gone (a crash nobody has loaded since) gets the crash-repair
+  closers (`session.interrupted_turn_closers`) appended in memory only; the turn is
+  marked "interrupted (crash; not yet repaired on disk)" and the synthetic results
+  "(not yet on disk)". A torn tail that loading would cut is reported, not shown.
+- **Running is not interrupted.** Whether a live agent owns the session is read from
+  `/proc/locks` (the owner lock is an flock; the kernel lists it with the holder's pid),
+  never by trying the lock, which could make a starting agent fail. If the open turn's
+  owner is alive, the turn is shown as "running (in process PID)" as far as it is on
+  disk, without closers: a tool call without a result is "(no result yet)". Where
+  `/proc/locks` does not exist (not Linux), an open turn is shown with the closers and
+  marked "interrupted (crash, or still running; not yet repaired on disk)".
+- **Damage.** `show` and `export --format md` refuse a log that `load` would refuse,
+  with the same `SessionCorruptError` / `SessionVersionError` message, exit 1. `list`
+  does not stop at one damaged session: it lists it with the status "damaged" (and the
+  message in `--json`). `export --format jsonl` is the raw stored form and does not
+  parse the log, so a damaged log can still be taken out for inspection.
+- **Ids.** A full session id, or a unique prefix of at least 4 characters (as with git).
+  Anything else that is not a UUID is an invalid id: exit 2, no path is built from it.
+  Unknown id: exit 1, naming it and the store. Ambiguous prefix: exit 2, listing them.
+- **list** columns: id, updated (local time), turns, the status of the last turn,
+  input/output tokens, cwd, title; newest first (`updatedAt` as the store defines it:
+  the file's mtime for JSONL, the last event's time for SQLite). Status: `completed`,
+  `max_tokens`, `max_steps`, `refusal`, `cancelled`, `error: MESSAGE`, `interrupted`,
+  `interrupted (unrepaired)` (open turn, no live owner), `running` (open turn, live
+  owner), `open (running or interrupted)` (owner unknown), `damaged`, `no turns`. It
+  reads every log whole (turns and tokens are not indexed), which is fine for a person's
+  store; `--cwd` matches the session cwd exactly (after making DIR absolute). `--json`
+  prints one JSON array (times as epoch ms and local ISO 8601).
+- **Token totals** add up the `usage` of every `assistant/message`: input and output
+  always; cache read/write and reasoning tokens when any were reported.
+- **show** is plain text, no colours. Per turn: a header line ("Turn 2 — interrupted
+  (crash)"), when it started, how long it took, mode and model; the prompt; per step the
+  reasoning (marked "Thinking:", lines prefixed "| "), the assistant text (from the
+  `assistant/message`, else from the streamed chunks, marked partial), each tool call
+  (name, kind, title, id, compact arguments, permission outcome, result with an
+  "[error: CODE]" mark, diffs summarized); then the end reason and the turn's tokens.
+  Tool arguments and results are cut to their first lines unless `--full`. Control
+  characters in text from the log are shown escaped (`\\x1b`), in `show` and in the
+  Markdown: an escape sequence in a tool's output must not drive the reader's terminal.
+- **export --format md**: the same content as Markdown, nothing cut, results and
+  arguments in fences longer than any backtick run inside them, diffs as `diff` blocks.
+  **--format jsonl**: the stored lines exactly: for JSONL the file's bytes (as one read
+  saw them); for SQLite the stored header, then one line per event row in seq order,
+  `{"type","seq","time","data"}` with the stored data bytes verbatim (the JSONL
+  backend's line format).
+
+Only argparse, os and sys are imported at module level: `acp-bridge` builds its parser (and
+so calls `add_parser`) on every start, and the agent's start-up path stays lean. The
+rest is imported when a command runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+BACKEND_CHOICES = ("jsonl", "sqlite")
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+PROG = "acp-bridge sessions"
+
+# show: how much of a tool's arguments and result to print without --full.
+SHOW_LINES = 12
+SHOW_LINE_CHARS = 200
+SHOW_ARG_CHARS = 200
+MIN_PREFIX = 4
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add `sessions` (with list, show, export) to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "sessions",
+        help="list, show and export stored sessions",
+        description="List stored sessions, show a transcript, export Markdown or raw events.",
+    )
+    _configure(parser)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`acp-bridge sessions ...` on its own: parse `argv` and run. Returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="List stored sessions, show a transcript, export Markdown or raw events.",
+    )
+    _configure(parser)
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # --help, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return run(args)
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    _store_options(parser)
+    commands = parser.add_subparsers(dest="sessions_command", metavar="{list,show,export}")
+    ls = commands.add_parser(
+        "list", aliases=["ls"], help="stored sessions, newest first (the default)",
+        description="Stored sessions, newest first: id, last update, turns, status of the "
+        "last turn, tokens, cwd, title.",
+    )
+    _store_options(ls)
+    ls.add_argument("--cwd", metavar="DIR", help="only sessions whose cwd is DIR")
+    ls.add_argument("--json", action="store_true", help="machine-readable JSON")
+    ls.add_argument("-n", "--limit", type=int, metavar="N", help="at most N sessions")
+    show = commands.add_parser(
+        "show", help="a session's transcript as readable text",
+        description="A session's transcript as plain text (read-only, also while an agent "
+        "has the session open).",
+    )
+    _store_options(show)
+    show.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
+    show.add_argument("--full", action="store_true",
+                      help="print tool arguments, results and diffs in full")
+    export = commands.add_parser(
+        "export", help="a session as Markdown or as its raw stored events",
+        description="Write a session to stdout as Markdown, or as its stored JSONL lines.",
+    )
+    _store_options(export)
+    export.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
+    export.add_argument("--format", choices=("md", "jsonl"), default="md",
+                        help="md (default): a Markdown transcript; jsonl: the stored lines")
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    # Accepted at every level, defaults suppressed: a value given before `sessions` (to
+    # the agent's own parser) or before the subcommand is not overwritten by a default
+    # further down. `run` applies the defaults.
+    parser.add_argument(
+        "--store", metavar="DIR", default=argparse.SUPPRESS,
+        help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)",
+    )
+    parser.add_argument(
+        "--backend", choices=BACKEND_CHOICES, default=argparse.SUPPRESS,
+        help="store backend (default: $ACP_BRIDGE_BACKEND, else jsonl)",
+    )
+
+
+class _UsageError(Exception):
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed `sessions` command. Returns the exit code; errors go to stderr."""
+    from acp_bridge.sessions_commands import _cmd_export, _cmd_list, _cmd_show
+    from acp_bridge.sessions_store import _open_source, _resolve_id
+    from session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
+
+    try:
+        source = _open_source(args)
+    except _UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    command = getattr(args, "sessions_command", None) or "list"
+    try:
+        if command in ("list", "ls"):
+            return _cmd_list(source, args)
+        sid = _resolve_id(source, args.session_id)
+        if command == "show":
+            return _cmd_show(source, sid, full=args.full)
+        return _cmd_export(source, sid, args.format)
+    except (_UsageError, InvalidSessionIdError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except SessionNotFoundError as exc:
+        return _fail(f"{exc} (store {source.root}, {source.name} backend)", EXIT_FAIL)
+    except SessionError as exc:
+        return _fail(str(exc), EXIT_FAIL)
+    except BrokenPipeError:  # e.g. `| head`: stop quietly
+        _silence_stdout()
+        return EXIT_OK
+    except OSError as exc:
+        return _fail(f"cannot read the store {source.root}: {exc}", EXIT_FAIL)
+    except _sqlite_error() as exc:
+        return _fail(f"cannot read the store {source.root}: {exc}", EXIT_FAIL)
+    finally:
+        source.close()
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return code
+
+
+def _sqlite_error() -> type[Exception]:
+    import sqlite3
+
+    return sqlite3.Error
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _write(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:  # a terminal that cannot show some character
+        encoding = sys.stdout.encoding or "utf-8"
+        sys.stdout.write(text.encode(encoding, "replace").decode(encoding))
+    sys.stdout.flush()
