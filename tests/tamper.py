@@ -3,6 +3,7 @@ suite can check what load does with each kind of damage."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 
 import orjson
@@ -28,7 +29,7 @@ def replace_event(backend: Backend, sid: str, seq: int, raw: bytes) -> None:
         lines[seq + 1] = raw
         _jsonl_save(backend, sid, lines)
     elif isinstance(backend, SqliteBackend):
-        with sqlite3.connect(backend.path) as db:
+        with contextlib.closing(sqlite3.connect(backend.path)) as db, db:
             db.execute(
                 "UPDATE events SET data = ? WHERE session_id = ? AND seq = ?", (raw, sid, seq)
             )
@@ -45,7 +46,7 @@ def delete_event(backend: Backend, sid: str, seq: int) -> None:
         del lines[seq + 1]
         _jsonl_save(backend, sid, lines)
     elif isinstance(backend, SqliteBackend):
-        with sqlite3.connect(backend.path) as db:
+        with contextlib.closing(sqlite3.connect(backend.path)) as db, db:
             db.execute("DELETE FROM events WHERE session_id = ? AND seq = ?", (sid, seq))
     elif isinstance(backend, MemoryBackend):
         del backend.stored[sid].records[seq]
@@ -61,7 +62,7 @@ def set_header_version(backend: Backend, sid: str, version: int) -> None:
         lines[0] = orjson.dumps(header)
         _jsonl_save(backend, sid, lines)
     elif isinstance(backend, SqliteBackend):
-        with sqlite3.connect(backend.path) as db:
+        with contextlib.closing(sqlite3.connect(backend.path)) as db, db:
             (raw,) = db.execute("SELECT header FROM sessions WHERE id = ?", (sid,)).fetchone()
             header = orjson.loads(raw)
             header["version"] = version
@@ -77,7 +78,7 @@ def stored_seqs(backend: Backend, sid: str) -> int:
     if isinstance(backend, JsonlBackend):
         return len(_jsonl_lines(backend, sid)) - 2
     if isinstance(backend, SqliteBackend):
-        with sqlite3.connect(backend.path) as db:
+        with contextlib.closing(sqlite3.connect(backend.path)) as db, db:
             (n,) = db.execute("SELECT count(*) FROM events WHERE session_id = ?", (sid,)).fetchone()
             return int(n)
     if isinstance(backend, MemoryBackend):

@@ -79,4 +79,13 @@ def load_model(spec: str) -> Model:
         from acp_bridge.models.script import ScriptModel
 
         return ScriptModel.from_file(arg)
-    raise ModelSpecError(f"unknown model {spec!r}: use echo or script:PATH")
+    if kind == "openai":
+        try:
+            from acp_bridge.models.openai import OpenAIModel
+        except ModuleNotFoundError as exc:  # httpx: a dependency only this provider imports
+            if exc.name != "httpx":
+                raise
+            raise ModelSpecError("openai:MODEL needs the httpx package: pip install httpx") from None
+
+        return OpenAIModel.from_env(arg)
+    raise ModelSpecError(f"unknown model {spec!r}: use echo, script:PATH or openai:MODEL")
