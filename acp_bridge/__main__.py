@@ -38,7 +38,7 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("jsonl", "sqlite"), default=env.get("ACP_BRIDGE_BACKEND", "jsonl"),
                    help="session store backend (default jsonl; $ACP_BRIDGE_BACKEND)")
     p.add_argument("--model", default=env.get("ACP_BRIDGE_MODEL", "echo"),
-                   help="echo (default), script:PATH ($ACP_BRIDGE_MODEL)")
+                   help="echo (default), script:PATH, openai:NAME ($ACP_BRIDGE_MODEL)")
     p.add_argument("--max-steps", type=int, default=50, help="model calls per turn at most (default 50)")
     p.add_argument("--log-level", default=env.get("ACP_BRIDGE_LOG_LEVEL", "warning"),
                    choices=("debug", "info", "warning", "error"), help="stderr log level (default warning)")
