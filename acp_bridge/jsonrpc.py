@@ -55,7 +55,8 @@ class ClientError(Exception):
 
 
 def _is_id(value: Any) -> bool:
-    return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
+    """ACP request ids are strings or 64-bit integers (orjson reads bigger ones as floats)."""
+    return value is None or isinstance(value, str) or (type(value) is int and -(2**63) <= value < 2**64)
 
 
 def _error(id_: Any, error: RpcError) -> dict[str, Any]:
@@ -207,7 +208,7 @@ class Connection:
                     and ("result" in message or "error" in message):
                 self._response(message)
                 return
-            answer = await self._dispatch(message)
+            answer = await self._dispatch(message, batched=True)
             if answer is not None:
                 answers.append(answer)
 
@@ -222,11 +223,20 @@ class Connection:
         if answer is not None:
             self.send(answer)
 
-    async def _dispatch(self, message: Any) -> Any:
+    async def _dispatch(self, message: Any, *, batched: bool = False) -> Any:
         """The response to one request (None for a notification)."""
         if not isinstance(message, dict):
             return _error(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object"))
         is_request = "id" in message
+        if is_request and not _is_id(message["id"]):
+            return _error(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer",
+                                         {"code": "invalid_id"}))
+        # JSON-RPC params are structured (object or array); ACP methods take objects.
+        params = message.get("params")
+        if isinstance(params, list) and "method" in message:
+            if not is_request:
+                return None
+            return _error(message["id"], invalid_params("invalid params: params must be an object (by name)"))
         key = _key(message.get("id")) if is_request else None
         scope = anyio.CancelScope()
         if is_request:
@@ -235,7 +245,7 @@ class Connection:
             current_request_id.set(message.get("id"))
         try:
             with scope:
-                if (self._rpc is None and message.get("method") == "initialize"
+                if (self._rpc is None and not batched and message.get("method") == "initialize"
                         and message.get("jsonrpc") == "2.0" and is_request and _is_id(message.get("id"))):
                     answer = await self._direct(message)
                     await self._load_rpc()

@@ -93,10 +93,28 @@ def content_block(value: Any, field: str) -> None:
             )
 
 
+MAX_DEPTH = 64  # the log stores JSON up to 255 levels; no real prompt nests this deep
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
 def prompt_blocks(value: Any, field: str) -> None:
     array_of(content_block)(value, field)
     if not value:
         raise invalid_params(f"invalid params: {field} must not be empty", field=field)
+    if _too_deep(value, MAX_DEPTH):
+        raise invalid_params(f"invalid params: {field} nests deeper than {MAX_DEPTH} levels", field=field)
 
 
 # method -> {field: (check, required)}

@@ -39,7 +39,7 @@ from session import (
     validate_session_id,
 )
 from session.backend import SessionSummary, title_from_content
-from session.events import TURN_START, Event
+from session.events import TURN_START, USER_MESSAGE, Event
 from session.repair import RepairReport
 
 log = logging.getLogger("acp_bridge.server")
@@ -149,6 +149,11 @@ class Agent:
         async def on_event(event: Event) -> None:
             for update in updates_for(event, ctx):
                 self._update(sid, update)
+            if event["type"] == USER_MESSAGE and event["data"]["turn"] == 1:
+                title = title_from_content(event["data"]["content"])
+                if title is not None:  # the session is named by its first prompt
+                    self._update(sid, {"sessionUpdate": "session_info_update", "title": title,
+                                       "updatedAt": _iso(event["time"])})
 
         async def on_progress(call_id: str, content: list[Any]) -> None:
             self._update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "content": content})
@@ -296,11 +301,6 @@ class Agent:
         live = self._live(sessionId)
         if live.runner.running:
             raise PromptInProgressError(sessionId)
-        if live.log.tracker.turn == 0 and not live.log.tracker.in_turn:
-            title = title_from_content(prompt)
-            if title is not None:
-                self._update(sessionId, {"sessionUpdate": "session_info_update", "title": title,
-                                         "updatedAt": _iso_now()})
         key = _id_key(current_request_id.get())
         self._prompts[key] = sessionId
         live.idle = anyio.Event()
@@ -352,10 +352,6 @@ def _iso(ms: int) -> str:
     """ISO 8601 UTC with milliseconds, always the same width (so the strings sort)."""
     stamp = datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC)
     return f"{stamp:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
-
-
-def _iso_now() -> str:
-    return _iso(int(datetime.datetime.now(tz=datetime.UTC).timestamp() * 1000))
 
 
 def _session_info(summary: SessionSummary) -> dict[str, Any]:

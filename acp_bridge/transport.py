@@ -62,6 +62,9 @@ class FdLineReader:
                 if skipping:
                     yield TooLong(skipping + end - start)
                     skipping = 0
+                elif len(buffer) + end - start > self.max_line:
+                    yield TooLong(len(buffer) + end - start)
+                    buffer = bytearray()
                 elif buffer:
                     buffer += chunk[start:end]
                     line, buffer = bytes(buffer), bytearray()

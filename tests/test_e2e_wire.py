@@ -205,10 +205,6 @@ async def test_line_reader_guard_across_reads() -> None:
     assert await _reader_lines([b"z" * 20, b"z" * 20], max_line=16) == [TooLong(40)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "transport.FdLineReader.lines checks max_line only against the unterminated rest of a "
-    "read; a line whose newline arrives in the same read (or whose last piece completes it) "
-    "is yielded whole, so lines up to max_line + one read (256 KiB) pass the guard"))
 async def test_line_reader_guard_is_exact() -> None:
     assert await _reader_lines([b"0123456789abcdefg\n"], max_line=16) == [TooLong(17)]
     assert await _reader_lines([b"0123456789", b"abcdefg\n"], max_line=16) == [TooLong(17)]
@@ -297,11 +293,6 @@ async def test_deep_content_in_a_prompt_is_refused_and_the_session_stays_usable(
         assert users == ["after that"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a prompt block nested deeper than orjson.dumps takes (255) passes check_params, then "
-    "SessionLog.append fails to encode the user/message event: the answer is -32603 "
-    "(data.code 'event_data'), an internal error for a client mistake, and a "
-    "session_info_update announcing the refused prompt's title was already sent"))
 async def test_deep_content_in_a_prompt_is_invalid_params(tmp_path: Path, work: Path) -> None:
     deep = nested(300)
     async with AgentProcess(tmp_path / "store") as agent:
@@ -347,9 +338,6 @@ async def test_invalid_requests(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("raw_id", [b'{"a":1}', b"[1]"])
-@pytest.mark.xfail(strict=True, reason=(
-    "jsonrpc.Connection._dispatch keys _inflight by (type name, id): an object or array id "
-    "is unhashable, the TypeError escapes the request task group and the agent exits 1"))
 async def test_an_object_or_array_id_is_an_invalid_request(tmp_path: Path, raw_id: bytes) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -369,9 +357,6 @@ async def test_params_by_position_are_invalid_params(tmp_path: Path) -> None:
         await still_works(agent)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "jsonrpc._wrap rejects positional params only when `args` is non-empty, so `params: []` "
-    "is taken as `{}`: session/list with an empty array succeeds instead of -32602"))
 async def test_an_empty_params_array_is_invalid_params(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -483,10 +468,6 @@ def answered_ids(messages: list[Any]) -> list[Any]:
     return sorted(str(a.get("id")) for a in flat(messages))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "jsonrpc.Connection._direct (the import-free initialize path) queues its success answer "
-    "on its own and returns None, so an initialize inside a batch sent before the first "
-    "initialize has finished is answered as a lone message, outside the batch's array"))
 async def test_a_batch_can_open_the_connection(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         mark = len(agent.transcript)
@@ -512,10 +493,6 @@ async def test_ids_are_echoed_exactly(tmp_path: Path) -> None:
             assert answer["result"] == {"sessions": []}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "orjson.loads (jsonrpc.Connection._on_line) reads an integer beyond 64 bits as a float: "
-    "id 123456789012345678901234567890 is answered with id 1.2345678901234568e+29, which "
-    "matches no request; expected the exact id or -32600 with id null"))
 async def test_an_id_beyond_64_bits_is_echoed_exactly_or_refused(tmp_path: Path) -> None:
     # A plain subprocess: the harness would reject the answer's float id before any
     # assertion here could say what is wrong with it.
