@@ -18,13 +18,10 @@ import orjson
 import pytest
 
 from acp_bridge.chat import (
-    LineInput,
-    Terminals,
     add_parser,
     agent_command,
-    read_text_file,
-    write_text_file,
 )
+from acp_bridge.chat_client import LineInput, Terminals, read_text_file, write_text_file
 from acp_bridge.chat_render import DIM, RESET, Renderer, diff_counts, diff_summary, sessions_table
 
 CHAT = [sys.executable, "-m", "acp_bridge.chat"]
