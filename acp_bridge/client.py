@@ -67,10 +67,13 @@ class AcpClientServices:
             await self._local.write_text_file(path, content)
             return
         try:
-            await self._conn.request("fs/write_text_file",
-                                     {"sessionId": self._sid, "path": str(path), "content": content})
+            result = await self._conn.request("fs/write_text_file",
+                                              {"sessionId": self._sid, "path": str(path), "content": content})
         except ClientError as exc:
             raise _client_failed(f"write {path}", exc) from None
+        if result is not None and not isinstance(result, dict):
+            raise ToolError(f"the client's answer to fs/write_text_file for {path} is not an object",
+                            code="client_error", name="ClientError")
 
     async def create_terminal(
         self, command: str, *, cwd: Path, output_byte_limit: int, env: Mapping[str, str] | None = None
@@ -133,7 +136,10 @@ class ClientTerminal:
             result = await self._conn.request(method, self._params)
         except ClientError as exc:
             raise _client_failed(method, exc) from None
-        return result if isinstance(result, dict) else {}
+        if result is not None and not isinstance(result, dict):
+            raise ToolError(f"the client's answer to {method} is not an object",
+                            code="client_error", name="ClientError")
+        return result or {}
 
     async def wait_for_exit(self) -> ExitStatus:
         result = await self._call("terminal/wait_for_exit")
@@ -142,11 +148,12 @@ class ClientTerminal:
     async def output(self) -> TerminalOutput:
         result = await self._call("terminal/output")
         status = result.get("exitStatus")
-        return TerminalOutput(
-            output=str(result.get("output", "")),
-            truncated=bool(result.get("truncated", False)),
-            exit_status=_exit(status) if isinstance(status, dict) else None,
-        )
+        output, truncated = result.get("output"), result.get("truncated", False)
+        if not isinstance(output, str) or not isinstance(truncated, bool):
+            raise ToolError("the client's answer to terminal/output lacks a text output",
+                            code="client_error", name="ClientError")
+        return TerminalOutput(output=output, truncated=truncated,
+                              exit_status=_exit(status) if isinstance(status, dict) else None)
 
     async def kill(self) -> None:
         await self._call("terminal/kill")

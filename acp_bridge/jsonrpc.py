@@ -54,6 +54,9 @@ class ClientError(Exception):
         super().__init__(f"{method} failed: {self.error.get('message', self.error)}")
 
 
+_REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+
+
 def _is_id(value: Any) -> bool:
     """ACP request ids are strings or 64-bit integers (orjson reads bigger ones as floats)."""
     return value is None or isinstance(value, str) or (type(value) is int and -(2**63) <= value < 2**64)
@@ -231,11 +234,12 @@ class Connection:
         if is_request and not _is_id(message["id"]):
             return _error(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer",
                                          {"code": "invalid_id"}))
-        # JSON-RPC params are structured (object or array); ACP methods take objects.
+        # JSON-RPC params are structured (object or array); ACP methods take objects. An
+        # array on an otherwise valid request is -32602; anything else wrong with the
+        # message is jsonrpcserver's to answer (-32600).
         params = message.get("params")
-        if isinstance(params, list) and "method" in message:
-            if not is_request:
-                return None
+        if (isinstance(params, list) and is_request and message.get("jsonrpc") == "2.0"
+                and isinstance(message.get("method"), str) and set(message) <= _REQUEST_KEYS):
             return _error(message["id"], invalid_params("invalid params: params must be an object (by name)"))
         key = _key(message.get("id")) if is_request else None
         scope = anyio.CancelScope()

@@ -36,6 +36,9 @@ DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 MODEL_OUTPUT_BYTES = 16 * 1024
 DISPLAY_OUTPUT_BYTES = 1024 * 1024
+# How long each cleanup request (kill, release) may take on cancellation or shutdown;
+# the agent gives its running requests 1.5 s after stdin closes.
+CLEANUP_S = 0.5
 # After a kill, how long to wait for the exit (and the last output) before reporting.
 KILL_GRACE_S = 2.0
 
@@ -135,11 +138,15 @@ class RunCommand:
                     status = await terminal.wait_for_exit()
             output = await terminal.output()
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            with anyio.CancelScope(shield=True) as cleanup, contextlib.suppress(Exception):
+                cleanup.deadline = anyio.current_time() + CLEANUP_S
                 await terminal.kill()
             raise
         finally:
-            with anyio.CancelScope(shield=True):
+            # Bounded: a client that never answers terminal/kill or terminal/release
+            # must not keep a cancelled turn (or a stopping agent) waiting.
+            with anyio.CancelScope(shield=True) as cleanup:
+                cleanup.deadline = anyio.current_time() + CLEANUP_S
                 await _release(terminal)
         return _outcome(output, status or output.exit_status, timed_out, timeout_ms, embed)
 

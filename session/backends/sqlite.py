@@ -92,15 +92,18 @@ class SqliteBackend:
             raise
 
     def _check_schema(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        tables = self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if version == 0 and tables == 0:
-            with self.transaction(full=True) as db:
+        # Read and create under one write lock: two processes opening a new store at
+        # once must not both decide to create it.
+        with self.transaction(full=True) as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if version == 0 and tables == 0:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        elif version != SCHEMA_VERSION:
+                return
+        if version != SCHEMA_VERSION:
             raise SessionVersionError(
                 f"store {self.path} has schema version {version}; this build reads only "
                 f"version {SCHEMA_VERSION} (pre-release: no migration)",
