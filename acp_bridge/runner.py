@@ -40,7 +40,7 @@ from acp_bridge.tools.base import (
     ToolKind,
     ToolOutcome,
 )
-from session import DURABLE_TYPES, Event, SessionLog, derive_messages, reason
+from session import DURABLE_TYPES, Event, SessionLog, reason
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -53,10 +53,12 @@ from session.events import (
     USER_MESSAGE,
     Reason,
 )
+from session.transcript import Transcript
 
 EventSink = Callable[[Event], Awaitable[None]]
 ProgressSink = Callable[[str, list[Any]], Awaitable[None]]
 DEFAULT_MAX_STEPS = 50
+STREAM_YIELD_S = 0.002
 
 
 class TurnInProgressError(Exception):
@@ -99,6 +101,10 @@ class TurnRunner:
         self._on_event = on_event
         self._on_progress = on_progress
         self.always_allowed = permissions.remembered_always(log.events)
+        # Kept in step with the log by _extend, derived from it once here.
+        self.transcript = Transcript()
+        self.transcript.feed_all(log.events)
+        self._yielded_at = 0.0
         header = log.header
         cwd = Path(header["cwd"])
         self.context_roots = (cwd, *(Path(p) for p in header.get("additionalDirectories", [])))
@@ -199,7 +205,7 @@ class TurnRunner:
         # durable before waiting on it, so a crash mid-stream loses only this step's chunks.
         await self._sync()
         step = self._step = _Step(number)
-        request = ModelRequest(derive_messages(self.log.events), self._specs())
+        request = ModelRequest(list(self.transcript.messages), self._specs())
         calls: list[ToolCallChunk] = []
         usage: Any = None
         finish: Finish | None = None
@@ -386,6 +392,7 @@ class TurnRunner:
     async def _shutdown_closers(self) -> list[Event]:
         closers = await anyio.to_thread.run_sync(self.log.close_interrupted)
         for event in closers:
+            self.transcript.feed(event)
             await self._emit(event)
         return closers
 
@@ -403,7 +410,14 @@ class TurnRunner:
         else:
             events = self.log.extend(items)
         for event in events:
+            self.transcript.feed(event)
             await self._emit(event)
+        # A model that never waits (echo, a script) would otherwise keep the writer from
+        # running until the step ends: let it send what is queued every few ms.
+        now = anyio.current_time()
+        if now - self._yielded_at > STREAM_YIELD_S:
+            self._yielded_at = now
+            await anyio.lowlevel.checkpoint()
         return events
 
     async def _emit(self, event: Event) -> None:

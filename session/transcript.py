@@ -43,32 +43,47 @@ class ToolMessage(TypedDict):
 Message = UserMessage | AssistantMessage | ToolMessage
 
 
-def derive_messages(events: Iterable[Event]) -> list[Message]:
-    """The model transcript of a log, in log order. On a repaired log every tool call
-    is followed by its result (the closers answer interrupted ones)."""
-    messages: list[Message] = []
-    names: dict[str, str] = {}
-    for event in events:
+class Transcript:
+    """The transcript kept up to date one event at a time, so a long session does not
+    re-derive its whole history before every model call. `messages` after feeding a
+    log equals `derive_messages` of it."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self._names: dict[str, str] = {}
+
+    def feed(self, event: Event) -> None:
         etype, data = event["type"], event["data"]
         if etype == USER_MESSAGE:
-            messages.append({"role": "user", "content": data["content"]})
+            self.messages.append({"role": "user", "content": data["content"]})
         elif etype == ASSISTANT_MESSAGE:
             if not data["content"]:
-                continue
+                return
             for block in tool_calls_of(data):
-                names[block["id"]] = block["name"]
-            messages.append({"role": "assistant", "content": data["content"]})
+                self._names[block["id"]] = block["name"]
+            self.messages.append({"role": "assistant", "content": data["content"]})
         elif etype == TOOL_RESULT:
-            messages.append(
+            self.messages.append(
                 {
                     "role": "tool",
                     "callId": data["callId"],
-                    "name": names.get(data["callId"], ""),
+                    "name": self._names.get(data["callId"], ""),
                     "content": data["content"],
                     "isError": data["isError"],
                 }
             )
-    return messages
+
+    def feed_all(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.feed(event)
+
+
+def derive_messages(events: Iterable[Event]) -> list[Message]:
+    """The model transcript of a log, in log order. On a repaired log every tool call
+    is followed by its result (the closers answer interrupted ones)."""
+    transcript = Transcript()
+    transcript.feed_all(events)
+    return transcript.messages
 
 
 def unanswered_calls(messages: Iterable[Message]) -> list[str]:

@@ -431,3 +431,18 @@ def test_stop_closes_as_interrupted_and_returns_the_turn_end(workdir: Path) -> N
     assert ends[0]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
     assert shape(list(h.log.events)[2:]) == ["step/start", "chunk:text:streaming ", "step/end", "end:interrupted"]
     assert not h.runner.stop()  # nothing runs any more
+
+
+def test_transcript_kept_in_step_with_the_log(workdir: Path) -> None:
+    async def body(h: Harness) -> None:
+        await prompt(h, "first")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(prompt, h, "second")
+            with anyio.fail_after(5):
+                while not h.answers.asked:  # the second turn waits for a permission
+                    await anyio.sleep(0.01)
+            h.runner.cancel()
+        assert h.runner.transcript.messages == derive_messages(h.log.events)
+
+    h = harness_run(workdir, script(READ_A, {"text": "one"}, WRITE_B), body, answers=Answers(hang=True))
+    assert h.runner.transcript.messages == derive_messages(h.log.events)
