@@ -1,0 +1,155 @@
+"""Smoke test of bench/protocol.py and bench/sdk_echo_agent.py: tiny sizes, so the
+side-by-side benchmark against the official SDK cannot rot."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+import pytest
+
+from acp_bridge.models.echo import prompt_text
+from session import Event, check_invariants
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "bench" / "protocol.py"
+
+TINY = ["--repeat", "1", "--repeat-big", "1", "--stream-words", "120", "--turns", "10",
+        "--load-chunks", "200", "--load-results", "4", "--scale", "150", "--big-mb", "0.3"]
+
+
+def _bench_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_protocol", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_protocol"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Run:
+    stdout: str
+    stderr: str
+    scratch: Path
+    json_path: Path
+    prof: Path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """The two tiny bench runs, started together (2 cores: the smoke stays fast)."""
+    root = tmp_path_factory.mktemp("bench-protocol")
+    argv = {
+        "tiny": [*TINY, "--json", str(root / "tiny.json")],
+        "profile": ["--only", "profile", "--profile", str(root / "prof"), "--backends", "jsonl",
+                    "--stream-words", "50", "--load-chunks", "40", "--load-results", "2", "--json"],
+    }
+    procs = {}
+    for name, args in argv.items():
+        scratch = root / f"scratch-{name}"
+        scratch.mkdir()
+        procs[name] = (scratch, subprocess.Popen([sys.executable, str(SCRIPT), *args, "--tmp", str(scratch)],
+                                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                 text=True))
+    out: dict[str, Run] = {}
+    for name, (scratch, proc) in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        assert proc.returncode == 0, stderr[-4000:]
+        out[name] = Run(stdout, stderr, scratch, root / "tiny.json", root / "prof")
+    return out
+
+
+def _chunks_of(agent: Any, sid: str, text: str) -> tuple[list[str], Any]:
+    agent.send({"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
+                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}})
+    texts: list[str] = []
+    while True:
+        message = agent.read_message()
+        if message.get("id") == "p":
+            return texts, message
+        update = message["params"]["update"]
+        if update["sessionUpdate"] == "agent_message_chunk":
+            texts.append(update["content"]["text"])
+
+
+def test_the_sdk_echo_agent_streams_like_our_echo_model(tmp_path: Path) -> None:
+    bench = _bench_module()
+    ctx = bench.Ctx(tmp_path, 30.0, iter(range(1, 100)))
+    text = "hello  from\nthe bench "
+    with ctx.spawn(bench.SDK) as agent:
+        init = agent.initialize()
+        assert init["protocolVersion"] == 1
+        sid = agent.new_session()
+        texts, answer = _chunks_of(agent, sid, text)
+        assert answer["result"]["stopReason"] == "end_turn", answer
+        status = agent.status()
+        assert status["VmRSS"] > 0 and status["VmHWM"] >= status["VmRSS"]
+        _, updates, chunks = agent.prompt(sid, "one two three")
+        assert chunks == updates == 3
+    # What acp_bridge's echo model streams for the same prompt (tests/test_sdk_client.py
+    # checks the real agent's chunks against the same rule).
+    expected = [word + " " for word in prompt_text([{"type": "text", "text": text}]).split()]
+    assert texts == expected == ["hello ", "from ", "the ", "bench "]
+
+
+def test_load_fixtures_follow_the_invariants() -> None:
+    bench = _bench_module()
+    pools = bench.Pools(256)
+    items = [item for turn in bench.session_turns(5, 10, pools) for item in turn]
+    assert len(items) == 5 * (10 + 11)
+    events: list[Event] = [{"type": t, "seq": i, "time": 1, "data": d} for i, (t, d) in enumerate(items)]
+    check_invariants(events, closed=True)
+    assert sum(t == "tool/result" for t, _ in items) == 5
+    assert sum(t == "assistant/chunk" for t, _ in items) == 50
+
+
+def test_bench_runs_with_tiny_sizes(runs: dict[str, Run]) -> None:
+    run = runs["tiny"]
+    assert "SUMMARY" in run.stdout and "STREAMING" in run.stdout and "SESSION/LOAD" in run.stdout
+    assert list(run.scratch.iterdir()) == []  # scratch stores and agent stderr files are removed
+    results = orjson.loads(run.json_path.read_bytes())
+    machine = results["machine"]
+    assert machine["cpu_count"] == os.cpu_count()
+    assert {"python", "platform", "versions", "commit"} <= set(machine)
+    assert set(machine["versions"]) >= {"agent-client-protocol", "pydantic", "orjson", "anyio"}
+    assert set(results["quick"]) == {"ours-jsonl", "ours-sqlite", "sdk"}
+    for name, q in results["quick"].items():
+        assert q["session_new_s"] >= q["initialize_s"] > 0, name
+        assert q["rss_kb"] > 0 and q["turn_median_ms"] > 0 and len(q["runs"]) == 1
+    assert results["stream"]["words"] == 120 and results["stream"]["sdk"]["chunks_per_s"] > 0
+    load = results["load"]
+    assert load["chunks"] == 200 and load["results"] == 4 and load["events"] == 4 * (50 + 11)
+    assert {"ours-jsonl", "ours-sqlite", "bare"} <= set(load)
+    assert set(results["scale"]["stream"]) == {"150"} and set(results["scale"]["load"]) == {"150"}
+    assert results["big"]["jsonl_bytes"] >= 0.3e6 and results["big"]["ours-jsonl"]["hwm_kb"] > 0
+    metrics = {(r["metric"], r["backend"]) for r in results["summary"]}
+    for backend in ("jsonl", "sqlite"):
+        for metric in ("startup", "turn", "memory", "stream", "load", "big_rss"):
+            assert (metric, backend) in metrics
+    assert all(isinstance(r["pass"], bool) and r["ratio"] > 0 for r in results["summary"])
+
+
+def test_profile_only_and_json_on_stdout(runs: dict[str, Run]) -> None:
+    run = runs["profile"]
+    results = orjson.loads(run.stdout)
+    assert "PROFILES" in run.stderr
+    assert list(run.scratch.iterdir()) == []
+    assert not {"quick", "stream", "load", "scale", "big"} & set(results) and results["summary"] == []
+    report = results["profile"]
+    assert report["importtime-ours-jsonl"]["modules"] > 50
+    assert report["importtime-sdk"]["top_cumulative"]
+    for name in ("stream-ours-jsonl", "stream-sdk", "turns-ours-jsonl", "load-ours-jsonl"):
+        assert (run.prof / f"{name}.prof").stat().st_size > 0
+        assert "function calls" in (run.prof / f"{name}.txt").read_text()
