@@ -66,13 +66,16 @@ def now_ms() -> int:
 def encode(event: Event) -> Encoded:
     """Serialize an event's data once. Raises EventDataError naming the event type."""
     try:
-        return Encoded(event, orjson.dumps(event["data"], option=_ENCODE_OPTIONS))
+        data = orjson.dumps(event["data"], option=_ENCODE_OPTIONS)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         raise EventDataError(
             f"the data of a {event['type']} event is not JSON: {exc}",
             eventType=event["type"],
             seq=event["seq"],
         ) from None
+    # orjson's bytes keep a 4 KiB buffer however short they are; a right-sized copy
+    # keeps a long streamed step from holding 4 KiB per chunk until its durable point.
+    return Encoded(event, bytes(memoryview(data)) if len(data) < 2048 else data)
 
 
 class SessionLog:
