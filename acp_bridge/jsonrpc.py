@@ -256,7 +256,8 @@ class Connection:
                     return answer
                 await self._load_rpc()
                 return await self._rpc.dispatch_to_serializable(
-                    "", methods=self._rpc_methods, deserializer=lambda _: message)
+                    "", methods=self._rpc_methods, deserializer=lambda _: message,
+                    validator=_check_envelope)
             if scope.cancelled_caught and is_request:
                 return _error(message.get("id"), RpcError(REQUEST_CANCELLED, "Request cancelled",
                                                           {"code": "cancelled"}))
@@ -298,6 +299,22 @@ class Connection:
             return False
         scope.cancel()
         return True
+
+
+def _check_envelope(request: Any) -> Any:
+    """jsonrpcserver's request schema (one request, as we dispatch them one by one),
+    checked in plain Python: its jsonschema validation costs ~0.14 ms a request. Any
+    exception here is answered -32600 by jsonrpcserver."""
+    if (
+        not isinstance(request, dict)
+        or request.get("jsonrpc") != "2.0"
+        or not isinstance(request.get("method"), str)
+        or not set(request) <= _REQUEST_KEYS
+        or not isinstance(request.get("params", {}), dict | list)
+        or ("id" in request and not _is_id(request["id"]))
+    ):
+        raise ValueError("not a JSON-RPC 2.0 request")
+    return request
 
 
 def _key(request_id: Any) -> Any:
