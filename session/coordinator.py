@@ -186,11 +186,13 @@ class SessionLog:
 
     def close_interrupted(self, *, cause: str = "shutdown") -> list[Event]:
         """Close an open turn with the interrupted closers (the agent is stopping
-        mid-turn) and make it durable. Returns the closers ([] if no turn is open)."""
+        mid-turn) and make it durable. Returns the events as logged ([] if no turn is
+        open): `extend` stamps its own time, which may be a tick later than the one the
+        closers were computed with."""
         closers = interrupted_turn_closers(self._events, cause=cause, time=self._clock())  # type: ignore[arg-type]
-        if closers:
-            self.extend([(c["type"], c["data"]) for c in closers])
-        return closers
+        if not closers:
+            return []
+        return self.extend([(c["type"], c["data"]) for c in closers])
 
     def close(self) -> None:
         """Flush durably and release ownership. Idempotent."""
