@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # measure the tree this script is in, not whatever is installed
     sys.path.insert(0, str(ROOT))
 
+from bench.persistence import filesystem_of  # noqa: E402 (needs ROOT on sys.path)
 from session import SessionStore, open_backend  # noqa: E402
 
 Item = tuple[str, dict[str, Any]]
@@ -856,22 +857,6 @@ def render(results: dict[str, Any]) -> str:
                 out.append(f"{key}: {value.get('seconds_profiled', 0):.2f} s under the profiler -> "
                            f"{Path(value['prof']).with_suffix('.txt')}")
     return "\n".join(out)
-
-
-def filesystem_of(path: str) -> str:
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return "unknown"
-    real = os.path.realpath(path)
-    best = ("", "unknown")
-    for line in mounts:
-        parts = line.split()
-        if len(parts) < 3 or len(parts[1]) < len(best[0]):
-            continue
-        if real == parts[1] or real.startswith(parts[1].rstrip("/") + "/"):
-            best = (parts[1], parts[2])
-    return f"{best[1]} ({best[0]})" if best[0] else "unknown"
 
 
 def machine_info(root: str) -> dict[str, Any]:
