@@ -15,17 +15,18 @@ from session import SessionStore, check_invariants, derive_messages
 from session.backends.jsonl import JsonlBackend
 from session.transcript import unanswered_calls
 
+# A process running a scripted two-turn session whose second turn runs a command;
+# argv: backend kind, store dir, session cwd, script path. Also used by test_sessions_cli.
 CHILD = r"""
 import sys, anyio
 from acp_bridge.models.script import ScriptModel
 from acp_bridge.runner import TurnRunner
 from acp_bridge.tools.base import PermissionOutcome
 from acp_bridge.tools.local import LocalServices
-from session import SessionStore
-from session.backends.jsonl import JsonlBackend
+from session import SessionStore, open_backend
 
-store_dir, work, steps = sys.argv[1], sys.argv[2], sys.argv[3]
-log = SessionStore(JsonlBackend(store_dir)).create(cwd=work)
+kind, store_dir, work, steps = sys.argv[1:5]
+log = SessionStore(open_backend(kind, store_dir)).create(cwd=work)
 print(log.id, flush=True)
 
 async def main():
@@ -53,7 +54,7 @@ def test_kill_9_mid_tool_then_load(tmp_path: Path) -> None:
         ]},
         {"text": "never reached"},
     ]}))
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "store"), str(work), str(steps)],
+    child = subprocess.Popen([sys.executable, "-c", CHILD, "jsonl", str(tmp_path / "store"), str(work), str(steps)],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None

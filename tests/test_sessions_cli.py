@@ -30,6 +30,7 @@ from acp_bridge.tools.base import PermissionOutcome, PermissionRequest
 from acp_bridge.tools.local import LocalServices
 from session import Event, SessionCorruptError, SessionLockedError, SessionStore, open_backend
 from tests.tamper import replace_event
+from tests.test_runner_crash import CHILD
 
 WRAPPER = "import sys; from acp_bridge.sessions_cli import main; sys.exit(main(sys.argv[1:]))"
 BASE_MS = 1_700_000_000_000
@@ -471,29 +472,6 @@ def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
 
-
-CHILD = r"""
-import sys, anyio
-from acp_bridge.models.script import ScriptModel
-from acp_bridge.runner import TurnRunner
-from acp_bridge.tools.base import PermissionOutcome
-from acp_bridge.tools.local import LocalServices
-from session import SessionStore, open_backend
-
-kind, store_dir, work, steps = sys.argv[1:5]
-log = SessionStore(open_backend(kind, store_dir)).create(cwd=work)
-print(log.id, flush=True)
-
-async def main():
-    async with anyio.create_task_group() as tg:
-        services = LocalServices(task_group=tg,
-                                 permission_answer=lambda r: PermissionOutcome("selected", "allow_once"))
-        runner = TurnRunner(log, ScriptModel.from_file(steps), services)
-        await runner.prompt([{"type": "text", "text": "first"}])
-        await runner.prompt([{"type": "text", "text": "run the slow thing"}])
-
-anyio.run(main)
-"""
 
 
 # --- export ----------------------------------------------------------------------------------
