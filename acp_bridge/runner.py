@@ -91,6 +91,8 @@ class TurnRunner:
         tools: Sequence[Tool] | None = None,
         on_event: EventSink | None = None,
         on_progress: ProgressSink | None = None,
+        transcript: Transcript | None = None,
+        always_allowed: set[str] | None = None,
     ) -> None:
         self.log = log
         self.model = model
@@ -100,10 +102,16 @@ class TurnRunner:
         self._tools = {t.name: t for t in tools} if tools is not None else None
         self._on_event = on_event
         self._on_progress = on_progress
-        self.always_allowed = permissions.remembered_always(log.events)
-        # Kept in step with the log by _extend, derived from it once here.
-        self.transcript = Transcript()
-        self.transcript.feed_all(log.events)
+        # Both are kept in step with the log by _extend. A caller that streamed the log
+        # (session/load keeps only the last turn in memory) hands them in; otherwise
+        # they are derived from the events the log holds.
+        if always_allowed is None:
+            always_allowed = permissions.remembered_always(log.events)
+        self.always_allowed = always_allowed
+        if transcript is None:
+            transcript = Transcript()
+            transcript.feed_all(log.events)
+        self.transcript = transcript
         self._yielded_at = 0.0
         header = log.header
         cwd = Path(header["cwd"])
