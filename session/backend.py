@@ -10,13 +10,13 @@ contract suite in tests/.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, NotRequired, Protocol, TypedDict
 
 from session.errors import InvalidSessionIdError, SequenceError
 from session.events import JSON, Event, Header
-from session.scan import Locate, TornTail
+from session.scan import Damage, Locate, TailSplitter, TornTail
 
 
 class Encoded(NamedTuple):
@@ -46,6 +46,36 @@ class StoredLog:
     locate: Locate
 
 
+class StoredStream(Protocol):
+    """A stored log read block by block, before repair, so that a long log is never
+    held in memory at once. Read `header`, iterate `blocks()` once, then `close()`."""
+
+    header: Header
+
+    def blocks(self) -> Iterator[list[Event | Damage]]:
+        """Every stored record after the header, in order, a block at a time."""
+
+    def locate(self, index: int) -> dict[str, int]:
+        """Where the record of index `index` (counted from 0, already read) is stored."""
+
+    def size_from(self, index: int) -> int:
+        """Bytes stored from record `index` to the end (after `blocks` is exhausted)."""
+
+    def close(self) -> None:
+        """Let go of what reading holds (file, cursor). Idempotent."""
+
+
+class OwnedStream(StoredStream, Protocol):
+    """A stored stream read by its owner: `Backend.open_stream` took the lock."""
+
+    def session(self, next_seq: int, torn: TornTail | None) -> BackendSession:
+        """The owned handle, once every block was read: `next_seq` events are good,
+        `torn` (if any) is still stored and is for `repair` to cut."""
+
+    def release(self) -> None:
+        """Give up ownership without a handle (the load failed). Idempotent."""
+
+
 class BackendSession(Protocol):
     """One open session, owned by this process until `close`."""
 
@@ -72,8 +102,16 @@ class Backend(Protocol):
         Raises SessionExistsError."""
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
-        """Take ownership and read the log. Raises SessionNotFoundError,
-        SessionLockedError, SessionVersionError, SessionCorruptError."""
+        """`open_stream` read whole (`read_whole`): every event in memory."""
+
+    def open_stream(self, session_id: str) -> OwnedStream:
+        """Take ownership and start reading the log. Raises SessionNotFoundError,
+        SessionLockedError, SessionVersionError, SessionCorruptError (the header)."""
+
+    def read_stream(self, session_id: str) -> StoredStream:
+        """Read what is stored now, without ownership (a live session can be read:
+        what its owner has written so far). Raises SessionNotFoundError,
+        SessionVersionError, SessionCorruptError."""
 
     def list_sessions(self) -> list[SessionSummary]:
         """Every stored session, from headers and index data, not whole logs."""
@@ -86,6 +124,30 @@ class Backend(Protocol):
 
 
 _SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def read_whole(stream: OwnedStream) -> tuple[BackendSession, StoredLog]:
+    """Read an owned stream to the end and keep every event (tools, tests, small logs;
+    the agent streams instead). Raises what `blocks` raises, releasing ownership."""
+    try:
+        splitter = TailSplitter(stream.header["id"], stream.locate)
+        events: list[Event] = []
+        for block in stream.blocks():
+            events.extend(splitter.feed(block))
+        torn = with_size(splitter.finish(), stream)
+    except BaseException:
+        stream.close()
+        stream.release()
+        raise
+    stream.close()
+    return stream.session(len(events), torn), StoredLog(stream.header, events, torn, stream.locate)
+
+
+def with_size(torn: TornTail | None, stream: StoredStream) -> TornTail | None:
+    """`torn` with its stored size filled in from the stream."""
+    if torn is None:
+        return None
+    return TornTail(torn.index, torn.where, torn.reason, torn.records, stream.size_from(torn.index))
 
 
 def validate_session_id(session_id: object) -> str:

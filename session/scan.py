@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -67,6 +67,67 @@ Locate = Callable[[int], dict[str, int]]
 {"seq": 7}: computed only when an error or a cut needs it."""
 
 
+class TailSplitter:
+    """`split_tail` one block of records at a time, so a log can be read without
+    holding it: `feed` returns the events known to be good so far, `finish` the torn
+    tail. After the first damaged record nothing more is passed on; the records after
+    it are only counted (and checked for a `turn/end`, which makes the damage fatal).
+
+    `locate` is called at most once, when the first damage is met, with its index.
+    """
+
+    def __init__(self, session_id: str, locate: Locate) -> None:
+        self.session_id = session_id
+        self._locate = locate
+        self.count = 0  # records fed
+        self._damage: tuple[int, str, dict[str, int]] | None = None  # index, reason, where
+
+    def feed(self, items: Sequence[Event | Damage]) -> list[Event]:
+        """The good events of `items` (all of them, unless damage shows up).
+        Raises SessionCorruptError if a `turn/end` follows damage."""
+        index = self.count
+        self.count += len(items)
+        if self._damage is None:
+            for offset, item in enumerate(items):
+                if type(item) is not dict or item["seq"] != index + offset:
+                    self._damaged(index + offset, item)
+                    self._check_after(items[offset + 1 :])
+                    return cast("list[Event]", list(items[:offset]))
+            # Every item is an event here (the loop checked each one).
+            return cast("list[Event]", items if type(items) is list else list(items))
+        self._check_after(items)
+        return []
+
+    def _damaged(self, index: int, item: Event | Damage) -> None:
+        if isinstance(item, Damage):
+            reason = item.reason
+        else:
+            reason = f"seq {item['seq']} where {index} was expected"
+        self._damage = (index, reason, self._locate(index))
+
+    def _check_after(self, items: Sequence[Event | Damage]) -> None:
+        assert self._damage is not None
+        for later in items:
+            if type(later) is dict and later["type"] == TURN_END:
+                _, reason, where = self._damage
+                place = ", ".join(f"{k} {v}" for k, v in where.items())
+                raise SessionCorruptError(
+                    f"session {self.session_id} is damaged at {place}: {reason}; a later "
+                    f"turn/end (seq {later['seq']}) shows this part was committed, so it is "
+                    "not cut",
+                    session_id=self.session_id,
+                    reason=reason,
+                    **where,
+                )
+
+    def finish(self) -> TornTail | None:
+        """The torn tail to cut (size left 0 for the backend to fill), or None."""
+        if self._damage is None:
+            return None
+        index, reason, where = self._damage
+        return TornTail(index=index, where=where, reason=reason, records=self.count - index)
+
+
 def split_tail(
     session_id: str,
     items: Sequence[Event | Damage],
@@ -77,30 +138,9 @@ def split_tail(
     Raises SessionCorruptError if a damaged record (or a seq out of order) has a
     well-formed `turn/end` after it: that part of the log was acknowledged.
     """
-    events: list[Event] = []
-    for index, item in enumerate(items):
-        if isinstance(item, Damage):
-            reason = item.reason
-        elif item["seq"] != index:
-            reason = f"seq {item['seq']} where {index} was expected"
-        else:
-            events.append(item)
-            continue
-        for later in items[index + 1 :]:
-            if not isinstance(later, Damage) and later["type"] == TURN_END:
-                where = locate(index)
-                place = ", ".join(f"{k} {v}" for k, v in where.items())
-                raise SessionCorruptError(
-                    f"session {session_id} is damaged at {place}: {reason}; a later turn/end "
-                    f"(seq {later['seq']}) shows this part was committed, so it is not cut",
-                    session_id=session_id,
-                    reason=reason,
-                    **where,
-                )
-        return events, TornTail(
-            index=index, where=locate(index), reason=reason, records=len(items) - index
-        )
-    return events, None
+    splitter = TailSplitter(session_id, locate)
+    events = splitter.feed(items)
+    return events, splitter.finish()
 
 
 def parse_header(session_id: str, raw: bytes | str, where: str) -> Header:

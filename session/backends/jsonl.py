@@ -13,29 +13,37 @@ file never holds a half-written or unsynced suffix the coordinator does not know
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import io
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
 from session.backend import (
+    BackendSession,
     Encoded,
     SessionSummary,
     StoredLog,
     check_batch_seqs,
     event_line,
+    read_whole,
     title_from_content,
     validate_session_id,
+    with_size,
 )
 from session.errors import SessionCorruptError, SessionNotFoundError, StoreIOError
 from session.events import USER_MESSAGE, Event, Header
 from session.files import FILE_MODE, OwnerLock, fsync_dir, private_dir, publish, write_all
-from session.scan import Damage, TornTail, parse_event, parse_header, split_tail
+from session.scan import Damage, TailSplitter, TornTail, parse_event, parse_header
 
 _EMPTY = Damage("empty line")
+# Logs are read this much at a time: large enough to amortize, small enough to bound memory.
+READ_BLOCK = 1 << 20
 
 # How much of a log `list` reads to find the title: the header and the first prompt.
 _LIST_PEEK_BYTES = 64 * 1024
@@ -64,26 +72,23 @@ class JsonlBackend:
             lock.release()
             raise
 
-    def open(self, session_id: str) -> tuple[JsonlSession, StoredLog]:
+    def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
+        return read_whole(self.open_stream(session_id))
+
+    def open_stream(self, session_id: str) -> JsonlStream:
         path = self.path_of(session_id)
         if not path.exists():
             raise SessionNotFoundError(f"session {session_id} not found", session_id=session_id)
         lock = OwnerLock.acquire(self._lock_path(session_id), session_id)
         try:
-            try:
-                content = path.read_bytes()
-            except FileNotFoundError:  # deleted while we waited for the lock
-                raise SessionNotFoundError(
-                    f"session {session_id} not found", session_id=session_id
-                ) from None
-            stored = read_log(session_id, content)
-            end = len(content) if stored.torn is None else stored.torn.where["offset"]
-            handle = JsonlSession(self, session_id, path, lock, next_seq=len(stored.events))
-            handle.durable_size = end
-            return handle, stored
+            return JsonlStream(session_id, _opener(session_id, path), owner=(self, path, lock))
         except BaseException:
             lock.release()
             raise
+
+    def read_stream(self, session_id: str) -> JsonlStream:
+        path = self.path_of(session_id)
+        return JsonlStream(session_id, _opener(session_id, path), owner=None)
 
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
@@ -195,46 +200,116 @@ class JsonlSession:
             self._lock.release()
 
 
+def _opener(session_id: str, path: Path) -> Callable[[], BinaryIO]:
+    def open_log() -> BinaryIO:
+        try:
+            return open(path, "rb")
+        except FileNotFoundError:  # deleted (while we waited for the lock)
+            raise SessionNotFoundError(
+                f"session {session_id} not found", session_id=session_id
+            ) from None
+
+    return open_log
+
+
+class JsonlStream:
+    """A JSONL log read in blocks of about READ_BLOCK bytes, one list of parsed
+    records per block: memory stays bounded by the block, not the log."""
+
+    def __init__(
+        self,
+        session_id: str,
+        opener: Callable[[], BinaryIO],
+        owner: tuple[JsonlBackend, Path, OwnerLock] | None,
+    ) -> None:
+        self._opener = opener  # locate() may run after close(), for an error message
+        self._f = f = opener()
+        self._owner = owner
+        try:
+            first = f.readline()
+            if not first.endswith(b"\n"):
+                # Publication is atomic, so a header without its newline is damage.
+                parse_header(session_id, first, "byte offset 0 (line 1)")
+                raise SessionCorruptError(
+                    f"session {session_id}: the header line has no newline",
+                    session_id=session_id,
+                    offset=0,
+                    reason="header",
+                )
+            self.header = parse_header(session_id, first[:-1], "byte offset 0 (line 1)")
+        except BaseException:
+            f.close()
+            raise
+        self._starts: list[tuple[int, int]] = [(0, len(first))]  # (record index, offset)
+        self._end = len(first)  # bytes read so far
+
+    def blocks(self) -> Iterator[list[Event | Damage]]:
+        read, index, offset = self._f.read, 0, self._end
+        pending: list[bytes] = []  # a record split over reads
+        while True:
+            chunk = read(READ_BLOCK)
+            if not chunk:
+                break
+            self._end += len(chunk)
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                pending.append(chunk)
+                continue
+            if pending:
+                pending.append(chunk[: cut + 1])
+                data = b"".join(pending)
+                pending = []
+            else:
+                data = chunk[: cut + 1]
+            if cut + 1 < len(chunk):
+                pending.append(chunk[cut + 1 :])
+            lines = data.split(b"\n")
+            lines.pop()  # b"" after the final newline
+            self._starts.append((index, offset))
+            yield [parse_event(line) if line else _EMPTY for line in lines]
+            index += len(lines)
+            offset += len(data)
+        if pending:  # the file does not end with a newline: a torn write
+            self._starts.append((index, offset))
+            yield [Damage("no newline at the end (a torn write)")]
+
+    def locate(self, index: int) -> dict[str, int]:
+        # Only block starts are remembered; an error's exact offset is found by reading.
+        first, offset = self._starts[bisect.bisect_right(self._starts, (index, 1 << 62)) - 1]
+        if index > first:
+            with self._opener() as f:  # blocks() may be reading on from self._f
+                f.seek(offset)
+                for _ in range(index - first):
+                    offset += len(f.readline())
+        return {"offset": offset, "line": index + 2}
+
+    def size_from(self, index: int) -> int:
+        return self._end - self.locate(index)["offset"]
+
+    def close(self) -> None:
+        self._f.close()
+
+    def session(self, next_seq: int, torn: TornTail | None) -> JsonlSession:
+        if self._owner is None:
+            raise RuntimeError("a read-only stream has no session")
+        backend, path, lock = self._owner
+        handle = JsonlSession(backend, self.header["id"], path, lock, next_seq)
+        handle.durable_size = self._end if torn is None else torn.where["offset"]
+        return handle
+
+    def release(self) -> None:
+        if self._owner is not None:
+            self._owner[2].release()
+
+
 def read_log(session_id: str, content: bytes) -> StoredLog:
     """Split a JSONL log into header, good events and torn tail (see scan.split_tail)."""
-    first = content.find(b"\n")
-    if first < 0:
-        return _header_only(session_id, content)
-    header = parse_header(session_id, content[:first], "byte offset 0 (line 1)")
-    lines = content[first + 1 :].split(b"\n")
-    # split() leaves b"" after a final newline; anything else there is a torn record.
-    partial = lines.pop()
-    items: list[Event | Damage] = [parse_event(line) if line else _EMPTY for line in lines]
-    offsets = [first + 1]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line) + 1)
-    if partial:
-        items.append(Damage("no newline at the end (a torn write)"))
-
-    def locate(index: int) -> dict[str, int]:
-        return {"offset": offsets[index], "line": index + 2}
-
-    events, torn = split_tail(session_id, items, locate)
-    if torn is not None:
-        torn = TornTail(
-            index=torn.index,
-            where=torn.where,
-            reason=torn.reason,
-            records=torn.records,
-            size=len(content) - torn.where["offset"],
-        )
-    return StoredLog(header, events, torn, locate)
-
-
-def _header_only(session_id: str, content: bytes) -> StoredLog:
-    # Publication is atomic, so a header without its newline is damage, not a tear.
-    parse_header(session_id, content, "byte offset 0 (line 1)")
-    raise SessionCorruptError(
-        f"session {session_id}: the header line has no newline",
-        session_id=session_id,
-        offset=0,
-        reason="header",
-    )
+    stream = JsonlStream(session_id, lambda: io.BytesIO(content), owner=None)
+    splitter = TailSplitter(session_id, stream.locate)
+    events: list[Event] = []
+    for block in stream.blocks():
+        events.extend(splitter.feed(block))
+    return StoredLog(stream.header, events, with_size(splitter.finish(), stream), stream.locate)
 
 
 def _summary(path: Path) -> SessionSummary | None:

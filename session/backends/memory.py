@@ -7,23 +7,25 @@ per backend instance (one "process").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
 from session.backend import (
+    BackendSession,
     Encoded,
     SessionSummary,
     StoredLog,
     check_batch_seqs,
     event_line,
+    read_whole,
     title_from_content,
     validate_session_id,
 )
 from session.errors import SessionExistsError, SessionLockedError, SessionNotFoundError
 from session.events import USER_MESSAGE, Event, Header
-from session.scan import Damage, TornTail, parse_event, parse_header, split_tail
+from session.scan import Damage, TornTail, parse_event, parse_header
 
 
 @dataclass
@@ -54,29 +56,22 @@ class MemoryBackend:
         )
         return MemorySession(self, sid, next_seq=0)
 
-    def open(self, session_id: str) -> tuple[MemorySession, StoredLog]:
+    def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
+        return read_whole(self.open_stream(session_id))
+
+    def open_stream(self, session_id: str) -> MemoryStream:
+        stream = self.read_stream(session_id)  # raises before ownership is taken
+        self._own(stream.header["id"])
+        stream.owner = self
+        return stream
+
+    def read_stream(self, session_id: str) -> MemoryStream:
         sid = validate_session_id(session_id)
         stored = self.stored.get(sid)
         if stored is None:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
-        self._own(sid)
-        items: list[Event | Damage] = [parse_event(r) for r in stored.records]
-        try:
-            header = parse_header(sid, orjson.dumps(stored.header), "the header")
-            events, torn = split_tail(sid, items, _by_seq)
-        except BaseException:
-            self._owned.discard(sid)
-            raise
-        if torn is not None:
-            torn = TornTail(
-                index=torn.index,
-                where=torn.where,
-                reason=torn.reason,
-                records=torn.records,
-                size=sum(len(r) + 1 for r in stored.records[torn.index :]),
-            )
-        stored_log = StoredLog(header, events, torn, _by_seq)
-        return MemorySession(self, sid, next_seq=len(events)), stored_log
+        header = parse_header(sid, orjson.dumps(stored.header), "the header")
+        return MemoryStream(header, list(stored.records))
 
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
@@ -109,8 +104,39 @@ class MemoryBackend:
         self._owned.add(sid)
 
 
-def _by_seq(index: int) -> dict[str, int]:
-    return {"seq": index}
+class MemoryStream:
+    """The stored records, parsed a block at a time like the other backends."""
+
+    BLOCK = 4096
+
+    def __init__(self, header: Header, records: list[bytes]) -> None:
+        self.header = header
+        self._records = records  # a copy: appends by a live owner do not show up
+        self.owner: MemoryBackend | None = None
+
+    def blocks(self) -> Iterator[list[Event | Damage]]:
+        records = self._records
+        for start in range(0, len(records), self.BLOCK):
+            yield [parse_event(r) for r in records[start : start + self.BLOCK]]
+
+    def locate(self, index: int) -> dict[str, int]:
+        return {"seq": index}
+
+    def size_from(self, index: int) -> int:
+        return sum(len(r) + 1 for r in self._records[index:])
+
+    def close(self) -> None:
+        pass
+
+    def session(self, next_seq: int, torn: TornTail | None) -> MemorySession:
+        if self.owner is None:
+            raise RuntimeError("a read-only stream has no session")
+        return MemorySession(self.owner, self.header["id"], next_seq=next_seq)
+
+    def release(self) -> None:
+        if self.owner is not None:
+            self.owner._owned.discard(self.header["id"])
+            self.owner = None
 
 
 class MemorySession:

@@ -23,10 +23,12 @@ from pathlib import Path
 import orjson
 
 from session.backend import (
+    BackendSession,
     Encoded,
     SessionSummary,
     StoredLog,
     check_batch_seqs,
+    read_whole,
     title_from_content,
     validate_session_id,
 )
@@ -38,7 +40,7 @@ from session.errors import (
 )
 from session.events import USER_MESSAGE, Event, Header
 from session.files import FILE_MODE, OwnerLock, private_dir
-from session.scan import Damage, TornTail, check_event_shape, parse_header, split_tail
+from session.scan import Damage, TornTail, check_event_shape, parse_header
 
 SCHEMA_VERSION = 1
 DB_NAME = "sessions.sqlite3"
@@ -154,34 +156,29 @@ class SqliteBackend:
             raise _io_error(sid, "create the session", exc) from exc
         return SqliteSession(self, sid, lock, next_seq=0, has_title=header.get("title") is not None)
 
-    def open(self, session_id: str) -> tuple[SqliteSession, StoredLog]:
+    def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
+        return read_whole(self.open_stream(session_id))
+
+    def open_stream(self, session_id: str) -> SqliteStream:
         sid = validate_session_id(session_id)
         if self._row(sid) is None:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         lock = OwnerLock.acquire(self._lock_path(sid), sid)
         try:
-            row = self._row(sid)
-            if row is None:  # deleted while we took the lock
-                raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
-            header = parse_header(sid, row[0], "the sessions row")
-            with self._mutex:
-                rows = self.db.execute(
-                    "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
-                    (sid,),
-                ).fetchall()
-            items = [_row_event(r) for r in rows]
-            def locate(index: int) -> dict[str, int]:
-                return {"seq": rows[index][0]}
-
-            events, torn = split_tail(sid, items, locate)
-            if torn is not None:
-                size = sum(len(r[3] or b"") for r in rows[torn.index :])
-                torn = TornTail(torn.index, torn.where, torn.reason, torn.records, size)
+            stream = self.read_stream(sid)  # the row again: deleted while we took the lock?
         except BaseException:
             lock.release()
             raise
-        handle = SqliteSession(self, sid, lock, next_seq=len(events), has_title=row[1] is not None)
-        return handle, StoredLog(header, events, torn, locate)
+        stream.lock = lock
+        return stream
+
+    def read_stream(self, session_id: str) -> SqliteStream:
+        sid = validate_session_id(session_id)
+        row = self._row(sid)
+        if row is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        header = parse_header(sid, row[0], "the sessions row")
+        return SqliteStream(self, header, has_title=row[1] is not None)
 
     def _row(self, sid: str) -> tuple[bytes, str | None] | None:
         with self._mutex:
@@ -316,6 +313,68 @@ class SqliteSession:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+class SqliteStream:
+    """A session's event rows, read through a connection of its own (a WAL reader:
+    one consistent snapshot, and the backend's writer is not held up meanwhile)."""
+
+    BLOCK = 4096
+
+    def __init__(self, backend: SqliteBackend, header: Header, *, has_title: bool) -> None:
+        self.header = header
+        self.lock: OwnerLock | None = None
+        self._backend = backend
+        self._has_title = has_title
+        self._db: sqlite3.Connection | None = None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(self._backend.path, isolation_level=None)
+            self._db.execute("PRAGMA busy_timeout = 10000")
+            self._db.execute("BEGIN")  # one snapshot for blocks, locate and size_from
+        return self._db
+
+    def blocks(self) -> Iterator[list[Event | Damage]]:
+        cursor = self._conn().execute(
+            "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
+            (self.header["id"],),
+        )
+        while rows := cursor.fetchmany(self.BLOCK):
+            yield [_row_event(r) for r in rows]
+
+    def locate(self, index: int) -> dict[str, int]:
+        row = self._conn().execute(
+            "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
+            (self.header["id"], index),
+        ).fetchone()
+        return {"seq": row[0] if row is not None else index}
+
+    def size_from(self, index: int) -> int:
+        row = self._conn().execute(
+            "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
+            "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)",
+            (self.header["id"], index),
+        ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def session(self, next_seq: int, torn: TornTail | None) -> SqliteSession:
+        if self.lock is None:
+            raise RuntimeError("a read-only stream has no session")
+        lock, self.lock = self.lock, None
+        return SqliteSession(
+            self._backend, self.header["id"], lock, next_seq=next_seq, has_title=self._has_title
+        )
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 def _row_event(row: tuple[int, str, int, bytes | str]) -> Event | Damage:
