@@ -27,6 +27,7 @@ from session.backend import (
     Encoded,
     SessionSummary,
     validate_session_id,
+    with_size,
 )
 from session.errors import (
     EventDataError,
@@ -41,11 +42,13 @@ from session.events import (
     TOOL_CALL,
     TOOL_RESULT,
     TURN_END,
+    TURN_START,
     Event,
     Header,
 )
 from session.invariants import InvariantTracker
 from session.repair import RepairReport, interrupted_turn_closers
+from session.scan import Locate, TailSplitter
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable.
@@ -88,8 +91,11 @@ class SessionLog:
         events: list[Event],
         tracker: InvariantTracker,
         clock: Callable[[], int],
+        *,
+        keep_history: bool = True,
     ) -> None:
         self._backend = backend_session
+        self._keep_history = keep_history
         self.header: Final = header
         self._events = events
         self._tracker = tracker
@@ -105,7 +111,9 @@ class SessionLog:
 
     @property
     def events(self) -> Sequence[Event]:
-        """Every event of the session, buffered ones included, in seq order."""
+        """The events held in memory, buffered ones included, in seq order: every
+        event of the session if the log keeps its history, otherwise those since the
+        last `turn/start` (the open or last turn). `tracker.next_seq` counts them all."""
         return self._events
 
     @property
@@ -147,6 +155,8 @@ class SessionLog:
             self._tracker = trial
         durable = False
         for encoded in batch:
+            if encoded.event["type"] == TURN_START and not self._keep_history:
+                self._events = []
             self._events.append(encoded.event)
             self._unwritten.append(encoded)
             self._unwritten_bytes += len(encoded.data_json)
@@ -240,6 +250,98 @@ def _copy_tracker(tracker: InvariantTracker) -> InvariantTracker:
     return deepcopy(tracker)
 
 
+class SessionLoad:
+    """A load run one block of events at a time, so a long log is never held whole:
+    iterating it yields the stored events, checked, in order, then the repair closers
+    (if any) as a last block; when the iteration ends, `loaded` holds the live log.
+
+    Everything is checked before anything is written: a log that breaks the invariants
+    raises SessionCorruptError from the iteration, untouched (a consumer that streamed
+    the earlier blocks on has already passed those on). Abandoning the iteration
+    (closing the generator) releases the session. Unless `keep_history`, the log keeps
+    only the events since the last `turn/start`, which is all that repair and the
+    live turn need.
+    """
+
+    def __init__(self, store: SessionStore, session_id: str, *, keep_history: bool) -> None:
+        self.session_id = session_id
+        self.keep_history = keep_history
+        self.loaded: LoadedSession | None = None
+        self._store = store
+
+    def __iter__(self) -> Iterator[list[Event]]:
+        sid = self.session_id
+        stream = self._store.backend.open_stream(sid)
+        handle: BackendSession | None = None
+        try:
+            splitter = TailSplitter(sid, stream.locate)
+            tracker = InvariantTracker(session_id=sid)
+            kept: list[Event] = []
+            for block in stream.blocks():
+                events = splitter.feed(block)
+                if not events:
+                    continue
+                try:
+                    tracker.feed_all(events)
+                except InvariantError as exc:
+                    raise _corrupt(sid, exc, stream.locate) from None
+                kept = _keep(kept, events, everything=self.keep_history)
+                yield events
+            torn = with_size(splitter.finish(), stream)
+            closers = interrupted_turn_closers(kept)
+            tracker.feed_all(closers)
+            stream.close()
+            handle = stream.session(tracker.next_seq - len(closers), torn)
+            kept_aside = None
+            if torn is not None or closers:
+                kept_aside = handle.repair(torn, [encode(c) for c in closers])
+                kept.extend(closers)
+                if closers:
+                    yield closers
+        except BaseException:
+            stream.close()
+            if handle is not None:
+                handle.close()
+            else:
+                stream.release()
+            raise
+        report = RepairReport(
+            torn_bytes=torn.size if torn else 0,
+            torn_records=torn.records if torn else 0,
+            kept_aside=kept_aside,
+            interrupted_turn=closers[-1]["data"]["turn"] if closers else None,
+            synthetic_results=sum(1 for c in closers if c["type"] == TOOL_RESULT),
+            closers=len(closers),
+        )
+        log = SessionLog(
+            handle, stream.header, kept, tracker, self._store._clock,
+            keep_history=self.keep_history,
+        )
+        self.loaded = LoadedSession(log, report)
+
+
+def _keep(kept: list[Event], block: list[Event], *, everything: bool) -> list[Event]:
+    """`kept` with `block` added: all of it, or only what follows the last turn/start."""
+    if not everything:
+        for index in range(len(block) - 1, -1, -1):
+            if block[index]["type"] == TURN_START:
+                return block[index:]
+    kept.extend(block)
+    return kept
+
+
+def _corrupt(sid: str, exc: InvariantError, locate: Locate) -> SessionCorruptError:
+    seq = exc.details.get("seq")
+    where = locate(seq) if isinstance(seq, int) and seq >= 0 else {}
+    place = "".join(f", {k} {v}" for k, v in where.items())
+    return SessionCorruptError(
+        f"session {sid} breaks the log invariants at seq {seq}{place}: {exc.message}",
+        session_id=sid,
+        reason=exc.message,
+        **({"seq": seq} | where),
+    )
+
+
 @dataclass(frozen=True)
 class LoadedSession:
     log: SessionLog
@@ -279,50 +381,19 @@ class SessionStore:
 
     def load(self, session_id: str) -> LoadedSession:
         """Open a stored session for this process, repairing it durably first: cut a
-        torn tail (kept aside) and close an interrupted final turn. Raises the
+        torn tail (kept aside) and close an interrupted final turn. The log keeps every
+        event in memory (see `loading` for a load that does not). Raises the
         SessionError family: not found, locked, version, corrupt, invariant."""
-        sid = validate_session_id(session_id)
+        load = self.loading(session_id, keep_history=True)
         with _gc_paused():  # parsing allocates many small dicts that are never garbage
-            handle, stored = self.backend.open(sid)
-        try:
-            events = stored.events
-            tracker = InvariantTracker(session_id=sid)
-            try:
-                # Check what is stored before anything is written: a log that breaks
-                # the invariants is refused untouched, not "repaired".
-                with _gc_paused():
-                    tracker.feed_all(events)
-            except InvariantError as exc:
-                seq = exc.details.get("seq")
-                where = stored.locate(seq) if isinstance(seq, int) and 0 <= seq < len(events) else {}
-                place = "".join(f", {k} {v}" for k, v in where.items())
-                raise SessionCorruptError(
-                    f"session {sid} breaks the log invariants at seq {seq}{place}: {exc.message}",
-                    session_id=sid,
-                    reason=exc.message,
-                    **({"seq": seq} | where),
-                ) from None
-            closers = interrupted_turn_closers(events)
-            tracker.feed_all(closers)
-            kept_aside = None
-            if stored.torn is not None or closers:
-                kept_aside = handle.repair(stored.torn, [encode(c) for c in closers])
-                events.extend(closers)
-        except BaseException:
-            handle.close()
-            raise
-        torn = stored.torn
-        report = RepairReport(
-            torn_bytes=torn.size if torn else 0,
-            torn_records=torn.records if torn else 0,
-            kept_aside=kept_aside,
-            interrupted_turn=closers[-1]["data"]["turn"] if closers else None,
-            synthetic_results=sum(1 for c in closers if c["type"] == TOOL_RESULT),
-            closers=len(closers),
-        )
-        return LoadedSession(
-            SessionLog(handle, stored.header, events, tracker, self._clock), report
-        )
+            for _ in load:
+                pass
+        assert load.loaded is not None
+        return load.loaded
+
+    def loading(self, session_id: str, *, keep_history: bool = False) -> SessionLoad:
+        """A load to run block by block (see SessionLoad)."""
+        return SessionLoad(self, validate_session_id(session_id), keep_history=keep_history)
 
     def list(self, *, cwd: str | None = None) -> list[SessionSummary]:
         """Stored sessions, most recently updated first, optionally only those of `cwd`."""
