@@ -47,18 +47,30 @@ def decide(mode: str, kind: str, tool_name: str, always: frozenset[str] | set[st
     return "ask"
 
 
+class RememberedAlways:
+    """Tool names the person allowed always, gathered from a log read in blocks."""
+
+    def __init__(self) -> None:
+        self.tools: set[str] = set()
+        self._names: dict[str, str] = {}  # callId -> tool name, until its result
+
+    def feed_all(self, events: Iterable[Event]) -> None:
+        names = self._names
+        for event in events:
+            etype = event["type"]
+            if etype == TOOL_CALL:
+                data = event["data"]
+                names[data["callId"]] = data["name"]
+            elif etype == TOOL_RESULT:
+                data = event["data"]
+                name = names.pop(data["callId"], None)
+                permission = data.get("permission")
+                if name and isinstance(permission, dict) and permission.get("optionId") == ALLOW_ALWAYS:
+                    self.tools.add(name)
+
+
 def remembered_always(events: Iterable[Event]) -> set[str]:
     """Tool names the person allowed always in this session, from the log."""
-    names: dict[str, str] = {}
-    always: set[str] = set()
-    for event in events:
-        data = event["data"]
-        if event["type"] == TOOL_CALL:
-            names[data["callId"]] = data["name"]
-        elif event["type"] == TOOL_RESULT:
-            permission = data.get("permission")
-            if isinstance(permission, dict) and permission.get("optionId") == ALLOW_ALWAYS:
-                name = names.get(data["callId"])
-                if name:
-                    always.add(name)
-    return always
+    remembered = RememberedAlways()
+    remembered.feed_all(events)
+    return remembered.tools

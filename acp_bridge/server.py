@@ -25,6 +25,7 @@ from acp_bridge import __version__, permissions
 from acp_bridge.client import AcpClientServices
 from acp_bridge.errors import PromptInProgressError, RpcError, invalid_params
 from acp_bridge.jsonrpc import Connection, current_request_id
+from acp_bridge.loading import Replay, open_stored, replay_stored
 from acp_bridge.models import Model, load_model
 from acp_bridge.params import check_params
 from acp_bridge.runner import TurnRunner
@@ -41,12 +42,12 @@ from session import (
 from session.backend import SessionSummary, title_from_content
 from session.events import TURN_START, USER_MESSAGE, Event
 from session.repair import RepairReport
+from session.transcript import Transcript, history_budget
 
 log = logging.getLogger("acp_bridge.server")
 
 PROTOCOL_VERSION = 1
 LIST_PAGE = 50
-REPLAY_YIELD_EVERY = 256  # replayed updates between two yields to the writer
 
 
 
@@ -134,7 +135,8 @@ class Agent:
         assert self.conn is not None
         return self.conn
 
-    def _activate(self, session_log: SessionLog) -> LiveSession:
+    def _activate(self, session_log: SessionLog, *, transcript: Transcript | None = None,
+                  always_allowed: set[str] | None = None) -> LiveSession:
         mode = permissions.DEFAULT_MODE
         for event in reversed(session_log.events):  # the mode of the last turn carries on
             if event["type"] == TURN_START:
@@ -158,8 +160,11 @@ class Agent:
         async def on_progress(call_id: str, content: list[Any]) -> None:
             self._update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "content": content})
 
+        if transcript is None:
+            transcript = Transcript(budget=history_budget(self.model().context_window))
         runner = TurnRunner(session_log, self.model(), services, mode=mode, max_steps=self.config.max_steps,
-                            on_event=on_event, on_progress=on_progress)
+                            on_event=on_event, on_progress=on_progress, transcript=transcript,
+                            always_allowed=always_allowed)
         live = LiveSession(session_log, runner, ctx)
         self.sessions[sid] = live
         return live
@@ -208,33 +213,39 @@ class Agent:
         return {"sessionId": session_log.id, **self._mode_state(live)}
 
     async def load_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
-        live, report = await self._open(sessionId)
-        replay = UpdateContext(replay=True, context_window=live.updates.context_window)
-        for count, event in enumerate(list(live.log.events), start=1):
-            for update in updates_for(event, replay):
-                self._update(sessionId, update)
-            if count % REPLAY_YIELD_EVERY == 0:
-                await anyio.lowlevel.checkpoint()
+        context = UpdateContext(replay=True, context_window=self.model().context_window)
+        conn = self._connection()
+
+        async def replay(block: list[Event]) -> None:
+            for event in block:
+                for update in updates_for(event, context):
+                    self._update(sessionId, update)
+            await conn.drain()  # the client reads at its pace; memory stays bounded
+
+        live, report = await self._open(sessionId, replay)
         return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
 
     async def resume_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
-        live, report = await self._open(sessionId)
+        live, report = await self._open(sessionId, None)
         return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
 
-    async def _open(self, sid: str) -> tuple[LiveSession, RepairReport]:
+    async def _open(self, sid: str, replay: Replay | None) -> tuple[LiveSession, RepairReport]:
         validate_session_id(sid)
         live = self.sessions.get(sid)
-        if live is not None:  # already ours: nothing to repair, the log is in memory
+        if live is not None:  # already ours: nothing to repair
             if live.runner.running:
                 raise PromptInProgressError(sid)
+            if replay is not None:
+                await replay_stored(self.store(), live.log, replay)
             return live, RepairReport()
-        store = self.store()
-        loaded = await anyio.to_thread.run_sync(store.load, sid)
-        return self._activate(loaded.log), loaded.report
+        opened = await open_stored(self.store(), sid, budget=history_budget(self.model().context_window),
+                                   replay=replay)
+        live = self._activate(opened.log, transcript=opened.transcript, always_allowed=opened.always_allowed)
+        return live, opened.report
 
     @staticmethod
     def _open_meta(live: LiveSession, report: RepairReport) -> dict[str, Any]:
-        return {"repair": report.to_meta(), "turns": live.log.tracker.turn, "events": len(live.log.events)}
+        return {"repair": report.to_meta(), "turns": live.log.tracker.turn, "events": live.log.tracker.next_seq}
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **_: Any) -> dict[str, Any]:
         store = self.store()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from session import derive_messages, interrupted_turn_closers
-from session.transcript import unanswered_calls
+from session.transcript import Transcript, history_budget, unanswered_calls
 from tests.logs import Script, events_of
 
 
@@ -69,3 +69,36 @@ def test_interrupted_calls_are_answered_after_repair() -> None:
     assert unanswered_calls(messages) == []
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool"]
     assert all(m["isError"] for m in messages if m["role"] == "tool")
+
+
+def _tool_turn(script: Script, n: int, size: int) -> Script:
+    call = f"c{n}"
+    return (script.start_turn(f"turn {n}").start_step().message("reading", calls=(call,))
+            .call(call).result(call, "x" * size).end_step()
+            .start_step().message(f"done {n}").end_step().end_turn())
+
+
+@pytest.mark.parametrize(("budget", "kept_turns"), [
+    (None, 10),  # no budget: everything, as derive_messages
+    (10 ** 9, 10),  # a budget never reached
+    (3_500, 3),  # about 1 KB per turn: the last three fit
+    (500, 1),  # smaller than one turn: the last turn still stays
+])
+def test_budget_drops_oldest_whole_turns(budget: int | None, kept_turns: int) -> None:
+    script = Script()
+    for n in range(10):
+        _tool_turn(script, n, 1000)
+    events = events_of(script)
+    transcript = Transcript(budget=budget)
+    transcript.feed_all(events)
+    full = derive_messages(events)
+    per_turn = len(full) // 10
+    assert transcript.messages == full[len(full) - kept_turns * per_turn:]
+    assert transcript.dropped == len(full) - kept_turns * per_turn
+    assert transcript.messages[0]["role"] == "user"
+    assert unanswered_calls(transcript.messages) == []
+
+
+def test_history_budget_follows_the_context_window() -> None:
+    assert history_budget(100_000) == 800_000
+    assert history_budget(None) == history_budget(0) > 0
