@@ -1,0 +1,109 @@
+"""`SessionStore.loading`: the load the agent uses, block by block, on every backend.
+
+Blocks are made tiny here (a few records, a few hundred bytes) so that every path
+crosses block boundaries: torn tails, damage and the repair closers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from session import SessionCorruptError, SessionStore
+from session.backends import jsonl, memory, sqlite
+from tests import tamper
+from tests.logs import Script, write
+
+
+@pytest.fixture(autouse=True)
+def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsonl, "READ_BLOCK", 300)
+    monkeypatch.setattr(memory.MemoryStream, "BLOCK", 3)
+    monkeypatch.setattr(sqlite.SqliteStream, "BLOCK", 3)
+
+
+def strip(events: Any) -> list[tuple[str, int, Any]]:
+    return [(e["type"], e["seq"], e["data"]) for e in events]
+
+
+def open_turn_log(store: SessionStore) -> tuple[str, list[Any]]:
+    log = store.create(cwd="/w")
+    script = Script().text_turn("one").tool_turn().text_turn("two")
+    script.start_turn("three").start_step().chunk("par").chunk("tial")
+    written = write(log, script)
+    log.close()
+    return log.id, written
+
+
+def test_blocks_are_the_log_then_the_closers(store: SessionStore) -> None:
+    sid, written = open_turn_log(store)
+    load = store.loading(sid)
+    blocks = list(load)
+    assert len(blocks) > 3  # several blocks, so boundaries were crossed
+    streamed = [e for b in blocks for e in b]
+    assert load.loaded is not None
+    report = load.loaded.report
+    assert report.interrupted_turn == 4 and report.closers == len(blocks[-1]) == 2
+    assert strip(streamed[: len(written)]) == strip(written)
+    log = load.loaded.log
+    # Only the last turn stays in memory; the count covers everything.
+    assert log.events[0]["type"] == "turn/start" and log.events[0]["data"]["turn"] == 4
+    assert strip(log.events) == strip(streamed[-len(log.events):])
+    assert log.tracker.next_seq == len(streamed)
+    # The live log goes on from there: a new turn replaces what it keeps.
+    log.extend(Script(first_turn=5).text_turn("five").items)
+    assert [e["data"]["turn"] for e in log.events] == [5] * len(log.events)
+    log.close()
+    # What the stream gave is what a whole load now reads back (repair was durable).
+    again = store.load(sid)
+    assert strip(again.log.events[: len(streamed)]) == strip(streamed)
+    assert not again.report.repaired
+    again.log.close()
+
+
+def test_abandoned_load_releases_the_session(store: SessionStore) -> None:
+    sid, _ = open_turn_log(store)
+    blocks = iter(store.loading(sid))
+    next(blocks)
+    blocks.close()  # type: ignore[attr-defined]
+    loaded = store.load(sid)  # not locked, and still repairs: nothing was written
+    assert loaded.report.closers == 2
+    loaded.log.close()
+
+
+def test_damage_in_a_later_block_refuses_after_earlier_blocks(store: SessionStore) -> None:
+    sid, written = open_turn_log(store)
+    bad = len(written) // 2  # committed: turn/ends follow
+    tamper.replace_event(store.backend, sid, bad, b'{"type":"nonsense"}')
+    load = store.loading(sid)
+    seen: list[Any] = []
+    with pytest.raises(SessionCorruptError):
+        for block in load:
+            seen.extend(block)
+    assert 0 < len(seen) <= bad
+    assert load.loaded is None
+    # Refused untouched and released: a second attempt says the same.
+    with pytest.raises(SessionCorruptError):
+        store.load(sid)
+
+
+def test_torn_tail_across_blocks(store: SessionStore) -> None:
+    sid, written = open_turn_log(store)
+    tamper.replace_event(store.backend, sid, len(written) - 1, b'{"type":')
+    loaded = store.load(sid)
+    assert loaded.report.torn_records == 1
+    assert strip(loaded.log.events[: len(written) - 1]) == strip(written[:-1])
+    loaded.log.close()
+
+
+def test_read_stream_of_a_live_session(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    written = write(log, Script().text_turn("one").text_turn("two"))
+    log.flush()
+    stream = store.backend.read_stream(log.id)  # no lock needed: the owner keeps it
+    try:
+        read = [e for b in stream.blocks() for e in b]
+    finally:
+        stream.close()
+    assert strip(read) == strip(written)
+    log.close()
