@@ -16,20 +16,56 @@ before replaying it would read it twice; damage in the committed part of a log i
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Iterator
+import gc
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 
 import anyio
+import orjson
 
+from acp_bridge.jsonrpc import UPDATE_HEAD, UPDATE_TAIL
 from acp_bridge.permissions import RememberedAlways
+from acp_bridge.updates import UpdateContext, updates_for
 from session import SessionLog, SessionStore
-from session.backend import StoredStream
-from session.events import Event
+from session.events import ASSISTANT_CHUNK, Event
 from session.repair import RepairReport
-from session.scan import Damage, TailSplitter
+from session.scan import TailSplitter
 from session.transcript import Transcript
 
-Replay = Callable[[list[Event]], Awaitable[None]]
+Send = Callable[[bytes], Awaitable[None]]
+"""Write already-encoded notification lines to the client (and wait for it to read)."""
+
+
+class ReplayEncoder:
+    """The `session/update` notification lines of a replay, a block of events at a
+    time, byte for byte what `Connection.notify_update(sid, u)` writes for each `u` of
+    `updates_for(event, ctx)`. Text chunks, most of any log, are encoded directly:
+    a replay is this loop once per stored event (tests/test_streamed_load.py pins the
+    equivalence)."""
+
+    def __init__(self, session_id: str, context_window: int | None) -> None:
+        self.context = UpdateContext(replay=True, context_window=context_window)
+        self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
+
+    def encode(self, block: list[Event]) -> bytes:
+        prefix, context, dumps = self.prefix, self.context, orjson.dumps
+        chunk_head = prefix + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
+        parts: list[bytes] = []
+        append = parts.append
+        for event in block:
+            if event["type"] == ASSISTANT_CHUNK:
+                data = event["data"]
+                chunk = data["chunk"]
+                if chunk["type"] == "text":
+                    append(chunk_head)
+                    append(dumps(chunk["text"]))
+                    append(b'},"messageId":"t%ds%d"}}}\n' % (data["turn"], data["step"]))
+                    continue
+            for update in updates_for(event, context):
+                append(prefix)
+                append(dumps(update))
+                append(UPDATE_TAIL)
+        return b"".join(parts)
 
 
 @dataclass
@@ -41,25 +77,39 @@ class Opened:
 
 
 async def open_stored(
-    store: SessionStore, session_id: str, *, budget: int, replay: Replay | None
+    store: SessionStore, session_id: str, *, budget: int,
+    replay: tuple[ReplayEncoder, Send] | None,
 ) -> Opened:
-    """Load (and repair) a stored session for this process, passing each block of its
-    events to `replay` (the repair closers included) if given. Raises the
-    SessionError family; ownership is released if the load does not complete."""
+    """Load (and repair) a stored session for this process; with `replay`, every
+    block of its events (the repair closers included) is encoded in the worker thread
+    and sent. Raises the SessionError family; ownership is released if the load does
+    not complete."""
     load = store.loading(session_id)
     transcript = Transcript(budget=budget)
     always = RememberedAlways()
     blocks = iter(load)
     assert isinstance(blocks, Generator)
+    encode = replay[0].encode if replay is not None else None
+
+    def step() -> bytes | None:
+        # The transcript and the tools allowed always are only touched here until the
+        # load is over, one step at a time, so the worker thread may feed them.
+        block = next(blocks, None)
+        if block is None:
+            return None
+        transcript.feed_all(block)
+        always.feed_all(block)
+        return encode(block) if encode is not None else b""
+
     done = False
+    _pause_gc()
     try:
-        while (block := await anyio.to_thread.run_sync(next, blocks, None)) is not None:
-            transcript.feed_all(block)
-            always.feed_all(block)
+        while (payload := await anyio.to_thread.run_sync(step)) is not None:
             if replay is not None:
-                await replay(block)
+                await replay[1](payload)
         done = True
     finally:
+        _resume_gc()
         if not done:  # closing the generator releases the session
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(blocks.close)
@@ -67,7 +117,7 @@ async def open_stored(
     return Opened(load.loaded.log, load.loaded.report, transcript, always.tools)
 
 
-async def replay_stored(store: SessionStore, log: SessionLog, replay: Replay) -> None:
+async def replay_stored(store: SessionStore, log: SessionLog, encoder: ReplayEncoder, send: Send) -> None:
     """Replay a session this process already owns, from what its log has written (it
     is flushed first), without holding it in memory."""
     await anyio.to_thread.run_sync(log.flush)
@@ -75,19 +125,39 @@ async def replay_stored(store: SessionStore, log: SessionLog, replay: Replay) ->
     try:
         splitter = TailSplitter(log.id, stream.locate)
         blocks = stream.blocks()
-        while (block := await anyio.to_thread.run_sync(_next_good, blocks, splitter)) is not None:
-            await replay(block)
+
+        def step() -> bytes | None:
+            for block in blocks:
+                good = splitter.feed(block)
+                if good:
+                    return encoder.encode(good)
+            return None
+
+        while (payload := await anyio.to_thread.run_sync(step)) is not None:
+            await send(payload)
     finally:
-        await anyio.to_thread.run_sync(_close, stream)
+        await anyio.to_thread.run_sync(stream.close)
 
 
-def _next_good(blocks: Iterator[list[Event | Damage]], splitter: TailSplitter) -> list[Event] | None:
-    for block in blocks:
-        good = splitter.feed(block)
-        if good:
-            return good
-    return None
+# A load allocates a few objects per event, which die young but in bulk: the cyclic
+# collector would run a full collection every few blocks over everything the agent
+# holds (measured: half the parse time of a block). Nothing a load makes is cyclic, so
+# collection waits until no load is running; loads on other sessions may overlap.
+_loads_running = 0
 
 
-def _close(stream: StoredStream) -> None:
-    stream.close()
+def _pause_gc() -> None:
+    global _loads_running
+    if _loads_running == 0 and gc.isenabled():
+        gc.disable()
+        _loads_running = 1
+    elif _loads_running:
+        _loads_running += 1
+
+
+def _resume_gc() -> None:
+    global _loads_running
+    if _loads_running:
+        _loads_running -= 1
+        if _loads_running == 0:
+            gc.enable()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import gc
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from acp_bridge import __version__, permissions
 from acp_bridge.client import AcpClientServices
 from acp_bridge.errors import PromptInProgressError, RpcError, invalid_params
 from acp_bridge.jsonrpc import Connection, current_request_id
-from acp_bridge.loading import Replay, open_stored, replay_stored
+from acp_bridge.loading import ReplayEncoder, Send, open_stored, replay_stored
 from acp_bridge.models import Model, load_model
 from acp_bridge.params import check_params
 from acp_bridge.runner import TurnRunner
@@ -80,6 +81,7 @@ class Agent:
         self._model: Model | None = None
         self._local: LocalServices | None = None
         self._prompts: dict[Any, str] = {}  # running prompt request ids -> session id
+        self._frozen = False
 
     # --- wiring ----------------------------------------------------------------------
 
@@ -143,6 +145,11 @@ class Agent:
                 mode = event["data"].get("mode", mode)
                 break
         assert self._local is not None
+        if not self._frozen:
+            # What is imported and built by now lives as long as the process: keep it
+            # out of every later full collection.
+            gc.freeze()
+            self._frozen = True
         services = AcpClientServices(self._connection(), session_log.id, self.client_capabilities, self._local)
         ctx = UpdateContext(replay=False, context_window=self.model().context_window)
         live: LiveSession
@@ -170,7 +177,7 @@ class Agent:
         return live
 
     def _update(self, sid: str, update: dict[str, Any]) -> None:
-        self._connection().notify("session/update", {"sessionId": sid, "update": update})
+        self._connection().notify_update(sid, update)
 
     def _live(self, sid: str) -> LiveSession:
         validate_session_id(sid)
@@ -213,30 +220,28 @@ class Agent:
         return {"sessionId": session_log.id, **self._mode_state(live)}
 
     async def load_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
-        context = UpdateContext(replay=True, context_window=self.model().context_window)
         conn = self._connection()
 
-        async def replay(block: list[Event]) -> None:
-            for event in block:
-                for update in updates_for(event, context):
-                    self._update(sessionId, update)
+        async def send(payload: bytes) -> None:
+            conn.send_raw(payload)
             await conn.drain()  # the client reads at its pace; memory stays bounded
 
-        live, report = await self._open(sessionId, replay)
+        encoder = ReplayEncoder(sessionId, self.model().context_window)
+        live, report = await self._open(sessionId, (encoder, send))
         return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
 
     async def resume_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
         live, report = await self._open(sessionId, None)
         return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
 
-    async def _open(self, sid: str, replay: Replay | None) -> tuple[LiveSession, RepairReport]:
+    async def _open(self, sid: str, replay: tuple[ReplayEncoder, Send] | None) -> tuple[LiveSession, RepairReport]:
         validate_session_id(sid)
         live = self.sessions.get(sid)
         if live is not None:  # already ours: nothing to repair
             if live.runner.running:
                 raise PromptInProgressError(sid)
             if replay is not None:
-                await replay_stored(self.store(), live.log, replay)
+                await replay_stored(self.store(), live.log, *replay)
             return live, RepairReport()
         opened = await open_stored(self.store(), sid, budget=history_budget(self.model().context_window),
                                    replay=replay)

@@ -9,7 +9,7 @@ tail (cut it from the first damaged record on, and keep it aside). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,6 +38,9 @@ class TornTail:
     size: int = 0  # bytes cut, where the backend counts bytes
 
 
+_EMPTY = Damage("empty line")
+
+
 def parse_event(raw: bytes | str) -> Event | Damage:
     """Parse one stored event; a Damage says why it is not one. Cheap: this runs once
     per event on every load."""
@@ -46,6 +49,35 @@ def parse_event(raw: bytes | str) -> Event | Damage:
     except orjson.JSONDecodeError as exc:
         return Damage(f"not valid JSON ({exc})")
     return check_event_shape(value)
+
+
+def parse_events(records: Iterable[bytes]) -> list[Event | Damage]:
+    """`parse_event` of each record (an empty one is damage), inlined for the common
+    case: loading is this loop, run once per stored event."""
+    loads, decode_error, types = orjson.loads, orjson.JSONDecodeError, EVENT_TYPES
+    out: list[Event | Damage] = []
+    append = out.append
+    for raw in records:
+        if not raw:
+            append(_EMPTY)
+            continue
+        try:
+            value = loads(raw)
+        except decode_error as exc:
+            append(Damage(f"not valid JSON ({exc})"))
+            continue
+        if (
+            type(value) is dict
+            and len(value) == 4
+            and value.get("type") in types
+            and type(value.get("seq")) is int
+            and type(value.get("time")) is int
+            and type(value.get("data")) is dict
+        ):
+            append(value)  # type: ignore[arg-type]
+        else:
+            append(check_event_shape(value))  # says what is wrong
+    return out
 
 
 def check_event_shape(value: Any) -> Event | Damage:

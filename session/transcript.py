@@ -45,6 +45,8 @@ class ToolMessage(TypedDict):
 Message = UserMessage | AssistantMessage | ToolMessage
 
 
+_MESSAGE_TYPES = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
+
 # A model is shown at most what fits its context window; a token is about 4 bytes of
 # text, and JSON blocks carry some overhead, so 8 bytes per token of history is kept.
 HISTORY_BYTES_PER_TOKEN = 8
@@ -124,8 +126,10 @@ class Transcript:
             self.dropped += cut
 
     def feed_all(self, events: Iterable[Event]) -> None:
+        feed, wanted = self.feed, _MESSAGE_TYPES
         for event in events:
-            self.feed(event)
+            if event["type"] in wanted:  # most events of a log are chunks: skip them fast
+                feed(event)
 
 
 def derive_messages(events: Iterable[Event]) -> list[Message]:

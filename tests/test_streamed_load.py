@@ -107,3 +107,28 @@ def test_read_stream_of_a_live_session(store: SessionStore) -> None:
         stream.close()
     assert strip(read) == strip(written)
     log.close()
+
+
+def test_replay_encoder_is_notify_update_byte_for_byte() -> None:
+    import orjson
+
+    from acp_bridge.jsonrpc import UPDATE_HEAD, UPDATE_TAIL
+    from acp_bridge.loading import ReplayEncoder
+    from acp_bridge.updates import UpdateContext, updates_for
+    from tests.logs import events_of
+
+    script = Script().text_turn("one", 'quotes " \\ and\nnewlines, ünïcode ✓')
+    script.start_turn("two").start_step().chunk("think", kind="reasoning").chunk("text \u2028")
+    script.message("text \u2028", calls=("a",)).call("a").result("a", "A").end_step()
+    script.start_step().message("", calls=("b",)).result("b", "B", error=True).end_step().end_turn()
+    events = events_of(script)
+    sid = "0a0b0c0d-0000-4000-8000-000000000001"
+    context = UpdateContext(replay=True, context_window=1000)
+    expected = b"".join(
+        UPDATE_HEAD + orjson.dumps(sid) + b',"update":' + orjson.dumps(u) + UPDATE_TAIL
+        for e in events for u in updates_for(e, context)
+    )
+    encoder = ReplayEncoder(sid, 1000)
+    got = b"".join(encoder.encode(events[i : i + 4]) for i in range(0, len(events), 4))
+    assert got == expected
+    assert got.count(b"agent_message_chunk") >= 2 and b"tool_call" in got

@@ -39,9 +39,8 @@ from session.backend import (
 from session.errors import SessionCorruptError, SessionNotFoundError, StoreIOError
 from session.events import USER_MESSAGE, Event, Header
 from session.files import FILE_MODE, OwnerLock, fsync_dir, private_dir, publish, write_all
-from session.scan import Damage, TailSplitter, TornTail, parse_event, parse_header
+from session.scan import Damage, TailSplitter, TornTail, parse_events, parse_header
 
-_EMPTY = Damage("empty line")
 # Logs are read this much at a time: large enough to amortize, small enough to bound memory.
 READ_BLOCK = 1 << 20
 
@@ -266,7 +265,7 @@ class JsonlStream:
             lines = data.split(b"\n")
             lines.pop()  # b"" after the final newline
             self._starts.append((index, offset))
-            yield [parse_event(line) if line else _EMPTY for line in lines]
+            yield parse_events(lines)
             index += len(lines)
             offset += len(data)
         if pending:  # the file does not end with a newline: a torn write

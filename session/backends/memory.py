@@ -25,7 +25,7 @@ from session.backend import (
 )
 from session.errors import SessionExistsError, SessionLockedError, SessionNotFoundError
 from session.events import USER_MESSAGE, Event, Header
-from session.scan import Damage, TornTail, parse_event, parse_header
+from session.scan import Damage, TornTail, parse_events, parse_header
 
 
 @dataclass
@@ -117,7 +117,7 @@ class MemoryStream:
     def blocks(self) -> Iterator[list[Event | Damage]]:
         records = self._records
         for start in range(0, len(records), self.BLOCK):
-            yield [parse_event(r) for r in records[start : start + self.BLOCK]]
+            yield parse_events(records[start : start + self.BLOCK])
 
     def locate(self, index: int) -> dict[str, int]:
         return {"seq": index}
