@@ -38,7 +38,7 @@ from session.errors import (
     SessionVersionError,
     StoreIOError,
 )
-from session.events import USER_MESSAGE, Event, Header
+from session.events import EVENT_TYPES, USER_MESSAGE, Event, Header
 from session.files import FILE_MODE, OwnerLock, private_dir
 from session.scan import Damage, TornTail, check_event_shape, parse_header
 
@@ -341,7 +341,7 @@ class SqliteStream:
             (self.header["id"],),
         )
         while rows := cursor.fetchmany(self.BLOCK):
-            yield [_row_event(r) for r in rows]
+            yield _row_events(rows)
 
     def locate(self, index: int) -> dict[str, int]:
         row = self._conn().execute(
@@ -375,6 +375,26 @@ class SqliteStream:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def _row_events(rows: list[tuple[int, str, int, bytes | str]]) -> list[Event | Damage]:
+    """`_row_event` of each row, inlined for the common case (a load is this loop)."""
+    loads, types = orjson.loads, EVENT_TYPES
+    out: list[Event | Damage] = []
+    append = out.append
+    for row in rows:
+        seq, etype, stamp, data = row
+        if etype in types and type(seq) is int and type(stamp) is int:
+            try:
+                parsed = loads(data)
+            except (orjson.JSONDecodeError, TypeError):
+                append(_row_event(row))  # says what is wrong
+                continue
+            if type(parsed) is dict:
+                append({"type": etype, "seq": seq, "time": stamp, "data": parsed})
+                continue
+        append(_row_event(row))
+    return out
 
 
 def _row_event(row: tuple[int, str, int, bytes | str]) -> Event | Damage:
