@@ -320,6 +320,7 @@ class SqliteStream:
     one consistent snapshot, and the backend's writer is not held up meanwhile)."""
 
     BLOCK = 4096
+    BLOCK_BYTES = 1 << 20
 
     def __init__(self, backend: SqliteBackend, header: Header, *, has_title: bool) -> None:
         self.header = header
@@ -340,8 +341,17 @@ class SqliteStream:
             "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
             (self.header["id"],),
         )
-        while rows := cursor.fetchmany(self.BLOCK):
-            yield _row_events(rows)
+        # Blocks are bounded in rows and in bytes: one tool result may be megabytes.
+        block: list[tuple[int, str, int, bytes | str]] = []
+        size = 0
+        while rows := cursor.fetchmany(min(64, self.BLOCK)):
+            block.extend(rows)
+            size += sum(len(r[3] or b"") for r in rows)
+            if len(block) >= self.BLOCK or size >= self.BLOCK_BYTES:
+                yield _row_events(block)
+                block, size = [], 0
+        if block:
+            yield _row_events(block)
 
     def locate(self, index: int) -> dict[str, int]:
         row = self._conn().execute(

@@ -1,0 +1,91 @@
+"""`session/load` of a large log in bounded memory: a real agent process replays a log
+several times larger than the memory it may use, and its peak RSS (VmHWM) is read
+from /proc. Loading the whole log at once, as before the streamed load, took 6-8x
+the log's size."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+from session import SessionStore, open_backend
+from tests.logs import Script
+
+LOG_MB = 60
+RESULT_BYTES = 100_000  # a big tool result per turn: few events, many bytes
+
+
+def build(store_dir: Path, backend: str) -> tuple[str, int]:
+    store = SessionStore(open_backend(backend, store_dir))
+    log = store.create(cwd=str(store_dir))
+    turns = LOG_MB * 1_000_000 // RESULT_BYTES
+    for n in range(turns):
+        script = Script(first_turn=n + 1).start_turn(f"turn {n}").start_step()
+        for word in ("reading", "the", "file"):
+            script.chunk(word + " ")
+        script.message("reading the file", calls=(f"c{n}",)).call(f"c{n}")
+        script.result(f"c{n}", f"{n:08d}" + "x" * RESULT_BYTES).end_step().end_turn()
+        log.extend(script.items)
+    events = log.tracker.next_seq
+    log.close()
+    store.close()
+    return log.id, events
+
+
+def vm(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {key} for {pid}")
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_load_of_a_large_log_stays_small(tmp_path: Path, backend: str) -> None:
+    store_dir = tmp_path / "store"
+    sid, events = build(store_dir, backend)
+    size = sum(f.stat().st_size for f in store_dir.rglob("*") if f.is_file())
+    assert size > LOG_MB * 1_000_000
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acp_bridge", "--store", str(store_dir), "--backend", backend,
+         "--model", "echo"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+    killer = threading.Timer(120, proc.kill)
+    killer.start()
+    try:
+        def call(rid: int, method: str, params: dict[str, object]) -> tuple[dict[str, object], int]:
+            stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + b"\n")
+            stdin.flush()
+            updates = 0
+            while True:
+                line = stdout.readline()
+                assert line, "the agent closed stdout"
+                if line.startswith(b'{"jsonrpc":"2.0","method":"session/update"'):
+                    updates += 1
+                    continue
+                message = orjson.loads(line)
+                if message.get("id") == rid:
+                    return message, updates
+
+        call(1, "initialize", {"protocolVersion": 1})
+        answer, updates = call(2, "session/load", {"sessionId": sid, "cwd": str(store_dir), "mcpServers": []})
+        assert "result" in answer, answer
+        assert answer["result"]["_meta"]["acpBridge"]["events"] == events  # type: ignore[index]
+        # Per turn: the prompt, 3 chunks, usage, tool call + in progress, the result.
+        assert updates == events // 11 * 8
+        peak = vm(proc.pid, "VmHWM")
+    finally:
+        killer.cancel()
+        proc.kill()
+        proc.wait()
+        stdin.close()
+        stdout.close()
+    # Generous for a noisy machine, and far below the log's size.
+    assert peak < 150 * 1024 * 1024, f"peak RSS {peak / 1e6:.0f} MB loading a {size / 1e6:.0f} MB log"
