@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
-import math
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -56,6 +56,15 @@ class ClientError(Exception):
 
 _REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 
+# A `session/update` notification is built from bytes: this head, the session id (JSON),
+# `,"update":`, the update (JSON) and this tail. Byte for byte what orjson writes for
+# {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId", "update"}}, in
+# that key order (clients may recognise the notification by its first bytes).
+UPDATE_HEAD: Final = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+UPDATE_TAIL: Final = b"}}\n"
+DRAIN_HIGH_WATER: Final = 4 << 20  # bytes queued for stdout that `drain` lets through
+_PREFIX_CACHE_SIZE = 256  # sessions whose notification prefix is kept
+
 
 def _is_id(value: Any) -> bool:
     """ACP request ids are strings or 64-bit integers (orjson reads bigger ones as floats)."""
@@ -64,6 +73,31 @@ def _is_id(value: Any) -> bool:
 
 def _error(id_: Any, error: RpcError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id_ if _is_id(id_) else None, "error": error.to_json()}
+
+
+_IDLE_WORKERS = 8  # request tasks kept waiting for the next request; more end
+
+
+class _Slot:
+    """Where an idle worker task waits for its next piece of work."""
+
+    __slots__ = ("_event", "_work")
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+        self._work: Awaitable[None] | None = None
+
+    def hand(self, work: Awaitable[None]) -> None:
+        self._work = work
+        assert self._event is not None
+        self._event.set()
+
+    async def wait(self) -> Awaitable[None]:
+        self._event = anyio.Event()
+        await self._event.wait()
+        work, self._work, self._event = self._work, None, None
+        assert work is not None
+        return work
 
 
 class Connection:
@@ -84,23 +118,79 @@ class Connection:
         self._methods = dict(methods)
         self._on_eof = on_eof
         self._on_cancel_request = on_cancel_request
-        self._send, self._receive = anyio.create_memory_object_stream[bytes](math.inf)
+        # Outgoing messages, encoded, in order: one writer task writes them. Unbounded
+        # (sending never waits), `drain` lets a producer of many wait for the writer.
+        self._queue: deque[bytes] = deque()
+        self._queued = 0  # bytes queued and not yet written (being written included)
+        self._writer_idle: anyio.Event | None = None  # set to wake the idle writer
+        self._drained: anyio.Event | None = None  # set after each write while drain waits
+        self._closed = False  # no more messages: the writer finishes the queue and ends
+        self._broken = False  # the client stopped reading: messages are dropped
+        self._prefixes: dict[str, bytes] = {}  # session id -> notification prefix
         self._ids = itertools.count(1)
         self._pending: dict[str, tuple[anyio.Event, list[Any], str]] = {}
         self._inflight: dict[Any, anyio.CancelScope] = {}  # request id -> its task's scope
-        self._active = 0  # request tasks started and not finished
+        self._active = 0  # requests (or batches) handed to a task and not finished
+        self._workers: list[_Slot] = []  # idle worker tasks, waiting for a request
         self._idle = anyio.Event()
-        self._rpc: Any = None  # jsonrpcserver.async_main, imported after initialize
+        self._rpc: _JsonRpcServer | None = None  # imported after initialize
         self._rpc_methods: dict[str, Any] | None = None
 
     # --- sending ---------------------------------------------------------------------
 
     def send(self, message: Any) -> None:
         """Queue a message; the writer task writes queued messages in order."""
-        self._send.send_nowait(orjson.dumps(message) + b"\n")
+        # The concatenation is a right-sized copy: orjson's own bytes keep a 4 KiB
+        # buffer however short they are, which adds up in a long queue.
+        self._enqueue(orjson.dumps(message) + b"\n")
 
     def notify(self, method: str, params: Any) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def notify_update(self, session_id: str, update: Any) -> None:
+        """Queue the `session/update` notification of `update` for `session_id`: the
+        same bytes as `notify("session/update", {"sessionId": ..., "update": ...})`,
+        built with one encoding of the update and a per-session prefix."""
+        prefix = self._prefixes.get(session_id)
+        if prefix is None:
+            if len(self._prefixes) >= _PREFIX_CACHE_SIZE:
+                self._prefixes.clear()
+            prefix = self._prefixes[session_id] = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
+        self._enqueue(b"".join((prefix, orjson.dumps(update), UPDATE_TAIL)))
+
+    def send_raw(self, data: bytes) -> None:
+        """Queue messages already encoded: complete JSON-RPC lines, newline included
+        (a replay encodes a block of notifications in a worker thread). Written in
+        order with everything else, as `send` would."""
+        if data:
+            self._enqueue(data)
+
+    def _enqueue(self, data: bytes) -> None:
+        if self._closed or self._broken:
+            log.debug("dropping an outgoing message: %s", "the client stopped reading"
+                      if self._broken else "the connection is closed")
+            return
+        self._queue.append(data)
+        self._queued += len(data)
+        idle = self._writer_idle
+        if idle is not None:
+            self._writer_idle = None
+            idle.set()
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of messages queued for the client and not yet written."""
+        return self._queued
+
+    async def drain(self, high_water: int = DRAIN_HIGH_WATER) -> None:
+        """Wait until less than `high_water` bytes are queued for the client (at once
+        if that is already so). A producer of many messages (the replay of a long log)
+        calls it now and then to keep the queue, and so its memory, bounded while the
+        client reads. Returns at once if the client stopped reading."""
+        while self._queued >= high_water and not self._broken and not self._closed:
+            if self._drained is None:
+                self._drained = anyio.Event()
+            await self._drained.wait()
 
     async def request(self, method: str, params: Any) -> Any:
         """Ask the client; returns its result or raises ClientError. If the wait is
@@ -122,20 +212,46 @@ class Connection:
         return value
 
     async def _write_loop(self) -> None:
-        async with self._receive:
-            async for data in self._receive:
-                # Whatever else is queued goes out in the same write.
-                parts = [data]
-                while True:
-                    try:
-                        parts.append(self._receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
+        queue = self._queue
+        try:
+            while True:
+                if not queue:
+                    if self._closed:
+                        return
+                    idle = self._writer_idle = anyio.Event()
+                    await idle.wait()
+                    continue
+                # Whatever is queued goes out in one write.
+                data = queue.popleft() if len(queue) == 1 else b"".join(queue)
+                queue.clear()
                 try:
-                    await self._writer.write(b"".join(parts))
+                    await self._writer.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     log.info("the client stopped reading stdout")
+                    self._broken = True
                     return
+                finally:
+                    self._queued -= len(data)
+                self._wake_drain()
+        finally:
+            if self._broken:  # what is still queued will never be written
+                queue.clear()
+                self._queued = 0
+            self._wake_drain()
+
+    def _wake_drain(self) -> None:
+        drained = self._drained
+        if drained is not None:
+            self._drained = None
+            drained.set()
+
+    def _close_queue(self) -> None:
+        """No more messages: the writer writes what is queued, then ends."""
+        self._closed = True
+        idle = self._writer_idle
+        if idle is not None:
+            self._writer_idle = None
+            idle.set()
 
     # --- reading ---------------------------------------------------------------------
 
@@ -152,7 +268,7 @@ class Connection:
                     with anyio.move_on_after(SHUTDOWN_GRACE):
                         await self._idle.wait()
                 requests.cancel_scope.cancel()
-            self._send.close()
+            self._close_queue()
 
     def _on_line(self, line: bytes | TooLong, tg: anyio.abc.TaskGroup) -> None:
         if isinstance(line, TooLong):
@@ -178,21 +294,35 @@ class Connection:
             self._spawn(tg, self._single(message))
 
     def _spawn(self, tg: anyio.abc.TaskGroup, work: Awaitable[None]) -> None:
-        # Counted here, not when the task starts, so an EOF right behind a request
+        """Run `work` (one request or batch) in a task of its own: handed to an idle
+        worker task if there is one, else in a new worker. Starting an anyio task
+        costs ~40 µs here, handing work to a waiting one a few µs; a worker serves
+        one request at a time, so each still runs on its own (a prompt never holds
+        up the `session/cancel` behind it)."""
+        # Counted here, not when the work starts, so an EOF right behind a request
         # still waits for its answer.
         self._active += 1
         if self._idle.is_set():
             self._idle = anyio.Event()
+        if self._workers:
+            self._workers.pop().hand(work)
+        else:
+            tg.start_soon(self._worker, work)
 
-        async def run() -> None:
+    async def _worker(self, work: Awaitable[None]) -> None:
+        slot: _Slot | None = None
+        while True:
             try:
                 await work
             finally:
                 self._active -= 1
                 if not self._active:
                     self._idle.set()
-
-        tg.start_soon(run)
+            if len(self._workers) >= _IDLE_WORKERS:
+                return
+            slot = slot or _Slot()
+            self._workers.append(slot)
+            work = await slot.wait()
 
     def _response(self, message: dict[str, Any]) -> None:
         entry = self._pending.get(message["id"]) if isinstance(message.get("id"), str) else None
@@ -245,8 +375,8 @@ class Connection:
         scope = anyio.CancelScope()
         if is_request:
             self._inflight[key] = scope
-        if is_request:
-            current_request_id.set(message.get("id"))
+        # Set for every message: a worker task serves one request after another.
+        current_request_id.set(message.get("id") if is_request else None)
         try:
             with scope:
                 if (self._rpc is None and not batched and message.get("method") == "initialize"
@@ -254,10 +384,8 @@ class Connection:
                     answer = await self._direct(message)
                     await self._load_rpc()
                     return answer
-                await self._load_rpc()
-                return await self._rpc.dispatch_to_serializable(
-                    "", methods=self._rpc_methods, deserializer=lambda _: message,
-                    validator=_check_envelope)
+                rpc, methods = await self._load_rpc()
+                return await rpc.dispatch(methods, message)
             if scope.cancelled_caught and is_request:
                 return _error(message.get("id"), RpcError(REQUEST_CANCELLED, "Request cancelled",
                                                           {"code": "cancelled"}))
@@ -281,13 +409,13 @@ class Connection:
         self.send({"jsonrpc": "2.0", "id": message.get("id"), "result": result})
         return None
 
-    async def _load_rpc(self) -> None:
-        if self._rpc is not None:
-            return
-        main = await anyio.to_thread.run_sync(_import_jsonrpcserver)
-        if self._rpc is None:
-            self._rpc = main
-            self._rpc_methods = {name: _wrap(main, fn) for name, fn in self._methods.items()}
+    async def _load_rpc(self) -> tuple[_JsonRpcServer, dict[str, Any]]:
+        if self._rpc is None or self._rpc_methods is None:
+            rpc = await anyio.to_thread.run_sync(_JsonRpcServer)
+            if self._rpc is None or self._rpc_methods is None:  # not loaded meanwhile
+                self._rpc = rpc
+                self._rpc_methods = {name: rpc.wrap(fn) for name, fn in self._methods.items()}
+        return self._rpc, self._rpc_methods
 
     def cancel_incoming(self, request_id: Any) -> bool:
         """`$/cancel_request`: let the owner handle it (a prompt settles as cancelled),
@@ -301,20 +429,17 @@ class Connection:
         return True
 
 
-def _check_envelope(request: Any) -> Any:
+def _valid_envelope(request: Any) -> bool:
     """jsonrpcserver's request schema (one request, as we dispatch them one by one),
-    checked in plain Python: its jsonschema validation costs ~0.14 ms a request. Any
-    exception here is answered -32600 by jsonrpcserver."""
-    if (
+    checked in plain Python: its jsonschema validation costs ~0.14 ms a request."""
+    return not (
         not isinstance(request, dict)
         or request.get("jsonrpc") != "2.0"
         or not isinstance(request.get("method"), str)
         or not set(request) <= _REQUEST_KEYS
         or not isinstance(request.get("params", {}), dict | list)
         or ("id" in request and not _is_id(request["id"]))
-    ):
-        raise ValueError("not a JSON-RPC 2.0 request")
-    return request
+    )
 
 
 def _key(request_id: Any) -> Any:
@@ -322,28 +447,75 @@ def _key(request_id: Any) -> Any:
     return (type(request_id).__name__, request_id)
 
 
-def _import_jsonrpcserver() -> Any:
-    from jsonrpcserver import async_main
+class _JsonRpcServer:
+    """jsonrpcserver, imported (in a worker thread: it is slow to import) and driven
+    one parsed request at a time.
 
-    return async_main
+    `jsonrpcserver.async_dispatch_to_serializable` would run each request through a
+    deserializer and a validator wrapped in oslash `Either`s, an `asyncio.gather` (one
+    more task per request) and an `inspect.signature(...).bind` argument check. Our
+    messages are parsed already and their envelope is checked in plain Python, and
+    every method we register takes `(*args, **params)`, which binds any arguments, so
+    `dispatch` runs only the library's method lookup (`get_method`), its call with the
+    error results (`async_dispatcher.call`) and its serialization (`to_response`,
+    `to_serializable`): the same answers for a quarter of the work (~35 µs a request
+    instead of ~140 µs, measured in-process)."""
 
+    def __init__(self) -> None:
+        from jsonrpcserver import (
+            Error,
+            InvalidParams,
+            Success,
+            async_dispatcher,
+            dispatcher,
+            response,
+        )
+        from jsonrpcserver.sentinels import NOCONTEXT, NOID
+        from oslash.either import Left  # type: ignore[import-untyped, unused-ignore]
 
-def _wrap(main: Any, fn: Handler) -> Any:
-    """A jsonrpcserver method around one of our handlers: params by name only, our
-    errors converted in one place (errors.to_rpc_error)."""
-    from jsonrpcserver import Error, InvalidParams, Success
+        self._get_method = dispatcher.get_method
+        self._call = async_dispatcher.call
+        self._create_request = dispatcher.create_request
+        self._to_response = dispatcher.to_response
+        self._to_serializable = response.to_serializable
+        self._invalid_request = response.InvalidRequestResponse
+        self._server_error = response.ServerErrorResponse
+        self._left = Left
+        self._nocontext, self._noid = NOCONTEXT, NOID
+        self._error, self._invalid_params, self._success = Error, InvalidParams, Success
 
-    async def method(*args: Any, **params: Any) -> Any:
-        if args:
-            return InvalidParams("params must be an object (by name), not an array")
+    def wrap(self, fn: Handler) -> Any:
+        """A jsonrpcserver method around one of our handlers: params by name only, our
+        errors converted in one place (errors.to_rpc_error)."""
+        error_result, invalid_params_result, success = self._error, self._invalid_params, self._success
+
+        async def method(*args: Any, **params: Any) -> Any:
+            if args:
+                return invalid_params_result("params must be an object (by name), not an array")
+            try:
+                return success(await fn(**params))
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                error = to_rpc_error(exc)
+                if error.code == -32603 and not isinstance(exc, RpcError):
+                    log.exception("handler failed")
+                return error_result(error.code, error.message, error.data)
+
+        return method
+
+    async def dispatch(self, methods: dict[str, Any], message: Any) -> Any:
+        """The serializable response to one parsed message, None for a notification."""
+        if not _valid_envelope(message):
+            return self._to_serializable(self._left(self._invalid_request("The request failed schema validation")))
         try:
-            return Success(await fn(**params))
-        except anyio.get_cancelled_exc_class():
-            raise
-        except Exception as exc:
-            error = to_rpc_error(exc)
-            if error.code == -32603 and not isinstance(exc, RpcError):
-                log.exception("handler failed")
-            return Error(error.code, error.message, error.data)
-
-    return method
+            request = self._create_request(message)
+            found = self._get_method(methods, request.method)
+            result = found if isinstance(found, self._left) else await self._call(
+                request, self._nocontext, found._value)
+            if request.id is self._noid:
+                return None
+            return self._to_serializable(self._to_response(request, result))
+        except Exception as exc:  # a failure inside the library, as it answers one
+            log.exception("jsonrpcserver failed")
+            return self._to_serializable(self._left(self._server_error(str(exc), None)))

@@ -10,10 +10,11 @@ holds. The turn runs inside a cancel scope: `cancel(by)` ends it promptly as
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 import orjson
@@ -28,7 +29,6 @@ from acp_bridge.models import (
     ToolCallChunk,
     UsageChunk,
 )
-from acp_bridge.tools import get_tool, tool_specs
 from acp_bridge.tools.base import (
     ClientServices,
     PermissionOutcome,
@@ -59,6 +59,15 @@ EventSink = Callable[[Event], Awaitable[None]]
 ProgressSink = Callable[[str, list[Any]], Awaitable[None]]
 DEFAULT_MAX_STEPS = 50
 STREAM_YIELD_S = 0.002
+# A durable commit of at most this many pending events runs on the event loop when no
+# other turn is running in the process: the fdatasync of a few small records (~0.3 ms
+# here) costs less than the worker-thread round trip it would otherwise need, and there
+# is nobody else's stream to hold up. Bigger commits (the end of a long streamed step:
+# tens of ms) and commits while other turns run go to a worker thread.
+INLINE_SYNC_EVENTS = 64
+
+_T = TypeVar("_T")
+_DELTAS = (TextDelta, ReasoningDelta)
 
 
 class TurnInProgressError(Exception):
@@ -80,6 +89,8 @@ class _Step:
 class TurnRunner:
     """Runs the turns of one session, one at a time."""
 
+    running_turns: ClassVar[int] = 0  # turns running in this process, all sessions
+
     def __init__(
         self,
         log: SessionLog,
@@ -100,6 +111,7 @@ class TurnRunner:
         self.mode = mode
         self.max_steps = max_steps
         self._tools = {t.name: t for t in tools} if tools is not None else None
+        self._tool_specs: list[dict[str, Any]] | None = None  # the same every step: made once
         self._on_event = on_event
         self._on_progress = on_progress
         # Both are kept in step with the log by _extend. A caller that streamed the log
@@ -150,6 +162,7 @@ class TurnRunner:
             raise TurnInProgressError("a prompt is already running in this session")
         scope = self._scope = anyio.CancelScope()
         self._cancel_by, self._stopping = None, False
+        TurnRunner.running_turns += 1
         try:
             if self.log.tracker.in_turn:  # left open by a failed write: close it first
                 await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
@@ -182,6 +195,7 @@ class TurnRunner:
                     last = await self._end_turn(turn, end)
             return last
         finally:
+            TurnRunner.running_turns -= 1
             self._scope = None
             self._step = None
 
@@ -209,9 +223,7 @@ class TurnRunner:
         """One model call and its tools. Returns the turn's end reason if the turn
         ends with this step (the step is then still open), else None."""
         await self._append(STEP_START, {"turn": turn, "step": number})
-        # The model is outside the agent: the turn so far (the prompt above all) is made
-        # durable before waiting on it, so a crash mid-stream loses only this step's chunks.
-        await self._sync()
+        await self._before_model()
         step = self._step = _Step(number)
         request = ModelRequest(list(self.transcript.messages), self._specs())
         calls: list[ToolCallChunk] = []
@@ -220,11 +232,15 @@ class TurnRunner:
         try:
             async with contextlib.aclosing(self.model.stream(request)) as stream:  # type: ignore[type-var]
                 async for chunk in stream:
-                    if isinstance(chunk, TextDelta | ReasoningDelta):
-                        kind = "text" if isinstance(chunk, TextDelta) else "reasoning"
-                        (step.text if kind == "text" else step.reasoning).append(chunk.text)
-                        await self._append(ASSISTANT_CHUNK, {"turn": turn, "step": number,
-                                                             "chunk": {"type": kind, "text": chunk.text}})
+                    if isinstance(chunk, _DELTAS):
+                        if isinstance(chunk, TextDelta):
+                            kind = "text"
+                            step.text.append(chunk.text)
+                        else:
+                            kind = "reasoning"
+                            step.reasoning.append(chunk.text)
+                        await self._streamed(ASSISTANT_CHUNK, {"turn": turn, "step": number,
+                                                               "chunk": {"type": kind, "text": chunk.text}})
                     elif isinstance(chunk, ToolCallChunk):
                         calls.append(chunk)
                     elif isinstance(chunk, UsageChunk):
@@ -278,13 +294,22 @@ class TurnRunner:
         return content
 
     def _specs(self) -> Sequence[Mapping[str, Any]]:
-        if self._tools is None:
-            return tool_specs()
-        return [{"name": t.name, "description": t.description, "parameters": t.parameters}
-                for t in self._tools.values()]
+        if self._tool_specs is None:
+            if self._tools is None:
+                from acp_bridge.tools import tool_specs  # the tools load with the first turn
+
+                self._tool_specs = tool_specs()
+            else:
+                self._tool_specs = [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                                    for t in self._tools.values()]
+        return self._tool_specs
 
     def _tool(self, name: str) -> Tool | None:
-        return get_tool(name) if self._tools is None else self._tools.get(name)
+        if self._tools is None:
+            from acp_bridge.tools import get_tool
+
+            return get_tool(name)
+        return self._tools.get(name)
 
     async def _run_call(self, turn: int, step: int, call: ToolCallChunk) -> None:
         ctx = ToolContext(cwd=self.context_roots[0], roots=self.context_roots, services=self.services,
@@ -404,29 +429,60 @@ class TurnRunner:
             await self._emit(event)
         return closers
 
+    async def _before_model(self) -> None:
+        """Before a model call. A model outside the agent (a provider, a script that
+        sleeps or hangs: `Model.external`) may keep us waiting, so the turn so far (the
+        prompt above all) is made durable first: a crash mid-stream then loses only this
+        step's chunks (DESIGN.md section 3). An in-process model (echo, an instant
+        script) is not something outside the agent to wait on: the turn is only handed
+        to the OS, which keeps it through a kill -9 of the agent, and its fsync comes at
+        the step's durability point, the same commit as the step's end."""
+        if getattr(self.model, "external", True):
+            await self._sync()
+        elif self.log.pending:
+            self.log.flush()
+
     async def _sync(self) -> None:
         if self.log.pending:
-            await anyio.to_thread.run_sync(self.log.sync)
+            await self._durably(0, self.log.sync)
+
+    async def _durably(self, adding: int, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run `fn` (a durable commit of the pending events plus `adding` more) on the
+        event loop if it is small and no other turn runs (INLINE_SYNC_EVENTS), else in
+        a worker thread so the other sessions' streams go on meanwhile."""
+        if TurnRunner.running_turns <= 1 and self.log.pending + adding <= INLINE_SYNC_EVENTS:
+            return fn(*args)
+        return await anyio.to_thread.run_sync(fn, *args)
 
     async def _append(self, etype: str, data: dict[str, Any]) -> Event:
         return (await self._extend([(etype, data)]))[0]
 
     async def _extend(self, items: list[tuple[str, dict[str, Any]]]) -> list[Event]:
         if any(etype in DURABLE_TYPES for etype, _ in items):
-            # The fsync happens in a worker thread so streaming to other sessions goes on.
-            events = await anyio.to_thread.run_sync(self.log.extend, items)
+            events = await self._durably(len(items), self.log.extend, items)
         else:
             events = self.log.extend(items)
         for event in events:
             self.transcript.feed(event)
             await self._emit(event)
+        await self._pace()
+        return events
+
+    async def _streamed(self, etype: str, data: dict[str, Any]) -> None:
+        """`_append` for the events a model streams (`assistant/chunk`: not a durability
+        point, nothing the transcript keeps), on the shortest path: one per chunk."""
+        event = self.log.append(etype, data)
+        if self._on_event is not None:
+            await self._on_event(event)
+        await self._pace()
+
+    async def _pace(self) -> None:
         # A model that never waits (echo, a script) would otherwise keep the writer from
         # running until the step ends: let it send what is queued every few ms.
-        now = anyio.current_time()
+        now = time.monotonic()  # the event loop's clock (anyio.current_time), read directly
         if now - self._yielded_at > STREAM_YIELD_S:
             self._yielded_at = now
             await anyio.lowlevel.checkpoint()
-        return events
 
     async def _emit(self, event: Event) -> None:
         if self._on_event is not None:

@@ -92,6 +92,8 @@ class UpdateContext:
 def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
     """The `session/update` payloads for `event`, in order (often none)."""
     etype, data = event["type"], event["data"]
+    if etype == ASSISTANT_CHUNK:  # most events of a log: tested first
+        return _assistant_chunk(data)
     if etype == TURN_START:
         ctx.state.calls.clear()
         ctx.state.announced.clear()
@@ -101,8 +103,6 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
             return []
         msg_id = f"t{data['turn']}-user"
         return [_chunk("user_message_chunk", block, msg_id) for block in data["content"]]
-    if etype == ASSISTANT_CHUNK:
-        return _assistant_chunk(data)
     if etype == ASSISTANT_MESSAGE:
         return _assistant_message(data, ctx)
     if etype == TOOL_CALL:
@@ -140,8 +140,8 @@ def _assistant_chunk(data: dict[str, Any]) -> list[SessionUpdate]:
         update = "agent_thought_chunk"
     else:  # not in the vocabulary; show nothing rather than fail a whole replay
         return []
-    msg_id = message_id(data["turn"], data["step"], kind)
-    return [_chunk(update, {"type": "text", "text": chunk["text"]}, msg_id)]
+    msg_id = f"t{data['turn']}s{data['step']}" if kind == "text" else f"t{data['turn']}s{data['step']}-thought"
+    return [{"sessionUpdate": update, "content": {"type": "text", "text": chunk["text"]}, "messageId": msg_id}]
 
 
 def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:

@@ -5,7 +5,6 @@ the log's size."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading

@@ -367,6 +367,7 @@ def test_model_exception_is_an_error_step(workdir: Path) -> None:
     class Broken:
         name = "broken"
         context_window: int | None = None
+        external = True
 
         def stream(self, request: Any) -> AsyncIterator[Any]:
             return _never()

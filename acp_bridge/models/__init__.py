@@ -60,6 +60,12 @@ class ModelRequest:
 class Model(Protocol):
     name: str  # the spec it was made from, e.g. "echo", "script:/path.json"
     context_window: int | None  # for usage_update.size
+    # True when a call leaves the process (a provider over the network) or can keep the
+    # turn waiting (a script with delays or a hang): the runner makes the turn so far
+    # durable (fsync) before calling it. False only for models that compute their
+    # answer in-process without waiting (echo, a script without delays): the runner
+    # then only hands the turn to the OS (kept on kill -9, fsync'd at step/end).
+    external: bool
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
 

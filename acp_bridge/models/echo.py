@@ -27,6 +27,7 @@ def prompt_text(content: object) -> str:
 class EchoModel:
     name = "echo"
     context_window: int | None = 1_000_000
+    external = False  # computed in-process, never waits (acp_bridge.models.Model)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         words: list[str] = []

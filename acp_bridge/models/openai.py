@@ -53,6 +53,8 @@ ERROR_BODY_LIMIT = 64 * 1024
 
 
 class OpenAIModel:
+    external = True  # every call goes over the network (acp_bridge.models.Model)
+
     def __init__(self, model: str, *, base_url: str = DEFAULT_BASE_URL, api_key: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, attempts: int = DEFAULT_ATTEMPTS,
                  context_window: int | None = None, backoff_base: float = BACKOFF_BASE,

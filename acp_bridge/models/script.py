@@ -43,6 +43,10 @@ class ScriptModel:
         self.chunk_delay = chunk_delay_ms / 1000
         self.name = name
         self.calls = 0  # model calls served so far, across turns and sessions
+        # A script that sleeps between chunks or hangs keeps the turn waiting like a
+        # remote model would, so the runner makes the prompt durable before calling it
+        # (acp_bridge.models.Model.external); an instant script is in-process work.
+        self.external = bool(self.chunk_delay) or any(entry.get("hang") for entry in steps)
 
     @classmethod
     def from_file(cls, path: str) -> ScriptModel:

@@ -24,7 +24,6 @@ import codecs
 import contextlib
 import inspect
 import os
-import secrets
 import signal
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping
@@ -81,7 +80,7 @@ def _write_text(path: Path, content: str) -> None:
         mode: int | None = os.stat(target).st_mode & 0o7777
     except FileNotFoundError:
         mode = None
-    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+    tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
     # 0o666 lets the umask decide a new file's mode, as open() would.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:

@@ -1,0 +1,271 @@
+"""acp_bridge.jsonrpc.Connection in-process, over a fake line reader and writer:
+`notify_update` bytes, the write queue and `drain`, a client that stops reading,
+request tasks reused, and answers identical to jsonrpcserver's own dispatch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
+
+import anyio
+import orjson
+import pytest
+
+from acp_bridge.errors import RpcError, invalid_params
+from acp_bridge.jsonrpc import (
+    UPDATE_HEAD,
+    Connection,
+    _JsonRpcServer,
+    _valid_envelope,
+    current_request_id,
+)
+
+# jsonrpcserver 5 reads its schema with a deprecated importlib call when imported.
+pytestmark = pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class FakeReader:
+    max_line = 1 << 20
+
+    def __init__(self) -> None:
+        self.send, self._receive = anyio.create_memory_object_stream[bytes](100)
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        async with self._receive:
+            async for line in self._receive:
+                yield line
+
+
+class FakeWriter:
+    """Collects what is written; `gate` (when set) holds every write until it opens;
+    `broken` makes writes fail like a closed pipe."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.writes = 0
+        self.gate: anyio.Event | None = None
+        self.broken = False
+
+    async def write(self, data: bytes) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.broken:
+            raise BrokenPipeError
+        self.data += data
+        self.writes += 1
+
+    def messages(self) -> list[Any]:
+        return [orjson.loads(line) for line in bytes(self.data).splitlines()]
+
+
+def connection(methods: dict[str, Callable[..., Any]] | None = None) -> tuple[Connection, FakeReader, FakeWriter]:
+    reader, writer = FakeReader(), FakeWriter()
+    conn = Connection(cast(Any, reader), cast(Any, writer), methods or {})
+    return conn, reader, writer
+
+
+def line(message: Any) -> bytes:
+    return orjson.dumps(message)
+
+
+UPDATES: list[Any] = [
+    {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi "}, "messageId": "t1s1"},
+    {"sessionUpdate": "tool_call_update", "toolCallId": "c\"1", "status": "failed", "content": [],
+     "rawOutput": {"content": [{"type": "text", "text": "é\n\u2028 \x00"}], "isError": True}},
+    {"sessionUpdate": "usage_update", "used": 12, "size": 128000, "_meta": {"acpBridge": {"turn": 1}}},
+    {},
+]
+SESSION_IDS = ["0f0f0f0f-0000-4000-8000-000000000001", 'we"ird\\id', "ünï\u2028"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sid", SESSION_IDS)
+async def test_notify_update_writes_the_bytes_notify_writes(sid: str) -> None:
+    conn, reader, writer = connection()
+    for update in UPDATES:
+        conn.notify_update(sid, update)
+        conn.notify("session/update", {"sessionId": sid, "update": update})
+    reader.send.close()
+    await conn.serve()
+    lines = bytes(writer.data).splitlines(keepends=True)
+    assert len(lines) == 2 * len(UPDATES)
+    for fast, slow in zip(lines[::2], lines[1::2], strict=True):
+        assert fast == slow
+        assert fast.startswith(b'{"jsonrpc":"2.0","method":"session/update"')  # what clients match on
+        assert fast.startswith(UPDATE_HEAD)
+    assert [m["params"]["update"] for m in writer.messages()[::2]] == UPDATES
+
+
+@pytest.mark.anyio
+async def test_everything_queued_goes_out_in_order_in_few_writes() -> None:
+    conn, reader, writer = connection()
+    for n in range(1000):
+        conn.notify_update("s", {"n": n})
+        if n % 100 == 0:
+            conn.send({"jsonrpc": "2.0", "id": n, "result": n})
+    conn.send_raw(b"")  # nothing: no empty message
+    conn.send_raw(b'{"raw":1}\n{"raw":2}\n')
+    reader.send.close()
+    await conn.serve()
+    messages = writer.messages()
+    assert [m["params"]["update"]["n"] for m in messages if "params" in m] == list(range(1000))
+    assert [m["id"] for m in messages if "id" in m] == list(range(0, 1000, 100))
+    assert messages[-2:] == [{"raw": 1}, {"raw": 2}]
+    assert writer.writes == 1  # queued before the writer ran: one write
+    assert conn.queued_bytes == 0
+
+
+@pytest.mark.anyio
+async def test_drain_waits_for_the_writer_below_the_high_water_mark() -> None:
+    conn, reader, writer = connection()
+    writer.gate = anyio.Event()
+    drained: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conn.serve)
+        await conn.drain(100)  # nothing queued: at once
+        for n in range(50):
+            conn.notify_update("s", {"n": n})
+        queued = conn.queued_bytes
+        assert queued > 1000
+
+        async def producer() -> None:
+            await conn.drain(1000)
+            drained.append(conn.queued_bytes)
+
+        tg.start_soon(producer)
+        await anyio.wait_all_tasks_blocked()
+        assert drained == []  # the writer is held: the producer waits
+        assert conn.queued_bytes == queued
+        writer.gate.set()
+        with anyio.fail_after(5):
+            while not drained:
+                await anyio.sleep(0.001)
+        assert drained[0] < 1000
+        reader.send.close()
+    assert len(writer.messages()) == 50 and conn.queued_bytes == 0
+
+
+@pytest.mark.anyio
+async def test_a_client_that_stops_reading_drops_messages_and_releases_drain() -> None:
+    conn, reader, writer = connection()
+    writer.broken = True
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conn.serve)
+        conn.notify_update("s", {"n": 0})
+        await anyio.wait_all_tasks_blocked()
+        for n in range(1, 100):
+            conn.notify_update("s", {"n": n})  # no exception into the producer
+        with anyio.fail_after(5):
+            await conn.drain(1)
+        assert conn.queued_bytes == 0
+        reader.send.close()
+    assert writer.data == b""
+
+
+@pytest.mark.anyio
+async def test_requests_run_concurrently_on_reused_tasks() -> None:
+    release = anyio.Event()
+    tasks: list[Any] = []
+    ids: list[Any] = []
+
+    async def hold(**_: Any) -> str:
+        await release.wait()
+        return "held"
+
+    async def quick(**_: Any) -> str:
+        tasks.append(asyncio.current_task())
+        ids.append(current_request_id.get())
+        return "quick"
+
+    async def note(**_: Any) -> None:
+        ids.append(current_request_id.get())
+
+    conn, reader, writer = connection({"hold": hold, "quick": quick, "note": note})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conn.serve)
+        await reader.send.send(line({"jsonrpc": "2.0", "id": "h", "method": "hold", "params": {}}))
+        for n in range(5):
+            await reader.send.send(line({"jsonrpc": "2.0", "id": n, "method": "quick", "params": {}}))
+            with anyio.fail_after(5):
+                while len(writer.messages()) < n + 1:
+                    await anyio.sleep(0.001)
+        await reader.send.send(line({"jsonrpc": "2.0", "method": "note", "params": {}}))
+        with anyio.fail_after(5):
+            while len(ids) < 6:
+                await anyio.sleep(0.001)
+        # All five answered while the first request still runs; one task served them.
+        assert [m["id"] for m in writer.messages()] == [0, 1, 2, 3, 4]
+        assert len({id(t) for t in tasks}) == 1
+        assert ids == [0, 1, 2, 3, 4, None]  # a notification does not see the last request's id
+        release.set()
+        reader.send.close()
+    assert writer.messages()[-1] == {"jsonrpc": "2.0", "result": "held", "id": "h"}
+
+
+# --- the same answers as jsonrpcserver's own dispatch ---------------------------------------
+
+
+async def ok(**params: Any) -> Any:
+    return {"echo": params}
+
+
+async def rpc_error(**_: Any) -> Any:
+    raise invalid_params("bad field", field="x")
+
+
+async def crash(**_: Any) -> Any:
+    raise ValueError("boom")
+
+
+async def silent(**_: Any) -> None:
+    return None
+
+
+DISPATCH_CASES: list[Any] = [
+    {"jsonrpc": "2.0", "id": 1, "method": "ok", "params": {"a": [1, {"b": None}]}},
+    {"jsonrpc": "2.0", "id": "x", "method": "ok"},
+    {"jsonrpc": "2.0", "id": 2, "method": "missing", "params": {}},
+    {"jsonrpc": "2.0", "id": 3, "method": "rpc_error", "params": {}},
+    {"jsonrpc": "2.0", "id": 4, "method": "crash", "params": {}},
+    {"jsonrpc": "2.0", "id": 5, "method": "silent", "params": {}},
+    {"jsonrpc": "2.0", "id": 6, "method": "ok", "params": [1, 2]},
+    {"jsonrpc": "2.0", "method": "ok", "params": {}},
+    {"jsonrpc": "2.0", "method": "missing"},
+    {"jsonrpc": "2.0", "method": "crash"},
+    {"jsonrpc": "1.0", "id": 7, "method": "ok"},
+    {"jsonrpc": "2.0", "id": 8, "method": "ok", "extra": 1},
+    {"jsonrpc": "2.0", "id": 9, "method": 5},
+    {"jsonrpc": "2.0", "id": 10, "method": "ok", "params": "text"},
+    {"jsonrpc": "2.0", "id": 1.5, "method": "ok"},
+    {"jsonrpc": "2.0", "id": None, "method": "ok"},
+    {"id": 11, "method": "ok"},
+    ["not", "an", "object"],
+]
+
+
+def _raise_unless_valid(message: Any) -> Any:
+    if not _valid_envelope(message):
+        raise ValueError("not a JSON-RPC 2.0 request")
+    return message
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("message", DISPATCH_CASES, ids=[orjson.dumps(m).decode()[:60] for m in DISPATCH_CASES])
+async def test_dispatch_answers_as_jsonrpcserver_does(message: Any) -> None:
+    from jsonrpcserver import async_dispatch_to_serializable
+
+    rpc = _JsonRpcServer()
+    methods = {name: rpc.wrap(fn) for name, fn in
+               {"ok": ok, "rpc_error": rpc_error, "crash": crash, "silent": silent}.items()}
+    ours = await rpc.dispatch(methods, message)
+    theirs = await async_dispatch_to_serializable("", methods=methods, deserializer=lambda _: message,
+                                                  validator=_raise_unless_valid)
+    assert ours == theirs
+    if isinstance(message, dict) and message.get("method") == "rpc_error":
+        assert ours["error"]["code"] == RpcError(-32602, "").code
