@@ -235,6 +235,7 @@ class _SqliteSource(_Source):
 
     def _snapshot(self, sid: str) -> tuple[tuple[Any, ...], list[Any]]:
         """The session row and its event rows, from one read transaction."""
+        from session.backends.sqlite import UPDATED_AT
         from session.errors import SessionNotFoundError
 
         db = self._conn()
@@ -244,7 +245,7 @@ class _SqliteSource(_Source):
             db.execute("BEGIN")
             try:
                 row = db.execute(
-                    "SELECT header, title, updated_at FROM sessions WHERE id = ?", (sid,)
+                    f"SELECT header, title, {UPDATED_AT} FROM sessions WHERE id = ?", (sid,)
                 ).fetchone()
                 if row is not None:
                     rows = db.execute(
@@ -278,9 +279,11 @@ class _SqliteSource(_Source):
     def peek(self, sid: str) -> tuple[dict[str, Any] | None, int | None, str | None]:
         import orjson
 
+        from session.backends.sqlite import UPDATED_AT
+
         db = self._conn()
         row = None if db is None else db.execute(
-            "SELECT header, title, updated_at FROM sessions WHERE id = ?", (sid,)).fetchone()
+            f"SELECT header, title, {UPDATED_AT} FROM sessions WHERE id = ?", (sid,)).fetchone()
         if row is None:
             return None, None, None
         try:
