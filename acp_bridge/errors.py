@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from acp_bridge.models import ModelSpecError
 from session.errors import (
     InvalidSessionIdError,
     SessionCorruptError,
@@ -30,6 +29,11 @@ SESSION_BUSY: Final = -32001  # ours: a prompt is running, or another process ow
 RESOURCE_NOT_FOUND: Final = -32002  # ACP
 SESSION_DAMAGED: Final = -32003  # ours: the stored log cannot be loaded as is
 REQUEST_CANCELLED: Final = -32800  # ACP ($/cancel_request)
+
+
+class ModelSpecError(ValueError):
+    """A `--model` spec that names no model we can make (raised by acp_bridge.models;
+    defined here so that this module does not import the models)."""
 
 
 class RpcError(Exception):

@@ -16,22 +16,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import orjson
 
 from acp_bridge import __version__, permissions
-from acp_bridge.client import AcpClientServices
 from acp_bridge.errors import PromptInProgressError, RpcError, invalid_params
 from acp_bridge.jsonrpc import Connection, current_request_id
-from acp_bridge.loading import ReplayEncoder, Send, open_stored, replay_stored
-from acp_bridge.models import Model, load_model
 from acp_bridge.params import check_params
-from acp_bridge.runner import TurnRunner
 from acp_bridge.settlement import TurnFailed, settle
-from acp_bridge.tools.local import LocalServices
 from acp_bridge.updates import UpdateContext, updates_for
 from session import (
     SessionLog,
@@ -44,6 +39,14 @@ from session.backend import SessionSummary, title_from_content
 from session.events import TURN_START, USER_MESSAGE, Event
 from session.repair import RepairReport
 from session.transcript import Transcript, history_budget
+
+if TYPE_CHECKING:
+    # The turn machinery (runner, client services, tools, models, loading) is imported
+    # on first use: `initialize` is answered before any of it is needed.
+    from acp_bridge.loading import ReplayEncoder, Send
+    from acp_bridge.models import Model
+    from acp_bridge.runner import TurnRunner
+    from acp_bridge.tools.local import LocalServices
 
 log = logging.getLogger("acp_bridge.server")
 
@@ -80,6 +83,7 @@ class Agent:
         self._store: SessionStore | None = None
         self._model: Model | None = None
         self._local: LocalServices | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
         self._prompts: dict[Any, str] = {}  # running prompt request ids -> session id
         self._frozen = False
 
@@ -99,7 +103,7 @@ class Agent:
 
     async def serve(self, conn_factory: Callable[[Agent], Connection]) -> None:
         async with anyio.create_task_group() as tg:
-            self._local = LocalServices(task_group=tg)
+            self._task_group = tg  # local commands run in it (LocalServices, on first use)
             self.conn = conn_factory(self)
             try:
                 await self.conn.serve()
@@ -130,6 +134,8 @@ class Agent:
 
     def model(self) -> Model:
         if self._model is None:
+            from acp_bridge.models import load_model
+
             self._model = load_model(self.config.model)
         return self._model
 
@@ -144,7 +150,14 @@ class Agent:
             if event["type"] == TURN_START:
                 mode = event["data"].get("mode", mode)
                 break
-        assert self._local is not None
+        from acp_bridge.client import AcpClientServices
+        from acp_bridge.runner import TurnRunner
+
+        if self._local is None:
+            from acp_bridge.tools.local import LocalServices
+
+            assert self._task_group is not None
+            self._local = LocalServices(task_group=self._task_group)
         if not self._frozen:
             # What is imported and built by now lives as long as the process: keep it
             # out of every later full collection.
@@ -226,6 +239,8 @@ class Agent:
             conn.send_raw(payload)
             await conn.drain()  # the client reads at its pace; memory stays bounded
 
+        from acp_bridge.loading import ReplayEncoder
+
         encoder = ReplayEncoder(sessionId, self.model().context_window)
         live, report = await self._open(sessionId, (encoder, send))
         return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
@@ -235,6 +250,8 @@ class Agent:
         return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
 
     async def _open(self, sid: str, replay: tuple[ReplayEncoder, Send] | None) -> tuple[LiveSession, RepairReport]:
+        from acp_bridge.loading import open_stored, replay_stored
+
         validate_session_id(sid)
         live = self.sessions.get(sid)
         if live is not None:  # already ours: nothing to repair

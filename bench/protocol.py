@@ -974,7 +974,18 @@ def run_section(section: str, args: argparse.Namespace, ctx: Ctx, specs: list[Sp
         results["profile"] = run_profiles(ctx, Path(args.profile), args)
 
 
+def compile_tree() -> None:
+    """Write the bytecode of our packages, as installing them does (pip compiles the
+    SDK's at install time). Without it, an environment with PYTHONDONTWRITEBYTECODE=1
+    and an editable install recompiles every edited module at each start of ours."""
+    import compileall
+
+    for package in ("acp_bridge", "session"):
+        compileall.compile_dir(str(ROOT / package), quiet=1)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    compile_tree()
     scratch = Path(tempfile.mkdtemp(prefix="acp-bench-protocol-", dir=args.tmp))
     ctx = Ctx(scratch, args.timeout, itertools.count(1))
     specs = [*(ours(k) for k in args.kinds), SDK]

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from acp_bridge.errors import ModelSpecError as ModelSpecError
 from session.events import Usage
 from session.transcript import Message
 
@@ -68,10 +69,6 @@ class Model(Protocol):
     external: bool
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
-
-
-class ModelSpecError(ValueError):
-    """A `--model` spec that names no model we can make."""
 
 
 def load_model(spec: str) -> Model:
