@@ -7,9 +7,11 @@ correlator (ids `acp-bridge:N`, which no client id is mistaken for). Every outgo
 message goes through one queue to one writer task: what is queued first is written
 first, which is the ordering barrier the prompt answers rely on.
 
-jsonrpcserver (with jsonschema behind it) takes a quarter of a second to import, so the
-`initialize` request is answered by the same handler without it, and the import happens
-after that answer is written (DESIGN.md section 1: nothing heavy before `initialize`).
+jsonrpcserver is imported after the `initialize` answer is written (that request is
+answered by the same handler without it; DESIGN.md section 1: nothing heavy before
+`initialize`), and only its dispatcher modules are: the package's `__init__` also loads
+its JSON-schema front door (jsonschema: ~85 ms and ~10 MB of RSS) and its HTTP server,
+neither of which we use (`_import_dispatcher`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -447,6 +450,39 @@ def _key(request_id: Any) -> Any:
     return (type(request_id).__name__, request_id)
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
+def _import_dispatcher() -> dict[str, Any]:
+    """Import jsonrpcserver's dispatcher, response and result modules without running
+    the package `__init__` (which imports `main`, and with it jsonschema, and `server`,
+    an http.server). The package object used to resolve their relative imports is
+    dropped afterwards, so a later `import jsonrpcserver` (tests compare our answers
+    with the library's own entry point) runs the real `__init__`, which finds these
+    modules already loaded."""
+    names = ("async_dispatcher", "dispatcher", "response", "result", "sentinels")
+    with _IMPORT_LOCK:  # the first requests may each load it, in worker threads
+        return _import_modules(names)
+
+
+def _import_modules(names: tuple[str, ...]) -> dict[str, Any]:
+    import importlib.util
+    import sys
+
+    hollow = "jsonrpcserver" not in sys.modules
+    if hollow:
+        spec = importlib.util.find_spec("jsonrpcserver")
+        assert spec is not None, "jsonrpcserver is not installed"
+        sys.modules["jsonrpcserver"] = importlib.util.module_from_spec(spec)
+    try:
+        # Taken by full name while the package entry stands: `from jsonrpcserver import
+        # x` after it is dropped would run the real __init__.
+        return {name: importlib.import_module(f"jsonrpcserver.{name}") for name in names}
+    finally:
+        if hollow:
+            del sys.modules["jsonrpcserver"]
+
+
 class _JsonRpcServer:
     """jsonrpcserver, imported (in a worker thread: it is slow to import) and driven
     one parsed request at a time.
@@ -462,15 +498,12 @@ class _JsonRpcServer:
     instead of ~140 µs, measured in-process)."""
 
     def __init__(self) -> None:
-        from jsonrpcserver import (
-            Error,
-            InvalidParams,
-            Success,
-            async_dispatcher,
-            dispatcher,
-            response,
-        )
-        from jsonrpcserver.sentinels import NOCONTEXT, NOID
+        modules = _import_dispatcher()
+        async_dispatcher, dispatcher, response = (
+            modules["async_dispatcher"], modules["dispatcher"], modules["response"])
+        result, sentinels = modules["result"], modules["sentinels"]
+        Error, InvalidParams, Success = result.Error, result.InvalidParams, result.Success
+        NOCONTEXT, NOID = sentinels.NOCONTEXT, sentinels.NOID
         from oslash.either import Left  # type: ignore[import-untyped, unused-ignore]
 
         self._get_method = dispatcher.get_method
