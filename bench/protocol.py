@@ -135,6 +135,15 @@ for raw in sys.stdin.buffer:
     out.flush()
 """
 
+# Diagnostic only (`--diagnose-nosync`): our agent with fsync and fdatasync made no-ops,
+# to show what durability costs a turn. Not a configuration anyone should run.
+NOSYNC_LAUNCH = r"""
+import os, runpy, sys
+os.fsync = os.fdatasync = lambda fd: None
+sys.argv = ["acp_bridge", *sys.argv[1:]]
+runpy.run_module("acp_bridge", run_name="__main__", alter_sys=True)
+"""
+
 # Our agent under cProfile in every thread (`python -m cProfile` sees only the main
 # thread, but `store.load` and the fsyncs run in anyio worker threads).
 PROFILE_ALL_THREADS = r"""
@@ -176,13 +185,16 @@ class Spec:
 
     name: str
     backend: str | None = None  # ours only
+    nosync: bool = False  # diagnostic only: ours with fsync made a no-op
 
     def argv(self, store: Path, prefix: tuple[str, ...] = ()) -> list[str]:
         if self.name == "sdk":
             return [sys.executable, *prefix, str(SDK_AGENT)]
         assert self.backend is not None
-        return [sys.executable, *prefix, "-m", "acp_bridge", "--store", str(store),
-                "--backend", self.backend, "--model", "echo"]
+        args = ["--store", str(store), "--backend", self.backend, "--model", "echo"]
+        if self.nosync:
+            return [sys.executable, *prefix, "-c", NOSYNC_LAUNCH, *args]
+        return [sys.executable, *prefix, "-m", "acp_bridge", *args]
 
 
 SDK = Spec("sdk")
@@ -922,6 +934,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also profile: -X importtime of both agents, cProfile of both during the stream, "
                              "cProfile (all threads) of ours during --turns one-word prompts, "
                              "cProfile (all threads) of ours during the long-session load; files in DIR")
+    parser.add_argument("--diagnose-nosync", action="store_true",
+                        help="also run ours (jsonl) with fsync made a no-op in the start-up/per-turn and "
+                             "streaming runs (ours-jsonl-nosync): what durability costs; not a target")
     parser.add_argument("--profile-top", type=int, default=30, help="functions per profile listing (default 30)")
     parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
                         help="write results as JSON to PATH; alone: JSON on stdout, table on stderr")
@@ -989,6 +1004,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="acp-bench-protocol-", dir=args.tmp))
     ctx = Ctx(scratch, args.timeout, itertools.count(1))
     specs = [*(ours(k) for k in args.kinds), SDK]
+    if args.diagnose_nosync:
+        specs.insert(-1, Spec("ours-jsonl-nosync", "jsonl", nosync=True))
     results: dict[str, Any] = {
         "machine": machine_info(args.tmp),
         "params": {key: getattr(args, key) for key in (
