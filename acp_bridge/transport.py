@@ -10,7 +10,9 @@ newline and reported as `TooLong`, so the connection stays usable.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -85,6 +87,22 @@ class FdLineReader:
             os.set_blocking(self.fd, self._was_blocking)
 
 
+# A replay writes megabytes while a worker thread parses the next block; the writer
+# gets the GIL only every few milliseconds then, and a 64 KiB pipe runs dry long before.
+PIPE_BYTES = 1 << 20
+
+
+def _widen_pipe(fd: int) -> None:
+    """Ask for a 1 MiB pipe buffer if `fd` is a pipe (Linux; the default maximum for an
+    unprivileged process). Best effort: anything else is left as it is."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_size is None:
+        return
+    with contextlib.suppress(OSError):
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, set_size, PIPE_BYTES)
+
+
 class FdWriter:
     """Writes whole messages to a file descriptor, waiting (not blocking the loop)
     while the reader on the other side is slow."""
@@ -93,6 +111,7 @@ class FdWriter:
         self.fd = fd
         self._was_blocking = os.get_blocking(fd)
         os.set_blocking(fd, False)
+        _widen_pipe(fd)
 
     async def write(self, data: bytes) -> None:
         view = memoryview(data)

@@ -132,3 +132,31 @@ def test_replay_encoder_is_notify_update_byte_for_byte() -> None:
     got = b"".join(encoder.encode(events[i : i + 4]) for i in range(0, len(events), 4))
     assert got == expected
     assert got.count(b"agent_message_chunk") >= 2 and b"tool_call" in got
+
+
+@pytest.mark.anyio
+async def test_open_stored_restores_gc_and_switch_interval(store: SessionStore) -> None:
+    import gc
+    import sys
+
+    from acp_bridge.loading import open_stored
+
+    sid, _ = open_turn_log(store)
+    interval = sys.getswitchinterval()
+    assert gc.isenabled()
+    sent: list[bytes] = []
+
+    async def send(payload: bytes) -> None:
+        assert not gc.isenabled() and sys.getswitchinterval() < interval  # tuned meanwhile
+        sent.append(payload)
+
+    from acp_bridge.loading import ReplayEncoder
+
+    opened = await open_stored(store, sid, budget=1 << 20, replay=(ReplayEncoder(sid, None), send))
+    opened.log.close()
+    assert sent and gc.isenabled() and sys.getswitchinterval() == interval
+    # And after a refused load (the session is now locked by nobody; damage it).
+    tamper.replace_event(store.backend, sid, 3, b"{}")
+    with pytest.raises(SessionCorruptError):
+        await open_stored(store, sid, budget=1 << 20, replay=None)
+    assert gc.isenabled() and sys.getswitchinterval() == interval
