@@ -98,8 +98,10 @@ async def open_stored(
         block = next(blocks, None)
         if block is None:
             return None
-        transcript.feed_all(block)
-        always.feed_all(block)
+        for event in block:  # one pass for both; chunks (most events) concern neither
+            if event["type"] != ASSISTANT_CHUNK:
+                transcript.feed(event)
+                always.feed(event)
         return encode(block) if encode is not None else b""
 
     done = False

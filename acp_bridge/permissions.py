@@ -54,19 +54,21 @@ class RememberedAlways:
         self.tools: set[str] = set()
         self._names: dict[str, str] = {}  # callId -> tool name, until its result
 
+    def feed(self, event: Event) -> None:
+        etype = event["type"]
+        if etype == TOOL_CALL:
+            data = event["data"]
+            self._names[data["callId"]] = data["name"]
+        elif etype == TOOL_RESULT:
+            data = event["data"]
+            name = self._names.pop(data["callId"], None)
+            permission = data.get("permission")
+            if name and isinstance(permission, dict) and permission.get("optionId") == ALLOW_ALWAYS:
+                self.tools.add(name)
+
     def feed_all(self, events: Iterable[Event]) -> None:
-        names = self._names
         for event in events:
-            etype = event["type"]
-            if etype == TOOL_CALL:
-                data = event["data"]
-                names[data["callId"]] = data["name"]
-            elif etype == TOOL_RESULT:
-                data = event["data"]
-                name = names.pop(data["callId"], None)
-                permission = data.get("permission")
-                if name and isinstance(permission, dict) and permission.get("optionId") == ALLOW_ALWAYS:
-                    self.tools.add(name)
+            self.feed(event)
 
 
 def remembered_always(events: Iterable[Event]) -> set[str]:

@@ -282,7 +282,7 @@ class SessionLoad:
                 if not events:
                     continue
                 try:
-                    tracker.feed_all(events)
+                    tracker.feed_stored(events)  # shapes checked by the scan
                 except InvariantError as exc:
                     raise _corrupt(sid, exc, stream.locate) from None
                 kept = _keep(kept, events, everything=self.keep_history)

@@ -13,7 +13,7 @@ general check, which alone words the errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from session.errors import InvariantError
@@ -88,6 +88,35 @@ class InvariantTracker:
                         self.next_seq = seq + 1
                         continue
             checked(event)
+
+    def feed_stored(self, events: Sequence[Event]) -> None:
+        """`feed_all` for events read back from a store, whose shape the scan already
+        checked (`scan.parse_events`: a dict of exactly type, seq, time and data, with
+        an event type, int seq and time and dict data): the fast path then checks only
+        what the scan does not (seq, time >= 0, turn, step, chunk), with the open step
+        held in locals. Events it does not accept go through the general check, as in
+        `feed_all`, and raise the same InvariantError."""
+        checked = self._feed_checked
+        count, index = len(events), 0
+        while index < count:
+            if self.in_turn and self.step_open:
+                turn, step, seq = self.turn, self.step, self.next_seq
+                while index < count:
+                    event = events[index]
+                    if event["type"] != ASSISTANT_CHUNK or event["seq"] != seq or event["time"] < 0:
+                        break
+                    data = event["data"]
+                    chunk = data.get("chunk")
+                    if data.get("turn") != turn or data.get("step") != step or type(chunk) is not dict \
+                            or chunk.get("type") not in _CHUNK_TYPES or type(chunk.get("text")) is not str:
+                        break
+                    seq += 1
+                    index += 1
+                self.next_seq = seq
+                if index == count:
+                    return
+            checked(events[index])
+            index += 1
 
     def _feed_checked(self, event: Event) -> None:
         problem = self._problem(event)

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "protocol.py"
 
 TINY = ["--repeat", "1", "--repeat-big", "1", "--stream-words", "120", "--turns", "10",
-        "--load-chunks", "200", "--load-results", "4", "--scale", "150", "--big-mb", "0.3"]
+        "--load-chunks", "200", "--load-results", "4", "--scale", "150", "--big-mb", "0.3",
+        "--diagnose-nosync"]
 
 
 def _bench_module() -> ModuleType:
@@ -124,11 +125,12 @@ def test_bench_runs_with_tiny_sizes(runs: dict[str, Run]) -> None:
     assert machine["cpu_count"] == os.cpu_count()
     assert {"python", "platform", "versions", "commit"} <= set(machine)
     assert set(machine["versions"]) >= {"agent-client-protocol", "pydantic", "orjson", "anyio"}
-    assert set(results["quick"]) == {"ours-jsonl", "ours-sqlite", "sdk"}
+    assert set(results["quick"]) == {"ours-jsonl", "ours-sqlite", "ours-jsonl-nosync", "sdk"}
     for name, q in results["quick"].items():
         assert q["session_new_s"] >= q["initialize_s"] > 0, name
         assert q["rss_kb"] > 0 and q["turn_median_ms"] > 0 and len(q["runs"]) == 1
     assert results["stream"]["words"] == 120 and results["stream"]["sdk"]["chunks_per_s"] > 0
+    assert results["stream"]["ours-jsonl-nosync"]["chunks_per_s"] > 0
     load = results["load"]
     assert load["chunks"] == 200 and load["results"] == 4 and load["events"] == 4 * (50 + 11)
     assert {"ours-jsonl", "ours-sqlite", "bare"} <= set(load)

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import orjson
 import pytest
 
 from session import InvariantError, InvariantTracker
 from session.invariants import _Call
+from session.scan import parse_events
 
 
 class Sub(dict[str, Any]):
@@ -117,7 +119,7 @@ def outcome(feed: Callable[[Any], None], tracker: InvariantTracker, event: Any) 
 
 
 @pytest.mark.parametrize(("name", "make_tracker", "make_event"), CASES, ids=[c[0] for c in CASES])
-@pytest.mark.parametrize("entry", ["feed", "feed_all"])
+@pytest.mark.parametrize("entry", ["feed", "feed_all", "feed_stored"])
 def test_fast_path_decides_as_the_general_check(
     name: str, make_tracker: Callable[[], InvariantTracker], make_event: Callable[[], Any], entry: str
 ) -> None:
@@ -126,8 +128,17 @@ def test_fast_path_decides_as_the_general_check(
     tracker = make_tracker()
     if entry == "feed":
         got = outcome(tracker.feed, tracker, make_event())
-    else:
+    elif entry == "feed_all":
         got = outcome(lambda e: tracker.feed_all([e]), tracker, make_event())
+    else:
+        # feed_stored takes what the scan accepts only (exactly a dict of the 4 keys,
+        # an event type, int seq and time, a dict of data): the other rows cannot
+        # come out of a store.
+        event = make_event()
+        if type(event) is not dict or parse_events([orjson.dumps(event)]) != [event] \
+                or type(event["data"]) is not dict:
+            pytest.skip("not a stored shape")
+        got = outcome(lambda e: tracker.feed_stored([e]), tracker, event)
     assert got == expected
 
 
@@ -149,6 +160,14 @@ def test_feed_all_stops_at_the_first_error_with_the_events_before_it_fed() -> No
     assert tracker.next_seq == 12
 
 
+def test_feed_stored_stops_at_the_first_error_with_the_events_before_it_fed() -> None:
+    tracker = open_step()
+    events: list[Any] = [chunk(seq=10), chunk(seq=11), chunk(seq=13), chunk(seq=12)]
+    with pytest.raises(InvariantError) as err:
+        tracker.feed_stored(events)
+    assert "seq must be 12" in str(err.value) and tracker.next_seq == 12
+
+
 def test_a_long_step_through_feed_all_equals_feed_one_by_one() -> None:
     start: list[Any] = [
         {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1, "trigger": {"kind": "prompt"}}},
@@ -168,6 +187,10 @@ def test_a_long_step_through_feed_all_equals_feed_one_by_one() -> None:
     at_once.feed_all([*start, *chunks, *end])
     assert asdict(at_once) == asdict(one_by_one)
     assert at_once.next_seq == 1005 and not at_once.in_turn
+    stored = InvariantTracker(session_id="s")
+    for block in range(0, 1005, 97):  # blocks cut anywhere, as a load reads them
+        stored.feed_stored([*start, *chunks, *end][block : block + 97])
+    assert asdict(stored) == asdict(one_by_one)
 
 
 def test_deepcopy_is_independent() -> None:

@@ -329,7 +329,7 @@ class SqliteStream:
     one consistent snapshot, and the backend's writer is not held up meanwhile)."""
 
     BLOCK = 4096
-    BLOCK_BYTES = 1 << 20
+    BLOCK_BYTES = 256 << 10
 
     def __init__(self, backend: SqliteBackend, header: Header, *, has_title: bool) -> None:
         self.header = header
