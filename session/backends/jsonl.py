@@ -42,7 +42,7 @@ from session.files import FILE_MODE, OwnerLock, fsync_dir, private_dir, publish,
 from session.scan import Damage, TailSplitter, TornTail, parse_events, parse_header
 
 # Logs are read this much at a time: large enough to amortize, small enough to bound memory.
-READ_BLOCK = 1 << 20
+READ_BLOCK = 256 << 10
 
 # How much of a log `list` reads to find the title: the header and the first prompt.
 _LIST_PEEK_BYTES = 64 * 1024
