@@ -48,7 +48,9 @@ class ReplayEncoder:
         self.context = UpdateContext(replay=True, context_window=context_window)
         self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
 
-    def encode(self, block: list[Event]) -> bytes:
+    def encode(self, block: list[Event], others: list[Event] | None = None) -> bytes:
+        """The lines for `block`; its events other than chunks are also appended to
+        `others` (the load feeds those to the transcript without a second pass)."""
         prefix, context, dumps = self.prefix, self.context, orjson.dumps
         chunk_head = prefix + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
         parts: list[bytes] = []
@@ -58,10 +60,11 @@ class ReplayEncoder:
                 data = event["data"]
                 chunk = data["chunk"]
                 if chunk["type"] == "text":
-                    append(chunk_head)
-                    append(dumps(chunk["text"]))
-                    append(b'},"messageId":"t%ds%d"}}}\n' % (data["turn"], data["step"]))
+                    append(b'%s%s},"messageId":"t%ds%d"}}}\n' % (
+                        chunk_head, dumps(chunk["text"]), data["turn"], data["step"]))
                     continue
+            elif others is not None:
+                others.append(event)
             for update in updates_for(event, context):
                 append(prefix)
                 append(dumps(update))
@@ -98,11 +101,16 @@ async def open_stored(
         block = next(blocks, None)
         if block is None:
             return None
-        for event in block:  # one pass for both; chunks (most events) concern neither
-            if event["type"] != ASSISTANT_CHUNK:
-                transcript.feed(event)
-                always.feed(event)
-        return encode(block) if encode is not None else b""
+        others: list[Event] = []  # chunks (most events) concern neither transcript nor always
+        if encode is not None:
+            payload = encode(block, others)
+        else:
+            payload = b""
+            others = [event for event in block if event["type"] != ASSISTANT_CHUNK]
+        for event in others:
+            transcript.feed(event)
+            always.feed(event)
+        return payload
 
     done = False
     _load_started()
