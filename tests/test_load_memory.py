@@ -88,3 +88,54 @@ def test_load_of_a_large_log_stays_small(tmp_path: Path, backend: str) -> None:
         stdout.close()
     # Generous for a noisy machine, and far below the log's size.
     assert peak < 150 * 1024 * 1024, f"peak RSS {peak / 1e6:.0f} MB loading a {size / 1e6:.0f} MB log"
+
+
+def test_a_cancelled_load_lets_go_of_the_session(tmp_path: Path) -> None:
+    """`$/cancel_request` for a `session/load` that is still replaying: the load stops
+    (the request is answered -32800, or finishes first on a fast machine), the lock is
+    released and the log is untouched, so the next load succeeds."""
+    store_dir = tmp_path / "store"
+    sid, events = build(store_dir, "jsonl")
+    log_path = store_dir / "sessions" / f"{sid}.jsonl"
+    before = log_path.read_bytes()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acp_bridge", "--store", str(store_dir), "--model", "echo"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+    killer = threading.Timer(120, proc.kill)
+    killer.start()
+
+    def send(message: dict[str, object]) -> None:
+        stdin.write(orjson.dumps(message) + b"\n")
+        stdin.flush()
+
+    def answer(rid: int) -> dict[str, object]:
+        while True:
+            line = stdout.readline()
+            assert line, "the agent closed stdout"
+            if not line.startswith(b'{"jsonrpc":"2.0","method":"session/update"'):
+                message = orjson.loads(line)
+                if message.get("id") == rid:
+                    return message  # type: ignore[no-any-return]
+
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
+        answer(1)
+        load = {"sessionId": sid, "cwd": str(store_dir), "mcpServers": []}
+        send({"jsonrpc": "2.0", "id": 2, "method": "session/load", "params": load})
+        first = stdout.readline()  # the replay has started
+        assert first.startswith(b'{"jsonrpc":"2.0","method":"session/update"')
+        send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}})
+        cancelled = answer(2)
+        assert cancelled.get("error", {}).get("code") == -32800 or "result" in cancelled  # type: ignore[union-attr]
+        send({"jsonrpc": "2.0", "id": 3, "method": "session/load", "params": load})
+        again = answer(3)
+        assert again["result"]["_meta"]["acpBridge"]["events"] == events  # type: ignore[index]
+    finally:
+        killer.cancel()
+        proc.kill()
+        proc.wait()
+        stdin.close()
+        stdout.close()
+    assert log_path.read_bytes() == before  # a closed log: nothing to repair, nothing written
