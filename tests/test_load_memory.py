@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -110,7 +111,7 @@ def test_a_cancelled_load_lets_go_of_the_session(tmp_path: Path) -> None:
         stdin.write(orjson.dumps(message) + b"\n")
         stdin.flush()
 
-    def answer(rid: int) -> dict[str, object]:
+    def answer(rid: int) -> dict[str, Any]:
         while True:
             line = stdout.readline()
             assert line, "the agent closed stdout"
@@ -128,10 +129,10 @@ def test_a_cancelled_load_lets_go_of_the_session(tmp_path: Path) -> None:
         assert first.startswith(b'{"jsonrpc":"2.0","method":"session/update"')
         send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}})
         cancelled = answer(2)
-        assert cancelled.get("error", {}).get("code") == -32800 or "result" in cancelled  # type: ignore[union-attr]
+        assert cancelled.get("error", {}).get("code") == -32800 or "result" in cancelled
         send({"jsonrpc": "2.0", "id": 3, "method": "session/load", "params": load})
         again = answer(3)
-        assert again["result"]["_meta"]["acpBridge"]["events"] == events  # type: ignore[index]
+        assert again["result"]["_meta"]["acpBridge"]["events"] == events
     finally:
         killer.cancel()
         proc.kill()
