@@ -228,7 +228,8 @@ class Agent:
             log.warning("MCP servers are not supported; ignoring %d", len(mcpServers))
         store = self.store()
         session_log = await anyio.to_thread.run_sync(
-            lambda: store.create(cwd=cwd, additional_directories=additionalDirectories or ()))
+            lambda: store.create(cwd=cwd, additional_directories=additionalDirectories or (),
+                                 keep_history=False))
         live = self._activate(session_log)
         return {"sessionId": session_log.id, **self._mode_state(live)}
 

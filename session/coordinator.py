@@ -362,8 +362,11 @@ class SessionStore:
         additional_directories: Sequence[str] = (),
         title: str | None = None,
         session_id: str | None = None,
+        keep_history: bool = True,
     ) -> SessionLog:
-        """A new, durable, owned session with a fresh UUID (or `session_id`)."""
+        """A new, durable, owned session with a fresh UUID (or `session_id`). Without
+        `keep_history` the log keeps only the events of its last turn in memory (the
+        agent: a session may stream for hours)."""
         sid = validate_session_id(session_id) if session_id is not None else str(uuid4())
         header: Header = {
             "type": "session",
@@ -377,7 +380,10 @@ class SessionStore:
         if title is not None:
             header["title"] = title
         handle = self.backend.create(header)
-        return SessionLog(handle, header, [], InvariantTracker(session_id=sid), self._clock)
+        return SessionLog(
+            handle, header, [], InvariantTracker(session_id=sid), self._clock,
+            keep_history=keep_history,
+        )
 
     def load(self, session_id: str) -> LoadedSession:
         """Open a stored session for this process, repairing it durably first: cut a

@@ -160,3 +160,15 @@ async def test_open_stored_restores_gc_and_switch_interval(store: SessionStore) 
     with pytest.raises(SessionCorruptError):
         await open_stored(store, sid, budget=1 << 20, replay=None)
     assert gc.isenabled() and sys.getswitchinterval() == interval
+
+
+def test_a_created_log_without_history_keeps_its_last_turn(store: SessionStore) -> None:
+    log = store.create(cwd="/w", keep_history=False)
+    written = write(log, Script().text_turn("one").tool_turn().text_turn("three"))
+    assert log.events[0]["type"] == "turn/start" and log.events[0]["data"]["turn"] == 3
+    assert strip(log.events) == strip(written[-len(log.events):])
+    assert log.tracker.next_seq == len(written)
+    log.close()
+    loaded = store.load(log.id)
+    assert strip(loaded.log.events) == strip(written)  # the store has everything
+    loaded.log.close()
