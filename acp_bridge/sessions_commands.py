@@ -77,8 +77,7 @@ def _cmd_list(source: _Source, args: argparse.Namespace) -> int:
     rows: list[_Row] = []
     for sid in source.ids():
         try:
-            stored = source.read(sid)
-            _check(stored)
+            stored = source.summary(sid)  # one streamed pass: the last turn is kept
         except (SessionError, OSError) as exc:
             header, updated, title = source.peek(sid)
             message = exc.message if isinstance(exc, SessionError) else f"cannot read: {exc}"
@@ -128,7 +127,7 @@ def _list_json(row: _Row) -> dict[str, Any]:
     status, text = view.status()
     last = view.last
     out.update({
-        "turns": len(view.turns),
+        "turns": view.turn_count,
         "status": status,
         "statusText": text,
         "lastTurn": None if last is None else {
@@ -163,7 +162,7 @@ def _list_table(rows: list[_Row]) -> str:
             continue
         usage = view.usage
         tokens = f"{usage.get('inputTokens', 0):,}/{usage.get('outputTokens', 0):,}"
-        table.append((row.id, updated, str(len(view.turns)), _cut(view.status()[1], 40),
+        table.append((row.id, updated, str(view.turn_count), _cut(view.status()[1], 40),
                       tokens, cwd, title))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     right = {2, 4}

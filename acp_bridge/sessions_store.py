@@ -30,12 +30,18 @@ if TYPE_CHECKING:
 class _Stored:
     """One session as stored, read without ownership; `torn` is what loading would cut."""
 
-    __slots__ = ("events", "header", "id", "locate", "title", "torn", "updated", "where")
+    __slots__ = ("earlier_turns", "earlier_usage", "events", "header", "id", "locate", "title",
+                 "torn", "updated", "where")
 
     def __init__(
         self, sid: str, header: Header, events: list[Event], torn: TornTail | None,
         updated: int, title: str | None, where: str, locate: Locate,
+        earlier_turns: int = 0, earlier_usage: dict[str, int] | None = None,
     ) -> None:
+        # `events` is every stored event, or (a summary, for `list`) the last turn's,
+        # with the number of turns before it and their tokens.
+        self.earlier_turns = earlier_turns
+        self.earlier_usage = earlier_usage or {}
         self.id = sid
         self.locate = locate
         self.header = header
@@ -57,6 +63,11 @@ class _Source:
         raise NotImplementedError
 
     def read(self, sid: str) -> _Stored:
+        raise NotImplementedError
+
+    def summary(self, sid: str) -> _Stored:
+        """`read` in one streamed pass, checked as a load checks (SessionCorruptError
+        otherwise), keeping only the last turn's events (acp_bridge.sessions_summary)."""
         raise NotImplementedError
 
     def raw(self, sid: str) -> bytes:
@@ -172,6 +183,34 @@ class _JsonlSource(_Source):
         title = header.get("title")
         return header, mtime, title if isinstance(title, str) else None
 
+    def summary(self, sid: str) -> _Stored:
+        from acp_bridge.sessions_summary import summarize
+        from session.backends.jsonl import JsonlStream
+        from session.errors import SessionNotFoundError
+
+        path = self._path(sid)
+
+        def opener() -> Any:
+            try:
+                return open(path, "rb")
+            except FileNotFoundError:
+                raise SessionNotFoundError(f"session {sid} not found", session_id=sid) from None
+
+        stream = JsonlStream(sid, opener, owner=None)
+        try:
+            mtime = os.stat(path).st_mtime_ns // 1_000_000
+            summary = summarize(sid, stream.blocks(), stream.locate)
+            torn = summary.torn
+            if torn is not None:
+                from session.backend import with_size
+
+                torn = with_size(torn, stream)
+        finally:
+            stream.close()
+        title = stream.header.get("title") or summary.first_title
+        return _Stored(sid, stream.header, summary.last_turn, torn, mtime, title, str(path),
+                       stream.locate, summary.earlier_turns, summary.earlier_usage)
+
     def read(self, sid: str) -> _Stored:
         from session.backends.jsonl import read_log
 
@@ -257,6 +296,49 @@ class _SqliteSource(_Source):
         if row is None:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         return tuple(row), rows
+
+    def summary(self, sid: str) -> _Stored:
+        from acp_bridge.sessions_summary import summarize
+        from session.backends.sqlite import UPDATED_AT, _row_events
+        from session.errors import SessionNotFoundError
+        from session.scan import TornTail, parse_header
+
+        db = self._conn()
+        if db is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        db.execute("BEGIN")  # one snapshot for the row, the events, locate and the sizes
+        try:
+            row = db.execute(
+                f"SELECT header, title, {UPDATED_AT} FROM sessions WHERE id = ?", (sid,)
+            ).fetchone()
+            if row is None:
+                raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+            header = parse_header(sid, row[0], "the sessions row")
+
+            def locate(index: int) -> dict[str, int]:
+                found = db.execute("SELECT seq FROM events WHERE session_id = ? ORDER BY seq "
+                                   "LIMIT 1 OFFSET ?", (sid, index)).fetchone()
+                return {"seq": found[0] if found is not None else index}
+
+            def blocks() -> Any:
+                cursor = db.execute("SELECT seq, type, time, data FROM events WHERE session_id = ? "
+                                    "ORDER BY seq", (sid,))
+                while rows := cursor.fetchmany(1024):
+                    yield _row_events(rows)
+
+            summary = summarize(sid, blocks(), locate)
+            torn = summary.torn
+            if torn is not None:
+                size = db.execute(
+                    "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
+                    "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)", (sid, torn.index),
+                ).fetchone()[0]
+                torn = TornTail(torn.index, torn.where, torn.reason, torn.records, int(size))
+        finally:
+            db.execute("ROLLBACK")
+        title = row[1] or header.get("title") or summary.first_title
+        return _Stored(sid, header, summary.last_turn, torn, int(row[2]), title, str(self.path),
+                       locate, summary.earlier_turns, summary.earlier_usage)
 
     def read(self, sid: str) -> _Stored:
         from session.backends.sqlite import _row_event

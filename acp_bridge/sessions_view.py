@@ -98,8 +98,10 @@ class _View:
                 self.running = True
             else:
                 self.closers = interrupted_turn_closers(events)
-        self.turns = _build_turns([*events, *self.closers], on_disk=len(events))
-        self.usage: dict[str, int] = {}
+        on_disk = events[-1]["seq"] + 1 if events else 0  # events may be the last turn only
+        self.turns = _build_turns([*events, *self.closers], on_disk=on_disk)
+        self.turn_count = stored.earlier_turns + len(self.turns)
+        self.usage: dict[str, int] = dict(stored.earlier_usage)
         for turn in self.turns:
             _add_usage(self.usage, turn.usage)
 
@@ -143,20 +145,14 @@ def _ends_open(events: list[Event]) -> bool:
 
 def _check(stored: _Stored) -> None:
     """Refuse, as `load` does, a log that breaks the invariants (SessionCorruptError)."""
-    from session import InvariantError, InvariantTracker, SessionCorruptError
+    from session import InvariantError, InvariantTracker
+    from session.coordinator import invariant_corruption
 
     tracker = InvariantTracker(session_id=stored.id)
     try:
         tracker.feed_all(stored.events)
     except InvariantError as exc:  # the same error, word for word, as SessionStore.load
-        seq = exc.details.get("seq")
-        events = stored.events
-        where = stored.locate(seq) if isinstance(seq, int) and 0 <= seq < len(events) else {}
-        place = "".join(f", {k} {v}" for k, v in where.items())
-        raise SessionCorruptError(
-            f"session {stored.id} breaks the log invariants at seq {seq}{place}: {exc.message}",
-            session_id=stored.id, reason=exc.message, **({"seq": seq} | where),
-        ) from None
+        raise invariant_corruption(stored.id, exc, stored.locate) from None
 
 
 def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[_Turn]:

@@ -284,7 +284,7 @@ class SessionLoad:
                 try:
                     tracker.feed_stored(events)  # shapes checked by the scan
                 except InvariantError as exc:
-                    raise _corrupt(sid, exc, stream.locate) from None
+                    raise invariant_corruption(sid, exc, stream.locate) from None
                 kept = _keep(kept, events, everything=self.keep_history)
                 yield events
             torn = with_size(splitter.finish(), stream)
@@ -330,7 +330,9 @@ def _keep(kept: list[Event], block: list[Event], *, everything: bool) -> list[Ev
     return kept
 
 
-def _corrupt(sid: str, exc: InvariantError, locate: Locate) -> SessionCorruptError:
+def invariant_corruption(sid: str, exc: InvariantError, locate: Locate) -> SessionCorruptError:
+    """The error a load raises for a stored log that breaks the invariants, saying where
+    (tools that check a log the same way word it the same)."""
     seq = exc.details.get("seq")
     where = locate(seq) if isinstance(seq, int) and seq >= 0 else {}
     place = "".join(f", {k} {v}" for k, v in where.items())
