@@ -45,48 +45,70 @@ def vm(pid: int, key: str) -> int:
     raise AssertionError(f"no {key} for {pid}")
 
 
+UPDATE = b'{"jsonrpc":"2.0","method":"session/update"'
+
+
+class RawAgent:
+    """A real agent process and a minimal client: updates are counted, not parsed (a
+    replay is hundreds of thousands of lines). Killed at exit, or after 120 s."""
+
+    def __init__(self, store_dir: Path, backend: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "acp_bridge", "--store", str(store_dir), "--backend", backend,
+             "--model", "echo"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self._killer = threading.Timer(120, self.proc.kill)
+        self._killer.start()
+
+    def __enter__(self) -> RawAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._killer.cancel()
+        self.proc.kill()
+        self.proc.wait()
+        self.stdin.close()
+        self.stdout.close()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.stdin.write(orjson.dumps(message) + b"\n")
+        self.stdin.flush()
+
+    def answer(self, rid: int) -> tuple[dict[str, Any], int]:
+        """The response to `rid`, and how many updates came before it."""
+        updates = 0
+        while True:
+            line = self.stdout.readline()
+            assert line, "the agent closed stdout"
+            if line.startswith(UPDATE):
+                updates += 1
+                continue
+            message = orjson.loads(line)
+            if message.get("id") == rid:
+                return message, updates
+
+    def call(self, rid: int, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return self.answer(rid)
+
+
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 def test_load_of_a_large_log_stays_small(tmp_path: Path, backend: str) -> None:
     store_dir = tmp_path / "store"
     sid, events = build(store_dir, backend)
     size = sum(f.stat().st_size for f in store_dir.rglob("*") if f.is_file())
     assert size > LOG_MB * 1_000_000
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "acp_bridge", "--store", str(store_dir), "--backend", backend,
-         "--model", "echo"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdin is not None and proc.stdout is not None
-    stdin, stdout = proc.stdin, proc.stdout
-    killer = threading.Timer(120, proc.kill)
-    killer.start()
-    try:
-        def call(rid: int, method: str, params: dict[str, object]) -> tuple[dict[str, object], int]:
-            stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + b"\n")
-            stdin.flush()
-            updates = 0
-            while True:
-                line = stdout.readline()
-                assert line, "the agent closed stdout"
-                if line.startswith(b'{"jsonrpc":"2.0","method":"session/update"'):
-                    updates += 1
-                    continue
-                message = orjson.loads(line)
-                if message.get("id") == rid:
-                    return message, updates
-
-        call(1, "initialize", {"protocolVersion": 1})
-        answer, updates = call(2, "session/load", {"sessionId": sid, "cwd": str(store_dir), "mcpServers": []})
+    with RawAgent(store_dir, backend) as agent:
+        agent.call(1, "initialize", {"protocolVersion": 1})
+        answer, updates = agent.call(2, "session/load", {"sessionId": sid, "cwd": str(store_dir),
+                                                         "mcpServers": []})
         assert "result" in answer, answer
-        assert answer["result"]["_meta"]["acpBridge"]["events"] == events  # type: ignore[index]
+        assert answer["result"]["_meta"]["acpBridge"]["events"] == events
         # Per turn: the prompt, 3 chunks, usage, tool call + in progress, the result.
         assert updates == events // 11 * 8
-        peak = vm(proc.pid, "VmHWM")
-    finally:
-        killer.cancel()
-        proc.kill()
-        proc.wait()
-        stdin.close()
-        stdout.close()
+        peak = vm(agent.proc.pid, "VmHWM")
     # Generous for a noisy machine, and far below the log's size.
     assert peak < 150 * 1024 * 1024, f"peak RSS {peak / 1e6:.0f} MB loading a {size / 1e6:.0f} MB log"
 
@@ -99,44 +121,14 @@ def test_a_cancelled_load_lets_go_of_the_session(tmp_path: Path) -> None:
     sid, events = build(store_dir, "jsonl")
     log_path = store_dir / "sessions" / f"{sid}.jsonl"
     before = log_path.read_bytes()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "acp_bridge", "--store", str(store_dir), "--model", "echo"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdin is not None and proc.stdout is not None
-    stdin, stdout = proc.stdin, proc.stdout
-    killer = threading.Timer(120, proc.kill)
-    killer.start()
-
-    def send(message: dict[str, object]) -> None:
-        stdin.write(orjson.dumps(message) + b"\n")
-        stdin.flush()
-
-    def answer(rid: int) -> dict[str, Any]:
-        while True:
-            line = stdout.readline()
-            assert line, "the agent closed stdout"
-            if not line.startswith(b'{"jsonrpc":"2.0","method":"session/update"'):
-                message = orjson.loads(line)
-                if message.get("id") == rid:
-                    return message  # type: ignore[no-any-return]
-
-    try:
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
-        answer(1)
+    with RawAgent(store_dir, "jsonl") as agent:
+        agent.call(1, "initialize", {"protocolVersion": 1})
         load = {"sessionId": sid, "cwd": str(store_dir), "mcpServers": []}
-        send({"jsonrpc": "2.0", "id": 2, "method": "session/load", "params": load})
-        first = stdout.readline()  # the replay has started
-        assert first.startswith(b'{"jsonrpc":"2.0","method":"session/update"')
-        send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}})
-        cancelled = answer(2)
+        agent.send({"jsonrpc": "2.0", "id": 2, "method": "session/load", "params": load})
+        assert agent.stdout.readline().startswith(UPDATE)  # the replay has started
+        agent.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}})
+        cancelled, _ = agent.answer(2)
         assert cancelled.get("error", {}).get("code") == -32800 or "result" in cancelled
-        send({"jsonrpc": "2.0", "id": 3, "method": "session/load", "params": load})
-        again = answer(3)
+        again, _ = agent.call(3, "session/load", load)
         assert again["result"]["_meta"]["acpBridge"]["events"] == events
-    finally:
-        killer.cancel()
-        proc.kill()
-        proc.wait()
-        stdin.close()
-        stdout.close()
     assert log_path.read_bytes() == before  # a closed log: nothing to repair, nothing written
