@@ -1,12 +1,12 @@
 """Opening a stored session: one pass over its log, a block of events at a time.
 
 `session/load` must replay every event of a log that can be far larger than memory
-(issue 8: a 500 MB log under 200 MB of RSS), so nothing here holds the log. Each block
-is read, parsed and checked in a worker thread (`SessionStore.loading`), then, on the
-event loop, fed to what a live session needs (the model transcript, bounded by the
-model's context window, and the tools allowed always) and replayed to the client,
-waiting for the client to read what was sent before the next block is read. What the
-log keeps in memory afterwards is its last turn (see `SessionLoad`).
+(issue 8: a 500 MB log under 200 MB of RSS), so nothing here holds the log. In a
+worker thread, each block is read, parsed and checked (`SessionStore.loading`), fed to
+what a live session needs (the model transcript, bounded by the model's context window,
+and the tools allowed always) and encoded as `session/update` lines; the event loop
+writes them and waits for the client to read (`Connection.drain`) before the next block
+is read. What the log keeps in memory afterwards is its last turn (see `SessionLoad`).
 
 A log found damaged half-way is refused after the blocks before the damage were
 replayed: the client sees an error answer after some updates. Checking a log fully
