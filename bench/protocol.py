@@ -795,8 +795,8 @@ def render(results: dict[str, Any]) -> str:
         f"versions: {versions}",
         f"code: {m['commit']}; scratch {m['tmp_dir']} on {m['filesystem']}; "
         f"load average at start {' '.join(map(str, m['loadavg_at_start']))}",
-        f"repeats: {p['repeat']} (start-up, memory, per-turn), {p['repeat_big']} (streaming, load, scaling), "
-        f"1 (big log); medians",
+        f"repeats: {p['repeat']} (start-up, memory, per-turn), {p['repeat_big']} (streaming, load, scaling, "
+        f"big log); medians",
     ]
     rows = results.get("summary") or []
     if rows:
@@ -984,7 +984,7 @@ def run_section(section: str, args: argparse.Namespace, ctx: Ctx, specs: list[Sp
     elif section == "big" and section in args.sections and args.big_mb > 0:
         result_bytes = int(args.big_result_kb * 1024)
         turns = max(1, math.ceil(args.big_mb * MB / turn_bytes(CHUNKS_PER_TURN, result_bytes)))
-        results["big"] = bench_load(ctx, args.kinds, turns, CHUNKS_PER_TURN, result_bytes, 1, "big")
+        results["big"] = bench_load(ctx, args.kinds, turns, CHUNKS_PER_TURN, result_bytes, args.repeat_big, "big")
     elif section == "profile" and args.profile:
         results["profile"] = run_profiles(ctx, Path(args.profile), args)
 
