@@ -11,7 +11,7 @@ jsonrpcserver is imported after the `initialize` answer is written (that request
 answered by the same handler without it; DESIGN.md section 1: nothing heavy before
 `initialize`), and only its dispatcher modules are: the package's `__init__` also loads
 its JSON-schema front door (jsonschema: ~85 ms and ~10 MB of RSS) and its HTTP server,
-neither of which we use (`_import_dispatcher`).
+neither of which we use (acp_bridge.jsonrpc_dispatch).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
-import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -36,11 +35,10 @@ from acp_bridge.errors import (
     invalid_params,
     to_rpc_error,
 )
+from acp_bridge.jsonrpc_dispatch import REQUEST_KEYS, Handler, JsonRpcDispatcher, is_id
 from acp_bridge.transport import FdLineReader, FdWriter, TooLong
 
 log = logging.getLogger("acp_bridge.jsonrpc")
-
-Handler = Callable[..., Awaitable[Any]]
 
 # The id of the request a handler is serving: each request runs in its own task, so a
 # handler (the prompt) can learn its id for `$/cancel_request` without a parameter.
@@ -57,8 +55,6 @@ class ClientError(Exception):
         super().__init__(f"{method} failed: {self.error.get('message', self.error)}")
 
 
-_REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
-
 # A `session/update` notification is built from bytes: this head, the session id (JSON),
 # `,"update":`, the update (JSON) and this tail. Byte for byte what orjson writes for
 # {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId", "update"}}, in
@@ -69,13 +65,8 @@ DRAIN_HIGH_WATER: Final = 4 << 20  # bytes queued for stdout that `drain` lets t
 _PREFIX_CACHE_SIZE = 256  # sessions whose notification prefix is kept
 
 
-def _is_id(value: Any) -> bool:
-    """ACP request ids are strings or 64-bit integers (orjson reads bigger ones as floats)."""
-    return value is None or isinstance(value, str) or (type(value) is int and -(2**63) <= value < 2**64)
-
-
 def _error(id_: Any, error: RpcError) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": id_ if _is_id(id_) else None, "error": error.to_json()}
+    return {"jsonrpc": "2.0", "id": id_ if is_id(id_) else None, "error": error.to_json()}
 
 
 _IDLE_WORKERS = 8  # request tasks kept waiting for the next request; more end
@@ -136,7 +127,7 @@ class Connection:
         self._active = 0  # requests (or batches) handed to a task and not finished
         self._workers: list[_Slot] = []  # idle worker tasks, waiting for a request
         self._idle = anyio.Event()
-        self._rpc: _JsonRpcServer | None = None  # imported after initialize
+        self._rpc: JsonRpcDispatcher | None = None  # imported after initialize
         self._rpc_methods: dict[str, Any] | None = None
 
     # --- sending ---------------------------------------------------------------------
@@ -364,7 +355,7 @@ class Connection:
         if not isinstance(message, dict):
             return _error(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object"))
         is_request = "id" in message
-        if is_request and not _is_id(message["id"]):
+        if is_request and not is_id(message["id"]):
             return _error(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer",
                                          {"code": "invalid_id"}))
         # JSON-RPC params are structured (object or array); ACP methods take objects. An
@@ -372,7 +363,7 @@ class Connection:
         # message is jsonrpcserver's to answer (-32600).
         params = message.get("params")
         if (isinstance(params, list) and is_request and message.get("jsonrpc") == "2.0"
-                and isinstance(message.get("method"), str) and set(message) <= _REQUEST_KEYS):
+                and isinstance(message.get("method"), str) and set(message) <= REQUEST_KEYS):
             return _error(message["id"], invalid_params("invalid params: params must be an object (by name)"))
         key = _key(message.get("id")) if is_request else None
         scope = anyio.CancelScope()
@@ -383,7 +374,7 @@ class Connection:
         try:
             with scope:
                 if (self._rpc is None and not batched and message.get("method") == "initialize"
-                        and message.get("jsonrpc") == "2.0" and is_request and _is_id(message.get("id"))):
+                        and message.get("jsonrpc") == "2.0" and is_request and is_id(message.get("id"))):
                     answer = await self._direct(message)
                     await self._load_rpc()
                     return answer
@@ -412,9 +403,9 @@ class Connection:
         self.send({"jsonrpc": "2.0", "id": message.get("id"), "result": result})
         return None
 
-    async def _load_rpc(self) -> tuple[_JsonRpcServer, dict[str, Any]]:
+    async def _load_rpc(self) -> tuple[JsonRpcDispatcher, dict[str, Any]]:
         if self._rpc is None or self._rpc_methods is None:
-            rpc = await anyio.to_thread.run_sync(_JsonRpcServer)
+            rpc = await anyio.to_thread.run_sync(JsonRpcDispatcher)
             if self._rpc is None or self._rpc_methods is None:  # not loaded meanwhile
                 self._rpc = rpc
                 self._rpc_methods = {name: rpc.wrap(fn) for name, fn in self._methods.items()}
@@ -432,123 +423,6 @@ class Connection:
         return True
 
 
-def _valid_envelope(request: Any) -> bool:
-    """jsonrpcserver's request schema (one request, as we dispatch them one by one),
-    checked in plain Python: its jsonschema validation costs ~0.14 ms a request."""
-    return not (
-        not isinstance(request, dict)
-        or request.get("jsonrpc") != "2.0"
-        or not isinstance(request.get("method"), str)
-        or not set(request) <= _REQUEST_KEYS
-        or not isinstance(request.get("params", {}), dict | list)
-        or ("id" in request and not _is_id(request["id"]))
-    )
-
-
 def _key(request_id: Any) -> Any:
     # 1 and 1.0 and "1" are different ids; a tuple keeps them apart in the dict.
     return (type(request_id).__name__, request_id)
-
-
-_IMPORT_LOCK = threading.Lock()
-
-
-def _import_dispatcher() -> dict[str, Any]:
-    """Import jsonrpcserver's dispatcher, response and result modules without running
-    the package `__init__` (which imports `main`, and with it jsonschema, and `server`,
-    an http.server). The package object used to resolve their relative imports is
-    dropped afterwards, so a later `import jsonrpcserver` (tests compare our answers
-    with the library's own entry point) runs the real `__init__`, which finds these
-    modules already loaded."""
-    names = ("async_dispatcher", "dispatcher", "response", "result", "sentinels")
-    with _IMPORT_LOCK:  # the first requests may each load it, in worker threads
-        return _import_modules(names)
-
-
-def _import_modules(names: tuple[str, ...]) -> dict[str, Any]:
-    import importlib.util
-    import sys
-
-    hollow = "jsonrpcserver" not in sys.modules
-    if hollow:
-        spec = importlib.util.find_spec("jsonrpcserver")
-        assert spec is not None, "jsonrpcserver is not installed"
-        sys.modules["jsonrpcserver"] = importlib.util.module_from_spec(spec)
-    try:
-        # Taken by full name while the package entry stands: `from jsonrpcserver import
-        # x` after it is dropped would run the real __init__.
-        return {name: importlib.import_module(f"jsonrpcserver.{name}") for name in names}
-    finally:
-        if hollow:
-            del sys.modules["jsonrpcserver"]
-
-
-class _JsonRpcServer:
-    """jsonrpcserver, imported (in a worker thread: it is slow to import) and driven
-    one parsed request at a time.
-
-    `jsonrpcserver.async_dispatch_to_serializable` would run each request through a
-    deserializer and a validator wrapped in oslash `Either`s, an `asyncio.gather` (one
-    more task per request) and an `inspect.signature(...).bind` argument check. Our
-    messages are parsed already and their envelope is checked in plain Python, and
-    every method we register takes `(*args, **params)`, which binds any arguments, so
-    `dispatch` runs only the library's method lookup (`get_method`), its call with the
-    error results (`async_dispatcher.call`) and its serialization (`to_response`,
-    `to_serializable`): the same answers for a quarter of the work (~35 µs a request
-    instead of ~140 µs, measured in-process)."""
-
-    def __init__(self) -> None:
-        modules = _import_dispatcher()
-        async_dispatcher, dispatcher, response = (
-            modules["async_dispatcher"], modules["dispatcher"], modules["response"])
-        result, sentinels = modules["result"], modules["sentinels"]
-        Error, InvalidParams, Success = result.Error, result.InvalidParams, result.Success
-        NOCONTEXT, NOID = sentinels.NOCONTEXT, sentinels.NOID
-        from oslash.either import Left  # type: ignore[import-untyped, unused-ignore]
-
-        self._get_method = dispatcher.get_method
-        self._call = async_dispatcher.call
-        self._create_request = dispatcher.create_request
-        self._to_response = dispatcher.to_response
-        self._to_serializable = response.to_serializable
-        self._invalid_request = response.InvalidRequestResponse
-        self._server_error = response.ServerErrorResponse
-        self._left = Left
-        self._nocontext, self._noid = NOCONTEXT, NOID
-        self._error, self._invalid_params, self._success = Error, InvalidParams, Success
-
-    def wrap(self, fn: Handler) -> Any:
-        """A jsonrpcserver method around one of our handlers: params by name only, our
-        errors converted in one place (errors.to_rpc_error)."""
-        error_result, invalid_params_result, success = self._error, self._invalid_params, self._success
-
-        async def method(*args: Any, **params: Any) -> Any:
-            if args:
-                return invalid_params_result("params must be an object (by name), not an array")
-            try:
-                return success(await fn(**params))
-            except anyio.get_cancelled_exc_class():
-                raise
-            except Exception as exc:
-                error = to_rpc_error(exc)
-                if error.code == -32603 and not isinstance(exc, RpcError):
-                    log.exception("handler failed")
-                return error_result(error.code, error.message, error.data)
-
-        return method
-
-    async def dispatch(self, methods: dict[str, Any], message: Any) -> Any:
-        """The serializable response to one parsed message, None for a notification."""
-        if not _valid_envelope(message):
-            return self._to_serializable(self._left(self._invalid_request("The request failed schema validation")))
-        try:
-            request = self._create_request(message)
-            found = self._get_method(methods, request.method)
-            result = found if isinstance(found, self._left) else await self._call(
-                request, self._nocontext, found._value)
-            if request.id is self._noid:
-                return None
-            return self._to_serializable(self._to_response(request, result))
-        except Exception as exc:  # a failure inside the library, as it answers one
-            log.exception("jsonrpcserver failed")
-            return self._to_serializable(self._left(self._server_error(str(exc), None)))

@@ -13,13 +13,8 @@ import orjson
 import pytest
 
 from acp_bridge.errors import RpcError, invalid_params
-from acp_bridge.jsonrpc import (
-    UPDATE_HEAD,
-    Connection,
-    _JsonRpcServer,
-    _valid_envelope,
-    current_request_id,
-)
+from acp_bridge.jsonrpc import UPDATE_HEAD, Connection, current_request_id
+from acp_bridge.jsonrpc_dispatch import JsonRpcDispatcher, valid_envelope
 
 # jsonrpcserver 5 reads its schema with a deprecated importlib call when imported.
 pytestmark = pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")
@@ -250,7 +245,7 @@ DISPATCH_CASES: list[Any] = [
 
 
 def _raise_unless_valid(message: Any) -> Any:
-    if not _valid_envelope(message):
+    if not valid_envelope(message):
         raise ValueError("not a JSON-RPC 2.0 request")
     return message
 
@@ -260,7 +255,7 @@ def _raise_unless_valid(message: Any) -> Any:
 async def test_dispatch_answers_as_jsonrpcserver_does(message: Any) -> None:
     from jsonrpcserver import async_dispatch_to_serializable
 
-    rpc = _JsonRpcServer()
+    rpc = JsonRpcDispatcher()
     methods = {name: rpc.wrap(fn) for name, fn in
                {"ok": ok, "rpc_error": rpc_error, "crash": crash, "silent": silent}.items()}
     ours = await rpc.dispatch(methods, message)
