@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from acp_bridge.sessions_view import _add_usage
 from session.backend import title_from_content
-from session.coordinator import invariant_corruption
 from session.errors import InvariantError
 from session.events import ASSISTANT_MESSAGE, TURN_START, USER_MESSAGE, Event
 from session.invariants import InvariantTracker
+from session.loading import invariant_corruption
 from session.scan import Damage, Locate, TailSplitter, TornTail
 
 

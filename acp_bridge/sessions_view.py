@@ -146,7 +146,7 @@ def _ends_open(events: list[Event]) -> bool:
 def _check(stored: _Stored) -> None:
     """Refuse, as `load` does, a log that breaks the invariants (SessionCorruptError)."""
     from session import InvariantError, InvariantTracker
-    from session.coordinator import invariant_corruption
+    from session.loading import invariant_corruption
 
     tracker = InvariantTracker(session_id=stored.id)
     try:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from session.backend import Backend, SessionSummary, validate_session_id
-from session.coordinator import DURABLE_TYPES, LoadedSession, SessionLog, SessionStore
+from session.coordinator import DURABLE_TYPES, SessionLog, SessionStore
 from session.errors import (
     EventDataError,
     InvalidSessionIdError,
@@ -27,6 +27,7 @@ from session.errors import (
 )
 from session.events import SESSION_FORMAT_VERSION, Event, Header, reason
 from session.invariants import InvariantTracker, check_invariants
+from session.loading import LoadedSession, SessionLoad
 from session.repair import RepairReport, interrupted_turn_closers
 from session.transcript import Message, derive_messages
 
@@ -81,6 +82,7 @@ __all__ = [
     "SessionCorruptError",
     "SessionError",
     "SessionExistsError",
+    "SessionLoad",
     "SessionLockedError",
     "SessionLog",
     "SessionNotFoundError",

@@ -15,8 +15,7 @@ import contextlib
 import gc
 import time as _time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
 
 import orjson
@@ -27,28 +26,26 @@ from session.backend import (
     Encoded,
     SessionSummary,
     validate_session_id,
-    with_size,
 )
 from session.errors import (
     EventDataError,
-    InvariantError,
     SessionClosedError,
-    SessionCorruptError,
     StoreIOError,
 )
 from session.events import (
     SESSION_FORMAT_VERSION,
     STEP_END,
     TOOL_CALL,
-    TOOL_RESULT,
     TURN_END,
     TURN_START,
     Event,
     Header,
 )
 from session.invariants import InvariantTracker
-from session.repair import RepairReport, interrupted_turn_closers
-from session.scan import Locate, TailSplitter
+from session.repair import interrupted_turn_closers
+
+if TYPE_CHECKING:
+    from session.loading import LoadedSession, SessionLoad
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable.
@@ -250,112 +247,12 @@ def _copy_tracker(tracker: InvariantTracker) -> InvariantTracker:
     return deepcopy(tracker)
 
 
-class SessionLoad:
-    """A load run one block of events at a time, so a long log is never held whole:
-    iterating it yields the stored events, checked, in order, then the repair closers
-    (if any) as a last block; when the iteration ends, `loaded` holds the live log.
-
-    Everything is checked before anything is written: a log that breaks the invariants
-    raises SessionCorruptError from the iteration, untouched (a consumer that streamed
-    the earlier blocks on has already passed those on). Abandoning the iteration
-    (closing the generator) releases the session. Unless `keep_history`, the log keeps
-    only the events since the last `turn/start`, which is all that repair and the
-    live turn need.
-    """
-
-    def __init__(self, store: SessionStore, session_id: str, *, keep_history: bool) -> None:
-        self.session_id = session_id
-        self.keep_history = keep_history
-        self.loaded: LoadedSession | None = None
-        self._store = store
-
-    def __iter__(self) -> Iterator[list[Event]]:
-        sid = self.session_id
-        stream = self._store.backend.open_stream(sid)
-        handle: BackendSession | None = None
-        try:
-            splitter = TailSplitter(sid, stream.locate)
-            tracker = InvariantTracker(session_id=sid)
-            kept: list[Event] = []
-            for block in stream.blocks():
-                events = splitter.feed(block)
-                if not events:
-                    continue
-                try:
-                    tracker.feed_stored(events)  # shapes checked by the scan
-                except InvariantError as exc:
-                    raise invariant_corruption(sid, exc, stream.locate) from None
-                kept = _keep(kept, events, everything=self.keep_history)
-                yield events
-            torn = with_size(splitter.finish(), stream)
-            closers = interrupted_turn_closers(kept)
-            tracker.feed_all(closers)
-            stream.close()
-            handle = stream.session(tracker.next_seq - len(closers), torn)
-            kept_aside = None
-            if torn is not None or closers:
-                kept_aside = handle.repair(torn, [encode(c) for c in closers])
-                kept.extend(closers)
-                if closers:
-                    yield closers
-        except BaseException:
-            stream.close()
-            if handle is not None:
-                handle.close()
-            else:
-                stream.release()
-            raise
-        report = RepairReport(
-            torn_bytes=torn.size if torn else 0,
-            torn_records=torn.records if torn else 0,
-            kept_aside=kept_aside,
-            interrupted_turn=closers[-1]["data"]["turn"] if closers else None,
-            synthetic_results=sum(1 for c in closers if c["type"] == TOOL_RESULT),
-            closers=len(closers),
-        )
-        log = SessionLog(
-            handle, stream.header, kept, tracker, self._store._clock,
-            keep_history=self.keep_history,
-        )
-        self.loaded = LoadedSession(log, report)
-
-
-def _keep(kept: list[Event], block: list[Event], *, everything: bool) -> list[Event]:
-    """`kept` with `block` added: all of it, or only what follows the last turn/start."""
-    if not everything:
-        for index in range(len(block) - 1, -1, -1):
-            if block[index]["type"] == TURN_START:
-                return block[index:]
-    kept.extend(block)
-    return kept
-
-
-def invariant_corruption(sid: str, exc: InvariantError, locate: Locate) -> SessionCorruptError:
-    """The error a load raises for a stored log that breaks the invariants, saying where
-    (tools that check a log the same way word it the same)."""
-    seq = exc.details.get("seq")
-    where = locate(seq) if isinstance(seq, int) and seq >= 0 else {}
-    place = "".join(f", {k} {v}" for k, v in where.items())
-    return SessionCorruptError(
-        f"session {sid} breaks the log invariants at seq {seq}{place}: {exc.message}",
-        session_id=sid,
-        reason=exc.message,
-        **({"seq": seq} | where),
-    )
-
-
-@dataclass(frozen=True)
-class LoadedSession:
-    log: SessionLog
-    report: RepairReport
-
-
 class SessionStore:
     """Sessions on one backend: create, load (repairing), list, delete."""
 
     def __init__(self, backend: Backend, *, clock: Callable[[], int] = now_ms) -> None:
         self.backend = backend
-        self._clock = clock
+        self.clock = clock  # stamps the events of the logs it opens
 
     def create(
         self,
@@ -374,7 +271,7 @@ class SessionStore:
             "type": "session",
             "version": SESSION_FORMAT_VERSION,
             "id": sid,
-            "createdAt": self._clock(),
+            "createdAt": self.clock(),
             "cwd": cwd,
         }
         if additional_directories:
@@ -383,7 +280,7 @@ class SessionStore:
             header["title"] = title
         handle = self.backend.create(header)
         return SessionLog(
-            handle, header, [], InvariantTracker(session_id=sid), self._clock,
+            handle, header, [], InvariantTracker(session_id=sid), self.clock,
             keep_history=keep_history,
         )
 
@@ -400,7 +297,9 @@ class SessionStore:
         return load.loaded
 
     def loading(self, session_id: str, *, keep_history: bool = False) -> SessionLoad:
-        """A load to run block by block (see SessionLoad)."""
+        """A load to run block by block (see session.loading.SessionLoad)."""
+        from session.loading import SessionLoad  # it builds on this module
+
         return SessionLoad(self, validate_session_id(session_id), keep_history=keep_history)
 
     def list(self, *, cwd: str | None = None) -> list[SessionSummary]:
