@@ -245,6 +245,15 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 
+def write_script(path: Path, *steps: dict[str, Any], chunk_delay_ms: int = 0) -> str:
+    """Write a `script:` model file (one entry per model call) and return its spec."""
+    doc: dict[str, Any] = {"steps": list(steps)}
+    if chunk_delay_ms:
+        doc["chunkDelayMs"] = chunk_delay_ms
+    path.write_bytes(orjson.dumps(doc))
+    return f"script:{path}"
+
+
 def normalized(transcript: list[tuple[str, Any]], *paths: Path) -> list[Any]:
     """The transcript with volatile values replaced: session ids, times, paths."""
     text = orjson.dumps([{"dir": d, "msg": m} for d, m in transcript]).decode()

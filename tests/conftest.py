@@ -47,6 +47,15 @@ class RootJSONSnapshot(JSONSnapshotExtension):
 
 
 @pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """A project folder for a session's cwd, with one small file in it."""
+    w = tmp_path / "work"
+    w.mkdir()
+    (w / "notes.txt").write_text("one\ntwo\n")
+    return w
+
+
+@pytest.fixture
 def snapshot_json(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     return snapshot.use_extension(RootJSONSnapshot)
 

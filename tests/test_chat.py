@@ -11,10 +11,8 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
-import orjson
 import pytest
 
 from acp_bridge.chat import (
@@ -23,14 +21,10 @@ from acp_bridge.chat import (
 )
 from acp_bridge.chat_client import LineInput, Terminals, read_text_file, write_text_file
 from acp_bridge.chat_render import DIM, RESET, Renderer, diff_counts, diff_summary, sessions_table
+from tests.acp_client import write_script
 
 CHAT = [sys.executable, "-m", "acp_bridge.chat"]
 SID = re.compile(r"session ([0-9a-f-]{36}) \(mode ask\)")
-
-
-def write_script(path: Path, *steps: dict[str, Any]) -> str:
-    path.write_bytes(orjson.dumps({"steps": list(steps)}))
-    return f"script:{path}"
 
 
 def chat_env() -> dict[str, str]:

@@ -9,22 +9,16 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.acp_client import CLIENT_CAPS_ALL, AgentError, AgentProcess, ClientPolicy, normalized
+from tests.acp_client import (
+    CLIENT_CAPS_ALL,
+    AgentError,
+    AgentProcess,
+    ClientPolicy,
+    normalized,
+    write_script,
+)
 
 pytestmark = pytest.mark.anyio
-
-
-def write_script(path: Path, *steps: dict[str, Any]) -> str:
-    path.write_bytes(orjson.dumps({"steps": list(steps)}))
-    return f"script:{path}"
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    w = tmp_path / "work"
-    w.mkdir()
-    (w / "notes.txt").write_text("one\ntwo\n")
-    return w
 
 
 async def test_handshake_and_text_turn(tmp_path: Path, work: Path, snapshot_json: Any) -> None:

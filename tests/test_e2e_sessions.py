@@ -23,27 +23,11 @@ import anyio.abc
 import orjson
 import pytest
 
-from tests.acp_client import AgentError, AgentProcess, ClientPolicy, normalized
+from tests.acp_client import AgentError, AgentProcess, ClientPolicy, normalized, write_script
 
 pytestmark = pytest.mark.anyio
 
 _ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
-
-
-def write_script(path: Path, *steps: dict[str, Any], chunk_delay_ms: int = 0) -> str:
-    doc: dict[str, Any] = {"steps": list(steps)}
-    if chunk_delay_ms:
-        doc["chunkDelayMs"] = chunk_delay_ms
-    path.write_bytes(orjson.dumps(doc))
-    return f"script:{path}"
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    w = tmp_path / "work"
-    w.mkdir()
-    (w / "notes.txt").write_text("one\ntwo\n")
-    return w
 
 
 class Running:

@@ -36,26 +36,13 @@ import orjson
 import pytest
 
 from session import Event, SessionStore, check_invariants, open_backend
-from tests.acp_client import CLIENT_CAPS_ALL, AgentError, AgentProcess, ClientPolicy
+from tests.acp_client import CLIENT_CAPS_ALL, AgentError, AgentProcess, ClientPolicy, write_script
 
 pytestmark = pytest.mark.anyio
 
 
-def write_script(path: Path, *steps: dict[str, Any]) -> str:
-    path.write_bytes(orjson.dumps({"steps": list(steps)}))
-    return f"script:{path}"
-
-
 def call(cid: str, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": cid, "name": name, "arguments": arguments}
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    w = tmp_path / "work"
-    w.mkdir()
-    (w / "notes.txt").write_text("one\ntwo\n")
-    return w
 
 
 @dataclass

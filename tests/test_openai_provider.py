@@ -445,14 +445,6 @@ def agent_env(server: SSEServer, monkeypatch: pytest.MonkeyPatch) -> SSEServer:
     return server
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    w = tmp_path / "work"
-    w.mkdir()
-    (w / "notes.txt").write_text("one\ntwo\n")
-    return w
-
-
 async def test_e2e_text_turn(tmp_path: Path, work: Path, agent_env: SSEServer) -> None:
     agent_env.push(text_reply("Hello", " from", " the API", usage=(20, 3)))
     async with AgentProcess(tmp_path / "store", model="openai:test-model") as agent:
