@@ -309,24 +309,14 @@ class MatrixAgent(AgentProcess):
             self.eof.set()
 
     def _on_message(self, message: Any) -> None:
-        # AgentProcess._on_message, with schema validation sampled: the first
-        # VALIDATE_FIRST messages of each shape (update kind, method, response) and
-        # every VALIDATE_EVERY-th after (validating one costs ~4 ms; a stream has hundreds).
-        for item in message if isinstance(message, list) else [message]:
-            self._validate(item)
-            if "method" in item and "id" in item:
-                self._tg.start_soon(self._answer, item)
-            elif "method" in item:
-                if item["method"] == "session/update":
-                    self.updates.append(item["params"])
-            elif item.get("id") in self._pending:
-                done, slot, _ = self._pending[item["id"]]
-                slot.append(item)
-                done.set()
+        super()._on_message(message)
         if self.kill_on_update is not None and len(self.updates) >= self.kill_on_update:
             self.kill()
 
     def _validate(self, item: Any) -> None:
+        # Schema validation sampled: the first VALIDATE_FIRST messages of each shape
+        # (update kind, method, response) and every VALIDATE_EVERY-th after (validating
+        # one costs ~4 ms; a stream has hundreds). A violation raises at once.
         if isinstance(item, dict) and item.get("method") == "session/update":
             update = (item.get("params") or {}).get("update") or {}
             shape: tuple[Any, ...] = ("update", update.get("sessionUpdate"), update.get("status"))

@@ -51,7 +51,7 @@ PROFILER: cProfile.Profile | None = None
 BIG_RESULT_BYTES = (2_048, 8_192)  # multi-KB tool results: uniform in this range
 SMALL_RESULT_BYTES = (40, 200)
 
-_VOCABULARY = (
+VOCABULARY = (
     "the function returns a list of events from the log and we check each one against "
     "invariants before writing it to disk so that a crash never leaves a torn record in "
     "the committed region def load self session_id path open read bytes split lines parse "
@@ -68,7 +68,7 @@ class Corpus:
 
     def __init__(self, seed: int, size: int = 1 << 17) -> None:
         rng = random.Random(seed)
-        words = _VOCABULARY.split()
+        words = VOCABULARY.split()
         lines: list[str] = []
         total = 0
         while total < size:

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # measure the tree this script is in, not whatever is installed
     sys.path.insert(0, str(ROOT))
 
-from bench.persistence import filesystem_of  # noqa: E402 (needs ROOT on sys.path)
+from bench.persistence import VOCABULARY, filesystem_of  # noqa: E402 (needs ROOT on sys.path)
 from session import SessionStore, open_backend  # noqa: E402
 
 Item = tuple[str, dict[str, Any]]
@@ -99,13 +99,6 @@ TARGETS: dict[str, tuple[str, float]] = {
     "big_rss": ("<=", BIG_RSS_LIMIT_MB),
 }
 
-_VOCABULARY = (
-    "the function returns a list of events from the log and we check each one against "
-    "invariants before writing it to disk so that a crash never leaves a torn record in "
-    "the committed region def load self session_id path open read bytes split lines parse "
-    "import orjson return value if not isinstance dict raise error else for item in items "
-    "class Store backend write sync flush close turn step tool call result message chunk"
-)
 
 # The bare baseline of `session/load`: a process that answers the client's ping (so its
 # start-up is not timed), then on `session/load` reads the JSONL log, parses each event
@@ -341,7 +334,7 @@ class AgentProc:
 
 def stream_text(words: int, seed: int = 3) -> str:
     rng = random.Random(seed)
-    vocab = _VOCABULARY.split()
+    vocab = VOCABULARY.split()
     return " ".join(rng.choice(vocab) for _ in range(words))
 
 
@@ -352,7 +345,7 @@ class Pools:
 
     def __init__(self, result_bytes: int, seed: int = 7) -> None:
         rng = random.Random(seed)
-        vocab = _VOCABULARY.split()
+        vocab = VOCABULARY.split()
         corpus = " ".join(rng.choice(vocab) for _ in range(60_000))
         self.chunks = [self._slice(rng, corpus, 4, 40) for _ in range(1_024)]
         high = max(16, result_bytes * 3 // 2)
