@@ -118,45 +118,42 @@ class OpenAIModel:
                         failed = http_error(response.status_code, response.reason_phrase, response.headers, raw,
                                             model=self.model, url=self.url, has_key=self.api_key is not None)
                         failure, wait = failed.finish, failed.retry_after
-                    elif _is_json(response):  # a server that ignored "stream": a whole completion
-                        assembler = StreamAssembler()
-                        for chunk in assembler.feed(whole_completion(await _read_limited(response, None))):
-                            started = True
-                            yield chunk
-                        if assembler.error is not None:
-                            failure = assembler.error
-                        elif assembler.complete:
-                            for chunk in assembler.finish():
-                                yield chunk
-                            return
-                        else:
-                            failure = Finish("error", "the API answered with JSON that is not a completion",
-                                             "server", True)
                     else:
-                        assembler, decoder = StreamAssembler(), SSEDecoder()
-                        error: str | None = None
-                        body_chunks = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
-                        async with contextlib.aclosing(body_chunks) as chunks:
-                            try:
-                                async for data in chunks:
-                                    for event in decoder.feed(data):
-                                        for chunk in assembler.feed(event):
-                                            started = True
-                                            yield chunk
-                                    if assembler.done or assembler.error:
-                                        break
-                                else:
-                                    for event in decoder.close():
-                                        for chunk in assembler.feed(event):
-                                            started = True
-                                            yield chunk
-                            except httpx.RequestError as exc:  # cut mid-way, or undecodable
-                                error = _network_message(exc, self.url, self.timeout)
-                            if assembler.done and error is None:
-                                # Read the end of the body so the connection can be reused.
-                                with anyio.move_on_after(DRAIN_TIMEOUT), contextlib.suppress(httpx.RequestError):
-                                    async for _ in chunks:
-                                        pass
+                        if _is_json(response):  # a server that ignored "stream": a whole completion
+                            assembler = StreamAssembler()
+                            for chunk in assembler.feed(whole_completion(await _read_limited(response, None))):
+                                started = True
+                                yield chunk
+                            unfinished = Finish("error", "the API answered with JSON that is not a completion",
+                                                "server", True)
+                        else:
+                            assembler, decoder = StreamAssembler(), SSEDecoder()
+                            error: str | None = None
+                            body_chunks = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+                            async with contextlib.aclosing(body_chunks) as chunks:
+                                try:
+                                    async for data in chunks:
+                                        for event in decoder.feed(data):
+                                            for chunk in assembler.feed(event):
+                                                started = True
+                                                yield chunk
+                                        if assembler.done or assembler.error:
+                                            break
+                                    else:
+                                        for event in decoder.close():
+                                            for chunk in assembler.feed(event):
+                                                started = True
+                                                yield chunk
+                                except httpx.RequestError as exc:  # cut mid-way, or undecodable
+                                    error = _network_message(exc, self.url, self.timeout)
+                                if assembler.done and error is None:
+                                    # Read the end of the body so the connection can be reused.
+                                    with anyio.move_on_after(DRAIN_TIMEOUT), contextlib.suppress(httpx.RequestError):
+                                        async for _ in chunks:
+                                            pass
+                            unfinished = Finish("error", error or "the response stream ended before the model "
+                                                "finished (no finish_reason, no [DONE])", "network", True)
+                        # Either way, the assembler says how the answer ended.
                         if assembler.error is not None:
                             failure = assembler.error
                         elif assembler.complete:
@@ -164,8 +161,7 @@ class OpenAIModel:
                                 yield chunk
                             return
                         else:
-                            failure = Finish("error", error or "the response stream ended before the model "
-                                             "finished (no finish_reason, no [DONE])", "network", True)
+                            failure = unfinished
             except httpx.RequestError as exc:  # could not connect, send, or read the headers
                 failure = Finish("error", _network_message(exc, self.url, self.timeout), "network", True)
             delay = self._delay(attempt, wait)
