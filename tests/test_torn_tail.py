@@ -24,6 +24,7 @@ import pytest
 
 from session import (
     Event,
+    LoadedSession,
     SessionCorruptError,
     SessionLockedError,
     SessionStore,
@@ -88,6 +89,25 @@ def last_turn(events: list[Event]) -> int:
 def assert_valid_closed_log(events: list[Event]) -> None:
     check_invariants(events, closed=True)
     assert unanswered_calls(derive_messages(events)) == []
+
+
+def assert_cut_and_final(store: SessionStore, sid: str, loaded: LoadedSession,
+                         expected: list[Event], cut: bytes, records: int) -> None:
+    """`loaded` holds `expected` after cutting `cut` (`records` records) into a file
+    kept aside; the repair is final (a second load changes nothing and reads the same)
+    and leaves a valid closed log."""
+    assert comparable(list(loaded.log.events)) == comparable(expected)
+    assert loaded.report.torn_records == records
+    assert loaded.report.torn_bytes == len(cut)
+    assert loaded.report.kept_aside is not None
+    assert Path(loaded.report.kept_aside).read_bytes() == cut
+    events = list(loaded.log.events)
+    loaded.log.close()
+    again = store.load(sid)
+    assert again.report.repaired is False
+    assert list(again.log.events) == events
+    again.log.close()
+    assert_valid_closed_log(events)
 
 
 def comparable(events: list[Event]) -> list[tuple[str, int, int, dict[str, Any]]]:
@@ -352,18 +372,7 @@ def test_jsonl_garbage_after_last_turn_end_is_cut(
     store = SessionStore(JsonlBackend(log.root))
     loaded = store.load(log.sid)
     closers = interrupted_turn_closers(log.events)
-    assert comparable(list(loaded.log.events)) == comparable(log.events + closers)
-    assert loaded.report.torn_records == 1
-    assert loaded.report.torn_bytes == len(garbage)
-    assert loaded.report.kept_aside is not None
-    assert Path(loaded.report.kept_aside).read_bytes() == garbage
-    events = list(loaded.log.events)
-    loaded.log.close()
-    again = store.load(log.sid)
-    assert again.report.repaired is False
-    assert list(again.log.events) == events
-    again.log.close()
-    assert_valid_closed_log(events)
+    assert_cut_and_final(store, log.sid, loaded, log.events + closers, garbage, 1)
 
 
 def test_jsonl_seq_gap_after_last_turn_end_is_cut(tmp_path: Path) -> None:
@@ -381,18 +390,7 @@ def test_jsonl_seq_gap_after_last_turn_end_is_cut(tmp_path: Path) -> None:
     prefix = log.events[:gap]
     closers = interrupted_turn_closers(prefix)
     assert [c["type"] for c in closers] == ["turn/end"]
-    assert comparable(list(loaded.log.events)) == comparable(prefix + closers)
-    assert loaded.report.torn_records == len(log.events) - gap - 1
-    assert loaded.report.torn_bytes == len(damaged) - start
-    assert loaded.report.kept_aside is not None
-    assert Path(loaded.report.kept_aside).read_bytes() == damaged[start:]
-    events = list(loaded.log.events)
-    loaded.log.close()
-    again = store.load(log.sid)
-    assert again.report.repaired is False
-    assert list(again.log.events) == events
-    again.log.close()
-    assert_valid_closed_log(events)
+    assert_cut_and_final(store, log.sid, loaded, prefix + closers, damaged[start:], len(log.events) - gap - 1)
 
 
 def test_jsonl_garbage_line_then_more_lines_after_last_turn_end_is_cut(tmp_path: Path) -> None:
@@ -401,15 +399,13 @@ def test_jsonl_garbage_line_then_more_lines_after_last_turn_end_is_cut(tmp_path:
     bad = turn_start + 3  # the chunk of the open step; valid lines follow it
     start, end = line_span(log, bad)
     log.path.write_bytes(log.content[:start] + b'{"broken\n' + log.content[end:])
-    loaded = SessionStore(JsonlBackend(log.root)).load(log.sid)
+    store = SessionStore(JsonlBackend(log.root))
+    loaded = store.load(log.sid)
     prefix = log.events[:bad]
     closers = interrupted_turn_closers(prefix)
     assert [c["type"] for c in closers] == ["step/end", "turn/end"]
-    assert comparable(list(loaded.log.events)) == comparable(prefix + closers)
-    assert loaded.report.torn_records == len(log.events) - bad
-    assert loaded.report.kept_aside is not None
-    assert Path(loaded.report.kept_aside).read_bytes() == (b'{"broken\n' + log.content[end:])
-    loaded.log.close()
+    assert_cut_and_final(store, log.sid, loaded, prefix + closers, b'{"broken\n' + log.content[end:],
+                         len(log.events) - bad)
 
 
 # Lines that parse as events but break the invariants (a flipped digit, a garbled key):
