@@ -211,6 +211,18 @@ class AgentProcess:
         self.check()
         return dict(slot[0])
 
+    def prompt_soon(self, tg: anyio.abc.TaskGroup, sid: str, text: str, **kw: Any) -> dict[str, Any]:
+        """Send `session/prompt` from a task of `tg` and go on; the dict returned is
+        filled with the raw answer when it comes (`request_raw` keywords apply)."""
+        answer: dict[str, Any] = {}
+
+        async def run() -> None:
+            answer.update(await self.request_raw(
+                "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}, **kw))
+
+        tg.start_soon(run)
+        return answer
+
     async def notify(self, method: str, params: Any) -> None:
         await self.send({"jsonrpc": "2.0", "method": method, "params": params})
 

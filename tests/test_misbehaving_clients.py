@@ -126,13 +126,7 @@ async def test_unanswered_permission_then_cancel_request_and_a_late_answer(tmp_p
         await agent.initialize()
         sid = await agent.new_session(work)
         async with anyio.create_task_group() as tg:
-            answer: dict[str, Any] = {}
-
-            async def run() -> None:
-                answer.update(await agent.request_raw("session/prompt", {
-                    "sessionId": sid, "prompt": [{"type": "text", "text": "write"}]}, request_id="p1"))
-
-            tg.start_soon(run)
+            answer = agent.prompt_soon(tg, sid, "write", request_id="p1")
             await agent.wait_for(lambda: bool(policy.asked))
             await agent.notify("$/cancel_request", {"requestId": "p1"})
         assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "$/cancel_request"}
@@ -157,13 +151,7 @@ async def test_unanswered_permission_then_session_close(tmp_path: Path, work: Pa
         await agent.initialize()
         sid = await agent.new_session(work)
         async with anyio.create_task_group() as tg:
-            answer: dict[str, Any] = {}
-
-            async def run() -> None:
-                answer.update(await agent.request_raw("session/prompt", {
-                    "sessionId": sid, "prompt": [{"type": "text", "text": "run"}]}))
-
-            tg.start_soon(run)
+            answer = agent.prompt_soon(tg, sid, "run")
             await agent.wait_for(lambda: bool(policy.asked))
             assert await agent.request("session/close", {"sessionId": sid}, timeout=5) == {}
         assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/close"}
@@ -383,11 +371,7 @@ async def test_unanswered_terminal_requests_then_cancel_settles_the_prompt(tmp_p
         answer: dict[str, Any] = {}
         try:
             async with anyio.create_task_group() as tg:
-                async def run() -> None:
-                    answer.update(await agent.request_raw("session/prompt", {
-                        "sessionId": sid, "prompt": [{"type": "text", "text": "run"}]}, timeout=2))
-
-                tg.start_soon(run)
+                answer = agent.prompt_soon(tg, sid, "run", timeout=2)
                 await agent.wait_for(lambda: any(m == "terminal/wait_for_exit" for m, _ in policy.requests))
                 await agent.notify("session/cancel", {"sessionId": sid})
             assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled",
