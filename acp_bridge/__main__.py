@@ -1,69 +1,10 @@
-"""`acp-bridge` / `python -m acp_bridge`: the command line (DESIGN.md section 6).
-
-Only argparse and os are imported here: the agent's start-up path stays lean, and each
-subcommand imports what it needs when it runs.
-"""
+"""`python -m acp_bridge`: the command line (acp_bridge.cli.main)."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
-from acp_bridge import __version__
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="acp-bridge", description="An ACP agent with a durable session log."
-    )
-    parser.add_argument("--version", action="version", version=f"acp-bridge {__version__}")
-    commands = parser.add_subparsers(dest="command")
-    serve = commands.add_parser("serve", help="the stdio ACP agent (the default)")
-    for p in (parser, serve):
-        _serve_options(p)
-    # Listed for --help only: main() hands these to their own modules before parsing,
-    # so their imports stay off the agent's start-up path.
-    commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
-    commands.add_parser("sessions", help="list, show and export stored sessions")
-    demo = commands.add_parser("demo", help="show the durable log surviving a kill -9")
-    demo.add_argument("--store", help="keep the demo store under this folder")
-    return parser
-
-
-def _serve_options(p: argparse.ArgumentParser) -> None:
-    env = os.environ
-    p.add_argument("--store", default=None,
-                   help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
-    p.add_argument("--backend", choices=("jsonl", "sqlite"), default=env.get("ACP_BRIDGE_BACKEND", "jsonl"),
-                   help="session store backend (default jsonl; $ACP_BRIDGE_BACKEND)")
-    p.add_argument("--model", default=env.get("ACP_BRIDGE_MODEL", "echo"),
-                   help="echo (default), script:PATH, openai:NAME ($ACP_BRIDGE_MODEL)")
-    p.add_argument("--max-steps", type=int, default=50, help="model calls per turn at most (default 50)")
-    p.add_argument("--log-level", default=env.get("ACP_BRIDGE_LOG_LEVEL", "warning"),
-                   choices=("debug", "info", "warning", "error"), help="stderr log level (default warning)")
-    p.add_argument("--log-file", default=None, help="write logs to this file instead of stderr")
-
-
-def main(argv: list[str] | None = None) -> int:
-    raw = sys.argv[1:] if argv is None else argv
-    if raw[:1] == ["chat"]:
-        from acp_bridge.chat import main as chat_main
-
-        return chat_main(raw[1:])
-    if raw[:1] == ["sessions"]:
-        from acp_bridge.sessions_cli import main as sessions_main
-
-        return sessions_main(raw[1:])
-    args = _parser().parse_args(raw)
-    if args.command == "demo":
-        from acp_bridge.demo import run
-
-        return run(args.store)
-    from acp_bridge.cli import serve
-
-    return serve(args)
-
+from acp_bridge.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from session import DURABLE_TYPES, SessionStore, open_backend
-from session.backend import event_line
+from session.backends.base import event_line
 from session.coordinator import encode
 
 Item = tuple[str, dict[str, Any]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from session.backend import Backend, SessionSummary, validate_session_id
+from session.backends.base import Backend, SessionSummary, validate_session_id
 from session.coordinator import DURABLE_TYPES, SessionLog, SessionStore
 from session.errors import (
     EventDataError,

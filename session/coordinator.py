@@ -20,7 +20,7 @@ from uuid import uuid4
 
 import orjson
 
-from session.backend import (
+from session.backends.base import (
     Backend,
     BackendSession,
     Encoded,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from session.backend import BackendSession, with_size
+from session.backends.base import BackendSession, with_size
 from session.coordinator import SessionLog, encode
 from session.errors import InvariantError, SessionCorruptError
 from session.events import TOOL_RESULT, TURN_START, Event

@@ -15,15 +15,22 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acp_bridge.chat import (
+from acp_bridge.cli.chat.connection import LineInput, Terminals, read_text_file, write_text_file
+from acp_bridge.cli.chat.main import (
     add_parser,
     agent_command,
 )
-from acp_bridge.chat_client import LineInput, Terminals, read_text_file, write_text_file
-from acp_bridge.chat_render import DIM, RESET, Renderer, diff_counts, diff_summary, sessions_table
+from acp_bridge.cli.chat.render import (
+    DIM,
+    RESET,
+    Renderer,
+    diff_counts,
+    diff_summary,
+    sessions_table,
+)
 from tests.acp_client import write_script
 
-CHAT = [sys.executable, "-m", "acp_bridge.chat"]
+CHAT = [sys.executable, "-m", "acp_bridge.cli.chat.main"]
 SID = re.compile(r"session ([0-9a-f-]{36}) \(mode ask\)")
 
 

@@ -26,7 +26,7 @@ from session import (
     derive_messages,
     interrupted_turn_closers,
 )
-from session.backend import Encoded
+from session.backends.base import Encoded
 from session.coordinator import FLUSH_EVENTS, encode
 from session.transcript import unanswered_calls
 from tests import tamper

@@ -23,7 +23,7 @@ import anyio
 import orjson
 import pytest
 
-from acp_bridge.transport import FdLineReader, TooLong
+from acp_bridge.rpc.transport import FdLineReader, TooLong
 from tests.acp_client import AgentProcess
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""acp_bridge.jsonrpc.Connection in-process, over a fake line reader and writer:
+"""acp_bridge.rpc.connection.Connection in-process, over a fake line reader and writer:
 `notify_update` bytes, the write queue and `drain`, a client that stops reading,
 request tasks reused, and answers identical to jsonrpcserver's own dispatch."""
 
@@ -12,9 +12,10 @@ import anyio
 import orjson
 import pytest
 
-from acp_bridge.errors import RpcError, invalid_params
-from acp_bridge.jsonrpc import UPDATE_HEAD, Connection, current_request_id
-from acp_bridge.jsonrpc_dispatch import JsonRpcDispatcher, valid_envelope
+from acp_bridge.agent.errors import to_rpc_error
+from acp_bridge.rpc.connection import Connection, current_request_id
+from acp_bridge.rpc.dispatch import JsonRpcDispatcher
+from acp_bridge.rpc.protocol import UPDATE_HEAD, RpcError, invalid_params, valid_envelope
 
 # jsonrpcserver 5 reads its schema with a deprecated importlib call when imported.
 pytestmark = pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")
@@ -256,7 +257,7 @@ async def test_dispatch_answers_as_jsonrpcserver_does(message: Any) -> None:
     from jsonrpcserver import async_dispatch_to_serializable
 
     rpc = JsonRpcDispatcher()
-    methods = {name: rpc.wrap(fn) for name, fn in
+    methods = {name: rpc.wrap(fn, to_rpc_error) for name, fn in
                {"ok": ok, "rpc_error": rpc_error, "crash": crash, "silent": silent}.items()}
     ours = await rpc.dispatch(methods, message)
     theirs = await async_dispatch_to_serializable("", methods=methods, deserializer=lambda _: message,

@@ -429,7 +429,7 @@ def test_httpx_is_not_on_the_start_up_path() -> None:
                          capture_output=True, text=True, check=True)
     assert "acp-bridge" in out.stdout
     assert "httpx" not in out.stderr
-    check = "import sys, acp_bridge.cli, acp_bridge.models; sys.exit('httpx' in sys.modules)"
+    check = "import sys, acp_bridge.agent.serve, acp_bridge.models; sys.exit('httpx' in sys.modules)"
     subprocess.run([sys.executable, "-c", check], check=True)
 
 

@@ -12,10 +12,10 @@ import anyio
 import orjson
 import pytest
 
+from acp_bridge.agent.runner import TurnInProgressError, TurnRunner
 from acp_bridge.models import Model
 from acp_bridge.models.echo import EchoModel
 from acp_bridge.models.script import ScriptModel
-from acp_bridge.runner import TurnInProgressError, TurnRunner
 from acp_bridge.tools.base import PermissionOutcome, PermissionRequest
 from acp_bridge.tools.local import LocalServices
 from session import Event, SessionLog, SessionStore, check_invariants, derive_messages
@@ -227,7 +227,7 @@ def test_permission_outcome_recorded_and_always_remembered(workdir: Path) -> Non
     assert request.kind == "edit" and request.content[0]["type"] == "diff"
     # Remembered across a reload too (recovered from the log).
     loaded = h.store.load(h.log.id)
-    from acp_bridge import permissions
+    from acp_bridge.agent import permissions
 
     assert permissions.remembered_always(loaded.log.events) == {"write_file"}
     loaded.log.close()

@@ -20,7 +20,7 @@ from session.transcript import unanswered_calls
 CHILD = r"""
 import sys, anyio
 from acp_bridge.models.script import ScriptModel
-from acp_bridge.runner import TurnRunner
+from acp_bridge.agent.runner import TurnRunner
 from acp_bridge.tools.base import PermissionOutcome
 from acp_bridge.tools.local import LocalServices
 from session import SessionStore, open_backend

@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
-from acp_bridge import runner as runner_module
+from acp_bridge.agent import runner as runner_module
+from acp_bridge.agent.runner import TurnRunner
 from acp_bridge.models import Finish, ModelChunk, ModelRequest, TextDelta
 from acp_bridge.models.echo import EchoModel
 from acp_bridge.models.script import ScriptModel
-from acp_bridge.runner import TurnRunner
 from session import SessionLog, SessionStore, check_invariants
 from session.backends.jsonl import JsonlBackend, JsonlSession
 

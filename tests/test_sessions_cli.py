@@ -1,7 +1,7 @@
 """`acp-bridge sessions list|show|export` over stores written by real turns (the turn
 runner with a scripted model and local tools, in-process, and a real agent process
 killed with SIGKILL mid-tool), on both file backends. The CLI runs as a subprocess
-through `acp_bridge.sessions_cli.main`; read-only means byte-identical stores."""
+through `acp_bridge.cli.sessions.main.main`; read-only means byte-identical stores."""
 
 from __future__ import annotations
 
@@ -23,16 +23,16 @@ import anyio
 import orjson
 import pytest
 
+from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.cli.sessions.main import add_parser, main, run
 from acp_bridge.models.script import ScriptModel
-from acp_bridge.runner import TurnRunner
-from acp_bridge.sessions_cli import add_parser, main, run
 from acp_bridge.tools.base import PermissionOutcome, PermissionRequest
 from acp_bridge.tools.local import LocalServices
 from session import Event, SessionCorruptError, SessionLockedError, SessionStore, open_backend
 from tests.tamper import replace_event
 from tests.test_runner_crash import CHILD
 
-WRAPPER = "import sys; from acp_bridge.sessions_cli import main; sys.exit(main(sys.argv[1:]))"
+WRAPPER = "import sys; from acp_bridge.cli.sessions.main import main; sys.exit(main(sys.argv[1:]))"
 BASE_MS = 1_700_000_000_000
 
 
@@ -609,7 +609,7 @@ def test_add_parser_into_the_agent_cli(tmp_path: Path, kind: str, sessions: Reco
 def test_import_is_lean() -> None:
     """`acp-bridge` builds its parser on every start: adding `sessions` imports nothing
     heavy (the agent's start-up path stays lean)."""
-    code = ("import argparse, sys; from acp_bridge import sessions_cli; "
+    code = ("import argparse, sys; from acp_bridge.cli.sessions import main as sessions_cli; "
             "p = argparse.ArgumentParser(); sessions_cli.add_parser(p.add_subparsers()); "
             "print(sorted(m for m in ('session', 'orjson', 'sqlite3', 'typing', 'dataclasses', 'anyio') "
             "if m in sys.modules))")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from acp_bridge.sessions_store import _JsonlSource, _Source, _SqliteSource
-from acp_bridge.sessions_view import _check, _View
+from acp_bridge.cli.sessions.store import _JsonlSource, _Source, _SqliteSource
+from acp_bridge.cli.sessions.view import _check, _View
 from session import SessionCorruptError, SessionStore, open_backend
 from tests import tamper
 from tests.logs import Script, write

@@ -112,9 +112,9 @@ def test_read_stream_of_a_live_session(store: SessionStore) -> None:
 def test_replay_encoder_is_notify_update_byte_for_byte() -> None:
     import orjson
 
-    from acp_bridge.jsonrpc import UPDATE_HEAD, UPDATE_TAIL
-    from acp_bridge.loading import ReplayEncoder
-    from acp_bridge.updates import UpdateContext, updates_for
+    from acp_bridge.agent.replay import ReplayEncoder
+    from acp_bridge.agent.updates import UpdateContext, updates_for
+    from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
     from tests.logs import events_of
 
     script = Script().text_turn("one", 'quotes " \\ and\nnewlines, ünïcode ✓')
@@ -139,7 +139,7 @@ async def test_open_stored_restores_gc_and_switch_interval(store: SessionStore) 
     import gc
     import sys
 
-    from acp_bridge.loading import open_stored
+    from acp_bridge.agent.replay import open_stored
 
     sid, _ = open_turn_log(store)
     interval = sys.getswitchinterval()
@@ -150,7 +150,7 @@ async def test_open_stored_restores_gc_and_switch_interval(store: SessionStore) 
         assert not gc.isenabled() and sys.getswitchinterval() < interval  # tuned meanwhile
         sent.append(payload)
 
-    from acp_bridge.loading import ReplayEncoder
+    from acp_bridge.agent.replay import ReplayEncoder
 
     opened = await open_stored(store, sid, budget=1 << 20, replay=(ReplayEncoder(sid, None), send))
     opened.log.close()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from acp_bridge.updates import (
+from acp_bridge.agent.updates import (
     DEFAULT_CONTEXT_WINDOW,
     UpdateContext,
     message_id,

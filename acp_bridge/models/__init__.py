@@ -12,9 +12,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from acp_bridge.errors import ModelSpecError as ModelSpecError
 from session.events import Usage
 from session.transcript import Message
+
+
+class ModelSpecError(ValueError):
+    """A `--model` spec that names no model we can make."""
+
 
 FinishReason = Literal["stop", "tool_calls", "max_tokens", "refusal", "error"]
 

@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 import orjson
 
-from session.backend import (
+from session.backends.base import (
     BackendSession,
     Encoded,
     SessionSummary,

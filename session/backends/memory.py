@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from session.backend import (
+from session.backends.base import (
     BackendSession,
     Encoded,
     SessionSummary,

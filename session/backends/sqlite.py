@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from session.backend import (
+from session.backends.base import (
     BackendSession,
     Encoded,
     SessionSummary,

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from acp_bridge import permissions
-from acp_bridge.jsonrpc import ClientError, Connection
+from acp_bridge.agent import permissions
+from acp_bridge.rpc.connection import Connection
+from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.tools.base import (
     ExitStatus,
     PermissionOutcome,
@@ -24,7 +25,7 @@ from acp_bridge.tools.base import (
 )
 from acp_bridge.tools.local import LocalServices
 
-log = logging.getLogger("acp_bridge.client")
+log = logging.getLogger("acp_bridge.agent.client_services")
 
 
 def _client_failed(method: str, exc: ClientError) -> ToolError:

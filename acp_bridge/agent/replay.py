@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import anyio
 import orjson
 
-from acp_bridge.jsonrpc import UPDATE_HEAD, UPDATE_TAIL
-from acp_bridge.permissions import RememberedAlways
-from acp_bridge.updates import UpdateContext, updates_for
+from acp_bridge.agent.permissions import RememberedAlways
+from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
 from session import SessionLog, SessionStore
 from session.events import ASSISTANT_CHUNK, Event
 from session.repair import RepairReport

@@ -18,11 +18,7 @@ import anyio
 import anyio.abc
 import orjson
 
-from acp_bridge.errors import (
-    INTERNAL_ERROR,
-    REQUEST_CANCELLED,
-    RESOURCE_NOT_FOUND,
-)
+from acp_bridge.rpc.protocol import INTERNAL_ERROR, REQUEST_CANCELLED, RESOURCE_NOT_FOUND
 
 AGENT_EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
 DRAIN_GRACE = 0.5  # seconds a finished command's last output gets to arrive

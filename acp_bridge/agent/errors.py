@@ -1,4 +1,5 @@
-"""JSON-RPC errors: the one place where failures become error responses.
+"""The agent's failures as JSON-RPC errors: the one place where domain errors become
+error responses (the connection is handed `to_rpc_error`).
 
 Handlers raise `RpcError` directly for protocol problems, or let domain errors (the
 `session.SessionError` family, a prompt already running) propagate; `to_rpc_error`
@@ -8,8 +9,16 @@ read (`data.code` is always a stable word).
 
 from __future__ import annotations
 
-from typing import Any, Final
-
+from acp_bridge.models import ModelSpecError
+from acp_bridge.rpc.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    RESOURCE_NOT_FOUND,
+    SESSION_BUSY,
+    SESSION_DAMAGED,
+    RpcError,
+    internal_error,
+)
 from session.errors import (
     InvalidSessionIdError,
     SessionCorruptError,
@@ -18,42 +27,6 @@ from session.errors import (
     SessionNotFoundError,
     SessionVersionError,
 )
-
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-INTERNAL_ERROR: Final = -32603
-AUTH_REQUIRED: Final = -32000  # ACP
-SESSION_BUSY: Final = -32001  # ours: a prompt is running, or another process owns it
-RESOURCE_NOT_FOUND: Final = -32002  # ACP
-SESSION_DAMAGED: Final = -32003  # ours: the stored log cannot be loaded as is
-REQUEST_CANCELLED: Final = -32800  # ACP ($/cancel_request)
-
-
-class ModelSpecError(ValueError):
-    """A `--model` spec that names no model we can make (raised by acp_bridge.models;
-    defined here so that this module does not import the models)."""
-
-
-class RpcError(Exception):
-    """An error response: `code`, `message`, and `data` (a JSON object)."""
-
-    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def to_json(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
-
-
-def invalid_params(message: str, **data: Any) -> RpcError:
-    return RpcError(INVALID_PARAMS, message, {"code": "invalid_params", **data})
 
 
 class PromptInProgressError(Exception):
@@ -85,4 +58,4 @@ def to_rpc_error(exc: BaseException) -> RpcError:
                         {"code": "store_unavailable"})
     if isinstance(exc, PromptInProgressError):
         return RpcError(SESSION_BUSY, str(exc), {"code": "prompt_in_progress", "sessionId": exc.session_id})
-    return RpcError(INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}", {"code": "internal"})
+    return internal_error(exc)

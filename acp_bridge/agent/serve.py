@@ -10,9 +10,10 @@ from pathlib import Path
 import anyio
 
 from acp_bridge import __version__
-from acp_bridge.jsonrpc import Connection
-from acp_bridge.server import Agent, Config
-from acp_bridge.transport import FdLineReader, FdWriter
+from acp_bridge.agent.errors import to_rpc_error
+from acp_bridge.agent.server import Agent, Config
+from acp_bridge.rpc.connection import Connection
+from acp_bridge.rpc.transport import FdLineReader, FdWriter
 from session import default_store_dir
 
 
@@ -40,7 +41,7 @@ def serve(args: argparse.Namespace) -> int:
 
     def connect(agent: Agent) -> Connection:
         return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof,
-                          on_cancel_request=agent.on_cancel_request)
+                          on_cancel_request=agent.on_cancel_request, error_for=to_rpc_error)
 
     try:
         anyio.run(agent.serve, connect)

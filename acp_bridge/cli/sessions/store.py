@@ -1,12 +1,12 @@
 """Reading a session store without touching it, for `acp-bridge sessions`: no lock,
-no repair, no folder created (see sessions_cli for the decisions)."""
+no repair, no folder created (see acp_bridge.cli.sessions.main for the decisions)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from acp_bridge.sessions_cli import (
+from acp_bridge.cli.sessions.main import (
     BACKEND_CHOICES,
     MIN_PREFIX,
     _UsageError,
@@ -67,7 +67,7 @@ class _Source:
 
     def summary(self, sid: str) -> _Stored:
         """`read` in one streamed pass, checked as a load checks (SessionCorruptError
-        otherwise), keeping only the last turn's events (acp_bridge.sessions_summary)."""
+        otherwise), keeping only the last turn's events (acp_bridge.cli.sessions.summary)."""
         raise NotImplementedError
 
     def raw(self, sid: str) -> bytes:
@@ -138,7 +138,7 @@ class _JsonlSource(_Source):
         return self.root / "sessions" / f"{sid}.jsonl"
 
     def ids(self) -> list[str]:
-        from session.backend import validate_session_id
+        from session.backends.base import validate_session_id
         from session.errors import InvalidSessionIdError
 
         folder = self.root / "sessions"
@@ -184,7 +184,7 @@ class _JsonlSource(_Source):
         return header, mtime, title if isinstance(title, str) else None
 
     def summary(self, sid: str) -> _Stored:
-        from acp_bridge.sessions_summary import summarize
+        from acp_bridge.cli.sessions.summary import summarize
         from session.backends.jsonl import JsonlStream
         from session.errors import SessionNotFoundError
 
@@ -202,7 +202,7 @@ class _JsonlSource(_Source):
             summary = summarize(sid, stream.blocks(), stream.locate)
             torn = summary.torn
             if torn is not None:
-                from session.backend import with_size
+                from session.backends.base import with_size
 
                 torn = with_size(torn, stream)
         finally:
@@ -298,7 +298,7 @@ class _SqliteSource(_Source):
         return tuple(row), rows
 
     def summary(self, sid: str) -> _Stored:
-        from acp_bridge.sessions_summary import summarize
+        from acp_bridge.cli.sessions.summary import summarize
         from session.backends.sqlite import UPDATED_AT, _row_events
         from session.errors import SessionNotFoundError
         from session.scan import TornTail, parse_header
@@ -410,7 +410,7 @@ def _open_source(args: argparse.Namespace) -> _Source:
 
 
 def _title_of(events: list[Event]) -> str | None:
-    from session.backend import title_from_content
+    from session.backends.base import title_from_content
 
     for event in events[:4]:
         if event["type"] == "user/message":
@@ -422,7 +422,7 @@ def _resolve_id(source: _Source, given: str) -> str:
     """A full id, or the one stored id that starts with a prefix of >= 4 characters."""
     import re
 
-    from session.backend import validate_session_id
+    from session.backends.base import validate_session_id
     from session.errors import SessionNotFoundError
 
     text = given.strip().lower()

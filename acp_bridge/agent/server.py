@@ -3,8 +3,8 @@
 Sessions live in the store; a session is *live* in this process once `session/new`,
 `session/load` or `session/resume` has opened it (this process then owns its log) and
 until `session/close`, `session/delete` or the end of stdin. Everything a turn does
-reaches the client through the event -> update mapping (acp_bridge.updates), and each
-prompt is answered from its durable `turn/end` (acp_bridge.settlement).
+reaches the client through the event -> update mapping (acp_bridge.agent.updates), and each
+prompt is answered from its durable `turn/end` (acp_bridge.agent.settlement).
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ import anyio
 import anyio.abc
 import orjson
 
-from acp_bridge import __version__, permissions
-from acp_bridge.errors import PromptInProgressError, RpcError, invalid_params
-from acp_bridge.jsonrpc import Connection, current_request_id
-from acp_bridge.params import check_params
-from acp_bridge.settlement import TurnFailed, settle
-from acp_bridge.updates import UpdateContext, updates_for
+from acp_bridge import __version__
+from acp_bridge.agent import permissions
+from acp_bridge.agent.errors import PromptInProgressError
+from acp_bridge.agent.params import check_params
+from acp_bridge.agent.settlement import TurnFailed, settle
+from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.rpc.connection import Connection, current_request_id
+from acp_bridge.rpc.protocol import RpcError, invalid_params
 from session import (
     SessionLog,
     SessionNotFoundError,
@@ -35,7 +37,7 @@ from session import (
     open_backend,
     validate_session_id,
 )
-from session.backend import SessionSummary, title_from_content
+from session.backends.base import SessionSummary, title_from_content
 from session.events import TURN_START, USER_MESSAGE, Event
 from session.repair import RepairReport
 from session.transcript import Transcript, history_budget
@@ -43,12 +45,12 @@ from session.transcript import Transcript, history_budget
 if TYPE_CHECKING:
     # The turn machinery (runner, client services, tools, models, loading) is imported
     # on first use: `initialize` is answered before any of it is needed.
-    from acp_bridge.loading import ReplayEncoder, Send
+    from acp_bridge.agent.replay import ReplayEncoder, Send
+    from acp_bridge.agent.runner import TurnRunner
     from acp_bridge.models import Model
-    from acp_bridge.runner import TurnRunner
     from acp_bridge.tools.local import LocalServices
 
-log = logging.getLogger("acp_bridge.server")
+log = logging.getLogger("acp_bridge.agent.server")
 
 PROTOCOL_VERSION = 1
 LIST_PAGE = 50
@@ -150,8 +152,8 @@ class Agent:
             if event["type"] == TURN_START:
                 mode = event["data"].get("mode", mode)
                 break
-        from acp_bridge.client import AcpClientServices
-        from acp_bridge.runner import TurnRunner
+        from acp_bridge.agent.client_services import AcpClientServices
+        from acp_bridge.agent.runner import TurnRunner
 
         if self._local is None:
             from acp_bridge.tools.local import LocalServices
@@ -240,7 +242,7 @@ class Agent:
             conn.send_raw(payload)
             await conn.drain()  # the client reads at its pace; memory stays bounded
 
-        from acp_bridge.loading import ReplayEncoder
+        from acp_bridge.agent.replay import ReplayEncoder
 
         encoder = ReplayEncoder(sessionId, self.model().context_window)
         live, report = await self._open(sessionId, (encoder, send))
@@ -251,7 +253,7 @@ class Agent:
         return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
 
     async def _open(self, sid: str, replay: tuple[ReplayEncoder, Send] | None) -> tuple[LiveSession, RepairReport]:
-        from acp_bridge.loading import open_stored, replay_stored
+        from acp_bridge.agent.replay import open_stored, replay_stored
 
         validate_session_id(sid)
         live = self.sessions.get(sid)

@@ -1,6 +1,6 @@
 """jsonrpcserver, as the connection drives it: one parsed request at a time.
 
-The connection (acp_bridge.jsonrpc) reads and parses each message itself, answers
+The connection (acp_bridge.rpc.connection) reads and parses each message itself, answers
 `initialize` before jsonrpcserver is imported, and routes everything else here. Only
 jsonrpcserver's dispatcher modules are imported, in a worker thread after `initialize`
 is answered: the package's `__init__` also loads its JSON-schema front door (jsonschema:
@@ -16,32 +16,11 @@ from typing import Any
 
 import anyio
 
-from acp_bridge.errors import RpcError, to_rpc_error
+from acp_bridge.rpc.protocol import INTERNAL_ERROR, ErrorMapper, RpcError, valid_envelope
 
-log = logging.getLogger("acp_bridge.jsonrpc")
+log = logging.getLogger("acp_bridge.rpc.connection")
 
 Handler = Callable[..., Awaitable[Any]]
-
-REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
-
-
-def is_id(value: Any) -> bool:
-    """ACP request ids are strings or 64-bit integers (orjson reads bigger ones as floats)."""
-    return value is None or isinstance(value, str) or (type(value) is int and -(2**63) <= value < 2**64)
-
-
-def valid_envelope(request: Any) -> bool:
-    """jsonrpcserver's request schema (one request, as we dispatch them one by one),
-    checked in plain Python: its jsonschema validation costs ~0.14 ms a request."""
-    return not (
-        not isinstance(request, dict)
-        or request.get("jsonrpc") != "2.0"
-        or not isinstance(request.get("method"), str)
-        or not set(request) <= REQUEST_KEYS
-        or not isinstance(request.get("params", {}), dict | list)
-        or ("id" in request and not is_id(request["id"]))
-    )
-
 
 _IMPORT_LOCK = threading.Lock()
 
@@ -110,9 +89,9 @@ class JsonRpcDispatcher:
         self._nocontext, self._noid = NOCONTEXT, NOID
         self._error, self._invalid_params, self._success = Error, InvalidParams, Success
 
-    def wrap(self, fn: Handler) -> Any:
+    def wrap(self, fn: Handler, error_for: ErrorMapper) -> Any:
         """A jsonrpcserver method around one of our handlers: params by name only, our
-        errors converted in one place (errors.to_rpc_error)."""
+        errors converted by `error_for` (the one place: acp_bridge.agent.errors)."""
         error_result, invalid_params_result, success = self._error, self._invalid_params, self._success
 
         async def method(*args: Any, **params: Any) -> Any:
@@ -123,8 +102,8 @@ class JsonRpcDispatcher:
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:
-                error = to_rpc_error(exc)
-                if error.code == -32603 and not isinstance(exc, RpcError):
+                error = error_for(exc)
+                if error.code == INTERNAL_ERROR and not isinstance(exc, RpcError):
                     log.exception("handler failed")
                 return error_result(error.code, error.message, error.data)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from acp_bridge.sessions_view import _add_usage
-from session.backend import title_from_content
+from acp_bridge.cli.sessions.view import _add_usage
+from session.backends.base import title_from_content
 from session.errors import InvariantError
 from session.events import ASSISTANT_MESSAGE, TURN_START, USER_MESSAGE, Event
 from session.invariants import InvariantTracker

@@ -3,11 +3,11 @@ model built from a log and the text helpers shared by its renderings."""
 
 from __future__ import annotations
 
-from acp_bridge.sessions_cli import (
+from acp_bridge.cli.sessions.main import (
     SHOW_LINE_CHARS,
     SHOW_LINES,
 )
-from acp_bridge.sessions_store import (
+from acp_bridge.cli.sessions.store import (
     _Stored,
 )
 

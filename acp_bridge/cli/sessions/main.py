@@ -15,7 +15,7 @@ Decisions (DESIGN.md section 6 leaves the details open):
   `export` work on a session that a live agent owns at that moment. `show` reads a JSONL
   log whole (`session.backends.jsonl.read_log`); `list` reads each log in one streamed
   pass, checked as a load checks, keeping only its last turn, the count of the turns
-  before it and their tokens (`acp_bridge.sessions_summary`: 19 MB of peak RSS to list a
+  before it and their tokens (`acp_bridge.cli.sessions.summary`: 19 MB of peak RSS to list a
   60 MB session, which had taken 145 MB). SQLite is opened
   with `mode=ro` (SQLite may leave its empty `-wal`/`-shm` side files, with the database
   file's mode; the database itself is not written). `SessionStore.load` is never called:
@@ -171,8 +171,8 @@ class _UsageError(Exception):
 
 def run(args: argparse.Namespace) -> int:
     """Run a parsed `sessions` command. Returns the exit code; errors go to stderr."""
-    from acp_bridge.sessions_commands import _cmd_export, _cmd_list, _cmd_show
-    from acp_bridge.sessions_store import _open_source, _resolve_id
+    from acp_bridge.cli.sessions.commands import _cmd_export, _cmd_list, _cmd_show
+    from acp_bridge.cli.sessions.store import _open_source, _resolve_id
     from session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
 
     try:

@@ -110,7 +110,7 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
     if etype == TOOL_RESULT:
         return _tool_result(data, ctx)
     # step/start, step/end, turn/end: nothing to show; the turn's end is the answer to
-    # session/prompt (acp_bridge.settlement), not an update.
+    # session/prompt (acp_bridge.agent.settlement), not an update.
     return []
 
 

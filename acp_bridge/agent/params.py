@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from acp_bridge.errors import invalid_params
+from acp_bridge.rpc.protocol import invalid_params
 
 Check = Callable[[Any, str], None]  # raises RpcError naming the field
 

@@ -11,7 +11,7 @@ jsonrpcserver is imported after the `initialize` answer is written (that request
 answered by the same handler without it; DESIGN.md section 1: nothing heavy before
 `initialize`), and only its dispatcher modules are: the package's `__init__` also loads
 its JSON-schema front door (jsonschema: ~85 ms and ~10 MB of RSS) and its HTTP server,
-neither of which we use (acp_bridge.jsonrpc_dispatch).
+neither of which we use (acp_bridge.rpc.dispatch).
 """
 
 from __future__ import annotations
@@ -27,18 +27,28 @@ import anyio
 import anyio.abc
 import orjson
 
-from acp_bridge.errors import (
+from acp_bridge.rpc.dispatch import Handler, JsonRpcDispatcher
+from acp_bridge.rpc.protocol import (
     INVALID_REQUEST,
     PARSE_ERROR,
     REQUEST_CANCELLED,
+    REQUEST_KEYS,
+    UPDATE_HEAD,
+    UPDATE_TAIL,
+    ClientError,
+    ErrorMapper,
     RpcError,
+    error_response,
+    internal_error,
     invalid_params,
-    to_rpc_error,
+    is_id,
+    is_response,
+    own_request_id,
+    request_key,
 )
-from acp_bridge.jsonrpc_dispatch import REQUEST_KEYS, Handler, JsonRpcDispatcher, is_id
-from acp_bridge.transport import FdLineReader, FdWriter, TooLong
+from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
 
-log = logging.getLogger("acp_bridge.jsonrpc")
+log = logging.getLogger("acp_bridge.rpc.connection")
 
 # The id of the request a handler is serving: each request runs in its own task, so a
 # handler (the prompt) can learn its id for `$/cancel_request` without a parameter.
@@ -46,27 +56,8 @@ current_request_id: contextvars.ContextVar[Any] = contextvars.ContextVar("curren
 SHUTDOWN_GRACE = 1.5  # seconds the running requests get to answer after stdin closes
 
 
-class ClientError(Exception):
-    """The client answered one of our requests with an error."""
-
-    def __init__(self, method: str, error: Any) -> None:
-        self.method = method
-        self.error = error if isinstance(error, dict) else {"message": str(error)}
-        super().__init__(f"{method} failed: {self.error.get('message', self.error)}")
-
-
-# A `session/update` notification is built from bytes: this head, the session id (JSON),
-# `,"update":`, the update (JSON) and this tail. Byte for byte what orjson writes for
-# {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId", "update"}}, in
-# that key order (clients may recognise the notification by its first bytes).
-UPDATE_HEAD: Final = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
-UPDATE_TAIL: Final = b"}}\n"
 DRAIN_HIGH_WATER: Final = 4 << 20  # bytes queued for stdout that `drain` lets through
 _PREFIX_CACHE_SIZE = 256  # sessions whose notification prefix is kept
-
-
-def _error(id_: Any, error: RpcError) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": id_ if is_id(id_) else None, "error": error.to_json()}
 
 
 _IDLE_WORKERS = 8  # request tasks kept waiting for the next request; more end
@@ -106,12 +97,14 @@ class Connection:
         *,
         on_eof: Callable[[], Awaitable[None]] | None = None,
         on_cancel_request: Callable[[Any], bool] | None = None,
+        error_for: ErrorMapper = internal_error,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._methods = dict(methods)
         self._on_eof = on_eof
         self._on_cancel_request = on_cancel_request
+        self._error_for = error_for  # exceptions -> error responses (the agent's own)
         # Outgoing messages, encoded, in order: one writer task writes them. Unbounded
         # (sending never waits), `drain` lets a producer of many wait for the writer.
         self._queue: deque[bytes] = deque()
@@ -189,7 +182,7 @@ class Connection:
     async def request(self, method: str, params: Any) -> Any:
         """Ask the client; returns its result or raises ClientError. If the wait is
         cancelled, the client is told with `$/cancel_request`."""
-        request_id = f"acp-bridge:{next(self._ids)}"
+        request_id = own_request_id(next(self._ids))
         done, slot = anyio.Event(), list[tuple[str, Any]]()
         self._pending[request_id] = (done, slot, method)
         self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
@@ -266,7 +259,7 @@ class Connection:
 
     def _on_line(self, line: bytes | TooLong, tg: anyio.abc.TaskGroup) -> None:
         if isinstance(line, TooLong):
-            self.send(_error(None, RpcError(INVALID_REQUEST, "message too large", {
+            self.send(error_response(None, RpcError(INVALID_REQUEST, "message too large", {
                 "code": "too_large", "size": line.size, "limit": self._reader.max_line})))
             return
         if not line.strip():
@@ -274,15 +267,14 @@ class Connection:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            self.send(_error(None, RpcError(PARSE_ERROR, "Parse error", {"code": "parse_error", "detail": str(exc)})))
+            self.send(error_response(None, RpcError(PARSE_ERROR, "Parse error", {"code": "parse_error", "detail": str(exc)})))
             return
         if isinstance(message, list):
             if not message:
-                self.send(_error(None, RpcError(INVALID_REQUEST, "Invalid Request: empty batch")))
+                self.send(error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: empty batch")))
                 return
             self._spawn(tg, self._batch(message))
-        elif isinstance(message, dict) and "method" not in message and "id" in message \
-                and ("result" in message or "error" in message):
+        elif is_response(message):
             self._response(message)
         else:
             self._spawn(tg, self._single(message))
@@ -331,8 +323,7 @@ class Connection:
         answers: list[Any] = []
 
         async def one(message: Any) -> None:
-            if isinstance(message, dict) and "method" not in message and "id" in message \
-                    and ("result" in message or "error" in message):
+            if is_response(message):
                 self._response(message)
                 return
             answer = await self._dispatch(message, batched=True)
@@ -353,10 +344,10 @@ class Connection:
     async def _dispatch(self, message: Any, *, batched: bool = False) -> Any:
         """The response to one request (None for a notification)."""
         if not isinstance(message, dict):
-            return _error(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object"))
+            return error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object"))
         is_request = "id" in message
         if is_request and not is_id(message["id"]):
-            return _error(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer",
+            return error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer",
                                          {"code": "invalid_id"}))
         # JSON-RPC params are structured (object or array); ACP methods take objects. An
         # array on an otherwise valid request is -32602; anything else wrong with the
@@ -364,8 +355,8 @@ class Connection:
         params = message.get("params")
         if (isinstance(params, list) and is_request and message.get("jsonrpc") == "2.0"
                 and isinstance(message.get("method"), str) and set(message) <= REQUEST_KEYS):
-            return _error(message["id"], invalid_params("invalid params: params must be an object (by name)"))
-        key = _key(message.get("id")) if is_request else None
+            return error_response(message["id"], invalid_params("invalid params: params must be an object (by name)"))
+        key = request_key(message.get("id")) if is_request else None
         scope = anyio.CancelScope()
         if is_request:
             self._inflight[key] = scope
@@ -381,7 +372,7 @@ class Connection:
                 rpc, methods = await self._load_rpc()
                 return await rpc.dispatch(methods, message)
             if scope.cancelled_caught and is_request:
-                return _error(message.get("id"), RpcError(REQUEST_CANCELLED, "Request cancelled",
+                return error_response(message.get("id"), RpcError(REQUEST_CANCELLED, "Request cancelled",
                                                           {"code": "cancelled"}))
             return None
         finally:
@@ -398,7 +389,7 @@ class Connection:
                 raise invalid_params("invalid params: params must be an object")
             result = await self._methods[message["method"]](**params)
         except Exception as exc:
-            return _error(message.get("id"), to_rpc_error(exc))
+            return error_response(message.get("id"), self._error_for(exc))
         # Queue the answer now, before the heavy import that follows it.
         self.send({"jsonrpc": "2.0", "id": message.get("id"), "result": result})
         return None
@@ -408,7 +399,7 @@ class Connection:
             rpc = await anyio.to_thread.run_sync(JsonRpcDispatcher)
             if self._rpc is None or self._rpc_methods is None:  # not loaded meanwhile
                 self._rpc = rpc
-                self._rpc_methods = {name: rpc.wrap(fn) for name, fn in self._methods.items()}
+                self._rpc_methods = {name: rpc.wrap(fn, self._error_for) for name, fn in self._methods.items()}
         return self._rpc, self._rpc_methods
 
     def cancel_incoming(self, request_id: Any) -> bool:
@@ -416,13 +407,9 @@ class Connection:
         else cancel the request's task, which then answers -32800."""
         if self._on_cancel_request is not None and self._on_cancel_request(request_id):
             return True
-        scope = self._inflight.get(_key(request_id))
+        scope = self._inflight.get(request_key(request_id))
         if scope is None:
             return False
         scope.cancel()
         return True
 
-
-def _key(request_id: Any) -> Any:
-    # 1 and 1.0 and "1" are different ids; a tuple keeps them apart in the dict.
-    return (type(request_id).__name__, request_id)

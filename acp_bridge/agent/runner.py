@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import anyio
 import orjson
 
-from acp_bridge import permissions
+from acp_bridge.agent import permissions
 from acp_bridge.models import (
     Finish,
     Model,

@@ -6,15 +6,15 @@ import argparse
 import os
 import sys
 
-from acp_bridge.sessions_cli import (
+from acp_bridge.cli.sessions.main import (
     EXIT_OK,
     SHOW_ARG_CHARS,
     _write,
 )
-from acp_bridge.sessions_store import (
+from acp_bridge.cli.sessions.store import (
     _Source,
 )
-from acp_bridge.sessions_view import (
+from acp_bridge.cli.sessions.view import (
     _blocks_text,
     _check,
     _clean,

@@ -38,7 +38,7 @@ import anyio.abc
 import orjson
 
 from acp_bridge import __version__
-from acp_bridge.chat_client import (
+from acp_bridge.cli.chat.connection import (
     AgentConnection,
     AgentError,
     AgentGone,
@@ -48,11 +48,8 @@ from acp_bridge.chat_client import (
     read_text_file,
     write_text_file,
 )
-from acp_bridge.chat_render import Renderer, sessions_table
-from acp_bridge.errors import (
-    INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-)
+from acp_bridge.cli.chat.render import Renderer, sessions_table
+from acp_bridge.rpc.protocol import INVALID_PARAMS, METHOD_NOT_FOUND
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
 AGENT_EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes

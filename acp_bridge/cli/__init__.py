@@ -1,0 +1,1 @@
+"""The terminal programs: `serve`'s command line, `chat`, `sessions` and `demo`."""

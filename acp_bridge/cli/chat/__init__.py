@@ -1,0 +1,1 @@
+"""`acp-bridge chat`: a terminal ACP client."""

@@ -1,0 +1,1 @@
+"""`acp-bridge sessions`: stored sessions for people at a terminal."""

@@ -1,0 +1,113 @@
+"""The JSON-RPC 2.0 protocol core, pure: no I/O, no clock, no tasks.
+
+Error codes, the error type every failure becomes, envelope checks, the request key
+that keeps `1`, `1.0` and `"1"` apart, the ids of our own requests and the bytes of a
+`session/update` notification. The connection (acp_bridge.rpc.connection) does the I/O
+around them, in the way h11 keeps its protocol core apart from the sockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+AUTH_REQUIRED: Final = -32000  # ACP
+SESSION_BUSY: Final = -32001  # ours: a prompt is running, or another process owns it
+RESOURCE_NOT_FOUND: Final = -32002  # ACP
+SESSION_DAMAGED: Final = -32003  # ours: the stored log cannot be loaded as is
+REQUEST_CANCELLED: Final = -32800  # ACP ($/cancel_request)
+
+REQUEST_KEYS: Final = frozenset({"jsonrpc", "id", "method", "params"})
+
+# A `session/update` notification is built from bytes: this head, the session id (JSON),
+# `,"update":`, the update (JSON) and this tail. Byte for byte what orjson writes for
+# {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId", "update"}}, in
+# that key order (clients may recognise the notification by its first bytes).
+UPDATE_HEAD: Final = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+UPDATE_TAIL: Final = b"}}\n"
+
+OWN_ID_PREFIX: Final = "acp-bridge:"  # the ids of our requests to the client
+
+
+class RpcError(Exception):
+    """An error response: `code`, `message`, and `data` (a JSON object)."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_json(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class ClientError(Exception):
+    """The peer answered one of our requests with an error."""
+
+    def __init__(self, method: str, error: Any) -> None:
+        self.method = method
+        self.error = error if isinstance(error, dict) else {"message": str(error)}
+        super().__init__(f"{method} failed: {self.error.get('message', self.error)}")
+
+
+ErrorMapper = Callable[[BaseException], RpcError]
+
+
+def invalid_params(message: str, **data: Any) -> RpcError:
+    return RpcError(INVALID_PARAMS, message, {"code": "invalid_params", **data})
+
+
+def internal_error(exc: BaseException) -> RpcError:
+    """The error response for an exception no layer above knows: the connection's
+    default `ErrorMapper` (the agent brings its own, acp_bridge.agent.errors)."""
+    if isinstance(exc, RpcError):
+        return exc
+    return RpcError(INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}", {"code": "internal"})
+
+
+def is_id(value: Any) -> bool:
+    """ACP request ids are strings or 64-bit integers (orjson reads bigger ones as floats)."""
+    return value is None or isinstance(value, str) or (type(value) is int and -(2**63) <= value < 2**64)
+
+
+def valid_envelope(request: Any) -> bool:
+    """jsonrpcserver's request schema (one request, as we dispatch them one by one),
+    checked in plain Python: its jsonschema validation costs ~0.14 ms a request."""
+    return not (
+        not isinstance(request, dict)
+        or request.get("jsonrpc") != "2.0"
+        or not isinstance(request.get("method"), str)
+        or not set(request) <= REQUEST_KEYS
+        or not isinstance(request.get("params", {}), dict | list)
+        or ("id" in request and not is_id(request["id"]))
+    )
+
+
+def is_response(message: Any) -> bool:
+    """An answer to one of our requests (not a request or a notification)."""
+    return (isinstance(message, dict) and "method" not in message and "id" in message
+            and ("result" in message or "error" in message))
+
+
+def error_response(id_: Any, error: RpcError) -> dict[str, Any]:
+    """The error response to a request with `id_` (null if the id cannot be read)."""
+    return {"jsonrpc": "2.0", "id": id_ if is_id(id_) else None, "error": error.to_json()}
+
+
+def request_key(request_id: Any) -> tuple[str, Any]:
+    """A dict key for a request id: 1 and 1.0 and "1" are different ids."""
+    return (type(request_id).__name__, request_id)
+
+
+def own_request_id(n: int) -> str:
+    """The id of our n-th request to the peer; no client id is mistaken for it."""
+    return f"{OWN_ID_PREFIX}{n}"
