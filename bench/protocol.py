@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # measure the tree this script is in, not whatever is installed
     sys.path.insert(0, str(ROOT))
 
-from bench.persistence import VOCABULARY, filesystem_of  # noqa: E402 (needs ROOT on sys.path)
+from bench.common import VOCABULARY, filesystem_of  # noqa: E402 (needs ROOT on sys.path)
 from session import SessionStore, open_backend  # noqa: E402
 
 Item = tuple[str, dict[str, Any]]
