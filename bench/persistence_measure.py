@@ -273,5 +273,3 @@ def bench_load(kind: str, root: str, items: list[Item], repeat: int) -> dict[str
                 "ratio": ours["seconds"] / base["seconds"],
             }
     return results
-
-

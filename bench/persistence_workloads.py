@@ -175,4 +175,3 @@ def open_turn_items(items: list[Item]) -> list[Item]:
     last_start = max(i for i, (etype, _) in enumerate(items) if etype == "turn/start")
     first_call = next(i for i in range(last_start, len(items)) if items[i][0] == "tool/call")
     return items[: first_call + 1]
-

@@ -24,7 +24,6 @@ TARGETS: dict[str, tuple[str, float]] = {
 }
 
 
-
 def verdict(metric: str, value: float) -> bool:
     op, threshold = TARGETS[metric]
     return value <= threshold if op == "<=" else value >= threshold

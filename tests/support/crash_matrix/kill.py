@@ -94,7 +94,6 @@ class MatrixAgent(AgentProcess):
             self.killed.set()
 
 
-
 async def _first_of(*events: anyio.Event) -> None:
     async with anyio.create_task_group() as tg:
         async def wait(event: anyio.Event) -> None:
@@ -215,4 +214,3 @@ async def _killer(agent: MatrixAgent, policy: MatrixPolicy, run: Run, first_prom
     else:
         return
     agent.kill()
-

@@ -93,4 +93,3 @@ def format_counts(counts: dict[str, Any]) -> str:
         f"failures: {counts['failures']}",
         f"elapsed: {counts['seconds']} s",
     ])
-

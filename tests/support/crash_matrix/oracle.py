@@ -52,7 +52,6 @@ class Run:
         return int(closers[-1]["data"]["turn"]) if closers else None
 
 
-
 def read_raw(backend: str, store: Path, sid: str) -> Raw:
     """The stored log as bytes (JSONL) or rows (SQLite), read without taking the lock."""
     if backend == "jsonl":
@@ -143,7 +142,6 @@ def check_settlement(run: Run, turn: int, response: dict[str, Any], end: Event |
             run.fail(f"turn {turn} answered error {response['error']}, its turn/end says {why}")
 
 
-
 def check_phase_a(run: Run, scenario: Scenario) -> None:
     events = run.pre_events
     try:
@@ -170,7 +168,6 @@ def check_phase_a(run: Run, scenario: Scenario) -> None:
             run.fail(f"{name} was written although its permission was refused")
         elif name in effects and effects[name] not in calls:
             run.fail(f"{name} changed although the tool/call of {effects[name]} is not on disk")
-
 
 
 def check_final(run: Run, final_raw: Raw, final_events: list[Event]) -> None:
@@ -203,4 +200,3 @@ def check_final(run: Run, final_raw: Raw, final_events: list[Event]) -> None:
         prefix = prefix_through_turn(run.pre_good, pre, turn)
         if prefix is not None and not is_prefix(prefix, final_raw):
             run.fail(f"answered turn {turn} is not byte-identical after the repair")
-

@@ -84,7 +84,6 @@ async def _load_one(agent: AgentProcess, run: Run) -> None:
         run.fail(f"session/close answered {closed}")
 
 
-
 # --- phase C: the final log, in-process ----------------------------------------------
 
 
@@ -110,4 +109,3 @@ def run_c(runs: list[Run], backend: str, store: Path) -> None:
             check_final(run, read_raw(backend, store, run.sid), events)
     finally:
         b.close()
-

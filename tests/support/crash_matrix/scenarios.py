@@ -195,4 +195,3 @@ def sample_points(count: int, seed: int) -> list[KillPoint]:
     while len(points) < count:
         points.append(random_point(rng))
     return points
-
