@@ -26,11 +26,13 @@ TINY = ["--repeat", "1", "--repeat-big", "1", "--stream-words", "120", "--turns"
         "--diagnose-nosync"]
 
 
-def _bench_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_protocol", SCRIPT)
+def _bench_module(name: str) -> ModuleType:
+    """bench/<name>.py, a module of the script, loaded from its file: the tests import
+    nothing of bench's."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_protocol"] = module  # dataclasses resolve their module by name
+    sys.modules[f"bench_{name}"] = module  # dataclasses resolve their module by name
     spec.loader.exec_module(module)
     return module
 
@@ -86,10 +88,10 @@ def _chunks_of(agent: Any, sid: str, text: str) -> tuple[list[str], Any]:
 
 
 def test_the_sdk_echo_agent_streams_like_our_echo_model(tmp_path: Path) -> None:
-    bench = _bench_module()
-    ctx = bench.Ctx(tmp_path, 30.0, iter(range(1, 100)))
+    agents = _bench_module("protocol_agents")
+    ctx = agents.Ctx(tmp_path, 30.0, iter(range(1, 100)))
     text = "hello  from\nthe bench "
-    with ctx.spawn(bench.SDK) as agent:
+    with ctx.spawn(agents.SDK) as agent:
         init = agent.initialize()
         assert init["protocolVersion"] == 1
         sid = agent.new_session()
@@ -106,9 +108,9 @@ def test_the_sdk_echo_agent_streams_like_our_echo_model(tmp_path: Path) -> None:
 
 
 def test_load_fixtures_follow_the_invariants() -> None:
-    bench = _bench_module()
-    pools = bench.Pools(256)
-    items = [item for turn in bench.session_turns(5, 10, pools) for item in turn]
+    workloads = _bench_module("protocol_workloads")
+    pools = workloads.Pools(256)
+    items = [item for turn in workloads.session_turns(5, 10, pools) for item in turn]
     assert len(items) == 5 * (10 + 11)
     events: list[Event] = [{"type": t, "seq": i, "time": 1, "data": d} for i, (t, d) in enumerate(items)]
     check_invariants(events, closed=True)

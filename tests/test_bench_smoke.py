@@ -15,6 +15,7 @@ from session import check_invariants
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "persistence.py"
+WORKLOADS = ROOT / "bench" / "persistence_workloads.py"
 
 APPEND_KEYS = {
     "events",
@@ -45,7 +46,9 @@ LOAD_KEYS = {
 
 
 def _bench_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_persistence", SCRIPT)
+    """The workloads of the script (bench/persistence_workloads.py), loaded from their
+    file: the tests import nothing of bench's."""
+    spec = importlib.util.spec_from_file_location("bench_persistence_workloads", WORKLOADS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,7 +1,8 @@
 """The kill -9 crash matrix (DESIGN.md sections 2-3): the real stdio agent, SIGKILLed at
 chosen and random points of scripted sessions, then loaded by a new agent process.
 
-The engine is bench/crash_matrix.py (its docstring lists every check); this module runs
+The engine is tests/support/crash_matrix/ (its docstring lists every check; its command
+line for the long form is bench/crash_matrix.py); this module runs
 a CI sample of it on both backends (16 kill points), the long form under `-m soak`
 (200 points per backend), a check that the oracle is not vacuous (a tampered log is
 caught), and a regression test for the SQLite store-creation race the matrix found.
@@ -12,14 +13,11 @@ tests/test_torn_tail.py and tests/test_store_faults.py; nothing here repeats the
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import sqlite3
-import sys
 import threading
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
@@ -28,31 +26,27 @@ import pytest
 from session import SessionStore, check_invariants
 from session.backends.jsonl import JsonlBackend
 from tests.logs import Script, write
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load_engine() -> ModuleType:
-    if "crash_matrix" in sys.modules:
-        return sys.modules["crash_matrix"]
-    spec = importlib.util.spec_from_file_location("crash_matrix", ROOT / "bench" / "crash_matrix.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["crash_matrix"] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-cm = _load_engine()
+from tests.support.crash_matrix import (
+    CI_SAMPLE,
+    KillPoint,
+    Report,
+    Run,
+    check_final,
+    format_counts,
+    parse_raw,
+    random_point,
+    run_matrix,
+    sample_points,
+)
 
 # One random point per backend on top of the fixed sample; override to explore.
 SEED = int(os.environ.get("CRASH_MATRIX_SEED", "20240611"))
 
 
-def run(points: list[Any], backend: str, root: Path) -> Any:
-    report = anyio.run(lambda: cm.run_matrix(points, backend, root, jobs=2))
+def run(points: list[KillPoint], backend: str, root: Path) -> Report:
+    report = anyio.run(lambda: run_matrix(points, backend, root, jobs=2))
     counts = report.counts()
-    print(cm.format_counts(counts))
+    print(format_counts(counts))
     assert report.failures == [], "\n".join(report.failures)
     assert counts["loads_ok"] == counts["kill_points"] == len(points)
     return report
@@ -64,7 +58,7 @@ def test_crash_matrix_ci_sample(tmp_path: Path, backend: str) -> None:
     running command, multi-step turn, past a buffer flush, right after an error
     answer, plus one seeded random point."""
     rng = random.Random(f"{SEED}-{backend}")
-    points = [*cm.CI_SAMPLE, cm.random_point(rng)]
+    points = [*CI_SAMPLE, random_point(rng)]
     report = run(points, backend, tmp_path)
     counts = report.counts()
     # The sample really lands inside turns (not only between them), with calls cut.
@@ -83,7 +77,7 @@ def test_crash_matrix_ci_sample(tmp_path: Path, backend: str) -> None:
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 def test_crash_matrix_long(tmp_path: Path, backend: str) -> None:
-    points = cm.sample_points(int(os.environ.get("CRASH_MATRIX_POINTS", "200")), SEED)
+    points = sample_points(int(os.environ.get("CRASH_MATRIX_POINTS", "200")), SEED)
     run(points, backend, tmp_path)
 
 
@@ -97,9 +91,9 @@ def test_oracle_catches_a_changed_answered_turn_and_wrong_closers(tmp_path: Path
     write(log, Script().text_turn("hi", "hello back").start_turn("go on").start_step().chunk("partial "))
     log.close()
     path = tmp_path / "store" / "sessions" / f"{sid}.jsonl"
-    run_ = cm.Run(0, cm.KillPoint("chat", "updates", 9), tmp_path, sid=sid)
+    run_ = Run(0, KillPoint("chat", "updates", 9), tmp_path, sid=sid)
     run_.pre_raw = path.read_bytes()
-    run_.pre_events, run_.pre_good, run_.torn = cm.parse_raw(run_.pre_raw)
+    run_.pre_events, run_.pre_good, run_.torn = parse_raw(run_.pre_raw)
     run_.answers = {1: {"result": {}}}
     assert run_.interrupted_turn == 2
     loaded = store.load(sid)
@@ -108,30 +102,30 @@ def test_oracle_catches_a_changed_answered_turn_and_wrong_closers(tmp_path: Path
     loaded.log.close()
     final_raw = path.read_bytes()
 
-    cm.check_final(run_, final_raw, final_events)
+    check_final(run_, final_raw, final_events)
     assert run_.failures == []
     check_invariants(final_events, closed=True)
 
     tampered = final_raw.replace(b'"hello back"', b'"hello_back"', 1)
     assert tampered != final_raw
-    cm.check_final(run_, tampered, final_events)
+    check_final(run_, tampered, final_events)
     assert any("answered turn 1 is not byte-identical" in f for f in run_.failures), run_.failures
 
     run_.failures.clear()
     wrong = list(final_events)
     end = next(i for i, e in enumerate(wrong) if e["type"] == "turn/end" and e["data"]["turn"] == 2)
     wrong[end] = {**wrong[end], "data": {"turn": 2, "reason": {"kind": "interrupted", "cause": "shutdown"}}}
-    cm.check_final(run_, final_raw, wrong)
+    check_final(run_, final_raw, wrong)
     assert any("interrupted turn was closed with" in f for f in run_.failures), run_.failures
 
 
 def test_oracle_parses_a_torn_tail_independently() -> None:
     header = b'{"type":"session","version":0,"id":"x","createdAt":1,"cwd":"/w"}\n'
     line0 = b'{"type":"turn/start","seq":0,"time":1,"data":{"turn":1,"trigger":{"kind":"prompt"}}}\n'
-    events, good, torn = cm.parse_raw(header + line0 + b'{"type":"user/mes')
+    events, good, torn = parse_raw(header + line0 + b'{"type":"user/mes')
     assert (len(events), good, torn) == (1, header + line0, True)
     rows = [(0, "turn/start", 1, b'{"turn":1,"trigger":{"kind":"prompt"}}'), (2, "step/start", 1, b"{}")]
-    events, good_rows, torn = cm.parse_raw(rows)
+    events, good_rows, torn = parse_raw(rows)
     assert (len(events), good_rows, torn) == (1, rows[:1], True)
 
 

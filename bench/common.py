@@ -1,0 +1,49 @@
+"""What both benchmarks (bench/persistence.py, bench/protocol.py) share: the repository
+root, the fixtures' working directory and fixed clock, the word list of their
+code-like text, the file system probe and the layout of their tables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CWD = "/home/dev/project"
+FIXED_TIME = 1_700_000_000_000  # the load fixtures use a fixed clock: same bytes in both backends
+
+VOCABULARY = (
+    "the function returns a list of events from the log and we check each one against "
+    "invariants before writing it to disk so that a crash never leaves a torn record in "
+    "the committed region def load self session_id path open read bytes split lines parse "
+    "import orjson return value if not isinstance dict raise error else for item in items "
+    "class Store backend write sync flush close turn step tool call result message chunk"
+)
+
+
+def filesystem_of(path: str) -> str:
+    """The mount point and type holding `path` (Linux /proc/mounts), best effort."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    real = os.path.realpath(path)
+    best = ("", "unknown")
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3 or len(parts[1]) < len(best[0]):
+            continue
+        if real == parts[1] or real.startswith(parts[1].rstrip("/") + "/"):
+            best = (parts[1], parts[2])
+    return f"{best[1]} ({best[0]})" if best[0] else "unknown"
+
+
+def table(headers: list[str], rows: list[list[str]], left: int = 2) -> str:
+    """Columns padded to their widest cell: the first `left` left-aligned, the others
+    right-aligned; a rule of dashes under the headers."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    return "\n".join([fmt(headers), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows)])
