@@ -15,7 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acp_bridge.cli.chat.connection import LineInput, Terminals, read_text_file, write_text_file
+from acp_bridge.cli.chat.client_methods import Terminals, read_text_file, write_text_file
+from acp_bridge.cli.chat.connection import LineInput
 from acp_bridge.cli.chat.main import (
     add_parser,
     agent_command,
@@ -30,7 +31,7 @@ from acp_bridge.cli.chat.render import (
 )
 from tests.acp_client import write_script
 
-CHAT = [sys.executable, "-m", "acp_bridge.cli.chat.main"]
+CHAT = [sys.executable, "-m", "acp_bridge", "chat"]  # through the real entry, as a person runs it
 SID = re.compile(r"session ([0-9a-f-]{36}) \(mode ask\)")
 
 
