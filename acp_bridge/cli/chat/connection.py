@@ -31,7 +31,8 @@ from acp_bridge.rpc.protocol import (
 
 
 class LineInput:
-    """Lines from a file descriptor; see the module docstring."""
+    """Lines from a file descriptor, the chat's only reader of stdin (the "Input" part of
+    acp_bridge.cli.chat.main's docstring says why it polls and what a cancelled read keeps)."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -71,9 +72,6 @@ class LineInput:
                 continue
             except OSError:  # the terminal went away
                 return b""
-
-
-# --- the connection to the agent ----------------------------------------------------
 
 
 def error_message(exc: ClientError) -> str:
