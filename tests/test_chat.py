@@ -15,7 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acp_bridge.cli.chat.connection import LineInput, Terminals, read_text_file, write_text_file
+from acp_bridge.cli.chat.client_methods import Terminals, read_text_file, write_text_file
+from acp_bridge.cli.chat.connection import LineInput
 from acp_bridge.cli.chat.main import (
     add_parser,
     agent_command,
@@ -28,9 +29,10 @@ from acp_bridge.cli.chat.render import (
     diff_summary,
     sessions_table,
 )
+from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
 from tests.acp_client import write_script
 
-CHAT = [sys.executable, "-m", "acp_bridge.cli.chat.main"]
+CHAT = [sys.executable, "-m", "acp_bridge", "chat"]  # through the real entry, as a person runs it
 SID = re.compile(r"session ([0-9a-f-]{36}) \(mode ask\)")
 
 
@@ -309,4 +311,23 @@ async def test_client_terminals(tmp_path: Path) -> None:
         with anyio.fail_after(5):
             assert await terminals.wait_for_exit(terminalId=slow) == {"exitCode": None, "signal": "SIGKILL"}
         await terminals.close_all()
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_client_terminal_without_a_limit_keeps_everything_and_reports_spawn_failures(tmp_path: Path) -> None:
+    async with anyio.create_task_group() as tg:
+        terminals = Terminals(tg)
+        tid = (await terminals.create(sessionId="s", command="/bin/sh", args=["-c", "echo X=$X; seq 20000; kill -TERM $$"],
+                                      env=[{"name": "X", "value": "1"}]))["terminalId"]
+        assert await terminals.wait_for_exit(terminalId=tid) == {"exitCode": None, "signal": "SIGTERM"}
+        output = await terminals.output(terminalId=tid)
+        assert not output["truncated"] and output["output"].startswith("X=1\n1\n")
+        assert output["output"].endswith("\n19999\n20000\n")
+        await terminals.release(terminalId=tid)
+        with pytest.raises(RpcError, match="unknown terminal"):
+            await terminals.output(terminalId=tid)
+        with pytest.raises(RpcError, match="cannot start /no/such/program") as failed:
+            await terminals.create(sessionId="s", command="/no/such/program", cwd=str(tmp_path))
+        assert failed.value.code == INTERNAL_ERROR
         tg.cancel_scope.cancel()

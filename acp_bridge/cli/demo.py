@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from acp_bridge.rpc.protocol import own_request_id
+
 
 class _Agent:
     """A blocking, minimal ACP client around one agent process (the demo needs no more)."""
@@ -59,7 +61,7 @@ class _Agent:
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
         """Send a request and show what streams back until its answer (None if the
         marker appeared first)."""
-        rid = next(self._ids)
+        rid = own_request_id(next(self._ids))
         self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         while True:
             line = self._line()

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import io
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +36,13 @@ import anyio.abc
 import orjson
 
 from acp_bridge import __version__
-from acp_bridge.cli.chat.connection import (
-    AgentConnection,
-    AgentError,
-    AgentGone,
-    HandlerError,
-    LineInput,
-    Terminals,
-    read_text_file,
-    write_text_file,
-)
+from acp_bridge.cli.chat.client_methods import ANSWERS, CANCELLED, ClientMethods, option_for
+from acp_bridge.cli.chat.connection import AgentConnection, AgentGone, LineInput, error_message
 from acp_bridge.cli.chat.render import Renderer, sessions_table
-from acp_bridge.rpc.protocol import INVALID_PARAMS, METHOD_NOT_FOUND
+from acp_bridge.rpc.protocol import ClientError
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
 AGENT_EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
-DRAIN_GRACE = 0.5  # seconds a finished command's last output gets to arrive
 HELP = """commands:
   /sessions      list the stored sessions
   /load ID       load a session (its history is replayed)
@@ -116,25 +105,6 @@ async def _chat(args: argparse.Namespace) -> int:
     return await Chat(args).main()
 
 
-# --- stdin --------------------------------------------------------------------------
-
-
-_ANSWERS = {"a": "allow_once", "allow": "allow_once", "y": "allow_once", "yes": "allow_once",
-            "l": "allow_always", "always": "allow_always",
-            "r": "reject_once", "reject": "reject_once", "n": "reject_once", "no": "reject_once"}
-CANCELLED: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
-
-
-def _option_for(kind: str, options: list[Any]) -> str | None:
-    """The optionId the agent offered for an answer of `kind`."""
-    wanted = [kind, "reject_always"] if kind == "reject_once" else [kind]
-    for want in wanted:
-        for option in options:
-            if isinstance(option, dict) and option.get("kind") == want and isinstance(option.get("optionId"), str):
-                return str(option["optionId"])
-    return None
-
-
 class Chat:
     """One chat: the agent process, the connection, the input loop, Ctrl-C."""
 
@@ -149,7 +119,6 @@ class Chat:
         self.mode: str | None = None
         self.modes: list[str] = []
         self._conn: AgentConnection | None = None
-        self._terminals: Terminals | None = None
         self._scope = anyio.CancelScope()  # the input loop: cancelled to quit
         self._prompting = False
         self._cancel_sent = False
@@ -186,8 +155,8 @@ class Chat:
             return 1
         code = 1
         async with anyio.create_task_group() as tg:
-            self._terminals = Terminals(tg)
-            self._conn = AgentConnection(process, self._on_notification, self._on_request)
+            methods = ClientMethods(tg, self._permission)
+            self._conn = AgentConnection(process, self._on_notification, methods.serve)
             tg.start_soon(self._read, tg)
             if threading.current_thread() is threading.main_thread():
                 tg.start_soon(self._signals)
@@ -207,7 +176,7 @@ class Chat:
                     if process.returncode is None:
                         process.kill()
                         await process.wait()
-                    await self._terminals.close_all()
+                    await methods.terminals.close_all()
                     await process.aclose()
                 tg.cancel_scope.cancel()
         if self._lost:
@@ -254,8 +223,8 @@ class Chat:
             else:
                 result = await conn.request("session/new", {"cwd": self.cwd, "mcpServers": []})
                 self._enter(str(result["sessionId"]), result)
-        except AgentError as exc:
-            self.error(exc.message)
+        except ClientError as exc:
+            self.error(error_message(exc))
             return 1
         self.write(self.render.line(f"session {self.sid} (mode {self.mode}); /help for commands"))
         while True:
@@ -287,8 +256,8 @@ class Chat:
         try:
             result = await self.conn().request(
                 "session/prompt", {"sessionId": self.sid, "prompt": [{"type": "text", "text": text}]})
-        except AgentError as exc:
-            self.write(self.render.failed(exc.message))
+        except ClientError as exc:
+            self.write(self.render.failed(error_message(exc)))
             return
         finally:
             self._prompting = False
@@ -318,8 +287,8 @@ class Chat:
                 await self._load(arg)
             else:
                 self.error(f"unknown command {text!r}\n{HELP}" if name != "/load" else "usage: /load ID")
-        except AgentError as exc:
-            self.error(exc.message)
+        except ClientError as exc:
+            self.error(error_message(exc))
         return True
 
     async def _load(self, sid: str) -> bool:
@@ -328,8 +297,8 @@ class Chat:
         self.write(self.render.line(f"[loading session {sid}]"))
         try:
             result = await self.conn().request("session/load", {"sessionId": sid, "cwd": self.cwd, "mcpServers": []})
-        except AgentError as exc:
-            self.error(f"cannot load session {sid}: {exc.message}")
+        except ClientError as exc:
+            self.error(f"cannot load session {sid}: {error_message(exc)}")
             return False
         self._enter(sid, result)
         meta = (result.get("_meta") or {}).get("acpBridge") or {}
@@ -338,7 +307,7 @@ class Chat:
         if repair.get("repaired"):
             self.write(self.render.line(f"[the log was repaired: {orjson.dumps(repair).decode()}]"))
         if previous is not None and previous != sid:
-            with contextlib.suppress(AgentError):
+            with contextlib.suppress(ClientError):
                 await self.conn().request("session/close", {"sessionId": previous})
         return True
 
@@ -347,25 +316,6 @@ class Chat:
     def _on_notification(self, method: str, params: Any) -> None:
         if method == "session/update" and isinstance(params, dict) and isinstance(params.get("update"), dict):
             self.write(self.render.update(params["update"]))
-
-    async def _on_request(self, method: str, params: dict[str, Any]) -> Any:
-        assert self._terminals is not None
-        terminals = self._terminals
-        handlers: dict[str, Callable[..., Awaitable[Any]]] = {
-            "session/request_permission": self._permission,
-            "fs/read_text_file": read_text_file, "fs/write_text_file": write_text_file,
-            "terminal/create": terminals.create, "terminal/output": terminals.output,
-            "terminal/wait_for_exit": terminals.wait_for_exit, "terminal/kill": terminals.kill,
-            "terminal/release": terminals.release,
-        }
-        handler = handlers.get(method)
-        if handler is None:
-            raise HandlerError(METHOD_NOT_FOUND, f"method not found: {method}")
-        try:
-            inspect.signature(handler).bind(**params)
-        except TypeError as exc:
-            raise HandlerError(INVALID_PARAMS, f"invalid params for {method}: {exc}") from None
-        return await handler(**params)
 
     async def _permission(self, toolCall: dict[str, Any], options: list[Any], **_: Any) -> dict[str, Any]:
         if self._cancel_sent:  # the turn is being cancelled: no more questions
@@ -382,7 +332,7 @@ class Chat:
                             self.write(self.render.line("  (end of input: rejected)"))
                             answer = "reject_once"
                         else:
-                            answer = _ANSWERS.get(line.strip().lower())
+                            answer = ANSWERS.get(line.strip().lower())
                             if answer is None:
                                 self.write(self.render.choices())
                 finally:
@@ -393,11 +343,7 @@ class Chat:
         if scope.cancelled_caught or answer is None:
             self.write(self.render.line("  (cancelled)"))
             return CANCELLED
-        option = _option_for(answer, options)
+        option = option_for(answer, options)
         if option is None:
             return CANCELLED
         return {"outcome": {"outcome": "selected", "optionId": option}}
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,160 @@
+"""What `acp-bridge chat` serves for the agent: `fs/*` and `terminal/*` as thin adapters
+over the local implementations the agent itself uses without a client
+(acp_bridge.tools.local, acp_bridge.tools.local_terminal), and the dispatch of the
+agent's requests to them and to the permission question (asked at the keyboard, by
+the chat). Files are written atomically and commands run in their own process groups,
+the same way whichever side runs them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from acp_bridge.rpc.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+    RpcError,
+)
+from acp_bridge.tools.base import ExitStatus, ToolError
+from acp_bridge.tools.local import read_text, write_text
+from acp_bridge.tools.local_terminal import LocalTerminal, start_terminal
+
+Handler = Callable[..., Awaitable[Any]]
+
+# What a person may type to a permission question, and the option kind it picks.
+ANSWERS = {"a": "allow_once", "allow": "allow_once", "y": "allow_once", "yes": "allow_once",
+           "l": "allow_always", "always": "allow_always",
+           "r": "reject_once", "reject": "reject_once", "n": "reject_once", "no": "reject_once"}
+CANCELLED: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
+
+
+def option_for(kind: str, options: list[Any]) -> str | None:
+    """The optionId the agent offered for an answer of `kind`."""
+    wanted = [kind, "reject_always"] if kind == "reject_once" else [kind]
+    for want in wanted:
+        for option in options:
+            if isinstance(option, dict) and option.get("kind") == want and isinstance(option.get("optionId"), str):
+                return str(option["optionId"])
+    return None
+
+
+# --- fs/* ----------------------------------------------------------------------------
+
+
+async def read_text_file(path: str, line: int | None = None, limit: int | None = None, **_: Any) -> dict[str, Any]:
+    try:
+        return {"content": await anyio.to_thread.run_sync(read_text, Path(path), line, limit)}
+    except ToolError as exc:
+        if exc.code == "not_found":
+            raise RpcError(RESOURCE_NOT_FOUND, exc.message) from None
+        raise RpcError(INTERNAL_ERROR, f"cannot read {path}: {exc.message}") from None
+    except OSError as exc:
+        raise RpcError(INTERNAL_ERROR, f"cannot read {path}: {exc}") from None
+
+
+async def write_text_file(path: str, content: str, **_: Any) -> dict[str, Any]:
+    try:
+        await anyio.to_thread.run_sync(write_text, Path(path), content)
+    except OSError as exc:
+        raise RpcError(INTERNAL_ERROR, f"cannot write {path}: {exc}") from None
+    return {}
+
+
+# --- terminal/* ------------------------------------------------------------------------
+
+
+def exit_status_json(status: ExitStatus) -> dict[str, Any]:
+    return {"exitCode": status.exit_code, "signal": status.signal}
+
+
+class Terminals:
+    """ACP `terminal/*`: commands run here, each a `LocalTerminal` under an owner task in
+    the chat's task group (so none outlives the chat)."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        self._items: dict[str, LocalTerminal] = {}
+        self._ids = itertools.count(1)
+
+    async def create(self, command: str, args: list[str] | None = None, cwd: str | None = None,
+                     env: list[dict[str, str]] | None = None, outputByteLimit: int | None = None,
+                     **_: Any) -> dict[str, Any]:
+        environ = {var["name"]: var["value"] for var in env or []}
+        try:
+            terminal = await start_terminal(self._tg, [command, *(args or [])],
+                                            cwd=None if cwd is None else Path(cwd),
+                                            output_byte_limit=outputByteLimit, env=environ)
+        except OSError as exc:
+            raise RpcError(INTERNAL_ERROR, f"cannot start {command}: {exc}") from None
+        terminal_id = f"term-{next(self._ids)}"
+        self._items[terminal_id] = terminal
+        return {"terminalId": terminal_id}
+
+    def _get(self, terminalId: str) -> LocalTerminal:
+        terminal = self._items.get(terminalId)
+        if terminal is None:
+            raise RpcError(RESOURCE_NOT_FOUND, f"unknown terminal {terminalId!r}")
+        return terminal
+
+    async def output(self, terminalId: str, **_: Any) -> dict[str, Any]:
+        output = await self._get(terminalId).output()
+        result: dict[str, Any] = {"output": output.output, "truncated": output.truncated}
+        if output.exit_status is not None:
+            result["exitStatus"] = exit_status_json(output.exit_status)
+        return result
+
+    async def wait_for_exit(self, terminalId: str, **_: Any) -> dict[str, Any]:
+        return exit_status_json(await self._get(terminalId).wait_for_exit())
+
+    async def kill(self, terminalId: str, **_: Any) -> dict[str, Any]:
+        await self._get(terminalId).kill()
+        return {}
+
+    async def release(self, terminalId: str, **_: Any) -> dict[str, Any]:
+        terminal = self._items.pop(terminalId, None)
+        if terminal is None:
+            raise RpcError(RESOURCE_NOT_FOUND, f"unknown terminal {terminalId!r}")
+        await terminal.release()
+        return {}
+
+    async def close_all(self) -> None:
+        for terminal_id in list(self._items):
+            await self._items.pop(terminal_id).release()
+
+
+# --- dispatch ----------------------------------------------------------------------------
+
+
+class ClientMethods:
+    """The agent's requests to the chat, each to its handler with its params checked
+    against the handler's signature; `ask_permission` is the chat's question."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup, ask_permission: Handler) -> None:
+        self.terminals = terminals = Terminals(tg)
+        self._handlers: dict[str, Handler] = {
+            "session/request_permission": ask_permission,
+            "fs/read_text_file": read_text_file, "fs/write_text_file": write_text_file,
+            "terminal/create": terminals.create, "terminal/output": terminals.output,
+            "terminal/wait_for_exit": terminals.wait_for_exit, "terminal/kill": terminals.kill,
+            "terminal/release": terminals.release,
+        }
+
+    async def serve(self, method: str, params: dict[str, Any]) -> Any:
+        handler = self._handlers.get(method)
+        if handler is None:
+            raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+        try:
+            inspect.signature(handler).bind(**params)
+        except TypeError as exc:
+            raise RpcError(INVALID_PARAMS, f"invalid params for {method}: {exc}") from None
+        return await handler(**params)
