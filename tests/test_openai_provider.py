@@ -27,7 +27,9 @@ from acp_bridge.models import (
     load_model,
 )
 from acp_bridge.models.openai import OpenAIModel
-from acp_bridge.models.openai_wire import SSEDecoder, openai_messages, retry_after
+from acp_bridge.models.openai_errors import retry_after
+from acp_bridge.models.openai_request import openai_messages
+from acp_bridge.models.openai_stream import SSEDecoder
 from acp_bridge.tools import tool_specs
 from session.transcript import Message
 from tests.acp_client import AgentError, AgentProcess
