@@ -15,6 +15,7 @@ import anyio
 import orjson
 import pytest
 
+from acp_bridge.content import blocks_text
 from acp_bridge.models import (
     Finish,
     ModelChunk,
@@ -26,8 +27,11 @@ from acp_bridge.models import (
     UsageChunk,
     load_model,
 )
+from acp_bridge.models.echo import prompt_text
 from acp_bridge.models.openai import OpenAIModel
-from acp_bridge.models.openai_wire import SSEDecoder, openai_messages, retry_after
+from acp_bridge.models.openai_errors import retry_after
+from acp_bridge.models.openai_request import openai_messages
+from acp_bridge.models.openai_stream import SSEDecoder
 from acp_bridge.tools import tool_specs
 from session.transcript import Message
 from tests.acp_client import AgentError, AgentProcess
@@ -384,6 +388,28 @@ def test_a_fence_inside_a_resource_gets_a_longer_fence() -> None:
     (msg,) = openai_messages([{"role": "user", "content": [
         {"type": "resource", "resource": {"uri": "file:///r.md", "text": "```py\nx\n```"}}]}])
     assert msg["content"] == "````file:///r.md\n```py\nx\n```\n````"
+
+
+BLOCKS: list[Any] = [
+    {"type": "text", "text": "see"},
+    {"type": "resource", "resource": {"uri": "file:///a.py", "text": "x = 1"}},
+    {"type": "resource", "resource": {"uri": "file:///b.png", "blob": "AA==", "mimeType": "image/png"}},
+    {"type": "resource_link", "uri": "file:///c.md", "name": "c.md"},
+    {"type": "image", "data": "AA==", "mimeType": "image/png"},
+    {"type": "content", "content": {"type": "text", "text": "wrapped"}},
+    {"type": "diff", "path": "/p/d.txt", "newText": "y"},
+    {"type": "text", "text": ""},
+    "not a block",
+]
+
+
+def test_blocks_text_as_a_model_and_as_echo_read_them() -> None:
+    assert blocks_text(BLOCKS) == (
+        "see\n\n```file:///a.py\nx = 1\n```\n\n[binary resource file:///b.png (image/png)]\n\n"
+        "[c.md](file:///c.md)\n\n[image omitted: this model is sent text only]\n\nwrapped\n\n"
+        "[diff of /p/d.txt]")
+    assert prompt_text(BLOCKS) == "see\nx = 1\nwrapped"  # echo: typed and embedded text only
+    assert blocks_text("see") == prompt_text({"type": "text"}) == ""  # not a list of blocks
 
 
 def test_retry_after_forms() -> None:

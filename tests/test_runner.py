@@ -12,7 +12,8 @@ import anyio
 import orjson
 import pytest
 
-from acp_bridge.agent.runner import TurnInProgressError, TurnRunner
+from acp_bridge.agent.errors import PromptInProgressError
+from acp_bridge.agent.runner import TurnRunner
 from acp_bridge.models import Model
 from acp_bridge.models.echo import EchoModel
 from acp_bridge.models.script import ScriptModel
@@ -253,7 +254,7 @@ def test_one_prompt_at_a_time(workdir: Path) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(prompt, h, "first")
             await anyio.sleep(0.05)
-            with pytest.raises(TurnInProgressError):
+            with pytest.raises(PromptInProgressError):
                 await prompt(h, "second")
             h.runner.cancel()
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from acp_bridge.agent.settlement import PromptAnswer, Settlement, TurnFailed, settle
+from acp_bridge.rpc.protocol import RpcError
 from session import Event
 from session.events import REASON_KINDS, Reason, reason
 from tests.acp_schema import validate_def
@@ -54,7 +55,8 @@ def test_settle(name: str, why: Reason, expected: Settlement) -> None:
     answer = settle(turn_end(3, why))
     assert answer == expected
     if isinstance(answer, TurnFailed):
-        error = answer.to_error()
+        # As the agent answers it (acp_bridge.agent.server raises this RpcError).
+        error = RpcError(answer.code, answer.message, dict(answer.data)).to_json()
         assert error == {"code": answer.code, "message": answer.message, "data": dict(answer.data)}
         validate_def("Error", error)
     else:

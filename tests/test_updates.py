@@ -13,7 +13,6 @@ from acp_bridge.agent.updates import (
     DEFAULT_CONTEXT_WINDOW,
     UpdateContext,
     message_id,
-    replay_updates,
     updates_for,
 )
 from session import Event
@@ -42,6 +41,12 @@ def live() -> UpdateContext:
 
 def run(events: list[Event], ctx: UpdateContext) -> list[dict[str, Any]]:
     return valid([u for e in events for u in updates_for(e, ctx)])
+
+
+def replay_updates(events: list[Event]) -> list[dict[str, Any]]:
+    """Every update of a whole log, as `session/load` replays it (one fresh context)."""
+    ctx = UpdateContext(replay=True)
+    return [u for e in events for u in updates_for(e, ctx)]
 
 
 PROMPT = [{"type": "text", "text": "hi"}, {"type": "resource_link", "uri": "file:///a", "name": "a"}]

@@ -30,6 +30,9 @@ from session.errors import (
 
 
 class PromptInProgressError(Exception):
+    """A session's prompt is still running: raised by the turn runner for a second
+    prompt, and by the agent for a load or resume of that session (-32001)."""
+
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id} is already running a prompt; cancel it or wait")
         self.session_id = session_id

@@ -41,7 +41,6 @@ def _describe(value: Any) -> str:
 STRING = _type("a string", lambda v: isinstance(v, str))
 OBJECT = _type("an object", lambda v: isinstance(v, dict))
 ARRAY = _type("an array", lambda v: isinstance(v, list))
-BOOLEAN = _type("a boolean", lambda v: isinstance(v, bool))
 UINT16 = _type("an integer 0..65535", lambda v: type(v) is int and 0 <= v <= 65535)
 OPT_STRING = _type("a string or null", lambda v: v is None or isinstance(v, str))
 OPT_OBJECT = _type("an object or null", lambda v: v is None or isinstance(v, dict))

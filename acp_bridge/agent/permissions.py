@@ -11,7 +11,7 @@ recovered from the log on load, where each answer is recorded on `tool/result`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from session.events import TOOL_CALL, TOOL_RESULT, Event
 
@@ -32,6 +32,17 @@ OPTIONS: Final = (
     {"optionId": ALLOW_ALWAYS, "name": "Always allow", "kind": "allow_always"},
     {"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
 )
+
+
+def mode_state(mode: str) -> dict[str, Any]:
+    """The session's mode as ACP shows it: `modes` and the `mode` config option (one
+    setting under two names, so clients that know either can show and change it)."""
+    modes = [{"id": m, "name": name, "description": text} for m, (name, text) in MODES.items()]
+    option = {"id": "mode", "name": "Mode", "description": "When the agent asks before acting.",
+              "category": "mode", "type": "select", "currentValue": mode,
+              "options": [{"value": m["id"], "name": m["name"], "description": m["description"]}
+                          for m in modes]}
+    return {"modes": {"currentModeId": mode, "availableModes": modes}, "configOptions": [option]}
 
 
 def decide(mode: str, kind: str, tool_name: str, always: frozenset[str] | set[str]) -> Decision:

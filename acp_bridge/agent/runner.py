@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import anyio
-import orjson
 
 from acp_bridge.agent import permissions
+from acp_bridge.agent.errors import PromptInProgressError
+from acp_bridge.agent.tool_calls import DurableFirstServices, ProgressSink, ToolCalls
 from acp_bridge.models import (
     Finish,
     Model,
@@ -29,24 +30,13 @@ from acp_bridge.models import (
     ToolCallChunk,
     UsageChunk,
 )
-from acp_bridge.tools.base import (
-    ClientServices,
-    PermissionOutcome,
-    PermissionRequest,
-    Terminal,
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolKind,
-    ToolOutcome,
-)
+from acp_bridge.tools.base import ClientServices, Tool
 from session import DURABLE_TYPES, Event, SessionLog, reason
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     STEP_END,
     STEP_START,
-    TOOL_CALL,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -56,7 +46,6 @@ from session.events import (
 from session.transcript import Transcript
 
 EventSink = Callable[[Event], Awaitable[None]]
-ProgressSink = Callable[[str, list[Any]], Awaitable[None]]
 DEFAULT_MAX_STEPS = 50
 STREAM_YIELD_S = 0.002
 # A durable commit of at most this many pending events runs on the event loop when no
@@ -68,14 +57,6 @@ INLINE_SYNC_EVENTS = 64
 
 _T = TypeVar("_T")
 _DELTAS = (TextDelta, ReasoningDelta)
-
-
-class TurnInProgressError(Exception):
-    """A prompt arrived while this session's previous prompt is still running."""
-
-
-class _ToolMachineryError(Exception):
-    """A tool failed in a way the model cannot act on: the step fails."""
 
 
 @dataclass
@@ -107,13 +88,10 @@ class TurnRunner:
     ) -> None:
         self.log = log
         self.model = model
-        self.services: ClientServices = _DurableFirst(services, self._sync)
+        self.services: ClientServices = DurableFirstServices(services, self._sync)
         self.mode = mode
         self.max_steps = max_steps
-        self._tools = {t.name: t for t in tools} if tools is not None else None
-        self._tool_specs: list[dict[str, Any]] | None = None  # the same every step: made once
         self._on_event = on_event
-        self._on_progress = on_progress
         # Both are kept in step with the log by _extend. A caller that streamed the log
         # (session/load keeps only the last turn in memory) hands them in; otherwise
         # they are derived from the events the log holds.
@@ -128,14 +106,23 @@ class TurnRunner:
         header = log.header
         cwd = Path(header["cwd"])
         self.context_roots = (cwd, *(Path(p) for p in header.get("additionalDirectories", [])))
+        self._calls = ToolCalls(tools=tools, services=self.services, roots=self.context_roots,
+                                append=self._append, mode=lambda: self.mode, cancel=self.cancel,
+                                always_allowed=self.always_allowed, on_progress=on_progress)
         self._scope: anyio.CancelScope | None = None
         self._cancel_by: str | None = None
         self._stopping = False
         self._step: _Step | None = None
+        self._finished: anyio.Event | None = None  # set when the running turn's prompt returns
 
     @property
     def running(self) -> bool:
         return self._scope is not None
+
+    async def wait_idle(self) -> None:
+        """Wait until the running turn, if any, has ended and `prompt` has returned."""
+        if self._finished is not None:
+            await self._finished.wait()
 
     def stop(self) -> bool:
         """The agent is stopping: end the running turn now, closed as `interrupted
@@ -157,10 +144,12 @@ class TurnRunner:
 
     async def prompt(self, content: list[Any]) -> Event:
         """Run one turn for `content` (ACP ContentBlocks). Returns its `turn/end`
-        event, durable. Raises TurnInProgressError; StoreIOError if the log fails."""
+        event, durable. Raises PromptInProgressError while a turn runs; StoreIOError
+        if the log fails."""
         if self._scope is not None:
-            raise TurnInProgressError("a prompt is already running in this session")
+            raise PromptInProgressError(self.log.id)
         scope = self._scope = anyio.CancelScope()
+        finished = self._finished = anyio.Event()
         self._cancel_by, self._stopping = None, False
         TurnRunner.running_turns += 1
         try:
@@ -198,6 +187,8 @@ class TurnRunner:
             TurnRunner.running_turns -= 1
             self._scope = None
             self._step = None
+            self._finished = None
+            finished.set()
 
     async def _steps(self, turn: int) -> Reason:
         step = 0
@@ -225,7 +216,7 @@ class TurnRunner:
         await self._append(STEP_START, {"turn": turn, "step": number})
         await self._before_model()
         step = self._step = _Step(number)
-        request = ModelRequest(list(self.transcript.messages), self._specs())
+        request = ModelRequest(list(self.transcript.messages), self._calls.specs())
         calls: list[ToolCallChunk] = []
         usage: Any = None
         finish: Finish | None = None
@@ -272,15 +263,7 @@ class TurnRunner:
             return reason(finish.reason)
         if not calls:
             return reason("completed")
-        for index, call in enumerate(calls):
-            try:
-                await self._run_call(turn, number, call)
-            except _ToolMachineryError as exc:
-                for later in calls[index + 1 :]:
-                    await self._result(turn, number, later.id, ToolOutcome.text(
-                        "Not run: an earlier tool call in this step failed.", is_error=True))
-                return reason("error", step=number, message=str(exc), code="tool_failed")
-        return None
+        return await self._calls.run_all(turn, number, calls)
 
     @staticmethod
     def _content(step: _Step, calls: list[ToolCallChunk]) -> list[dict[str, Any]]:
@@ -292,111 +275,6 @@ class TurnRunner:
         content.extend({"type": "tool-call", "id": c.id, "name": c.name, "arguments": c.arguments}
                        for c in calls)
         return content
-
-    def _specs(self) -> Sequence[Mapping[str, Any]]:
-        if self._tool_specs is None:
-            if self._tools is None:
-                from acp_bridge.tools import tool_specs  # the tools load with the first turn
-
-                self._tool_specs = tool_specs()
-            else:
-                self._tool_specs = [{"name": t.name, "description": t.description, "parameters": t.parameters}
-                                    for t in self._tools.values()]
-        return self._tool_specs
-
-    def _tool(self, name: str) -> Tool | None:
-        if self._tools is None:
-            from acp_bridge.tools import get_tool
-
-            return get_tool(name)
-        return self._tools.get(name)
-
-    async def _run_call(self, turn: int, step: int, call: ToolCallChunk) -> None:
-        ctx = ToolContext(cwd=self.context_roots[0], roots=self.context_roots, services=self.services,
-                          progress=self._progress(call.id))
-        tool = self._tool(call.name)
-        arguments: Any = call.arguments
-        title, locations, preview = call.name, [], []
-        kind: ToolKind = "other"
-        problem: ToolError | None = None
-        try:
-            arguments = orjson.loads(call.arguments or "{}")
-            if tool is None:
-                raise ToolError(f"there is no tool named {call.name!r}", code="unknown_tool")
-            if not isinstance(arguments, dict):
-                raise ToolError("tool arguments must be a JSON object", code="invalid_arguments")
-            plan = await tool.plan(arguments, ctx)
-            title, kind, locations, preview = plan.title, plan.kind, plan.locations, plan.preview
-        except orjson.JSONDecodeError as exc:
-            problem = ToolError(f"tool arguments are not valid JSON: {exc}", code="invalid_arguments")
-        except ToolError as exc:
-            problem = exc
-            kind = tool.kind if tool is not None else "other"
-        data: dict[str, Any] = {"turn": turn, "step": step, "callId": call.id, "name": call.name,
-                                "arguments": arguments, "title": title, "kind": kind}
-        if locations:
-            data["locations"] = locations
-        await self._append(TOOL_CALL, data)  # durable before anyone is asked or anything runs
-        if problem is not None or tool is None:
-            await self._result(turn, step, call.id, ToolOutcome.failure(problem or ToolError("no tool")))
-            return
-        permission: dict[str, Any] | None = None
-        decision = permissions.decide(self.mode, kind, call.name, self.always_allowed)
-        if decision == "deny":
-            await self._result(turn, step, call.id, ToolOutcome.failure(ToolError(
-                f"{call.name} is not allowed in {self.mode} mode", code="read_only", name="PermissionDenied")))
-            return
-        if decision == "ask":
-            answer = await self.services.request_permission(PermissionRequest(
-                call_id=call.id, title=title, kind=kind, raw_input=arguments,
-                locations=locations, content=preview))
-            permission = {"outcome": answer.outcome}
-            if answer.option_id is not None:
-                permission["optionId"] = answer.option_id
-            if answer.outcome == "cancelled":
-                await self._result(turn, step, call.id, ToolOutcome.failure(ToolError(
-                    "The permission request was cancelled.", code="cancelled", name="Cancelled")), permission)
-                self.cancel("session/cancel")
-                await anyio.lowlevel.checkpoint()
-                return
-            if answer.option_id == permissions.ALLOW_ALWAYS:
-                self.always_allowed.add(call.name)
-            elif answer.option_id != permissions.ALLOW_ONCE:
-                await self._result(turn, step, call.id, ToolOutcome.failure(ToolError(
-                    "The user rejected this tool call.", code="rejected", name="PermissionDenied")), permission)
-                return
-        try:
-            outcome = await tool.run(arguments, ctx)
-        except ToolError as exc:
-            outcome = ToolOutcome.failure(exc)
-        except Exception as exc:
-            await self._result(turn, step, call.id, ToolOutcome.failure(ToolError(
-                f"{call.name} failed: {type(exc).__name__}: {exc}", code="tool_failed",
-                name=type(exc).__name__)), permission)
-            raise _ToolMachineryError(f"{call.name} failed: {type(exc).__name__}: {exc}") from exc
-        await self._result(turn, step, call.id, outcome, permission)
-
-    def _progress(self, call_id: str) -> Callable[[list[Any]], Awaitable[None]] | None:
-        sink = self._on_progress
-        if sink is None:
-            return None
-
-        async def progress(content: list[Any]) -> None:
-            await sink(call_id, content)
-
-        return progress
-
-    async def _result(self, turn: int, step: int, call_id: str, outcome: ToolOutcome,
-                      permission: dict[str, Any] | None = None) -> None:
-        data: dict[str, Any] = {"turn": turn, "step": step, "callId": call_id,
-                                "content": outcome.content, "isError": outcome.is_error}
-        if outcome.error is not None:
-            data["error"] = dict(outcome.error)
-        if outcome.display:
-            data["display"] = outcome.display
-        if permission is not None:
-            data["permission"] = permission
-        await self._append(TOOL_RESULT, data)
 
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
@@ -487,32 +365,3 @@ class TurnRunner:
     async def _emit(self, event: Event) -> None:
         if self._on_event is not None:
             await self._on_event(event)
-
-
-class _DurableFirst:
-    """ClientServices that make the log durable before every request that leaves the
-    agent (DESIGN.md section 3: before a permission request, `fs/*` or `terminal/*`).
-    After a `tool/call` there is nothing pending, so this costs nothing there; it
-    matters for the file read an edit's diff preview makes before its `tool/call`."""
-
-    def __init__(self, inner: ClientServices, sync: Callable[[], Awaitable[None]]) -> None:
-        self._inner = inner
-        self._sync = sync
-
-    async def read_text_file(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
-        await self._sync()
-        return await self._inner.read_text_file(path, line, limit)
-
-    async def write_text_file(self, path: Path, content: str) -> None:
-        await self._sync()
-        await self._inner.write_text_file(path, content)
-
-    async def create_terminal(
-        self, command: str, *, cwd: Path, output_byte_limit: int, env: Mapping[str, str] | None = None
-    ) -> Terminal:
-        await self._sync()
-        return await self._inner.create_terminal(command, cwd=cwd, output_byte_limit=output_byte_limit, env=env)
-
-    async def request_permission(self, request: PermissionRequest) -> PermissionOutcome:
-        await self._sync()
-        return await self._inner.request_permission(request)

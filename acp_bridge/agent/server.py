@@ -3,33 +3,34 @@
 Sessions live in the store; a session is *live* in this process once `session/new`,
 `session/load` or `session/resume` has opened it (this process then owns its log) and
 until `session/close`, `session/delete` or the end of stdin. Everything a turn does
-reaches the client through the event -> update mapping (acp_bridge.agent.updates), and each
+reaches the client through the event -> update mapping (acp_bridge.agent.live), and each
 prompt is answered from its durable `turn/end` (acp_bridge.agent.settlement).
+
+The turn machinery (runner, client services, tools, models, replay) is imported on
+first use, in the handlers that need it: `initialize` is answered before any of it is
+needed (DESIGN.md section 1).
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
 import gc
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import orjson
 
 from acp_bridge import __version__
 from acp_bridge.agent import permissions
 from acp_bridge.agent.errors import PromptInProgressError
+from acp_bridge.agent.listing import list_page
 from acp_bridge.agent.params import check_params
 from acp_bridge.agent.settlement import TurnFailed, settle
-from acp_bridge.agent.updates import UpdateContext, updates_for
 from acp_bridge.rpc.connection import Connection, current_request_id
-from acp_bridge.rpc.protocol import RpcError, invalid_params
+from acp_bridge.rpc.protocol import RpcError, invalid_params, request_key
 from session import (
     SessionLog,
     SessionNotFoundError,
@@ -37,24 +38,18 @@ from session import (
     open_backend,
     validate_session_id,
 )
-from session.backends.base import SessionSummary, title_from_content
-from session.events import TURN_START, USER_MESSAGE, Event
 from session.repair import RepairReport
 from session.transcript import Transcript, history_budget
 
 if TYPE_CHECKING:
-    # The turn machinery (runner, client services, tools, models, loading) is imported
-    # on first use: `initialize` is answered before any of it is needed.
+    from acp_bridge.agent.live import LiveSession
     from acp_bridge.agent.replay import ReplayEncoder, Send
-    from acp_bridge.agent.runner import TurnRunner
     from acp_bridge.models import Model
     from acp_bridge.tools.local import LocalServices
 
 log = logging.getLogger("acp_bridge.agent.server")
 
 PROTOCOL_VERSION = 1
-LIST_PAGE = 50
-
 
 
 @dataclass(frozen=True)
@@ -63,17 +58,6 @@ class Config:
     backend: str = "jsonl"
     model: str = "echo"
     max_steps: int = 50
-
-
-@dataclass
-class LiveSession:
-    log: SessionLog
-    runner: TurnRunner
-    updates: UpdateContext
-    idle: anyio.Event = field(default_factory=anyio.Event)
-
-    def __post_init__(self) -> None:
-        self.idle.set()
 
 
 class Agent:
@@ -86,7 +70,7 @@ class Agent:
         self._model: Model | None = None
         self._local: LocalServices | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._prompts: dict[Any, str] = {}  # running prompt request ids -> session id
+        self._prompts: dict[tuple[str, Any], str] = {}  # running prompt request ids -> session id
         self._frozen = False
 
     # --- wiring ----------------------------------------------------------------------
@@ -124,7 +108,7 @@ class Agent:
             live.runner.stop()
 
     def on_cancel_request(self, rid: Any) -> bool:
-        sid = self._prompts.get(_id_key(rid))
+        sid = self._prompts.get(request_key(rid))
         if sid is None or sid not in self.sessions:
             return False
         return self.sessions[sid].runner.cancel("$/cancel_request")
@@ -147,13 +131,7 @@ class Agent:
 
     def _activate(self, session_log: SessionLog, *, transcript: Transcript | None = None,
                   always_allowed: set[str] | None = None) -> LiveSession:
-        mode = permissions.DEFAULT_MODE
-        for event in reversed(session_log.events):  # the mode of the last turn carries on
-            if event["type"] == TURN_START:
-                mode = event["data"].get("mode", mode)
-                break
-        from acp_bridge.agent.client_services import AcpClientServices
-        from acp_bridge.agent.runner import TurnRunner
+        from acp_bridge.agent.live import make_live
 
         if self._local is None:
             from acp_bridge.tools.local import LocalServices
@@ -165,30 +143,10 @@ class Agent:
             # out of every later full collection.
             gc.freeze()
             self._frozen = True
-        services = AcpClientServices(self._connection(), session_log.id, self.client_capabilities, self._local)
-        ctx = UpdateContext(replay=False, context_window=self.model().context_window)
-        live: LiveSession
-        sid = session_log.id
-
-        async def on_event(event: Event) -> None:
-            for update in updates_for(event, ctx):
-                self._update(sid, update)
-            if event["type"] == USER_MESSAGE and event["data"]["turn"] == 1:
-                title = title_from_content(event["data"]["content"])
-                if title is not None:  # the session is named by its first prompt
-                    self._update(sid, {"sessionUpdate": "session_info_update", "title": title,
-                                       "updatedAt": _iso(event["time"])})
-
-        async def on_progress(call_id: str, content: list[Any]) -> None:
-            self._update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "content": content})
-
-        if transcript is None:
-            transcript = Transcript(budget=history_budget(self.model().context_window))
-        runner = TurnRunner(session_log, self.model(), services, mode=mode, max_steps=self.config.max_steps,
-                            on_event=on_event, on_progress=on_progress, transcript=transcript,
-                            always_allowed=always_allowed)
-        live = LiveSession(session_log, runner, ctx)
-        self.sessions[sid] = live
+        live = make_live(session_log, conn=self._connection(), model=self.model(),
+                         capabilities=self.client_capabilities, local=self._local,
+                         max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed)
+        self.sessions[session_log.id] = live
         return live
 
     def _update(self, sid: str, update: dict[str, Any]) -> None:
@@ -233,7 +191,7 @@ class Agent:
             lambda: store.create(cwd=cwd, additional_directories=additionalDirectories or (),
                                  keep_history=False))
         live = self._activate(session_log)
-        return {"sessionId": session_log.id, **self._mode_state(live)}
+        return {"sessionId": session_log.id, **permissions.mode_state(live.runner.mode)}
 
     async def load_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
         conn = self._connection()
@@ -246,11 +204,11 @@ class Agent:
 
         encoder = ReplayEncoder(sessionId, self.model().context_window)
         live, report = await self._open(sessionId, (encoder, send))
-        return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
+        return {**permissions.mode_state(live.runner.mode), "_meta": {"acpBridge": self._open_meta(live, report)}}
 
     async def resume_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
         live, report = await self._open(sessionId, None)
-        return {**self._mode_state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
+        return {**permissions.mode_state(live.runner.mode), "_meta": {"acpBridge": self._open_meta(live, report)}}
 
     async def _open(self, sid: str, replay: tuple[ReplayEncoder, Send] | None) -> tuple[LiveSession, RepairReport]:
         from acp_bridge.agent.replay import open_stored, replay_stored
@@ -275,16 +233,7 @@ class Agent:
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **_: Any) -> dict[str, Any]:
         store = self.store()
         sessions = await anyio.to_thread.run_sync(lambda: store.list(cwd=cwd))
-        start = 0
-        if cursor is not None:
-            after = _decode_cursor(cursor)
-            start = next((i for i, s in enumerate(sessions) if (-s["updatedAt"], s["id"]) > after), len(sessions))
-        page = sessions[start : start + LIST_PAGE]
-        result: dict[str, Any] = {"sessions": [_session_info(s) for s in page]}
-        if start + LIST_PAGE < len(sessions):
-            last = page[-1]
-            result["nextCursor"] = _encode_cursor((-last["updatedAt"], last["id"]))
-        return result
+        return list_page(sessions, cursor)
 
     async def close_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
         validate_session_id(sessionId)
@@ -299,7 +248,7 @@ class Agent:
 
     async def _shut(self, sid: str, live: LiveSession) -> None:
         live.runner.cancel("session/close")
-        await live.idle.wait()
+        await live.runner.wait_idle()
         self.sessions.pop(sid, None)
         await anyio.to_thread.run_sync(live.log.close)
 
@@ -321,7 +270,7 @@ class Agent:
         if configId != "mode":
             raise invalid_params(f"unknown config option {configId!r}: this agent has 'mode'", field="configId")
         self._set_mode(live, sessionId, value, "value")
-        return {"configOptions": self._mode_state(live)["configOptions"]}
+        return {"configOptions": permissions.mode_state(live.runner.mode)["configOptions"]}
 
     def _set_mode(self, live: LiveSession, sid: str, mode: Any, field_name: str) -> None:
         if mode not in permissions.MODES:
@@ -329,22 +278,18 @@ class Agent:
                                  field=field_name)
         live.runner.mode = mode
         # The mode and the `mode` config option are one setting: tell the client both.
-        state = self._mode_state(live)
+        state = permissions.mode_state(live.runner.mode)
         self._update(sid, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
         self._update(sid, {"sessionUpdate": "config_option_update", "configOptions": state["configOptions"]})
 
     async def prompt(self, sessionId: str, prompt: list[Any], **_: Any) -> dict[str, Any]:
         live = self._live(sessionId)
-        if live.runner.running:
-            raise PromptInProgressError(sessionId)
-        key = _id_key(current_request_id.get())
+        key = request_key(current_request_id.get())
         self._prompts[key] = sessionId
-        live.idle = anyio.Event()
         try:
-            end = await live.runner.prompt(prompt)
+            end = await live.runner.prompt(prompt)  # PromptInProgressError if one runs
         finally:
             self._prompts.pop(key, None)
-            live.idle.set()
         answer = settle(end)
         if isinstance(answer, TurnFailed):
             raise RpcError(answer.code, answer.message, dict(answer.data))
@@ -359,18 +304,6 @@ class Agent:
         if not self._connection().cancel_incoming(requestId):
             log.info("$/cancel_request for %r: no such request in flight", requestId)
 
-    # --- shapes ----------------------------------------------------------------------
-
-    @staticmethod
-    def _mode_state(live: LiveSession) -> dict[str, Any]:
-        mode = live.runner.mode
-        modes = [{"id": m, "name": name, "description": text} for m, (name, text) in permissions.MODES.items()]
-        option = {"id": "mode", "name": "Mode", "description": "When the agent asks before acting.",
-                  "category": "mode", "type": "select", "currentValue": mode,
-                  "options": [{"value": m["id"], "name": m["name"], "description": m["description"]}
-                              for m in modes]}
-        return {"modes": {"currentModeId": mode, "availableModes": modes}, "configOptions": [option]}
-
 
 def _checked(method: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def handler(**params: Any) -> Any:
@@ -378,35 +311,3 @@ def _checked(method: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Aw
         return await fn(**params)
 
     return handler
-
-
-def _id_key(rid: Any) -> Any:
-    return (type(rid).__name__, rid)
-
-
-def _iso(ms: int) -> str:
-    """ISO 8601 UTC with milliseconds, always the same width (so the strings sort)."""
-    stamp = datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC)
-    return f"{stamp:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
-
-
-def _session_info(summary: SessionSummary) -> dict[str, Any]:
-    info: dict[str, Any] = {"sessionId": summary["id"], "cwd": summary["cwd"], "title": summary["title"],
-                            "updatedAt": _iso(summary["updatedAt"])}
-    if summary.get("additionalDirectories"):
-        info["additionalDirectories"] = summary["additionalDirectories"]
-    return info
-
-
-def _encode_cursor(position: tuple[int, str]) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps(list(position))).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[int, str]:
-    try:
-        value = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
-        if isinstance(value, list) and len(value) == 2 and type(value[0]) is int and isinstance(value[1], str):
-            return value[0], value[1]
-    except (ValueError, orjson.JSONDecodeError):
-        pass
-    raise invalid_params("invalid cursor: pass back the nextCursor of a previous answer", field="cursor")

@@ -13,10 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
+from acp_bridge.rpc.protocol import AUTH_REQUIRED, INTERNAL_ERROR
 from session.events import TURN_END, Event
-
-AUTH_REQUIRED: Final = -32000  # ACP ErrorCode "Authentication required"
-INTERNAL_ERROR: Final = -32603  # JSON-RPC "Internal error"
 
 # turn/end reason kind -> ACP StopReason, for the kinds that are success answers.
 STOP_REASONS: Final[dict[str, str]] = {
@@ -52,10 +50,6 @@ class TurnFailed:
     code: int
     message: str
     data: TurnErrorData
-
-    def to_error(self) -> dict[str, Any]:
-        """The JSON-RPC `error` object."""
-        return {"code": self.code, "message": self.message, "data": dict(self.data)}
 
 
 Settlement = PromptAnswer | TurnFailed

@@ -34,7 +34,6 @@ as the protocol defines them rather than under `_meta`:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -114,14 +113,6 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
     return []
 
 
-def replay_updates(
-    events: Iterable[Event], *, context_window: int | None = None
-) -> list[SessionUpdate]:
-    """Every update of a whole log, as `session/load` replays it."""
-    ctx = UpdateContext(replay=True, context_window=context_window)
-    return [update for event in events for update in updates_for(event, ctx)]
-
-
 def message_id(turn: int, step: int, kind: str) -> str:
     """The messageId of a step's text (`kind` "text") or reasoning chunks."""
     return f"t{turn}s{step}" if kind == "text" else f"t{turn}s{step}-thought"
@@ -140,7 +131,7 @@ def _assistant_chunk(data: dict[str, Any]) -> list[SessionUpdate]:
         update = "agent_thought_chunk"
     else:  # not in the vocabulary; show nothing rather than fail a whole replay
         return []
-    msg_id = f"t{data['turn']}s{data['step']}" if kind == "text" else f"t{data['turn']}s{data['step']}-thought"
+    msg_id = message_id(data["turn"], data["step"], kind)
     return [{"sessionUpdate": update, "content": {"type": "text", "text": chunk["text"]}, "messageId": msg_id}]
 
 

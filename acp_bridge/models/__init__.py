@@ -1,78 +1,39 @@
-"""The model interface: one streaming call per step (DESIGN.md section 4).
+"""The models: the interface (acp_bridge.models.base, re-exported here) and
+`load_model`, which makes one from its `--model` spec.
 
-A model turns the transcript (`session.derive_messages`) into a stream of chunks:
-text and reasoning deltas, complete tool calls, usage, and exactly one `Finish` at the
-end. Provider failures arrive as `Finish("error", ...)`, never as exceptions, so the
-runner has one path for every way a step can end.
+The implementations (echo, script, openai) are imported by `load_model` when their spec
+is asked for, not with this package: httpx stays off the start-up path unless an
+`openai:` model is used, and they import the interface from `base`, never from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from acp_bridge.models.base import (
+    Finish,
+    FinishReason,
+    Model,
+    ModelChunk,
+    ModelRequest,
+    ModelSpecError,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallChunk,
+    UsageChunk,
+)
 
-from session.events import Usage
-from session.transcript import Message
-
-
-class ModelSpecError(ValueError):
-    """A `--model` spec that names no model we can make."""
-
-
-FinishReason = Literal["stop", "tool_calls", "max_tokens", "refusal", "error"]
-
-
-@dataclass(frozen=True)
-class TextDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCallChunk:
-    id: str
-    name: str
-    arguments: str  # JSON text
-
-
-@dataclass(frozen=True)
-class UsageChunk:
-    usage: Usage
-
-
-@dataclass(frozen=True)
-class Finish:
-    reason: FinishReason
-    message: str | None = None  # error only
-    code: str | None = None
-    retryable: bool | None = None
-
-
-ModelChunk = TextDelta | ReasoningDelta | ToolCallChunk | UsageChunk | Finish
-
-
-@dataclass(frozen=True)
-class ModelRequest:
-    messages: Sequence[Message]
-    tools: Sequence[Mapping[str, Any]]  # {name, description, parameters}
-
-
-class Model(Protocol):
-    name: str  # the spec it was made from, e.g. "echo", "script:/path.json"
-    context_window: int | None  # for usage_update.size
-    # True when a call leaves the process (a provider over the network) or can keep the
-    # turn waiting (a script with delays or a hang): the runner makes the turn so far
-    # durable (fsync) before calling it. False only for models that compute their
-    # answer in-process without waiting (echo, a script without delays): the runner
-    # then only hands the turn to the OS (kept on kill -9, fsync'd at step/end).
-    external: bool
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
+__all__ = [
+    "Finish",
+    "FinishReason",
+    "Model",
+    "ModelChunk",
+    "ModelRequest",
+    "ModelSpecError",
+    "ReasoningDelta",
+    "TextDelta",
+    "ToolCallChunk",
+    "UsageChunk",
+    "load_model",
+]
 
 
 def load_model(spec: str) -> Model:

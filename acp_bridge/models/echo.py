@@ -5,23 +5,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from acp_bridge.models import Finish, ModelChunk, ModelRequest, TextDelta, UsageChunk
+from acp_bridge.content import blocks_text
+from acp_bridge.models.base import Finish, ModelChunk, ModelRequest, TextDelta, UsageChunk
 
 
 def prompt_text(content: object) -> str:
-    """The text of a prompt's blocks (text blocks and embedded text resources)."""
-    parts: list[str] = []
-    if isinstance(content, list):
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-            elif block.get("type") == "resource" and isinstance(block.get("resource"), dict):
-                text = block["resource"].get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-    return "\n".join(parts)
+    """What echo repeats of a prompt: its typed text and the text of its embedded
+    resources, nothing added (no fences, no notes for other blocks)."""
+    return blocks_text(content, fence_resources=False, notes=False, separator="\n")
 
 
 class EchoModel:

@@ -30,15 +30,10 @@ import anyio
 import httpx
 
 from acp_bridge import __version__
-from acp_bridge.models import Finish, ModelChunk, ModelRequest, ModelSpecError
-from acp_bridge.models.openai_wire import (
-    SSEDecoder,
-    StreamAssembler,
-    context_window,
-    http_error,
-    request_body,
-    whole_completion,
-)
+from acp_bridge.models.base import Finish, ModelChunk, ModelRequest, ModelSpecError
+from acp_bridge.models.openai_errors import http_error
+from acp_bridge.models.openai_request import context_window, request_body
+from acp_bridge.models.openai_stream import SSEDecoder, StreamAssembler, whole_completion
 
 log = logging.getLogger(__name__)
 

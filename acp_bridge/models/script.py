@@ -20,7 +20,7 @@ from typing import Any, get_args
 import anyio
 import orjson
 
-from acp_bridge.models import (
+from acp_bridge.models.base import (
     Finish,
     FinishReason,
     ModelChunk,

@@ -1,0 +1,84 @@
+"""A session made live in this process: its log, its turn runner, and the wiring of
+what the turn does to the client.
+
+The agent makes a stored session live on `session/new`, `session/load` and
+`session/resume`. From then on every event the runner writes is mapped to
+`session/update`s (acp_bridge.agent.updates) the moment it is in the log, a running
+tool's interim output goes out as `tool_call_update`s, and the first prompt names the
+session (`session_info_update`). This module is imported with the first session, not
+on the way to the `initialize` answer: it brings the runner, the client services and
+the local machine's services with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from acp_bridge.agent import permissions
+from acp_bridge.agent.client_services import AcpClientServices
+from acp_bridge.agent.listing import iso_time
+from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.models import Model
+from acp_bridge.rpc.connection import Connection
+from acp_bridge.tools.local import LocalServices
+from session import SessionLog
+from session.backends.base import title_from_content
+from session.events import TURN_START, USER_MESSAGE, Event
+from session.transcript import Transcript, history_budget
+
+
+@dataclass
+class LiveSession:
+    log: SessionLog
+    runner: TurnRunner
+
+
+def last_mode(events: Sequence[Event]) -> str:
+    """The mode of the log's last turn, which a session carries on with."""
+    for event in reversed(events):
+        if event["type"] == TURN_START:
+            mode: str = event["data"].get("mode", permissions.DEFAULT_MODE)
+            return mode
+    return permissions.DEFAULT_MODE
+
+
+def make_live(
+    session_log: SessionLog,
+    *,
+    conn: Connection,
+    model: Model,
+    capabilities: dict[str, Any],
+    local: LocalServices,
+    max_steps: int,
+    transcript: Transcript | None = None,
+    always_allowed: set[str] | None = None,
+) -> LiveSession:
+    """The live session of an opened log: a runner whose events reach the client over
+    `conn`. `transcript` and `always_allowed` come from a streamed load (which keeps
+    only the last turn in memory); otherwise the runner derives them from the log."""
+    sid = session_log.id
+    services = AcpClientServices(conn, sid, capabilities, local)
+    ctx = UpdateContext(replay=False, context_window=model.context_window)
+
+    async def on_event(event: Event) -> None:
+        for update in updates_for(event, ctx):
+            conn.notify_update(sid, update)
+        if event["type"] == USER_MESSAGE and event["data"]["turn"] == 1:
+            title = title_from_content(event["data"]["content"])
+            if title is not None:  # the session is named by its first prompt
+                conn.notify_update(sid, {"sessionUpdate": "session_info_update", "title": title,
+                                         "updatedAt": iso_time(event["time"])})
+
+    async def on_progress(call_id: str, content: list[Any]) -> None:
+        conn.notify_update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "content": content})
+
+    if transcript is None:
+        transcript = Transcript(budget=history_budget(model.context_window))
+    runner = TurnRunner(session_log, model, services, mode=last_mode(session_log.events), max_steps=max_steps,
+                        on_event=on_event, on_progress=on_progress, transcript=transcript,
+                        always_allowed=always_allowed)
+    return LiveSession(session_log, runner)
+

@@ -1,0 +1,227 @@
+"""The tool calls of one step (DESIGN.md section 4), for the turn runner.
+
+Each call is planned, written as a durable `tool/call` before anyone is asked or
+anything runs, decided by the session's mode (asking the client when the mode says
+so), run, and answered by a `tool/result`. A failure the model can act on (bad
+arguments, an unknown tool, a refusal, the tool's own error) is a failed result and
+the turn goes on; a tool that breaks (an unexpected exception) fails the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from acp_bridge.agent import permissions
+from acp_bridge.models import ToolCallChunk
+from acp_bridge.tools.base import (
+    ClientServices,
+    PermissionOutcome,
+    PermissionRequest,
+    Terminal,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolKind,
+    ToolOutcome,
+)
+from session import Event, reason
+from session.events import TOOL_CALL, TOOL_RESULT, Reason
+
+ProgressSink = Callable[[str, list[Any]], Awaitable[None]]
+"""Where a running tool's interim content goes: (callId, ToolCallContent list)."""
+Append = Callable[[str, dict[str, Any]], Awaitable[Event]]
+"""Appends one event to the session log (the runner's, which also streams it)."""
+
+
+class ToolMachineryError(Exception):
+    """A tool failed in a way the model cannot act on: the step fails."""
+
+
+class ToolCalls:
+    """Runs the tool calls of a session's steps through `append` (the runner's log).
+
+    `mode` reads the session's mode when a call is decided (the client may change it
+    while a step runs). `always_allowed` is the runner's set (tool names the user
+    allowed for the session), shared, so an "allow always" answered here holds for every
+    later step. `cancel` cancels the running turn: a cancelled permission request means
+    the user stopped it.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Sequence[Tool] | None,
+        services: ClientServices,
+        roots: tuple[Path, ...],
+        append: Append,
+        mode: Callable[[], str],
+        cancel: Callable[[str], bool],
+        always_allowed: set[str],
+        on_progress: ProgressSink | None = None,
+    ) -> None:
+        self._tools = {t.name: t for t in tools} if tools is not None else None
+        self._specs: list[dict[str, Any]] | None = None  # the same every step: made once
+        self._services = services
+        self._roots = roots
+        self._append = append
+        self._mode = mode
+        self._cancel = cancel
+        self._always_allowed = always_allowed
+        self._on_progress = on_progress
+
+    def specs(self) -> Sequence[Mapping[str, Any]]:
+        """The tools as the model is told of them: {name, description, parameters}."""
+        if self._specs is None:
+            if self._tools is None:
+                from acp_bridge.tools import tool_specs  # the tools load with the first turn
+
+                self._specs = tool_specs()
+            else:
+                self._specs = [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                               for t in self._tools.values()]
+        return self._specs
+
+    def _tool(self, name: str) -> Tool | None:
+        if self._tools is None:
+            from acp_bridge.tools import get_tool
+
+            return get_tool(name)
+        return self._tools.get(name)
+
+    async def run_all(self, turn: int, step: int, calls: Sequence[ToolCallChunk]) -> Reason | None:
+        """Run a step's calls in order. Returns the turn's end reason if a tool broke
+        (the calls after it are answered as not run), else None."""
+        for index, call in enumerate(calls):
+            try:
+                await self.run(turn, step, call)
+            except ToolMachineryError as exc:
+                for later in calls[index + 1 :]:
+                    await self.result(turn, step, later.id, ToolOutcome.text(
+                        "Not run: an earlier tool call in this step failed.", is_error=True))
+                return reason("error", step=step, message=str(exc), code="tool_failed")
+        return None
+
+    async def run(self, turn: int, step: int, call: ToolCallChunk) -> None:
+        """One call, from its `tool/call` to its `tool/result`. Raises
+        ToolMachineryError (after writing the failed result) if the tool broke."""
+        ctx = ToolContext(cwd=self._roots[0], roots=self._roots, services=self._services,
+                          progress=self._progress(call.id))
+        tool = self._tool(call.name)
+        arguments: Any = call.arguments
+        title, locations, preview = call.name, [], []
+        kind: ToolKind = "other"
+        problem: ToolError | None = None
+        try:
+            arguments = orjson.loads(call.arguments or "{}")
+            if tool is None:
+                raise ToolError(f"there is no tool named {call.name!r}", code="unknown_tool")
+            if not isinstance(arguments, dict):
+                raise ToolError("tool arguments must be a JSON object", code="invalid_arguments")
+            plan = await tool.plan(arguments, ctx)
+            title, kind, locations, preview = plan.title, plan.kind, plan.locations, plan.preview
+        except orjson.JSONDecodeError as exc:
+            problem = ToolError(f"tool arguments are not valid JSON: {exc}", code="invalid_arguments")
+        except ToolError as exc:
+            problem = exc
+            kind = tool.kind if tool is not None else "other"
+        data: dict[str, Any] = {"turn": turn, "step": step, "callId": call.id, "name": call.name,
+                                "arguments": arguments, "title": title, "kind": kind}
+        if locations:
+            data["locations"] = locations
+        await self._append(TOOL_CALL, data)  # durable before anyone is asked or anything runs
+        if problem is not None or tool is None:
+            await self.result(turn, step, call.id, ToolOutcome.failure(problem or ToolError("no tool")))
+            return
+        permission: dict[str, Any] | None = None
+        mode = self._mode()
+        decision = permissions.decide(mode, kind, call.name, self._always_allowed)
+        if decision == "deny":
+            await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                f"{call.name} is not allowed in {mode} mode", code="read_only", name="PermissionDenied")))
+            return
+        if decision == "ask":
+            answer = await self._services.request_permission(PermissionRequest(
+                call_id=call.id, title=title, kind=kind, raw_input=arguments,
+                locations=locations, content=preview))
+            permission = {"outcome": answer.outcome}
+            if answer.option_id is not None:
+                permission["optionId"] = answer.option_id
+            if answer.outcome == "cancelled":
+                await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                    "The permission request was cancelled.", code="cancelled", name="Cancelled")), permission)
+                self._cancel("session/cancel")
+                await anyio.lowlevel.checkpoint()
+                return
+            if answer.option_id == permissions.ALLOW_ALWAYS:
+                self._always_allowed.add(call.name)
+            elif answer.option_id != permissions.ALLOW_ONCE:
+                await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                    "The user rejected this tool call.", code="rejected", name="PermissionDenied")), permission)
+                return
+        try:
+            outcome = await tool.run(arguments, ctx)
+        except ToolError as exc:
+            outcome = ToolOutcome.failure(exc)
+        except Exception as exc:
+            await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                f"{call.name} failed: {type(exc).__name__}: {exc}", code="tool_failed",
+                name=type(exc).__name__)), permission)
+            raise ToolMachineryError(f"{call.name} failed: {type(exc).__name__}: {exc}") from exc
+        await self.result(turn, step, call.id, outcome, permission)
+
+    def _progress(self, call_id: str) -> Callable[[list[Any]], Awaitable[None]] | None:
+        sink = self._on_progress
+        if sink is None:
+            return None
+
+        async def progress(content: list[Any]) -> None:
+            await sink(call_id, content)
+
+        return progress
+
+    async def result(self, turn: int, step: int, call_id: str, outcome: ToolOutcome,
+                     permission: dict[str, Any] | None = None) -> None:
+        """Write the `tool/result` of a call."""
+        data: dict[str, Any] = {"turn": turn, "step": step, "callId": call_id,
+                                "content": outcome.content, "isError": outcome.is_error}
+        if outcome.error is not None:
+            data["error"] = dict(outcome.error)
+        if outcome.display:
+            data["display"] = outcome.display
+        if permission is not None:
+            data["permission"] = permission
+        await self._append(TOOL_RESULT, data)
+
+
+class DurableFirstServices:
+    """ClientServices that make the log durable before every request that leaves the
+    agent (DESIGN.md section 3: before a permission request, `fs/*` or `terminal/*`).
+    After a `tool/call` there is nothing pending, so this costs nothing there; it
+    matters for the file read an edit's diff preview makes before its `tool/call`."""
+
+    def __init__(self, inner: ClientServices, sync: Callable[[], Awaitable[None]]) -> None:
+        self._inner = inner
+        self._sync = sync
+
+    async def read_text_file(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        await self._sync()
+        return await self._inner.read_text_file(path, line, limit)
+
+    async def write_text_file(self, path: Path, content: str) -> None:
+        await self._sync()
+        await self._inner.write_text_file(path, content)
+
+    async def create_terminal(
+        self, command: str, *, cwd: Path, output_byte_limit: int, env: Mapping[str, str] | None = None
+    ) -> Terminal:
+        await self._sync()
+        return await self._inner.create_terminal(command, cwd=cwd, output_byte_limit=output_byte_limit, env=env)
+
+    async def request_permission(self, request: PermissionRequest) -> PermissionOutcome:
+        await self._sync()
+        return await self._inner.request_permission(request)

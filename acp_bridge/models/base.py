@@ -1,0 +1,75 @@
+"""The model interface: one streaming call per step (DESIGN.md section 4).
+
+A model turns the transcript (`session.derive_messages`) into a stream of chunks:
+text and reasoning deltas, complete tool calls, usage, and exactly one `Finish` at the
+end. Provider failures arrive as `Finish("error", ...)`, never as exceptions, so the
+runner has one path for every way a step can end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from session.events import Usage
+from session.transcript import Message
+
+
+class ModelSpecError(ValueError):
+    """A `--model` spec that names no model we can make."""
+
+
+FinishReason = Literal["stop", "tool_calls", "max_tokens", "refusal", "error"]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallChunk:
+    id: str
+    name: str
+    arguments: str  # JSON text
+
+
+@dataclass(frozen=True)
+class UsageChunk:
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Finish:
+    reason: FinishReason
+    message: str | None = None  # error only
+    code: str | None = None
+    retryable: bool | None = None
+
+
+ModelChunk = TextDelta | ReasoningDelta | ToolCallChunk | UsageChunk | Finish
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    messages: Sequence[Message]
+    tools: Sequence[Mapping[str, Any]]  # {name, description, parameters}
+
+
+class Model(Protocol):
+    name: str  # the spec it was made from, e.g. "echo", "script:/path.json"
+    context_window: int | None  # for usage_update.size
+    # True when a call leaves the process (a provider over the network) or can keep the
+    # turn waiting (a script with delays or a hang): the runner makes the turn so far
+    # durable (fsync) before calling it. False only for models that compute their
+    # answer in-process without waiting (echo, a script without delays): the runner
+    # then only hands the turn to the OS (kept on kill -9, fsync'd at step/end).
+    external: bool
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
