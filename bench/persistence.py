@@ -35,7 +35,7 @@ import orjson
 
 from session import DURABLE_TYPES, SessionStore, open_backend
 from session.backends.base import event_line
-from session.coordinator import encode
+from session.log import encode
 
 Item = tuple[str, dict[str, Any]]
 

@@ -1,5 +1,5 @@
 """The session persistence layer: event vocabulary, invariants, crash repair, the
-derived model transcript, the coordinator, and the memory/JSONL/SQLite backends.
+derived model transcript, the live log and the store, and the memory/JSONL/SQLite backends.
 
 Nothing in this package knows about ACP or JSON-RPC.
 """
@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 from session.backends.base import Backend, SessionSummary, validate_session_id
-from session.coordinator import DURABLE_TYPES, SessionLog, SessionStore
 from session.errors import (
     EventDataError,
     InvalidSessionIdError,
@@ -28,7 +27,9 @@ from session.errors import (
 from session.events import SESSION_FORMAT_VERSION, Event, Header, reason
 from session.invariants import InvariantTracker, check_invariants
 from session.loading import LoadedSession, SessionLoad
+from session.log import DURABLE_TYPES, SessionLog
 from session.repair import RepairReport, interrupted_turn_closers
+from session.store import SessionStore
 from session.transcript import Message, derive_messages
 
 BACKENDS = ("jsonl", "sqlite", "memory")

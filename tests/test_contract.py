@@ -27,7 +27,7 @@ from session import (
     interrupted_turn_closers,
 )
 from session.backends.base import Encoded
-from session.coordinator import FLUSH_EVENTS, encode
+from session.log import FLUSH_EVENTS, encode
 from session.transcript import unanswered_calls
 from tests import tamper
 from tests.logs import Script, write
