@@ -32,6 +32,7 @@ from session.errors import (
     StoreIOError,
 )
 from session.events import SESSION_FORMAT_VERSION, Event, Header, reason
+from session.files import Owner
 from session.invariants import InvariantTracker, check_invariants
 from session.loading import LoadedSession, SessionLoad
 from session.log import DURABLE_TYPES, SessionLog
