@@ -10,13 +10,13 @@ or jsonl). `acp-bridge sessions` alone lists.
 
 Decisions (DESIGN.md section 6 leaves the details open):
 
-- **Read-only, always.** Nothing here takes a session's owner lock, repairs, or creates
-  anything in the store: not the store folder, not a lock file, not `torn/`. `show` and
-  `export` work on a session that a live agent owns at that moment. `show` reads a JSONL
-  log whole (`session.backends.jsonl.read_log`); `list` reads each log in one streamed
-  pass, checked as a load checks, keeping only its last turn, the count of the turns
-  before it and their tokens (`acp_bridge.cli.sessions.summary`: 19 MB of peak RSS to list a
-  60 MB session, which had taken 145 MB). SQLite is opened
+- **Read-only, always.** Stores are opened with `session.open_reader`, which never
+  takes a session's owner lock, repairs, or creates anything in the store: not the
+  store folder, not a lock file, not `torn/`. `show` and `export` work on a session
+  that a live agent owns at that moment. `show` reads a log whole; `list` reads each
+  log in one streamed pass, checked as a load checks, keeping only its last turn, the
+  count of the turns before it and their tokens (`acp_bridge.cli.sessions.source.summarize`:
+  19 MB of peak RSS to list a 60 MB session, which had taken 145 MB). SQLite is opened
   with `mode=ro` (SQLite may leave its empty `-wal`/`-shm` side files, with the database
   file's mode; the database itself is not written). `SessionStore.load` is never called:
   it takes ownership and writes the repair.
