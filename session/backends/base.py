@@ -1,8 +1,8 @@
-"""The seam between the coordinator and the stores: what a backend must do.
+"""The seam between the live log and the stores: what a backend must do.
 
 A backend stores headers and ordered events, holds one live owner per session, and
 implements the durability and repair primitives. Ordering, buffering, validation and
-the decision of *when* to be durable live in the coordinator, so a new backend
+the decision of *when* to be durable live in the live log (session.log), so a new backend
 (PostgreSQL is planned) only has to get these few methods right and pass the shared
 contract suite in tests/.
 """

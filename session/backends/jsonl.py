@@ -9,7 +9,7 @@ Layout under the store folder (0700, files 0600):
 Reading (the record stream, `list` summaries, the read-only `JsonlReader`) is in
 session.backends.jsonl_read. Appends go through one O_APPEND descriptor. The backend remembers the size of the file
 at its last fsync: if a write or an fsync fails, it truncates back to that size, so the
-file never holds a half-written or unsynced suffix the coordinator does not know about.
+file never holds a half-written or unsynced suffix the live log does not know about.
 """
 
 from __future__ import annotations
