@@ -22,7 +22,7 @@ from bench.common import CWD, FIXED_TIME, filesystem_of
 from bench.persistence_workloads import Item, open_turn_items
 from session import DURABLE_TYPES, SessionStore, open_backend
 from session.backends.base import event_line
-from session.coordinator import encode
+from session.log import encode
 
 # Set by --profile: collects only the timed calls of "ours" (not fixtures, not bare loops).
 PROFILER: cProfile.Profile | None = None
@@ -148,7 +148,7 @@ def bench_append(kind: str, root: str, items: list[Item], repeat: int) -> dict[s
 
 def build_store(kind: str, where: Path, logs: dict[str, list[Item]]) -> dict[str, dict[str, Any]]:
     """Write each item list as one session (whole turns per batch: fast, still through
-    the coordinator). Returns per name: session id, event count, JSONL-equivalent bytes."""
+    the session log). Returns per name: session id, event count, JSONL-equivalent bytes."""
     backend = open_backend(kind, where)
     try:
         store = SessionStore(backend, clock=lambda: FIXED_TIME)

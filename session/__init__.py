@@ -1,5 +1,5 @@
 """The session persistence layer: event vocabulary, invariants, crash repair, the
-derived model transcript, the coordinator, and the memory/JSONL/SQLite backends.
+derived model transcript, the live log and the store, and the memory/JSONL/SQLite backends.
 
 Nothing in this package knows about ACP or JSON-RPC.
 """
@@ -9,8 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from session.backends.base import Backend, SessionSummary, validate_session_id
-from session.coordinator import DURABLE_TYPES, SessionLog, SessionStore
+from session.backends.base import (
+    Backend,
+    SessionPeek,
+    SessionSummary,
+    StoreReader,
+    is_session_id,
+    validate_session_id,
+)
 from session.errors import (
     EventDataError,
     InvalidSessionIdError,
@@ -26,9 +32,12 @@ from session.errors import (
     StoreIOError,
 )
 from session.events import SESSION_FORMAT_VERSION, Event, Header, reason
+from session.files import Owner
 from session.invariants import InvariantTracker, check_invariants
 from session.loading import LoadedSession, SessionLoad
+from session.log import DURABLE_TYPES, SessionLog
 from session.repair import RepairReport, interrupted_turn_closers
+from session.store import SessionStore
 from session.transcript import Message, derive_messages
 
 BACKENDS = ("jsonl", "sqlite", "memory")
@@ -63,6 +72,22 @@ def open_backend(kind: str, root: str | os.PathLike[str] | None = None) -> Backe
     raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
 
 
+def open_reader(kind: str, root: str | os.PathLike[str] | None = None) -> StoreReader:
+    """A file store opened read-only (see `StoreReader`): unlike `open_backend`, it
+    creates nothing, not even the store folder, and takes no lock. A memory store is
+    read through its backend (`Backend.reader()`)."""
+    where = Path(root) if root is not None else default_store_dir()
+    if kind == "jsonl":
+        from session.backends.jsonl_read import JsonlReader
+
+        return JsonlReader(where)
+    if kind == "sqlite":
+        from session.backends.sqlite_read import SqliteReader
+
+        return SqliteReader(where)
+    raise ValueError(f"no read-only open by path for backend {kind!r}; choose jsonl or sqlite")
+
+
 __all__ = [
     "BACKENDS",
     "DURABLE_TYPES",
@@ -76,6 +101,7 @@ __all__ = [
     "InvariantTracker",
     "LoadedSession",
     "Message",
+    "Owner",
     "RepairReport",
     "SequenceError",
     "SessionClosedError",
@@ -86,15 +112,19 @@ __all__ = [
     "SessionLockedError",
     "SessionLog",
     "SessionNotFoundError",
+    "SessionPeek",
     "SessionStore",
     "SessionSummary",
     "SessionVersionError",
     "StoreIOError",
+    "StoreReader",
     "check_invariants",
     "default_store_dir",
     "derive_messages",
     "interrupted_turn_closers",
+    "is_session_id",
     "open_backend",
+    "open_reader",
     "reason",
     "validate_session_id",
 ]

@@ -1,5 +1,5 @@
 """File-system primitives for the file-backed stores: private folders and files, fsync
-of directories, atomic publication, and the per-session owner lock.
+of directories, atomic publication, the per-session owner lock, and who holds it.
 
 The lock is an `flock` on a lock file: the kernel drops it when its process dies
 (`kill -9` included), so a crashed owner never leaves a session locked, and two opens
@@ -13,6 +13,7 @@ import errno
 import fcntl
 import os
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 from session.errors import SessionExistsError, SessionLockedError, StoreIOError
 
@@ -91,7 +92,7 @@ class OwnerLock:
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            holder = _read_pid(path)
+            holder = read_pid(path)
             who = f"process {holder}" if holder and holder != os.getpid() else "another owner"
             raise SessionLockedError(
                 f"session {session_id} is open in {who}; close it there first",
@@ -108,9 +109,70 @@ class OwnerLock:
             os.close(fd)  # closing the descriptor drops the flock
 
 
-def _read_pid(path: Path) -> int | None:
+def lock_file(locks_dir: Path, session_id: str) -> Path:
+    """The owner lock file of a session (the id is validated by the caller)."""
+    return locks_dir / f"{session_id}.lock"
+
+
+def read_pid(path: Path) -> int | None:
+    """The pid an owner wrote into its lock file, if it reads as one."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="ascii", errors="replace").strip()
     except OSError:
         return None
-    return int(text) if text.strip().isdigit() else None
+    return int(text) if text.isdigit() else None
+
+
+class Owner(NamedTuple):
+    """Who holds a session's owner lock: `live` (with the holder's pid), `none`, or
+    `unknown` where the system does not say."""
+
+    state: Literal["live", "none", "unknown"]
+    pid: int | None = None
+
+
+class LockTable:
+    """Who holds the owner locks, read from `/proc/locks` (Linux lists every flock with
+    its holder's pid) once, at the first question. Never by trying a lock: that could
+    make an agent starting at that moment fail to take its own session."""
+
+    def __init__(self) -> None:
+        self._holders: dict[int, list[tuple[int, int, int]]] | None = None
+
+    def owner(self, lock: Path) -> Owner:
+        try:
+            st = os.stat(lock)
+        except OSError:
+            return Owner("none")
+        if self._holders is None:
+            self._holders = _flock_holders()
+        if not self._holders and not os.path.exists("/proc/locks"):
+            return Owner("unknown")
+        file_pid = read_pid(lock)
+        for major, minor, pid in self._holders.get(st.st_ino, ()):
+            same_dev = (major, minor) == (os.major(st.st_dev), os.minor(st.st_dev))
+            if same_dev or (file_pid is not None and pid == file_pid):
+                return Owner("live", pid)
+        return Owner("none")
+
+
+def _flock_holders() -> dict[int, list[tuple[int, int, int]]]:
+    """inode -> [(major, minor, pid)] of the flock locks /proc/locks lists."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    for line in text.splitlines():
+        # "3: FLOCK  ADVISORY  WRITE 4211 fe:00:2162783 0 EOF"; waiters have "->" first.
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = parts[5].split(":")
+            entry = (int(major, 16), int(minor, 16), int(parts[4]))
+            out.setdefault(int(inode), []).append(entry)
+        except ValueError:
+            continue
+    return out

@@ -1,6 +1,6 @@
 """The log invariants (DESIGN.md section 2), checked one event at a time.
 
-`InvariantTracker` is a small state machine: the coordinator feeds it every event it is
+`InvariantTracker` is a small state machine: the live log feeds it every event it is
 asked to append, so a runner bug is refused before it reaches disk, and tests run
 `check_invariants` over every log they write. Pure: no I/O.
 
@@ -130,7 +130,7 @@ class InvariantTracker:
         self._apply(event)
 
     def __deepcopy__(self, memo: dict[int, object]) -> InvariantTracker:
-        """A copy that can be fed without touching this one (the coordinator checks a
+        """A copy that can be fed without touching this one (the live log checks a
         batch on a copy): everything is immutable but the calls, copied one by one."""
         return InvariantTracker(
             session_id=self.session_id,

@@ -1,4 +1,5 @@
-"""A load run one block of events at a time (`SessionStore.loading`).
+"""A load run one block of events at a time (`SessionStore.loading`), and the error a
+stored log that breaks the invariants raises.
 
 The log is never held whole: backends stream their records (`Backend.open_stream`),
 the torn-tail rule runs block by block (`scan.TailSplitter`), the invariants are
@@ -8,20 +9,16 @@ kept for the repair and the live log.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from session.backends.base import BackendSession, with_size
-from session.coordinator import SessionLog, encode
+from session.backends.base import Backend, BackendSession, with_size
 from session.errors import InvariantError, SessionCorruptError
 from session.events import TOOL_RESULT, TURN_START, Event
 from session.invariants import InvariantTracker
+from session.log import SessionLog, encode
 from session.repair import RepairReport, interrupted_turn_closers
 from session.scan import Locate, TailSplitter
-
-if TYPE_CHECKING:
-    from session.coordinator import SessionStore
 
 
 @dataclass(frozen=True)
@@ -43,15 +40,18 @@ class SessionLoad:
     live turn need.
     """
 
-    def __init__(self, store: SessionStore, session_id: str, *, keep_history: bool) -> None:
+    def __init__(
+        self, backend: Backend, session_id: str, clock: Callable[[], int], *, keep_history: bool
+    ) -> None:
         self.session_id = session_id
         self.keep_history = keep_history
         self.loaded: LoadedSession | None = None
-        self._store = store
+        self._backend = backend
+        self._clock = clock  # stamps the live log's events
 
     def __iter__(self) -> Iterator[list[Event]]:
         sid = self.session_id
-        stream = self._store.backend.open_stream(sid)
+        stream = self._backend.open_stream(sid)
         handle: BackendSession | None = None
         try:
             splitter = TailSplitter(sid, stream.locate)
@@ -94,7 +94,7 @@ class SessionLoad:
             closers=len(closers),
         )
         log = SessionLog(
-            handle, stream.header, kept, tracker, self._store.clock,
+            handle, stream.header, kept, tracker, self._clock,
             keep_history=self.keep_history,
         )
         self.loaded = LoadedSession(log, report)

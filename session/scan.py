@@ -1,7 +1,7 @@
 """Reading stored records back: shape checks and the torn-tail rule, shared by backends.
 
 A backend turns its stored records (JSONL lines, SQLite rows, memory entries) into a
-list of `Event | Damage`, each with a description of where it is, and `split_tail`
+list of `Event | Damage`, each with a description of where it is, and `TailSplitter`
 decides what the contract says: damage that a later `turn/end` follows is in the
 committed region (refuse, naming where); damage after the last `turn/end` is a torn
 tail (cut it from the first damaged record on, and keep it aside). Pure.
@@ -28,7 +28,7 @@ class Damage:
 
 @dataclass(frozen=True)
 class TornTail:
-    """The records cut off a log's end by `split_tail`: from `index` (the first damaged
+    """The records cut off a log's end by the torn-tail rule (`TailSplitter`): from `index` (the first damaged
     record, counted in events from seq 0) to the end."""
 
     index: int
@@ -41,19 +41,10 @@ class TornTail:
 _EMPTY = Damage("empty line")
 
 
-def parse_event(raw: bytes | str) -> Event | Damage:
-    """Parse one stored event; a Damage says why it is not one. Cheap: this runs once
-    per event on every load."""
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return Damage(f"not valid JSON ({exc})")
-    return check_event_shape(value)
-
-
 def parse_events(records: Iterable[bytes]) -> list[Event | Damage]:
-    """`parse_event` of each record (an empty one is damage), inlined for the common
-    case: loading is this loop, run once per stored event."""
+    """Parse stored records (an empty one is damage): each is an event, or a Damage
+    saying why not. Inlined for the common case: loading is this loop, run once per
+    stored event."""
     loads, decode_error, types = orjson.loads, orjson.JSONDecodeError, EVENT_TYPES
     out: list[Event | Damage] = []
     append = out.append
@@ -100,7 +91,7 @@ Locate = Callable[[int], dict[str, int]]
 
 
 class TailSplitter:
-    """`split_tail` one block of records at a time, so a log can be read without
+    """The torn-tail rule, one block of records at a time, so a log can be read without
     holding it: `feed` returns the events known to be good so far, `finish` the torn
     tail. After the first damaged record nothing more is passed on; the records after
     it are only counted (and checked for a `turn/end`, which makes the damage fatal).
@@ -158,21 +149,6 @@ class TailSplitter:
             return None
         index, reason, where = self._damage
         return TornTail(index=index, where=where, reason=reason, records=self.count - index)
-
-
-def split_tail(
-    session_id: str,
-    items: Sequence[Event | Damage],
-    locate: Locate,
-) -> tuple[list[Event], TornTail | None]:
-    """The good events of a stored log and the torn tail to cut, if any.
-
-    Raises SessionCorruptError if a damaged record (or a seq out of order) has a
-    well-formed `turn/end` after it: that part of the log was acknowledged.
-    """
-    splitter = TailSplitter(session_id, locate)
-    events = splitter.feed(items)
-    return events, splitter.finish()
 
 
 def parse_header(session_id: str, raw: bytes | str, where: str) -> Header:

@@ -4,16 +4,22 @@
 from __future__ import annotations
 
 import datetime
+import os
+import uuid
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from session import (
     DURABLE_TYPES,
+    Backend,
     Event,
     EventDataError,
     InvalidSessionIdError,
     InvariantError,
+    Owner,
     SequenceError,
     SessionClosedError,
     SessionCorruptError,
@@ -22,12 +28,15 @@ from session import (
     SessionNotFoundError,
     SessionStore,
     SessionVersionError,
+    StoreReader,
     check_invariants,
     derive_messages,
     interrupted_turn_closers,
+    open_reader,
 )
-from session.backends.base import Encoded
-from session.coordinator import FLUSH_EVENTS, encode
+from session.backends.base import Encoded, StoredLog, read_stored
+from session.backends.memory import MemoryBackend
+from session.log import FLUSH_EVENTS, encode
 from session.transcript import unanswered_calls
 from tests import tamper
 from tests.logs import Script, write
@@ -425,6 +434,126 @@ def test_long_streams_are_flushed_in_batches(store: SessionStore) -> None:
 
 
 def _raw(event: dict[str, Any]) -> bytes:
-    import orjson
-
     return orjson.dumps(event)
+
+
+# --- the read-only open (StoreReader) ----------------------------------------------------
+
+
+def stored_state(backend: Backend) -> object:
+    """Everything a backend stores, to compare before and after a read. SQLite's `-shm`
+    side file is left out: it is shared memory that every WAL reader may touch."""
+    if isinstance(backend, MemoryBackend):
+        return orjson.dumps(
+            {sid: [s.header, s.records, s.updated_at, s.title] for sid, s in backend.stored.items()},
+            default=lambda b: b.decode("latin-1"),
+        ), orjson.dumps({k: [r.decode("latin-1") for r in v] for k, v in backend.torn.items()})
+    root = Path(backend.root)  # type: ignore[attr-defined]
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None, p.stat().st_mode)
+        for p in sorted(root.rglob("*"))
+        if not p.name.endswith("-shm")
+    }
+
+
+def read_all(reader: StoreReader, sid: str) -> StoredLog:
+    return read_stored(reader.stream(sid))
+
+
+def test_reader_reads_without_touching_the_store(store: SessionStore) -> None:
+    closed = store.create(cwd="/w", title="kept")
+    closed_events = write(closed, Script().text_turn("one").tool_turn())
+    closed.close()
+    torn = store.create(cwd="/w")
+    write(torn, Script().text_turn("a").start_turn("b").start_step().chunk("x").chunk("y"))
+    torn.close()
+    tamper.replace_event(store.backend, torn.id, tamper.stored_seqs(store.backend, torn.id) - 1,
+                         b'{"type":')
+    before = stored_state(store.backend)
+    reader = store.backend.reader()
+    try:
+        assert sorted(reader.ids()) == sorted([closed.id, torn.id])
+        whole = read_all(reader, closed.id)
+        assert strip_time(whole.events) == strip_time(closed_events) and whole.torn is None
+        assert whole.header["title"] == "kept"
+        stream = reader.stream(closed.id)
+        stream.close()
+        assert stream.title == "kept" and isinstance(stream.updated, int) and stream.where
+        assert reader.peek(closed.id).header == whole.header
+        lines = reader.raw(closed.id).splitlines()
+        assert orjson.loads(lines[0]) == whole.header
+        assert [orjson.loads(line) for line in lines[1:]] == whole.events
+        assert read_all(reader, torn.id).torn is not None
+        assert reader.owner(closed.id).state in ("none", "unknown")
+    finally:
+        reader.close()
+    assert stored_state(store.backend) == before
+    loaded = store.load(torn.id)  # nothing was repaired by reading
+    assert loaded.report.torn_records == 1
+    loaded.log.close()
+
+
+def test_reader_reads_a_session_a_live_owner_holds(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    written = write(log, Script().text_turn("one").start_turn("two").start_step().chunk("so far"))
+    log.flush()
+    reader = store.backend.reader()
+    try:
+        stored = read_all(reader, log.id)
+        assert strip_time(stored.events) == strip_time(written)  # the open turn, unrepaired
+        owner = reader.owner(log.id)
+        if os.path.exists("/proc/locks") or store.backend.name == "memory":
+            assert owner == Owner("live", os.getpid())
+        else:
+            assert owner.state == "unknown"
+    finally:
+        reader.close()
+        log.close()
+    again = store.backend.reader()  # a reader reads the lock table once, at its first question
+    try:
+        assert again.owner(log.id).state in ("none", "unknown")
+    finally:
+        again.close()
+
+
+def test_reader_reports_damage(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn().text_turn())
+    log.close()
+    reader = store.backend.reader()
+    try:
+        last = tamper.stored_seqs(store.backend, log.id) - 1
+        tamper.replace_event(store.backend, log.id, last, b"not json")
+        torn = read_all(reader, log.id).torn  # after the last turn/end: a torn tail
+        assert torn is not None and torn.index == last and torn.records == 1 and torn.where
+        tamper.replace_event(store.backend, log.id, 2, b"not json")
+        with pytest.raises(SessionCorruptError, match="is damaged at"):
+            read_all(reader, log.id)  # a later turn/end: the damage is committed
+        tamper.set_header_version(store.backend, log.id, 7)
+        with pytest.raises(SessionVersionError):
+            reader.stream(log.id)
+        assert reader.peek(log.id).header is not None  # what the header still says
+        with pytest.raises(SessionNotFoundError):
+            reader.stream(str(uuid.uuid4()))
+        with pytest.raises(InvalidSessionIdError):
+            reader.stream("../escape")
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_reader_creates_no_store(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "absent"
+    reader = open_reader(kind, root)
+    try:
+        sid = str(uuid.uuid4())
+        assert reader.ids() == []
+        with pytest.raises(SessionNotFoundError):
+            reader.stream(sid)
+        with pytest.raises(SessionNotFoundError):
+            reader.raw(sid)
+        assert reader.peek(sid) == (None, None, None)
+        assert reader.owner(sid) == Owner("none")
+    finally:
+        reader.close()
+    assert not root.exists()

@@ -1,5 +1,5 @@
-"""`sessions list` reads each log in one streamed pass (`_Source.summary`), keeping the
-last turn only: what it reports must equal what a whole read (`_Source.read`, as
+"""`sessions list` reads each log in one streamed pass (`Source.summary`), keeping the
+last turn only: what it reports must equal what a whole read (`Source.read`, as
 `show` uses) reports, for every state a stored session can be in, on both backends."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from acp_bridge.cli.sessions.store import _JsonlSource, _Source, _SqliteSource
-from acp_bridge.cli.sessions.view import _check, _View
-from session import SessionCorruptError, SessionStore, open_backend
+from acp_bridge.cli.sessions.source import Source
+from acp_bridge.cli.sessions.view import View, check_stored
+from session import Owner, SessionCorruptError, SessionStore, open_backend
 from tests import tamper
 from tests.logs import Script, write
 
@@ -50,11 +50,11 @@ STATES: dict[str, Callable[[SessionStore], str]] = {
 }
 
 
-def source_of(kind: str, root: Path) -> _Source:
-    return _JsonlSource(root) if kind == "jsonl" else _SqliteSource(root)
+def source_of(kind: str, root: Path) -> Source:
+    return Source(kind, root)
 
 
-def report(view: _View) -> dict[str, Any]:
+def report(view: View) -> dict[str, Any]:
     last = view.last
     return {"turns": view.turn_count, "status": view.status(), "usage": view.usage,
             "last": None if last is None else (last.number, last.reason, last.end_on_disk,
@@ -71,10 +71,10 @@ def test_summary_reports_what_a_whole_read_reports(tmp_path: Path, kind: str, st
     source = source_of(kind, tmp_path)
     try:
         whole = source.read(sid)
-        _check(whole)
+        check_stored(whole)
         summary = source.summary(sid)
-        owner = ("none", None)
-        assert report(_View(summary, owner)) == report(_View(whole, owner))
+        owner = Owner("none")
+        assert report(View(summary, owner)) == report(View(whole, owner))
         assert summary.title == whole.title and summary.header == whole.header
         assert (summary.torn is None) == (whole.torn is None)
         if whole.torn is not None:
@@ -98,7 +98,7 @@ def test_summary_refuses_a_damaged_log_as_the_whole_read_does(tmp_path: Path, ki
     source = source_of(kind, tmp_path)
     try:
         with pytest.raises(SessionCorruptError) as whole:
-            _check(source.read(sid))
+            check_stored(source.read(sid))
         with pytest.raises(SessionCorruptError) as summary:
             source.summary(sid)
         assert str(summary.value) == str(whole.value)

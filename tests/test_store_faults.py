@@ -16,7 +16,7 @@ from session import SessionStore, StoreIOError, check_invariants
 from session.backends import jsonl as jsonl_module
 from session.backends.jsonl import JsonlBackend
 from session.backends.sqlite import SqliteBackend, SqliteSession
-from session.coordinator import FLUSH_EVENTS
+from session.log import FLUSH_EVENTS
 from tests.logs import Script, write
 
 

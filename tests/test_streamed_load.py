@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from session import SessionCorruptError, SessionStore
-from session.backends import jsonl, memory, sqlite
+from session.backends import jsonl_read, memory, sqlite_read
 from tests import tamper
 from tests.logs import Script, write
 
 
 @pytest.fixture(autouse=True)
 def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jsonl, "READ_BLOCK", 300)
+    monkeypatch.setattr(jsonl_read, "READ_BLOCK", 300)
     monkeypatch.setattr(memory.MemoryStream, "BLOCK", 3)
-    monkeypatch.setattr(sqlite.SqliteStream, "BLOCK", 3)
+    monkeypatch.setattr(sqlite_read.SqliteStream, "BLOCK", 3)
 
 
 def strip(events: Any) -> list[tuple[str, int, Any]]:

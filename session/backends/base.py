@@ -1,8 +1,8 @@
-"""The seam between the coordinator and the stores: what a backend must do.
+"""The seam between the live log and the stores: what a backend must do.
 
 A backend stores headers and ordered events, holds one live owner per session, and
 implements the durability and repair primitives. Ordering, buffering, validation and
-the decision of *when* to be durable live in the coordinator, so a new backend
+the decision of *when* to be durable live in the live log (session.log), so a new backend
 (PostgreSQL is planned) only has to get these few methods right and pass the shared
 contract suite in tests/.
 """
@@ -12,10 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, NotRequired, Protocol, TypedDict
+from typing import Any, NamedTuple, NotRequired, Protocol, TypedDict
 
 from session.errors import InvalidSessionIdError, SequenceError
 from session.events import JSON, Event, Header
+from session.files import Owner
 from session.scan import Damage, Locate, TailSplitter, TornTail
 
 
@@ -76,6 +77,50 @@ class OwnedStream(StoredStream, Protocol):
         """Give up ownership without a handle (the load failed). Idempotent."""
 
 
+class ReadStream(StoredStream, Protocol):
+    """A stored stream opened by a `StoreReader`, with what the store says about the
+    session besides its records."""
+
+    updated: int  # `updatedAt` as `list_sessions` defines it (epoch ms)
+    title: str | None  # the title the store keeps (header, or its index), if any
+    where: str  # where the log is stored (a file, a database), for people to read
+
+
+class SessionPeek(NamedTuple):
+    """What a store says about a session it cannot read whole, as far as it can."""
+
+    header: dict[str, Any] | None
+    updated: int | None
+    title: str | None
+
+
+class StoreReader(Protocol):
+    """A store opened read-only, for tools outside the agent (`acp-bridge sessions`):
+    it never takes a lock, repairs, creates a folder or a file, or writes. A session
+    that a live agent owns can be read as far as its owner has written it."""
+
+    name: str
+
+    def ids(self) -> list[str]:
+        """The stored session ids, in no order ([] for a store that does not exist)."""
+
+    def stream(self, session_id: str) -> ReadStream:
+        """Start reading a log as stored now, unrepaired. Raises SessionNotFoundError,
+        SessionVersionError, SessionCorruptError (the header)."""
+
+    def peek(self, session_id: str) -> SessionPeek:
+        """Best effort, never raising for damage: for a session `stream` refuses."""
+
+    def raw(self, session_id: str) -> bytes:
+        """The stored form as JSONL lines (header, then events), bytes as stored.
+        Raises SessionNotFoundError."""
+
+    def owner(self, session_id: str) -> Owner:
+        """Whether a live process owns the session now (never by trying its lock)."""
+
+    def close(self) -> None: ...
+
+
 class BackendSession(Protocol):
     """One open session, owned by this process until `close`."""
 
@@ -116,6 +161,9 @@ class Backend(Protocol):
     def list_sessions(self) -> list[SessionSummary]:
         """Every stored session, from headers and index data, not whole logs."""
 
+    def reader(self) -> StoreReader:
+        """The same store opened read-only (what `session.open_reader` opens by path)."""
+
     def delete(self, session_id: str) -> None:
         """Remove a session that nobody owns. Raises SessionNotFoundError,
         SessionLockedError."""
@@ -130,17 +178,26 @@ def read_whole(stream: OwnedStream) -> tuple[BackendSession, StoredLog]:
     """Read an owned stream to the end and keep every event (tools, tests, small logs;
     the agent streams instead). Raises what `blocks` raises, releasing ownership."""
     try:
+        stored = read_stored(stream)
+    except BaseException:
+        stream.release()
+        raise
+    return stream.session(len(stored.events), stored.torn), stored
+
+
+def read_stored(stream: StoredStream) -> StoredLog:
+    """Read a stream to the end, keeping every event, and close it. The torn tail is
+    reported (with its size), not cut; damage that a later `turn/end` follows raises
+    SessionCorruptError."""
+    try:
         splitter = TailSplitter(stream.header["id"], stream.locate)
         events: list[Event] = []
         for block in stream.blocks():
             events.extend(splitter.feed(block))
         torn = with_size(splitter.finish(), stream)
-    except BaseException:
+    finally:
         stream.close()
-        stream.release()
-        raise
-    stream.close()
-    return stream.session(len(events), torn), StoredLog(stream.header, events, torn, stream.locate)
+    return StoredLog(stream.header, events, torn, stream.locate)
 
 
 def with_size(torn: TornTail | None, stream: StoredStream) -> TornTail | None:
@@ -150,10 +207,15 @@ def with_size(torn: TornTail | None, stream: StoredStream) -> TornTail | None:
     return TornTail(torn.index, torn.where, torn.reason, torn.records, stream.size_from(torn.index))
 
 
+def is_session_id(value: object) -> bool:
+    """Whether `value` is an id this store issues (a lowercase UUID)."""
+    return isinstance(value, str) and _SESSION_ID.fullmatch(value) is not None
+
+
 def validate_session_id(session_id: object) -> str:
     """Return `session_id` if it is an id this store issues (a lowercase UUID): such an
     id can never name a path outside the store. Raises InvalidSessionIdError."""
-    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+    if not isinstance(session_id, str) or not is_session_id(session_id):
         shown = repr(session_id)
         if len(shown) > 80:
             shown = shown[:77] + "..."

@@ -6,19 +6,18 @@ Layout under the store folder (0700, files 0600):
     locks/<id>.lock         the owner lock (flock), holding the owner's pid
     torn/<id>.<ms>.jsonl    torn tails cut by repair, kept for inspection
 
-Appends go through one O_APPEND descriptor. The backend remembers the size of the file
+Reading (the record stream, `list` summaries, the read-only `JsonlReader`) is in
+session.backends.jsonl_read. Appends go through one O_APPEND descriptor. The backend remembers the size of the file
 at its last fsync: if a write or an fsync fails, it truncates back to that size, so the
-file never holds a half-written or unsynced suffix the coordinator does not know about.
+file never holds a half-written or unsynced suffix the live log does not know about.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import io
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,20 +31,21 @@ from session.backends.base import (
     check_batch_seqs,
     event_line,
     read_whole,
-    title_from_content,
     validate_session_id,
-    with_size,
 )
-from session.errors import SessionCorruptError, SessionNotFoundError, StoreIOError
-from session.events import USER_MESSAGE, Event, Header
-from session.files import FILE_MODE, OwnerLock, fsync_dir, private_dir, publish, write_all
-from session.scan import Damage, TailSplitter, TornTail, parse_events, parse_header
-
-# Logs are read this much at a time: large enough to amortize, small enough to bound memory.
-READ_BLOCK = 256 << 10
-
-# How much of a log `list` reads to find the title: the header and the first prompt.
-_LIST_PEEK_BYTES = 64 * 1024
+from session.backends.jsonl_read import JsonlReader, JsonlStream, log_opener, summary_of
+from session.errors import SessionNotFoundError, StoreIOError
+from session.events import Header
+from session.files import (
+    FILE_MODE,
+    OwnerLock,
+    fsync_dir,
+    lock_file,
+    private_dir,
+    publish,
+    write_all,
+)
+from session.scan import TornTail
 
 
 class JsonlBackend:
@@ -74,25 +74,25 @@ class JsonlBackend:
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))
 
-    def open_stream(self, session_id: str) -> JsonlStream:
+    def open_stream(self, session_id: str) -> OwnedJsonlStream:
         path = self.path_of(session_id)
         if not path.exists():
             raise SessionNotFoundError(f"session {session_id} not found", session_id=session_id)
         lock = OwnerLock.acquire(self._lock_path(session_id), session_id)
         try:
-            return JsonlStream(session_id, _opener(session_id, path), owner=(self, path, lock))
+            return OwnedJsonlStream(session_id, log_opener(session_id, path), (self, path, lock))
         except BaseException:
             lock.release()
             raise
 
     def read_stream(self, session_id: str) -> JsonlStream:
         path = self.path_of(session_id)
-        return JsonlStream(session_id, _opener(session_id, path), owner=None)
+        return JsonlStream(session_id, log_opener(session_id, path))
 
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
         for path in self.sessions_dir.glob("*.jsonl"):
-            summary = _summary(path)
+            summary = summary_of(path)
             if summary is not None:
                 out.append(summary)
         return out
@@ -109,11 +109,14 @@ class JsonlBackend:
         finally:
             lock.release()
 
+    def reader(self) -> JsonlReader:
+        return JsonlReader(self.root)
+
     def close(self) -> None:
         pass
 
     def _lock_path(self, session_id: str) -> Path:
-        return self.locks_dir / f"{validate_session_id(session_id)}.lock"
+        return lock_file(self.locks_dir, validate_session_id(session_id))
 
 
 class JsonlSession:
@@ -199,147 +202,28 @@ class JsonlSession:
             self._lock.release()
 
 
-def _opener(session_id: str, path: Path) -> Callable[[], BinaryIO]:
-    def open_log() -> BinaryIO:
-        try:
-            return open(path, "rb")
-        except FileNotFoundError:  # deleted (while we waited for the lock)
-            raise SessionNotFoundError(
-                f"session {session_id} not found", session_id=session_id
-            ) from None
-
-    return open_log
 
 
-class JsonlStream:
-    """A JSONL log read in blocks of about READ_BLOCK bytes, one list of parsed
-    records per block: memory stays bounded by the block, not the log."""
+
+class OwnedJsonlStream(JsonlStream):
+    """A JSONL log read by its owner (`JsonlBackend.open_stream` took the lock)."""
 
     def __init__(
         self,
         session_id: str,
         opener: Callable[[], BinaryIO],
-        owner: tuple[JsonlBackend, Path, OwnerLock] | None,
+        owner: tuple[JsonlBackend, Path, OwnerLock],
     ) -> None:
-        self._opener = opener  # locate() may run after close(), for an error message
-        self._f = f = opener()
+        super().__init__(session_id, opener)
         self._owner = owner
-        try:
-            first = f.readline()
-            if not first.endswith(b"\n"):
-                # Publication is atomic, so a header without its newline is damage.
-                parse_header(session_id, first, "byte offset 0 (line 1)")
-                raise SessionCorruptError(
-                    f"session {session_id}: the header line has no newline",
-                    session_id=session_id,
-                    offset=0,
-                    reason="header",
-                )
-            self.header = parse_header(session_id, first[:-1], "byte offset 0 (line 1)")
-        except BaseException:
-            f.close()
-            raise
-        self._starts: list[tuple[int, int]] = [(0, len(first))]  # (record index, offset)
-        self._end = len(first)  # bytes read so far
-
-    def blocks(self) -> Iterator[list[Event | Damage]]:
-        read, index, offset = self._f.read, 0, self._end
-        pending: list[bytes] = []  # a record split over reads
-        while True:
-            chunk = read(READ_BLOCK)
-            if not chunk:
-                break
-            self._end += len(chunk)
-            cut = chunk.rfind(b"\n")
-            if cut < 0:
-                pending.append(chunk)
-                continue
-            if pending:
-                pending.append(chunk[: cut + 1])
-                data = b"".join(pending)
-                pending = []
-            else:
-                data = chunk[: cut + 1]
-            if cut + 1 < len(chunk):
-                pending.append(chunk[cut + 1 :])
-            lines = data.split(b"\n")
-            lines.pop()  # b"" after the final newline
-            self._starts.append((index, offset))
-            yield parse_events(lines)
-            index += len(lines)
-            offset += len(data)
-        if pending:  # the file does not end with a newline: a torn write
-            self._starts.append((index, offset))
-            yield [Damage("no newline at the end (a torn write)")]
-
-    def locate(self, index: int) -> dict[str, int]:
-        # Only block starts are remembered; an error's exact offset is found by reading.
-        first, offset = self._starts[bisect.bisect_right(self._starts, (index, 1 << 62)) - 1]
-        if index > first:
-            with self._opener() as f:  # blocks() may be reading on from self._f
-                f.seek(offset)
-                for _ in range(index - first):
-                    offset += len(f.readline())
-        return {"offset": offset, "line": index + 2}
-
-    def size_from(self, index: int) -> int:
-        return self._end - self.locate(index)["offset"]
-
-    def close(self) -> None:
-        self._f.close()
 
     def session(self, next_seq: int, torn: TornTail | None) -> JsonlSession:
-        if self._owner is None:
-            raise RuntimeError("a read-only stream has no session")
         backend, path, lock = self._owner
         handle = JsonlSession(backend, self.header["id"], path, lock, next_seq)
-        handle.durable_size = self._end if torn is None else torn.where["offset"]
+        handle.durable_size = self.end if torn is None else torn.where["offset"]
         return handle
 
     def release(self) -> None:
-        if self._owner is not None:
-            self._owner[2].release()
+        self._owner[2].release()  # idempotent
 
 
-def read_log(session_id: str, content: bytes) -> StoredLog:
-    """Split a JSONL log into header, good events and torn tail (see scan.split_tail)."""
-    stream = JsonlStream(session_id, lambda: io.BytesIO(content), owner=None)
-    splitter = TailSplitter(session_id, stream.locate)
-    events: list[Event] = []
-    for block in stream.blocks():
-        events.extend(splitter.feed(block))
-    return StoredLog(stream.header, events, with_size(splitter.finish(), stream), stream.locate)
-
-
-def _summary(path: Path) -> SessionSummary | None:
-    """id, cwd, title, updatedAt of a log from its first lines and its mtime."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_LIST_PEEK_BYTES)
-            mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
-    except OSError:
-        return None
-    lines = head.split(b"\n")
-    try:
-        header = orjson.loads(lines[0])
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(header, dict) or header.get("id") != path.stem:
-        return None
-    title = header.get("title")
-    if title is None:
-        for line in lines[1:4]:  # turn/start, then the prompt
-            with contextlib.suppress(orjson.JSONDecodeError):
-                event = orjson.loads(line)
-                if isinstance(event, dict) and event.get("type") == USER_MESSAGE:
-                    title = title_from_content(event.get("data", {}).get("content"))
-                    break
-    summary: SessionSummary = {
-        "id": header["id"],
-        "cwd": str(header.get("cwd", "")),
-        "title": title,
-        "updatedAt": mtime,
-    }
-    if header.get("additionalDirectories"):
-        summary["additionalDirectories"] = list(header["additionalDirectories"])
-    return summary

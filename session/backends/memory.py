@@ -7,6 +7,7 @@ per backend instance (one "process").
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ import orjson
 from session.backends.base import (
     BackendSession,
     Encoded,
+    SessionPeek,
     SessionSummary,
     StoredLog,
     check_batch_seqs,
@@ -25,6 +27,7 @@ from session.backends.base import (
 )
 from session.errors import SessionExistsError, SessionLockedError, SessionNotFoundError
 from session.events import USER_MESSAGE, Event, Header
+from session.files import Owner
 from session.scan import Damage, TornTail, parse_events, parse_header
 
 
@@ -95,8 +98,19 @@ class MemoryBackend:
         del self.stored[sid]
         self._owned.discard(sid)
 
+    def reader(self) -> MemoryReader:
+        return MemoryReader(self)
+
+    def owns(self, session_id: str) -> bool:
+        """Whether a live handle of this backend has the session open."""
+        return session_id in self._owned
+
     def close(self) -> None:
         self._owned.clear()
+
+    def disown(self, session_id: str) -> None:
+        """Release a session a handle or a stream of this backend owned. Idempotent."""
+        self._owned.discard(session_id)
 
     def _own(self, sid: str) -> None:
         if sid in self._owned:
@@ -108,6 +122,10 @@ class MemoryStream:
     """The stored records, parsed a block at a time like the other backends."""
 
     BLOCK = 4096
+    # Filled in by MemoryReader.stream (see session.backends.base.ReadStream).
+    updated = 0
+    title: str | None = None
+    where = ""
 
     def __init__(self, header: Header, records: list[bytes]) -> None:
         self.header = header
@@ -135,7 +153,7 @@ class MemoryStream:
 
     def release(self) -> None:
         if self.owner is not None:
-            self.owner._owned.discard(self.header["id"])
+            self.owner.disown(self.header["id"])
             self.owner = None
 
 
@@ -169,4 +187,44 @@ class MemorySession:
         return kept
 
     def close(self) -> None:
-        self._backend._owned.discard(self.session_id)
+        self._backend.disown(self.session_id)
+
+
+class MemoryReader:
+    """The read-only view of a memory store (see session.backends.base.StoreReader):
+    a memory store lives in its backend, so this reads through it; the owner of a
+    session is this process while a handle has it open."""
+
+    name = "memory"
+
+    def __init__(self, backend: MemoryBackend) -> None:
+        self._backend = backend
+
+    def ids(self) -> list[str]:
+        return list(self._backend.stored)
+
+    def stream(self, session_id: str) -> MemoryStream:
+        stream = self._backend.read_stream(session_id)
+        stored = self._backend.stored[stream.header["id"]]
+        stream.updated, stream.title = stored.updated_at, stored.title
+        stream.where = f"memory:{session_id}"
+        return stream
+
+    def peek(self, session_id: str) -> SessionPeek:
+        stored = self._backend.stored.get(session_id)
+        if stored is None:
+            return SessionPeek(None, None, None)
+        return SessionPeek(orjson.loads(orjson.dumps(stored.header)), stored.updated_at, stored.title)
+
+    def raw(self, session_id: str) -> bytes:
+        sid = validate_session_id(session_id)
+        stored = self._backend.stored.get(sid)
+        if stored is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        return b"".join(line + b"\n" for line in [orjson.dumps(stored.header), *stored.records])
+
+    def owner(self, session_id: str) -> Owner:
+        return Owner("live", os.getpid()) if self._backend.owns(session_id) else Owner("none")
+
+    def close(self) -> None:
+        pass

@@ -7,7 +7,8 @@
 A batch is one transaction, the repair is one transaction. Streamed batches commit
 with `synchronous=NORMAL` (they survive a killed process, not a power cut); durability
 points commit with `synchronous=FULL`, which syncs the WAL and so every frame before
-it. The schema version lives in `user_version`; other versions are refused.
+it. The schema version lives in `user_version`; other versions are refused. Reading
+(the row stream, the read-only `SqliteReader`) is in session.backends.sqlite_read.
 """
 
 from __future__ import annotations
@@ -32,25 +33,20 @@ from session.backends.base import (
     title_from_content,
     validate_session_id,
 )
-from session.errors import (
-    SessionExistsError,
-    SessionNotFoundError,
-    SessionVersionError,
-    StoreIOError,
-)
-from session.events import EVENT_TYPES, USER_MESSAGE, Event, Header
-from session.files import FILE_MODE, OwnerLock, private_dir
-from session.scan import Damage, TornTail, check_event_shape, parse_header
 
-SCHEMA_VERSION = 1
-# A session's `updatedAt`: the time of its last event (an index seek on the events key),
-# or of its creation. `sessions.updated_at` holds the creation time; stores written
-# before it stopped being updated at every write still have a later time there.
-UPDATED_AT = (
-    "max(updated_at, coalesce((SELECT time FROM events WHERE events.session_id = sessions.id "
-    "ORDER BY seq DESC LIMIT 1), 0))"
+# The store's file name and schema version, re-exported: tools and tests address them here.
+from session.backends.sqlite_read import DB_NAME as DB_NAME
+from session.backends.sqlite_read import SCHEMA_VERSION as SCHEMA_VERSION
+from session.backends.sqlite_read import (
+    UPDATED_AT,
+    SqliteReader,
+    SqliteStream,
+    schema_version_error,
 )
-DB_NAME = "sessions.sqlite3"
+from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
+from session.events import USER_MESSAGE, Header
+from session.files import FILE_MODE, OwnerLock, lock_file, private_dir
+from session.scan import TornTail, parse_header
 
 _SCHEMA = """
 CREATE TABLE sessions (
@@ -113,12 +109,7 @@ class SqliteBackend:
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 return
         if version != SCHEMA_VERSION:
-            raise SessionVersionError(
-                f"store {self.path} has schema version {version}; this build reads only "
-                f"version {SCHEMA_VERSION} (pre-release: no migration)",
-                version=version,
-                supported=SCHEMA_VERSION,
-            )
+            raise schema_version_error(self.path, version)
 
     @contextlib.contextmanager
     def transaction(self, *, full: bool) -> Iterator[sqlite3.Connection]:
@@ -166,26 +157,30 @@ class SqliteBackend:
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))
 
-    def open_stream(self, session_id: str) -> SqliteStream:
+    def open_stream(self, session_id: str) -> OwnedSqliteStream:
         sid = validate_session_id(session_id)
         if self._row(sid) is None:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         lock = OwnerLock.acquire(self._lock_path(sid), sid)
         try:
-            stream = self.read_stream(sid)  # the row again: deleted while we took the lock?
+            header, has_title = self._header(sid)  # again: deleted while we took the lock?
         except BaseException:
             lock.release()
             raise
+        stream = OwnedSqliteStream(self, header, has_title=has_title)
         stream.lock = lock
         return stream
 
     def read_stream(self, session_id: str) -> SqliteStream:
-        sid = validate_session_id(session_id)
+        header, _ = self._header(validate_session_id(session_id))
+        return SqliteStream(self.path, header, read_only=False)
+
+    def _header(self, sid: str) -> tuple[Header, bool]:
+        """The stored header and whether the row has a title."""
         row = self._row(sid)
         if row is None:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
-        header = parse_header(sid, row[0], "the sessions row")
-        return SqliteStream(self, header, has_title=row[1] is not None)
+        return parse_header(sid, row[0], "the sessions row"), row[1] is not None
 
     def _row(self, sid: str) -> tuple[bytes, str | None] | None:
         with self._mutex:
@@ -228,12 +223,15 @@ class SqliteBackend:
         finally:
             lock.release()
 
+    def reader(self) -> SqliteReader:
+        return SqliteReader(self.root)
+
     def close(self) -> None:
         with self._mutex:
             self.db.close()
 
     def _lock_path(self, sid: str) -> Path:
-        return self.locks_dir / f"{sid}.lock"
+        return lock_file(self.locks_dir, sid)
 
 
 class SqliteSession:
@@ -324,67 +322,18 @@ class SqliteSession:
             self._lock = None
 
 
-class SqliteStream:
-    """A session's event rows, read through a connection of its own (a WAL reader:
-    one consistent snapshot, and the backend's writer is not held up meanwhile)."""
-
-    BLOCK = 4096
-    BLOCK_BYTES = 256 << 10
+class OwnedSqliteStream(SqliteStream):
+    """A session's rows read by its owner (`SqliteBackend.open_stream` took the lock)."""
 
     def __init__(self, backend: SqliteBackend, header: Header, *, has_title: bool) -> None:
-        self.header = header
+        super().__init__(backend.path, header, read_only=False)
         self.lock: OwnerLock | None = None
         self._backend = backend
         self._has_title = has_title
-        self._db: sqlite3.Connection | None = None
-
-    def _conn(self) -> sqlite3.Connection:
-        if self._db is None:
-            self._db = sqlite3.connect(self._backend.path, isolation_level=None)
-            self._db.execute("PRAGMA busy_timeout = 10000")
-            self._db.execute("BEGIN")  # one snapshot for blocks, locate and size_from
-        return self._db
-
-    def blocks(self) -> Iterator[list[Event | Damage]]:
-        cursor = self._conn().execute(
-            "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
-            (self.header["id"],),
-        )
-        # Blocks are bounded in rows and in bytes: one tool result may be megabytes.
-        block: list[tuple[int, str, int, bytes | str]] = []
-        size = 0
-        while rows := cursor.fetchmany(min(64, self.BLOCK)):
-            block.extend(rows)
-            size += sum(len(r[3] or b"") for r in rows)
-            if len(block) >= self.BLOCK or size >= self.BLOCK_BYTES:
-                yield _row_events(block)
-                block, size = [], 0
-        if block:
-            yield _row_events(block)
-
-    def locate(self, index: int) -> dict[str, int]:
-        row = self._conn().execute(
-            "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
-            (self.header["id"], index),
-        ).fetchone()
-        return {"seq": row[0] if row is not None else index}
-
-    def size_from(self, index: int) -> int:
-        row = self._conn().execute(
-            "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
-            "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)",
-            (self.header["id"], index),
-        ).fetchone()
-        return int(row[0])
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
 
     def session(self, next_seq: int, torn: TornTail | None) -> SqliteSession:
         if self.lock is None:
-            raise RuntimeError("a read-only stream has no session")
+            raise RuntimeError("the stream was released")
         lock, self.lock = self.lock, None
         return SqliteSession(
             self._backend, self.header["id"], lock, next_seq=next_seq, has_title=self._has_title
@@ -396,33 +345,6 @@ class SqliteStream:
             self.lock = None
 
 
-def _row_events(rows: list[tuple[int, str, int, bytes | str]]) -> list[Event | Damage]:
-    """`_row_event` of each row, inlined for the common case (a load is this loop)."""
-    loads, types = orjson.loads, EVENT_TYPES
-    out: list[Event | Damage] = []
-    append = out.append
-    for row in rows:
-        seq, etype, stamp, data = row
-        if etype in types and type(seq) is int and type(stamp) is int:
-            try:
-                parsed = loads(data)
-            except (orjson.JSONDecodeError, TypeError):
-                append(_row_event(row))  # says what is wrong
-                continue
-            if type(parsed) is dict:
-                append({"type": etype, "seq": seq, "time": stamp, "data": parsed})
-                continue
-        append(_row_event(row))
-    return out
-
-
-def _row_event(row: tuple[int, str, int, bytes | str]) -> Event | Damage:
-    seq, etype, stamp, data = row
-    try:
-        parsed = orjson.loads(data)
-    except (orjson.JSONDecodeError, TypeError) as exc:
-        return Damage(f"{etype} row data is not valid JSON ({exc})")
-    return check_event_shape({"type": etype, "seq": seq, "time": stamp, "data": parsed})
 
 
 def _io_error(sid: str, what: str, exc: BaseException) -> StoreIOError:

@@ -10,13 +10,13 @@ or jsonl). `acp-bridge sessions` alone lists.
 
 Decisions (DESIGN.md section 6 leaves the details open):
 
-- **Read-only, always.** Nothing here takes a session's owner lock, repairs, or creates
-  anything in the store: not the store folder, not a lock file, not `torn/`. `show` and
-  `export` work on a session that a live agent owns at that moment. `show` reads a JSONL
-  log whole (`session.backends.jsonl.read_log`); `list` reads each log in one streamed
-  pass, checked as a load checks, keeping only its last turn, the count of the turns
-  before it and their tokens (`acp_bridge.cli.sessions.summary`: 19 MB of peak RSS to list a
-  60 MB session, which had taken 145 MB). SQLite is opened
+- **Read-only, always.** Stores are opened with `session.open_reader`, which never
+  takes a session's owner lock, repairs, or creates anything in the store: not the
+  store folder, not a lock file, not `torn/`. `show` and `export` work on a session
+  that a live agent owns at that moment. `show` reads a log whole; `list` reads each
+  log in one streamed pass, checked as a load checks, keeping only its last turn, the
+  count of the turns before it and their tokens (`acp_bridge.cli.sessions.source.summarize`:
+  19 MB of peak RSS to list a 60 MB session, which had taken 145 MB). SQLite is opened
   with `mode=ro` (SQLite may leave its empty `-wal`/`-shm` side files, with the database
   file's mode; the database itself is not written). `SessionStore.load` is never called:
   it takes ownership and writes the repair.
@@ -86,11 +86,6 @@ BACKEND_CHOICES = ("jsonl", "sqlite")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROG = "acp-bridge sessions"
 
-# show: how much of a tool's arguments and result to print without --full.
-SHOW_LINES = 12
-SHOW_LINE_CHARS = 200
-SHOW_ARG_CHARS = 200
-MIN_PREFIX = 4
 
 
 # --- the command line ------------------------------------------------------------------
@@ -165,29 +160,40 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _UsageError(Exception):
-    pass
-
-
 def run(args: argparse.Namespace) -> int:
     """Run a parsed `sessions` command. Returns the exit code; errors go to stderr."""
-    from acp_bridge.cli.sessions.commands import _cmd_export, _cmd_list, _cmd_show
-    from acp_bridge.cli.sessions.store import _open_source, _resolve_id
-    from session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
+    backend = getattr(args, "backend", None) or os.environ.get("ACP_BRIDGE_BACKEND") or "jsonl"
+    if backend not in BACKEND_CHOICES:
+        return _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_CHOICES)}",
+                     EXIT_USAGE)
+    from pathlib import Path
 
-    try:
-        source = _open_source(args)
-    except _UsageError as exc:
-        return _fail(str(exc), EXIT_USAGE)
+    from acp_bridge.cli.sessions.listing import list_text
+    from acp_bridge.cli.sessions.source import AmbiguousIdError, Source, resolve_id
+    from acp_bridge.cli.sessions.transcripts import markdown_text, show_text
+    from session import (
+        InvalidSessionIdError,
+        SessionError,
+        SessionNotFoundError,
+        default_store_dir,
+    )
+
+    store = getattr(args, "store", None)
+    source = Source(backend, Path(store) if store else default_store_dir())
     command = getattr(args, "sessions_command", None) or "list"
     try:
         if command in ("list", "ls"):
-            return _cmd_list(source, args)
-        sid = _resolve_id(source, args.session_id)
+            _write(list_text(source, args))
+            return EXIT_OK
+        sid = resolve_id(source, args.session_id)
         if command == "show":
-            return _cmd_show(source, sid, full=args.full)
-        return _cmd_export(source, sid, args.format)
-    except (_UsageError, InvalidSessionIdError) as exc:
+            _write(show_text(source, sid, full=args.full))
+        elif args.format == "jsonl":
+            _write_bytes(source.raw(sid))
+        else:
+            _write(markdown_text(source, sid))
+        return EXIT_OK
+    except (AmbiguousIdError, InvalidSessionIdError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     except SessionNotFoundError as exc:
         return _fail(f"{exc} (store {source.root}, {source.name} backend)", EXIT_FAIL)
@@ -230,3 +236,10 @@ def _write(text: str) -> None:
         encoding = sys.stdout.encoding or "utf-8"
         sys.stdout.write(text.encode(encoding, "replace").decode(encoding))
     sys.stdout.flush()
+
+
+def _write_bytes(data: bytes) -> None:
+    """Bytes as they are (the stored form), after any text already written."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()

@@ -1,30 +1,22 @@
-"""A session's turns as a person reads them, for `acp-bridge sessions`: the view
-model built from a log and the text helpers shared by its renderings."""
+"""A session's turns as a person reads them, for `acp-bridge sessions`: the view model
+built from a stored log (with the crash-repair closers of an unrepaired turn applied in
+memory), and the wording of its states that both renderings share."""
 
 from __future__ import annotations
 
-from acp_bridge.cli.sessions.main import (
-    SHOW_LINE_CHARS,
-    SHOW_LINES,
-)
-from acp_bridge.cli.sessions.store import (
-    _Stored,
-)
+from acp_bridge.cli.sessions.text import add_usage, local_time, one_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
+    from acp_bridge.cli.sessions.source import Stored
+    from session import Owner
     from session.events import Event
 
 
-
-
-# --- the view: a session's turns as a person reads them ---------------------------------
-
-
-class _Tool:
+class Tool:
     __slots__ = ("arguments", "call_id", "kind", "name", "result", "result_on_disk", "started",
                  "title")
 
@@ -39,7 +31,7 @@ class _Tool:
         self.result_on_disk = True
 
 
-class _Step:
+class Step:
     __slots__ = ("chunk_reasoning", "chunk_text", "has_message", "number", "reasoning", "text",
                  "tools", "usage")
 
@@ -50,7 +42,7 @@ class _Step:
         self.has_message = False
         self.reasoning: list[str] = []
         self.text: list[str] = []
-        self.tools: list[_Tool] = []
+        self.tools: list[Tool] = []
         self.usage: dict[str, int] = {}
 
     @property
@@ -65,7 +57,7 @@ class _Step:
         return "".join(self.text if self.has_message else self.chunk_text).strip()
 
 
-class _Turn:
+class Turn:
     __slots__ = ("end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
                  "started_at", "steps", "usage")
 
@@ -75,17 +67,17 @@ class _Turn:
         self.mode: str | None = data.get("mode")
         self.model: str | None = data.get("model")
         self.prompt: list[Any] = []
-        self.steps: list[_Step] = []
+        self.steps: list[Step] = []
         self.reason: dict[str, Any] | None = None
         self.ended_at: int | None = None
         self.end_on_disk = True
         self.usage: dict[str, int] = {}
 
 
-class _View:
+class View:
     """A stored session, with the closers of an unrepaired open turn applied in memory."""
 
-    def __init__(self, stored: _Stored, owner: tuple[str, int | None]) -> None:
+    def __init__(self, stored: Stored, owner: Owner) -> None:
         from session import interrupted_turn_closers
 
         self.stored = stored
@@ -103,18 +95,18 @@ class _View:
         self.turn_count = stored.earlier_turns + len(self.turns)
         self.usage: dict[str, int] = dict(stored.earlier_usage)
         for turn in self.turns:
-            _add_usage(self.usage, turn.usage)
+            add_usage(self.usage, turn.usage)
 
     @property
-    def last(self) -> _Turn | None:
+    def last(self) -> Turn | None:
         return self.turns[-1] if self.turns else None
 
-    def turn_status(self, turn: _Turn) -> str:
+    def turn_status(self, turn: Turn) -> str:
         """The long form, for a turn's header line."""
         if turn.reason is None:
             who = f" (in process {self.owner_pid})" if self.owner_pid else ""
             return f"running{who}"
-        text = _reason_text(turn.reason, long=True)
+        text = reason_text(turn.reason, long=True)
         if not turn.end_on_disk:
             cause = turn.reason.get("cause", "crash")
             if self.owner == "unknown":
@@ -134,7 +126,7 @@ class _View:
                 return "open", "open (running or interrupted)"
             return "interrupted", "interrupted (unrepaired)"
         kind = str(turn.reason.get("kind"))
-        return kind, _reason_text(turn.reason, long=False)
+        return kind, reason_text(turn.reason, long=False)
 
 
 def _ends_open(events: list[Event]) -> bool:
@@ -143,7 +135,7 @@ def _ends_open(events: list[Event]) -> bool:
     return open_turn_start(events) is not None
 
 
-def _check(stored: _Stored) -> None:
+def check_stored(stored: Stored) -> None:
     """Refuse, as `load` does, a log that breaks the invariants (SessionCorruptError)."""
     from session import InvariantError, InvariantTracker
     from session.loading import invariant_corruption
@@ -155,15 +147,15 @@ def _check(stored: _Stored) -> None:
         raise invariant_corruption(stored.id, exc, stored.locate) from None
 
 
-def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[_Turn]:
-    turns: list[_Turn] = []
-    turn: _Turn | None = None
-    step: _Step | None = None
-    tools: dict[str, _Tool] = {}
+def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[Turn]:
+    turns: list[Turn] = []
+    turn: Turn | None = None
+    step: Step | None = None
+    tools: dict[str, Tool] = {}
     for event in events:
         etype, data = event["type"], event["data"]
         if etype == "turn/start":
-            turn = _Turn(int(data.get("turn", len(turns) + 1)), event["time"], data)
+            turn = Turn(int(data.get("turn", len(turns) + 1)), event["time"], data)
             turns.append(turn)
             step, tools = None, {}
         elif turn is None:
@@ -171,7 +163,7 @@ def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[_Turn]:
         elif etype == "user/message":
             turn.prompt.extend(data.get("content") or [])
         elif etype == "step/start":
-            step = _Step(int(data.get("step", len(turn.steps) + 1)))
+            step = Step(int(data.get("step", len(turn.steps) + 1)))
             turn.steps.append(step)
         elif etype == "turn/end":
             turn.reason = data.get("reason") or {}
@@ -192,14 +184,14 @@ def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[_Turn]:
                 elif kind == "reasoning":
                     step.reasoning.append(str(block.get("text", "")))
                 elif kind == "tool-call":
-                    call = _Tool(str(block.get("id")), str(block.get("name")),
+                    call = Tool(str(block.get("id")), str(block.get("name")),
                                  block.get("arguments"))
                     tools[call.call_id] = call
                     step.tools.append(call)
             usage = data.get("usage")
             if isinstance(usage, dict):
-                _add_usage(step.usage, usage)
-                _add_usage(turn.usage, usage)
+                add_usage(step.usage, usage)
+                add_usage(turn.usage, usage)
         elif etype == "tool/call":
             tool = _tool_of(tools, step, data)
             tool.name = str(data.get("name", tool.name))
@@ -212,48 +204,20 @@ def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[_Turn]:
     return turns
 
 
-def _tool_of(tools: dict[str, _Tool], step: _Step, data: dict[str, Any]) -> _Tool:
+def _tool_of(tools: dict[str, Tool], step: Step, data: dict[str, Any]) -> Tool:
     """The call a tool/call or tool/result names (one without a call block is added)."""
     call_id = str(data.get("callId"))
     tool = tools.get(call_id)
     if tool is None:
-        tool = tools[call_id] = _Tool(call_id, str(data.get("name", "?")), None)
+        tool = tools[call_id] = Tool(call_id, str(data.get("name", "?")), None)
         step.tools.append(tool)
     return tool
 
 
-_USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens",
-               "reasoningTokens")
-
-
-def _add_usage(total: dict[str, int], usage: dict[str, Any]) -> None:
-    for key in _USAGE_KEYS:
-        value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            total[key] = total.get(key, 0) + value
-
-
-def _tokens(usage: dict[str, int]) -> str:
-    text = f"{usage.get('inputTokens', 0):,} in / {usage.get('outputTokens', 0):,} out"
-    extra = [
-        f"{usage[key]:,} {label}"
-        for key, label in (("cacheReadTokens", "cache read"), ("cacheWriteTokens", "cache write"),
-                           ("reasoningTokens", "reasoning"))
-        if usage.get(key)
-    ]
-    return text + (f" ({', '.join(extra)})" if extra else "")
-
-
-def _tokens_json(usage: dict[str, int]) -> dict[str, int]:
-    out = {"inputTokens": usage.get("inputTokens", 0), "outputTokens": usage.get("outputTokens", 0)}
-    out.update({k: v for k, v in usage.items() if k not in out and v})
-    return out
-
-
-def _reason_text(reason: dict[str, Any], *, long: bool) -> str:
+def reason_text(reason: dict[str, Any], *, long: bool) -> str:
     kind = reason.get("kind")
     if kind == "error":
-        text = f"error: {_one_line(str(reason.get('message', '')))}"
+        text = f"error: {one_line(str(reason.get('message', '')))}"
         if long:
             details = [f"step {reason.get('step')}"]
             if reason.get("code"):
@@ -275,45 +239,7 @@ def _reason_text(reason: dict[str, Any], *, long: bool) -> str:
     return str(kind)
 
 
-# --- text helpers -------------------------------------------------------------------------
-
-_CONTROL: dict[int, str] | None = None
-
-
-def _clean(text: str) -> str:
-    """Text from the log with control characters made visible (tabs and newlines kept)."""
-    global _CONTROL
-    if _CONTROL is None:
-        codes = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
-        _CONTROL = {c: f"\\x{c:02x}" for c in codes if c not in (0x09, 0x0A)}
-    return text.replace("\r\n", "\n").translate(_CONTROL)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(_clean(text).split())
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _local(ms: int | None, *, seconds: bool = True) -> str:
-    import time
-
-    if ms is None:
-        return "?"
-    return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M",
-                         time.localtime(ms / 1000))
-
-
-def _iso(ms: int) -> str:
-    import time
-
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(ms / 1000))
-    return stamp[:-2] + ":" + stamp[-2:] if stamp[-5:-4] in "+-" else stamp
-
-
-def _duration(turn: _Turn) -> str | None:
+def turn_duration(turn: Turn) -> str | None:
     if turn.ended_at is None:
         return None
     seconds = max(0, turn.ended_at - turn.started_at) / 1000
@@ -322,81 +248,28 @@ def _duration(turn: _Turn) -> str | None:
     return f"took {int(seconds // 60)} min {int(seconds % 60)} s"
 
 
-def _turn_info(turn: _Turn) -> str:
-    parts = [f"started {_local(turn.started_at)}"]
-    took = _duration(turn)
+def turn_info(turn: Turn) -> str:
+    parts = [f"started {local_time(turn.started_at)}"]
+    took = turn_duration(turn)
     if took:
         parts.append(took)
     if turn.mode:
-        parts.append(f"mode {_one_line(turn.mode)}")
+        parts.append(f"mode {one_line(turn.mode)}")
     if turn.model:
-        parts.append(f"model {_one_line(turn.model)}")
+        parts.append(f"model {one_line(turn.model)}")
     return " · ".join(parts)
 
 
-def _json_text(value: Any) -> str:
-    """Compact JSON of tool arguments (the model's JSON text is re-encoded if it parses)."""
-    import orjson
-
-    if isinstance(value, str):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return _clean(value)
-    try:
-        return _clean(orjson.dumps(value).decode())
-    except TypeError:
-        return _clean(repr(value))
-
-
-def _block_text(block: Any) -> str:
-    """A content block (ACP or a tool result's) as text; non-text blocks as a [tag]."""
-    if not isinstance(block, dict):
-        return _clean(str(block))
-    kind = block.get("type")
-    if kind == "text":
-        return _clean(str(block.get("text", "")))
-    if kind in ("image", "audio"):
-        return _tag(kind, block.get("mimeType"))
-    if kind == "resource_link":
-        return _tag("link", block.get("name") or block.get("title"), block.get("uri"))
-    if kind == "resource":
-        resource = block.get("resource") or {}
-        head = _tag("resource", resource.get("uri"))
-        if isinstance(resource.get("text"), str):
-            return head + "\n" + _clean(resource["text"])
-        return head
-    return _tag(kind)
-
-
-def _tag(*words: Any) -> str:
-    return "[" + " ".join(_one_line(str(w)) for w in words if w) + "]"
-
-
-def _blocks_text(blocks: Any) -> str:
-    if not isinstance(blocks, list):
-        return ""
-    return "\n".join(_block_text(b) for b in blocks)
-
-
-def _permission_text(permission: Any) -> str | None:
-    if not isinstance(permission, dict):
-        return None
-    if permission.get("outcome") == "selected" and permission.get("optionId"):
-        return _one_line(str(permission["optionId"]))
-    return _one_line(str(permission.get("outcome")))
-
-
-def _result_mark(tool: _Tool) -> str:
+def result_mark(tool: Tool) -> str:
     result = tool.result or {}
     if not result.get("isError"):
         return ""
     error = result.get("error")
     code = error.get("code") if isinstance(error, dict) else None
-    return f"[error: {_one_line(str(code))}]" if code else "[error]"
+    return f"[error: {one_line(str(code))}]" if code else "[error]"
 
 
-def _diffs(tool: _Tool) -> list[tuple[str, str | None, str]]:
+def tool_diffs(tool: Tool) -> list[tuple[str, str | None, str]]:
     """(path, old text, new text) of the diffs a tool result displays."""
     display = (tool.result or {}).get("display")
     out = []
@@ -408,45 +281,13 @@ def _diffs(tool: _Tool) -> list[tuple[str, str | None, str]]:
     return out
 
 
-def _unified(path: str, old: str | None, new: str) -> list[str]:
-    import difflib
-
-    lines = difflib.unified_diff(
-        (old or "").splitlines(), new.splitlines(),
-        fromfile="/dev/null" if old is None else path, tofile=path, lineterm="",
-    )
-    return [_clean(line) for line in lines]
-
-
-def _diff_summary(path: str, old: str | None, new: str) -> str:
-    lines = _unified(path, old, new)[2:]
-    added = sum(1 for line in lines if line.startswith("+"))
-    removed = sum(1 for line in lines if line.startswith("-"))
-    what = "new file" if old is None else "diff"
-    return f"{what} {_one_line(path)} (+{added} -{removed} lines)"
-
-
-def _head(text: str, full: bool) -> list[str]:
-    lines = text.rstrip("\n").split("\n") if text.strip() else ["(empty)"]
-    if full:
-        return lines
-    shown = [_cut(line, SHOW_LINE_CHARS) for line in lines[:SHOW_LINES]]
-    if len(lines) > SHOW_LINES:
-        shown.append(f"… ({len(lines) - SHOW_LINES} more lines; --full shows all)")
-    return shown
-
-
-def _indent(lines: Iterable[str], pad: str) -> list[str]:
-    return [pad + line if line else pad.rstrip() for line in lines]
-
-
-def _notes(view: _View) -> list[str]:
+def view_notes(view: View) -> list[str]:
     notes = []
     torn = view.stored.torn
     if torn is not None and not view.running:
         place = ", ".join(f"{k} {v}" for k, v in torn.where.items())
         notes.append(
-            f"{torn.records} damaged record(s) at the end ({place}: {_one_line(torn.reason)}) "
+            f"{torn.records} damaged record(s) at the end ({place}: {one_line(torn.reason)}) "
             "would be cut (and kept aside) when the session is next loaded."
         )
     if view.closers:

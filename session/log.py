@@ -1,51 +1,27 @@
-"""The coordinator: ordering, buffering and durability points over any backend.
+"""The live log: ordering, buffering and durability points over a backend session.
 
-`SessionStore` creates, loads (with crash repair), lists and deletes sessions.
 `SessionLog` is the one live handle to a session: it stamps seq and time, checks every
 event against the invariants and encodes it at append (so bad data never reaches a
 buffer), buffers streamed events, and makes everything durable at `tool/call`,
 `step/end` and `turn/end`, and whenever the caller asks with `sync()` (before it waits
 on anything outside the agent). Synchronous and thread-confined: the agent calls it
-from one task, moving the fsyncs off its event loop as it sees fit.
+from one task, moving the fsyncs off its event loop as it sees fit. `SessionStore`
+(session.store) opens these logs; nothing here knows how sessions are found.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time as _time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final
-from uuid import uuid4
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
 
 import orjson
 
-from session.backends.base import (
-    Backend,
-    BackendSession,
-    Encoded,
-    SessionSummary,
-    validate_session_id,
-)
-from session.errors import (
-    EventDataError,
-    SessionClosedError,
-    StoreIOError,
-)
-from session.events import (
-    SESSION_FORMAT_VERSION,
-    STEP_END,
-    TOOL_CALL,
-    TURN_END,
-    TURN_START,
-    Event,
-    Header,
-)
+from session.backends.base import BackendSession, Encoded
+from session.errors import EventDataError, SessionClosedError, StoreIOError
+from session.events import STEP_END, TOOL_CALL, TURN_END, TURN_START, Event, Header
 from session.invariants import InvariantTracker
 from session.repair import interrupted_turn_closers
-
-if TYPE_CHECKING:
-    from session.loading import LoadedSession, SessionLoad
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable.
@@ -226,17 +202,6 @@ class SessionLog:
         self.close()
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _single(items: Iterable[tuple[str, dict[str, Any]]]) -> bool:
     return isinstance(items, list | tuple) and len(items) == 1
 
@@ -247,70 +212,3 @@ def _copy_tracker(tracker: InvariantTracker) -> InvariantTracker:
     return deepcopy(tracker)
 
 
-class SessionStore:
-    """Sessions on one backend: create, load (repairing), list, delete."""
-
-    def __init__(self, backend: Backend, *, clock: Callable[[], int] = now_ms) -> None:
-        self.backend = backend
-        self.clock = clock  # stamps the events of the logs it opens
-
-    def create(
-        self,
-        *,
-        cwd: str,
-        additional_directories: Sequence[str] = (),
-        title: str | None = None,
-        session_id: str | None = None,
-        keep_history: bool = True,
-    ) -> SessionLog:
-        """A new, durable, owned session with a fresh UUID (or `session_id`). Without
-        `keep_history` the log keeps only the events of its last turn in memory (the
-        agent: a session may stream for hours)."""
-        sid = validate_session_id(session_id) if session_id is not None else str(uuid4())
-        header: Header = {
-            "type": "session",
-            "version": SESSION_FORMAT_VERSION,
-            "id": sid,
-            "createdAt": self.clock(),
-            "cwd": cwd,
-        }
-        if additional_directories:
-            header["additionalDirectories"] = list(additional_directories)
-        if title is not None:
-            header["title"] = title
-        handle = self.backend.create(header)
-        return SessionLog(
-            handle, header, [], InvariantTracker(session_id=sid), self.clock,
-            keep_history=keep_history,
-        )
-
-    def load(self, session_id: str) -> LoadedSession:
-        """Open a stored session for this process, repairing it durably first: cut a
-        torn tail (kept aside) and close an interrupted final turn. The log keeps every
-        event in memory (see `loading` for a load that does not). Raises the
-        SessionError family: not found, locked, version, corrupt, invariant."""
-        load = self.loading(session_id, keep_history=True)
-        with _gc_paused():  # parsing allocates many small dicts that are never garbage
-            for _ in load:
-                pass
-        assert load.loaded is not None
-        return load.loaded
-
-    def loading(self, session_id: str, *, keep_history: bool = False) -> SessionLoad:
-        """A load to run block by block (see session.loading.SessionLoad)."""
-        from session.loading import SessionLoad  # it builds on this module
-
-        return SessionLoad(self, validate_session_id(session_id), keep_history=keep_history)
-
-    def list(self, *, cwd: str | None = None) -> list[SessionSummary]:
-        """Stored sessions, most recently updated first, optionally only those of `cwd`."""
-        sessions = self.backend.list_sessions()
-        if cwd is not None:
-            sessions = [s for s in sessions if s["cwd"] == cwd]
-        return sorted(sessions, key=lambda s: (-s["updatedAt"], s["id"]))
-
-    def delete(self, session_id: str) -> None:
-        self.backend.delete(validate_session_id(session_id))
-
-    def close(self) -> None:
-        self.backend.close()

@@ -1,0 +1,133 @@
+"""`acp-bridge sessions list`: stored sessions, newest first, as a table or JSON."""
+
+from __future__ import annotations
+
+import os
+
+from acp_bridge.cli.sessions.text import cut, iso_time, local_time, one_line, tokens_json
+from acp_bridge.cli.sessions.view import View
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
+    from acp_bridge.cli.sessions.source import Source
+
+
+class Row:
+    """One `list` entry: a readable session (`view`), or a damaged one (`damaged`, with
+    what its header still says)."""
+
+    __slots__ = ("damaged", "header", "id", "title", "updated", "view")
+
+    def __init__(self, sid: str, header: dict[str, Any] | None, updated: int | None,
+                 title: str | None, view: View | None = None, damaged: str | None = None) -> None:
+        self.id = sid
+        self.header = header or {}
+        self.updated = updated
+        self.title = title
+        self.view = view
+        self.damaged = damaged
+
+
+def list_text(source: Source, args: argparse.Namespace) -> str:
+    """The `list` output: a table, or JSON with `--json`."""
+    from session import SessionError
+
+    cwd_filter = getattr(args, "cwd", None)
+    wanted: set[str] | None = None
+    if cwd_filter:
+        wanted = {os.path.abspath(cwd_filter), os.path.realpath(cwd_filter)}
+    rows: list[Row] = []
+    for sid in source.ids():
+        try:
+            stored = source.summary(sid)  # one streamed pass: the last turn is kept
+        except (SessionError, OSError) as exc:
+            header, updated, title = source.peek(sid)
+            message = exc.message if isinstance(exc, SessionError) else f"cannot read: {exc}"
+            rows.append(Row(sid, header, updated, title, damaged=message))
+        else:
+            view = View(stored, source.owner(sid))
+            rows.append(Row(sid, dict(stored.header), stored.updated, stored.title, view))
+    if wanted is not None:
+        rows = [r for r in rows if r.header.get("cwd") in wanted]
+    rows.sort(key=lambda r: (-(r.updated or 0), r.id))
+    limit = getattr(args, "limit", None)
+    if limit is not None and limit >= 0:
+        rows = rows[:limit]
+    if getattr(args, "json", False):
+        import orjson
+
+        return orjson.dumps([_list_json(r) for r in rows], option=orjson.OPT_INDENT_2).decode() + "\n"
+    if not rows:
+        where = f"{source.root} ({source.name} backend)"
+        if cwd_filter:
+            return f"No sessions for {os.path.abspath(cwd_filter)} in {where}.\n"
+        return f"No sessions in {where}.\n"
+    return _list_table(rows)
+
+
+def _list_json(row: Row) -> dict[str, Any]:
+    header = row.header
+    out: dict[str, Any] = {
+        "id": row.id,
+        "title": row.title,
+        "cwd": header.get("cwd"),
+        "createdAt": header.get("createdAt"),
+        "updatedAt": row.updated,
+        "updated": None if row.updated is None else iso_time(row.updated),
+    }
+    if header.get("additionalDirectories"):
+        out["additionalDirectories"] = header["additionalDirectories"]
+    view = row.view
+    if view is None:
+        out.update({"status": "damaged", "error": row.damaged})
+        return out
+    status, text = view.status()
+    last = view.last
+    out.update({
+        "turns": view.turn_count,
+        "status": status,
+        "statusText": text,
+        "lastTurn": None if last is None else {
+            "turn": last.number,
+            "reason": last.reason,
+            "onDisk": last.end_on_disk if last.reason is not None else True,
+        },
+        "tokens": tokens_json(view.usage),
+        "live": view.owner == "live",
+    })
+    if view.owner == "live":
+        out["ownerPid"] = view.owner_pid
+    return out
+
+
+def _short_path(path: str) -> str:
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and (path == home or path.startswith(home + os.sep)):
+        path = "~" + path[len(home):]
+    return path if len(path) <= 40 else "…" + path[-39:]
+
+
+def _list_table(rows: list[Row]) -> str:
+    table = [("ID", "UPDATED", "TURNS", "LAST TURN", "TOKENS IN/OUT", "CWD", "TITLE")]
+    for row in rows:
+        view = row.view
+        updated = "?" if row.updated is None else local_time(row.updated, seconds=False)
+        cwd = _short_path(one_line(str(row.header.get("cwd", ""))))
+        title = cut(one_line(row.title or ""), 60)
+        if view is None:
+            table.append((row.id, updated, "?", "damaged", "", cwd, title))
+            continue
+        usage = view.usage
+        tokens = f"{usage.get('inputTokens', 0):,}/{usage.get('outputTokens', 0):,}"
+        table.append((row.id, updated, str(view.turn_count), cut(view.status()[1], 40),
+                      tokens, cwd, title))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    right = {2, 4}
+    lines = []
+    for r in table:
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"

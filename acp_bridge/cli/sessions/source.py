@@ -1,0 +1,196 @@
+"""A session store as `acp-bridge sessions` reads it: through `session`'s read-only
+open (`session.open_reader`), which never locks, repairs or creates anything. `show`
+reads a log whole; `list` reads each log in one streamed pass (`summarize`), checked
+as a load checks, keeping only its last turn, the count of the turns before it and
+their tokens. Ids are resolved here too (full ids, or unique prefixes)."""
+
+from __future__ import annotations
+
+from acp_bridge.cli.sessions.text import add_usage
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from session import Event, Header, Owner, SessionPeek
+    from session.scan import Damage, Locate, TornTail
+
+# A session id prefix must be at least this long (as with git).
+MIN_PREFIX = 4
+
+
+class AmbiguousIdError(Exception):
+    """A session id prefix that more than one stored id starts with."""
+
+
+class Stored:
+    """One session as stored, read without ownership; `torn` is what loading would cut."""
+
+    __slots__ = ("earlier_turns", "earlier_usage", "events", "header", "id", "locate", "title",
+                 "torn", "updated", "where")
+
+    def __init__(
+        self, sid: str, header: Header, events: list[Event], torn: TornTail | None,
+        updated: int, title: str | None, where: str, locate: Locate,
+        earlier_turns: int = 0, earlier_usage: dict[str, int] | None = None,
+    ) -> None:
+        # `events` is every stored event, or (a summary, for `list`) the last turn's,
+        # with the number of turns before it and their tokens.
+        self.earlier_turns = earlier_turns
+        self.earlier_usage = earlier_usage or {}
+        self.id = sid
+        self.locate = locate
+        self.header = header
+        self.events = events
+        self.torn = torn
+        self.updated = updated
+        self.title = title
+        self.where = where
+
+
+class Source:
+    """A store opened read-only, by backend name (`jsonl` or `sqlite`) and folder."""
+
+    def __init__(self, name: str, root: Path) -> None:
+        from session import open_reader
+
+        self.name = name
+        self.root = root
+        self.reader = open_reader(name, root)
+
+    def ids(self) -> list[str]:
+        return self.reader.ids()
+
+    def read(self, sid: str) -> Stored:
+        """Every stored event of a session, and the torn tail a load would cut."""
+        from session.backends.base import read_stored
+
+        stream = self.reader.stream(sid)
+        stored = read_stored(stream)
+        title = stream.title or title_of(stored.events)
+        return Stored(sid, stored.header, stored.events, stored.torn, stream.updated, title,
+                      stream.where, stored.locate)
+
+    def summary(self, sid: str) -> Stored:
+        """`read` in one streamed pass, checked as a load checks (SessionCorruptError
+        otherwise), keeping only the last turn's events (see `summarize`)."""
+        from session.backends.base import with_size
+
+        stream = self.reader.stream(sid)
+        try:
+            summary = summarize(sid, stream.blocks(), stream.locate)
+            torn = with_size(summary.torn, stream)
+        finally:
+            stream.close()
+        title = stream.title or summary.first_title
+        return Stored(sid, stream.header, summary.last_turn, torn, stream.updated, title,
+                      stream.where, stream.locate, summary.earlier_turns, summary.earlier_usage)
+
+    def raw(self, sid: str) -> bytes:
+        return self.reader.raw(sid)
+
+    def peek(self, sid: str) -> SessionPeek:
+        """What the store says of a session it cannot read whole, best effort."""
+        return self.reader.peek(sid)
+
+    def owner(self, sid: str) -> Owner:
+        return self.reader.owner(sid)
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def title_of(events: list[Event]) -> str | None:
+    """The title of a session without a stored one: its first prompt's text."""
+    from session.backends.base import title_from_content
+
+    for event in events[:4]:
+        if event["type"] == "user/message":
+            return title_from_content(event["data"].get("content"))
+    return None
+
+
+def resolve_id(source: Source, given: str) -> str:
+    """A full id, or the one stored id that starts with a prefix of >= 4 characters.
+    Raises InvalidSessionIdError, SessionNotFoundError or AmbiguousIdError."""
+    import re
+
+    from session import SessionNotFoundError, is_session_id, validate_session_id
+
+    text = given.strip().lower()
+    if is_session_id(text):
+        return text
+    if len(text) < MIN_PREFIX or not re.fullmatch(r"[0-9a-f][0-9a-f-]*", text):
+        return validate_session_id(given)  # raises InvalidSessionIdError
+    matches = sorted(sid for sid in source.ids() if sid.startswith(text))
+    if not matches:
+        raise SessionNotFoundError(f"no session id starts with {text}", session_id=None)
+    if len(matches) > 1:
+        raise AmbiguousIdError(f"session id prefix {text} is ambiguous: {', '.join(matches)}")
+    return matches[0]
+
+
+# --- summaries for `list` ---------------------------------------------------------------
+#
+# `list` needs, per session, the number of turns, the state of the last one and the
+# total tokens; reading every log whole for that (as `show` does) would take gigabytes
+# for a session of hundreds of megabytes (19 MB of peak RSS to list a 60 MB session,
+# which had taken 145 MB). `summarize` reads a log a block at a time, checks it as a
+# load would (the torn-tail rule and the invariants: a log the agent would refuse is
+# listed as damaged), and keeps only the last turn's events, the count of the turns
+# before it, their tokens and the session's first prompt (its title).
+
+
+class Summary:
+    __slots__ = ("earlier_turns", "earlier_usage", "first_title", "last_turn", "torn")
+
+    def __init__(self) -> None:
+        self.last_turn: list[Event] = []  # events since the last turn/start
+        self.earlier_turns = 0
+        self.earlier_usage: dict[str, int] = {}
+        self.first_title: str | None = None
+        self.torn: TornTail | None = None
+
+
+def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) -> Summary:
+    """Raises SessionCorruptError, worded as `SessionStore.load` words it."""
+    from session import InvariantError, InvariantTracker
+    from session.backends.base import title_from_content
+    from session.events import ASSISTANT_MESSAGE, TURN_START, USER_MESSAGE
+    from session.loading import invariant_corruption
+    from session.scan import TailSplitter
+
+    splitter = TailSplitter(sid, locate)
+    tracker = InvariantTracker(session_id=sid)
+    out = Summary()
+    usage_all: dict[str, int] = {}
+    usage_last: dict[str, int] = {}
+    turns = 0
+    seen_prompt = False
+    for block in blocks:
+        events = splitter.feed(block)
+        try:
+            tracker.feed_stored(events)
+        except InvariantError as exc:
+            raise invariant_corruption(sid, exc, locate) from None
+        for event in events:
+            etype = event["type"]
+            if etype == TURN_START:
+                turns += 1
+                out.last_turn = [event]
+                usage_last = {}
+                continue
+            out.last_turn.append(event)
+            if etype == ASSISTANT_MESSAGE:
+                usage = event["data"].get("usage")
+                if isinstance(usage, dict):
+                    add_usage(usage_all, usage)
+                    add_usage(usage_last, usage)
+            elif etype == USER_MESSAGE and not seen_prompt:
+                seen_prompt = True
+                out.first_title = title_from_content(event["data"].get("content"))
+    out.torn = splitter.finish()
+    out.earlier_turns = turns - 1 if out.last_turn else turns
+    out.earlier_usage = {k: v - usage_last.get(k, 0) for k, v in usage_all.items()}
+    return out

@@ -1,0 +1,165 @@
+"""Text helpers for `acp-bridge sessions`: text from a log made safe and short for a
+terminal (control characters shown escaped), times, token counts, content blocks,
+tool arguments and diffs. Shared by the view model and both renderings."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+# show: how much of a tool's result to print without --full.
+SHOW_LINES = 12
+SHOW_LINE_CHARS = 200
+
+
+USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens",
+               "reasoningTokens")
+
+
+def add_usage(total: dict[str, int], usage: dict[str, Any]) -> None:
+    for key in USAGE_KEYS:
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value
+
+
+def token_text(usage: dict[str, int]) -> str:
+    text = f"{usage.get('inputTokens', 0):,} in / {usage.get('outputTokens', 0):,} out"
+    extra = [
+        f"{usage[key]:,} {label}"
+        for key, label in (("cacheReadTokens", "cache read"), ("cacheWriteTokens", "cache write"),
+                           ("reasoningTokens", "reasoning"))
+        if usage.get(key)
+    ]
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def tokens_json(usage: dict[str, int]) -> dict[str, int]:
+    out = {"inputTokens": usage.get("inputTokens", 0), "outputTokens": usage.get("outputTokens", 0)}
+    out.update({k: v for k, v in usage.items() if k not in out and v})
+    return out
+
+
+_CONTROL: dict[int, str] | None = None
+
+
+def clean(text: str) -> str:
+    """Text from the log with control characters made visible (tabs and newlines kept)."""
+    global _CONTROL
+    if _CONTROL is None:
+        codes = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
+        _CONTROL = {c: f"\\x{c:02x}" for c in codes if c not in (0x09, 0x0A)}
+    return text.replace("\r\n", "\n").translate(_CONTROL)
+
+
+def one_line(text: str) -> str:
+    return " ".join(clean(text).split())
+
+
+def cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def local_time(ms: int | None, *, seconds: bool = True) -> str:
+    import time
+
+    if ms is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M",
+                         time.localtime(ms / 1000))
+
+
+def iso_time(ms: int) -> str:
+    import time
+
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(ms / 1000))
+    return stamp[:-2] + ":" + stamp[-2:] if stamp[-5:-4] in "+-" else stamp
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON of tool arguments (the model's JSON text is re-encoded if it parses)."""
+    import orjson
+
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return clean(value)
+    try:
+        return clean(orjson.dumps(value).decode())
+    except TypeError:
+        return clean(repr(value))
+
+
+def block_text(block: Any) -> str:
+    """A content block (ACP or a tool result's) as text; non-text blocks as a [tag]."""
+    if not isinstance(block, dict):
+        return clean(str(block))
+    kind = block.get("type")
+    if kind == "text":
+        return clean(str(block.get("text", "")))
+    if kind in ("image", "audio"):
+        return tag(kind, block.get("mimeType"))
+    if kind == "resource_link":
+        return tag("link", block.get("name") or block.get("title"), block.get("uri"))
+    if kind == "resource":
+        resource = block.get("resource") or {}
+        head = tag("resource", resource.get("uri"))
+        if isinstance(resource.get("text"), str):
+            return head + "\n" + clean(resource["text"])
+        return head
+    return tag(kind)
+
+
+def tag(*words: Any) -> str:
+    return "[" + " ".join(one_line(str(w)) for w in words if w) + "]"
+
+
+def blocks_text(blocks: Any) -> str:
+    if not isinstance(blocks, list):
+        return ""
+    return "\n".join(block_text(b) for b in blocks)
+
+
+def permission_text(permission: Any) -> str | None:
+    if not isinstance(permission, dict):
+        return None
+    if permission.get("outcome") == "selected" and permission.get("optionId"):
+        return one_line(str(permission["optionId"]))
+    return one_line(str(permission.get("outcome")))
+
+
+def unified(path: str, old: str | None, new: str) -> list[str]:
+    import difflib
+
+    lines = difflib.unified_diff(
+        (old or "").splitlines(), new.splitlines(),
+        fromfile="/dev/null" if old is None else path, tofile=path, lineterm="",
+    )
+    return [clean(line) for line in lines]
+
+
+def diff_summary(path: str, old: str | None, new: str) -> str:
+    lines = unified(path, old, new)[2:]
+    added = sum(1 for line in lines if line.startswith("+"))
+    removed = sum(1 for line in lines if line.startswith("-"))
+    what = "new file" if old is None else "diff"
+    return f"{what} {one_line(path)} (+{added} -{removed} lines)"
+
+
+def head_lines(text: str, full: bool) -> list[str]:
+    lines = text.rstrip("\n").split("\n") if text.strip() else ["(empty)"]
+    if full:
+        return lines
+    shown = [cut(line, SHOW_LINE_CHARS) for line in lines[:SHOW_LINES]]
+    if len(lines) > SHOW_LINES:
+        shown.append(f"… ({len(lines) - SHOW_LINES} more lines; --full shows all)")
+    return shown
+
+
+def indent(lines: Iterable[str], pad: str) -> list[str]:
+    return [pad + line if line else pad.rstrip() for line in lines]
+
+

@@ -1,0 +1,265 @@
+"""`acp-bridge sessions show` and `export --format md`: a session's transcript as plain
+text or as Markdown. (`export --format jsonl` is the stored form, `Source.raw`.)"""
+
+from __future__ import annotations
+
+from acp_bridge.cli.sessions.text import (
+    blocks_text,
+    clean,
+    cut,
+    diff_summary,
+    head_lines,
+    indent,
+    json_text,
+    local_time,
+    one_line,
+    permission_text,
+    token_text,
+    unified,
+)
+from acp_bridge.cli.sessions.view import (
+    Step,
+    Tool,
+    Turn,
+    View,
+    check_stored,
+    result_mark,
+    tool_diffs,
+    turn_info,
+    view_notes,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from acp_bridge.cli.sessions.source import Source
+
+# show: how much of a tool's arguments to print without --full.
+SHOW_ARG_CHARS = 200
+
+
+# --- show -----------------------------------------------------------------------------------
+
+
+def load_view(source: Source, sid: str) -> View:
+    """A session read whole and refused, as `load` refuses it, if it is damaged."""
+    stored = source.read(sid)
+    check_stored(stored)
+    return View(stored, source.owner(sid))
+
+
+def show_text(source: Source, sid: str, *, full: bool) -> str:
+    """The `show` output: a session's transcript as plain text."""
+    return render_text(load_view(source, sid), source, full=full)
+
+
+def markdown_text(source: Source, sid: str) -> str:
+    """The `export --format md` output."""
+    return render_markdown(load_view(source, sid), source)
+
+
+def render_text(view: View, source: Source, *, full: bool = False) -> str:
+    stored = view.stored
+    header = stored.header
+    out = [f"Session {stored.id}"]
+    fields = [
+        ("title", one_line(stored.title) if stored.title else "(untitled)"),
+        ("cwd", one_line(str(header.get("cwd", "")))),
+    ]
+    if header.get("additionalDirectories"):
+        fields.append(("dirs", ", ".join(one_line(str(d)) for d in header["additionalDirectories"])))
+    fields += [
+        ("created", local_time(header.get("createdAt"))),
+        ("updated", local_time(stored.updated)),
+        ("store", f"{stored.where} ({source.name})"),
+    ]
+    if view.owner == "live":
+        fields.append(("owner", f"process {view.owner_pid} (live: an agent has it open)"))
+    last = view.last
+    turns = str(len(view.turns))
+    if last is not None:
+        turns += f" (last: {view.status()[1]})"
+    fields += [("turns", turns), ("tokens", token_text(view.usage))]
+    out += [f"  {name:<8} {value}" for name, value in fields]
+    out += [f"  note: {note}" for note in view_notes(view)]
+    if not view.turns:
+        out += ["", "No turns yet."]
+    for turn in view.turns:
+        out += ["", f"Turn {turn.number} — {view.turn_status(turn)}", f"  {turn_info(turn)}"]
+        out += ["", "  User:"]
+        out += indent(blocks_text(turn.prompt).split("\n"), "    ")
+        for step in turn.steps:
+            label = f"  Step {step.number}"
+            if step.usage:
+                label += f" · tokens {token_text(step.usage)}"
+            out += ["", label]
+            out += _step_text(step, turn, full)
+        out.append("")
+        if turn.reason is not None:
+            end = f"  End: {view.turn_status(turn)}"
+        else:
+            end = "  (the turn is still running; shown as far as it is on disk)"
+        out.append(end + (f" · tokens {token_text(turn.usage)}" if turn.usage else ""))
+    out += ["", f"Total tokens: {token_text(view.usage)}"]
+    return "\n".join(out) + "\n"
+
+
+def _step_text(step: Step, turn: Turn, full: bool) -> list[str]:
+    out: list[str] = []
+    partial = " (partial: streamed, cut short)" if step.partial else ""
+    reasoning = step.shown_reasoning()
+    if reasoning:
+        out.append(f"    Thinking{partial}:")
+        out += indent(clean(reasoning).split("\n"), "      | ")
+    text = step.shown_text()
+    if text:
+        out.append(f"    Assistant{partial}:")
+        out += indent(clean(text).split("\n"), "      ")
+    for tool in step.tools:
+        out += _tool_text(tool, turn, full)
+    if not (reasoning or text or step.tools):
+        out.append("    (no output)")
+    return out
+
+
+def _tool_heading(tool: Tool) -> str:
+    head = one_line(tool.name)
+    if tool.kind:
+        head += f" ({one_line(tool.kind)})"
+    if tool.title:
+        head += f" — {one_line(tool.title)}"
+    return head + f" [{one_line(tool.call_id)}]"
+
+
+def _tool_text(tool: Tool, turn: Turn, full: bool) -> list[str]:
+    out = [f"    Tool {_tool_heading(tool)}"]
+    args = json_text(tool.arguments)
+    out.append(f"      arguments: {args if full else cut(args, SHOW_ARG_CHARS)}")
+    result = tool.result
+    if result is None:
+        if turn.reason is None:
+            out.append("      result: (no result yet)" if tool.started
+                       else "      result: (not started yet)")
+        else:
+            out.append("      result: (none recorded)")
+        return out
+    permission = permission_text(result.get("permission"))
+    if permission:
+        out.append(f"      permission: {permission}")
+    mark = result_mark(tool)
+    label = "      result" + (f" {mark}" if mark else "")
+    if not tool.result_on_disk:
+        label += " (synthetic, not yet on disk)"
+    out.append(label + ":")
+    out += indent(head_lines(blocks_text(result.get("content")), full), "        ")
+    for path, old, new in tool_diffs(tool):
+        out.append(f"      {diff_summary(path, old, new)}")
+        if full:
+            out += indent(unified(path, old, new), "        ")
+    return out
+
+
+# --- export --format md ---------------------------------------------------------------
+
+
+def fence(text: str, lang: str = "") -> list[str]:
+    import re
+
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    bar = "`" * max(3, longest + 1)
+    return [bar + lang, *text.rstrip("\n").split("\n"), bar]
+
+
+def _md_escape(text: str) -> str:
+    """One line of plain text that Markdown shows as is (headings, emphasis, code)."""
+    import re
+
+    text = re.sub(r"([\\`*\[\]<>])", r"\\\1", text)
+    return re.sub(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])", r"\\_", text)
+
+
+def render_markdown(view: View, source: Source) -> str:
+    stored = view.stored
+    header = stored.header
+    title = one_line(stored.title) if stored.title else "Untitled session"
+    out = [f"# {_md_escape(title)}", ""]
+    items = [
+        ("id", f"`{stored.id}`"),
+        ("cwd", f"`{one_line(str(header.get('cwd', ''))).replace('`', '')}`"),
+    ]
+    if header.get("additionalDirectories"):
+        items.append(("directories", ", ".join(
+            f"`{one_line(str(d)).replace('`', '')}`" for d in header["additionalDirectories"])))
+    items += [
+        ("created", local_time(header.get("createdAt"))),
+        ("updated", local_time(stored.updated)),
+        ("backend", source.name),
+    ]
+    if view.owner == "live":
+        items.append(("owner", f"process {view.owner_pid} (live)"))
+    turns = str(len(view.turns))
+    if view.last is not None:
+        turns += f" (last: {_md_escape(view.status()[1])})"
+    items += [("turns", turns), ("tokens", token_text(view.usage))]
+    out += [f"- **{name}**: {value}" for name, value in items]
+    notes = view_notes(view)
+    if notes:
+        out.append("")
+        out += [f"> **Note:** {_md_escape(note)}" for note in notes]
+    for turn in view.turns:
+        out += ["", f"## Turn {turn.number} — {_md_escape(view.turn_status(turn))}", "",
+                f"*{_md_escape(turn_info(turn))}*", "", "### User", ""]
+        out += blocks_text(turn.prompt).split("\n")
+        for step in turn.steps:
+            label = f"### Step {step.number}"
+            if step.usage:
+                label += f" · tokens {token_text(step.usage)}"
+            out += ["", label]
+            out += _step_markdown(step, turn)
+        out.append("")
+        if turn.reason is not None:
+            end = f"**End:** {_md_escape(view.turn_status(turn))}"
+        else:
+            end = "**The turn is still running;** shown as far as it is on disk."
+        out.append(end + (f" · tokens {token_text(turn.usage)}" if turn.usage else ""))
+    out += ["", "---", "", f"**Total tokens:** {token_text(view.usage)}"]
+    return "\n".join(out) + "\n"
+
+
+def _step_markdown(step: Step, turn: Turn) -> list[str]:
+    out: list[str] = []
+    partial = " (partial: streamed, cut short)" if step.partial else ""
+    reasoning = step.shown_reasoning()
+    if reasoning:
+        out += ["", f"> **Thinking{partial}:**", ">"]
+        out += [f"> {line}".rstrip() for line in clean(reasoning).split("\n")]
+    text = step.shown_text()
+    if text:
+        out += ["", f"**Assistant{partial}:**", ""]
+        out += clean(text).split("\n")
+    for tool in step.tools:
+        out += ["", f"**Tool** `{one_line(tool.name).replace('`', '')}`"
+                    + (f" ({_md_escape(one_line(tool.kind))})" if tool.kind else "")
+                    + (f" — {_md_escape(one_line(tool.title))}" if tool.title else "")
+                    + f" · `{one_line(tool.call_id).replace('`', '')}`", ""]
+        out += ["Arguments:", ""]
+        out += fence(json_text(tool.arguments), "json")
+        result = tool.result
+        out.append("")
+        if result is None:
+            out.append("Result: *no result yet*" if turn.reason is None else "Result: *none recorded*")
+            continue
+        permission = permission_text(result.get("permission"))
+        if permission:
+            out += [f"Permission: {_md_escape(permission)}", ""]
+        mark = result_mark(tool)
+        label = "Result" + (f" **{_md_escape(mark)}**" if mark else "")
+        if not tool.result_on_disk:
+            label += " *(synthetic, not yet on disk)*"
+        out += [label + ":", ""]
+        out += fence(blocks_text(result.get("content")), "text")
+        for path, old, new in tool_diffs(tool):
+            out += ["", f"{_md_escape(diff_summary(path, old, new))}:", ""]
+            out += fence("\n".join(unified(path, old, new)), "diff")
+    if not (reasoning or text or step.tools):
+        out += ["", "*(no output)*"]
+    return out

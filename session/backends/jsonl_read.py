@@ -1,0 +1,217 @@
+"""Reading JSONL logs: the record stream every load and replay reads, the summaries
+`list` reads, and the read-only open of a JSONL store (`JsonlReader`). Nothing here
+writes; the owned side (appends, repair, the lock) is in session.backends.jsonl.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+
+from session.backends.base import (
+    SessionPeek,
+    SessionSummary,
+    is_session_id,
+    title_from_content,
+    validate_session_id,
+)
+from session.errors import SessionCorruptError, SessionNotFoundError
+from session.events import USER_MESSAGE, Event
+from session.files import LockTable, Owner, lock_file
+from session.scan import Damage, parse_events, parse_header
+
+# Logs are read this much at a time: large enough to amortize, small enough to bound memory.
+READ_BLOCK = 256 << 10
+
+# How much of a log `list` reads to find the title: the header and the first prompt.
+LIST_PEEK_BYTES = 64 * 1024
+
+
+def log_opener(session_id: str, path: Path) -> Callable[[], BinaryIO]:
+    def open_log() -> BinaryIO:
+        try:
+            return open(path, "rb")
+        except FileNotFoundError:  # deleted (while we waited for the lock)
+            raise SessionNotFoundError(
+                f"session {session_id} not found", session_id=session_id
+            ) from None
+
+    return open_log
+
+
+class JsonlStream:
+    """A JSONL log read in blocks of about READ_BLOCK bytes, one list of parsed
+    records per block: memory stays bounded by the block, not the log."""
+
+    # Filled in by JsonlReader.stream (see session.backends.base.ReadStream).
+    updated = 0
+    title: str | None = None
+    where = ""
+
+    def __init__(self, session_id: str, opener: Callable[[], BinaryIO]) -> None:
+        self._opener = opener  # locate() may run after close(), for an error message
+        self._f = f = opener()
+        try:
+            first = f.readline()
+            if not first.endswith(b"\n"):
+                # Publication is atomic, so a header without its newline is damage.
+                parse_header(session_id, first, "byte offset 0 (line 1)")
+                raise SessionCorruptError(
+                    f"session {session_id}: the header line has no newline",
+                    session_id=session_id,
+                    offset=0,
+                    reason="header",
+                )
+            self.header = parse_header(session_id, first[:-1], "byte offset 0 (line 1)")
+        except BaseException:
+            f.close()
+            raise
+        self._starts: list[tuple[int, int]] = [(0, len(first))]  # (record index, offset)
+        self.end = len(first)  # bytes read so far
+
+    def blocks(self) -> Iterator[list[Event | Damage]]:
+        read, index, offset = self._f.read, 0, self.end
+        pending: list[bytes] = []  # a record split over reads
+        while True:
+            chunk = read(READ_BLOCK)
+            if not chunk:
+                break
+            self.end += len(chunk)
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                pending.append(chunk)
+                continue
+            if pending:
+                pending.append(chunk[: cut + 1])
+                data = b"".join(pending)
+                pending = []
+            else:
+                data = chunk[: cut + 1]
+            if cut + 1 < len(chunk):
+                pending.append(chunk[cut + 1 :])
+            lines = data.split(b"\n")
+            lines.pop()  # b"" after the final newline
+            self._starts.append((index, offset))
+            yield parse_events(lines)
+            index += len(lines)
+            offset += len(data)
+        if pending:  # the file does not end with a newline: a torn write
+            self._starts.append((index, offset))
+            yield [Damage("no newline at the end (a torn write)")]
+
+    def locate(self, index: int) -> dict[str, int]:
+        # Only block starts are remembered; an error's exact offset is found by reading.
+        first, offset = self._starts[bisect.bisect_right(self._starts, (index, 1 << 62)) - 1]
+        if index > first:
+            with self._opener() as f:  # blocks() may be reading on from self._f
+                f.seek(offset)
+                for _ in range(index - first):
+                    offset += len(f.readline())
+        return {"offset": offset, "line": index + 2}
+
+    def size_from(self, index: int) -> int:
+        return self.end - self.locate(index)["offset"]
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def summary_of(path: Path) -> SessionSummary | None:
+    """id, cwd, title, updatedAt of a log from its first lines and its mtime."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(LIST_PEEK_BYTES)
+            mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
+    except OSError:
+        return None
+    lines = head.split(b"\n")
+    try:
+        header = orjson.loads(lines[0])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(header, dict) or header.get("id") != path.stem:
+        return None
+    title = header.get("title")
+    if title is None:
+        for line in lines[1:4]:  # turn/start, then the prompt
+            with contextlib.suppress(orjson.JSONDecodeError):
+                event = orjson.loads(line)
+                if isinstance(event, dict) and event.get("type") == USER_MESSAGE:
+                    title = title_from_content(event.get("data", {}).get("content"))
+                    break
+    summary: SessionSummary = {
+        "id": header["id"],
+        "cwd": str(header.get("cwd", "")),
+        "title": title,
+        "updatedAt": mtime,
+    }
+    if header.get("additionalDirectories"):
+        summary["additionalDirectories"] = list(header["additionalDirectories"])
+    return summary
+
+
+class JsonlReader:
+    """A JSONL store opened read-only (see session.backends.base.StoreReader): nothing
+    is created, locked or repaired; a missing store folder is an empty store."""
+
+    name = "jsonl"
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.sessions_dir = self.root / "sessions"
+        self.locks_dir = self.root / "locks"
+        self._locks = LockTable()
+
+    def path_of(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
+
+    def ids(self) -> list[str]:
+        if not self.sessions_dir.is_dir():
+            return []
+        return [
+            path.stem
+            for path in self.sessions_dir.iterdir()
+            if path.suffix == ".jsonl" and is_session_id(path.stem)
+        ]
+
+    def stream(self, session_id: str) -> JsonlStream:
+        path = self.path_of(session_id)
+        stream = JsonlStream(session_id, log_opener(session_id, path))
+        try:
+            stream.updated = os.stat(path).st_mtime_ns // 1_000_000
+        except BaseException:
+            stream.close()
+            raise
+        title = stream.header.get("title")
+        stream.title = title if isinstance(title, str) else None
+        stream.where = str(path)
+        return stream
+
+    def peek(self, session_id: str) -> SessionPeek:
+        try:
+            with open(self.path_of(session_id), "rb") as f:
+                first = f.readline(1 << 16)
+                mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
+            header = orjson.loads(first)
+        except (OSError, orjson.JSONDecodeError):
+            return SessionPeek(None, None, None)
+        if not isinstance(header, dict):
+            return SessionPeek(None, mtime, None)
+        title = header.get("title")
+        return SessionPeek(header, mtime, title if isinstance(title, str) else None)
+
+    def raw(self, session_id: str) -> bytes:
+        with log_opener(session_id, self.path_of(session_id))() as f:
+            return f.read()
+
+    def owner(self, session_id: str) -> Owner:
+        return self._locks.owner(lock_file(self.locks_dir, validate_session_id(session_id)))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,252 @@
+"""Reading a SQLite store: the schema version, the event rows as a stream of records,
+and the read-only open of a store (`SqliteReader`). Nothing here writes; the owned side
+(the schema, appends, repair, the lock) is in session.backends.sqlite.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+from session.backends.base import SessionPeek, validate_session_id
+from session.errors import SessionNotFoundError, SessionVersionError
+from session.events import EVENT_TYPES, Event, Header
+from session.files import LockTable, Owner, lock_file
+from session.scan import Damage, check_event_shape, parse_header
+
+SCHEMA_VERSION = 1
+# A session's `updatedAt`: the time of its last event (an index seek on the events key),
+# or of its creation. `sessions.updated_at` holds the creation time; stores written
+# before it stopped being updated at every write still have a later time there.
+UPDATED_AT = (
+    "max(updated_at, coalesce((SELECT time FROM events WHERE events.session_id = sessions.id "
+    "ORDER BY seq DESC LIMIT 1), 0))"
+)
+DB_NAME = "sessions.sqlite3"
+
+
+class SqliteStream:
+    """A session's event rows, read through a connection of its own (a WAL reader:
+    one consistent snapshot, and the backend's writer is not held up meanwhile).
+    `read_only` opens that connection with `mode=ro`: it can neither create nor write
+    the database."""
+
+    BLOCK = 4096
+    BLOCK_BYTES = 256 << 10
+    # Filled in by SqliteReader.stream (see session.backends.base.ReadStream).
+    updated = 0
+    title: str | None = None
+    where = ""
+
+    def __init__(self, path: Path, header: Header, *, read_only: bool) -> None:
+        self.header = header
+        self.path = path
+        self._read_only = read_only
+        self._db: sqlite3.Connection | None = None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = connect(self.path, read_only=self._read_only)
+            self._db.execute("BEGIN")  # one snapshot for blocks, locate and size_from
+        return self._db
+
+    def blocks(self) -> Iterator[list[Event | Damage]]:
+        cursor = self._conn().execute(
+            "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
+            (self.header["id"],),
+        )
+        # Blocks are bounded in rows and in bytes: one tool result may be megabytes.
+        block: list[tuple[int, str, int, bytes | str]] = []
+        size = 0
+        while rows := cursor.fetchmany(min(64, self.BLOCK)):
+            block.extend(rows)
+            size += sum(len(r[3] or b"") for r in rows)
+            if len(block) >= self.BLOCK or size >= self.BLOCK_BYTES:
+                yield row_events(block)
+                block, size = [], 0
+        if block:
+            yield row_events(block)
+
+    def locate(self, index: int) -> dict[str, int]:
+        row = self._conn().execute(
+            "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
+            (self.header["id"], index),
+        ).fetchone()
+        return {"seq": row[0] if row is not None else index}
+
+    def size_from(self, index: int) -> int:
+        row = self._conn().execute(
+            "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
+            "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)",
+            (self.header["id"], index),
+        ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def row_events(rows: list[tuple[int, str, int, bytes | str]]) -> list[Event | Damage]:
+    """`row_event` of each row, inlined for the common case (a load is this loop)."""
+    loads, types = orjson.loads, EVENT_TYPES
+    out: list[Event | Damage] = []
+    append = out.append
+    for row in rows:
+        seq, etype, stamp, data = row
+        if etype in types and type(seq) is int and type(stamp) is int:
+            try:
+                parsed = loads(data)
+            except (orjson.JSONDecodeError, TypeError):
+                append(row_event(row))  # says what is wrong
+                continue
+            if type(parsed) is dict:
+                append({"type": etype, "seq": seq, "time": stamp, "data": parsed})
+                continue
+        append(row_event(row))
+    return out
+
+
+def row_event(row: tuple[int, str, int, bytes | str]) -> Event | Damage:
+    seq, etype, stamp, data = row
+    try:
+        parsed = orjson.loads(data)
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        return Damage(f"{etype} row data is not valid JSON ({exc})")
+    return check_event_shape({"type": etype, "seq": seq, "time": stamp, "data": parsed})
+
+
+
+
+def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
+    """A connection in autocommit mode; `read_only` (`mode=ro`) never creates the file."""
+    if read_only:
+        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None)
+    else:
+        db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA busy_timeout = 10000")
+    return db
+
+
+def schema_version_error(path: Path, version: int) -> SessionVersionError:
+    return SessionVersionError(
+        f"store {path} has schema version {version}; this build reads only "
+        f"version {SCHEMA_VERSION} (pre-release: no migration)",
+        version=version,
+        supported=SCHEMA_VERSION,
+    )
+
+
+class SqliteReader:
+    """A SQLite store opened read-only (see session.backends.base.StoreReader): the
+    database is opened with `mode=ro` (SQLite may leave its empty `-wal`/`-shm` side
+    files; the database itself is not written), a missing or never-initialized database
+    is an empty store, and owners are read as for JSONL."""
+
+    name = "sqlite"
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.path = Path(root) / DB_NAME
+        self.locks_dir = Path(root) / "locks"
+        self._db: sqlite3.Connection | None = None
+        self._empty = False
+        self._locks = LockTable()
+
+    def _conn(self) -> sqlite3.Connection | None:
+        if self._db is not None or self._empty:
+            return self._db
+        if not self.path.is_file():
+            self._empty = True
+            return None
+        db = connect(self.path, read_only=True)
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        except BaseException:
+            db.close()
+            raise
+        if version == 0 and tables == 0:  # created, never initialized: no sessions
+            db.close()
+            self._empty = True
+            return None
+        if version != SCHEMA_VERSION:
+            db.close()
+            raise schema_version_error(self.path, version)
+        self._db = db
+        return db
+
+    def _row(self, sid: str) -> tuple[bytes, str | None, int]:
+        db = self._conn()
+        row = None if db is None else db.execute(
+            f"SELECT header, title, {UPDATED_AT} FROM sessions WHERE id = ?", (sid,)
+        ).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        return row[0], row[1], int(row[2])
+
+    def ids(self) -> list[str]:
+        db = self._conn()
+        if db is None:
+            return []
+        return [row[0] for row in db.execute("SELECT id FROM sessions")]
+
+    def stream(self, session_id: str) -> SqliteStream:
+        sid = validate_session_id(session_id)
+        header_blob, title, updated = self._row(sid)
+        header = parse_header(sid, header_blob, "the sessions row")
+        stream = SqliteStream(self.path, header, read_only=True)
+        stream.updated, stream.where = updated, str(self.path)
+        stream.title = title or header.get("title")
+        return stream
+
+    def peek(self, session_id: str) -> SessionPeek:
+        try:
+            header_blob, title, updated = self._row(session_id)
+        except SessionNotFoundError:
+            return SessionPeek(None, None, None)
+        try:
+            header = orjson.loads(header_blob)
+        except (orjson.JSONDecodeError, TypeError):
+            header = None
+        return SessionPeek(header if isinstance(header, dict) else None, updated, title)
+
+    def raw(self, session_id: str) -> bytes:
+        """The stored header, then one line per event row in seq order, with the stored
+        data bytes verbatim (the JSONL backend's line format), from one snapshot."""
+        sid = validate_session_id(session_id)
+        db = self._conn()
+        if db is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        db.execute("BEGIN")
+        try:
+            header_blob = self._row(sid)[0]
+            rows = db.execute(
+                "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
+                (sid,),
+            ).fetchall()
+        finally:
+            db.execute("ROLLBACK")
+        out = [_as_bytes(header_blob), b"\n"]
+        for seq, etype, stamp, data in rows:
+            out.append(b'{"type":%s,"seq":%d,"time":%d,"data":%s}\n' % (
+                orjson.dumps(etype), seq, stamp, _as_bytes(data)))
+        return b"".join(out)
+
+    def owner(self, session_id: str) -> Owner:
+        return self._locks.owner(lock_file(self.locks_dir, validate_session_id(session_id)))
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _as_bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return b"" if value is None else str(value).encode("utf-8")

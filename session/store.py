@@ -1,0 +1,97 @@
+"""`SessionStore`: the sessions of one backend, created, loaded (with crash repair),
+listed and deleted. The live handle it hands out is `session.log.SessionLog`; a load
+runs block by block in `session.loading.SessionLoad`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable, Iterator, Sequence
+from uuid import uuid4
+
+from session.backends.base import Backend, SessionSummary, validate_session_id
+from session.events import SESSION_FORMAT_VERSION, Header
+from session.invariants import InvariantTracker
+from session.loading import LoadedSession, SessionLoad
+from session.log import SessionLog, now_ms
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class SessionStore:
+    """Sessions on one backend: create, load (repairing), list, delete."""
+
+    def __init__(self, backend: Backend, *, clock: Callable[[], int] = now_ms) -> None:
+        self.backend = backend
+        self.clock = clock  # stamps the events of the logs it opens
+
+    def create(
+        self,
+        *,
+        cwd: str,
+        additional_directories: Sequence[str] = (),
+        title: str | None = None,
+        session_id: str | None = None,
+        keep_history: bool = True,
+    ) -> SessionLog:
+        """A new, durable, owned session with a fresh UUID (or `session_id`). Without
+        `keep_history` the log keeps only the events of its last turn in memory (the
+        agent: a session may stream for hours)."""
+        sid = validate_session_id(session_id) if session_id is not None else str(uuid4())
+        header: Header = {
+            "type": "session",
+            "version": SESSION_FORMAT_VERSION,
+            "id": sid,
+            "createdAt": self.clock(),
+            "cwd": cwd,
+        }
+        if additional_directories:
+            header["additionalDirectories"] = list(additional_directories)
+        if title is not None:
+            header["title"] = title
+        handle = self.backend.create(header)
+        return SessionLog(
+            handle, header, [], InvariantTracker(session_id=sid), self.clock,
+            keep_history=keep_history,
+        )
+
+    def load(self, session_id: str) -> LoadedSession:
+        """Open a stored session for this process, repairing it durably first: cut a
+        torn tail (kept aside) and close an interrupted final turn. The log keeps every
+        event in memory (see `loading` for a load that does not). Raises the
+        SessionError family: not found, locked, version, corrupt, invariant."""
+        load = self.loading(session_id, keep_history=True)
+        with _gc_paused():  # parsing allocates many small dicts that are never garbage
+            for _ in load:
+                pass
+        assert load.loaded is not None
+        return load.loaded
+
+    def loading(self, session_id: str, *, keep_history: bool = False) -> SessionLoad:
+        """A load to run block by block (see session.loading.SessionLoad)."""
+        return SessionLoad(
+            self.backend, validate_session_id(session_id), self.clock, keep_history=keep_history
+        )
+
+    def list(self, *, cwd: str | None = None) -> list[SessionSummary]:
+        """Stored sessions, most recently updated first, optionally only those of `cwd`."""
+        sessions = self.backend.list_sessions()
+        if cwd is not None:
+            sessions = [s for s in sessions if s["cwd"] == cwd]
+        return sorted(sessions, key=lambda s: (-s["updatedAt"], s["id"]))
+
+    def delete(self, session_id: str) -> None:
+        self.backend.delete(validate_session_id(session_id))
+
+    def close(self) -> None:
+        self.backend.close()
