@@ -14,10 +14,10 @@ import pytest
 
 from acp_bridge.agent.errors import to_rpc_error
 from acp_bridge.rpc.connection import Connection, current_request_id
-from acp_bridge.rpc.dispatch import JsonRpcDispatcher
 from acp_bridge.rpc.protocol import UPDATE_HEAD, RpcError, invalid_params, valid_envelope
 
-# jsonrpcserver 5 reads its schema with a deprecated importlib call when imported.
+# jsonrpcserver 5 reads its schema with a deprecated importlib call when imported (so it,
+# and acp_bridge.rpc.dispatch which imports it, are imported inside the tests).
 pytestmark = pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")
 
 
@@ -255,6 +255,8 @@ def _raise_unless_valid(message: Any) -> Any:
 @pytest.mark.parametrize("message", DISPATCH_CASES, ids=[orjson.dumps(m).decode()[:60] for m in DISPATCH_CASES])
 async def test_dispatch_answers_as_jsonrpcserver_does(message: Any) -> None:
     from jsonrpcserver import async_dispatch_to_serializable
+
+    from acp_bridge.rpc.dispatch import JsonRpcDispatcher
 
     rpc = JsonRpcDispatcher()
     methods = {name: rpc.wrap(fn, to_rpc_error) for name, fn in
