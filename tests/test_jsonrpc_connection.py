@@ -204,6 +204,40 @@ async def test_requests_run_concurrently_on_reused_tasks() -> None:
     assert writer.messages()[-1] == {"jsonrpc": "2.0", "result": "held", "id": "h"}
 
 
+@pytest.mark.anyio
+async def test_a_cancelled_request_finishes_its_shielded_clean_up() -> None:
+    """`$/cancel_request` cancels the request's scope; the handler runs in the request's
+    own task, so a shielded clean-up (a cancelled `session/load` releasing its session)
+    runs to its end before the -32800 answer. Run in a task of its own, as
+    jsonrpcserver's async entry point would, it is cancelled again inside the shield."""
+    started, cleaned = anyio.Event(), list[str]()
+
+    async def load(**_: Any) -> str:
+        try:
+            started.set()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.02)
+                await anyio.to_thread.run_sync(lambda: None)
+                cleaned.append("released")
+        return "unreachable"
+
+    conn, reader, writer = connection({"load": load})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conn.serve)
+        await reader.send.send(line({"jsonrpc": "2.0", "id": "l", "method": "load", "params": {}}))
+        with anyio.fail_after(5):
+            await started.wait()
+            assert conn.cancel_incoming("l")
+            while not writer.messages():
+                await anyio.sleep(0.001)
+        reader.send.close()
+    assert cleaned == ["released"]
+    assert writer.messages() == [{"jsonrpc": "2.0", "id": "l", "error": {
+        "code": -32800, "message": "Request cancelled", "data": {"code": "cancelled"}}}]
+
+
 # --- the same answers as jsonrpcserver's own dispatch ---------------------------------------
 
 
