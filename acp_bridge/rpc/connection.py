@@ -315,7 +315,6 @@ class Connection:
         return True
 
 
-
 def _import_dispatcher() -> JsonRpcDispatcher:
     """Import jsonrpcserver (and jsonschema behind it), in a worker thread: the one
     place it is imported, after `initialize` is answered. Python's import lock keeps
