@@ -14,10 +14,10 @@ import pytest
 
 from acp_bridge.agent.errors import to_rpc_error
 from acp_bridge.rpc.connection import Connection, current_request_id
-from acp_bridge.rpc.dispatch import JsonRpcDispatcher
 from acp_bridge.rpc.protocol import UPDATE_HEAD, RpcError, invalid_params, valid_envelope
 
-# jsonrpcserver 5 reads its schema with a deprecated importlib call when imported.
+# jsonrpcserver 5 reads its schema with a deprecated importlib call when imported (so it,
+# and acp_bridge.rpc.dispatch which imports it, are imported inside the tests).
 pytestmark = pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")
 
 
@@ -204,6 +204,40 @@ async def test_requests_run_concurrently_on_reused_tasks() -> None:
     assert writer.messages()[-1] == {"jsonrpc": "2.0", "result": "held", "id": "h"}
 
 
+@pytest.mark.anyio
+async def test_a_cancelled_request_finishes_its_shielded_clean_up() -> None:
+    """`$/cancel_request` cancels the request's scope; the handler runs in the request's
+    own task, so a shielded clean-up (a cancelled `session/load` releasing its session)
+    runs to its end before the -32800 answer. Run in a task of its own, as
+    jsonrpcserver's async entry point would, it is cancelled again inside the shield."""
+    started, cleaned = anyio.Event(), list[str]()
+
+    async def load(**_: Any) -> str:
+        try:
+            started.set()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.02)
+                await anyio.to_thread.run_sync(lambda: None)
+                cleaned.append("released")
+        return "unreachable"
+
+    conn, reader, writer = connection({"load": load})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conn.serve)
+        await reader.send.send(line({"jsonrpc": "2.0", "id": "l", "method": "load", "params": {}}))
+        with anyio.fail_after(5):
+            await started.wait()
+            assert conn.cancel_incoming("l")
+            while not writer.messages():
+                await anyio.sleep(0.001)
+        reader.send.close()
+    assert cleaned == ["released"]
+    assert writer.messages() == [{"jsonrpc": "2.0", "id": "l", "error": {
+        "code": -32800, "message": "Request cancelled", "data": {"code": "cancelled"}}}]
+
+
 # --- the same answers as jsonrpcserver's own dispatch ---------------------------------------
 
 
@@ -255,6 +289,8 @@ def _raise_unless_valid(message: Any) -> Any:
 @pytest.mark.parametrize("message", DISPATCH_CASES, ids=[orjson.dumps(m).decode()[:60] for m in DISPATCH_CASES])
 async def test_dispatch_answers_as_jsonrpcserver_does(message: Any) -> None:
     from jsonrpcserver import async_dispatch_to_serializable
+
+    from acp_bridge.rpc.dispatch import JsonRpcDispatcher
 
     rpc = JsonRpcDispatcher()
     methods = {name: rpc.wrap(fn, to_rpc_error) for name, fn in

@@ -1,17 +1,16 @@
 """One JSON-RPC 2.0 connection: a reader, a task per request, one writer.
 
 Incoming requests are routed by jsonrpcserver (method lookup, notifications, invalid
-requests, error responses) and each runs in its own task, so `session/cancel` is read
-while a prompt runs. Requests the agent makes of the client go through our own
-correlator (ids `acp-bridge:N`, which no client id is mistaken for). Every outgoing
-message goes through one queue to one writer task: what is queued first is written
-first, which is the ordering barrier the prompt answers rely on.
+requests, error responses: acp_bridge.rpc.dispatch) and each runs in its own task, so
+`session/cancel` is read while a prompt runs. Requests the agent makes of the client go
+through our own correlator (ids `acp-bridge:N`, which no client id is mistaken for).
+Every outgoing message goes through one queue to one writer task
+(acp_bridge.rpc.outgoing): what is queued first is written first.
 
-jsonrpcserver is imported after the `initialize` answer is written (that request is
-answered by the same handler without it; DESIGN.md section 1: nothing heavy before
-`initialize`), and only its dispatcher modules are: the package's `__init__` also loads
-its JSON-schema front door (jsonschema: ~85 ms and ~10 MB of RSS) and its HTTP server,
-neither of which we use (acp_bridge.rpc.dispatch).
+jsonrpcserver is imported in a worker thread after the `initialize` answer is written
+(that request is answered here without it; DESIGN.md section 1: nothing heavy before
+`initialize`): its package loads jsonschema (~85 ms and ~10 MB of RSS) and an HTTP
+server we do not use.
 """
 
 from __future__ import annotations
@@ -19,24 +18,22 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
 import orjson
 
-from acp_bridge.rpc.dispatch import Handler, JsonRpcDispatcher
+from acp_bridge.rpc.outgoing import Outgoing
 from acp_bridge.rpc.protocol import (
     INVALID_REQUEST,
     PARSE_ERROR,
     REQUEST_CANCELLED,
     REQUEST_KEYS,
-    UPDATE_HEAD,
-    UPDATE_TAIL,
     ClientError,
     ErrorMapper,
+    Handler,
     RpcError,
     error_response,
     internal_error,
@@ -48,19 +45,16 @@ from acp_bridge.rpc.protocol import (
 )
 from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
 
+if TYPE_CHECKING:
+    from acp_bridge.rpc.dispatch import JsonRpcDispatcher, Method
+
 log = logging.getLogger("acp_bridge.rpc.connection")
 
 # The id of the request a handler is serving: each request runs in its own task, so a
 # handler (the prompt) can learn its id for `$/cancel_request` without a parameter.
 current_request_id: contextvars.ContextVar[Any] = contextvars.ContextVar("current_request_id", default=None)
-SHUTDOWN_GRACE = 1.5  # seconds the running requests get to answer after stdin closes
-
-
-DRAIN_HIGH_WATER: Final = 4 << 20  # bytes queued for stdout that `drain` lets through
-_PREFIX_CACHE_SIZE = 256  # sessions whose notification prefix is kept
-
-
-_IDLE_WORKERS = 8  # request tasks kept waiting for the next request; more end
+SHUTDOWN_GRACE: Final = 1.5  # seconds the running requests get to answer after stdin closes
+IDLE_WORKERS: Final = 8  # request tasks kept waiting for the next request; more end
 
 
 class _Slot:
@@ -100,20 +94,18 @@ class Connection:
         error_for: ErrorMapper = internal_error,
     ) -> None:
         self._reader = reader
-        self._writer = writer
         self._methods = dict(methods)
         self._on_eof = on_eof
         self._on_cancel_request = on_cancel_request
         self._error_for = error_for  # exceptions -> error responses (the agent's own)
-        # Outgoing messages, encoded, in order: one writer task writes them. Unbounded
-        # (sending never waits), `drain` lets a producer of many wait for the writer.
-        self._queue: deque[bytes] = deque()
-        self._queued = 0  # bytes queued and not yet written (being written included)
-        self._writer_idle: anyio.Event | None = None  # set to wake the idle writer
-        self._drained: anyio.Event | None = None  # set after each write while drain waits
-        self._closed = False  # no more messages: the writer finishes the queue and ends
-        self._broken = False  # the client stopped reading: messages are dropped
-        self._prefixes: dict[str, bytes] = {}  # session id -> notification prefix
+        self._out = Outgoing(writer)
+        # Sending is the queue's own: bound here, not wrapped, as `notify_update` runs
+        # for every chunk streamed.
+        self.send = self._out.send
+        self.notify = self._out.notify
+        self.notify_update = self._out.notify_update
+        self.send_raw = self._out.send_raw
+        self.drain = self._out.drain
         self._ids = itertools.count(1)
         self._pending: dict[str, tuple[anyio.Event, list[Any], str]] = {}
         self._inflight: dict[Any, anyio.CancelScope] = {}  # request id -> its task's scope
@@ -121,63 +113,14 @@ class Connection:
         self._workers: list[_Slot] = []  # idle worker tasks, waiting for a request
         self._idle = anyio.Event()
         self._rpc: JsonRpcDispatcher | None = None  # imported after initialize
-        self._rpc_methods: dict[str, Any] | None = None
-
-    # --- sending ---------------------------------------------------------------------
-
-    def send(self, message: Any) -> None:
-        """Queue a message; the writer task writes queued messages in order."""
-        # The concatenation is a right-sized copy: orjson's own bytes keep a 4 KiB
-        # buffer however short they are, which adds up in a long queue.
-        self._enqueue(orjson.dumps(message) + b"\n")
-
-    def notify(self, method: str, params: Any) -> None:
-        self.send({"jsonrpc": "2.0", "method": method, "params": params})
-
-    def notify_update(self, session_id: str, update: Any) -> None:
-        """Queue the `session/update` notification of `update` for `session_id`: the
-        same bytes as `notify("session/update", {"sessionId": ..., "update": ...})`,
-        built with one encoding of the update and a per-session prefix."""
-        prefix = self._prefixes.get(session_id)
-        if prefix is None:
-            if len(self._prefixes) >= _PREFIX_CACHE_SIZE:
-                self._prefixes.clear()
-            prefix = self._prefixes[session_id] = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
-        self._enqueue(b"".join((prefix, orjson.dumps(update), UPDATE_TAIL)))
-
-    def send_raw(self, data: bytes) -> None:
-        """Queue messages already encoded: complete JSON-RPC lines, newline included
-        (a replay encodes a block of notifications in a worker thread). Written in
-        order with everything else, as `send` would."""
-        if data:
-            self._enqueue(data)
-
-    def _enqueue(self, data: bytes) -> None:
-        if self._closed or self._broken:
-            log.debug("dropping an outgoing message: %s", "the client stopped reading"
-                      if self._broken else "the connection is closed")
-            return
-        self._queue.append(data)
-        self._queued += len(data)
-        idle = self._writer_idle
-        if idle is not None:
-            self._writer_idle = None
-            idle.set()
+        self._rpc_methods: dict[str, Method] | None = None
 
     @property
     def queued_bytes(self) -> int:
         """Bytes of messages queued for the client and not yet written."""
-        return self._queued
+        return self._out.queued_bytes
 
-    async def drain(self, high_water: int = DRAIN_HIGH_WATER) -> None:
-        """Wait until less than `high_water` bytes are queued for the client (at once
-        if that is already so). A producer of many messages (the replay of a long log)
-        calls it now and then to keep the queue, and so its memory, bounded while the
-        client reads. Returns at once if the client stopped reading."""
-        while self._queued >= high_water and not self._broken and not self._closed:
-            if self._drained is None:
-                self._drained = anyio.Event()
-            await self._drained.wait()
+    # --- our requests to the client ---------------------------------------------------
 
     async def request(self, method: str, params: Any) -> Any:
         """Ask the client; returns its result or raises ClientError. If the wait is
@@ -198,53 +141,11 @@ class Connection:
             raise ClientError(method, value)
         return value
 
-    async def _write_loop(self) -> None:
-        queue = self._queue
-        try:
-            while True:
-                if not queue:
-                    if self._closed:
-                        return
-                    idle = self._writer_idle = anyio.Event()
-                    await idle.wait()
-                    continue
-                # Whatever is queued goes out in one write.
-                data = queue.popleft() if len(queue) == 1 else b"".join(queue)
-                queue.clear()
-                try:
-                    await self._writer.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    log.info("the client stopped reading stdout")
-                    self._broken = True
-                    return
-                finally:
-                    self._queued -= len(data)
-                self._wake_drain()
-        finally:
-            if self._broken:  # what is still queued will never be written
-                queue.clear()
-                self._queued = 0
-            self._wake_drain()
-
-    def _wake_drain(self) -> None:
-        drained = self._drained
-        if drained is not None:
-            self._drained = None
-            drained.set()
-
-    def _close_queue(self) -> None:
-        """No more messages: the writer writes what is queued, then ends."""
-        self._closed = True
-        idle = self._writer_idle
-        if idle is not None:
-            self._writer_idle = None
-            idle.set()
-
     # --- reading ---------------------------------------------------------------------
 
     async def serve(self) -> None:
         async with anyio.create_task_group() as outer:
-            outer.start_soon(self._write_loop)
+            outer.start_soon(self._out.run)
             async with anyio.create_task_group() as requests:
                 async for line in self._reader.lines():
                     self._on_line(line, requests)
@@ -255,7 +156,7 @@ class Connection:
                     with anyio.move_on_after(SHUTDOWN_GRACE):
                         await self._idle.wait()
                 requests.cancel_scope.cancel()
-            self._close_queue()
+            self._out.close()
 
     def _on_line(self, line: bytes | TooLong, tg: anyio.abc.TaskGroup) -> None:
         if isinstance(line, TooLong):
@@ -304,7 +205,7 @@ class Connection:
                 self._active -= 1
                 if not self._active:
                     self._idle.set()
-            if len(self._workers) >= _IDLE_WORKERS:
+            if len(self._workers) >= IDLE_WORKERS:
                 return
             slot = slot or _Slot()
             self._workers.append(slot)
@@ -394,9 +295,9 @@ class Connection:
         self.send({"jsonrpc": "2.0", "id": message.get("id"), "result": result})
         return None
 
-    async def _load_rpc(self) -> tuple[JsonRpcDispatcher, dict[str, Any]]:
+    async def _load_rpc(self) -> tuple[JsonRpcDispatcher, dict[str, Method]]:
         if self._rpc is None or self._rpc_methods is None:
-            rpc = await anyio.to_thread.run_sync(JsonRpcDispatcher)
+            rpc = await anyio.to_thread.run_sync(_import_dispatcher)
             if self._rpc is None or self._rpc_methods is None:  # not loaded meanwhile
                 self._rpc = rpc
                 self._rpc_methods = {name: rpc.wrap(fn, self._error_for) for name, fn in self._methods.items()}
@@ -413,3 +314,11 @@ class Connection:
         scope.cancel()
         return True
 
+
+def _import_dispatcher() -> JsonRpcDispatcher:
+    """Import jsonrpcserver (and jsonschema behind it), in a worker thread: the one
+    place it is imported, after `initialize` is answered. Python's import lock keeps
+    two first requests from importing it twice."""
+    from acp_bridge.rpc.dispatch import JsonRpcDispatcher
+
+    return JsonRpcDispatcher()

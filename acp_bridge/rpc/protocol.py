@@ -8,7 +8,7 @@ around them, in the way h11 keeps its protocol core apart from the sockets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 PARSE_ERROR: Final = -32700
@@ -60,6 +60,7 @@ class ClientError(Exception):
 
 
 ErrorMapper = Callable[[BaseException], RpcError]
+Handler = Callable[..., Awaitable[Any]]  # a method: takes the request's params as keywords
 
 
 def invalid_params(message: str, **data: Any) -> RpcError:

@@ -1,0 +1,143 @@
+"""The sending side of a connection: one FIFO queue of encoded messages, one writer task.
+
+Every outgoing message (answers, notifications, our own requests) is encoded at once and
+queued; one writer task writes what is queued, in order. What is queued first is written
+first: that is the ordering barrier the prompt answers rely on (the last update of a turn
+leaves before its answer). Queueing never waits; whatever is queued when the writer runs
+goes out in one write. `drain` lets a producer of many messages (a replay) wait for the
+writer, so the queue, and its memory, stay bounded while the client reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any, Final
+
+import anyio
+import orjson
+
+from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
+from acp_bridge.rpc.transport import FdWriter
+
+log = logging.getLogger("acp_bridge.rpc.connection")
+
+DRAIN_HIGH_WATER: Final = 4 << 20  # bytes queued for stdout that `drain` lets through
+PREFIX_CACHE_SIZE: Final = 256  # sessions whose notification prefix is kept
+
+
+class Outgoing:
+    """The queue of messages for the client and the task (`run`) that writes them."""
+
+    def __init__(self, writer: FdWriter) -> None:
+        self._writer = writer
+        # Outgoing messages, encoded, in order. Unbounded (sending never waits), `drain`
+        # lets a producer of many wait for the writer.
+        self._queue: deque[bytes] = deque()
+        self._queued = 0  # bytes queued and not yet written (being written included)
+        self._writer_idle: anyio.Event | None = None  # set to wake the idle writer
+        self._drained: anyio.Event | None = None  # set after each write while drain waits
+        self._closed = False  # no more messages: the writer finishes the queue and ends
+        self._broken = False  # the client stopped reading: messages are dropped
+        self._prefixes: dict[str, bytes] = {}  # session id -> notification prefix
+
+    def send(self, message: Any) -> None:
+        """Queue a message; the writer task writes queued messages in order."""
+        # The concatenation is a right-sized copy: orjson's own bytes keep a 4 KiB
+        # buffer however short they are, which adds up in a long queue.
+        self._enqueue(orjson.dumps(message) + b"\n")
+
+    def notify(self, method: str, params: Any) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def notify_update(self, session_id: str, update: Any) -> None:
+        """Queue the `session/update` notification of `update` for `session_id`: the
+        same bytes as `notify("session/update", {"sessionId": ..., "update": ...})`,
+        built with one encoding of the update and a per-session prefix."""
+        prefix = self._prefixes.get(session_id)
+        if prefix is None:
+            if len(self._prefixes) >= PREFIX_CACHE_SIZE:
+                self._prefixes.clear()
+            prefix = self._prefixes[session_id] = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
+        self._enqueue(b"".join((prefix, orjson.dumps(update), UPDATE_TAIL)))
+
+    def send_raw(self, data: bytes) -> None:
+        """Queue messages already encoded: complete JSON-RPC lines, newline included
+        (a replay encodes a block of notifications in a worker thread). Written in
+        order with everything else, as `send` would."""
+        if data:
+            self._enqueue(data)
+
+    def _enqueue(self, data: bytes) -> None:
+        if self._closed or self._broken:
+            log.debug("dropping an outgoing message: %s", "the client stopped reading"
+                      if self._broken else "the connection is closed")
+            return
+        self._queue.append(data)
+        self._queued += len(data)
+        idle = self._writer_idle  # `_wake_writer`, inlined: this runs for every chunk streamed
+        if idle is not None:
+            self._writer_idle = None
+            idle.set()
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of messages queued for the client and not yet written."""
+        return self._queued
+
+    async def drain(self, high_water: int = DRAIN_HIGH_WATER) -> None:
+        """Wait until less than `high_water` bytes are queued for the client (at once
+        if that is already so). A producer of many messages (the replay of a long log)
+        calls it now and then to keep the queue, and so its memory, bounded while the
+        client reads. Returns at once if the client stopped reading."""
+        while self._queued >= high_water and not self._broken and not self._closed:
+            if self._drained is None:
+                self._drained = anyio.Event()
+            await self._drained.wait()
+
+    async def run(self) -> None:
+        """The writer task: write what is queued until `close`, or until the client
+        stops reading (then what is queued is dropped)."""
+        queue = self._queue
+        try:
+            while True:
+                if not queue:
+                    if self._closed:
+                        return
+                    idle = self._writer_idle = anyio.Event()
+                    await idle.wait()
+                    continue
+                # Whatever is queued goes out in one write.
+                data = queue.popleft() if len(queue) == 1 else b"".join(queue)
+                queue.clear()
+                try:
+                    await self._writer.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    log.info("the client stopped reading stdout")
+                    self._broken = True
+                    return
+                finally:
+                    self._queued -= len(data)
+                self._wake_drain()
+        finally:
+            if self._broken:  # what is still queued will never be written
+                queue.clear()
+                self._queued = 0
+            self._wake_drain()
+
+    def close(self) -> None:
+        """No more messages: the writer writes what is queued, then ends."""
+        self._closed = True
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        idle = self._writer_idle
+        if idle is not None:
+            self._writer_idle = None
+            idle.set()
+
+    def _wake_drain(self) -> None:
+        drained = self._drained
+        if drained is not None:
+            self._drained = None
+            drained.set()
