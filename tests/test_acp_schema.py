@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.acp_schema import (
+from tests.support.acp_schema import (
     MethodDefs,
     RequestId,
     SchemaViolation,

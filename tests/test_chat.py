@@ -30,7 +30,7 @@ from acp_bridge.cli.chat.render import (
     sessions_table,
 )
 from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
-from tests.acp_client import write_script
+from tests.support.acp_client import write_script
 
 CHAT = [sys.executable, "-m", "acp_bridge", "chat"]  # through the real entry, as a person runs it
 SID = re.compile(r"session ([0-9a-f-]{36}) \(mode ask\)")

@@ -38,8 +38,8 @@ from session.backends.base import Encoded, StoredLog, read_stored
 from session.backends.memory import MemoryBackend
 from session.log import FLUSH_EVENTS, encode
 from session.transcript import unanswered_calls
-from tests import tamper
-from tests.logs import Script, write
+from tests.support import tamper
+from tests.support.logs import Script, write
 
 
 def strip_time(events: list[Event] | Any) -> list[tuple[str, int, dict[str, Any]]]:

@@ -25,7 +25,6 @@ import pytest
 
 from session import SessionStore, check_invariants
 from session.backends.jsonl import JsonlBackend
-from tests.logs import Script, write
 from tests.support.crash_matrix import (
     CI_SAMPLE,
     KillPoint,
@@ -38,6 +37,7 @@ from tests.support.crash_matrix import (
     run_matrix,
     sample_points,
 )
+from tests.support.logs import Script, write
 
 # One random point per backend on top of the fixed sample; override to explore.
 SEED = int(os.environ.get("CRASH_MATRIX_SEED", "20240611"))

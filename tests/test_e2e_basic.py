@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.acp_client import (
+from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
     AgentError,
     AgentProcess,

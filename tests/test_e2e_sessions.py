@@ -23,7 +23,13 @@ import anyio.abc
 import orjson
 import pytest
 
-from tests.acp_client import AgentError, AgentProcess, ClientPolicy, normalized, write_script
+from tests.support.acp_client import (
+    AgentError,
+    AgentProcess,
+    ClientPolicy,
+    normalized,
+    write_script,
+)
 
 pytestmark = pytest.mark.anyio
 

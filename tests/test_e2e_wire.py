@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from acp_bridge.rpc.transport import FdLineReader, TooLong
-from tests.acp_client import AgentProcess
+from tests.support.acp_client import AgentProcess
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +36,7 @@ UNKNOWN_SID = "00000000-0000-4000-8000-000000000000"
 
 
 @pytest.fixture
-def work(tmp_path: Path) -> Path:
+def empty_work(tmp_path: Path) -> Path:
     w = tmp_path / "work"
     w.mkdir()
     return w
@@ -137,11 +137,11 @@ def code_of(answer: dict[str, Any]) -> int:
 # --- size ---------------------------------------------------------------------------
 
 
-async def test_a_5_mb_prompt_is_accepted_and_echoed(tmp_path: Path, work: Path) -> None:
+async def test_a_5_mb_prompt_is_accepted_and_echoed(tmp_path: Path, empty_work: Path) -> None:
     words = [letter * 1_000_000 for letter in "abcde"]
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
-        sid = await agent.new_session(work)
+        sid = await agent.new_session(empty_work)
         answer = await agent.prompt(sid, " ".join(words), timeout=30)
         assert answer["stopReason"] == "end_turn"
         chunks = [u["content"]["text"] for u in agent.updates_of(sid) if u["sessionUpdate"] == "agent_message_chunk"]
@@ -150,7 +150,7 @@ async def test_a_5_mb_prompt_is_accepted_and_echoed(tmp_path: Path, work: Path) 
     assert agent.returncode == 0
 
 
-async def test_a_line_over_the_guard_is_refused_and_the_connection_survives(tmp_path: Path, work: Path) -> None:
+async def test_a_line_over_the_guard_is_refused_and_the_connection_survives(tmp_path: Path, empty_work: Path) -> None:
     size = 65 * MIB  # the agent's guard is 64 MiB
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -161,7 +161,7 @@ async def test_a_line_over_the_guard_is_refused_and_the_connection_survives(tmp_
         assert time.monotonic() - started_at < 5
         assert error["error"]["code"] == -32600
         assert error["error"]["data"] == {"code": "too_large", "size": size, "limit": 64 * MIB}
-        sid = await agent.new_session(work)
+        sid = await agent.new_session(empty_work)
         assert (await agent.prompt(sid, "after the flood"))["stopReason"] == "end_turn"
     assert agent.returncode == 0
 
@@ -281,11 +281,11 @@ async def test_deep_nesting_is_an_error_and_the_agent_survives(tmp_path: Path) -
     assert agent.returncode == 0
 
 
-async def test_deep_content_in_a_prompt_is_refused_and_the_session_stays_usable(tmp_path: Path, work: Path) -> None:
+async def test_deep_content_in_a_prompt_is_refused_and_the_session_stays_usable(tmp_path: Path, empty_work: Path) -> None:
     deep = nested(300)  # legal JSON, deeper than the log's encoder (orjson) takes
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
-        sid = await agent.new_session(work)
+        sid = await agent.new_session(empty_work)
         answer = await raw_call(agent, line(request("deep", "session/prompt", {
             "sessionId": sid, "prompt": [{"type": "text", "text": "deep", "_meta": deep}]})), "deep", "session/prompt")
         assert "error" in answer
@@ -293,16 +293,16 @@ async def test_deep_content_in_a_prompt_is_refused_and_the_session_stays_usable(
         assert result["stopReason"] == "end_turn" and result["_meta"]["acpBridge"]["turn"] == 1
     async with AgentProcess(tmp_path / "store") as again:
         await again.initialize()
-        await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await again.request("session/load", {"sessionId": sid, "cwd": str(empty_work), "mcpServers": []})
         users = [u["content"]["text"] for u in again.updates_of(sid) if u["sessionUpdate"] == "user_message_chunk"]
         assert users == ["after that"]
 
 
-async def test_deep_content_in_a_prompt_is_invalid_params(tmp_path: Path, work: Path) -> None:
+async def test_deep_content_in_a_prompt_is_invalid_params(tmp_path: Path, empty_work: Path) -> None:
     deep = nested(300)
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
-        sid = await agent.new_session(work)
+        sid = await agent.new_session(empty_work)
         answer = await raw_call(agent, line(request("deep", "session/prompt", {
             "sessionId": sid, "prompt": [{"type": "text", "text": "deep", "_meta": deep}]})), "deep", "session/prompt")
         assert code_of(answer) == -32602
@@ -518,24 +518,24 @@ async def test_an_id_beyond_64_bits_is_echoed_exactly_or_refused(tmp_path: Path)
 # --- initialize and cancel -----------------------------------------------------------
 
 
-async def test_initialize_answers_version_1_and_may_be_repeated(tmp_path: Path, work: Path) -> None:
+async def test_initialize_answers_version_1_and_may_be_repeated(tmp_path: Path, empty_work: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         first = await agent.request("initialize", {"protocolVersion": 5, "clientCapabilities": {}})
         assert first["protocolVersion"] == 1
         second = await agent.initialize()
         assert second == first
-        sid = await agent.new_session(work)
+        sid = await agent.new_session(empty_work)
         third = await agent.request("initialize", {"protocolVersion": 1})
         assert third["protocolVersion"] == 1
         assert (await agent.prompt(sid, "still here"))["stopReason"] == "end_turn"
 
 
-async def test_cancel_request_settles_a_running_prompt(tmp_path: Path, work: Path) -> None:
+async def test_cancel_request_settles_a_running_prompt(tmp_path: Path, empty_work: Path) -> None:
     script = tmp_path / "script.json"
     script.write_bytes(orjson.dumps({"steps": [{"text": "a b", "hang": True}, {"text": "next"}]}))
     async with AgentProcess(tmp_path / "store", model=f"script:{script}") as agent:
         await agent.initialize()
-        sid = await agent.new_session(work)
+        sid = await agent.new_session(empty_work)
         answers: list[Any] = []
 
         async def run() -> None:
@@ -560,11 +560,11 @@ async def test_cancel_request_settles_a_running_prompt(tmp_path: Path, work: Pat
 # --- process ------------------------------------------------------------------------
 
 
-async def test_stdout_carries_protocol_only_and_the_log_goes_to_stderr(tmp_path: Path, work: Path) -> None:
+async def test_stdout_carries_protocol_only_and_the_log_goes_to_stderr(tmp_path: Path, empty_work: Path) -> None:
     async with AgentProcess(tmp_path / "store", args=("--log-level", "debug")) as agent:
         await agent.send_raw(b"garbage\n")
         await agent.initialize()
-        sid = await agent.new_session(work)
+        sid = await agent.new_session(empty_work)
         await agent.prompt(sid, "some words")
     # The harness parsed and schema-checked every stdout line as it arrived.
     out = received(agent)
@@ -574,11 +574,11 @@ async def test_stdout_carries_protocol_only_and_the_log_goes_to_stderr(tmp_path:
 
 
 @pytest.mark.parametrize("open_session", [False, True])
-async def test_stdin_eof_exits_0_promptly(tmp_path: Path, work: Path, open_session: bool) -> None:
+async def test_stdin_eof_exits_0_promptly(tmp_path: Path, empty_work: Path, open_session: bool) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
         if open_session:
-            sid = await agent.new_session(work)
+            sid = await agent.new_session(empty_work)
             await agent.prompt(sid, "hi")
         started_at = time.monotonic()
         await agent.close_stdin()

@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from session import SessionStore, check_invariants, open_backend
-from tests.acp_schema import validate_agent_message, validate_def
+from tests.support.acp_schema import validate_agent_message, validate_def
 
 ANSWER_TIMEOUT = 15.0
 TRACE = os.environ.get("FUZZ_TRACE")  # append every input to this file

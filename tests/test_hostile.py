@@ -25,7 +25,7 @@ import anyio
 import orjson
 import pytest
 
-from tests.acp_client import CLIENT_CAPS_ALL, CLIENT_CAPS_NONE, AgentProcess, ClientPolicy
+from tests.support.acp_client import CLIENT_CAPS_ALL, CLIENT_CAPS_NONE, AgentProcess, ClientPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import pytest
 
 from session import Event, InvariantError, check_invariants, reason
 from session.events import REASON_KINDS, reason_problem
-from tests.logs import Script, events_of
+from tests.support.logs import Script, events_of
 
 
 def synthetic(call_id: str, step: int, turn: int = 1) -> tuple[str, dict[str, Any]]:

@@ -21,11 +21,6 @@ from acp_bridge.rpc.protocol import UPDATE_HEAD, RpcError, invalid_params, valid
 pytestmark = pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class FakeReader:
     max_line = 1 << 20
 

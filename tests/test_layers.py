@@ -206,3 +206,26 @@ def test_no_import_cycles() -> None:
     # a submodule importing its package's __init__ back would be: both are counted.
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_tests_and_bench_do_not_import_each_other_in_a_circle() -> None:
+    # bench may use the test support package (the crash-matrix engine, the ACP client);
+    # tests run bench's scripts (smoke tests load them from file) but never import
+    # bench, and the support package imports no test module.
+    def imported(path: Path) -> Iterator[tuple[str, int]]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                yield from ((alias.name, node.lineno) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                yield node.module, node.lineno
+
+    tests = sorted((ROOT / "tests").rglob("*.py"))
+    assert any(p.parent.name == "support" for p in tests)
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: imports {name}"
+        for path in tests
+        for name, line in imported(path)
+        if name.split(".")[0] == "bench"
+        or ("support" in path.parts and name.startswith("tests.") and not name.startswith("tests.support"))
+    ]
+    assert not wrong, "tests importing bench, or support importing tests:\n" + "\n".join(wrong)

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from session import SessionStore, open_backend
-from tests.logs import Script
+from tests.support.logs import Script
 
 LOG_MB = 60
 RESULT_BYTES = 100_000  # a big tool result per turn: few events, many bytes

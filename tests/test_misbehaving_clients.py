@@ -36,7 +36,13 @@ import orjson
 import pytest
 
 from session import Event, SessionStore, check_invariants, open_backend
-from tests.acp_client import CLIENT_CAPS_ALL, AgentError, AgentProcess, ClientPolicy, write_script
+from tests.support.acp_client import (
+    CLIENT_CAPS_ALL,
+    AgentError,
+    AgentProcess,
+    ClientPolicy,
+    write_script,
+)
 
 pytestmark = pytest.mark.anyio
 

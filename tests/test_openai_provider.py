@@ -1,4 +1,4 @@
-"""`openai:MODEL` against a real HTTP server on 127.0.0.1 (tests/sse_server.py) serving
+"""`openai:MODEL` against a real HTTP server on 127.0.0.1 (tests/support/sse_server.py) serving
 streams in the wire format of OpenAI-compatible endpoints: the provider on its own,
 the pure transcript conversion, and the real stdio agent end to end."""
 
@@ -34,8 +34,8 @@ from acp_bridge.models.openai_request import openai_messages
 from acp_bridge.models.openai_stream import SSEDecoder
 from acp_bridge.tools import tool_specs
 from session.transcript import Message
-from tests.acp_client import AgentError, AgentProcess
-from tests.sse_server import (
+from tests.support.acp_client import AgentError, AgentProcess
+from tests.support.sse_server import (
     Reply,
     SSEServer,
     chunk,

@@ -31,7 +31,7 @@ from session import (
 )
 from session.backends.jsonl import JsonlBackend
 from session.backends.sqlite import DB_NAME
-from tests.logs import Script, write
+from tests.support.logs import Script, write
 
 REPO = Path(__file__).resolve().parents[1]
 FILE_BACKENDS = ("jsonl", "sqlite")

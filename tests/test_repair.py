@@ -14,7 +14,7 @@ from session import SessionStore, check_invariants, derive_messages, interrupted
 from session.backends.jsonl import JsonlBackend
 from session.repair import interrupted_text
 from session.transcript import unanswered_calls
-from tests.logs import Script, events_of, write
+from tests.support.logs import Script, events_of, write
 
 CRASH = {"kind": "interrupted", "cause": "crash"}
 

@@ -18,15 +18,10 @@ from acp_bridge.models import Model
 from acp_bridge.models.echo import EchoModel
 from acp_bridge.models.script import ScriptModel
 from acp_bridge.tools.base import PermissionOutcome, PermissionRequest
-from acp_bridge.tools.local import LocalServices
 from session import Event, SessionLog, SessionStore, check_invariants, derive_messages
 from session.backends.jsonl import JsonlBackend
 from session.transcript import unanswered_calls
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+from tests.support.services import ScriptedClient
 
 
 @dataclass
@@ -88,7 +83,7 @@ def harness_run(
 
     async def main() -> Harness:
         async with anyio.create_task_group() as tg:
-            services = LocalServices(task_group=tg, permission_answer=answers)
+            services = ScriptedClient(task_group=tg, permission_answer=answers)
             runner = TurnRunner(log, model, services, mode=mode, max_steps=max_steps, on_event=sink)
             h = Harness(store, log, runner, answers, seen, workdir)
             await body(h)
@@ -402,7 +397,7 @@ def test_multi_step_tool_turn_log_snapshot(workdir: Path, snapshot_json: Any) ->
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            services = LocalServices(task_group=tg, permission_answer=Answers(options=["allow_once"]))
+            services = ScriptedClient(task_group=tg, permission_answer=Answers(options=["allow_once"]))
             runner = TurnRunner(log, model, services, mode="accept_edits")
             await runner.prompt([{"type": "text", "text": "change beta to gamma"}])
 

@@ -22,7 +22,7 @@ import sys, anyio
 from acp_bridge.models.script import ScriptModel
 from acp_bridge.agent.runner import TurnRunner
 from acp_bridge.tools.base import PermissionOutcome
-from acp_bridge.tools.local import LocalServices
+from tests.support.services import ScriptedClient
 from session import SessionStore, open_backend
 
 kind, store_dir, work, steps = sys.argv[1:5]
@@ -31,7 +31,7 @@ print(log.id, flush=True)
 
 async def main():
     async with anyio.create_task_group() as tg:
-        services = LocalServices(task_group=tg,
+        services = ScriptedClient(task_group=tg,
                                  permission_answer=lambda r: PermissionOutcome("selected", "allow_once"))
         runner = TurnRunner(log, ScriptModel.from_file(steps), services)
         await runner.prompt([{"type": "text", "text": "first"}])

@@ -46,7 +46,7 @@ class Probe:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[SessionStore, JsonlBackend]:
+def jsonl_store(tmp_path: Path) -> tuple[SessionStore, JsonlBackend]:
     backend = JsonlBackend(tmp_path / "store")
     return SessionStore(backend), backend
 
@@ -64,9 +64,9 @@ def run_turns(log: SessionLog, model: Any, prompts: int = 1) -> None:
 
 @pytest.mark.parametrize(("external", "durable_before_model"), [(True, True), (None, True), (False, False)])
 def test_the_turn_is_durable_before_an_external_model_and_on_disk_before_a_local_one(
-    store: tuple[SessionStore, JsonlBackend], tmp_path: Path, external: bool | None, durable_before_model: bool
+    jsonl_store: tuple[SessionStore, JsonlBackend], tmp_path: Path, external: bool | None, durable_before_model: bool
 ) -> None:
-    sessions, backend = store
+    sessions, backend = jsonl_store
     log = sessions.create(cwd=str(tmp_path))
     model = Probe(external, log, backend.path_of(log.id))
     run_turns(log, model, prompts=2)
@@ -106,10 +106,10 @@ def fsync_threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
 
 def test_small_commits_run_on_the_event_loop_when_one_turn_runs(
-    store: tuple[SessionStore, JsonlBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    jsonl_store: tuple[SessionStore, JsonlBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = fsync_threads(monkeypatch)
-    log = store[0].create(cwd=str(tmp_path))
+    log = jsonl_store[0].create(cwd=str(tmp_path))
     run_turns(log, EchoModel(), prompts=3)
     assert len(calls) == 3  # one durable commit per one-word echo turn
     assert {ident for ident, _ in calls} == {threading.get_ident()}
@@ -117,10 +117,10 @@ def test_small_commits_run_on_the_event_loop_when_one_turn_runs(
 
 
 def test_big_commits_and_commits_beside_other_turns_go_to_a_worker_thread(
-    store: tuple[SessionStore, JsonlBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    jsonl_store: tuple[SessionStore, JsonlBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = fsync_threads(monkeypatch)
-    log = store[0].create(cwd=str(tmp_path))
+    log = jsonl_store[0].create(cwd=str(tmp_path))
     words = " ".join(["w"] * (runner_module.INLINE_SYNC_EVENTS + 10))
     model = EchoModel()
 

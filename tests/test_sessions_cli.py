@@ -27,9 +27,9 @@ from acp_bridge.agent.runner import TurnRunner
 from acp_bridge.cli.sessions.main import add_parser, main, run
 from acp_bridge.models.script import ScriptModel
 from acp_bridge.tools.base import PermissionOutcome, PermissionRequest
-from acp_bridge.tools.local import LocalServices
 from session import Event, SessionCorruptError, SessionLockedError, SessionStore, open_backend
-from tests.tamper import replace_event
+from tests.support.services import ScriptedClient
+from tests.support.tamper import replace_event
 from tests.test_runner_crash import CHILD
 
 WRAPPER = "import sys; from acp_bridge.cli.sessions.main import main; sys.exit(main(sys.argv[1:]))"
@@ -108,7 +108,7 @@ def record(root: Path, kind: str, cwd: Path, steps: list[dict[str, Any]], prompt
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            services = LocalServices(task_group=tg, permission_answer=answer)
+            services = ScriptedClient(task_group=tg, permission_answer=answer)
             runner = TurnRunner(log, ScriptModel(steps), services, on_event=sink)
             for text in prompts:
                 if not cancel:
@@ -181,14 +181,14 @@ def make_work(where: Path) -> Path:
 
 
 @pytest.fixture
-def work(tmp_path: Path) -> Path:
+def cli_work(tmp_path: Path) -> Path:
     return make_work(tmp_path / "work")
 
 
 class Recorded(dict[str, str]):
     """Session ids by scenario, and the cwds they were recorded in."""
 
-    work: Path
+    cli_work: Path
     other: Path
 
 
@@ -200,18 +200,18 @@ def recorded(kind: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     base = tmp_path_factory.mktemp(f"recorded-{kind}")
     root = base / "store"
     ids = Recorded()
-    ids.work = make_work(base / "work")
+    ids.cli_work = make_work(base / "work")
     ids.other = base / "other"
     ids.other.mkdir()
-    ids["completed"] = record(root, kind, ids.work, [READ_AND_WRITE, {
+    ids["completed"] = record(root, kind, ids.cli_work, [READ_AND_WRITE, {
         "text": "Done.", "usage": {"inputTokens": 150, "outputTokens": 5}}],
         ["please read a.txt"], options=["reject_once"], base_ms=BASE_MS)
-    ids["failed"] = record(root, kind, ids.work, [
+    ids["failed"] = record(root, kind, ids.cli_work, [
         {"text": "hello", "usage": {"inputTokens": 3, "outputTokens": 1}},
         {"text": "partial", "error": {"message": "rate limited", "code": "rate_limit",
                                       "retryable": True}}],
         ["first", "second"], base_ms=BASE_MS + 60_000)
-    ids["cancelled"] = record(root, kind, ids.work, [{"text": "slow words", "hang": True}],
+    ids["cancelled"] = record(root, kind, ids.cli_work, [{"text": "slow words", "hang": True}],
                               ["wait"], cancel=True, base_ms=BASE_MS + 120_000)
     ids["interrupted"] = write_open_turn(root, kind, ids.other, BASE_MS + 180_000)
     return root, ids
@@ -242,8 +242,8 @@ def test_list_table_and_json(tmp_path: Path, kind: str, sessions: Recorded) -> N
     order = ["interrupted", "cancelled", "failed", "completed"]  # newest first
     assert [r.split()[0] for r in rows] == [sessions[n] for n in order]
     by_name = dict(zip(order, rows, strict=True))
-    work = str(sessions.work)
-    shown_cwd = work if len(work) <= 40 else "…" + work[-39:]  # long paths keep their end
+    cli_work = str(sessions.cli_work)
+    shown_cwd = cli_work if len(cli_work) <= 40 else "…" + cli_work[-39:]  # long paths keep their end
     assert by_name["completed"].split()[1:7] == [
         local(BASE_MS).split()[0], local(BASE_MS).split()[1], "1", "completed", "250/25", shown_cwd]
     assert by_name["completed"].endswith("please read a.txt")
@@ -258,7 +258,7 @@ def test_list_table_and_json(tmp_path: Path, kind: str, sessions: Recorded) -> N
     listed = {item["id"]: item for item in orjson.loads(res.raw)}
     completed = listed[sessions["completed"]]
     assert completed == {
-        "id": sessions["completed"], "title": "please read a.txt", "cwd": str(sessions.work),
+        "id": sessions["completed"], "title": "please read a.txt", "cwd": str(sessions.cli_work),
         "createdAt": BASE_MS, "updatedAt": completed["updatedAt"], "updated": completed["updated"],
         "turns": 1, "status": "completed", "statusText": "completed",
         "lastTurn": {"turn": 1, "reason": {"kind": "completed"}, "onDisk": True},
@@ -309,7 +309,7 @@ def test_show_completed_failed_cancelled(tmp_path: Path, kind: str, sessions: Re
     res = cli(*store_args(tmp_path, kind), "show", sessions["completed"], process=True)
     assert res.code == 0, res.err
     assert res.lines[:3] == [f"Session {sessions['completed']}", "  title    please read a.txt",
-                             f"  cwd      {sessions.work}"]
+                             f"  cwd      {sessions.cli_work}"]
     assert "  turns    1 (last: completed)" in res.lines
     assert "  tokens   250 in / 25 out" in res.lines
     turn = res.out[res.out.index("\nTurn 1"):]
@@ -417,18 +417,18 @@ def test_show_unrepaired_crash_predicts_the_repair(tmp_path: Path, kind: str,
     assert [i["statusText"] for i in listed if i["id"] == sid] == ["interrupted"]
 
 
-def test_show_while_an_agent_owns_the_session(tmp_path: Path, kind: str, work: Path) -> None:
+def test_show_while_an_agent_owns_the_session(tmp_path: Path, kind: str, cli_work: Path) -> None:
     """A real agent process mid-tool: list and show work and write nothing, the owner keeps
     its lock; after kill -9, the same turn shows as an unrepaired crash."""
     root = tmp_path / "store"
-    pid_file = work / "tool.pid"
+    pid_file = cli_work / "tool.pid"
     steps = tmp_path / "steps.json"
     steps.write_bytes(orjson.dumps({"steps": [
         {"text": "hello", "usage": {"inputTokens": 2, "outputTokens": 1}},
         {"text": "running it", "toolCalls": [{"id": "slow", "name": "run_command", "arguments": {
             "command": f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 30"}}]},
     ]}))
-    child = subprocess.Popen([sys.executable, "-c", CHILD, kind, str(root), str(work), str(steps)],
+    child = subprocess.Popen([sys.executable, "-c", CHILD, kind, str(root), str(cli_work), str(steps)],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -529,7 +529,7 @@ def test_export_markdown(tmp_path: Path, kind: str, sessions: Recorded) -> None:
 # --- ids and errors -------------------------------------------------------------------------
 
 
-def test_ids_and_errors(tmp_path: Path, kind: str, sessions: Recorded, work: Path) -> None:
+def test_ids_and_errors(tmp_path: Path, kind: str, sessions: Recorded, cli_work: Path) -> None:
     args = store_args(tmp_path, kind)
     res = cli(*args, "show", "../../etc/passwd", process=True)
     assert res.code == 2 and "invalid session id '../../etc/passwd'" in res.err and not res.out
@@ -544,8 +544,8 @@ def test_ids_and_errors(tmp_path: Path, kind: str, sessions: Recorded, work: Pat
     assert cli(*args, "show", sessions["failed"][:6]).lines[0] == f"Session {sessions['failed']}"
     # An ambiguous prefix names the candidates.
     root = tmp_path / "store"
-    a = record(root, kind, work, [{"text": "a"}], ["a"], session_id="abcdabcd-0000-4000-8000-000000000001")
-    b = record(root, kind, work, [{"text": "b"}], ["b"], session_id="abcdabcd-0000-4000-8000-000000000002")
+    a = record(root, kind, cli_work, [{"text": "a"}], ["a"], session_id="abcdabcd-0000-4000-8000-000000000001")
+    b = record(root, kind, cli_work, [{"text": "b"}], ["b"], session_id="abcdabcd-0000-4000-8000-000000000002")
     res = cli(*args, "show", "abcdabcd")
     assert res.code == 2 and a in res.err and b in res.err
     assert cli(*args, "show", "abcdabcd-0000-4000-8000-000000000002").code == 0

@@ -13,8 +13,8 @@ import pytest
 from acp_bridge.cli.sessions.source import Source
 from acp_bridge.cli.sessions.view import View, check_stored
 from session import Owner, SessionCorruptError, SessionStore, open_backend
-from tests import tamper
-from tests.logs import Script, write
+from tests.support import tamper
+from tests.support.logs import Script, write
 
 
 def closed(store: SessionStore) -> str:

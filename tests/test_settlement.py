@@ -11,7 +11,7 @@ from acp_bridge.agent.settlement import PromptAnswer, Settlement, TurnFailed, se
 from acp_bridge.rpc.protocol import RpcError
 from session import Event
 from session.events import REASON_KINDS, Reason, reason
-from tests.acp_schema import validate_def
+from tests.support.acp_schema import validate_def
 
 
 def turn_end(turn: int, why: Mapping[str, Any]) -> Event:

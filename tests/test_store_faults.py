@@ -17,7 +17,7 @@ from session.backends import jsonl as jsonl_module
 from session.backends.jsonl import JsonlBackend
 from session.backends.sqlite import SqliteBackend, SqliteSession
 from session.log import FLUSH_EVENTS
-from tests.logs import Script, write
+from tests.support.logs import Script, write
 
 
 def eio(*args: Any, **kwargs: Any) -> None:

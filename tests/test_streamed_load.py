@@ -11,8 +11,8 @@ import pytest
 
 from session import SessionCorruptError, SessionStore
 from session.backends import jsonl_read, memory, sqlite_read
-from tests import tamper
-from tests.logs import Script, write
+from tests.support import tamper
+from tests.support.logs import Script, write
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +115,7 @@ def test_replay_encoder_is_notify_update_byte_for_byte() -> None:
     from acp_bridge.agent.replay import ReplayEncoder
     from acp_bridge.agent.updates import UpdateContext, updates_for
     from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
-    from tests.logs import events_of
+    from tests.support.logs import events_of
 
     script = Script().text_turn("one", 'quotes " \\ and\nnewlines, ünïcode ✓')
     script.start_turn("two").start_step().chunk("think", kind="reasoning").chunk("text \u2028")

@@ -19,8 +19,6 @@ from acp_bridge.tools import ALL_TOOLS, get_tool, tool_specs
 from acp_bridge.tools.base import (
     JSON,
     ExitStatus,
-    PermissionOutcome,
-    PermissionRequest,
     TerminalOutput,
     Tool,
     ToolContext,
@@ -32,11 +30,6 @@ from acp_bridge.tools.files import MAX_DIR_ENTRIES, EditFile, ListDir, ReadFile,
 from acp_bridge.tools.local import LocalServices
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -485,7 +478,7 @@ async def test_client_terminal_is_embedded_and_released(root: Path) -> None:
 # -- registry and services ---------------------------------------------------------------
 
 
-async def test_registry_and_permission_answers() -> None:
+async def test_registry() -> None:
     names = [spec["name"] for spec in tool_specs()]
     assert names == ["read_file", "write_file", "edit_file", "run_command", "list_dir"]
     for tool, spec in zip(ALL_TOOLS, tool_specs(), strict=True):
@@ -493,14 +486,3 @@ async def test_registry_and_permission_answers() -> None:
         assert set(spec["parameters"]["required"]) <= set(spec["parameters"]["properties"])
     assert get_tool("rm_rf") is None
 
-    request = PermissionRequest("c1", "Run ls", "execute", {"command": "ls"})
-    assert await LocalServices().request_permission(request) == PermissionOutcome(
-        "selected", "reject_once"
-    )
-
-    async def allow(req: PermissionRequest) -> PermissionOutcome:
-        return PermissionOutcome("selected", "allow_once")
-
-    assert (
-        await LocalServices(permission_answer=allow).request_permission(request)
-    ).option_id == "allow_once"

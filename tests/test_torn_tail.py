@@ -37,7 +37,7 @@ from session.backends.jsonl import JsonlBackend
 from session.backends.memory import MemoryBackend
 from session.backends.sqlite import DB_NAME, SqliteBackend
 from session.transcript import unanswered_calls
-from tests.logs import Script, write
+from tests.support.logs import Script, write
 
 # How many final records of the log are cut at every byte offset; the rest of the file
 # is cut at the edges and in the middle of each line. Every cut costs a few fsyncs (a

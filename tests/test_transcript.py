@@ -8,7 +8,7 @@ import pytest
 
 from session import derive_messages, interrupted_turn_closers
 from session.transcript import Transcript, history_budget, unanswered_calls
-from tests.logs import Script, events_of
+from tests.support.logs import Script, events_of
 
 
 def user(text: str) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from acp_bridge.agent.updates import (
 )
 from session import Event
 from session.repair import interrupted_turn_closers
-from tests.acp_schema import validate_def
-from tests.logs import Script, events_of
+from tests.support.acp_schema import validate_def
+from tests.support.logs import Script, events_of
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots"
 RUNNER_LOG = SNAPSHOTS / "test_runner" / "test_multi_step_tool_turn_log_snapshot.json"

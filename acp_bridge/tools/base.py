@@ -78,8 +78,8 @@ class PermissionOutcome:
     option_id: str | None = None
 
 
-class ClientServices(Protocol):
-    """The outside world of a session, as the agent may use it."""
+class WorkspaceServices(Protocol):
+    """The files and commands of a session, as its tools reach them."""
 
     async def read_text_file(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
         """Raise FileNotFoundError / ToolError if it cannot be read."""
@@ -91,6 +91,11 @@ class ClientServices(Protocol):
     ) -> Terminal:
         """Start `command` through the shell in `cwd`."""
 
+
+class ClientServices(WorkspaceServices, Protocol):
+    """The outside world of a session, as the agent may use it: the workspace, and the
+    person behind the client who answers permission requests."""
+
     async def request_permission(self, request: PermissionRequest) -> PermissionOutcome: ...
 
 
@@ -100,7 +105,7 @@ class ToolContext:
 
     cwd: Path
     roots: tuple[Path, ...]  # cwd first, then the additional directories
-    services: ClientServices
+    services: WorkspaceServices
     # Called by long-running tools with partial ACP ToolCallContent (e.g. a terminal
     # embed) so the client can show progress; may be None.
     progress: Callable[[list[JSON]], Awaitable[None]] | None = None

@@ -10,33 +10,22 @@ the task group passed to the constructor (`LocalServices(task_group=tg)`): they 
 with it. Without a task group, files work but `create_terminal` raises RuntimeError (a
 wiring mistake, not something the model can fix).
 
-Nobody sits in front of `LocalServices` to answer permission prompts: the
-`permission_answer` callable decides (default: reject once), so tests can script answers.
+It answers no permission requests: nobody sits in front of the local machine. The agent
+asks its client (acp_bridge.agent.client_services), whatever serves files and commands.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import anyio.abc
 import anyio.to_thread
 
-from acp_bridge.tools.base import (
-    PermissionOutcome,
-    PermissionRequest,
-    ToolError,
-)
+from acp_bridge.tools.base import ToolError
 from acp_bridge.tools.local_terminal import LocalTerminal, start_terminal
-
-PermissionAnswer = Callable[[PermissionRequest], PermissionOutcome | Awaitable[PermissionOutcome]]
-
-
-def reject_once(request: PermissionRequest) -> PermissionOutcome:
-    return PermissionOutcome("selected", "reject_once")
 
 
 def read_text(path: Path, line: int | None, limit: int | None) -> str:
@@ -89,16 +78,14 @@ def write_text(path: Path, content: str) -> None:
 
 
 class LocalServices:
-    """ClientServices on the local machine (see the module docstring)."""
+    """WorkspaceServices on the local machine (see the module docstring)."""
 
     def __init__(
         self,
         *,
         task_group: anyio.abc.TaskGroup | None = None,
-        permission_answer: PermissionAnswer = reject_once,
     ) -> None:
         self._task_group = task_group
-        self._permission_answer = permission_answer
 
     async def read_text_file(
         self, path: Path, line: int | None = None, limit: int | None = None
@@ -123,9 +110,3 @@ class LocalServices:
                                         output_byte_limit=output_byte_limit, env=env)
         except OSError as e:  # no /bin/sh, cwd gone since it was checked...
             raise ToolError(f"cannot start {command!r} in {cwd}: {e}", code="spawn_failed") from e
-
-    async def request_permission(self, request: PermissionRequest) -> PermissionOutcome:
-        answer = self._permission_answer(request)
-        if inspect.isawaitable(answer):
-            return await answer
-        return answer

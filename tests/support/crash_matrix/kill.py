@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import orjson
 
-from tests.acp_client import AgentProcess, ClientPolicy
-from tests.acp_schema import validate_agent_message
+from tests.support.acp_client import AgentProcess, ClientPolicy
+from tests.support.acp_schema import validate_agent_message
 
 from .oracle import Run, check_phase_a, parse_raw, read_raw
 from .scenarios import SCENARIOS

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 
 from session import SessionStore, interrupted_turn_closers, open_backend
-from tests.acp_client import AgentProcess
+from tests.support.acp_client import AgentProcess
 
 from .kill import MatrixAgent
 from .oracle import Run, check_final, read_raw

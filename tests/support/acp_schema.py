@@ -1,7 +1,7 @@
 """Validating what the agent sends against the official ACP v1 schema.
 
 The schema's root accepts almost anything (its extension branches are open), so every
-message is checked against the definition for its method instead (tests/acp/SOURCE.txt).
+message is checked against the definition for its method instead (tests/support/acp/SOURCE.txt).
 The method -> definition table is read from the `x-method` / `x-side` annotations of the
 schema's `$defs`, not written out here, so it follows the schema file. `x-side` names
 the side that handles the method: "agent" for methods the client calls (the agent
@@ -32,7 +32,7 @@ class SchemaViolation(AssertionError):
 
 
 def schema_path() -> Path:
-    """`$ACP_SCHEMA` if set, else the vendored copy in tests/acp/ (see SOURCE.txt there)."""
+    """`$ACP_SCHEMA` if set, else the vendored copy in tests/support/acp/ (see SOURCE.txt there)."""
     override = os.environ.get("ACP_SCHEMA")
     if override:
         return Path(override)

@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 import orjson
 
-from tests.acp_schema import validate_agent_message
+from tests.support.acp_schema import validate_agent_message
 
 CLIENT_CAPS_NONE: dict[str, Any] = {}
 CLIENT_CAPS_ALL: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
