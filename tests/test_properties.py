@@ -27,8 +27,9 @@ from session import (
 from session.events import INTERRUPTED_CODE, REASON_KINDS, is_synthetic_result
 from session.repair import interrupted_text
 from session.transcript import Message, unanswered_calls
+from tests.support.log_strategies import valid_logs
 from tests.support.logs import Script, write
-from tests.support.strategies import characters, valid_logs
+from tests.support.strategies import characters
 
 BACKEND_KINDS = ("memory", "jsonl", "sqlite")
 
