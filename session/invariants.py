@@ -40,7 +40,9 @@ _CHUNK_TYPES = ("text", "reasoning")
 
 
 @dataclass
-class _Call:
+class OpenCall:
+    """A tool call of the open turn: the step it was asked in, and how far it got."""
+
     step: int
     started: bool = False
     answered: bool = False
@@ -57,7 +59,7 @@ class InvariantTracker:
     in_turn: bool = False
     step: int = 0
     step_open: bool = False
-    calls: dict[str, _Call] = field(default_factory=dict)
+    calls: dict[str, OpenCall] = field(default_factory=dict)
 
     def feed(self, event: Event) -> None:
         """Check `event` and advance. Raises InvariantError (state unchanged) if it
@@ -140,7 +142,7 @@ class InvariantTracker:
             step=self.step,
             step_open=self.step_open,
             calls={
-                cid: _Call(call.step, call.started, call.answered)
+                cid: OpenCall(call.step, call.started, call.answered)
                 for cid, call in self.calls.items()
             },
         )
@@ -262,7 +264,7 @@ class InvariantTracker:
             self.step_open = False
         elif etype == ASSISTANT_MESSAGE:
             for block in tool_calls_of(data):
-                self.calls[block["id"]] = _Call(step=self.step)
+                self.calls[block["id"]] = OpenCall(step=self.step)
         elif etype == TOOL_CALL:
             self.calls[data["callId"]].started = True
         elif etype == TOOL_RESULT:

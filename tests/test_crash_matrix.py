@@ -161,7 +161,7 @@ def test_sqlite_store_created_by_two_processes_at_once(tmp_path: Path, monkeypat
     second = threading.Thread(target=open_second)
     second.start()
     assert reached_begin.wait(10), "process 2 never tried to create the schema"
-    for statement in sqlite_backend._SCHEMA.split(";"):  # process 1 finishes first
+    for statement in sqlite_backend.SCHEMA.split(";"):  # process 1 finishes first
         if statement.strip():
             other.execute(statement)
     other.execute(f"PRAGMA user_version = {sqlite_backend.SCHEMA_VERSION}")

@@ -18,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("acp_bridge", "session")
+OURS = (*PACKAGES, "tests", "bench")
 
 # The layer of a module: the longest of these prefixes that it starts with.
 # Each layer may import the layers listed for it (and itself); nothing else of ours.
@@ -244,3 +245,16 @@ def test_tests_and_bench_do_not_import_each_other_in_a_circle() -> None:
             elif target.split(".")[0] == "tests":
                 wrong.append(f"bench/{name}.py:{line}: loaded by tests, imports {target}")
     assert not wrong, "tests and bench import each other:\n" + "\n".join(wrong)
+
+
+def test_tests_and_bench_take_no_private_names() -> None:
+    # A test that needs a name makes it public first; a white-box test may still patch
+    # a method of a class it imports (fault injection), which is not an import.
+    wrong = []
+    for path in sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OURS:
+                wrong += [f"{path.relative_to(ROOT)}:{node.lineno}: {alias.name} from {node.module}"
+                          for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert not wrong, "private names imported by tests or bench:\n" + "\n".join(wrong)

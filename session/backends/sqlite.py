@@ -48,7 +48,7 @@ from session.events import USER_MESSAGE, Header
 from session.files import FILE_MODE, OwnerLock, lock_file, private_dir
 from session.scan import TornTail, parse_header
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE sessions (
     id TEXT PRIMARY KEY,
     header BLOB NOT NULL,
@@ -103,7 +103,7 @@ class SqliteBackend:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
             if version == 0 and tables == 0:
-                for statement in _SCHEMA.split(";"):
+                for statement in SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
