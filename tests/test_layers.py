@@ -258,3 +258,28 @@ def test_tests_and_bench_take_no_private_names() -> None:
                           for alias in node.names
                           if alias.name.startswith("_") and not alias.name.startswith("__")]
     assert not wrong, "private names imported by tests or bench:\n" + "\n".join(wrong)
+
+
+# The pure parts take data and return data: no I/O, no clock, no tasks. Besides our own
+# pure modules they may use only these.
+PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.agent.settlement",
+                "acp_bridge.agent.updates", "acp_bridge.agent.permissions", "session.events",
+                "session.invariants", "session.repair", "session.transcript", "session.scan")
+PURE_STDLIB = frozenset({"__future__", "collections", "collections.abc", "dataclasses", "enum",
+                         "functools", "itertools", "math", "re", "typing", "orjson"})
+
+
+def test_pure_modules_import_nothing_that_does_io() -> None:
+    pure = set(PURE_MODULES) | {"session.errors"}  # the error types: plain exceptions
+    assert pure - {"session.errors"} <= set(MODULES)
+    wrong = []
+    for module in PURE_MODULES:
+        path = MODULES[module]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                ok = resolve(name) in pure if is_ours(name) else name in PURE_STDLIB
+                if not ok:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module} imports {name}")
+    assert not wrong, "pure modules importing more than data:\n" + "\n".join(wrong)
