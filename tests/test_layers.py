@@ -276,8 +276,10 @@ def test_pure_modules_import_nothing_that_does_io() -> None:
     for module in PURE_MODULES:
         path = MODULES[module]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                     else [node.module or ""])
             for name in names:
                 ok = resolve(name) in pure if is_ours(name) else name in PURE_STDLIB
                 if not ok:
