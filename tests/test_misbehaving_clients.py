@@ -300,7 +300,7 @@ async def close_stdin_and_check(agent: AgentProcess, running: dict[str, Any], do
 TERMINAL_STUCK = (
     "BUG acp_bridge/tools/command.py RunCommand.run: when the turn is cancelled it awaits "
     "terminal.kill() and then _release() (terminal/release) inside CancelScope(shield=True), and "
-    "acp_bridge/jsonrpc.py Connection.request waits for the client's answer with no timeout and is not "
+    "acp_bridge/rpc/connection.py Connection.request waits for the client's answer with no timeout and is not "
     "failed when stdin ends; a client that does not answer terminal/kill (or cannot: stdin closed) "
     "wedges the turn: ")
 

@@ -172,7 +172,7 @@ def store_of(kind: str, clock: Callable[[], int]) -> Iterator[SessionStore]:
 
 
 def write_events(store: SessionStore, clock: Clock, events: list[Event], **create: Any) -> str:
-    """Append the events' data through a new session (the coordinator assigns seq and
+    """Append the events' data through a new session (the live log assigns seq and
     time; the clock hands it the original times) and close it as they stand."""
     clock.now = events[0]["time"] if events else 0
     log = store.create(cwd=create.pop("cwd", "/w"), **create)
