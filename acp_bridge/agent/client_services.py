@@ -17,6 +17,7 @@ from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.tools.base import (
     ExitStatus,
+    NotTextError,
     PermissionOutcome,
     PermissionRequest,
     Terminal,
@@ -61,7 +62,27 @@ class AcpClientServices:
         if not isinstance(result, dict) or not isinstance(result.get("content"), str):
             raise ToolError(f"the client's answer to fs/read_text_file for {path} has no text content",
                             code="client_error", name="ClientError")
-        return str(result["content"])
+        text = str(result["content"])
+        if "\ufffd" in text or "\0" in text:
+            await self._vouch(path, line, limit, text)
+        return text
+
+    async def _vouch(self, path: Path, line: int | None, limit: int | None, text: str) -> None:
+        """Accept the client's text with a U+FFFD or a NUL in it only if the file here
+        says the same. A client that decoded a file that is not UTF-8 hands back U+FFFD
+        where its bytes were: edited and written back, the file would lose those bytes.
+        Only the file itself tells a real U+FFFD from a replacement; when it cannot be
+        read here, or the client's copy differs from it, the text is refused."""
+        try:
+            here: str | None = await self._local.read_text_file(path, line, limit)
+        except NotTextError:
+            raise  # the file's own verdict, with its size
+        except (ToolError, OSError):
+            here = None
+        if here != text:
+            binary = "\0" in text
+            raise NotTextError(path, size=None, binary=binary,
+                               detail="" if binary else "the client's copy has U+FFFD replacement characters")
 
     async def write_text_file(self, path: Path, content: str) -> None:
         if not self.can_write:

@@ -30,6 +30,30 @@ class ToolError(Exception):
         self.name = name
 
 
+class NotTextError(ToolError):
+    """The file is not UTF-8 text, so it cannot be handed over as text without changing
+    it: `binary` if it holds NUL bytes, else bytes that are not UTF-8 (e.g. Latin-1).
+    `size` is its size in bytes when known. Services raise it from `read_text_file`;
+    each tool says what it refuses to do (`refusal`)."""
+
+    def __init__(self, path: Path, *, size: int | None, binary: bool, detail: str = "") -> None:
+        self.path = path
+        self.size = size
+        self.binary = binary
+        self.detail = detail
+        super().__init__(self.refusal("not shown"), code="binary_file" if binary else "not_utf8")
+
+    def refusal(self, what: str) -> str:
+        """The message for a tool that will not touch the file, e.g. "PATH is a binary
+        file (N bytes); not shown"."""
+        kind = "a binary file" if self.binary else "not UTF-8 text"
+        facts = [f"{self.size} bytes"] if self.size is not None else []
+        if self.detail:
+            facts.append(self.detail)
+        shown = f" ({'; '.join(facts)})" if facts else ""
+        return f"{self.path} is {kind}{shown}; {what}"
+
+
 @dataclass(frozen=True)
 class ExitStatus:
     exit_code: int | None
@@ -82,7 +106,10 @@ class WorkspaceServices(Protocol):
     """The files and commands of a session, as its tools reach them."""
 
     async def read_text_file(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
-        """Raise FileNotFoundError / ToolError if it cannot be read."""
+        """The file's text exactly as it is on disk (line endings and a BOM kept), so
+        that writing it back changes no byte. NotTextError if it is not UTF-8 text
+        (never U+FFFD in place of bytes); FileNotFoundError / ToolError if it cannot be
+        read."""
 
     async def write_text_file(self, path: Path, content: str) -> None: ...
 
@@ -109,6 +136,10 @@ class ToolContext:
     # Called by long-running tools with partial ACP ToolCallContent (e.g. a terminal
     # embed) so the client can show progress; may be None.
     progress: Callable[[list[JSON]], Awaitable[None]] | None = None
+    # What plan() showed for permission, by call (tool name and arguments): an edit's
+    # (old text, new text), so that run() writes exactly that or nothing. The runner
+    # makes one ToolContext per call and hands it to plan() and then run().
+    shown: dict[str, tuple[str | None, str]] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,12 @@ file system); confinement (tools/paths.py) happens first, whichever services run
 `list_dir` has no ACP counterpart, so it always lists the local directory.
 
 `plan()` validates and describes a call without changing anything; `run()` re-resolves
-the path and recomputes the edit, since the file may have changed while the person was
-looking at the permission prompt.
+the path and re-reads the file, since it may have changed while the person was looking
+at the permission prompt: if the file is no longer what the diff showed, nothing is
+written (`file_changed`), so what is written is always what the person approved.
+
+A file that is not UTF-8 text (tools/base.py `NotTextError`) is never shown, edited or
+overwritten: as text it would come back with U+FFFD in place of its bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +22,15 @@ from typing import Any
 
 import anyio.to_thread
 
-from acp_bridge.tools.base import JSON, ToolContext, ToolError, ToolKind, ToolOutcome, ToolPlan
+from acp_bridge.tools.base import (
+    JSON,
+    NotTextError,
+    ToolContext,
+    ToolError,
+    ToolKind,
+    ToolOutcome,
+    ToolPlan,
+)
 from acp_bridge.tools.paths import display_path, resolve_in_roots
 
 MAX_READ_BYTES = 256 * 1024
@@ -87,6 +99,34 @@ async def _read(
         return await ctx.services.read_text_file(path, line, limit)
     except FileNotFoundError as e:
         raise ToolError(f"{path} does not exist", code="not_found") from e
+
+
+async def _read_to_change(ctx: ToolContext, path: Path, refusal: str) -> str:
+    try:
+        return await _read(ctx, path)
+    except NotTextError as e:
+        raise ToolError(e.refusal(refusal), code=e.code) from e
+
+
+async def _write(ctx: ToolContext, path: Path, content: str) -> None:
+    try:
+        await ctx.services.write_text_file(path, content)
+    except OSError as e:  # the local write is atomic: the file is as it was
+        raise ToolError(f"cannot write {path}: {e.strerror or e}; it was not changed",
+                        code="io_error") from e
+
+
+def _call_key(tool: str, args: Mapping[str, JSON]) -> str:  # args: checked, so str and int
+    return f"{tool}:{sorted(args.items())!r}"
+
+
+def _hold_to_shown(ctx: ToolContext, key: str, path: Path, old: str | None, new: str) -> None:
+    """In run(): refuse if the edit is not the one plan() showed (the file changed in
+    between), rather than write something the person did not see."""
+    shown = ctx.shown.get(key)
+    if shown is not None and shown != (old, new):
+        raise ToolError(f"{path} changed after the change was shown for permission; nothing "
+                        "was written. Read it again and retry.", code="file_changed")
 
 
 def _diff(path: Path, old: str | None, new: str) -> dict[str, JSON]:
@@ -176,14 +216,15 @@ class WriteFile:
 
     async def _prepare(
         self, arguments: Mapping[str, JSON], ctx: ToolContext
-    ) -> tuple[Path, str | None, str]:
+    ) -> tuple[str, Path, str | None, str]:
         args = check_arguments(self.name, arguments, self.parameters)
         path = resolve_in_roots(args["path"], ctx, must_exist=False, for_write=True)
-        old = await _read(ctx, path) if path.exists() else None
-        return path, old, args["content"]
+        old = await _read_to_change(ctx, path, "refusing to overwrite it") if path.exists() else None
+        return _call_key(self.name, args), path, old, args["content"]
 
     async def plan(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolPlan:
-        path, old, new = await self._prepare(arguments, ctx)
+        key, path, old, new = await self._prepare(arguments, ctx)
+        ctx.shown[key] = (old, new)
         return ToolPlan(
             f"Write {display_path(path, ctx)}",
             self.kind,
@@ -192,8 +233,9 @@ class WriteFile:
         )
 
     async def run(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolOutcome:
-        path, old, new = await self._prepare(arguments, ctx)
-        await ctx.services.write_text_file(path, new)
+        key, path, old, new = await self._prepare(arguments, ctx)
+        _hold_to_shown(ctx, key, path, old, new)
+        await _write(ctx, path, new)
         verb = "Created" if old is None else "Wrote"
         size = f"{_lines(new)} lines, {len(new.encode('utf-8'))} bytes"
         return ToolOutcome.text(f"{verb} {path} ({size})", display=[_diff(path, old, new)])
@@ -207,6 +249,11 @@ def _find_all(text: str, needle: str) -> list[int]:
         found.append(i)
         i = text.find(needle, i + 1)
     return found
+
+
+def _crlf_only(text: str) -> bool:
+    """Every line of `text` ends in CRLF (and there is at least one)."""
+    return "\r\n" in text and text.count("\n") == text.count("\r\n")
 
 
 def _line_of(text: str, index: int) -> int:
@@ -246,7 +293,7 @@ class EditFile:
 
     async def _prepare(
         self, arguments: Mapping[str, JSON], ctx: ToolContext
-    ) -> tuple[Path, str, str, int]:
+    ) -> tuple[str, Path, str, str, int]:
         args = check_arguments(self.name, arguments, self.parameters)
         old_text: str = args["old_text"]
         new_text: str = args["new_text"]
@@ -256,12 +303,15 @@ class EditFile:
                 code="invalid_arguments",
             )
         path = resolve_in_roots(args["path"], ctx, must_exist=True, for_write=True)
-        text = await _read(ctx, path)
+        text = await _read_to_change(ctx, path, "refusing to edit it")
         found = _find_all(text, old_text)
         if not found and "\r\n" in text and "\r" not in old_text:
             # The model usually writes "\n"; match a CRLF file in its own line endings.
             old_text, new_text = old_text.replace("\n", "\r\n"), new_text.replace("\n", "\r\n")
             found = _find_all(text, old_text)
+        elif _crlf_only(text) and "\r" not in new_text:
+            # New lines in a CRLF file end in CRLF too, not in a mix of the two.
+            new_text = new_text.replace("\n", "\r\n")
         if not found:
             raise ToolError(
                 f"old_text was not found in {path}. Read the file again and copy the text "
@@ -277,10 +327,11 @@ class EditFile:
             )
         start = found[0]
         new = text[:start] + new_text + text[start + len(old_text) :]
-        return path, text, new, _line_of(text, start)
+        return _call_key(self.name, args), path, text, new, _line_of(text, start)
 
     async def plan(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolPlan:
-        path, old, new, line = await self._prepare(arguments, ctx)
+        key, path, old, new, line = await self._prepare(arguments, ctx)
+        ctx.shown[key] = (old, new)
         return ToolPlan(
             f"Edit {display_path(path, ctx)}",
             self.kind,
@@ -289,8 +340,9 @@ class EditFile:
         )
 
     async def run(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolOutcome:
-        path, old, new, line = await self._prepare(arguments, ctx)
-        await ctx.services.write_text_file(path, new)
+        key, path, old, new, line = await self._prepare(arguments, ctx)
+        _hold_to_shown(ctx, key, path, old, new)
+        await _write(ctx, path, new)
         return ToolOutcome.text(f"Edited {path} at line {line}", display=[_diff(path, old, new)])
 
 

@@ -18,32 +18,55 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 import anyio.abc
 import anyio.to_thread
 
-from acp_bridge.tools.base import ToolError
+from acp_bridge.tools.base import NotTextError, ToolError
 from acp_bridge.tools.local_terminal import LocalTerminal, start_terminal
+
+# A NUL byte in the first 8 KiB makes a file binary, as git and grep decide it.
+SNIFF_BYTES = 8192
+
+
+def decode_text(data: bytes, path: Path, size: int | None = None) -> str:
+    """`data` as text, exactly: NotTextError if it holds a NUL byte (binary) or is not
+    UTF-8. Never U+FFFD in place of a byte: that text, written back, would replace the
+    file's bytes with U+FFFD's three. A BOM stays (as U+FEFF) and so comes back."""
+    size = len(data) if size is None else size
+    if b"\0" in data:
+        raise NotTextError(path, size=size, binary=True)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotTextError(path, size=size, binary=False) from None
 
 
 def read_text(path: Path, line: int | None, limit: int | None) -> str:
-    """`limit` lines from line `line` (1-based) on, or the whole file; undecodable bytes
-    become U+FFFD and line endings stay as they are. ToolError if there is no file."""
+    """`limit` lines from line `line` (1-based; lines end at "\n") on, or the whole
+    file, exactly as they are on disk (line endings kept). NotTextError if the file is
+    binary or the lines read are not UTF-8; ToolError if there is no file."""
     try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        with open(path, "rb") as f:
             if line is None and limit is None:
-                return f.read()
+                data = f.read()
+                return decode_text(data, path)
+            size = os.fstat(f.fileno()).st_size
+            if b"\0" in f.read(SNIFF_BYTES):
+                raise NotTextError(path, size=size, binary=True)
+            f.seek(0)
             start = max(line or 1, 1) - 1
-            out: list[str] = []
-            for i, text in enumerate(f):
+            out: list[bytes] = []
+            for i, raw in enumerate(f):
                 if i < start:
                     continue
                 if limit is not None and len(out) >= limit:
                     break
-                out.append(text)
-            return "".join(out)
+                out.append(raw)
+            return decode_text(b"".join(out), path, size)
     except FileNotFoundError as e:
         raise ToolError(f"{path} does not exist", code="not_found") from e
     except IsADirectoryError as e:
@@ -51,30 +74,53 @@ def read_text(path: Path, line: int | None, limit: int | None) -> str:
 
 
 def write_text(path: Path, content: str) -> None:
-    """Replace the file's content atomically, keeping its mode (OSError if it cannot)."""
-    # Keep a symlink and write through it, as an editor would.
+    """Replace the file's content with `content` in UTF-8, atomically: a reader (or a
+    crash) sees the old file or the new one, never half of it. An existing file keeps
+    its mode (a 0755 script stays executable) and, where the OS lets us, its owner and
+    group. A symlink is kept and its target replaced, as an editor would. OSError if it
+    cannot be written (nothing is changed then)."""
+    data = content.encode("utf-8")  # a lone surrogate fails here, before any file exists
     target = os.path.realpath(path)
     directory, name = os.path.split(target)
     try:
-        mode: int | None = os.stat(target).st_mode & 0o7777
+        old: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
-        mode = None
-    tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        old = None
+    # Beside the file (os.replace stays in one file system), its name cut short enough
+    # to fit in NAME_MAX (255 bytes) whatever the file's own name.
+    short = os.fsencode(name)[:200].decode(errors="ignore")
+    tmp = os.path.join(directory, f".{short}.{os.urandom(6).hex()}.tmp")
     # 0o666 lets the umask decide a new file's mode, as open() would.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(content)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        # Atomic: a reader sees the old file or the new one, never half of it.
+        if old is not None:
+            if (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+                # Only root may give a file away; a group we are in is fine too. Before
+                # chmod: chown clears the set-id bits.
+                with contextlib.suppress(OSError):
+                    os.chown(tmp, old.st_uid, old.st_gid)
+            os.chmod(tmp, stat.S_IMODE(old.st_mode))
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _sync_directory(directory)
+
+
+def _sync_directory(directory: str) -> None:
+    # The rename is durable once the directory is: without this a power loss could
+    # bring the old file back after the edit was reported done.
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
 class LocalServices:
