@@ -18,13 +18,27 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import pytest
 
 from acp_bridge.agent.client_services import AcpClientServices
+from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.models.script import ScriptModel
 from acp_bridge.rpc.connection import Connection
-from acp_bridge.tools.base import JSON, Tool, ToolContext, ToolError, ToolOutcome
+from acp_bridge.tools.base import (
+    JSON,
+    PermissionOutcome,
+    PermissionRequest,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolOutcome,
+)
 from acp_bridge.tools.files import EditFile, ReadFile, WriteFile
 from acp_bridge.tools.local import LocalServices, read_text, write_text
+from session import Event, SessionStore
+from session.backends.jsonl import JsonlBackend
+from tests.support.services import ScriptedClient
 
 pytestmark = pytest.mark.anyio
 
@@ -325,3 +339,70 @@ def root(tmp_path: Path) -> Path:
     r = tmp_path / "root"
     r.mkdir()
     return r
+
+
+# -- a whole turn: what the person is asked about ------------------------------------------
+
+
+def run_turn(work: Path, calls: list[dict[str, Any]], answer: Callable[[PermissionRequest], Any]) -> list[Event]:
+    """One turn of a scripted model making `calls`, in `ask` mode, over a real JSONL
+    store and the local files; `answer` is the person at the permission prompt."""
+    store = SessionStore(JsonlBackend(work.parent / "store"))
+    log = store.create(cwd=str(work))
+    model = ScriptModel([{"toolCalls": calls}, {"text": "done"}])
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            services = ScriptedClient(task_group=tg, permission_answer=answer)
+            await TurnRunner(log, model, services, mode="ask").prompt([{"type": "text", "text": "go"}])
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    events = list(log.events)
+    log.close()
+    return events
+
+
+def results(events: list[Event]) -> dict[str, tuple[bool, str | None]]:
+    return {e["data"]["callId"]: (e["data"]["isError"], e["data"].get("error", {}).get("code"))
+            for e in events if e["type"] == "tool/result"}
+
+
+def test_no_permission_is_asked_for_an_edit_that_would_damage_the_file(root: Path) -> None:
+    (root / "latin1.txt").write_bytes(LATIN1)
+    asked: list[PermissionRequest] = []
+
+    def allow(request: PermissionRequest) -> PermissionOutcome:
+        asked.append(request)
+        return PermissionOutcome("selected", "allow_once")
+
+    events = run_turn(root, [
+        {"id": "e1", "name": "edit_file", "arguments": {"path": "latin1.txt", "old_text": "= 1", "new_text": "= 2"}},
+        {"id": "w1", "name": "write_file", "arguments": {"path": "latin1.txt", "content": "caf\u00e9 = 2\n"}},
+    ], allow)
+    assert asked == []  # nothing was shown that could be approved
+    assert results(events) == {"e1": (True, "not_utf8"), "w1": (True, "not_utf8")}
+    assert (root / "latin1.txt").read_bytes() == LATIN1
+
+
+def test_an_approved_diff_is_written_exactly_or_not_at_all(root: Path) -> None:
+    f = root / "app.py"
+    f.write_bytes(b"a = 1\nb = 2\n")
+    asked: list[PermissionRequest] = []
+
+    def change_then_allow(request: PermissionRequest) -> PermissionOutcome:
+        asked.append(request)
+        if request.call_id == "e1":  # someone saves the file while the person reads the diff
+            f.write_bytes(b"a = 100\nb = 2\n")
+        return PermissionOutcome("selected", "allow_once")
+
+    edit = {"path": "app.py", "old_text": "b = 2", "new_text": "b = 3"}
+    events = run_turn(root, [{"id": "e1", "name": "edit_file", "arguments": edit},
+                             {"id": "e2", "name": "edit_file", "arguments": edit}], change_then_allow)
+    shown = [request.content[0] for request in asked]
+    assert [(d["oldText"], d["newText"]) for d in shown] == [
+        ("a = 1\nb = 2\n", "a = 1\nb = 3\n"),  # approved, but no longer what is on disk
+        ("a = 100\nb = 2\n", "a = 100\nb = 3\n"),  # approved and written as shown
+    ]
+    assert results(events) == {"e1": (True, "file_changed"), "e2": (False, None)}
+    assert f.read_bytes() == shown[1]["newText"].encode()
