@@ -51,12 +51,12 @@ def read_text(path: Path, line: int | None, limit: int | None) -> str:
     binary or the lines read are not UTF-8; ToolError if there is no file."""
     try:
         with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)  # a big binary file is refused without reading it all
+            if b"\0" in head:
+                raise NotTextError(path, size=os.fstat(f.fileno()).st_size, binary=True)
             if line is None and limit is None:
-                data = f.read()
-                return decode_text(data, path)
+                return decode_text(head + f.read(), path)
             size = os.fstat(f.fileno()).st_size
-            if b"\0" in f.read(SNIFF_BYTES):
-                raise NotTextError(path, size=size, binary=True)
             f.seek(0)
             start = max(line or 1, 1) - 1
             out: list[bytes] = []
