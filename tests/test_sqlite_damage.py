@@ -130,8 +130,8 @@ async def test_session_load_of_a_damaged_database_is_session_corrupt(damaged: Da
         with pytest.raises(AgentError) as refused:
             await agent.request("session/load", {"sessionId": damaged.victim, **load})
         assert refused.value.code == -32003
-        assert refused.value.data["code"] == "session_corrupt"
-        assert refused.value.data["sessionId"] == damaged.victim
+        assert refused.value.data == {"code": "session_corrupt", "sessionId": damaged.victim,
+                                      "reason": "database disk image is malformed"}
         assert f"session {damaged.victim} is damaged" in str(refused.value.message)
         await agent.request("session/load", {"sessionId": damaged.good, **load})  # the others load
         listed = await agent.request("session/list", {})
@@ -150,7 +150,7 @@ async def test_a_damaged_store_is_session_corrupt_through_the_agent(damaged: Dam
             with pytest.raises(AgentError) as refused:
                 await agent.request(method, params)
             assert refused.value.code == -32003, method
-            assert refused.value.data["code"] == "session_corrupt"
+            assert refused.value.data == {"code": "session_corrupt", "reason": "database disk image is malformed"}
     assert agent.returncode == 0
 
 
