@@ -386,6 +386,30 @@ def test_list_sessions(store: SessionStore) -> None:
     assert {s["id"] for s in store.list(cwd="/a")} == {ids[0], ids[2], empty.id}
 
 
+@pytest.mark.parametrize("prompt", ["resource first", "long text"])
+def test_list_titles_a_first_prompt_of_any_size(store: SessionStore, prompt: str) -> None:
+    """A prompt that embeds a file is one record of hundreds of KB: the title is still
+    its first text, on every backend (the JSONL summary once read only 64 KB)."""
+    big = "".join(f"line {n} of the attached file\n" for n in range(4000))  # ~120 KB
+    if prompt == "resource first":
+        content: list[dict[str, Any]] = [
+            {"type": "resource", "resource": {"uri": "file:///w/big.txt", "text": big}},
+            {"type": "text", "text": "explain   this\nfile"},
+        ]
+        title = "explain this file"
+    else:
+        content = [{"type": "text", "text": "  summarize " + big}]
+        title = " ".join(("summarize " + big).split())[:79] + "…"
+    assert len(orjson.dumps(content)) > 100_000
+    log = store.create(cwd="/w")
+    log.extend([("turn/start", {"turn": 1, "trigger": {"kind": "prompt"}}),
+                ("user/message", {"turn": 1, "content": content})])
+    log.sync()
+    log.close()
+    (listed,) = store.list()
+    assert listed["title"] == title
+
+
 def test_delete(store: SessionStore) -> None:
     log = store.create(cwd="/w")
     write(log, Script().text_turn())

@@ -319,27 +319,61 @@ async def test_a_non_object_message_is_an_invalid_request(tmp_path: Path) -> Non
             assert error["error"]["code"] == -32600, raw
 
 
-async def test_invalid_requests(tmp_path: Path) -> None:
+# Every request whose id can be read is answered with that id (a client waits on it):
+# (message, the answer's error code or None for a result, data.field where named). An
+# id that cannot be read (a boolean) is answered with id null.
+ANSWERED_WITH_THE_ID: list[tuple[dict[str, Any], int | None, str | None]] = [
+    ({"id": 11, "method": "session/list", "params": {}}, -32600, None),  # no "jsonrpc"
+    ({"jsonrpc": "1.0", "id": 12, "method": "session/list", "params": {}}, -32600, None),
+    ({"jsonrpc": "2.0", "id": 13, "method": 5, "params": {}}, -32600, None),
+    ({"jsonrpc": "2.0", "id": "m", "params": {}}, -32600, None),  # no method
+    ({"jsonrpc": "2.0", "id": 15}, -32600, None),  # neither a request nor a response
+    ({"jsonrpc": "2.0", "id": 16, "method": "session/list", "params": {}, "extra": 1}, -32600, None),
+    ({"jsonrpc": "2.0", "id": 17, "method": "session/list", "params": {}, "result": None}, -32600, None),
+    ({"jsonrpc": "2.0", "id": True, "method": "session/list", "params": {}}, -32600, None),
+    ({"jsonrpc": "2.0", "id": 14, "method": "session/list", "params": "text"}, -32602, None),
+    ({"jsonrpc": "2.0", "id": 18, "method": "session/list", "params": 1}, -32602, None),
+    ({"jsonrpc": "2.0", "id": "t", "method": "session/new", "params": True}, -32602, None),
+    ({"jsonrpc": "2.0", "id": 19, "method": "no/such_method", "params": 1}, -32602, None),
+    ({"jsonrpc": "2.0", "id": 20, "method": "session/list", "params": ["x"]}, -32602, None),
+    # "params": null is "no params": fine where every param is optional, else the
+    # method's own check names the first field missing.
+    ({"jsonrpc": "2.0", "id": 21, "method": "session/list", "params": None}, None, None),
+    ({"jsonrpc": "2.0", "id": "n", "method": "session/new", "params": None}, -32602, "cwd"),
+    ({"jsonrpc": "2.0", "id": 22, "method": "session/prompt", "params": None}, -32602, "sessionId"),
+    ({"jsonrpc": "2.0", "id": 23, "method": "initialize", "params": None}, -32602, "protocolVersion"),
+    ({"jsonrpc": "2.0", "id": 24, "method": "no/such_method", "params": None}, -32601, None),
+]
+
+
+async def test_every_request_whose_id_can_be_read_is_answered_with_it(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
+        # Before the first `initialize` is answered (its own path, before jsonrpcserver).
+        answer = await raw_call(agent, line(request(0, "initialize", None) | {"params": None}), 0, "initialize")
+        assert code_of(answer) == -32602 and answer["error"]["data"]["field"] == "protocolVersion"
         await agent.initialize()
-        bad = [
-            {"id": 11, "method": "session/list", "params": {}},  # no "jsonrpc"
-            {"jsonrpc": "1.0", "id": 12, "method": "session/list", "params": {}},
-            {"jsonrpc": "2.0", "id": 13, "method": 5, "params": {}},
-            {"jsonrpc": "2.0", "id": True, "method": "session/list", "params": {}},
-            {"jsonrpc": "2.0", "id": 14, "method": "session/list", "params": "text"},
-            {"jsonrpc": "2.0", "id": 15},  # neither a request nor a response
-        ]
-        for message in bad:
-            rid = message.get("id")
+        for message, code, field in ANSWERED_WITH_THE_ID:
+            rid = message["id"]
+            readable = not isinstance(rid, bool)
             mark = len(agent.transcript)
-            expect(agent, *([rid] if type(rid) is int else []))
+            expect(agent, *([rid] if readable else []), method=str(message.get("method")))
             await agent.send_raw(line(message))
             await until(agent, answers_since(agent, mark, 1))
             (answer,) = received(agent, mark)
-            assert code_of(answer) == -32600, (message, answer)
-            assert answer["id"] in (None, rid), (message, answer)
+            assert answer["id"] == (rid if readable else None) and type(answer["id"]) is type(rid if readable else None), \
+                (message, answer)
+            if code is None:
+                assert answer["result"] == {"sessions": []}, (message, answer)
+                continue
+            assert code_of(answer) == code, (message, answer)
+            if field is not None:
+                assert answer["error"]["data"]["field"] == field, (message, answer)
+        mark = len(agent.transcript)  # a notification with null params is one without: no answer
+        await agent.send_raw(line({"jsonrpc": "2.0", "method": "session/cancel", "params": None}))
+        await agent.send_raw(line({"jsonrpc": "2.0", "method": "no/such_notification", "params": None}))
         await still_works(agent)
+        assert len(received(agent, mark)) == 1
+    assert agent.returncode == 0
 
 
 @pytest.mark.parametrize("raw_id", [b'{"a":1}', b"[1]"])

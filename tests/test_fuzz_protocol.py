@@ -10,9 +10,11 @@ the answers the input calls for. It checks, as JSON-RPC 2.0 says:
 
 - the agent never dies, and every stdout line is valid JSON-RPC 2.0 (its notifications
   also valid ACP);
-- each request is answered exactly once, with its id; notifications and responses are
-  not answered; a line that is not JSON gets -32700 with id null, an invalid request
-  -32600 with id null; a batch gets one array with the answers of its requests;
+- each request is answered exactly once, with its id; every request whose id can be
+  read is answered with that id, its envelope valid or not (a client waits on it);
+  notifications and responses are not answered; a line that is not JSON gets -32700
+  with id null, an invalid request whose id cannot be read -32600 with id null; a
+  batch gets one array with the answers of its requests;
 - no input makes a handler fail with an unexpected exception (-32603 `internal`);
 - at the end stdin is closed, the agent exits 0, and every log it wrote loads and
   passes `check_invariants(closed=True)`.
@@ -222,15 +224,17 @@ def expect_item(item: Any) -> Expect | None:
         return Expect("invalid")
     if "method" not in item and "id" in item and ("result" in item or "error" in item):
         return None  # a response to a request of ours (or to nothing): never answered
+    if "id" in item and id_kind(item["id"]) != "invalid":
+        # Every request whose id can be read is answered with that id, whatever else
+        # is wrong with it: a client waits on that id.
+        kind = id_kind(item["id"])
+        return Expect(kind, item["id"] if kind in ("id", "either") else None)
     valid = (item.get("jsonrpc") == "2.0" and isinstance(item.get("method"), str)
              and not set(item) - REQUEST_KEYS
-             and ("params" not in item or isinstance(item["params"], dict | list)))
-    if not valid or ("id" in item and id_kind(item["id"]) == "invalid"):
+             and ("params" not in item or item["params"] is None or isinstance(item["params"], dict | list)))
+    if not valid or "id" in item:  # (an id that cannot be read)
         return Expect("invalid")
-    if "id" not in item:
-        return None
-    kind = id_kind(item["id"])
-    return Expect(kind, item["id"] if kind in ("id", "either") else None)
+    return None
 
 
 def expected_answers(line: bytes) -> list[Expect | list[Expect]]:
@@ -619,9 +623,29 @@ def test_a_line_over_the_limit_is_refused_and_the_connection_stays_usable(agent:
 
 
 def test_an_invalid_request_with_array_params_is_an_invalid_request(agent: FuzzAgent) -> None:
-    for line in (b'{"method":"session/new","params":[]}', b'{"jsonrpc":"1.0","method":"session/list","params":[1]}',
-                 b'{"jsonrpc":"2.0","method":"session/list","params":[],"extra":1}',
-                 b'{"jsonrpc":"2.0","id":5,"method":null,"params":[{}]}',
-                 b'{"id":6,"method":"session/list","params":[]}'):
-        (answer,) = agent.exchange(line, [Expect("invalid")], timeout=2)
-        assert answer["id"] is None and answer["error"]["code"] == -32600, (line, answer)
+    for line, rid in ((b'{"method":"session/new","params":[]}', None),
+                      (b'{"jsonrpc":"1.0","method":"session/list","params":[1]}', None),
+                      (b'{"jsonrpc":"2.0","method":"session/list","params":[],"extra":1}', None),
+                      (b'{"jsonrpc":"2.0","id":5,"method":null,"params":[{}]}', 5),
+                      (b'{"id":6,"method":"session/list","params":[]}', 6)):
+        (answer,) = agent.exchange(line, [Expect("invalid" if rid is None else "id", rid)], timeout=2)
+        assert answer["id"] == rid and answer["error"]["code"] == -32600, (line, answer)
+
+
+def test_null_or_scalar_params_are_answered_with_the_id(agent: FuzzAgent) -> None:
+    """`"params": null` is no params (what many JSON-RPC clients send); a scalar is
+    -32602. Both answered with the request's id (once -32600 with id null)."""
+    cases = ((b'{"jsonrpc":"2.0","id":"a","method":"session/list","params":null}', None),
+             (b'{"jsonrpc":"2.0","id":"b","method":"session/new","params":null}', -32602),
+             (b'{"jsonrpc":"2.0","id":"c","method":"session/list","params":1}', -32602),
+             (b'{"jsonrpc":"2.0","id":"d","method":"session/list","params":"x"}', -32602),
+             (b'{"jsonrpc":"2.0","id":"e","method":"session/list","params":true}', -32602))
+    for line, code in cases:
+        rid = orjson.loads(line)["id"]
+        (answer,) = agent.exchange(line, [Expect("id", rid)], timeout=5)
+        assert answer["id"] == rid, (line, answer)
+        if code is None:
+            assert len(answer["result"]["sessions"]) == len(agent.sessions), answer
+        else:
+            assert answer["error"]["code"] == code, answer
+        one_input(agent, line)  # and as the fuzzer checks every input

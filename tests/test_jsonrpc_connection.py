@@ -296,3 +296,92 @@ async def test_dispatch_answers_as_jsonrpcserver_does(message: Any) -> None:
     assert ours == theirs
     if isinstance(message, dict) and message.get("method") == "rpc_error":
         assert ours["error"]["code"] == RpcError(-32602, "").code
+
+
+# --- every request whose id can be read is answered with that id -------------------------------
+
+
+async def needs_session(**params: Any) -> Any:
+    from acp_bridge.agent.params import check_params
+
+    check_params("session/close", params)
+    return "closed"
+
+
+# (message, the answer: ("result", value) or ("error", code, data.field or None))
+WITH_THE_ID: list[tuple[Any, tuple[Any, ...]]] = [
+    ({"jsonrpc": "2.0", "id": 1, "method": "ok", "params": None}, ("result", {"echo": {}})),
+    ({"jsonrpc": "2.0", "id": 2, "method": "needs", "params": None}, ("error", -32602, "sessionId")),
+    ({"jsonrpc": "2.0", "id": 3, "method": "missing", "params": None}, ("error", -32601, None)),
+    ({"jsonrpc": "2.0", "id": 4, "method": "ok", "params": 1}, ("error", -32602, None)),
+    ({"jsonrpc": "2.0", "id": "s", "method": "ok", "params": "x"}, ("error", -32602, None)),
+    ({"jsonrpc": "2.0", "id": 5, "method": "ok", "params": True}, ("error", -32602, None)),
+    ({"jsonrpc": "2.0", "id": 6, "method": "ok", "params": [1]}, ("error", -32602, None)),
+    ({"jsonrpc": "1.0", "id": 7, "method": "ok"}, ("error", -32600, None)),
+    ({"id": 8, "method": "ok"}, ("error", -32600, None)),
+    ({"jsonrpc": "2.0", "id": 9, "method": 5}, ("error", -32600, None)),
+    ({"jsonrpc": "2.0", "id": 10, "method": None, "params": [{}]}, ("error", -32600, None)),
+    ({"jsonrpc": "2.0", "id": 11, "method": "ok", "extra": 1}, ("error", -32600, None)),
+    ({"jsonrpc": "2.0", "id": 12}, ("error", -32600, None)),
+    ({"jsonrpc": "2.0", "id": None, "method": "ok", "params": 1}, ("error", -32602, None)),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("message", "expected"), WITH_THE_ID,
+                         ids=[orjson.dumps(m).decode()[:60] for m, _ in WITH_THE_ID])
+async def test_a_request_whose_id_can_be_read_is_answered_with_it(message: Any, expected: tuple[Any, ...]) -> None:
+    conn, reader, writer = connection({"ok": ok, "needs": needs_session})
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve)
+            await reader.send.send(line(message))  # alone, and inside a batch
+            await reader.send.send(line([message, {"jsonrpc": "2.0", "id": "next", "method": "ok"}]))
+            reader.send.close()
+    single, batch = writer.messages()
+    assert isinstance(batch, list)
+    assert [a["id"] for a in batch if a["id"] == "next"] == ["next"]
+    (in_batch,) = [a for a in batch if a["id"] != "next"]
+    for answer in (single, in_batch):
+        assert answer["id"] == message["id"] and type(answer["id"]) is type(message["id"]), answer
+        if expected[0] == "result":
+            assert answer["result"] == expected[1]
+            continue
+        assert answer["error"]["code"] == expected[1], answer
+        data = answer["error"].get("data")  # (jsonrpcserver's -32601 data is a string)
+        assert (data.get("field") if isinstance(data, dict) else None) == expected[2], answer
+
+
+@pytest.mark.anyio
+async def test_initialize_with_null_params_is_checked_before_jsonrpcserver_loads() -> None:
+    async def initialize(**params: Any) -> Any:
+        from acp_bridge.agent.params import check_params
+
+        check_params("initialize", params)
+        return {"protocolVersion": 1}
+
+    conn, reader, writer = connection({"initialize": initialize})
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve)
+            await reader.send.send(line({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": None}))
+            reader.send.close()
+    (answer,) = writer.messages()
+    assert answer["id"] == 0 and answer["error"]["code"] == -32602
+    assert answer["error"]["data"]["field"] == "protocolVersion"
+
+
+@pytest.mark.anyio
+async def test_a_notification_with_null_params_is_one_without_params() -> None:
+    seen: list[Any] = []
+
+    async def note(**params: Any) -> None:
+        seen.append(params)
+
+    conn, reader, writer = connection({"note": note})
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve)
+            await reader.send.send(line({"jsonrpc": "2.0", "method": "note", "params": None}))
+            reader.send.close()
+    assert seen == [{}] and writer.messages() == []

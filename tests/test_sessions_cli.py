@@ -615,3 +615,21 @@ def test_import_is_lean() -> None:
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "[]\n"
+
+
+def test_list_titles_a_big_first_prompt(tmp_path: Path, kind: str, cli_work: Path) -> None:
+    """A first prompt embedding a 100 KB file before its text keeps its title."""
+    root = tmp_path / "store"
+    backend = open_backend(kind, root)
+    log = SessionStore(backend).create(cwd=str(cli_work))
+    resource = {"uri": f"file://{cli_work}/a.txt", "text": "x" * 100_000}
+    log.extend([("turn/start", {"turn": 1, "trigger": {"kind": "prompt"}}),
+                ("user/message", {"turn": 1, "content": [{"type": "resource", "resource": resource},
+                                                         {"type": "text", "text": "what is in it?"}]})])
+    log.sync()
+    log.close()
+    backend.close()
+    (listed,) = orjson.loads(cli(*store_args(tmp_path, kind), "list", "--json").raw)
+    assert listed["title"] == "what is in it?"
+    res = cli(*store_args(tmp_path, kind), "list")
+    assert res.lines[1].endswith("what is in it?"), res.out

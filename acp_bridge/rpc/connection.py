@@ -30,11 +30,11 @@ from acp_bridge.rpc.protocol import (
     INVALID_REQUEST,
     PARSE_ERROR,
     REQUEST_CANCELLED,
-    REQUEST_KEYS,
     ClientError,
     ErrorMapper,
     Handler,
     RpcError,
+    envelope_error,
     error_response,
     internal_error,
     invalid_params,
@@ -42,6 +42,7 @@ from acp_bridge.rpc.protocol import (
     is_response,
     own_request_id,
     request_key,
+    without_null_params,
 )
 from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
 
@@ -247,16 +248,16 @@ class Connection:
         if not isinstance(message, dict):
             return error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object"))
         is_request = "id" in message
-        if is_request and not is_id(message["id"]):
-            return error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer",
-                                         {"code": "invalid_id"}))
-        # JSON-RPC params are structured (object or array); ACP methods take objects. An
-        # array on an otherwise valid request is -32602; anything else wrong with the
-        # message is jsonrpcserver's to answer (-32600).
-        params = message.get("params")
-        if (isinstance(params, list) and is_request and message.get("jsonrpc") == "2.0"
-                and isinstance(message.get("method"), str) and set(message) <= REQUEST_KEYS):
-            return error_response(message["id"], invalid_params("invalid params: params must be an object (by name)"))
+        if is_request:
+            if not is_id(message["id"]):
+                return error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an "
+                                                     "integer", {"code": "invalid_id"}))
+            # Every request whose id can be read is answered with it (a broken envelope,
+            # params that are not an object); notifications are jsonrpcserver's to answer.
+            refused = envelope_error(message)
+            if refused is not None:
+                return error_response(message["id"], refused)
+        message = without_null_params(message)
         key = request_key(message.get("id")) if is_request else None
         scope = anyio.CancelScope()
         if is_request:

@@ -93,6 +93,36 @@ def valid_envelope(request: Any) -> bool:
     )
 
 
+def envelope_error(request: dict[str, Any]) -> RpcError | None:
+    """What is wrong with the envelope of a request whose id can be read (None if
+    nothing): it is answered with that id, so a client waiting on it does not hang
+    (jsonrpcserver answers any invalid request with id null). A broken envelope is
+    -32600. Params that are neither an object nor null (null: no params, as many
+    JSON-RPC clients send it) are -32602: JSON-RPC allows arrays, ACP methods take
+    objects, and a scalar is a param that breaks every method."""
+    if request.get("jsonrpc") != "2.0":
+        return RpcError(INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"', {"code": "invalid_request"})
+    if not isinstance(request.get("method"), str):
+        return RpcError(INVALID_REQUEST, "Invalid Request: method must be a string", {"code": "invalid_request"})
+    unknown = set(request) - REQUEST_KEYS
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        return RpcError(INVALID_REQUEST, f"Invalid Request: unknown members ({names[:100]}); a request has "
+                        "only jsonrpc, id, method and params", {"code": "invalid_request"})
+    params = request.get("params")
+    if params is not None and not isinstance(params, dict):
+        return invalid_params("invalid params: params must be an object (by name)")
+    return None
+
+
+def without_null_params(message: dict[str, Any]) -> dict[str, Any]:
+    """`message` with `"params": null` read as no params (what many JSON-RPC clients
+    send for "no parameters"; the method's own checks then name what is missing)."""
+    if "params" in message and message["params"] is None:
+        return {k: v for k, v in message.items() if k != "params"}
+    return message
+
+
 def is_response(message: Any) -> bool:
     """An answer to one of our requests (not a request or a notification)."""
     return (isinstance(message, dict) and "method" not in message and "id" in message

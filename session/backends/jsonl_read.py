@@ -6,7 +6,6 @@ writes; the owned side (appends, repair, the lock) is in session.backends.jsonl.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,8 +28,11 @@ from session.scan import Damage, parse_events, parse_header
 # Logs are read this much at a time: large enough to amortize, small enough to bound memory.
 READ_BLOCK = 256 << 10
 
-# How much of a log `list` reads to find the title: the header and the first prompt.
-LIST_PEEK_BYTES = 64 * 1024
+# `list` reads a log's first lines (the header, `turn/start`, the first prompt) whole,
+# however long: a prompt embedding a file is megabytes on one line, and a prefix of it
+# would lose the title. A line is at most what the agent reads as one message.
+LIST_LINE_LIMIT = 64 << 20
+LIST_PROMPT_LINE = 3  # the prompt is the second event, after its turn/start
 
 
 def log_opener(session_id: str, path: Path) -> Callable[[], BinaryIO]:
@@ -126,25 +128,15 @@ def summary_of(path: Path) -> SessionSummary | None:
     """id, cwd, title, updatedAt of a log from its first lines and its mtime."""
     try:
         with open(path, "rb") as f:
-            head = f.read(LIST_PEEK_BYTES)
             mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
+            header = _json_line(f.readline(LIST_LINE_LIMIT))
+            if not isinstance(header, dict) or header.get("id") != path.stem:
+                return None
+            title = header.get("title")
+            if title is None:
+                title = _first_prompt_title(f)
     except OSError:
         return None
-    lines = head.split(b"\n")
-    try:
-        header = orjson.loads(lines[0])
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(header, dict) or header.get("id") != path.stem:
-        return None
-    title = header.get("title")
-    if title is None:
-        for line in lines[1:4]:  # turn/start, then the prompt
-            with contextlib.suppress(orjson.JSONDecodeError):
-                event = orjson.loads(line)
-                if isinstance(event, dict) and event.get("type") == USER_MESSAGE:
-                    title = title_from_content(event.get("data", {}).get("content"))
-                    break
     summary: SessionSummary = {
         "id": header["id"],
         "cwd": str(header.get("cwd", "")),
@@ -154,6 +146,27 @@ def summary_of(path: Path) -> SessionSummary | None:
     if header.get("additionalDirectories"):
         summary["additionalDirectories"] = list(header["additionalDirectories"])
     return summary
+
+
+def _first_prompt_title(f: BinaryIO) -> str | None:
+    """The title of the log's first prompt, read from the lines after the header."""
+    for _ in range(LIST_PROMPT_LINE):
+        line = f.readline(LIST_LINE_LIMIT)
+        if not line:
+            break
+        event = _json_line(line)
+        if isinstance(event, dict) and event.get("type") == USER_MESSAGE:
+            data = event.get("data")
+            return title_from_content(data.get("content") if isinstance(data, dict) else None)
+    return None
+
+
+def _json_line(line: bytes) -> object:
+    """A line parsed as JSON; None if it is not JSON (damage is for load to report)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
 
 
 class JsonlReader:

@@ -41,6 +41,7 @@ from session.backends.sqlite_read import (
     UPDATED_AT,
     SqliteReader,
     SqliteStream,
+    damage_as_corrupt,
     schema_version_error,
 )
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
@@ -88,10 +89,11 @@ class SqliteBackend:
         self._mutex = threading.Lock()  # one connection, possibly used from worker threads
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            self.db.execute("PRAGMA busy_timeout = 10000")
-            self.db.execute("PRAGMA journal_mode = WAL")
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            self._check_schema()
+            with damage_as_corrupt(self.path):  # a damaged store, as the reader says it
+                self.db.execute("PRAGMA busy_timeout = 10000")
+                self.db.execute("PRAGMA journal_mode = WAL")
+                self.db.execute("PRAGMA synchronous = NORMAL")
+                self._check_schema()
         except BaseException:
             self.db.close()
             raise
@@ -183,14 +185,14 @@ class SqliteBackend:
         return parse_header(sid, row[0], "the sessions row"), row[1] is not None
 
     def _row(self, sid: str) -> tuple[bytes, str | None] | None:
-        with self._mutex:
+        with self._mutex, damage_as_corrupt(self.path, sid):
             row = self.db.execute(
                 "SELECT header, title FROM sessions WHERE id = ?", (sid,)
             ).fetchone()
         return None if row is None else (row[0], row[1])
 
     def list_sessions(self) -> list[SessionSummary]:
-        with self._mutex:
+        with self._mutex, damage_as_corrupt(self.path):
             rows = self.db.execute(
                 f"SELECT id, cwd, title, {UPDATED_AT}, header FROM sessions"
             ).fetchall()

@@ -5,6 +5,7 @@ and the read-only open of a store (`SqliteReader`). Nothing here writes; the own
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from pathlib import Path
 import orjson
 
 from session.backends.base import SessionPeek, validate_session_id
-from session.errors import SessionNotFoundError, SessionVersionError
+from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
 from session.events import EVENT_TYPES, Event, Header
 from session.files import LockTable, Owner, lock_file
 from session.scan import Damage, check_event_shape, parse_header
@@ -27,6 +28,11 @@ UPDATED_AT = (
     "ORDER BY seq DESC LIMIT 1), 0))"
 )
 DB_NAME = "sessions.sqlite3"
+# SQLite's primary result codes for a damaged database file (the low byte of an
+# extended code): SQLITE_CORRUPT ("database disk image is malformed") and SQLITE_NOTADB
+# ("file is not a database"). Other failures (locked, I/O, full) are not damage.
+DAMAGE_CODES = frozenset({11, 26})
+SQLITE_CANTOPEN = 14
 
 
 class SqliteStream:
@@ -50,11 +56,21 @@ class SqliteStream:
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
-            self._db = connect(self.path, read_only=self._read_only)
-            self._db.execute("BEGIN")  # one snapshot for blocks, locate and size_from
+            with damage_as_corrupt(self.path, self.header["id"]):
+                db = connect(self.path, read_only=self._read_only)
+                try:
+                    db.execute("BEGIN")  # one snapshot for blocks, locate and size_from
+                except BaseException:
+                    db.close()
+                    raise
+            self._db = db
         return self._db
 
     def blocks(self) -> Iterator[list[Event | Damage]]:
+        with damage_as_corrupt(self.path, self.header["id"]):
+            yield from self._blocks()
+
+    def _blocks(self) -> Iterator[list[Event | Damage]]:
         cursor = self._conn().execute(
             "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
             (self.header["id"],),
@@ -72,18 +88,20 @@ class SqliteStream:
             yield row_events(block)
 
     def locate(self, index: int) -> dict[str, int]:
-        row = self._conn().execute(
-            "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
-            (self.header["id"], index),
-        ).fetchone()
+        with damage_as_corrupt(self.path, self.header["id"]):
+            row = self._conn().execute(
+                "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
+                (self.header["id"], index),
+            ).fetchone()
         return {"seq": row[0] if row is not None else index}
 
     def size_from(self, index: int) -> int:
-        row = self._conn().execute(
-            "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
-            "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)",
-            (self.header["id"], index),
-        ).fetchone()
+        with damage_as_corrupt(self.path, self.header["id"]):
+            row = self._conn().execute(
+                "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
+                "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)",
+                (self.header["id"], index),
+            ).fetchone()
         return int(row[0])
 
     def close(self) -> None:
@@ -124,13 +142,67 @@ def row_event(row: tuple[int, str, int, bytes | str]) -> Event | Damage:
 
 
 def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
-    """A connection in autocommit mode; `read_only` (`mode=ro`) never creates the file."""
-    if read_only:
-        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None)
-    else:
+    """A connection in autocommit mode; `read_only` (`mode=ro`) never creates the file.
+
+    A WAL database is read through its `-shm` index, which a reader must be able to
+    create: on a read-only mount, or in a folder it may not write, a store with no
+    `-wal`/`-shm` beside it cannot be opened that way. Such a store has no writer and
+    nothing outside the database file, so it is opened `immutable` (read as a plain
+    file). A store with a non-empty `-wal` is never opened so: that would skip what the
+    WAL holds."""
+    if not read_only:
         db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA busy_timeout = 10000")
+        db.execute("PRAGMA busy_timeout = 10000")
+        return db
+    uri = path.resolve().as_uri() + "?mode=ro"
+    db = sqlite3.connect(uri, uri=True, isolation_level=None)
+    try:
+        db.execute("PRAGMA busy_timeout = 10000")
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL index
+    except sqlite3.OperationalError as exc:
+        db.close()
+        if exc.sqlite_errorcode & 0xFF != SQLITE_CANTOPEN or _wal_size(path):
+            raise
+        db = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def _wal_size(path: Path) -> int:
+    try:
+        return os.stat(f"{path}-wal").st_size
+    except FileNotFoundError:
+        return 0
+
+
+def is_damage(exc: sqlite3.Error) -> bool:
+    """Whether SQLite failed because the database file is damaged."""
+    return exc.sqlite_errorcode & 0xFF in DAMAGE_CODES
+
+
+def damage_error(path: Path, exc: sqlite3.Error, session_id: str | None) -> SessionCorruptError:
+    """A damaged database as the damaged log of `session_id`, or of the whole store
+    (the sessions table itself cannot be read), worded as JSONL damage is."""
+    what = f"session {session_id}" if session_id is not None else f"the store {path.parent}"
+    return SessionCorruptError(
+        f"{what} is damaged: SQLite cannot read {path} ({exc})",
+        session_id=session_id,
+        reason=str(exc),
+    )
+
+
+@contextlib.contextmanager
+def damage_as_corrupt(path: Path, session_id: str | None = None) -> Iterator[None]:
+    """Raise a damaged database (see `is_damage`) as SessionCorruptError, as a damaged
+    JSONL log is: the session (or the store) cannot be read, nothing else is wrong."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise damage_error(path, exc, session_id) from exc
+        raise
 
 
 def schema_version_error(path: Path, version: int) -> SessionVersionError:
@@ -163,13 +235,14 @@ class SqliteReader:
         if not self.path.is_file():
             self._empty = True
             return None
-        db = connect(self.path, read_only=True)
-        try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        except BaseException:
-            db.close()
-            raise
+        with damage_as_corrupt(self.path):
+            db = connect(self.path, read_only=True)
+            try:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            except BaseException:
+                db.close()
+                raise
         if version == 0 and tables == 0:  # created, never initialized: no sessions
             db.close()
             self._empty = True
@@ -182,9 +255,10 @@ class SqliteReader:
 
     def _row(self, sid: str) -> tuple[bytes, str | None, int]:
         db = self._conn()
-        row = None if db is None else db.execute(
-            f"SELECT header, title, {UPDATED_AT} FROM sessions WHERE id = ?", (sid,)
-        ).fetchone()
+        with damage_as_corrupt(self.path, sid):
+            row = None if db is None else db.execute(
+                f"SELECT header, title, {UPDATED_AT} FROM sessions WHERE id = ?", (sid,)
+            ).fetchone()
         if row is None:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         return row[0], row[1], int(row[2])
@@ -193,7 +267,8 @@ class SqliteReader:
         db = self._conn()
         if db is None:
             return []
-        return [row[0] for row in db.execute("SELECT id FROM sessions")]
+        with damage_as_corrupt(self.path):
+            return [row[0] for row in db.execute("SELECT id FROM sessions")]
 
     def stream(self, session_id: str) -> SqliteStream:
         sid = validate_session_id(session_id)
@@ -207,7 +282,7 @@ class SqliteReader:
     def peek(self, session_id: str) -> SessionPeek:
         try:
             header_blob, title, updated = self._row(session_id)
-        except SessionNotFoundError:
+        except (SessionNotFoundError, SessionCorruptError):  # best effort: nothing to say
             return SessionPeek(None, None, None)
         try:
             header = orjson.loads(header_blob)
@@ -225,10 +300,11 @@ class SqliteReader:
         db.execute("BEGIN")
         try:
             header_blob = self._row(sid)[0]
-            rows = db.execute(
-                "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
-                (sid,),
-            ).fetchall()
+            with damage_as_corrupt(self.path, sid):
+                rows = db.execute(
+                    "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
+                    (sid,),
+                ).fetchall()
         finally:
             db.execute("ROLLBACK")
         out = [_as_bytes(header_blob), b"\n"]
