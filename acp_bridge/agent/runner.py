@@ -330,6 +330,12 @@ class TurnRunner:
         a worker thread so the other sessions' streams go on meanwhile."""
         if TurnRunner.running_turns <= 1 and self.log.pending + adding <= INLINE_SYNC_EVENTS:
             return fn(*args)
+        if self.log.buffered:
+            # Written here, on the event loop: these events' updates may be queued, and
+            # the sender hands them to the OS before it writes them; the thread then
+            # writes only events nothing was sent for yet, so the sender never waits for
+            # its fsync (agent.server's `before_write`).
+            self.log.flush()
         return await anyio.to_thread.run_sync(fn, *args)
 
     async def _append(self, etype: str, data: dict[str, Any]) -> Event:

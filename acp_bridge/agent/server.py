@@ -101,6 +101,19 @@ class Agent:
                         self._store.close()
                 tg.cancel_scope.cancel()  # local commands die with the connection
 
+    def before_write(self) -> Awaitable[None] | None:
+        """The connection calls this before each write to the client: every live log
+        hands its buffered events to the OS first, so an update never reaches the
+        client before the event it shows (DESIGN.md section 3). One log write per
+        write to stdout, however many chunks it carries. A log a worker thread is
+        writing at this moment (a durable commit) is waited for in a thread rather
+        than on the event loop."""
+        busy: list[SessionLog] = []
+        for live in self.sessions.values():
+            if live.log.buffered and not live.log.hand_off(wait=False):
+                busy.append(live.log)
+        return _hand_off_in_threads(busy) if busy else None
+
     async def on_eof(self) -> None:
         """stdin closed: every running turn ends as interrupted (shutdown) and its
         prompt is answered before the process exits."""
@@ -303,6 +316,11 @@ class Agent:
     async def cancel_request(self, requestId: Any, **_: Any) -> None:
         if not self._connection().cancel_incoming(requestId):
             log.info("$/cancel_request for %r: no such request in flight", requestId)
+
+
+async def _hand_off_in_threads(logs: list[SessionLog]) -> None:
+    for session_log in logs:
+        await anyio.to_thread.run_sync(lambda: session_log.hand_off(wait=True))
 
 
 def _checked(method: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
