@@ -4,12 +4,14 @@ Every fact goes through the session log first and is then handed to `on_event` (
 ACP layer turns events into `session/update`s), so what a client sees is what the log
 holds. The turn runs inside a cancel scope: `cancel(by)` ends it promptly as
 `cancelled`; cancellation from outside (the agent is stopping) closes it as
-`interrupted` with cause `shutdown`, using the same closers as crash repair.
+`interrupted` with cause `shutdown`, using the same closers as crash repair. A failed
+write of the log ends the turn with what the log kept (`_store_failed`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from acp_bridge.models import (
     UsageChunk,
 )
 from acp_bridge.tools.base import ClientServices, Tool
-from session import DURABLE_TYPES, Event, SessionLog, reason
+from session import DURABLE_TYPES, Event, SessionLog, StoreIOError, reason
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -44,6 +46,8 @@ from session.events import (
     Reason,
 )
 from session.transcript import Transcript
+
+logger = logging.getLogger("acp_bridge.agent.runner")
 
 EventSink = Callable[[Event], Awaitable[None]]
 DEFAULT_MAX_STEPS = 50
@@ -114,6 +118,13 @@ class TurnRunner:
         self._stopping = False
         self._step: _Step | None = None
         self._finished: anyio.Event | None = None  # set when the running turn's prompt returns
+        # (seq, transcript length after it) for the events of the running turn fed to
+        # the transcript: a failed write rolls the transcript back with the log.
+        self._marks: list[tuple[int, int]] = []
+        # The end reason of a turn a failed write left open on disk (the log could not
+        # take its closers either): it is closed with it before the next prompt or
+        # when the session closes, so the log records what the prompt was answered.
+        self._left_open: Reason | None = None
 
     @property
     def running(self) -> bool:
@@ -152,36 +163,14 @@ class TurnRunner:
         finished = self._finished = anyio.Event()
         self._cancel_by, self._stopping = None, False
         TurnRunner.running_turns += 1
+        leftover = self._left_open is not None
         try:
-            if self.log.tracker.in_turn:  # left open by a failed write: close it first
-                await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
-            turn = self.log.tracker.turn + 1
-            start = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
-                     "model": self.model.name}
-            await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
-            end: Reason | None = None
-            try:
-                with scope:
-                    end = await self._steps(turn)
-            except anyio.get_cancelled_exc_class():
-                # Cancelled from outside: the agent is stopping mid-turn.
-                with anyio.CancelScope(shield=True):
-                    await self._shutdown_closers()
-                raise
-            except Exception as exc:  # a bug or a broken service: the step fails
-                step = self._step.number if self._step else 0
-                failed = reason("error", step=step, message=f"{type(exc).__name__}: {exc}", code="internal")
-                with anyio.CancelScope(shield=True):
-                    last = await self._close_open(failed, "was not completed because the turn failed")
-                return last
+            return await self._turn(content, scope)
+        except StoreIOError as exc:
+            if leftover and self._left_open is not None:
+                raise  # the turn an earlier failure left open still cannot be closed
             with anyio.CancelScope(shield=True):
-                if end is None and self._stopping:
-                    last = (await self._shutdown_closers())[-1]
-                elif end is None:  # cancelled by the client
-                    by = self._cancel_by or "session/cancel"
-                    last = await self._close_open(reason("cancelled", by=by), "was cancelled")
-                else:
-                    last = await self._end_turn(turn, end)
+                last = await self._store_failed(exc)
             return last
         finally:
             TurnRunner.running_turns -= 1
@@ -189,6 +178,101 @@ class TurnRunner:
             self._step = None
             self._finished = None
             finished.set()
+
+    async def _turn(self, content: list[Any], scope: anyio.CancelScope) -> Event:
+        if self.log.tracker.in_turn:  # left open by a failed write: close it first
+            if self._left_open is not None:
+                await self._close_failed()
+            else:
+                await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
+        turn = self.log.tracker.turn + 1
+        start = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
+                 "model": self.model.name}
+        await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
+        end: Reason | None = None
+        try:
+            with scope:
+                end = await self._steps(turn)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled from outside: the agent is stopping mid-turn.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._shutdown_closers()
+                except StoreIOError as exc:  # the cancellation goes on; a load repairs it
+                    logger.warning("could not close the turn: %s", exc.message)
+            raise
+        except StoreIOError:
+            raise
+        except Exception as exc:  # a bug or a broken service: the step fails
+            step = self._step.number if self._step else 0
+            failed = reason("error", step=step, message=f"{type(exc).__name__}: {exc}", code="internal")
+            with anyio.CancelScope(shield=True):
+                last = await self._close_open(failed, "was not completed because the turn failed")
+            return last
+        with anyio.CancelScope(shield=True):
+            if end is None and self._stopping:
+                last = (await self._shutdown_closers())[-1]
+            elif end is None:  # cancelled by the client
+                by = self._cancel_by or "session/cancel"
+                last = await self._close_open(reason("cancelled", by=by), "was cancelled")
+            else:
+                last = await self._end_turn(turn, end)
+        return last
+
+    async def _store_failed(self, exc: StoreIOError) -> Event:
+        """A write of the log failed: the log is back at its last durable point and
+        dropped what came after (`exc` names the failure and the seq). If part of the
+        turn is durable, the turn is closed as `error {code: "store_io"}` with that
+        message and answered from that `turn/end` like any failed turn; if nothing of
+        it was durable, or the closers cannot be written either, `exc` is the answer
+        (and a turn left open is closed with the same reason later: `_left_open`)."""
+        self._rewind_transcript()
+        if not self.log.tracker.in_turn:
+            raise exc
+        if self._left_open is None:
+            self._left_open = reason("error", step=self.log.tracker.step, message=exc.message,
+                                     code="store_io", retryable=True)
+        try:
+            return await self._close_failed()
+        except StoreIOError:
+            self._rewind_transcript()
+            raise exc from None
+
+    async def _close_failed(self) -> Event:
+        """Close the turn a failed write left open with the reason it was answered."""
+        assert self._left_open is not None
+        self._step = None  # its streamed text was rolled back: no partial message
+        last = await self._close_open(self._left_open, "was not completed: the log could not be written")
+        self._left_open = None
+        return last
+
+    def _rewind_transcript(self) -> None:
+        """Drop from the transcript what the log dropped (events from `tracker.next_seq`
+        on), so the model is never shown a prompt or an answer the log does not hold."""
+        cut, marks = self.log.tracker.next_seq, self._marks
+        first = next((i for i, (seq, _) in enumerate(marks) if seq >= cut), None)
+        if first is None:
+            return
+        if first >= 2:
+            keep = marks[first - 1][1]
+        else:  # the turn's prompt is dropped: keep what came before it (after any trim)
+            keep = marks[1][1] - 1 if len(marks) > 1 else marks[0][1]
+        self.transcript.truncate(keep)
+        del marks[first:]
+
+    async def close(self) -> None:
+        """Close the session's log (the session closes or the agent stops). A turn a
+        failed write left open is closed first with the reason its prompt was
+        answered. Store failures are logged, not raised: the agent stops cleanly, and
+        a load repairs what could not be written."""
+        try:
+            if self._left_open is not None and self.log.tracker.in_turn and not self.log.closed:
+                await self._close_failed()
+            await anyio.to_thread.run_sync(self.log.close)
+        except StoreIOError as exc:
+            logger.warning("session %s: %s", self.log.id, exc.message)
+            with contextlib.suppress(StoreIOError):
+                await anyio.to_thread.run_sync(self.log.close)
 
     async def _steps(self, turn: int) -> Reason:
         step = 0
@@ -239,6 +323,8 @@ class TurnRunner:
                     elif isinstance(chunk, Finish):
                         finish = chunk
                         break
+        except StoreIOError:
+            raise  # the log failed, not the model: the turn ends as `_store_failed` says
         except Exception as exc:  # a provider bug: the step fails, the turn says why
             finish = Finish("error", message=f"{type(exc).__name__}: {exc}", code="model_error")
         if finish is None:
@@ -346,8 +432,12 @@ class TurnRunner:
             events = await self._durably(len(items), self.log.extend, items)
         else:
             events = self.log.extend(items)
+        marks = self._marks
         for event in events:
+            if event["type"] == TURN_START:
+                marks.clear()
             self.transcript.feed(event)
+            marks.append((event["seq"], len(self.transcript.messages)))
             await self._emit(event)
         await self._pace()
         return events
