@@ -129,4 +129,4 @@ def test_a_full_disk_fails_one_turn_and_the_disk_matches_the_answers(
 
 def seq_after_turn(events: list[Any], turn: int) -> int:
     """The next seq after `turn`'s `turn/end`."""
-    return next(e["seq"] for e in events if e["type"] == "turn/end" and e["data"]["turn"] == turn) + 1
+    return int(next(e["seq"] for e in events if e["type"] == "turn/end" and e["data"]["turn"] == turn)) + 1

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -23,6 +22,7 @@ import anyio
 from acp_bridge.agent import permissions
 from acp_bridge.agent.errors import PromptInProgressError
 from acp_bridge.agent.tool_calls import DurableFirstServices, ProgressSink, ToolCalls
+from acp_bridge.agent.turn_close import StepText, TranscriptMarks, closing_items, step_content
 from acp_bridge.models import (
     Finish,
     Model,
@@ -39,7 +39,6 @@ from session.events import (
     ASSISTANT_MESSAGE,
     STEP_END,
     STEP_START,
-    TOOL_RESULT,
     TURN_END,
     TURN_START,
     USER_MESSAGE,
@@ -48,7 +47,6 @@ from session.events import (
 from session.transcript import Transcript
 
 logger = logging.getLogger("acp_bridge.agent.runner")
-
 EventSink = Callable[[Event], Awaitable[None]]
 DEFAULT_MAX_STEPS = 50
 STREAM_YIELD_S = 0.002
@@ -61,14 +59,6 @@ INLINE_SYNC_EVENTS = 64
 
 _T = TypeVar("_T")
 _DELTAS = (TextDelta, ReasoningDelta)
-
-
-@dataclass
-class _Step:
-    number: int
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    message_written: bool = False
 
 
 class TurnRunner:
@@ -116,11 +106,9 @@ class TurnRunner:
         self._scope: anyio.CancelScope | None = None
         self._cancel_by: str | None = None
         self._stopping = False
-        self._step: _Step | None = None
+        self._step: StepText | None = None
         self._finished: anyio.Event | None = None  # set when the running turn's prompt returns
-        # (seq, transcript length after it) for the events of the running turn fed to
-        # the transcript: a failed write rolls the transcript back with the log.
-        self._marks: list[tuple[int, int]] = []
+        self._marks = TranscriptMarks()  # a failed write rolls the transcript back with the log
         # The end reason of a turn a failed write left open on disk (the log could not
         # take its closers either): it is closed with it before the next prompt or
         # when the session closes, so the log records what the prompt was answered.
@@ -220,13 +208,11 @@ class TurnRunner:
         return last
 
     async def _store_failed(self, exc: StoreIOError) -> Event:
-        """A write of the log failed: the log is back at its last durable point and
-        dropped what came after (`exc` names the failure and the seq). If part of the
-        turn is durable, the turn is closed as `error {code: "store_io"}` with that
-        message and answered from that `turn/end` like any failed turn; if nothing of
-        it was durable, or the closers cannot be written either, `exc` is the answer
-        (and a turn left open is closed with the same reason later: `_left_open`)."""
-        self._rewind_transcript()
+        """A write failed; the log is back at its last durable point (`exc` says which).
+        Part of the turn durable: it is closed as `error {code: "store_io"}` and answered
+        from that `turn/end`; otherwise (or if the closers fail too: `_left_open`) `exc`
+        is the answer."""
+        self._marks.rewind(self.transcript, self.log.tracker.next_seq)
         if not self.log.tracker.in_turn:
             raise exc
         if self._left_open is None:
@@ -235,7 +221,7 @@ class TurnRunner:
         try:
             return await self._close_failed()
         except StoreIOError:
-            self._rewind_transcript()
+            self._marks.rewind(self.transcript, self.log.tracker.next_seq)
             raise exc from None
 
     async def _close_failed(self) -> Event:
@@ -246,25 +232,9 @@ class TurnRunner:
         self._left_open = None
         return last
 
-    def _rewind_transcript(self) -> None:
-        """Drop from the transcript what the log dropped (events from `tracker.next_seq`
-        on), so the model is never shown a prompt or an answer the log does not hold."""
-        cut, marks = self.log.tracker.next_seq, self._marks
-        first = next((i for i, (seq, _) in enumerate(marks) if seq >= cut), None)
-        if first is None:
-            return
-        if first >= 2:
-            keep = marks[first - 1][1]
-        else:  # the turn's prompt is dropped: keep what came before it (after any trim)
-            keep = marks[1][1] - 1 if len(marks) > 1 else marks[0][1]
-        self.transcript.truncate(keep)
-        del marks[first:]
-
     async def close(self) -> None:
-        """Close the session's log (the session closes or the agent stops). A turn a
-        failed write left open is closed first with the reason its prompt was
-        answered. Store failures are logged, not raised: the agent stops cleanly, and
-        a load repairs what could not be written."""
+        """Close the log, first closing a turn a failed write left open (with the reason
+        it was answered). Store failures are logged, not raised: a load repairs them."""
         try:
             if self._left_open is not None and self.log.tracker.in_turn and not self.log.closed:
                 await self._close_failed()
@@ -299,7 +269,7 @@ class TurnRunner:
         ends with this step (the step is then still open), else None."""
         await self._append(STEP_START, {"turn": turn, "step": number})
         await self._before_model()
-        step = self._step = _Step(number)
+        step = self._step = StepText(number)
         request = ModelRequest(list(self.transcript.messages), self._calls.specs())
         calls: list[ToolCallChunk] = []
         usage: Any = None
@@ -331,7 +301,7 @@ class TurnRunner:
             finish = Finish("error", message="the model stream ended without finishing", code="model_error")
         if finish.reason not in ("stop", "tool_calls"):
             calls = []  # cut off, refused or failed: its tool calls are not trusted
-        content = self._content(step, calls)
+        content = step_content(step, calls)
         data: dict[str, Any] = {"turn": turn, "step": number, "content": content}
         if usage is not None:
             data["usage"] = usage
@@ -351,38 +321,10 @@ class TurnRunner:
             return reason("completed")
         return await self._calls.run_all(turn, number, calls)
 
-    @staticmethod
-    def _content(step: _Step, calls: list[ToolCallChunk]) -> list[dict[str, Any]]:
-        content: list[dict[str, Any]] = []
-        if step.reasoning:
-            content.append({"type": "reasoning", "text": "".join(step.reasoning)})
-        if step.text:
-            content.append({"type": "text", "text": "".join(step.text)})
-        content.extend({"type": "tool-call", "id": c.id, "name": c.name, "arguments": c.arguments}
-                       for c in calls)
-        return content
-
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
         step, answer unanswered calls, close the step."""
-        tracker = self.log.tracker
-        turn = tracker.turn
-        items: list[tuple[str, dict[str, Any]]] = []
-        step = self._step
-        if tracker.step_open:
-            if step is not None and not step.message_written and (step.text or step.reasoning):
-                items.append((ASSISTANT_MESSAGE, {"turn": turn, "step": tracker.step,
-                                                  "content": self._content(step, [])}))
-            for call_id in tracker.unanswered():
-                ran = "while it was running" if tracker.calls[call_id].started else "before it ran"
-                code = "cancelled" if end["kind"] == "cancelled" else end["kind"]
-                items.append((TOOL_RESULT, {
-                    "turn": turn, "step": tracker.calls[call_id].step, "callId": call_id,
-                    "content": [{"type": "text", "text": f"The tool call {verb} ({ran})."}],
-                    "isError": True, "error": {"name": "Cancelled" if code == "cancelled" else "Error",
-                                               "code": code}}))
-            items.append((STEP_END, {"turn": turn, "step": tracker.step}))
-        items.append((TURN_END, {"turn": turn, "reason": end}))
+        items = closing_items(self.log.tracker, self._step, end, verb)
         events = await self._extend(items)
         return events[-1]
 
@@ -417,10 +359,9 @@ class TurnRunner:
         if TurnRunner.running_turns <= 1 and self.log.pending + adding <= INLINE_SYNC_EVENTS:
             return fn(*args)
         if self.log.buffered:
-            # Written here, on the event loop: these events' updates may be queued, and
-            # the sender hands them to the OS before it writes them; the thread then
-            # writes only events nothing was sent for yet, so the sender never waits for
-            # its fsync (agent.server's `before_write`).
+            # Handed to the OS here, on the loop (their updates may be queued): the thread
+            # then writes only events nothing was sent for, so the sender never waits
+            # for its fsync (agent.server's `before_write`).
             self.log.flush()
         return await anyio.to_thread.run_sync(fn, *args)
 
@@ -432,12 +373,8 @@ class TurnRunner:
             events = await self._durably(len(items), self.log.extend, items)
         else:
             events = self.log.extend(items)
-        marks = self._marks
         for event in events:
-            if event["type"] == TURN_START:
-                marks.clear()
-            self.transcript.feed(event)
-            marks.append((event["seq"], len(self.transcript.messages)))
+            self._marks.feed(self.transcript, event)
             await self._emit(event)
         await self._pace()
         return events
