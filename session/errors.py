@@ -83,8 +83,10 @@ class SequenceError(SessionError):
 
 
 class StoreIOError(SessionError):
-    """Writing or syncing failed. The backend rolled back to its last durable state;
-    nothing acknowledged was lost and a retry rewrites the pending events."""
+    """Writing or syncing failed. The backend rolled back to its last durable state
+    (`durableSeq`, when known, is the next seq there) and the live log dropped what
+    came after it: nothing acknowledged was lost, and nothing dropped is written
+    later. The next write starts from the durable state."""
 
     code = "store_io"
 

@@ -4,15 +4,20 @@
 event against the invariants and encodes it at append (so bad data never reaches a
 buffer), buffers streamed events, and makes everything durable at `tool/call`,
 `step/end` and `turn/end`, and whenever the caller asks with `sync()` (before it waits
-on anything outside the agent). Synchronous and thread-confined: the agent calls it
-from one task, moving the fsyncs off its event loop as it sees fit. `SessionStore`
-(session.store) opens these logs; nothing here knows how sessions are found.
+on anything outside the agent). Buffered events are handed to the OS (`hand_off`)
+before anything derived from them leaves the process, so a kill -9 loses nothing
+shown. A failed write rolls the log back to its last durable point and drops what
+came after. Synchronous; calls from the event loop and from worker threads serialize
+on a lock. `SessionStore` (session.store) opens these logs; nothing here knows how
+sessions are found.
 """
 
 from __future__ import annotations
 
+import threading
 import time as _time
 from collections.abc import Callable, Iterable, Sequence
+from copy import deepcopy
 from typing import Any, Final
 
 import orjson
@@ -27,7 +32,8 @@ from session.repair import interrupted_turn_closers
 # the permission request and the tool run, so no tool runs without its call durable.
 DURABLE_TYPES: Final = frozenset({TOOL_CALL, STEP_END, TURN_END})
 # Streamed events go to the OS (not fsync'd) once this many are buffered, so memory
-# stays bounded and a kill -9 loses little even in a long step.
+# stays bounded even when nothing is sent meanwhile (the sender's `hand_off` writes
+# them sooner, before their updates are sent).
 FLUSH_EVENTS: Final = 512
 FLUSH_BYTES: Final = 1 << 20
 
@@ -77,6 +83,19 @@ class SessionLog:
         self._unwritten_bytes = 0
         self._unsynced: list[Encoded] = []  # written to the backend, not yet durable
         self._closed = False
+        # The log is used from the event loop and, for durable commits, from worker
+        # threads, and the sender hands buffered events to the OS from its own task
+        # (`hand_off`): every read-modify-write of the buffers and every backend call
+        # holds this lock, so a hand-off never runs beside a write of the same log.
+        self._lock = threading.Lock()
+        # Where a failed write rolls back to: the tracker at the last durable point,
+        # and (without history) the events before the last `turn/start` until that
+        # `turn/start` is durable.
+        self._durable_tracker = deepcopy(tracker)
+        self._prior_events: list[Event] | None = None
+        # A failed hand-off, kept for the log's owner (the turn that wrote the events):
+        # raised by its next append, flush or sync.
+        self._failure: StoreIOError | None = None
 
     @property
     def id(self) -> str:
@@ -95,13 +114,20 @@ class SessionLog:
         return self._tracker
 
     @property
+    def durable_seq(self) -> int:
+        """The next seq at the last durable point: a failed write rolls back to it."""
+        return self._durable_tracker.next_seq
+
+    @property
     def pending(self) -> int:
         """Events appended but not yet durable."""
         return len(self._unwritten) + len(self._unsynced)
 
     @property
     def buffered(self) -> int:
-        """Events appended but not yet handed to the backend (lost on kill -9)."""
+        """Events appended but not yet handed to the backend (lost on kill -9). Read
+        without the lock: it drops to 0 only once their write has returned, and the
+        events a worker thread appends are not counted while it writes them."""
         return len(self._unwritten)
 
     def append(self, etype: str, data: dict[str, Any]) -> Event:
@@ -111,13 +137,19 @@ class SessionLog:
     def extend(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
         """Append events in order with one durability point at most (if any of them is
         a durable type). Raises InvariantError or EventDataError, appending none of
-        them; StoreIOError if the durability point fails (the events stay pending and
-        the next `sync` rewrites them)."""
+        them; StoreIOError if a write fails (this one, or an earlier hand-off): the log
+        is then back at its last durable point (`durable_seq`), everything appended
+        since is dropped, and the next append starts from there."""
+        with self._lock:
+            return self._extend(items)
+
+    def _extend(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
         self._check_open()
+        self._raise_failure()
         stamp = self._clock()
         tracker = self._tracker
         # Check the whole batch on a copy, so a refused batch leaves no trace.
-        trial = tracker if _single(items) else _copy_tracker(tracker)
+        trial = tracker if _single(items) else deepcopy(tracker)
         batch: list[Encoded] = []
         for etype, data in items:
             event: Event = {"type": etype, "seq": trial.next_seq, "time": stamp, "data": data}
@@ -129,63 +161,114 @@ class SessionLog:
         durable = False
         for encoded in batch:
             if encoded.event["type"] == TURN_START and not self._keep_history:
+                self._prior_events = self._events
                 self._events = []
             self._events.append(encoded.event)
-            self._unwritten.append(encoded)
-            self._unwritten_bytes += len(encoded.data_json)
             durable = durable or encoded.event["type"] in DURABLE_TYPES
         if durable:
-            self.sync()
-        elif len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES:
-            self.flush()
+            # Written straight from the batch, not through `_unwritten`: `buffered`
+            # stays as it was while a worker thread writes and syncs it.
+            self._write(sync=True, extra=batch)
+        else:
+            self._unwritten.extend(batch)
+            self._unwritten_bytes += sum(len(encoded.data_json) for encoded in batch)
+            if len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES:
+                self._write(sync=False)
         return [encoded.event for encoded in batch]
 
     def flush(self) -> None:
         """Hand buffered events to the backend without waiting for the disk."""
-        self._write(sync=False)
+        with self._lock:
+            self._raise_failure()
+            self._write(sync=False)
 
     def sync(self) -> None:
         """Make everything appended so far durable (a durability point)."""
-        self._check_open()
-        self._write(sync=True)
+        with self._lock:
+            self._check_open()
+            self._raise_failure()
+            self._write(sync=True)
 
-    def _write(self, *, sync: bool) -> None:
-        if not self._unwritten and not (sync and self._unsynced):
+    def hand_off(self, *, wait: bool = True) -> bool:
+        """Hand buffered events to the OS (written, not fsync'd) before the updates
+        derived from them are sent: the sender calls this before each write to the
+        client. Without `wait` it does nothing and returns False if another thread is
+        writing this log at this moment (the caller then waits for it elsewhere, with
+        `wait=True` in a worker thread, rather than block its event loop). Never
+        raises for a failed write: the log rolls back to its last durable point and
+        the failure is raised to the log's owner by its next append, flush or sync."""
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
+            if not self._closed and self._failure is None:
+                self._write(sync=False)
+        except StoreIOError as exc:
+            self._failure = exc
+        finally:
+            self._lock.release()
+        return True
+
+    def _raise_failure(self) -> None:
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _write(self, *, sync: bool, extra: Sequence[Encoded] = ()) -> None:
+        batch = self._unwritten + list(extra) if extra else self._unwritten
+        if not batch and not (sync and self._unsynced):
             return
-        batch = self._unwritten
         try:
             self._backend.write(batch, sync=sync)
         except StoreIOError:
-            # The backend is back at its last durable state: everything since then is
-            # pending again, in order, so a retry leaves no seq gap.
-            self._unwritten = self._unsynced + self._unwritten
-            self._unsynced = []
+            self._roll_back()
             raise
         if sync:
             self._unsynced = []
+            self._durable_tracker = deepcopy(self._tracker)
+            self._prior_events = None
         else:
             self._unsynced.extend(batch)
         self._unwritten, self._unwritten_bytes = [], 0
+
+    def _roll_back(self) -> None:
+        """Back to the last durable point, as the backend is after a failed write (it
+        truncated the file or rolled back its transaction): what was appended since is
+        dropped, not kept for a retry, so a turn reported as rolled back never shows
+        up on disk later and the next write has only its own events to write."""
+        durable = self._durable_tracker
+        cut = durable.next_seq
+        events = self._events
+        if self._prior_events is not None and (not events or events[0]["seq"] >= cut):
+            events = self._prior_events  # the last `turn/start` itself is dropped
+        if events:
+            del events[max(cut - events[0]["seq"], 0):]
+        self._events, self._prior_events = events, None
+        self._tracker = deepcopy(durable)
+        self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, []
 
     def close_interrupted(self, *, cause: str = "shutdown") -> list[Event]:
         """Close an open turn with the interrupted closers (the agent is stopping
         mid-turn) and make it durable. Returns the events as logged ([] if no turn is
         open): `extend` stamps its own time, which may be a tick later than the one the
         closers were computed with."""
-        closers = interrupted_turn_closers(self._events, cause=cause, time=self._clock())  # type: ignore[arg-type]
-        if not closers:
-            return []
-        return self.extend([(c["type"], c["data"]) for c in closers])
+        with self._lock:
+            closers = interrupted_turn_closers(self._events, cause=cause, time=self._clock())  # type: ignore[arg-type]
+            if not closers:
+                return []
+            return self._extend([(c["type"], c["data"]) for c in closers])
 
     def close(self) -> None:
-        """Flush durably and release ownership. Idempotent."""
-        if self._closed:
-            return
-        try:
-            self._write(sync=True)
-        finally:
-            self._closed = True
-            self._backend.close()
+        """Flush durably and release ownership. Idempotent. A failed write that was
+        not reported yet is dropped with the events it rolled back."""
+        with self._lock:
+            if self._closed:
+                return
+            self._failure = None
+            try:
+                self._write(sync=True)
+            finally:
+                self._closed = True
+                self._backend.close()
 
     @property
     def closed(self) -> bool:
@@ -204,11 +287,5 @@ class SessionLog:
 
 def _single(items: Iterable[tuple[str, dict[str, Any]]]) -> bool:
     return isinstance(items, list | tuple) and len(items) == 1
-
-
-def _copy_tracker(tracker: InvariantTracker) -> InvariantTracker:
-    from copy import deepcopy
-
-    return deepcopy(tracker)
 
 

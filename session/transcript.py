@@ -125,6 +125,14 @@ class Transcript:
             del messages[:cut], sizes[:cut]
             self.dropped += cut
 
+    def truncate(self, count: int) -> None:
+        """Keep the first `count` messages only (a failed write dropped the rest from
+        the log, and the model must not be shown what the log does not hold)."""
+        if self.budget is not None:
+            self._size -= sum(self._sizes[count:])
+            del self._sizes[count:]
+        del self.messages[count:]
+
     def feed_all(self, events: Iterable[Event]) -> None:
         feed, wanted = self.feed, _MESSAGE_TYPES
         for event in events:

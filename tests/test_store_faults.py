@@ -1,6 +1,8 @@
 """Failing disks: a write or an fsync that fails leaves the stored log at its last
-durable state (never a seq gap or half a record), the error says what happened, and a
-retry writes everything that was pending."""
+durable state (never a seq gap or half a record), the error says what happened and the
+seq it rolled back to, and what came after that point is dropped, in memory and on
+disk: the next write has only its own events to write, and nothing dropped shows up
+later."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def reloaded(store: SessionStore, sid: str) -> list[Any]:
     return events
 
 
-def test_jsonl_fsync_failure_rolls_back_and_retries(
+def test_jsonl_fsync_failure_rolls_back_and_drops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = JsonlBackend(tmp_path)
@@ -42,23 +44,29 @@ def test_jsonl_fsync_failure_rolls_back_and_retries(
     write(log, Script().text_turn())
     path = backend.path_of(log.id)
     durable = path.read_bytes()
+    kept = list(log.events)
 
     write(log, Script(first_turn=2).start_turn().start_step().chunk("a").chunk("b"))
     monkeypatch.setattr(os, "fdatasync", eio)
     with pytest.raises(StoreIOError) as err:
         log.append("step/end", {"turn": 2, "step": 1})
+    durable_seq = len(Script().text_turn().items)
     assert "Input/output error" in str(err.value) and log.id in str(err.value)
-    assert err.value.data()["durableSeq"] == len(Script().text_turn().items)
+    assert f"rolled back to seq {durable_seq}" in str(err.value)
+    assert err.value.data()["durableSeq"] == durable_seq
     assert path.read_bytes() == durable  # back at the last durable state
-    assert log.pending == 6
+    # ... and so is the log: turn 2 is gone, not kept for a retry.
+    assert (log.pending, log.tracker.next_seq, log.tracker.in_turn) == (0, durable_seq, False)
+    assert list(log.events) == kept
 
     monkeypatch.undo()
-    log.sync()  # the retry
-    assert log.pending == 0
-    log.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+    log.sync()
+    assert path.read_bytes() == durable  # nothing dropped is written later
+    write(log, Script(first_turn=2).text_turn("again", "fine"))
     expected = list(log.events)
     log.close()
     assert reloaded(store, log.id) == expected
+    assert not any(e["data"].get("chunk", {}).get("text") in ("a", "b") for e in expected)
 
 
 def test_jsonl_short_write_is_truncated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,18 +81,46 @@ def test_jsonl_short_write_is_truncated(tmp_path: Path, monkeypatch: pytest.Monk
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(jsonl_module, "write_all", half_then_enospc)
-    with pytest.raises(StoreIOError, match="No space left on device"):
+    with pytest.raises(StoreIOError, match="No space left on device; rolled back to seq 0"):
         write(log, Script().text_turn())  # fails at step/end
     assert path.read_bytes() == header_only  # the half record is gone
+    assert (log.pending, log.tracker.next_seq, list(log.events)) == (0, 0, [])
     monkeypatch.undo()
-    log.sync()
-    write(log, Script().text_turn().items[-1:])  # turn/end
+    write(log, Script().text_turn("second try", "works"))  # the next turn writes at once
     expected = list(log.events)
     log.close()
     assert reloaded(store, log.id) == expected
+    assert expected[1]["data"]["content"][0]["text"] == "second try"
 
 
-def test_sqlite_failure_drops_unsynced_rows_and_retries(
+def test_a_failed_hand_off_is_raised_to_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sender hands buffered events to the OS before it writes their updates; a
+    # failure there is not the sender's to handle: the log rolls back and the turn
+    # that wrote the events hears of it at its next append.
+    backend = JsonlBackend(tmp_path)
+    store = SessionStore(backend)
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn())
+    log.sync()
+    turn = Script(first_turn=2).start_turn()
+    write(log, turn)
+    log.sync()  # the prompt is durable (as before an external model)
+    write(log, turn.start_step().chunk("seen ").items[2:])
+    durable = backend.path_of(log.id).read_bytes()
+    monkeypatch.setattr(jsonl_module, "write_all", eio)
+    assert log.hand_off(wait=False) is True  # no raise: the sender goes on
+    assert backend.path_of(log.id).read_bytes() == durable
+    assert log.tracker.in_turn and not log.tracker.step_open  # back before step/start
+    with pytest.raises(StoreIOError, match="Input/output error"):
+        log.append("step/start", {"turn": 2, "step": 1})
+    monkeypatch.undo()
+    log.append("step/start", {"turn": 2, "step": 1})  # raised once, then writes again
+    log.close()
+
+
+def test_sqlite_failure_drops_unsynced_rows_and_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = SqliteBackend(tmp_path)
@@ -104,11 +140,15 @@ def test_sqlite_failure_drops_unsynced_rows_and_retries(
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(SqliteSession, "_insert", failing_insert)
-    with pytest.raises(StoreIOError, match="disk I/O error"):
+    durable_seq = len(Script().text_turn().items)
+    with pytest.raises(StoreIOError, match=f"disk I/O error; rolled back to seq {durable_seq}"):
         log.append("step/end", {"turn": 2, "step": 1})
     monkeypatch.undo()
-    log.sync()
-    log.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+    # The rows the streamed flush committed are deleted at once, not at the next write.
+    with sqlite3.connect(backend.path) as db:
+        (rows,) = db.execute("SELECT count(*) FROM events").fetchone()
+    assert rows == durable_seq == log.tracker.next_seq and log.pending == 0
+    write(log, Script(first_turn=2).text_turn("again", "fine"))
     expected = list(log.events)
     log.close()
     assert reloaded(store, log.id) == expected
@@ -140,10 +180,11 @@ def test_sqlite_rows_left_by_a_failure_are_replaced(
         real_insert(self, db, batch)
 
     monkeypatch.setattr(SqliteSession, "_insert", fail_once)
+    monkeypatch.setattr(SqliteSession, "_drop_stale", lambda self: None)  # as if that failed too
     with pytest.raises(StoreIOError):
         log.append("step/end", {"turn": 1, "step": 1})
-    log.sync()
-    log.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    assert (log.tracker.next_seq, log.pending) == (0, 0)
+    write(log, Script().text_turn("again", "fine"))
     expected = list(log.events)
     log.close()
     assert reloaded(store, log.id) == expected

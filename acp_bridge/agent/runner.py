@@ -4,15 +4,16 @@ Every fact goes through the session log first and is then handed to `on_event` (
 ACP layer turns events into `session/update`s), so what a client sees is what the log
 holds. The turn runs inside a cancel scope: `cancel(by)` ends it promptly as
 `cancelled`; cancellation from outside (the agent is stopping) closes it as
-`interrupted` with cause `shutdown`, using the same closers as crash repair.
+`interrupted` with cause `shutdown`, using the same closers as crash repair. A failed
+write of the log ends the turn with what the log kept (`_store_failed`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -21,6 +22,7 @@ import anyio
 from acp_bridge.agent import permissions
 from acp_bridge.agent.errors import PromptInProgressError
 from acp_bridge.agent.tool_calls import DurableFirstServices, ProgressSink, ToolCalls
+from acp_bridge.agent.turn_close import StepText, TranscriptMarks, closing_items, step_content
 from acp_bridge.models import (
     Finish,
     Model,
@@ -31,13 +33,12 @@ from acp_bridge.models import (
     UsageChunk,
 )
 from acp_bridge.tools.base import ClientServices, Tool
-from session import DURABLE_TYPES, Event, SessionLog, reason
+from session import DURABLE_TYPES, Event, SessionLog, StoreIOError, reason
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     STEP_END,
     STEP_START,
-    TOOL_RESULT,
     TURN_END,
     TURN_START,
     USER_MESSAGE,
@@ -45,6 +46,7 @@ from session.events import (
 )
 from session.transcript import Transcript
 
+logger = logging.getLogger("acp_bridge.agent.runner")
 EventSink = Callable[[Event], Awaitable[None]]
 DEFAULT_MAX_STEPS = 50
 STREAM_YIELD_S = 0.002
@@ -57,14 +59,6 @@ INLINE_SYNC_EVENTS = 64
 
 _T = TypeVar("_T")
 _DELTAS = (TextDelta, ReasoningDelta)
-
-
-@dataclass
-class _Step:
-    number: int
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    message_written: bool = False
 
 
 class TurnRunner:
@@ -112,8 +106,13 @@ class TurnRunner:
         self._scope: anyio.CancelScope | None = None
         self._cancel_by: str | None = None
         self._stopping = False
-        self._step: _Step | None = None
+        self._step: StepText | None = None
         self._finished: anyio.Event | None = None  # set when the running turn's prompt returns
+        self._marks = TranscriptMarks()  # a failed write rolls the transcript back with the log
+        # The end reason of a turn a failed write left open on disk (the log could not
+        # take its closers either): it is closed with it before the next prompt or
+        # when the session closes, so the log records what the prompt was answered.
+        self._left_open: Reason | None = None
 
     @property
     def running(self) -> bool:
@@ -152,36 +151,14 @@ class TurnRunner:
         finished = self._finished = anyio.Event()
         self._cancel_by, self._stopping = None, False
         TurnRunner.running_turns += 1
+        leftover = self._left_open is not None
         try:
-            if self.log.tracker.in_turn:  # left open by a failed write: close it first
-                await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
-            turn = self.log.tracker.turn + 1
-            start = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
-                     "model": self.model.name}
-            await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
-            end: Reason | None = None
-            try:
-                with scope:
-                    end = await self._steps(turn)
-            except anyio.get_cancelled_exc_class():
-                # Cancelled from outside: the agent is stopping mid-turn.
-                with anyio.CancelScope(shield=True):
-                    await self._shutdown_closers()
-                raise
-            except Exception as exc:  # a bug or a broken service: the step fails
-                step = self._step.number if self._step else 0
-                failed = reason("error", step=step, message=f"{type(exc).__name__}: {exc}", code="internal")
-                with anyio.CancelScope(shield=True):
-                    last = await self._close_open(failed, "was not completed because the turn failed")
-                return last
+            return await self._turn(content, scope)
+        except StoreIOError as exc:
+            if leftover and self._left_open is not None:
+                raise  # the turn an earlier failure left open still cannot be closed
             with anyio.CancelScope(shield=True):
-                if end is None and self._stopping:
-                    last = (await self._shutdown_closers())[-1]
-                elif end is None:  # cancelled by the client
-                    by = self._cancel_by or "session/cancel"
-                    last = await self._close_open(reason("cancelled", by=by), "was cancelled")
-                else:
-                    last = await self._end_turn(turn, end)
+                last = await self._store_failed(exc)
             return last
         finally:
             TurnRunner.running_turns -= 1
@@ -189,6 +166,83 @@ class TurnRunner:
             self._step = None
             self._finished = None
             finished.set()
+
+    async def _turn(self, content: list[Any], scope: anyio.CancelScope) -> Event:
+        if self.log.tracker.in_turn:  # left open by a failed write: close it first
+            if self._left_open is not None:
+                await self._close_failed()
+            else:
+                await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
+        turn = self.log.tracker.turn + 1
+        start = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
+                 "model": self.model.name}
+        await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
+        end: Reason | None = None
+        try:
+            with scope:
+                end = await self._steps(turn)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled from outside: the agent is stopping mid-turn.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._shutdown_closers()
+                except StoreIOError as exc:  # the cancellation goes on; a load repairs it
+                    logger.warning("could not close the turn: %s", exc.message)
+            raise
+        except StoreIOError:
+            raise
+        except Exception as exc:  # a bug or a broken service: the step fails
+            step = self._step.number if self._step else 0
+            failed = reason("error", step=step, message=f"{type(exc).__name__}: {exc}", code="internal")
+            with anyio.CancelScope(shield=True):
+                last = await self._close_open(failed, "was not completed because the turn failed")
+            return last
+        with anyio.CancelScope(shield=True):
+            if end is None and self._stopping:
+                last = (await self._shutdown_closers())[-1]
+            elif end is None:  # cancelled by the client
+                by = self._cancel_by or "session/cancel"
+                last = await self._close_open(reason("cancelled", by=by), "was cancelled")
+            else:
+                last = await self._end_turn(turn, end)
+        return last
+
+    async def _store_failed(self, exc: StoreIOError) -> Event:
+        """A write failed; the log is back at its last durable point (`exc` says which).
+        Part of the turn durable: it is closed as `error {code: "store_io"}` and answered
+        from that `turn/end`; otherwise (or if the closers fail too: `_left_open`) `exc`
+        is the answer."""
+        self._marks.rewind(self.transcript, self.log.tracker.next_seq)
+        if not self.log.tracker.in_turn:
+            raise exc
+        if self._left_open is None:
+            self._left_open = reason("error", step=self.log.tracker.step, message=exc.message,
+                                     code="store_io", retryable=True)
+        try:
+            return await self._close_failed()
+        except StoreIOError:
+            self._marks.rewind(self.transcript, self.log.tracker.next_seq)
+            raise exc from None
+
+    async def _close_failed(self) -> Event:
+        """Close the turn a failed write left open with the reason it was answered."""
+        assert self._left_open is not None
+        self._step = None  # its streamed text was rolled back: no partial message
+        last = await self._close_open(self._left_open, "was not completed: the log could not be written")
+        self._left_open = None
+        return last
+
+    async def close(self) -> None:
+        """Close the log, first closing a turn a failed write left open (with the reason
+        it was answered). Store failures are logged, not raised: a load repairs them."""
+        try:
+            if self._left_open is not None and self.log.tracker.in_turn and not self.log.closed:
+                await self._close_failed()
+            await anyio.to_thread.run_sync(self.log.close)
+        except StoreIOError as exc:
+            logger.warning("session %s: %s", self.log.id, exc.message)
+            with contextlib.suppress(StoreIOError):
+                await anyio.to_thread.run_sync(self.log.close)
 
     async def _steps(self, turn: int) -> Reason:
         step = 0
@@ -215,7 +269,7 @@ class TurnRunner:
         ends with this step (the step is then still open), else None."""
         await self._append(STEP_START, {"turn": turn, "step": number})
         await self._before_model()
-        step = self._step = _Step(number)
+        step = self._step = StepText(number)
         request = ModelRequest(list(self.transcript.messages), self._calls.specs())
         calls: list[ToolCallChunk] = []
         usage: Any = None
@@ -239,13 +293,15 @@ class TurnRunner:
                     elif isinstance(chunk, Finish):
                         finish = chunk
                         break
+        except StoreIOError:
+            raise  # the log failed, not the model: the turn ends as `_store_failed` says
         except Exception as exc:  # a provider bug: the step fails, the turn says why
             finish = Finish("error", message=f"{type(exc).__name__}: {exc}", code="model_error")
         if finish is None:
             finish = Finish("error", message="the model stream ended without finishing", code="model_error")
         if finish.reason not in ("stop", "tool_calls"):
             calls = []  # cut off, refused or failed: its tool calls are not trusted
-        content = self._content(step, calls)
+        content = step_content(step, calls)
         data: dict[str, Any] = {"turn": turn, "step": number, "content": content}
         if usage is not None:
             data["usage"] = usage
@@ -265,38 +321,10 @@ class TurnRunner:
             return reason("completed")
         return await self._calls.run_all(turn, number, calls)
 
-    @staticmethod
-    def _content(step: _Step, calls: list[ToolCallChunk]) -> list[dict[str, Any]]:
-        content: list[dict[str, Any]] = []
-        if step.reasoning:
-            content.append({"type": "reasoning", "text": "".join(step.reasoning)})
-        if step.text:
-            content.append({"type": "text", "text": "".join(step.text)})
-        content.extend({"type": "tool-call", "id": c.id, "name": c.name, "arguments": c.arguments}
-                       for c in calls)
-        return content
-
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
         step, answer unanswered calls, close the step."""
-        tracker = self.log.tracker
-        turn = tracker.turn
-        items: list[tuple[str, dict[str, Any]]] = []
-        step = self._step
-        if tracker.step_open:
-            if step is not None and not step.message_written and (step.text or step.reasoning):
-                items.append((ASSISTANT_MESSAGE, {"turn": turn, "step": tracker.step,
-                                                  "content": self._content(step, [])}))
-            for call_id in tracker.unanswered():
-                ran = "while it was running" if tracker.calls[call_id].started else "before it ran"
-                code = "cancelled" if end["kind"] == "cancelled" else end["kind"]
-                items.append((TOOL_RESULT, {
-                    "turn": turn, "step": tracker.calls[call_id].step, "callId": call_id,
-                    "content": [{"type": "text", "text": f"The tool call {verb} ({ran})."}],
-                    "isError": True, "error": {"name": "Cancelled" if code == "cancelled" else "Error",
-                                               "code": code}}))
-            items.append((STEP_END, {"turn": turn, "step": tracker.step}))
-        items.append((TURN_END, {"turn": turn, "reason": end}))
+        items = closing_items(self.log.tracker, self._step, end, verb)
         events = await self._extend(items)
         return events[-1]
 
@@ -330,6 +358,11 @@ class TurnRunner:
         a worker thread so the other sessions' streams go on meanwhile."""
         if TurnRunner.running_turns <= 1 and self.log.pending + adding <= INLINE_SYNC_EVENTS:
             return fn(*args)
+        if self.log.buffered:
+            # Handed to the OS here, on the loop (their updates may be queued): the thread
+            # then writes only events nothing was sent for, so the sender never waits
+            # for its fsync (agent.server's `before_write`).
+            self.log.flush()
         return await anyio.to_thread.run_sync(fn, *args)
 
     async def _append(self, etype: str, data: dict[str, Any]) -> Event:
@@ -341,7 +374,7 @@ class TurnRunner:
         else:
             events = self.log.extend(items)
         for event in events:
-            self.transcript.feed(event)
+            self._marks.feed(self.transcript, event)
             await self._emit(event)
         await self._pace()
         return events

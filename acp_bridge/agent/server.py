@@ -13,6 +13,7 @@ needed (DESIGN.md section 1).
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ import anyio.abc
 
 from acp_bridge import __version__
 from acp_bridge.agent import permissions
-from acp_bridge.agent.errors import PromptInProgressError
+from acp_bridge.agent.errors import PromptInProgressError, to_rpc_error
 from acp_bridge.agent.listing import list_page
 from acp_bridge.agent.params import check_params
 from acp_bridge.agent.settlement import TurnFailed, settle
@@ -35,6 +36,7 @@ from session import (
     SessionLog,
     SessionNotFoundError,
     SessionStore,
+    StoreIOError,
     open_backend,
     validate_session_id,
 )
@@ -96,10 +98,23 @@ class Agent:
             finally:
                 with anyio.CancelScope(shield=True):
                     for sid in list(self.sessions):
-                        await anyio.to_thread.run_sync(self.sessions.pop(sid).log.close)
+                        await self.sessions.pop(sid).runner.close()
                     if self._store is not None:
                         self._store.close()
                 tg.cancel_scope.cancel()  # local commands die with the connection
+
+    def before_write(self) -> Awaitable[None] | None:
+        """The connection calls this before each write to the client: every live log
+        hands its buffered events to the OS first, so an update never reaches the
+        client before the event it shows (DESIGN.md section 3). One log write per
+        write to stdout, however many chunks it carries. A log a worker thread is
+        writing at this moment (a durable commit) is waited for in a thread rather
+        than on the event loop."""
+        busy: list[SessionLog] = []
+        for live in self.sessions.values():
+            if live.log.buffered and not live.log.hand_off(wait=False):
+                busy.append(live.log)
+        return _hand_off_in_threads(busy) if busy else None
 
     async def on_eof(self) -> None:
         """stdin closed: every running turn ends as interrupted (shutdown) and its
@@ -250,7 +265,7 @@ class Agent:
         live.runner.cancel("session/close")
         await live.runner.wait_idle()
         self.sessions.pop(sid, None)
-        await anyio.to_thread.run_sync(live.log.close)
+        await live.runner.close()
 
     async def delete_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
         validate_session_id(sessionId)
@@ -288,6 +303,10 @@ class Agent:
         self._prompts[key] = sessionId
         try:
             end = await live.runner.prompt(prompt)  # PromptInProgressError if one runs
+        except StoreIOError as exc:
+            # A full or failing disk, not a bug: one line in the log, not a traceback.
+            log.warning("%s", exc.message)
+            raise to_rpc_error(exc) from None
         finally:
             self._prompts.pop(key, None)
         answer = settle(end)
@@ -303,6 +322,11 @@ class Agent:
     async def cancel_request(self, requestId: Any, **_: Any) -> None:
         if not self._connection().cancel_incoming(requestId):
             log.info("$/cancel_request for %r: no such request in flight", requestId)
+
+
+async def _hand_off_in_threads(logs: list[SessionLog]) -> None:
+    for session_log in logs:
+        await anyio.to_thread.run_sync(functools.partial(session_log.hand_off, wait=True))
 
 
 def _checked(method: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

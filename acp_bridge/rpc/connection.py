@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 import orjson
 
-from acp_bridge.rpc.outgoing import Outgoing
+from acp_bridge.rpc.outgoing import BeforeWrite, Outgoing
 from acp_bridge.rpc.protocol import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -93,13 +93,15 @@ class Connection:
         on_eof: Callable[[], Awaitable[None]] | None = None,
         on_cancel_request: Callable[[Any], bool] | None = None,
         error_for: ErrorMapper = internal_error,
+        before_write: BeforeWrite | None = None,
     ) -> None:
         self._reader = reader
         self._methods = dict(methods)
         self._on_eof = on_eof
         self._on_cancel_request = on_cancel_request
         self._error_for = error_for  # exceptions -> error responses (the agent's own)
-        self._out = Outgoing(writer)
+        # Called before each write to the client (the agent's log hand-off).
+        self._out = Outgoing(writer, before_write)
         # Sending is the queue's own: bound here, not wrapped, as `notify_update` runs
         # for every chunk streamed.
         self.send = self._out.send

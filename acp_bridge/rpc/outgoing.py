@@ -6,12 +6,17 @@ first: that is the ordering barrier the prompt answers rely on (the last update 
 leaves before its answer). Queueing never waits; whatever is queued when the writer runs
 goes out in one write. `drain` lets a producer of many messages (a replay) wait for the
 writer, so the queue, and its memory, stay bounded while the client reads.
+
+Before each write the writer calls the owner's `before_write` hook (the agent hands its
+live logs' buffered events to the OS there: an event is on its way to disk before any
+update derived from it reaches the client), so many messages cost one log write.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
@@ -25,12 +30,18 @@ log = logging.getLogger("acp_bridge.rpc.connection")
 DRAIN_HIGH_WATER: Final = 4 << 20  # bytes queued for stdout that `drain` lets through
 PREFIX_CACHE_SIZE: Final = 256  # sessions whose notification prefix is kept
 
+# Called before each write with nothing; returns None when the write may go ahead, or
+# an awaitable to wait for first (a log being written by a worker thread). A plain
+# callable on the fast path: it runs once per write to stdout.
+BeforeWrite = Callable[[], Awaitable[None] | None]
+
 
 class Outgoing:
     """The queue of messages for the client and the task (`run`) that writes them."""
 
-    def __init__(self, writer: FdWriter) -> None:
+    def __init__(self, writer: FdWriter, before_write: BeforeWrite | None = None) -> None:
         self._writer = writer
+        self._before_write = before_write
         # Outgoing messages, encoded, in order. Unbounded (sending never waits), `drain`
         # lets a producer of many wait for the writer.
         self._queue: deque[bytes] = deque()
@@ -110,7 +121,14 @@ class Outgoing:
                 # Whatever is queued goes out in one write.
                 data = queue.popleft() if len(queue) == 1 else b"".join(queue)
                 queue.clear()
+                # Taken before the hook runs: what it hands to the OS covers every
+                # event behind the messages in `data` (their events were logged
+                # before they were queued); messages queued meanwhile wait their turn.
                 try:
+                    if self._before_write is not None:
+                        waiting = self._before_write()
+                        if waiting is not None:
+                            await waiting
                     await self._writer.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     log.info("the client stopped reading stdout")

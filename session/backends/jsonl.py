@@ -131,10 +131,14 @@ class JsonlSession:
         self.durable_size = os.fstat(self._fd).st_size
         self._durable_seq = next_seq  # next seq at the last durable point
         self._next_seq = next_seq
+        self._stale = False  # the file may hold bytes past durable_size (a failed cut)
 
     def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
         check_batch_seqs(self.session_id, batch, self._next_seq)
         try:
+            if self._stale:  # a failed write could not be cut off: cut it before appending
+                os.ftruncate(self._fd, self.durable_size)
+                self._stale = False
             if batch:
                 write_all(self._fd, b"".join(map(event_line, batch)))
             self._next_seq += len(batch)
@@ -156,8 +160,10 @@ class JsonlSession:
         # After a failed fsync the page cache can no longer be trusted to hold what we
         # wrote, so everything after the last durable size goes and is rewritten.
         self._next_seq = self._durable_seq
+        self._stale = True
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, self.durable_size)
+            self._stale = False
 
     def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
         kept: str | None = None
@@ -197,6 +203,9 @@ class JsonlSession:
 
     def close(self) -> None:
         if self._fd >= 0:
+            if self._stale:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self.durable_size)
             os.close(self._fd)
             self._fd = -1
             self._lock.release()

@@ -266,13 +266,26 @@ class SqliteSession:
                 self._insert(db, batch)
             self._stale = False
         except sqlite3.Error as exc:
-            # Rows committed since the last durable point are not trusted: they are
-            # deleted by the next write, which starts again from the durable seq.
+            # Back to the last durable point, as the live log is: rows committed since
+            # (streamed batches) go now, so no event the client is told was rolled back
+            # stays on disk; if even that fails, the next write (or close) deletes them.
             self._next_seq, self._stale = self._durable_seq, True
-            raise _io_error(sid, "sync the log" if sync else "write the log", exc) from exc
+            self._drop_stale()
+            raise _io_error(sid, "sync the log" if sync else "write the log", exc,
+                            durable_seq=self._durable_seq) from exc
         self._next_seq += len(batch)
         if sync:
             self._durable_seq = self._next_seq
+
+    def _drop_stale(self) -> None:
+        """Delete the rows past the durable seq a failed write left (best effort)."""
+        try:
+            with self._backend.transaction(full=True) as db:
+                db.execute("DELETE FROM events WHERE session_id = ? AND seq >= ?",
+                           (self.session_id, self._durable_seq))
+        except sqlite3.Error:
+            return
+        self._stale = False
 
     def _insert(self, db: sqlite3.Connection, batch: Sequence[Encoded]) -> None:
         db.executemany(
@@ -320,6 +333,8 @@ class SqliteSession:
 
     def close(self) -> None:
         if self._lock is not None:
+            if self._stale:
+                self._drop_stale()
             self._lock.release()
             self._lock = None
 
@@ -349,5 +364,8 @@ class OwnedSqliteStream(SqliteStream):
 
 
 
-def _io_error(sid: str, what: str, exc: BaseException) -> StoreIOError:
-    return StoreIOError(f"session {sid}: could not {what}: {exc}", session_id=sid)
+def _io_error(sid: str, what: str, exc: BaseException, *, durable_seq: int | None = None) -> StoreIOError:
+    if durable_seq is None:
+        return StoreIOError(f"session {sid}: could not {what}: {exc}", session_id=sid)
+    return StoreIOError(f"session {sid}: could not {what}: {exc}; rolled back to seq {durable_seq}",
+                        session_id=sid, durableSeq=durable_seq)

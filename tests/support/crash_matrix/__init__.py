@@ -20,7 +20,8 @@ answer and right after the kill:
   exactly `interrupted_turn_closers(events before the load)`, ending in
   `turn/end {interrupted, crash}`; a closed log is left untouched;
 - the replay holds every turn, and starts with exactly what A streamed live for its
-  answered turns;
+  answered turns; the text of every message A streamed live, the one the kill cut
+  included, is a prefix of that message's text in the replay (log before send);
 - the next prompt is turn N+1 and ends `end_turn`; the final log passes
   `check_invariants(closed=True)` and its model transcript has no unanswered call.
 

@@ -5,6 +5,7 @@ wire by one new agent (repair report, replay, one more prompt, close), then in-p
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -67,6 +68,14 @@ async def _load_one(agent: AgentProcess, run: Run) -> None:
             run.fail(f"the replay differs from the live stream of the answered turns at update {first}: "
                      f"live {live[first] if first < len(live) else None}, "
                      f"replay {replayed[first] if first < len(replayed) else None}")
+    # Log before send: the text of every message shown live, the turn cut by the kill
+    # included, is on disk, so it starts the replay of that message.
+    shown, back = streamed_text(run.live_updates), streamed_text(replay)
+    for message_id, text in shown.items():
+        if not back.get(message_id, "").startswith(text):
+            run.fail(f"message {message_id}: the text shown before the kill is not a prefix of the replay: "
+                     f"shown {len(text)} characters ...{text[-40:]!r}, replayed "
+                     f"{len(back.get(message_id, ''))} ...{back.get(message_id, '')[-40:]!r}")
     if closers:
         failed = [u for u in replay if u["sessionUpdate"] in ("tool_call", "tool_call_update")
                   and u.get("status") == "failed"]
@@ -82,6 +91,16 @@ async def _load_one(agent: AgentProcess, run: Run) -> None:
     closed = await agent.request_raw("session/close", {"sessionId": run.sid}, timeout=30)
     if closed.get("result") != {}:
         run.fail(f"session/close answered {closed}")
+
+
+def streamed_text(updates: list[dict[str, Any]]) -> dict[str, str]:
+    """messageId -> the text of its `agent_message_chunk` / `agent_thought_chunk`s."""
+    out: dict[str, str] = {}
+    for update in updates:
+        if update["sessionUpdate"] in ("agent_message_chunk", "agent_thought_chunk"):
+            key = str(update.get("messageId"))
+            out[key] = out.get(key, "") + update["content"]["text"]
+    return out
 
 
 # --- phase C: the final log, in-process ----------------------------------------------
