@@ -288,7 +288,7 @@ class TurnRunner:
                 items.append((ASSISTANT_MESSAGE, {"turn": turn, "step": tracker.step,
                                                   "content": self._content(step, [])}))
             for call_id in tracker.unanswered():
-                ran = "while it was running" if tracker.calls[call_id].started else "before it ran"
+                ran = "while it was running" if self._calls.ran(call_id) else "before it ran"
                 code = "cancelled" if end["kind"] == "cancelled" else end["kind"]
                 items.append((TOOL_RESULT, {
                     "turn": turn, "step": tracker.calls[call_id].step, "callId": call_id,
