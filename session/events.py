@@ -62,7 +62,9 @@ REASON_KINDS: Final = (
 ReasonKind = Literal[
     "completed", "max_tokens", "max_steps", "refusal", "cancelled", "error", "interrupted"
 ]
-CANCELLED_BY: Final = ("session/cancel", "session/close", "$/cancel_request")
+# Each names the ACP message through which the client ended the turn; the last one is
+# a permission request the client answered `cancelled`.
+CANCELLED_BY: Final = ("session/cancel", "session/close", "$/cancel_request", "session/request_permission")
 INTERRUPT_CAUSES: Final = ("crash", "shutdown")
 
 # The error code that marks a synthetic result written by crash/shutdown repair.

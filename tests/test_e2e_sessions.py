@@ -158,7 +158,10 @@ async def test_cancel_mid_permission(tmp_path: Path, work: Path, snapshot_json: 
         assert running.result["stopReason"] == "cancelled"
         assert running.result["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
         assert not (work / "out.txt").exists()
-        assert statuses(agent.updates_of(sid)) == [("w1", "pending"), ("w1", "in_progress"), ("w1", "failed")]
+        # Never in_progress: it was waiting for its permission, and is reported as not run.
+        assert statuses(agent.updates_of(sid)) == [("w1", "pending"), ("w1", "failed")]
+        (failed,) = [u for u in agent.updates_of(sid) if u.get("status") == "failed"]
+        assert failed["rawOutput"]["content"] == [{"type": "text", "text": "The tool call was cancelled (before it ran)."}]
         # The agent withdrew its permission request.
         (perm_id,) = [m["id"] for d, m in agent.transcript
                       if d == "<-" and m.get("method") == "session/request_permission"]
@@ -284,7 +287,11 @@ async def test_load_after_restart_replays_what_was_streamed(tmp_path: Path, work
         assert users == [("t1-user", {"type": "text", "text": "hi"}),
                          ("t1-user", {"type": "text", "text": "second block"}),
                          ("t2-user", {"type": "text", "text": "read notes"})]
-        assert [u for u in replayed if u["sessionUpdate"] != "user_message_chunk"] == live
+        # As streamed, but for the in_progress of each call (live only: no event records
+        # when a call starts to run).
+        assert [u for u in replayed if u["sessionUpdate"] != "user_message_chunk"] == \
+            [u for u in live if u.get("status") != "in_progress"]
+        assert statuses(live) == [("r1", "pending"), ("r1", "in_progress"), ("r1", "completed")]
         n_replayed = len(replayed)
         third = await agent2.prompt(sid, "and now")
         assert third["stopReason"] == "end_turn" and third["_meta"]["acpBridge"]["turn"] == 3
@@ -331,11 +338,19 @@ async def test_load_after_kill9_mid_tool(tmp_path: Path, work: Path, snapshot_js
         assert repair["repaired"] is True
         assert repair["interruptedTurn"] == 2 and repair["syntheticResults"] == 1
         replayed = agent2.updates_of(sid)
-        assert statuses(replayed) == [("x1", "pending"), ("x1", "in_progress"), ("x1", "failed")]
+        assert statuses(replayed) == [("x1", "pending"), ("x1", "failed")]
         (failed,) = [u for u in replayed if u.get("status") == "failed"]
         text = orjson.dumps(failed["content"]).decode()
         assert "interrupted" in text and "may have run" in text
         assert failed["rawOutput"]["error"] == {"name": "InterruptedError", "code": "interrupted"}
+        # The reader of the conversation is told, after everything else of the turn, that
+        # it was cut off and why (the harness validated every message against the schema).
+        assert replayed[-1] == {
+            "sessionUpdate": "agent_message_chunk", "messageId": "t2-end",
+            "content": {"type": "text", "text": "\n\n[This turn was interrupted: the agent stopped "
+                                                "unexpectedly (crash) before it finished.]"},
+            "_meta": {"acpBridge": {"turn": 2, "reason": {"kind": "interrupted", "cause": "crash"}}}}
+        assert not agent2.violations
         answer = await agent2.prompt(sid, "what happened?")
         assert answer["stopReason"] == "end_turn" and answer["_meta"]["acpBridge"]["turn"] == 3
     assert agent2.returncode == 0
@@ -360,6 +375,13 @@ async def test_load_after_kill9_mid_stream_keeps_the_prompt(tmp_path: Path, work
         loaded = await agent2.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         users = [u["content"] for u in agent2.updates_of(sid) if u["sessionUpdate"] == "user_message_chunk"]
         assert users == [{"type": "text", "text": "remember me"}]
+        # What the log kept of the words streamed before the kill, then why the turn
+        # stopped there.
+        *words, notice = [(u["messageId"], u["content"]["text"]) for u in agent2.updates_of(sid)
+                          if u["sessionUpdate"] == "agent_message_chunk"]
+        assert words == [("t1s1", w) for w in ("a ", "b ", "c ")][: len(words)]
+        assert notice == ("t1-end", "\n\n[This turn was interrupted: the agent stopped unexpectedly (crash) "
+                                    "before it finished.]")
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] == 1
         assert (await agent2.prompt(sid, "again"))["_meta"]["acpBridge"]["turn"] == 2
 
@@ -557,13 +579,16 @@ async def test_stdin_closed_mid_turn(tmp_path: Path, work: Path) -> None:
     assert running.result == {"stopReason": "cancelled", "_meta": {"acpBridge": {
         "turn": 1, "reason": {"kind": "interrupted", "cause": "shutdown"}}}}
     assert max(update_indexes(agent, sid)) < answer_index(agent, "session/prompt")
+    shutdown_notice = "\n\n[This turn was interrupted: the agent was shut down before it finished.]"
+    # Sent live too, last before the answer: the same mapping as the replay below.
+    assert chunks(agent, sid) == ["never ", "ends ", shutdown_notice]
 
     async with AgentProcess(store) as later:
         await later.initialize()
         loaded = await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] is None
-        assert chunks(later, sid) == ["never ", "ends "]
+        assert chunks(later, sid) == ["never ", "ends ", shutdown_notice]
         answer = await later.prompt(sid, "hello again")
         assert answer["_meta"]["acpBridge"] == {"turn": 2, "reason": {"kind": "completed"}}
     assert later.returncode == 0

@@ -14,6 +14,8 @@ import pytest
 
 from acp_bridge.agent.errors import PromptInProgressError
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.agent.tool_calls import ProgressSink
+from acp_bridge.agent.updates import SessionUpdate, UpdateContext, updates_for
 from acp_bridge.models import Model
 from acp_bridge.models.echo import EchoModel
 from acp_bridge.models.script import ScriptModel
@@ -70,21 +72,30 @@ def harness_run(
     mode: str = "ask",
     max_steps: int = 50,
     answers: Answers | None = None,
+    on_progress: ProgressSink | None = None,
+    on_update: Callable[[SessionUpdate], None] | None = None,
 ) -> Harness:
     """Run `body(h)` with a runner over a fresh JSONL session, in a task group that owns
-    local commands; then close the log and check the invariants of what it wrote."""
+    local commands; then close the log and check the invariants of what it wrote.
+    `on_update` is shown each event's live `session/update`s as it is written."""
     store = SessionStore(JsonlBackend(workdir.parent / "store"))
     log = store.create(cwd=str(workdir))
     seen: list[Event] = []
     answers = answers or Answers()
 
+    ctx = UpdateContext(replay=False)
+
     async def sink(event: Event) -> None:
         seen.append(event)
+        if on_update is not None:
+            for update in updates_for(event, ctx):
+                on_update(update)
 
     async def main() -> Harness:
         async with anyio.create_task_group() as tg:
             services = ScriptedClient(task_group=tg, permission_answer=answers)
-            runner = TurnRunner(log, model, services, mode=mode, max_steps=max_steps, on_event=sink)
+            runner = TurnRunner(log, model, services, mode=mode, max_steps=max_steps, on_event=sink,
+                                on_progress=on_progress)
             h = Harness(store, log, runner, answers, seen, workdir)
             await body(h)
             tg.cancel_scope.cancel()
@@ -301,16 +312,103 @@ def test_cancel_while_waiting_for_permission(workdir: Path) -> None:
         "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:cancelled",
         "step/end", "end:cancelled"]
     assert not (workdir / "b.txt").exists()
+    # It never ran: the permission was still open (its tool/call was on disk, though).
+    result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
+    assert result["content"][0]["text"] == "The tool call was cancelled (before it ran)."
+
+
+def test_a_reused_call_id_cancelled_before_it_ran_says_so(workdir: Path) -> None:
+    # Turn 1's x1 is cancelled while its command runs; turn 2's model reuses the id for
+    # a write whose permission is still open when it is cancelled.
+    pid_file = workdir / "pid"
+    sleeper = {"toolCalls": [{"id": "x1", "name": "run_command",
+                              "arguments": {"command": f"echo $$ > {pid_file}; sleep 30"}}]}
+    write = {"toolCalls": [{"id": "x1", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}}]}
+    answers = Answers(options=["allow_once"])
+
+    async def body(h: Harness) -> None:
+        await cancel_when(h, lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+        answers.hang = True
+        await cancel_when(h, lambda: len(answers.asked) == 2)
+
+    h = harness_run(workdir, script(sleeper, write), body, answers=answers)
+    texts = [e["data"]["content"][0]["text"] for e in h.log.events if e["type"] == "tool/result"]
+    assert texts == ["The tool call was cancelled (while it was running).",
+                     "The tool call was cancelled (before it ran)."]
 
 
 def test_permission_answered_cancelled_ends_the_turn(workdir: Path) -> None:
     async def body(h: Harness) -> None:
         end = await prompt(h, "go")
-        assert end["data"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
+        # The client ended the turn through its permission answer, not a session/cancel.
+        assert end["data"]["reason"] == {"kind": "cancelled", "by": "session/request_permission"}
 
     h = harness_run(workdir, script(WRITE_B, {"text": "never"}), body, answers=Answers(options=[None]))
     result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
     assert result["permission"] == {"outcome": "cancelled"}
+    assert shape(list(h.log.events)[2:]) == [
+        "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:cancelled",
+        "step/end", "end:cancelled"]
+    assert not (workdir / "b.txt").exists()
+
+
+# --- what the client is shown of a call, in order ----------------------------------
+
+
+def call_timeline(workdir: Path, steps: list[dict[str, Any]], options: list[str | None],
+                  mode: str = "ask") -> list[tuple[str, str | None]]:
+    """What the client is sent about the tool calls of one turn, in order, as a live
+    session sends it: the updates of each event (the one mapping), the live-only updates
+    of the tool calls, and the permission requests where they are asked."""
+    timeline: list[tuple[str, str | None]] = []
+
+    def note(update: SessionUpdate) -> None:
+        if update["sessionUpdate"] in ("tool_call", "tool_call_update"):
+            timeline.append((update["sessionUpdate"], update.get("status")))
+
+    async def on_progress(update: SessionUpdate) -> None:
+        note(update)
+
+    class Timed(Answers):
+        async def __call__(self, request: PermissionRequest) -> PermissionOutcome:
+            timeline.append(("request_permission", None))
+            return await super().__call__(request)
+
+    async def body(h: Harness) -> None:
+        await prompt(h, "go")
+
+    harness_run(workdir, script(*steps), body, mode=mode, answers=Timed(options=list(options)),
+                on_progress=on_progress, on_update=note)
+    return timeline
+
+
+CALL_TIMELINES: list[tuple[str, list[dict[str, Any]], str, list[str | None], list[tuple[str, str | None]]]] = [
+    ("asked and allowed: pending until allowed, then running", [WRITE_B, {"text": "ok"}], "ask", ["allow_once"],
+     [("tool_call", "pending"), ("request_permission", None), ("tool_call_update", "in_progress"),
+      ("tool_call_update", "completed")]),
+    ("asked and rejected: never running", [WRITE_B, {"text": "ok"}], "ask", ["reject_once"],
+     [("tool_call", "pending"), ("request_permission", None), ("tool_call_update", "failed")]),
+    ("asked and cancelled: never running", [WRITE_B], "ask", [None],
+     [("tool_call", "pending"), ("request_permission", None), ("tool_call_update", "failed")]),
+    ("not asked: running at once", [READ_A, {"text": "ok"}], "ask", [],
+     [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("tool_call_update", "completed")]),
+    ("refused by the mode: never running", [WRITE_B, {"text": "ok"}], "read_only", [],
+     [("tool_call", "pending"), ("tool_call_update", "failed")]),
+]
+
+
+@pytest.mark.parametrize(("name", "steps", "mode", "options", "expected"), CALL_TIMELINES,
+                         ids=[c[0] for c in CALL_TIMELINES])
+def test_a_call_is_in_progress_only_once_it_runs(workdir: Path, name: str, steps: list[dict[str, Any]],
+                                                 mode: str, options: list[str | None],
+                                                 expected: list[tuple[str, str | None]]) -> None:
+    # A permission request's toolCall is pending (acp_bridge.agent.client_services): a
+    # call shown in_progress before it would move back to pending in the client.
+    timeline = call_timeline(workdir, steps, options, mode)
+    assert timeline == expected
+    statuses = [status for _, status in timeline]
+    if "in_progress" in statuses:
+        assert "request_permission" not in [kind for kind, _ in timeline[statuses.index("in_progress"):]]
 
 
 def test_cancel_while_a_command_runs_kills_it(workdir: Path) -> None:

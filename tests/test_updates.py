@@ -12,6 +12,9 @@ import pytest
 from acp_bridge.agent.updates import (
     DEFAULT_CONTEXT_WINDOW,
     UpdateContext,
+    call_progress,
+    call_started,
+    interrupted_notice,
     message_id,
     updates_for,
 )
@@ -58,6 +61,24 @@ TABLE: list[tuple[str, Event, list[dict[str, Any]]]] = [
     ("step/start", ev("step/start", turn=1, step=1), []),
     ("step/end", ev("step/end", turn=1, step=1), []),
     ("turn/end", ev("turn/end", turn=1, reason={"kind": "completed"}), []),
+    ("turn/end cancelled", ev("turn/end", turn=1, reason={"kind": "cancelled", "by": "session/cancel"}), []),
+    ("turn/end error", ev("turn/end", turn=1, reason={"kind": "error", "step": 1, "message": "x"}), []),
+    (
+        "turn/end interrupted by a crash",
+        ev("turn/end", turn=3, reason={"kind": "interrupted", "cause": "crash"}),
+        [{"sessionUpdate": "agent_message_chunk", "messageId": "t3-end",
+          "content": {"type": "text", "text": "\n\n[This turn was interrupted: the agent stopped unexpectedly "
+                                              "(crash) before it finished.]"},
+          "_meta": {"acpBridge": {"turn": 3, "reason": {"kind": "interrupted", "cause": "crash"}}}}],
+    ),
+    (
+        "turn/end interrupted by a shutdown",
+        ev("turn/end", turn=1, reason={"kind": "interrupted", "cause": "shutdown"}),
+        [{"sessionUpdate": "agent_message_chunk", "messageId": "t1-end",
+          "content": {"type": "text", "text": "\n\n[This turn was interrupted: the agent was shut down "
+                                              "before it finished.]"},
+          "_meta": {"acpBridge": {"turn": 1, "reason": {"kind": "interrupted", "cause": "shutdown"}}}}],
+    ),
     ("user/message live", ev("user/message", turn=1, content=PROMPT), []),
     (
         "text chunk",
@@ -93,16 +114,14 @@ TABLE: list[tuple[str, Event, list[dict[str, Any]]]] = [
            locations=LOCATION),
         [{"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Read a.txt",
           "kind": "read", "status": "pending", "rawInput": {"path": "a.txt", "line": 2},
-          "locations": LOCATION},
-         {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"}],
+          "locations": LOCATION}],
     ),
     (
         "tool/call without locations",
         ev("tool/call", turn=1, step=1, callId="c2", name="nope", arguments="{bad",
            title="nope", kind="other"),
         [{"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "nope", "kind": "other",
-          "status": "pending", "rawInput": "{bad"},
-         {"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "in_progress"}],
+          "status": "pending", "rawInput": "{bad"}],
     ),
 ]
 
@@ -285,10 +304,7 @@ def test_runner_log_replays_as_it_streamed() -> None:
     assert kinds.count("tool_call") == 4
     assert kinds.count("usage_update") == 3
     statuses = [(u["toolCallId"], u["status"]) for u in replayed if u["sessionUpdate"] == "tool_call_update"]
-    assert statuses == [
-        ("r1", "in_progress"), ("r1", "completed"), ("l1", "in_progress"), ("l1", "completed"),
-        ("e1", "in_progress"), ("e1", "completed"), ("x1", "in_progress"), ("x1", "failed"),
-    ]
+    assert statuses == [("r1", "completed"), ("l1", "completed"), ("e1", "completed"), ("x1", "failed")]
 
 
 def test_repaired_turn_replays_as_it_streamed() -> None:
@@ -299,7 +315,10 @@ def test_repaired_turn_replays_as_it_streamed() -> None:
     events += interrupted_turn_closers(events)
     streamed, replayed = live_and_replay(events)
     assert without_prompt(replayed) == streamed
-    c1, c2 = streamed[-2:]
+    c1, c2, notice = streamed[-3:]
+    assert notice["sessionUpdate"] == "agent_message_chunk"
+    assert notice["content"]["text"].strip() == (
+        "[This turn was interrupted: the agent stopped unexpectedly (crash) before it finished.]")
     assert (c1["sessionUpdate"], c1["toolCallId"], c1["status"]) == ("tool_call_update", "c1", "failed")
     assert (c2["sessionUpdate"], c2["toolCallId"], c2["status"]) == ("tool_call", "c2", "failed")
     assert c2["title"] == "read_file"
@@ -309,3 +328,35 @@ def test_repaired_turn_replays_as_it_streamed() -> None:
 def test_unknown_chunk_type_is_skipped() -> None:
     event = ev("assistant/chunk", turn=1, step=1, chunk={"type": "image", "data": ""})
     assert updates_for(event, live()) == []
+
+
+def test_live_only_call_updates() -> None:
+    # Sent by the tool calls, not derived from an event: the call starting to run (after
+    # its permission) and a running tool's interim content.
+    content = [{"type": "terminal", "terminalId": "term-1"}]
+    assert valid([call_started("c1"), call_progress("c1", content)]) == [
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "content": content},
+    ]
+
+
+@pytest.mark.parametrize("cause", ["crash", "shutdown", "something new"])
+def test_interrupted_notice_says_why_apart_from_the_last_words(cause: str) -> None:
+    text = interrupted_notice(cause)
+    assert text.startswith("\n\n[This turn was interrupted")  # not glued to the last streamed word
+    assert text.endswith(".]")
+    assert ("crash" in text) == (cause == "crash")
+    assert ("shut down" in text) == (cause == "shutdown")
+
+
+def test_interrupted_turn_notice_comes_last_and_replays_as_streamed() -> None:
+    # A turn cut off mid-sentence, closed by the crash-repair closers: the reader of the
+    # replay sees the partial text, then why it stopped, after everything else.
+    script = Script().start_turn("go").start_step().chunk("half a sen")
+    events = events_of(script)
+    events += interrupted_turn_closers(events)
+    streamed, replayed = live_and_replay(events)
+    assert without_prompt(replayed) == streamed
+    texts = [(u["messageId"], u["content"]["text"]) for u in replayed if u["sessionUpdate"] == "agent_message_chunk"]
+    assert texts == [("t1s1", "half a sen"), ("t1-end", interrupted_notice("crash"))]
+    assert replayed[-1]["messageId"] == "t1-end"

@@ -72,8 +72,8 @@ def make_live(
                 conn.notify_update(sid, {"sessionUpdate": "session_info_update", "title": title,
                                          "updatedAt": iso_time(event["time"])})
 
-    async def on_progress(call_id: str, content: list[Any]) -> None:
-        conn.notify_update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "content": content})
+    async def on_progress(update: dict[str, Any]) -> None:
+        conn.notify_update(sid, update)
 
     if transcript is None:
         transcript = Transcript(budget=history_budget(model.context_window))

@@ -324,7 +324,7 @@ class TurnRunner:
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
         step, answer unanswered calls, close the step."""
-        items = closing_items(self.log.tracker, self._step, end, verb)
+        items = closing_items(self.log.tracker, self._step, end, verb, ran=self._calls.ran)
         events = await self._extend(items)
         return events[-1]
 

@@ -17,6 +17,7 @@ import anyio
 import orjson
 
 from acp_bridge.agent import permissions
+from acp_bridge.agent.updates import SessionUpdate, call_progress, call_started
 from acp_bridge.models import ToolCallChunk
 from acp_bridge.tools.base import (
     ClientServices,
@@ -32,8 +33,9 @@ from acp_bridge.tools.base import (
 from session import Event, reason
 from session.events import TOOL_CALL, TOOL_RESULT, Reason
 
-ProgressSink = Callable[[str, list[Any]], Awaitable[None]]
-"""Where a running tool's interim content goes: (callId, ToolCallContent list)."""
+ProgressSink = Callable[[SessionUpdate], Awaitable[None]]
+"""Where the live-only `tool_call_update`s of a call go (no event records them): the
+call starting to run (`in_progress`) and a running tool's interim content."""
 Append = Callable[[str, dict[str, Any]], Awaitable[Event]]
 """Appends one event to the session log (the runner's, which also streams it)."""
 
@@ -49,7 +51,7 @@ class ToolCalls:
     while a step runs). `always_allowed` is the runner's set (tool names the user
     allowed for the session), shared, so an "allow always" answered here holds for every
     later step. `cancel` cancels the running turn: a cancelled permission request means
-    the user stopped it.
+    the user stopped it (the turn ends `cancelled` by `session/request_permission`).
     """
 
     def __init__(
@@ -73,6 +75,14 @@ class ToolCalls:
         self._cancel = cancel
         self._always_allowed = always_allowed
         self._on_progress = on_progress
+        # Calls of the current step whose tool was started, until their result. The
+        # log cannot tell: a `tool/call` is written before the permission is asked.
+        self._ran: set[str] = set()
+
+    def ran(self, call_id: str) -> bool:
+        """Whether the tool of `call_id` (of the running step, still unanswered) was
+        started: a call cancelled while its permission was open never ran."""
+        return call_id in self._ran
 
     def specs(self) -> Sequence[Mapping[str, Any]]:
         """The tools as the model is told of them: {name, description, parameters}."""
@@ -96,6 +106,7 @@ class ToolCalls:
     async def run_all(self, turn: int, step: int, calls: Sequence[ToolCallChunk]) -> Reason | None:
         """Run a step's calls in order. Returns the turn's end reason if a tool broke
         (the calls after it are answered as not run), else None."""
+        self._ran.clear()  # a step cut off left its calls here; ids recur across turns
         for index, call in enumerate(calls):
             try:
                 await self.run(turn, step, call)
@@ -154,7 +165,7 @@ class ToolCalls:
             if answer.outcome == "cancelled":
                 await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
                     "The permission request was cancelled.", code="cancelled", name="Cancelled")), permission)
-                self._cancel("session/cancel")
+                self._cancel("session/request_permission")
                 await anyio.lowlevel.checkpoint()
                 return
             if answer.option_id == permissions.ALLOW_ALWAYS:
@@ -163,6 +174,9 @@ class ToolCalls:
                 await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
                     "The user rejected this tool call.", code="rejected", name="PermissionDenied")), permission)
                 return
+        self._ran.add(call.id)
+        if self._on_progress is not None:
+            await self._on_progress(call_started(call.id))
         try:
             outcome = await tool.run(arguments, ctx)
         except ToolError as exc:
@@ -180,13 +194,14 @@ class ToolCalls:
             return None
 
         async def progress(content: list[Any]) -> None:
-            await sink(call_id, content)
+            await sink(call_progress(call_id, content))
 
         return progress
 
     async def result(self, turn: int, step: int, call_id: str, outcome: ToolOutcome,
                      permission: dict[str, Any] | None = None) -> None:
         """Write the `tool/result` of a call."""
+        self._ran.discard(call_id)
         data: dict[str, Any] = {"turn": turn, "step": step, "callId": call_id,
                                 "content": outcome.content, "isError": outcome.is_error}
         if outcome.error is not None:

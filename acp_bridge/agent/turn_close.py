@@ -6,6 +6,7 @@ a failed write drops events from the log. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +40,12 @@ def step_content(step: StepText, calls: list[ToolCallChunk]) -> list[dict[str, A
     return content
 
 
-def closing_items(tracker: InvariantTracker, step: StepText | None, end: Reason, verb: str) -> list[Item]:
+def closing_items(tracker: InvariantTracker, step: StepText | None, end: Reason, verb: str, *,
+                  ran: Callable[[str], bool]) -> list[Item]:
     """The events that close the open turn with `end`: the partial answer of an
     unfinished step (if `step` has one), a failed result per unanswered call ("The tool
-    call {verb} (...)"), the step's end, the turn's end."""
+    call {verb} (while it was running)" if `ran(call_id)` says its tool was started,
+    "(before it ran)" otherwise), the step's end, the turn's end."""
     turn = tracker.turn
     items: list[Item] = []
     if tracker.step_open:
@@ -50,11 +53,11 @@ def closing_items(tracker: InvariantTracker, step: StepText | None, end: Reason,
             items.append((ASSISTANT_MESSAGE, {"turn": turn, "step": tracker.step,
                                               "content": step_content(step, [])}))
         for call_id in tracker.unanswered():
-            ran = "while it was running" if tracker.calls[call_id].started else "before it ran"
+            how = "while it was running" if ran(call_id) else "before it ran"
             code = "cancelled" if end["kind"] == "cancelled" else end["kind"]
             items.append((TOOL_RESULT, {
                 "turn": turn, "step": tracker.calls[call_id].step, "callId": call_id,
-                "content": [{"type": "text", "text": f"The tool call {verb} ({ran})."}],
+                "content": [{"type": "text", "text": f"The tool call {verb} ({how})."}],
                 "isError": True, "error": {"name": "Cancelled" if code == "cancelled" else "Error",
                                            "code": code}}))
         items.append((STEP_END, {"turn": turn, "step": tracker.step}))

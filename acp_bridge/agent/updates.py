@@ -14,6 +14,12 @@ decided by `ctx.replay`:
   process) cannot resolve its id. The display always carries a text copy of the
   output next to the embed, which stands in for it.
 
+Two `tool_call_update`s are live only, because no event records them:
+`call_started` (the call starts running: `in_progress`, sent by the tool calls after
+the permission, if one was asked) and `call_progress` (a running tool's interim
+content). A replay shows each call's first and final states (`pending`, then
+`completed` or `failed`).
+
 Shapes, checked against the stable `schema.json` (schema-v1.21.0), where both
 `ContentChunk.messageId` and the `usage_update` variant are stable, so both are sent
 as the protocol defines them rather than under `_meta`:
@@ -22,14 +28,23 @@ as the protocol defines them rather than under `_meta`:
   text, `t{turn}s{step}-thought` for reasoning and `t{turn}-user` for the prompt:
   unique in a session, the same live and on replay, derivable without a session id;
 - `tool/call` -> `tool_call {toolCallId, title, kind, status: "pending", rawInput,
-  locations?}` then `tool_call_update {toolCallId, status: "in_progress"}`;
+  locations?}`: pending, since a permission may still be asked (ACP's `pending` is
+  "awaiting approval"); `in_progress` follows live when the call runs (`call_started`);
 - `tool/result` -> `tool_call_update {toolCallId, status: "completed" | "failed",
   content, rawOutput: {content, isError, error?}, _meta?}`, or a complete `tool_call`
   if the call was never announced (a synthetic result for a call that never started);
   the permission decision, if any, travels in `_meta.acpBridge.permission`;
 - `assistant/message` with usage -> `usage_update {used, size, _meta}`: `used` is
   the step's context (input + output + cache read/write tokens), `size` the model's
-  window or DEFAULT_CONTEXT_WINDOW when the model does not say.
+  window or DEFAULT_CONTEXT_WINDOW when the model does not say;
+- `turn/end` with reason `interrupted` -> one `agent_message_chunk` (messageId
+  `t{turn}-end`, `_meta.acpBridge {turn, reason}`) saying in plain text that the turn
+  was cut off and why (`interrupted_notice`). A person scrolling a replay in an editor
+  sees no `_meta` and no prompt answer, so without it a turn cut off by a crash would
+  look like an answer that merely stopped. The same update goes out live when the
+  agent is shut down mid-turn: one mapping, and the client still reading learns why.
+  Other ends send nothing: the prompt answer says how the turn ended, and the client
+  itself cancelled a `cancelled` turn.
 """
 
 from __future__ import annotations
@@ -44,6 +59,7 @@ from session.events import (
     ASSISTANT_MESSAGE,
     TOOL_CALL,
     TOOL_RESULT,
+    TURN_END,
     TURN_START,
     USER_MESSAGE,
     Event,
@@ -63,6 +79,13 @@ common window size, so a client's meter stays meaningful rather than absent."""
 # Token fields of `usage` that occupy the context window. reasoningTokens is left out:
 # providers count it inside outputTokens.
 _CONTEXT_TOKEN_FIELDS: Final = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
+
+# Why an interrupted turn stopped, per `cause` (session.events.INTERRUPT_CAUSES), in
+# words for the person reading the conversation.
+_INTERRUPT_WHY: Final = {
+    "crash": "the agent stopped unexpectedly (crash) before it finished",
+    "shutdown": "the agent was shut down before it finished",
+}
 
 
 @dataclass
@@ -108,9 +131,28 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
         return _tool_call(data, ctx)
     if etype == TOOL_RESULT:
         return _tool_result(data, ctx)
-    # step/start, step/end, turn/end: nothing to show; the turn's end is the answer to
-    # session/prompt (acp_bridge.agent.settlement), not an update.
+    if etype == TURN_END:
+        return _turn_end(data)
+    # step/start, step/end: nothing to show.
     return []
+
+
+def interrupted_notice(cause: str) -> str:
+    """The text shown for a turn that ended `interrupted {cause}`. It starts with a
+    blank line: clients that run a turn's message chunks together would otherwise glue
+    it to the last word the model streamed."""
+    why = _INTERRUPT_WHY.get(cause, "the agent stopped before it finished")
+    return f"\n\n[This turn was interrupted: {why}.]"
+
+
+def call_started(call_id: str) -> SessionUpdate:
+    """Live only: the call starts running (after its permission, if one was asked)."""
+    return {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"}
+
+
+def call_progress(call_id: str, content: list[Any]) -> SessionUpdate:
+    """Live only: a running tool's interim content (ACP ToolCallContent)."""
+    return {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "content": content}
 
 
 def message_id(turn: int, step: int, kind: str) -> str:
@@ -162,10 +204,19 @@ def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
     }
     if data.get("locations"):
         call["locations"] = data["locations"]
-    # The tool/call event is written just before the call proceeds (permission, then
-    # run), so the call is under way from here on.
-    running = {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"}
-    return [call, running]
+    # Not `in_progress` yet: a permission request may follow, whose toolCall is still
+    # pending, and a client applying it would move a running call back to pending.
+    return [call]
+
+
+def _turn_end(data: dict[str, Any]) -> list[SessionUpdate]:
+    end = data["reason"]
+    if end.get("kind") != "interrupted":
+        return []
+    text = interrupted_notice(str(end.get("cause")))
+    meta = {META_KEY: {"turn": data["turn"], "reason": end}}
+    return [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text},
+             "messageId": f"t{data['turn']}-end", "_meta": meta}]
 
 
 def _tool_result(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:

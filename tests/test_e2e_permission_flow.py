@@ -1,0 +1,117 @@
+"""End to end over stdio: what the client is told about a tool call that asks for
+permission, read as a client applies it (issue 13, "the permission flow tells the
+truth"). Every message the agent sends is validated against the ACP schema by the
+harness.
+
+A client keeps one status per tool call and sets it from every `tool_call`,
+`tool_call_update` and from the `toolCall` of a `session/request_permission` (a
+`ToolCallUpdate`). Applied in wire order, a call's status may only move forward:
+pending -> in_progress -> completed | failed. A call that never ran is never shown
+running.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
+
+pytestmark = pytest.mark.anyio
+
+ORDER = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
+WRITE = {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
+                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]}
+
+
+def status_trail(agent: AgentProcess, call_id: str) -> list[tuple[str, str]]:
+    """(where, status) for `call_id`, in wire order, as a client would apply them."""
+    trail = []
+    for direction, message in agent.transcript:
+        if direction != "<-" or "method" not in message:
+            continue
+        params = message["params"]
+        if message["method"] == "session/update":
+            update = params["update"]
+            if update.get("toolCallId") == call_id and "status" in update:
+                trail.append((update["sessionUpdate"], update["status"]))
+        elif message["method"] == "session/request_permission":
+            tool_call = params["toolCall"]
+            if tool_call["toolCallId"] == call_id and "status" in tool_call:
+                trail.append(("request_permission", tool_call["status"]))
+    return trail
+
+
+def assert_never_backwards(trail: list[tuple[str, str]]) -> None:
+    ranks = [ORDER[status] for _, status in trail]
+    assert ranks == sorted(ranks), f"a status moved backwards: {trail}"
+
+
+@pytest.mark.parametrize(("answer", "expected", "written"), [
+    ("allow_once", [("tool_call", "pending"), ("request_permission", "pending"),
+                    ("tool_call_update", "in_progress"), ("tool_call_update", "completed")], True),
+    ("reject_once", [("tool_call", "pending"), ("request_permission", "pending"),
+                     ("tool_call_update", "failed")], False),
+])
+async def test_an_asked_call_runs_only_once_allowed(tmp_path: Path, work: Path, answer: str,
+                                                    expected: list[tuple[str, str]], written: bool) -> None:
+    model = write_script(tmp_path / "script.json", WRITE, {"text": "done"})
+    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=[answer])) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        assert (await agent.prompt(sid, "write it"))["stopReason"] == "end_turn"
+    assert (work / "out.txt").exists() == written
+    trail = status_trail(agent, "w1")
+    assert trail == expected
+    assert_never_backwards(trail)
+    assert agent.returncode == 0
+
+
+async def test_a_permission_answered_cancelled_ends_the_turn_by_that_answer(tmp_path: Path, work: Path) -> None:
+    # The client answered the permission request `cancelled` without a session/cancel
+    # (ACP's outcome for "the prompt turn was cancelled"): the turn says what ended it.
+    model = write_script(tmp_path / "script.json", WRITE, {"text": "never"}, {"text": "next"})
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=model, policy=ClientPolicy(permissions=[None])) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        answer = await agent.prompt(sid, "write it")
+        assert answer == {"stopReason": "cancelled", "_meta": {"acpBridge": {
+            "turn": 1, "reason": {"kind": "cancelled", "by": "session/request_permission"}}}}
+        trail = status_trail(agent, "w1")
+        assert trail == [("tool_call", "pending"), ("request_permission", "pending"), ("tool_call_update", "failed")]
+        assert (await agent.prompt(sid, "go on"))["stopReason"] == "end_turn"
+    assert not (work / "out.txt").exists()
+    assert agent.returncode == 0
+    # The log keeps the cause: a later load reports it (and accepts it as valid).
+    async with AgentProcess(store) as later:
+        await later.initialize()
+        loaded = await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
+        failed: list[dict[str, Any]] = [u for u in later.updates_of(sid) if u.get("status") == "failed"]
+        assert [u["_meta"]["acpBridge"]["permission"] for u in failed] == [{"outcome": "cancelled"}]
+
+
+async def test_a_session_cancel_during_the_permission_reports_the_call_not_run(tmp_path: Path, work: Path) -> None:
+    model = write_script(tmp_path / "script.json", WRITE)
+    policy = ClientPolicy(hang_permissions=True)
+    async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        async with anyio.create_task_group() as tg:
+            async def go() -> None:
+                answer = await agent.prompt(sid, "write it")
+                assert answer["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
+
+            tg.start_soon(go)
+            await agent.wait_for(lambda: bool(policy.asked))
+            await agent.notify("session/cancel", {"sessionId": sid})
+    trail = status_trail(agent, "w1")
+    assert trail == [("tool_call", "pending"), ("request_permission", "pending"), ("tool_call_update", "failed")]
+    (failed,) = [u for u in agent.updates_of(sid) if u.get("status") == "failed"]
+    text = failed["content"][0]["content"]["text"]
+    assert "before it ran" in text and "running" not in text
+    assert agent.returncode == 0
