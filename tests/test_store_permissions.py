@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from session.files import private_dir  # noqa
+from session.files import private_dir
 from tests.support.acp_client import CLIENT_CAPS_NONE, AgentProcess
 
 SERVE = [sys.executable, "-m", "acp_bridge", "serve"]
