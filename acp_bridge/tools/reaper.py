@@ -38,6 +38,9 @@ import threading
 
 log = logging.getLogger(__name__)
 
+# How long a watchdog whose pipe we closed may take to do its kills and exit.
+LET_GO_S = 5.0
+
 # Lines that are not `+N` / `-N` are ignored, so a bad line never becomes `kill -- -`.
 WATCHDOG_SCRIPT = r"""
 groups=' '
@@ -138,15 +141,20 @@ class Reaper:
 
 def _let_go(proc: subprocess.Popen[bytes], *, kill: bool) -> None:
     """Close our end of a watchdog's pipe and reap it (killing it first if it is one we
-    gave up on), so no zombie is left behind."""
+    gave up on). Always reaped: a Popen dropped while running would be a zombie and a
+    ResourceWarning later, wherever the garbage collector happens to run."""
     assert proc.stdin is not None
     with contextlib.suppress(OSError):
         proc.stdin.close()
     if kill:
         with contextlib.suppress(OSError):
             proc.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=2)
+    try:
+        # After EOF it only sends a kill per listed group: slow only on a starved machine.
+        proc.wait(timeout=LET_GO_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 REAPER = Reaper()
