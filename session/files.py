@@ -21,12 +21,73 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
+# The folders the file backends keep under a store (checked at start-up if they exist).
+STORE_SUBDIRS = ("sessions", "locks", "torn")
+
+
 def private_dir(path: Path) -> Path:
-    """Create `path` (and parents) as 0700 if missing; tighten it if it exists."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o777 != DIR_MODE:
-        path.chmod(DIR_MODE)
+    """`path` as a folder: created 0700 (missing parents too) if it does not exist. An
+    existing folder keeps its mode: its owner chose it (a read-only store, a shared
+    setgid folder), and a chmod here would change it behind their back."""
+    if _created(path):
+        # Ours, just made: exactly 0700, whatever the umask took off.
+        os.chmod(path, DIR_MODE)
     return path
+
+
+def _created(path: Path) -> bool:
+    """mkdir `path` (and its missing parents, each 0700); False if it was there."""
+    try:
+        path.mkdir(mode=DIR_MODE)
+    except FileExistsError:
+        if path.is_dir():
+            return False
+        raise
+    except FileNotFoundError:
+        if path.parent == path:
+            raise
+        private_dir(path.parent)
+        return _created(path)
+    return True
+
+
+def check_store_writable(root: Path) -> None:
+    """Raise StoreIOError (one line naming the folder and the reason) unless the agent
+    can write the store at `root`: the folder and its existing subfolders writable, or,
+    for a store still to be made, its nearest existing parent. Asked with access(2), so
+    it changes nothing (no chmod, no probe file); a store that fails here would
+    otherwise fail at the first session, or be chmodded into shape."""
+    existing = root
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    if existing != root:
+        problem = _unwritable(existing)
+        if problem is not None:
+            code, why = problem
+            raise StoreIOError(f"cannot create the store {root}: {existing} {why}", errno=code)
+        return
+    for folder in (root, *(root / name for name in STORE_SUBDIRS)):
+        if folder != root and not os.path.lexists(folder):
+            continue
+        problem = _unwritable(folder)
+        if problem is not None:
+            code, why = problem
+            raise StoreIOError(f"store {folder} {why}", errno=code)
+
+
+def _unwritable(folder: Path) -> tuple[int, str] | None:
+    """Why the agent cannot add files to `folder` (errno, words), or None if it can."""
+    if not folder.is_dir():
+        return errno.ENOTDIR, "is not a folder"
+    effective = os.access in os.supports_effective_ids
+    if os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):
+        return None
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    code = errno.EROFS if read_only else errno.EACCES
+    return code, f"is not writable: {os.strerror(code)}"
 
 
 def fsync_dir(path: Path) -> None:

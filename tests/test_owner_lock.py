@@ -448,15 +448,17 @@ def test_sqlite_store_is_private(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("umask022")
 @pytest.mark.parametrize("kind", FILE_BACKENDS)
-def test_existing_store_folders_are_tightened(tmp_path: Path, kind: str) -> None:
+def test_existing_store_folders_keep_their_mode(tmp_path: Path, kind: str) -> None:
+    # Their owner chose the mode (issue 13): only what the agent creates is made private.
     root = tmp_path / "store"
     (root / "sessions").mkdir(parents=True, mode=0o755)
     (root / "locks").mkdir(mode=0o755)
     assert stat.S_IMODE(root.stat().st_mode) == 0o755
     backend = open_backend(kind, root)
-    new_session(SessionStore(backend))
-    assert stat.S_IMODE(root.stat().st_mode) == 0o700
-    assert stat.S_IMODE((root / "locks").stat().st_mode) == 0o700
+    sid, _ = new_session(SessionStore(backend))
+    assert stat.S_IMODE(root.stat().st_mode) == 0o755
+    assert stat.S_IMODE((root / "locks").stat().st_mode) == 0o755
+    assert stat.S_IMODE((root / "locks" / f"{sid}.lock").stat().st_mode) == 0o600
     if kind == "jsonl":
-        assert stat.S_IMODE((root / "sessions").stat().st_mode) == 0o700
+        assert stat.S_IMODE((root / "sessions").stat().st_mode) == 0o755
     backend.close()

@@ -62,7 +62,29 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.store)
     from acp_bridge.agent.serve import serve
 
+    store = _writable_store(args.store)
+    if store is None:
+        return 1
+    args.store = store
     return serve(args)
+
+
+def _writable_store(option: str | None) -> str | None:
+    """The store folder `serve` will use, or None after one line on stderr saying why
+    the agent cannot write it: checked before the agent starts, so an unusable store is
+    never chmodded or half-used, and the editor sees the reason at once."""
+    from pathlib import Path
+
+    from session import StoreIOError, default_store_dir
+    from session.files import check_store_writable
+
+    store = Path(option) if option else default_store_dir()
+    try:
+        check_store_writable(store)
+    except StoreIOError as exc:
+        print(f"acp-bridge: {exc}", file=sys.stderr)
+        return None
+    return str(store)
 
 
 if __name__ == "__main__":

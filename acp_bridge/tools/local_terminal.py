@@ -11,6 +11,11 @@ task: `release()` (or `kill()`) SIGKILLs the whole process group, and if the tas
 is cancelled first (the session goes away) the owner task kills the group in a shielded
 `finally` and reaps the leader. So a command's background children die with it: a
 terminal is not a way to start daemons.
+
+The owner task needs this process alive. So that a command dies with the agent however
+the agent dies (SIGKILL included), each group is also listed with the process's
+watchdog (tools/reaper.py) from its spawn until the owner task has killed it: the
+watchdog kills every group still listed when this process goes away.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import anyio
 import anyio.abc
 
 from acp_bridge.tools.base import ExitStatus, TerminalOutput
+from acp_bridge.tools.reaper import REAPER
 
 # After the command exits, how long to wait for the output pipe to reach EOF. A
 # background child that keeps the pipe open would otherwise hold the exit status back
@@ -77,6 +83,8 @@ class LocalTerminal:
     ) -> None:
         """The owner task: spawn, pump, wait, and always kill the group at the end."""
         try:
+            # Before the spawn: a command that could not be reaped is not started.
+            REAPER.ensure_running()
             process = await anyio.open_process(
                 list(argv),
                 cwd=cwd,
@@ -90,6 +98,8 @@ class LocalTerminal:
             self._finish(ExitStatus(None))
             raise
         self._pid = process.pid
+        # At once, no await in between: the group is watched from here on.
+        REAPER.watch(process.pid)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._pump, process)
@@ -107,8 +117,12 @@ class LocalTerminal:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                self._kill_group()
-                await process.aclose()
+                try:
+                    self._kill_group()
+                    await process.aclose()
+                finally:
+                    # Killed (and its leader reaped): no longer the watchdog's to kill.
+                    REAPER.forget(process.pid)
                 self._finish(self._status or ExitStatus(None, "SIGKILL"))
 
     def _finish(self, status: ExitStatus) -> None:
