@@ -6,8 +6,9 @@ harness.
 A client keeps one status per tool call and sets it from every `tool_call`,
 `tool_call_update` and from the `toolCall` of a `session/request_permission` (a
 `ToolCallUpdate`). Applied in wire order, a call's status may only move forward:
-pending -> in_progress -> completed | failed. A call that never ran is never shown
-running.
+pending -> in_progress -> completed | failed. DESIGN.md maps a `tool/call` to `pending`
+then `in_progress` (the call is under way from its durable `tool/call`, its permission
+included), so the permission request's `toolCall` must not carry `pending` again.
 """
 
 from __future__ import annotations
@@ -51,12 +52,12 @@ def assert_never_backwards(trail: list[tuple[str, str]]) -> None:
 
 
 @pytest.mark.parametrize(("answer", "expected", "written"), [
-    ("allow_once", [("tool_call", "pending"), ("request_permission", "pending"),
-                    ("tool_call_update", "in_progress"), ("tool_call_update", "completed")], True),
-    ("reject_once", [("tool_call", "pending"), ("request_permission", "pending"),
+    ("allow_once", [("tool_call", "pending"), ("tool_call_update", "in_progress"),
+                    ("tool_call_update", "completed")], True),
+    ("reject_once", [("tool_call", "pending"), ("tool_call_update", "in_progress"),
                      ("tool_call_update", "failed")], False),
 ])
-async def test_an_asked_call_runs_only_once_allowed(tmp_path: Path, work: Path, answer: str,
+async def test_a_permission_request_never_moves_a_call_back(tmp_path: Path, work: Path, answer: str,
                                                     expected: list[tuple[str, str]], written: bool) -> None:
     model = write_script(tmp_path / "script.json", WRITE, {"text": "done"})
     async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=[answer])) as agent:
@@ -82,7 +83,7 @@ async def test_a_permission_answered_cancelled_ends_the_turn_by_that_answer(tmp_
         assert answer == {"stopReason": "cancelled", "_meta": {"acpBridge": {
             "turn": 1, "reason": {"kind": "cancelled", "by": "session/request_permission"}}}}
         trail = status_trail(agent, "w1")
-        assert trail == [("tool_call", "pending"), ("request_permission", "pending"), ("tool_call_update", "failed")]
+        assert trail == [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("tool_call_update", "failed")]
         assert (await agent.prompt(sid, "go on"))["stopReason"] == "end_turn"
     assert not (work / "out.txt").exists()
     assert agent.returncode == 0
@@ -110,7 +111,7 @@ async def test_a_session_cancel_during_the_permission_reports_the_call_not_run(t
             await agent.wait_for(lambda: bool(policy.asked))
             await agent.notify("session/cancel", {"sessionId": sid})
     trail = status_trail(agent, "w1")
-    assert trail == [("tool_call", "pending"), ("request_permission", "pending"), ("tool_call_update", "failed")]
+    assert trail == [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("tool_call_update", "failed")]
     (failed,) = [u for u in agent.updates_of(sid) if u.get("status") == "failed"]
     text = failed["content"][0]["content"]["text"]
     assert "before it ran" in text and "running" not in text

@@ -158,8 +158,8 @@ async def test_cancel_mid_permission(tmp_path: Path, work: Path, snapshot_json: 
         assert running.result["stopReason"] == "cancelled"
         assert running.result["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
         assert not (work / "out.txt").exists()
-        # Never in_progress: it was waiting for its permission, and is reported as not run.
-        assert statuses(agent.updates_of(sid)) == [("w1", "pending"), ("w1", "failed")]
+        # Waiting for its permission when cancelled: reported as not run.
+        assert statuses(agent.updates_of(sid)) == [("w1", "pending"), ("w1", "in_progress"), ("w1", "failed")]
         (failed,) = [u for u in agent.updates_of(sid) if u.get("status") == "failed"]
         assert failed["rawOutput"]["content"] == [{"type": "text", "text": "The tool call was cancelled (before it ran)."}]
         # The agent withdrew its permission request.
@@ -287,10 +287,8 @@ async def test_load_after_restart_replays_what_was_streamed(tmp_path: Path, work
         assert users == [("t1-user", {"type": "text", "text": "hi"}),
                          ("t1-user", {"type": "text", "text": "second block"}),
                          ("t2-user", {"type": "text", "text": "read notes"})]
-        # As streamed, but for the in_progress of each call (live only: no event records
-        # when a call starts to run).
-        assert [u for u in replayed if u["sessionUpdate"] != "user_message_chunk"] == \
-            [u for u in live if u.get("status") != "in_progress"]
+        # Exactly as streamed.
+        assert [u for u in replayed if u["sessionUpdate"] != "user_message_chunk"] == live
         assert statuses(live) == [("r1", "pending"), ("r1", "in_progress"), ("r1", "completed")]
         n_replayed = len(replayed)
         third = await agent2.prompt(sid, "and now")
@@ -338,7 +336,7 @@ async def test_load_after_kill9_mid_tool(tmp_path: Path, work: Path, snapshot_js
         assert repair["repaired"] is True
         assert repair["interruptedTurn"] == 2 and repair["syntheticResults"] == 1
         replayed = agent2.updates_of(sid)
-        assert statuses(replayed) == [("x1", "pending"), ("x1", "failed")]
+        assert statuses(replayed) == [("x1", "pending"), ("x1", "in_progress"), ("x1", "failed")]
         (failed,) = [u for u in replayed if u.get("status") == "failed"]
         text = orjson.dumps(failed["content"]).decode()
         assert "interrupted" in text and "may have run" in text
@@ -375,11 +373,11 @@ async def test_load_after_kill9_mid_stream_keeps_the_prompt(tmp_path: Path, work
         loaded = await agent2.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         users = [u["content"] for u in agent2.updates_of(sid) if u["sessionUpdate"] == "user_message_chunk"]
         assert users == [{"type": "text", "text": "remember me"}]
-        # What the log kept of the words streamed before the kill, then why the turn
-        # stopped there.
+        # Every word the client was shown before the kill (each reached the log before
+        # its update reached stdout), then why the turn stopped there.
         *words, notice = [(u["messageId"], u["content"]["text"]) for u in agent2.updates_of(sid)
                           if u["sessionUpdate"] == "agent_message_chunk"]
-        assert words == [("t1s1", w) for w in ("a ", "b ", "c ")][: len(words)]
+        assert words == [("t1s1", w) for w in ("a ", "b ", "c ")]
         assert notice == ("t1-end", "\n\n[This turn was interrupted: the agent stopped unexpectedly (crash) "
                                     "before it finished.]")
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] == 1

@@ -13,7 +13,6 @@ from acp_bridge.agent.updates import (
     DEFAULT_CONTEXT_WINDOW,
     UpdateContext,
     call_progress,
-    call_started,
     interrupted_notice,
     message_id,
     updates_for,
@@ -114,14 +113,16 @@ TABLE: list[tuple[str, Event, list[dict[str, Any]]]] = [
            locations=LOCATION),
         [{"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Read a.txt",
           "kind": "read", "status": "pending", "rawInput": {"path": "a.txt", "line": 2},
-          "locations": LOCATION}],
+          "locations": LOCATION},
+         {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"}],
     ),
     (
         "tool/call without locations",
         ev("tool/call", turn=1, step=1, callId="c2", name="nope", arguments="{bad",
            title="nope", kind="other"),
         [{"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "nope", "kind": "other",
-          "status": "pending", "rawInput": "{bad"}],
+          "status": "pending", "rawInput": "{bad"},
+         {"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "in_progress"}],
     ),
 ]
 
@@ -304,7 +305,10 @@ def test_runner_log_replays_as_it_streamed() -> None:
     assert kinds.count("tool_call") == 4
     assert kinds.count("usage_update") == 3
     statuses = [(u["toolCallId"], u["status"]) for u in replayed if u["sessionUpdate"] == "tool_call_update"]
-    assert statuses == [("r1", "completed"), ("l1", "completed"), ("e1", "completed"), ("x1", "failed")]
+    assert statuses == [
+        ("r1", "in_progress"), ("r1", "completed"), ("l1", "in_progress"), ("l1", "completed"),
+        ("e1", "in_progress"), ("e1", "completed"), ("x1", "in_progress"), ("x1", "failed"),
+    ]
 
 
 def test_repaired_turn_replays_as_it_streamed() -> None:
@@ -331,11 +335,9 @@ def test_unknown_chunk_type_is_skipped() -> None:
 
 
 def test_live_only_call_updates() -> None:
-    # Sent by the tool calls, not derived from an event: the call starting to run (after
-    # its permission) and a running tool's interim content.
+    # Sent by the tool calls, not derived from an event: a running tool's interim content.
     content = [{"type": "terminal", "terminalId": "term-1"}]
-    assert valid([call_started("c1"), call_progress("c1", content)]) == [
-        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
+    assert valid([call_progress("c1", content)]) == [
         {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "content": content},
     ]
 

@@ -118,8 +118,10 @@ class AcpClientServices:
         return ClientTerminal(self._conn, self._sid, terminal_id)
 
     async def request_permission(self, request: PermissionRequest) -> PermissionOutcome:
+        # No `status`: the call is `in_progress` from its tool/call on (updates.py), and
+        # a client applying this ToolCallUpdate must not move it back to `pending`.
         tool_call: dict[str, Any] = {"toolCallId": request.call_id, "title": request.title,
-                                     "kind": request.kind, "status": "pending", "rawInput": request.raw_input}
+                                     "kind": request.kind, "rawInput": request.raw_input}
         if request.locations:
             tool_call["locations"] = list(request.locations)
         if request.content:

@@ -17,7 +17,7 @@ import anyio
 import orjson
 
 from acp_bridge.agent import permissions
-from acp_bridge.agent.updates import SessionUpdate, call_progress, call_started
+from acp_bridge.agent.updates import SessionUpdate, call_progress
 from acp_bridge.models import ToolCallChunk
 from acp_bridge.tools.base import (
     ClientServices,
@@ -34,8 +34,8 @@ from session import Event, reason
 from session.events import TOOL_CALL, TOOL_RESULT, Reason
 
 ProgressSink = Callable[[SessionUpdate], Awaitable[None]]
-"""Where the live-only `tool_call_update`s of a call go (no event records them): the
-call starting to run (`in_progress`) and a running tool's interim content."""
+"""Where the live-only `tool_call_update`s of a call go (no event records them): a
+running tool's interim content."""
 Append = Callable[[str, dict[str, Any]], Awaitable[Event]]
 """Appends one event to the session log (the runner's, which also streams it)."""
 
@@ -175,8 +175,6 @@ class ToolCalls:
                     "The user rejected this tool call.", code="rejected", name="PermissionDenied")), permission)
                 return
         self._ran.add(call.id)
-        if self._on_progress is not None:
-            await self._on_progress(call_started(call.id))
         try:
             outcome = await tool.run(arguments, ctx)
         except ToolError as exc:

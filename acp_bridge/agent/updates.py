@@ -14,11 +14,8 @@ decided by `ctx.replay`:
   process) cannot resolve its id. The display always carries a text copy of the
   output next to the embed, which stands in for it.
 
-Two `tool_call_update`s are live only, because no event records them:
-`call_started` (the call starts running: `in_progress`, sent by the tool calls after
-the permission, if one was asked) and `call_progress` (a running tool's interim
-content). A replay shows each call's first and final states (`pending`, then
-`completed` or `failed`).
+One `tool_call_update` is live only, because no event records it: `call_progress` (a
+running tool's interim content, such as a terminal embed).
 
 Shapes, checked against the stable `schema.json` (schema-v1.21.0), where both
 `ContentChunk.messageId` and the `usage_update` variant are stable, so both are sent
@@ -28,8 +25,10 @@ as the protocol defines them rather than under `_meta`:
   text, `t{turn}s{step}-thought` for reasoning and `t{turn}-user` for the prompt:
   unique in a session, the same live and on replay, derivable without a session id;
 - `tool/call` -> `tool_call {toolCallId, title, kind, status: "pending", rawInput,
-  locations?}`: pending, since a permission may still be asked (ACP's `pending` is
-  "awaiting approval"); `in_progress` follows live when the call runs (`call_started`);
+  locations?}` then `tool_call_update {toolCallId, status: "in_progress"}` (DESIGN.md's
+  table: the call is under way from its durable `tool/call` on, permission included;
+  the permission request's `toolCall` carries no status, so it never moves the call
+  back, acp_bridge.agent.client_services);
 - `tool/result` -> `tool_call_update {toolCallId, status: "completed" | "failed",
   content, rawOutput: {content, isError, error?}, _meta?}`, or a complete `tool_call`
   if the call was never announced (a synthetic result for a call that never started);
@@ -145,11 +144,6 @@ def interrupted_notice(cause: str) -> str:
     return f"\n\n[This turn was interrupted: {why}.]"
 
 
-def call_started(call_id: str) -> SessionUpdate:
-    """Live only: the call starts running (after its permission, if one was asked)."""
-    return {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"}
-
-
 def call_progress(call_id: str, content: list[Any]) -> SessionUpdate:
     """Live only: a running tool's interim content (ACP ToolCallContent)."""
     return {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "content": content}
@@ -204,9 +198,10 @@ def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
     }
     if data.get("locations"):
         call["locations"] = data["locations"]
-    # Not `in_progress` yet: a permission request may follow, whose toolCall is still
-    # pending, and a client applying it would move a running call back to pending.
-    return [call]
+    # The tool/call event is written just before the call proceeds (permission, then
+    # run), so the call is under way from here on.
+    running = {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"}
+    return [call, running]
 
 
 def _turn_end(data: dict[str, Any]) -> list[SessionUpdate]:

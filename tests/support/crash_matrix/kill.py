@@ -182,10 +182,8 @@ async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: flo
         for item in message if isinstance(message, list) else [message]:
             if item.get("method") == "session/update":
                 count += 1
-                update = item["params"]["update"]
-                # Live only, no replay has them: the title, a call starting to run.
-                if update["sessionUpdate"] != "session_info_update" and update.get("status") != "in_progress":
-                    run.live_updates.append(update)
+                if item["params"]["update"]["sessionUpdate"] != "session_info_update":
+                    run.live_updates.append(item["params"]["update"])
             elif "method" in item and "id" in item:
                 run.client_requests.append(item)
             elif item.get("id") in prompt_ids:
