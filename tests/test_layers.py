@@ -30,12 +30,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "acp_bridge.tools": frozenset({"acp_bridge", "session"}),
     "acp_bridge.agent": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models",
                                    "acp_bridge.tools", "session"}),
+    "acp_bridge.wrap": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.agent",
+                                  "acp_bridge.models", "acp_bridge.tools", "session"}),
     "acp_bridge.cli": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models",
                                  "acp_bridge.tools", "session"}),
     "acp_bridge.__main__": frozenset({"acp_bridge.cli"}),
 }
 # The agent is run by the CLI through its one entry, never taken apart.
-CLI_MAY_RUN = frozenset({"acp_bridge.agent.serve"})
+CLI_MAY_RUN = frozenset({"acp_bridge.agent.serve", "acp_bridge.wrap.serve"})
 
 
 @dataclass(frozen=True)

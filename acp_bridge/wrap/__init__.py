@@ -1,0 +1,1 @@
+"""`acp-bridge wrap`: durable transcripts for any ACP agent (docs/wrap.md)."""
