@@ -17,34 +17,7 @@ import pytest
 
 from acp_bridge.tools.reaper import Reaper
 from tests.support.acp_client import CLIENT_CAPS_NONE, AgentProcess, ClientPolicy, write_script
-
-GONE_WITHIN_S = 5.0
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie is dead: PID 1 in a container may never reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            state = f.read().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return state not in ("Z", "X")
-
-
-def wait_gone(pids: list[int], timeout: float = GONE_WITHIN_S) -> list[int]:
-    """The pids still running after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p for p in pids if alive(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
+from tests.support.processes import GONE_WITHIN_S, alive, wait_gone
 
 
 def tree_command(d: Path) -> str:

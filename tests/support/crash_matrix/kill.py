@@ -15,6 +15,7 @@ import orjson
 
 from tests.support.acp_client import AgentProcess, ClientPolicy
 from tests.support.acp_schema import validate_agent_message
+from tests.support.processes import wait_gone
 
 from .oracle import Run, check_phase_a, parse_raw, read_raw
 from .scenarios import SCENARIOS
@@ -169,9 +170,12 @@ async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: flo
                 agent.kill()
     finally:
         pid_file = run.work / "cmd.pid"
-        if pid_file.exists():  # the 30 s command outlives the agent: end it
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.killpg(int(pid_file.read_text().strip() or "0"), signal.SIGKILL)
+        with contextlib.suppress(ValueError, OSError):
+            shell = int(pid_file.read_text().strip() or "0")
+            # Commands die with the agent, SIGKILL included (acp_bridge/tools/reaper.py).
+            if shell and wait_gone([shell]):
+                run.fail(f"the command (pid {shell}) outlived agent A")
+                os.killpg(shell, signal.SIGKILL)
     if run.returncode is not None and run.returncode != -signal.SIGKILL:
         run.fail(f"agent A exited with {run.returncode} before it was killed; stderr: {agent.stderr[-2000:]!r}")
     # What reached the client: prompt answers, live updates, the agent's requests.
