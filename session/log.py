@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time as _time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from copy import deepcopy
 from typing import Any, Final
 
@@ -246,13 +246,15 @@ class SessionLog:
         self._tracker = deepcopy(durable)
         self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, []
 
-    def close_interrupted(self, *, cause: str = "shutdown") -> list[Event]:
+    def close_interrupted(self, *, cause: str = "shutdown", not_run: Collection[str] = ()) -> list[Event]:
         """Close an open turn with the interrupted closers (the agent is stopping
-        mid-turn) and make it durable. Returns the events as logged ([] if no turn is
+        mid-turn) and make it durable; `not_run` names calls known not to have run (see
+        `interrupted_turn_closers`). Returns the events as logged ([] if no turn is
         open): `extend` stamps its own time, which may be a tick later than the one the
         closers were computed with."""
         with self._lock:
-            closers = interrupted_turn_closers(self._events, cause=cause, time=self._clock())  # type: ignore[arg-type]
+            closers = interrupted_turn_closers(self._events, cause=cause, time=self._clock(),  # type: ignore[arg-type]
+                                               not_run=not_run)
             if not closers:
                 return []
             return self._extend([(c["type"], c["data"]) for c in closers])

@@ -6,7 +6,7 @@ inside a turn is kept and closed with synthetic events (see shared/seeds 003). P
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,13 +40,18 @@ def interrupted_turn_closers(
     *,
     cause: Literal["crash", "shutdown"] = "crash",
     time: int | None = None,
+    not_run: Collection[str] = (),
 ) -> list[Event]:
     """The events that close the open final turn of `events`, or [] if there is none.
 
     In order: a failed `tool/result` for each unanswered call of the open turn (log
     order, saying whether the call had started), `step/end` if a step is open, then
     `turn/end {kind: "interrupted", cause}`. Seqs continue the log; `time` defaults to
-    the last event's time (a crash has no better clock).
+    the last event's time (a crash has no better clock). A `tool/call` is written before
+    its permission is asked, so the log alone cannot tell a call waiting for its
+    permission from one running; an agent stopping mid-turn knows, and names the calls
+    that never ran in `not_run` (crash repair has no such knowledge, and says "may have
+    run").
     """
     start = open_turn_start(events)
     if start is None:
@@ -87,7 +92,8 @@ def interrupted_turn_closers(
                 "turn": turn,
                 "step": call_step,
                 "callId": call_id,
-                "content": [{"type": "text", "text": interrupted_text(name, call_id in started)}],
+                "content": [{"type": "text", "text": interrupted_text(
+                    name, call_id in started and call_id not in not_run)}],
                 "isError": True,
                 "error": {"name": "InterruptedError", "code": INTERRUPTED_CODE},
             },

@@ -540,3 +540,26 @@ def test_transcript_kept_in_step_with_the_log(workdir: Path) -> None:
 
     h = harness_run(workdir, script(READ_A, {"text": "one"}, WRITE_B), body, answers=Answers(hang=True))
     assert h.runner.transcript.messages == derive_messages(h.log.events)
+
+
+def test_shutdown_while_waiting_for_permission_says_the_call_did_not_run(workdir: Path) -> None:
+    # The agent stops mid-turn (stdin closed) while a permission request is open: the
+    # call's tool/call is on disk, but the runner knows the tool never started.
+    ends: list[Event] = []
+
+    async def body(h: Harness) -> None:
+        async def run() -> None:
+            ends.append(await prompt(h, "go"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            with anyio.fail_after(5):
+                while not h.answers.asked:
+                    await anyio.sleep(0.01)
+            assert h.runner.stop()
+
+    h = harness_run(workdir, script(WRITE_B), body, answers=Answers(hang=True))
+    assert ends[0]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
+    result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
+    assert result["content"][0]["text"] == "The write_file call was interrupted before it started; it did not run."
+    assert not (workdir / "b.txt").exists()

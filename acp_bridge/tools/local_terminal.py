@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -82,14 +84,16 @@ class LocalTerminal:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """The owner task: spawn, pump, wait, and always kill the group at the end."""
+        environ = {**os.environ, **env} if env else None
         try:
             # Before the spawn: a command that could not be reaped is not started.
             REAPER.ensure_running()
+            check_program(argv[0], cwd, (environ or os.environ).get("PATH"))
             process = await anyio.open_process(
-                list(argv),
+                ["/bin/sh", "-c", GATE, "acp-bridge-gate", *argv],
                 cwd=cwd,
-                env={**os.environ, **env} if env else None,
-                stdin=subprocess.DEVNULL,
+                env=environ,
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -98,8 +102,8 @@ class LocalTerminal:
             self._finish(ExitStatus(None))
             raise
         self._pid = process.pid
-        # At once, no await in between: the group is watched from here on.
         REAPER.watch(process.pid)
+        await _open_gate(process)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._pump, process)
@@ -180,6 +184,34 @@ class LocalTerminal:
         self._kill_group()
         with anyio.CancelScope(shield=True):
             await self._done.wait()
+
+
+# The command waits at this gate until its process group is listed with the reaper:
+# anyio's spawn returns to us some time after the child started, and a kill of the agent
+# in between would leave a running command nobody watches. The gate reads one line from
+# its stdin (written once the group is listed) and then becomes the command, with stdin
+# from /dev/null as before; if we die first, the read sees EOF and the command never runs.
+GATE = 'IFS= read -r _ || exit 125; exec "$@" </dev/null'
+
+
+def check_program(program: str, cwd: Path | None, path: str | None) -> None:
+    """Raise FileNotFoundError for a program that cannot be run, as a direct spawn would:
+    behind the gate the spawn itself (of /bin/sh) always succeeds."""
+    if "/" in program:
+        target = Path(program) if Path(program).is_absolute() or cwd is None else cwd / program
+        found = target.is_file() and os.access(target, os.X_OK)
+    else:
+        found = shutil.which(program, path=path) is not None
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+async def _open_gate(process: anyio.abc.Process) -> None:
+    assert process.stdin is not None
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        await process.stdin.send(b"\n")
+    with contextlib.suppress(OSError):
+        await process.stdin.aclose()
 
 
 async def start_terminal(

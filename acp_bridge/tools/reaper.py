@@ -22,9 +22,10 @@ no command holds it open (which would keep the watchdog from ever seeing EOF). I
 watchdog itself is killed, the next write notices, and a new one is started and told
 every group still listed.
 
-Known limit: a SIGKILL in the instant between a command's spawn and the write of its
-`+PGID` (no await in between in the caller, but the spawn itself) leaves that one
-command unwatched.
+A command cannot run before its group is listed: tools/local_terminal.py starts it
+behind a gate (a `/bin/sh` that waits for one line on its stdin, written once the group
+is listed, then becomes the command); if we die before, the gate reads EOF and the
+command never runs.
 """
 
 from __future__ import annotations
