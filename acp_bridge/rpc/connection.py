@@ -159,6 +159,11 @@ class Connection:
             raise ClientError(method, value)
         return value
 
+    def close_output(self) -> None:
+        """No more messages: what is queued is written, anything sent later is dropped
+        (a proxy closing the pipe to a peer it is about to stop)."""
+        self._out.close()
+
     # --- reading ---------------------------------------------------------------------
 
     async def serve(self) -> None:
