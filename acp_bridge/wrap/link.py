@@ -43,6 +43,12 @@ class ChildDiedError(RpcError):
                          {"code": "agent_exited", "status": status})
 
 
+def obj(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one (what a peer sent is not
+    trusted to have the shape the schema gives it)."""
+    return value if isinstance(value, dict) else {}
+
+
 def relayed(exc: ClientError) -> RpcError:
     """The peer's error answer, to be answered as is to the other side."""
     error = exc.error
@@ -54,10 +60,11 @@ def relayed(exc: ClientError) -> RpcError:
 class ChildLink:
     """The connection to one run of `child` (started already); `run` it in a task."""
 
-    def __init__(self, child: ChildAgent, *, fallback: Fallback, inline: Mapping[str, Inline]) -> None:
+    def __init__(self, child: ChildAgent, *, fallback_for: Callable[[ChildLink], Fallback],
+                 inline: Mapping[str, Inline]) -> None:
         self.child = child
         self.generation = child.starts  # sessions restored on this run carry it
-        self.conn = Connection(child.reader, child.writer, {}, fallback=fallback, inline=inline,
+        self.conn = Connection(child.reader, child.writer, {}, fallback=fallback_for(self), inline=inline,
                                error_for=to_rpc_error)
         self.dead = anyio.Event()
         self.status: int | None = None
