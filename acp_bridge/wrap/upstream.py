@@ -28,8 +28,8 @@ import anyio
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.wrap.link import ChildLink, relayed
+from acp_bridge.wrap.record import wrapped_update
 from acp_bridge.wrap.sessions import SessionMap, WrappedSession
-from session.events import WRAPPED_UPDATE
 
 log = logging.getLogger("acp_bridge.wrap.upstream")
 
@@ -77,8 +77,7 @@ class ChildSide:
         if update.get("sessionUpdate") == "current_mode_update" and isinstance(update.get("currentModeId"), str):
             ws.mode = update["currentModeId"]
         recorder = ws.recorder
-        items = recorder.update(update) if recorder is not None and recorder.open else [
-            (WRAPPED_UPDATE, {"update": update})]
+        items = recorder.update(update) if recorder is not None and recorder.open else [wrapped_update(update)]
         if not items:
             return
         try:
