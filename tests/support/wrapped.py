@@ -34,3 +34,36 @@ class WrappedProcess(AgentProcess):
         super().__init__(store, backend=backend, **kw)
         self.command = [sys.executable, "-m", "acp_bridge", "wrap", "--store", str(store), "--backend", backend,
                         *wrap_args, "--", *child]
+
+
+def descendants(pid: int) -> list[int]:
+    """The pids of `pid`'s children, their children and so on (Linux /proc)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            text = Path(f"/proc/{parent}/task/{parent}/children").read_text()
+        except OSError:
+            continue
+        kids = [int(p) for p in text.split()]
+        found.extend(kids)
+        todo.extend(kids)
+    return found
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def running(pid: int) -> bool:
+    """Running (a zombie is dead: nobody may reap it in a container)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
