@@ -110,7 +110,9 @@ async def test_wrapper_killed_takes_the_child_and_its_commands(tmp_path: Path, w
                          {"toolCalls": [{"id": "s1", "name": "run_command", "arguments": {"command": "sleep 120"}}]},
                          {"text": "slept"})
     policy = ClientPolicy(permissions=["allow_once"])
-    async with WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner", model), policy=policy) as agent:
+    # A child that outlives its stdin (as real agents do for a while), then lingers.
+    child = ["/bin/sh", "-c", '"$@"; sleep 120', "sh", *serve_command(tmp_path / "inner", model)]
+    async with WrappedProcess(tmp_path / "store", child, policy=policy) as agent:
         await agent.initialize()  # no terminal: our agent runs the command itself
         sid = await agent.new_session(work)
         async with anyio.create_task_group() as tg:
