@@ -17,7 +17,13 @@ import anyio
 import pytest
 
 from session import SessionStore, check_invariants, open_backend
-from tests.support.acp_client import CLIENT_CAPS_ALL, AgentProcess, ClientPolicy, normalized, write_script
+from tests.support.acp_client import (
+    CLIENT_CAPS_ALL,
+    AgentProcess,
+    ClientPolicy,
+    normalized,
+    write_script,
+)
 from tests.support.wrapped import WrappedProcess, serve_command
 
 pytestmark = pytest.mark.anyio
@@ -52,7 +58,8 @@ async def both(tmp_path: Path, model: str, scenario: Scenario, *, caps: dict[str
         await alone.initialize(caps)
         expected = await scenario(alone, alone_work)
     child = serve_command(tmp_path / "inner-store", model, args=serve_args)
-    async with WrappedProcess(tmp_path / "store", child, policy=ClientPolicy(permissions=list(permissions))) as wrapped:
+    wrapped = WrappedProcess(tmp_path / "store", child, policy=ClientPolicy(permissions=list(permissions)))
+    async with wrapped:
         init = await wrapped.initialize(caps)
         assert init["agentCapabilities"]["loadSession"] is True
         assert init["_meta"]["acpBridge"]["wrapped"]["agentInfo"]["name"] == "acp-bridge"

@@ -16,7 +16,14 @@ import pytest
 
 from session import SessionStore, check_invariants, open_backend
 from tests.support.acp_client import AgentError, ClientPolicy, write_script
-from tests.support.wrapped import WrappedProcess, command_line, descendants, running, sdk_echo_command, serve_command
+from tests.support.wrapped import (
+    WrappedProcess,
+    command_line,
+    descendants,
+    running,
+    sdk_echo_command,
+    serve_command,
+)
 
 pytestmark = pytest.mark.anyio
 
