@@ -168,7 +168,7 @@ async def test_error_step(tmp_path: Path, snapshot_json: Any) -> None:
     (failed, ok), (alone_failed, alone_ok) = got, expected
     assert failed["error"]["code"] == alone_failed["error"]["code"] == -32603
     assert failed["error"]["data"]["code"] == "provider" and failed["error"]["data"]["turn"] == 1
-    assert "boom" in failed["error"]["message"]
+    assert failed["error"]["message"] == alone_failed["error"]["message"] == "turn failed: boom"
     assert ok["result"] == alone_ok["result"]
     ((_, events),) = stored(tmp_path / "store")
     ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]

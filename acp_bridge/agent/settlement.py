@@ -28,6 +28,8 @@ STOP_REASONS: Final[dict[str, str]] = {
     "interrupted": "cancelled",
 }
 
+TURN_FAILED: Final = "turn failed: "  # the message of an error answer starts so
+
 
 class PromptAnswer(TypedDict):
     """A `PromptResponse` result."""
@@ -75,7 +77,7 @@ def settle(turn_end: Event) -> Settlement:
         }
         if reason.get("code") == "auth":
             return TurnFailed(AUTH_REQUIRED, f"authentication required: {reason['message']}", data)
-        return TurnFailed(INTERNAL_ERROR, f"turn failed: {reason['message']}", data)
+        return TurnFailed(INTERNAL_ERROR, f"{TURN_FAILED}{reason['message']}", data)
     stop = STOP_REASONS.get(kind) if isinstance(kind, str) else None
     if stop is None:
         raise ValueError(f"turn {turn}: unknown turn/end reason kind {kind!r}")

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import orjson
 
+from acp_bridge.agent.settlement import TURN_FAILED
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -108,6 +109,7 @@ class _Step:
     number: int
     pending: list[list[Any]] = field(default_factory=list)  # [kind, [texts]] since the last message
     calls: list[str] = field(default_factory=list)
+
 
 
 class TurnRecorder:
@@ -206,8 +208,10 @@ class TurnRecorder:
             number = error.get("code")
             code = _ERROR_WORDS.get(number, OTHER_ERROR) if type(number) is int else OTHER_ERROR
         message = error.get("message")
-        fields: dict[str, Any] = {"step": self._steps, "code": code,
-                                  "message": message if isinstance(message, str) else "the wrapped agent failed"}
+        # Settlement prefixes "turn failed: " again: a wrapped acp-bridge (or any agent
+        # settling as we do) already said it, and the editor should read it once.
+        text = message.removeprefix(TURN_FAILED) if isinstance(message, str) else "the wrapped agent failed"
+        fields: dict[str, Any] = {"step": self._steps, "code": code, "message": text}
         if isinstance(data.get("retryable"), bool):
             fields["retryable"] = data["retryable"]
         return self._close(reason("error", **fields))
