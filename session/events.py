@@ -22,6 +22,9 @@ ASSISTANT_MESSAGE: Final = "assistant/message"
 TOOL_CALL: Final = "tool/call"
 TOOL_RESULT: Final = "tool/result"
 TURN_END: Final = "turn/end"
+# An addition to the contract's table (docs/persistence.md, "The event vocabulary"):
+# an ACP update of a wrapped agent that no event above records, kept to be replayed.
+WRAPPED_UPDATE: Final = "wrapped/update"
 
 EVENT_TYPES: Final = frozenset(
     {
@@ -34,6 +37,7 @@ EVENT_TYPES: Final = frozenset(
         TOOL_CALL,
         TOOL_RESULT,
         TURN_END,
+        WRAPPED_UPDATE,
     }
 )
 
@@ -47,6 +51,7 @@ EventType = Literal[
     "tool/call",
     "tool/result",
     "turn/end",
+    "wrapped/update",
 ]
 
 # The seven turn/end reason kinds: a closed set, one total mapping per consumer.
@@ -81,6 +86,15 @@ class Event(TypedDict):
     data: dict[str, JSON]
 
 
+class WrappedInfo(TypedDict):
+    """The header of a session recorded by `acp-bridge wrap`: the wrapped agent's command,
+    its own session id and what it said about itself in `initialize` (`agentInfo`)."""
+
+    command: list[str]
+    sessionId: NotRequired[str]
+    agentInfo: NotRequired[dict[str, JSON]]
+
+
 class Header(TypedDict):
     type: Literal["session"]
     version: int
@@ -89,6 +103,7 @@ class Header(TypedDict):
     cwd: str
     additionalDirectories: NotRequired[list[str]]
     title: NotRequired[str]
+    wrapped: NotRequired[WrappedInfo]
 
 
 class Usage(TypedDict):
@@ -97,6 +112,9 @@ class Usage(TypedDict):
     cacheReadTokens: NotRequired[int]
     cacheWriteTokens: NotRequired[int]
     reasoningTokens: NotRequired[int]
+    # The model's context window, where the agent reports it with the usage (a wrapped
+    # agent's ACP `usage_update.size`), so a replay shows the window the agent showed.
+    contextWindow: NotRequired[int]
 
 
 class TextBlock(TypedDict):
@@ -133,7 +151,7 @@ class Reason(TypedDict, total=False):
     """`turn/end.reason`: `kind` plus the fields of that kind (DESIGN.md section 2)."""
 
     kind: ReasonKind
-    limit: int
+    limit: int | None  # None: a wrapped agent hit a step limit it does not name
     by: str
     step: int
     message: str
@@ -150,6 +168,14 @@ class TurnStartData(TypedDict):
     trigger: dict[str, JSON]
     mode: NotRequired[str]
     model: NotRequired[str]
+
+
+class WrappedUpdateData(TypedDict):
+    """`wrapped/update`: `update` is an ACP SessionUpdate as the wrapped agent sent it
+    (without its sessionId). `turn` names the open turn; it is absent between turns."""
+
+    turn: NotRequired[int]
+    update: dict[str, JSON]
 
 
 class ToolResultData(TypedDict):

@@ -28,6 +28,7 @@ from session.events import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
+    WRAPPED_UPDATE,
     Event,
     is_synthetic_result,
     reason_problem,
@@ -175,6 +176,8 @@ class InvariantTracker:
             if not isinstance(trigger, dict) or not isinstance(trigger.get("kind"), str):
                 return "trigger must be an object with a kind"
             return None
+        if etype == WRAPPED_UPDATE:
+            return self._wrapped_problem(data)
         if not self.in_turn:
             return "outside any turn (turn enclosure)"
         if turn != self.turn:
@@ -198,6 +201,19 @@ class InvariantTracker:
         if etype in _STEP_EVENTS and (not self.step_open or data.get("step") != self.step):
             return f"names step {data.get('step')!r}, the open step is {self._open_step()}"
         return self._step_event_problem(etype, data)
+
+    def _wrapped_problem(self, data: dict[str, object]) -> str | None:
+        # The one event allowed between turns: a wrapped agent sends updates whenever
+        # it likes (its commands right after session/new, a late plan). Inside a turn
+        # it names the open turn, at any point (a plan may come mid-step); between
+        # turns it names none, so it never claims a turn that is not open.
+        update = data.get("update")
+        if not isinstance(update, dict) or not isinstance(update.get("sessionUpdate"), str):
+            return "update must be an ACP SessionUpdate object (with a sessionUpdate string)"
+        if self.in_turn:
+            turn = data.get("turn")
+            return None if turn == self.turn else f"names turn {turn!r}, the open turn is {self.turn}"
+        return "between turns it names no turn" if "turn" in data else None
 
     def _open_step(self) -> str:
         return str(self.step) if self.step_open else "none"

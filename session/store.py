@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from uuid import uuid4
 
 from session.backends.base import Backend, SessionSummary, validate_session_id
-from session.events import SESSION_FORMAT_VERSION, Header
+from session.events import SESSION_FORMAT_VERSION, Header, WrappedInfo
 from session.invariants import InvariantTracker
 from session.loading import LoadedSession, SessionLoad
 from session.log import SessionLog, now_ms
@@ -43,10 +43,12 @@ class SessionStore:
         title: str | None = None,
         session_id: str | None = None,
         keep_history: bool = True,
+        wrapped: WrappedInfo | None = None,
     ) -> SessionLog:
         """A new, durable, owned session with a fresh UUID (or `session_id`). Without
         `keep_history` the log keeps only the events of its last turn in memory (the
-        agent: a session may stream for hours)."""
+        agent: a session may stream for hours). `wrapped` marks a session recorded by
+        `acp-bridge wrap` (the header's `wrapped` field)."""
         sid = validate_session_id(session_id) if session_id is not None else str(uuid4())
         header: Header = {
             "type": "session",
@@ -59,6 +61,8 @@ class SessionStore:
             header["additionalDirectories"] = list(additional_directories)
         if title is not None:
             header["title"] = title
+        if wrapped is not None:
+            header["wrapped"] = wrapped
         handle = self.backend.create(header)
         return SessionLog(
             handle, header, [], InvariantTracker(session_id=sid), self.clock,

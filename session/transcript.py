@@ -3,7 +3,9 @@
 Only messages survive: the prompt, each assistant message with content, each tool
 result. Chunks are the streamed form of a message that follows them, boundaries carry
 no content, and `tool/call` repeats the call block of its `assistant/message`. An
-empty-content `assistant/message` only hosts usage, so it is skipped too. Pure.
+empty-content `assistant/message` only hosts usage, so it is skipped too, and so is a
+`wrapped/update` (a wrapped agent's plan, mode or interim tool update: what the editor
+was shown, never what a model said or was told). Pure.
 """
 
 from __future__ import annotations

@@ -21,6 +21,15 @@ def synthetic(call_id: str, step: int, turn: int = 1) -> tuple[str, dict[str, An
     )
 
 
+def wrapped(turn: int | None = None, update: Any = None) -> tuple[str, dict[str, Any]]:
+    """A `wrapped/update` item: inside turn `turn`, or between turns when None."""
+    data: dict[str, Any] = {"update": update if update is not None else
+                            {"sessionUpdate": "plan", "entries": []}}
+    if turn is not None:
+        data["turn"] = turn
+    return ("wrapped/update", data)
+
+
 def changed(script: Script, index: int, **changes: Any) -> list[Event]:
     """The events of `script` with event `index` changed (or given extra keys)."""
     events: list[Any] = list(events_of(script))
@@ -152,6 +161,46 @@ CASES: list[tuple[str, Callable[[], list[Event]], str | None]] = [
         "the call was made in step 1",
     ),
     (
+        "wrapped update before any turn, between turns and after the last",
+        lambda: events_of(Script().add(*wrapped()).text_turn().add(*wrapped()).add(*wrapped())
+                          .text_turn().add(*wrapped())),
+        None,
+    ),
+    (
+        "wrapped update inside a turn: before a step, inside one, between steps",
+        lambda: events_of(
+            Script().start_turn().add(*wrapped(1)).start_step().chunk("a").add(*wrapped(1))
+            .message("m", calls=("c",)).add(*wrapped(1)).call("c").add(*wrapped(1)).result("c")
+            .end_step().add(*wrapped(1)).end_turn()
+        ),
+        None,
+    ),
+    (
+        "wrapped update inside a turn must name it",
+        lambda: events_of(Script().start_turn().add(*wrapped())),
+        "names turn None, the open turn is 1",
+    ),
+    (
+        "wrapped update names another turn",
+        lambda: events_of(Script().start_turn().add(*wrapped(2))),
+        "names turn 2, the open turn is 1",
+    ),
+    (
+        "wrapped update between turns names none",
+        lambda: events_of(Script().text_turn().add(*wrapped(1))),
+        "between turns it names no turn",
+    ),
+    (
+        "wrapped update without an update object",
+        lambda: events_of(Script().add("wrapped/update", {"update": "plan"})),
+        "must be an ACP SessionUpdate",
+    ),
+    (
+        "wrapped update without a sessionUpdate",
+        lambda: events_of(Script().start_turn().add(*wrapped(1, {"entries": []}))),
+        "must be an ACP SessionUpdate",
+    ),
+    (
         "seq gap",
         lambda: changed(Script().text_turn(), 2, seq=9),
         "seq must be 2",
@@ -211,6 +260,7 @@ REASONS: list[tuple[str, dict[str, Any]]] = [
     ("completed", {}),
     ("max_tokens", {}),
     ("max_steps", {"limit": 50}),
+    ("max_steps", {"limit": None}),  # a wrapped agent's max_turn_requests names no limit
     ("refusal", {}),
     ("cancelled", {"by": "session/cancel"}),
     ("cancelled", {"by": "session/close"}),

@@ -12,6 +12,7 @@ from syrupy.assertion import SnapshotAssertion
 
 from session import SessionStore, check_invariants, derive_messages, interrupted_turn_closers
 from session.backends.jsonl import JsonlBackend
+from session.events import WrappedInfo
 from session.repair import interrupted_text
 from session.transcript import unanswered_calls
 from tests.support.logs import Script, events_of, write
@@ -26,6 +27,15 @@ def result(call_id: str, step: int, started: bool, turn: int = 1) -> tuple[str, 
          "content": [{"type": "text", "text": interrupted_text("read_file", started)}],
          "isError": True, "error": {"name": "InterruptedError", "code": "interrupted"}},
     )
+
+
+PLAN = {"sessionUpdate": "plan", "entries": [{"content": "read", "priority": "high",
+                                              "status": "pending"}]}
+WRAPPED = ("wrapped/update", {"update": PLAN})
+
+
+def wrapped_in(turn: int) -> tuple[str, dict[str, Any]]:
+    return ("wrapped/update", {"turn": turn, "update": PLAN})
 
 
 CASES: list[tuple[str, Script, list[tuple[str, dict[str, Any]]]]] = [
@@ -52,6 +62,15 @@ CASES: list[tuple[str, Script, list[tuple[str, dict[str, Any]]]]] = [
      .start_step().message("n", calls=("b",)),
      [result("b", 2, False), ("step/end", {"turn": 1, "step": 2}),
       ("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("wrapped updates between turns: closed", Script().text_turn().add(*WRAPPED),
+     []),
+    ("wrapped updates inside an open turn and step", Script().add(*WRAPPED).start_turn()
+     .add(*wrapped_in(1)).start_step().chunk("a").message("m", calls=("a",)).add(*wrapped_in(1))
+     .call("a").add(*wrapped_in(1)),
+     [result("a", 1, True), ("step/end", {"turn": 1, "step": 1}),
+      ("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("a wrapped update last, no step open", Script().text_turn().start_turn().add(*wrapped_in(2)),
+     [("turn/end", {"turn": 2, "reason": CRASH})]),
     ("all calls answered, step open", Script().start_turn().start_step()
      .message("m", calls=("a",)).call("a").result("a"),
      [("step/end", {"turn": 1, "step": 1}), ("turn/end", {"turn": 1, "reason": CRASH})]),
@@ -104,3 +123,28 @@ def test_repaired_jsonl_file_snapshot(tmp_path: Path, snapshot_json: SnapshotAss
     assert Path(meta.pop("keptAside")).read_bytes() == b'{"type":"tool/result","seq":1'
     lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     assert {"report": meta, "log": lines} == snapshot_json
+
+
+def test_wrapped_session_crashed_mid_turn_loads_repaired(store: SessionStore) -> None:
+    """A session recorded by `wrap` (its header says so), cut in a turn full of
+    wrapped updates: the load keeps the header as stored and closes the turn."""
+    wrapped: WrappedInfo = {"command": ["npx", "some-agent"], "sessionId": "child-1",
+               "agentInfo": {"name": "some-agent", "version": "1.0"}}
+    log = store.create(cwd="/w", wrapped=wrapped)
+    script = Script().add(*WRAPPED).text_turn().add(*WRAPPED).start_turn("go")
+    script.add(*wrapped_in(2)).start_step().chunk("a").message("m", calls=("a",)).call("a")
+    script.add(*wrapped_in(2))
+    written = write(log, script)
+    log.close()
+    loaded = store.load(log.id)
+    try:
+        assert loaded.log.header["wrapped"] == wrapped
+        events = list(loaded.log.events)
+        assert events[: len(written)] == written
+        assert [(e["type"], e["data"]) for e in events[len(written):]] == [
+            result("a", 1, True, turn=2), ("step/end", {"turn": 2, "step": 1}),
+            ("turn/end", {"turn": 2, "reason": CRASH})]
+        check_invariants(events, closed=True)
+        assert loaded.report.interrupted_turn == 2
+    finally:
+        loaded.log.close()

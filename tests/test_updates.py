@@ -53,6 +53,14 @@ def replay_updates(events: list[Event]) -> list[dict[str, Any]]:
 
 PROMPT = [{"type": "text", "text": "hi"}, {"type": "resource_link", "uri": "file:///a", "name": "a"}]
 LOCATION = [{"path": "/w/a.txt", "line": 2}]
+# Updates of a wrapped agent that no other event records, with their _meta kept.
+PLAN = {"sessionUpdate": "plan", "entries": [
+    {"content": "Read the file", "priority": "high", "status": "in_progress"}],
+    "_meta": {"vendor": {"x": 1}}}
+COMMANDS = {"sessionUpdate": "available_commands_update", "availableCommands": [
+    {"name": "review", "description": "Review the changes", "input": {"hint": "what"}}]}
+INTERIM = {"sessionUpdate": "tool_call_update", "toolCallId": "c9", "status": "in_progress",
+           "content": [{"type": "content", "content": {"type": "text", "text": "50%"}}]}
 
 # (event, updates live); replay differs only for user/message (tested separately).
 TABLE: list[tuple[str, Event, list[dict[str, Any]]]] = [
@@ -124,6 +132,21 @@ TABLE: list[tuple[str, Event, list[dict[str, Any]]]] = [
           "status": "pending", "rawInput": "{bad"},
          {"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "in_progress"}],
     ),
+    (
+        "wrapped/update in a turn: the update as it came",
+        ev("wrapped/update", turn=2, update=PLAN),
+        [PLAN],
+    ),
+    (
+        "wrapped/update between turns",
+        ev("wrapped/update", update=COMMANDS),
+        [COMMANDS],
+    ),
+    (
+        "wrapped/update of an interim tool call update",
+        ev("wrapped/update", turn=1, update=INTERIM),
+        [INTERIM],
+    ),
 ]
 
 
@@ -154,6 +177,15 @@ def test_usage_size_is_the_model_window() -> None:
                usage={"inputTokens": 3, "outputTokens": 4})
     [update] = valid(updates_for(event, UpdateContext(replay=False, context_window=8192)))
     assert (update["used"], update["size"]) == (7, 8192)
+
+
+def test_usage_size_is_the_wrapped_agents_own_window() -> None:
+    # A wrapped agent's usage_update.size is recorded as contextWindow: it wins over the
+    # context's window, so a replay shows the size the agent showed.
+    usage = {"inputTokens": 900, "outputTokens": 0, "contextWindow": 200_000}
+    event = ev("assistant/message", turn=1, step=1, content=[], usage=usage)
+    [update] = valid(updates_for(event, UpdateContext(replay=True, context_window=8192)))
+    assert (update["used"], update["size"]) == (900, 200_000)
 
 
 def announced(call_id: str = "c1") -> UpdateContext:

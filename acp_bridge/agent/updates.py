@@ -34,8 +34,12 @@ as the protocol defines them rather than under `_meta`:
   if the call was never announced (a synthetic result for a call that never started);
   the permission decision, if any, travels in `_meta.acpBridge.permission`;
 - `assistant/message` with usage -> `usage_update {used, size, _meta}`: `used` is
-  the step's context (input + output + cache read/write tokens), `size` the model's
-  window or DEFAULT_CONTEXT_WINDOW when the model does not say;
+  the step's context (input + output + cache read/write tokens), `size` the usage's
+  `contextWindow` (a wrapped agent's own `size`), else the model's window, else
+  DEFAULT_CONTEXT_WINDOW when the model does not say;
+- `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
+  records there what no other event holds: plans, modes, commands, interim tool call
+  updates...), so live and replay send the same object;
 - `turn/end` with reason `interrupted` -> one `agent_message_chunk` (messageId
   `t{turn}-end`, `_meta.acpBridge {turn, reason}`) saying in plain text that the turn
   was cut off and why (`interrupted_notice`). A person scrolling a replay in an editor
@@ -61,6 +65,7 @@ from session.events import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
+    WRAPPED_UPDATE,
     Event,
     ToolCallBlock,
     tool_calls_of,
@@ -132,6 +137,8 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
         return _tool_result(data, ctx)
     if etype == TURN_END:
         return _turn_end(data)
+    if etype == WRAPPED_UPDATE:
+        return [data["update"]]
     # step/start, step/end: nothing to show.
     return []
 
@@ -180,7 +187,9 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
     if not isinstance(usage, dict):
         return []
     used = sum(int(usage.get(name) or 0) for name in _CONTEXT_TOKEN_FIELDS)
-    size = ctx.context_window if ctx.context_window is not None else DEFAULT_CONTEXT_WINDOW
+    size = usage.get("contextWindow")
+    if type(size) is not int:
+        size = ctx.context_window if ctx.context_window is not None else DEFAULT_CONTEXT_WINDOW
     meta = {META_KEY: {"turn": data["turn"], "step": data["step"], "usage": usage}}
     return [{"sessionUpdate": "usage_update", "used": used, "size": size, "_meta": meta}]
 
