@@ -1,0 +1,131 @@
+"""`acp-bridge wrap` around a real third-party ACP agent: fast-agent (`fast-agent-mcp`),
+with its `passthrough` model, which needs no key and echoes the prompt.
+
+fast-agent needs Python 3.12 or newer: `.ci/run` installs it into `.venv-fast-agent` and
+runs this module (marker `fast_agent`) with the executable in $ACP_BRIDGE_TEST_FAST_AGENT
+(tests/support/peers.py). Without that variable the test skips and says why, so the
+README's test command needs no fast-agent.
+
+What it holds: the wrapped agent's answers reach the editor as it gave them (its
+capabilities and agentInfo, its `stopReason`s, its streamed text), with our `_meta` on
+each answer; every turn is in our log, closed and passing the invariants; a kill -9 of
+the wrapper takes fast-agent with it; a new wrapper loads the session, replaying both
+turns from our log (fast-agent's own replay is kept from the editor), and the next
+prompt works.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+from session import check_invariants
+from tests.support.peers import (
+    FAST_AGENT_ENV,
+    WrapProcess,
+    alive,
+    command_line_of,
+    fast_agent,
+    fast_agent_command,
+    interpreter_of,
+    stored_log,
+    texts,
+)
+
+EXECUTABLE = fast_agent()
+pytestmark = [
+    pytest.mark.fast_agent,
+    pytest.mark.anyio,
+    pytest.mark.timeout(240),  # fast-agent takes 1.5 s to start idle, far more on a busy box
+    pytest.mark.skipif(EXECUTABLE is None, reason=(
+        f"${FAST_AGENT_ENV} names no fast-agent executable (fast-agent needs Python >= 3.12; "
+        ".ci/run installs it into .venv-fast-agent and sets the variable)")),
+]
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+START = 120.0  # seconds for initialize and session/new and /load: fast-agent's start-up
+
+
+async def initialize(agent: WrapProcess) -> dict[str, object]:
+    result: dict[str, object] = await agent.request(
+        "initialize", {"protocolVersion": 1, "clientCapabilities": {},
+                       "clientInfo": {"name": "tests", "version": "0"}}, timeout=START)
+    return result
+
+
+async def prompt(agent: WrapProcess, sid: str, text: str) -> dict[str, object]:
+    result: dict[str, object] = await agent.prompt(sid, text, timeout=START)
+    return result
+
+
+def fast_agent_pid(agent: WrapProcess, executable: str) -> int:
+    pids = [pid for pid in agent.child_pids() if executable in " ".join(command_line_of(pid))]
+    assert len(pids) == 1, (pids, [command_line_of(p) for p in agent.child_pids()])
+    return pids[0]
+
+
+async def test_fast_agent_wrapped_survives_a_kill_of_the_wrapper(tmp_path: Path) -> None:
+    assert EXECUTABLE is not None
+    print(f"fast-agent {EXECUTABLE} runs on {interpreter_of(EXECUTABLE)}")
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    command = fast_agent_command(EXECUTABLE)
+
+    async with WrapProcess(store, command, cwd=work) as agent:
+        init = await initialize(agent)
+        info = init["agentInfo"]
+        assert isinstance(info, dict) and info["name"] == "fast-agent-acp", init
+        caps = init["agentCapabilities"]
+        assert isinstance(caps, dict) and caps["loadSession"] is True
+        assert caps["mcpCapabilities"] == {"http": True, "sse": True}  # the child's, unchanged
+        meta = init["_meta"]
+        assert isinstance(meta, dict) and meta["acpBridge"]["wrapped"]["agentInfo"] == info
+
+        sid = await agent.new_session(work)
+        assert UUID.fullmatch(sid), sid  # ours, not fast-agent's own id
+        child = fast_agent_pid(agent, EXECUTABLE)
+        answers = [await prompt(agent, sid, "hello there"), await prompt(agent, sid, "second one")]
+        # fast-agent's stopReason, with the turn and its persisted reason added by us.
+        assert answers == [
+            {"stopReason": "end_turn", "_meta": {"acpBridge": {"turn": n, "reason": {"kind": "completed"}}}}
+            for n in (1, 2)]
+        assert texts(agent.updates_of(sid), "agent_message_chunk") == ["hello there", "second one"]
+        assert all(u["sessionId"] == sid for u in agent.updates)  # its id never shows
+
+        header, events = stored_log(store, sid)
+        wrapped = header.get("wrapped")
+        assert wrapped is not None and wrapped["command"] == command
+        assert wrapped.get("agentInfo") == info
+        check_invariants(events, closed=True)
+        ends = [e["data"] for e in events if e["type"] == "turn/end"]
+        assert ends == [{"turn": 1, "reason": {"kind": "completed"}},
+                        {"turn": 2, "reason": {"kind": "completed"}}]
+        prompts = [e["data"]["content"] for e in events if e["type"] == "user/message"]
+        assert prompts == [[{"type": "text", "text": "hello there"}], [{"type": "text", "text": "second one"}]]
+
+        agent.kill9()
+        with anyio.fail_after(15):  # the reaper takes fast-agent down with the wrapper
+            while alive(child):
+                await anyio.sleep(0.05)
+    assert agent.returncode == -signal.SIGKILL
+
+    async with WrapProcess(store, command, cwd=work) as again:
+        await initialize(again)
+        loaded = await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []},
+                                     timeout=START)
+        bridge = loaded["_meta"]["acpBridge"]
+        assert bridge["turns"] == 2 and bridge["wrapped"]["restored"] == "load", loaded
+        replay = again.updates_of(sid)
+        # Both turns, from our log, once each: fast-agent's own replay is kept from us.
+        assert texts(replay, "user_message_chunk") == ["hello there", "second one"]
+        assert texts(replay, "agent_message_chunk") == ["hello there", "second one"]
+        third = await prompt(again, sid, "third")
+        assert third == {"stopReason": "end_turn",
+                         "_meta": {"acpBridge": {"turn": 3, "reason": {"kind": "completed"}}}}
+        assert texts(again.updates_of(sid), "agent_message_chunk")[-1] == "third"
+    _, events = stored_log(store, sid)
+    check_invariants(events, closed=True)
+    assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1, 2, 3]
