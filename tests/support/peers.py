@@ -61,6 +61,10 @@ class WrapProcess(AgentProcess):
         super().__init__(store, backend=backend, policy=policy, cwd=cwd)
         self.command = wrap_command(store, command, backend=backend, args=args)
 
+    async def __aenter__(self) -> WrapProcess:
+        await super().__aenter__()
+        return self
+
     def child_pids(self) -> list[int]:
         """The wrapper's child processes (the wrapped agent, and the reaper's shell)."""
         pids: list[int] = []
