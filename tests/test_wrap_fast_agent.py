@@ -16,8 +16,12 @@ prompt works.
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -129,3 +133,28 @@ async def test_fast_agent_wrapped_survives_a_kill_of_the_wrapper(tmp_path: Path)
     _, events = stored_log(store, sid)
     check_invariants(events, closed=True)
     assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1, 2, 3]
+
+
+def test_chat_wrap_and_sessions_show_with_fast_agent(tmp_path: Path) -> None:
+    """`acp-bridge chat --wrap -- fast-agent ...` as a person runs it, then `sessions show`
+    naming the agent from what it said in `initialize`."""
+    assert EXECUTABLE is not None
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
+    chat = subprocess.run(
+        [sys.executable, "-m", "acp_bridge", "chat", "--store", str(store), "--cwd", str(work),
+         "--wrap", "--", *fast_agent_command(EXECUTABLE)],
+        input="hello from chat\n/quit\n", capture_output=True, text=True, timeout=START,
+        env={**env, "PYTHONIOENCODING": "utf-8"}, cwd=work)
+    assert chat.returncode == 0, (chat.stdout, chat.stderr)
+    match = re.search(r"session (\S+) \(mode agent\)", chat.stdout)  # fast-agent's one mode
+    assert match and UUID.fullmatch(match.group(1)), chat.stdout
+    assert "> hello from chat\n[session: hello from chat]\nhello from chat \n" in chat.stdout
+    show = subprocess.run(
+        [sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "show", match.group(1)],
+        capture_output=True, text=True, timeout=60, env=env)
+    assert show.returncode == 0, show.stderr
+    assert re.search(r"\n  agent    fast-agent-acp \S+, wrapped \(its session \S+\)\n", show.stdout), show.stdout
+    assert f"\n  command  {shlex.join(fast_agent_command(EXECUTABLE))}\n" in show.stdout
+    assert "  User:\n    hello from chat\n" in show.stdout and "Turn 1 — completed" in show.stdout
