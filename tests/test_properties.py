@@ -239,7 +239,7 @@ def test_generator_covers_the_vocabulary() -> None:
 
     wanted = {
         "turn/start", "user/message", "step/start", "step/end", "assistant/chunk",
-        "assistant/message", "tool/call", "tool/result", "turn/end",
+        "assistant/message", "tool/call", "tool/result", "turn/end", "wrapped/update",
         *("reason:" + k for k in REASON_KINDS),
         "reason-field:limit", "reason-field:by", "reason-field:step", "reason-field:message",
         "reason-field:code", "reason-field:retryable", "reason-field:cause",
@@ -468,7 +468,7 @@ def test_renumbering_a_turn_is_refused(events: list[Event], data: st.DataObject)
     turn = data.draw(st.integers(1, count), label="turn")
     new = data.draw(st.integers(-2, count + 3).filter(lambda t: t != turn), label="as")
     whole = data.draw(st.booleans(), label="whole turn")
-    members = [e for e in mutated if e["data"]["turn"] == turn]
+    members = [e for e in mutated if e["data"].get("turn") == turn]
     for event in members if whole else [data.draw(st.sampled_from(members), label="event")]:
         event["data"]["turn"] = new
     _refused(mutated)

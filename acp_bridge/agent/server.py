@@ -114,7 +114,7 @@ class Agent:
         for live in self.sessions.values():
             if live.log.buffered and not live.log.hand_off(wait=False):
                 busy.append(live.log)
-        return _hand_off_in_threads(busy) if busy else None
+        return hand_off_in_threads(busy) if busy else None
 
     async def on_eof(self) -> None:
         """stdin closed: every running turn ends as interrupted (shutdown) and its
@@ -324,7 +324,7 @@ class Agent:
             log.info("$/cancel_request for %r: no such request in flight", requestId)
 
 
-async def _hand_off_in_threads(logs: list[SessionLog]) -> None:
+async def hand_off_in_threads(logs: list[SessionLog]) -> None:
     for session_log in logs:
         await anyio.to_thread.run_sync(functools.partial(session_log.hand_off, wait=True))
 

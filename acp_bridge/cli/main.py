@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
 
 from acp_bridge import __version__
 
@@ -26,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     # so their imports stay off the agent's start-up path.
     commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
     commands.add_parser("sessions", help="list, show and export stored sessions")
+    commands.add_parser("wrap", help="record any ACP agent's turns: acp-bridge wrap [options] -- COMMAND [ARGS...]")
     demo = commands.add_parser("demo", help="show the durable log surviving a kill -9")
     demo.add_argument("--store", help="keep the demo store under this folder")
     return parser
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         from acp_bridge.cli.sessions.main import main as sessions_main
 
         return sessions_main(raw[1:])
+    if raw[:1] == ["wrap"]:
+        return _wrap(raw[1:])
     args = _parser().parse_args(raw)
     if args.command == "demo":
         from acp_bridge.cli.demo import run
@@ -66,6 +70,41 @@ def main(argv: list[str] | None = None) -> int:
     if store is None:
         return 1
     args.store = store
+    return serve(args)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2 (DESIGN.md section 6)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _wrap(raw: list[str]) -> int:
+    """`acp-bridge wrap [options] -- COMMAND [ARGS...]`: our options before `--`, the
+    wrapped agent's command line after it, untouched (its own options are its own)."""
+    cut = raw.index("--") if "--" in raw else len(raw)
+    parser = _OneLineParser(prog="acp-bridge wrap", description="Record any ACP agent's turns in the session log: "
+                            "acp-bridge wrap [options] -- COMMAND [ARGS...]")
+    env = os.environ
+    parser.add_argument("--store", default=None,
+                        help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
+    parser.add_argument("--backend", choices=("jsonl", "sqlite"), default=env.get("ACP_BRIDGE_BACKEND", "jsonl"),
+                        help="session store backend (default jsonl; $ACP_BRIDGE_BACKEND)")
+    parser.add_argument("--log-level", default=env.get("ACP_BRIDGE_LOG_LEVEL", "warning"),
+                        choices=("debug", "info", "warning", "error"), help="stderr log level (default warning)")
+    parser.add_argument("--log-file", default=None, help="write logs to this file instead of stderr")
+    args = parser.parse_args(raw[:cut])
+    args.wrapped = raw[cut + 1:]
+    if not args.wrapped:
+        parser.error("no agent to wrap: acp-bridge wrap [options] -- COMMAND [ARGS...]")
+    store = _writable_store(args.store)
+    if store is None:
+        return 1
+    args.store = store
+    from acp_bridge.wrap.serve import serve
+
     return serve(args)
 
 

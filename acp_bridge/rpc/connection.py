@@ -27,6 +27,7 @@ import orjson
 
 from acp_bridge.rpc.outgoing import BeforeWrite, Outgoing
 from acp_bridge.rpc.protocol import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
     REQUEST_CANCELLED,
@@ -42,6 +43,7 @@ from acp_bridge.rpc.protocol import (
     is_response,
     own_request_id,
     request_key,
+    valid_envelope,
     without_null_params,
 )
 from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
@@ -50,6 +52,14 @@ if TYPE_CHECKING:
     from acp_bridge.rpc.dispatch import JsonRpcDispatcher, Method
 
 log = logging.getLogger("acp_bridge.rpc.connection")
+
+# A proxy's handler for the methods a connection does not serve itself: called with the
+# method, the params as sent and whether an answer is expected; returns the result.
+Fallback = Callable[[str, Any, bool], Awaitable[Any]]
+# A notification handled in the reader, before the next line is read: what a proxy
+# records and passes on in the order it came (a `session/update` stream, then the
+# answer that ends it), which a task per message would not guarantee.
+Inline = Callable[[Any], None]
 
 # The id of the request a handler is serving: each request runs in its own task, so a
 # handler (the prompt) can learn its id for `$/cancel_request` without a parameter.
@@ -94,9 +104,14 @@ class Connection:
         on_cancel_request: Callable[[Any], bool] | None = None,
         error_for: ErrorMapper = internal_error,
         before_write: BeforeWrite | None = None,
+        fallback: Fallback | None = None,
+        inline: Mapping[str, Inline] | None = None,
     ) -> None:
         self._reader = reader
         self._methods = dict(methods)
+        # Without a fallback, unknown methods are jsonrpcserver's to answer (-32601).
+        self._fallback = fallback
+        self._inline = dict(inline or {})
         self._on_eof = on_eof
         self._on_cancel_request = on_cancel_request
         self._error_for = error_for  # exceptions -> error responses (the agent's own)
@@ -144,6 +159,11 @@ class Connection:
             raise ClientError(method, value)
         return value
 
+    def close_output(self) -> None:
+        """No more messages: what is queued is written, anything sent later is dropped
+        (a proxy closing the pipe to a peer it is about to stop)."""
+        self._out.close()
+
     # --- reading ---------------------------------------------------------------------
 
     async def serve(self) -> None:
@@ -180,8 +200,24 @@ class Connection:
             self._spawn(tg, self._batch(message))
         elif is_response(message):
             self._response(message)
+        elif self._inline and self._run_inline(message):
+            return
         else:
             self._spawn(tg, self._single(message))
+
+    def _run_inline(self, message: Any) -> bool:
+        """Handle an inline notification here, in the reader (see `Inline`); False if
+        `message` is not one."""
+        if not isinstance(message, dict):
+            return False
+        handler = self._inline.get(str(message.get("method")))
+        if handler is None or "id" in message or message.get("jsonrpc") != "2.0":
+            return False
+        try:
+            handler(message.get("params"))
+        except Exception:  # a notification has no answer to carry the failure
+            log.exception("handling a %s notification failed", message.get("method"))
+        return True
 
     def _spawn(self, tg: anyio.abc.TaskGroup, work: Awaitable[None]) -> None:
         """Run `work` (one request or batch) in a task of its own: handed to an idle
@@ -260,6 +296,8 @@ class Connection:
             if refused is not None:
                 return error_response(message["id"], refused)
         message = without_null_params(message)
+        if not is_request and self._inline and self._run_inline(message):
+            return None  # an inline notification inside a batch
         key = request_key(message.get("id")) if is_request else None
         scope = anyio.CancelScope()
         if is_request:
@@ -269,10 +307,14 @@ class Connection:
         try:
             with scope:
                 if (self._rpc is None and not batched and message.get("method") == "initialize"
-                        and message.get("jsonrpc") == "2.0" and is_request and is_id(message.get("id"))):
+                        and message.get("jsonrpc") == "2.0" and is_request and is_id(message.get("id"))
+                        and "initialize" in self._methods):
                     answer = await self._direct(message)
                     await self._load_rpc()
                     return answer
+                if (self._fallback is not None and message.get("method") not in self._methods
+                        and valid_envelope(message)):
+                    return await self._fall_back(self._fallback, message, is_request)
                 rpc, methods = await self._load_rpc()
                 return await rpc.dispatch(methods, message)
             if scope.cancelled_caught and is_request:
@@ -282,6 +324,21 @@ class Connection:
         finally:
             if is_request:
                 self._inflight.pop(key, None)
+
+    async def _fall_back(self, fallback: Fallback, message: dict[str, Any], is_request: bool) -> Any:
+        """Answer a method we do not serve with the fallback's result or error, without
+        jsonrpcserver (a proxy passes such methods on, and every answer is the peer's)."""
+        try:
+            result = await fallback(message["method"], message.get("params"), is_request)
+        except Exception as exc:
+            error = self._error_for(exc)
+            if error.code == INTERNAL_ERROR and not isinstance(exc, RpcError):
+                log.exception("passing on %s failed", message["method"])
+            if not is_request:
+                log.info("notification %s failed: %s", message["method"], error.message)
+                return None
+            return error_response(message["id"], error)
+        return {"jsonrpc": "2.0", "id": message["id"], "result": result} if is_request else None
 
     async def _direct(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """Answer a request without jsonrpcserver (only `initialize`, see the docstring).

@@ -4,7 +4,8 @@ value and event-data strategies of tests/support/strategies.py.
 `valid_logs()` draws complete, valid logs covering the whole event vocabulary: several
 turns, each a `turn/start`, the prompt, steps with chunks, assistant messages (tool
 calls included), `tool/call` and `tool/result` events, and a `turn/end` of any of the
-seven reason kinds. An `interrupted` turn is built as the agent's shutdown would write
+seven reason kinds, and `wrapped/update`s (what `acp-bridge wrap` records of a
+wrapped agent's updates) inside turns and between them. An `interrupted` turn is built as the agent's shutdown would write
 it: the turn is cut at a random event and closed by the closers (built here from the
 design, not by calling `session.repair`). Every log passes
 `check_invariants(events, closed=True)`.
@@ -36,6 +37,7 @@ from tests.support.strategies import (
     draw_list,
     draw_tool_call_content,
     draw_usage,
+    draw_wrapped_update,
     error_codes,
     interrupted_result_text,
     json_objects,
@@ -218,6 +220,8 @@ def _draw_step(
 
 def _draw_reason(draw: Draw, kind: str, steps: int) -> dict[str, Any]:
     if kind == "max_steps":
+        if draw(st.integers(0, 3)) == 0:  # a wrapped agent's max_turn_requests: no limit named
+            return {"kind": kind, "limit": None}
         return {"kind": kind, "limit": steps if steps else draw(st.integers(1, 100))}
     if kind == "cancelled":
         return {"kind": kind, "by": draw(cancelled_by)}
@@ -244,6 +248,11 @@ def draw_turn(draw: Draw, turn: int, max_steps: int = 3, json_leaves: int = 6) -
     steps = draw(st.integers(0, max_steps))
     for step in range(1, steps + 1):
         items.extend(_draw_step(draw, turn, step, used_ids, json_leaves))
+    # A wrapped agent's updates may come anywhere in the turn, inside steps too.
+    for _ in draw_list(draw, 2):
+        where = draw(st.integers(1, len(items)))
+        update = draw_wrapped_update(draw, json_leaves)
+        items.insert(where, ("wrapped/update", {"turn": turn, "update": update}))
     if kind != "interrupted":
         items.append(("turn/end", {"turn": turn, "reason": _draw_reason(draw, kind, steps)}))
         return items
@@ -273,8 +282,18 @@ def valid_items(
     """(type, data) items of a complete valid log, as a runner would append them."""
     items: list[Item] = []
     for turn in range(1, draw(st.integers(min_turns, max_turns)) + 1):
+        items.extend(_draw_between(draw, json_leaves))
         items.extend(draw_turn(draw, turn, max_steps, json_leaves))
+    items.extend(_draw_between(draw, json_leaves))
     return items
+
+
+def _draw_between(draw: Draw, json_leaves: int) -> list[Item]:
+    """Rarely, a wrapped agent's updates between turns (they name no turn)."""
+    if draw(st.integers(0, 3)) > 0:
+        return []
+    return [("wrapped/update", {"update": draw_wrapped_update(draw, json_leaves)})
+            for _ in range(draw(st.integers(1, 2)))]
 
 
 @st.composite

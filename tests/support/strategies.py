@@ -204,6 +204,38 @@ def draw_tool_call_content(draw: Draw, json_leaves: int) -> dict[str, Any]:
     return {"type": "terminal", "terminalId": draw(SHORT)}
 
 
+# The sessionUpdate kinds `acp-bridge wrap` records as `wrapped/update`: the ACP ones no
+# other event holds, and one no ACP version defines (an extension's, or a newer one's).
+_wrapped_kinds = st.sampled_from([
+    "plan", "current_mode_update", "config_option_update", "available_commands_update",
+    "session_info_update", "tool_call_update", "agent_message_chunk", "_vendor/progress",
+])  # fmt: skip
+
+
+def draw_wrapped_update(draw: Draw, json_leaves: int) -> dict[str, Any]:
+    """An ACP SessionUpdate as a wrapped agent may send one that no event records."""
+    kind = draw(_wrapped_kinds)
+    update: dict[str, Any] = {"sessionUpdate": kind}
+    if kind == "plan":
+        update["entries"] = [{"content": draw(TEXT), "priority": "medium", "status": "pending"}
+                             for _ in draw_list(draw, 2)]
+    elif kind == "current_mode_update":
+        update["currentModeId"] = draw(SHORT)
+    elif kind == "available_commands_update":
+        update["availableCommands"] = [{"name": draw(SHORT), "description": draw(TEXT)}
+                                       for _ in draw_list(draw, 2)]
+    elif kind == "session_info_update":
+        update["title"] = draw(TEXT)
+    elif kind == "tool_call_update":  # an interim one: content, no final status
+        update.update(toolCallId=draw(call_id_bases), status="in_progress",
+                      content=[draw_tool_call_content(draw, json_leaves) for _ in draw_list(draw, 2)])
+    elif kind == "agent_message_chunk":  # not text: no assistant/chunk can hold it
+        update["content"] = {"type": "image", "data": draw(_hex), "mimeType": "image/png"}
+    else:
+        update["value"] = draw(json_values(json_leaves))
+    return with_optional(draw, update, _meta=json_objects(json_leaves))
+
+
 def draw_list(draw: Draw, max_size: int) -> range:
     return range(draw(st.integers(0, max_size)))
 

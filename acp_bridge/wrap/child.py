@@ -1,0 +1,211 @@
+"""`ChildAgent`: the wrapped agent's process (docs/wrap.md, process hygiene).
+
+The child is spawned with three pipes. Its stdin and stdout are our ends of its ACP
+connection, switched to non-blocking for `rpc.transport` (as `agent.serve` does with our
+own stdio); its stderr is read line by line into our log, never our stdout (which
+carries protocol messages only).
+
+It runs in a session of its own, so it leads a process group that holds the children
+it starts (an npx wrapper, a node server, the tools it runs). That group is listed with
+the process's watchdog (tools/reaper.py) from the spawn until we have killed it, so it
+dies with us however we die, SIGKILL included.
+
+Closing is gentle first: real agents finish their work for a while after their stdin
+closes (5-10 s measured for some), and leave children behind when they do exit. So
+`close` closes its stdin, waits `grace` seconds for the leader to exit, then kills the
+whole group (SIGTERM, a short wait, SIGKILL): nothing of it is left either way.
+
+Death is seen through a pidfd where the OS has one (Linux), else by polling: no thread
+is tied up waiting for the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from typing import IO
+
+import anyio
+import anyio.abc
+
+from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
+from acp_bridge.tools.reaper import REAPER
+
+log = logging.getLogger("acp_bridge.wrap.child")
+
+POLL_S = 0.05  # how often the exit is polled where there is no pidfd
+TERM_GRACE_S = 0.5  # between SIGTERM and SIGKILL of the group
+STDERR_LINE = 64 * 1024  # longer stderr lines are logged as their size only
+
+
+class ChildAgent:
+    """The wrapped agent's process; see the module docstring."""
+
+    def __init__(self, argv: list[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+                 grace: float = 2.0) -> None:
+        if not argv:
+            raise ValueError("the wrapped agent needs a command")
+        self.argv = list(argv)
+        self.cwd = cwd
+        self.env = dict(env) if env is not None else None
+        self.grace = grace
+        self.starts = 0  # processes spawned so far (a restart makes one more)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: FdLineReader | None = None
+        self._writer: FdWriter | None = None
+        self._died: anyio.Event | None = None
+        self._stdin: int | None = None
+        self._stdout: int | None = None
+        self._status: int | None = None
+
+    @property
+    def reader(self) -> FdLineReader:
+        assert self._reader is not None, "start() first"
+        return self._reader
+
+    @property
+    def writer(self) -> FdWriter:
+        assert self._writer is not None, "start() first"
+        return self._writer
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._status is None
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Spawn the command; its stderr and its exit are watched by tasks of
+        `task_group`. Raises OSError if it cannot be spawned (no such program)."""
+        # Before the spawn: a child that could not be reaped is not started.
+        REAPER.ensure_running()
+        proc = subprocess.Popen(
+            self.argv, cwd=self.cwd, env=self.env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        # At once, no await in between: the group is watched from here on.
+        REAPER.watch(proc.pid)
+        # The pipes' descriptors are ours from here, each closed once at a known
+        # moment (see `close` and `close_output`), never by a file object's finaliser:
+        # a descriptor number closed early can come back as the next child's pipe.
+        stdin, stdout, stderr = (_take(f) for f in (proc.stdin, proc.stdout, proc.stderr))
+        proc.stdin = proc.stdout = proc.stderr = None
+        self._proc, self._status, self._died = proc, None, anyio.Event()
+        self._stdin, self._stdout = stdin, stdout
+        self.starts += 1
+        self._reader = FdLineReader(stdout)
+        self._writer = FdWriter(stdin)
+        log.info("started the wrapped agent (pid %d): %s", proc.pid, " ".join(self.argv))
+        task_group.start_soon(self._watch, proc, self._died)
+        task_group.start_soon(self._stderr, proc.pid, stderr)
+
+    async def wait_died(self) -> int:
+        """Wait for the process to exit; its status (negative: the signal)."""
+        assert self._died is not None, "start() first"
+        await self._died.wait()
+        assert self._status is not None
+        return self._status
+
+    async def close(self) -> None:
+        """Close its stdin, give it `grace` seconds to exit, then kill its process
+        group. Idempotent; shielded (it runs at shutdown, in cancelled scopes)."""
+        proc = self._proc
+        if proc is None:
+            return
+        with anyio.CancelScope(shield=True):
+            # Its EOF. The caller has stopped writing to it (ChildLink.close drains
+            # and closes the connection's output first).
+            _close_fd(self._stdin)
+            self._stdin = None
+            if self.alive:
+                with anyio.move_on_after(self.grace):
+                    await self.wait_died()
+            # The leader may be gone and its children not: the group goes either way.
+            if self._signal_group(proc, signal.SIGTERM) and self.alive:
+                with anyio.move_on_after(TERM_GRACE_S):
+                    await self.wait_died()
+            self._signal_group(proc, signal.SIGKILL)
+            with anyio.move_on_after(TERM_GRACE_S):
+                await self.wait_died()
+            REAPER.forget(proc.pid)
+
+    def close_output(self) -> None:
+        """Close our end of its stdout: its reader has seen EOF (the connection over it
+        has ended). Until then the descriptor stays open, so its number cannot be
+        reused under a reader still waiting on it."""
+        if self._reader is not None:
+            self._reader.close()
+        _close_fd(self._stdout)
+        self._stdout = None
+
+    async def restart(self, task_group: anyio.abc.TaskGroup) -> None:
+        """A new process for the dead (or closed) one; between turns only."""
+        await self.close()
+        await self.start(task_group)
+
+    @staticmethod
+    def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> bool:
+        """Signal the child's process group (its id is the leader's pid); False if
+        nothing of it is left."""
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    async def _watch(self, proc: subprocess.Popen[bytes], died: anyio.Event) -> None:
+        try:
+            pidfd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined,unused-ignore]
+        except (AttributeError, OSError):
+            pidfd = None
+        try:
+            while proc.poll() is None:
+                if pidfd is not None:
+                    await anyio.wait_readable(pidfd)
+                else:
+                    await anyio.sleep(POLL_S)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        status = proc.returncode
+        if proc is self._proc:
+            self._status = status
+        log.log(logging.INFO if status == 0 else logging.WARNING,
+                "the wrapped agent (pid %d) exited with status %s", proc.pid, status)
+        died.set()
+
+    @staticmethod
+    async def _stderr(pid: int, fd: int) -> None:
+        """The child's stderr into our log (at warning: what it says there is what an
+        editor would have shown from it unwrapped), until EOF."""
+        reader = FdLineReader(fd, max_line=STDERR_LINE)
+        try:
+            async for line in reader.lines():
+                if isinstance(line, TooLong):
+                    log.warning("[%d] (a stderr line of %d bytes)", pid, line.size)
+                else:
+                    log.warning("[%d] %s", pid, line.decode("utf-8", "replace").rstrip())
+        finally:
+            _close_fd(fd)
+
+
+def _take(file: IO[bytes] | None) -> int:
+    """The descriptor of one of Popen's pipe files, ours to close (a duplicate; the
+    file object is closed here)."""
+    assert file is not None
+    fd = os.dup(file.fileno())
+    file.close()
+    return fd
+
+
+def _close_fd(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -1,0 +1,371 @@
+"""`TurnRecorder`: the ACP traffic of one wrapped turn in, session-log items out (docs/wrap.md).
+
+Pure: the proxy feeds it what passes between the editor and the wrapped agent and
+appends the `(event type, data)` items it returns, in order; it never does I/O. Every
+item sequence it returns keeps the log's invariants, whatever the agent sends.
+
+How the update stream becomes steps (docs/wrap.md, "Recording"):
+
+- a step opens at the first message chunk, thought chunk or tool call of the turn, and
+  at the first message or thought chunk after the open step's tool calls all have
+  results (the agent went back to its model); a tool call never closes a step;
+- an `assistant/message` precedes each new tool call's `tool/call` (the invariants need
+  the call's block in a message of the step first): it holds what the step streamed
+  since its last message, then the call's block; what comes later goes to the step's
+  closing message (at its end, also carrying the step's usage);
+- a step closes, with that message, the synthetic results of calls still open (only at
+  the turn's end) and `step/end`, when the next step opens and at the turn's end.
+
+What no event holds becomes `wrapped/update` (replayed as it came): plans, mode,
+config option, command and session info updates, extension updates, non-text message
+chunks, interim tool call updates, updates for a call the turn does not know, a repeated
+`tool_call` of a known call, a `usage_update` outside a step, and every update before
+`prompt` or after the turn ended (then between turns, naming no turn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from session.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    CANCELLED_BY,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    WRAPPED_UPDATE,
+    Reason,
+    ReasonKind,
+    reason,
+)
+
+Item = tuple[str, dict[str, Any]]
+
+# ACP StopReason -> turn/end reason kind and fields (DESIGN.md section 5, read
+# backwards). A wrapped agent's `max_turn_requests` names no limit, hence `limit: null`;
+# `cancelled` follows the editor's `session/cancel`, the one way ACP cancels a turn.
+_STOP_REASONS: Final[dict[str, tuple[ReasonKind, dict[str, Any]]]] = {
+    "end_turn": ("completed", {}),
+    "max_tokens": ("max_tokens", {}),
+    "max_turn_requests": ("max_steps", {"limit": None}),
+    "refusal": ("refusal", {}),
+    "cancelled": ("cancelled", {"by": "session/cancel"}),
+}
+
+# JSON-RPC error code -> the `code` word of an `error` reason, when the error's data
+# names none. `auth` is the word settlement answers with -32000 again.
+_ERROR_WORDS: Final[dict[int, str]] = {
+    -32000: "auth",
+    -32002: "not_found",
+    -32600: "invalid_request",
+    -32601: "method_not_found",
+    -32602: "invalid_params",
+    -32603: "internal_error",
+    -32700: "parse_error",
+    -32800: "cancelled",
+}
+OTHER_ERROR: Final = "agent_error"
+"""The `code` of an error answer whose JSON-RPC code and data name no known word."""
+
+FINAL_STATUSES: Final = ("completed", "failed")
+
+# Fields of a ToolCall that `tool/call` (and its replay) carries; the rest of the
+# announcement is kept in a `wrapped/update` after it.
+_CALL_FIELDS: Final = frozenset({"sessionUpdate", "toolCallId", "title", "kind", "status", "rawInput", "locations"})
+# Fields of a final ToolCallUpdate that `tool/result` carries (content as its display).
+_RESULT_FIELDS: Final = frozenset({"sessionUpdate", "toolCallId", "status", "content"})
+
+
+def wrapped_update(update: dict[str, Any], turn: int | None = None) -> Item:
+    """The `wrapped/update` item for `update`: inside `turn`, or between turns (None)."""
+    data: dict[str, Any] = {"update": update}
+    if turn is not None:
+        data["turn"] = turn
+    return (WRAPPED_UPDATE, data)
+
+
+@dataclass
+class _Call:
+    step: int
+    content: list[Any] | None = None  # the latest ToolCallContent: updates replace it
+    permission: dict[str, Any] | None = None
+    answered: bool = False
+
+
+@dataclass
+class _Step:
+    number: int
+    pending: list[list[Any]] = field(default_factory=list)  # [kind, [texts]] since the last message
+    usage: dict[str, Any] | None = None
+    calls: list[str] = field(default_factory=list)
+
+
+class TurnRecorder:
+    """One turn of a wrapped agent. `prompt` starts it; `answer`, `failed` or
+    `cancelled` ends it (the first of them: later ends record nothing); `update` and
+    `permission` may come at any time. `agent` is recorded as `turn/start.model` (what
+    served the turn), `mode` as its mode."""
+
+    def __init__(self, turn: int, *, agent: str, mode: str | None = None) -> None:
+        self.turn = turn
+        self.agent = agent
+        self.mode = mode
+        self._started = False
+        self._ended = False
+        self._step: _Step | None = None  # the open step
+        self._steps = 0
+        self._calls: dict[str, _Call] = {}
+
+    @property
+    def open(self) -> bool:
+        """The turn started and its `turn/end` was not produced yet."""
+        return self._started and not self._ended
+
+    def prompt(self, content: list[Any]) -> list[Item]:
+        if self._started:
+            raise RuntimeError(f"turn {self.turn} was already prompted")
+        self._started = True
+        start: dict[str, Any] = {"turn": self.turn, "trigger": {"kind": "prompt"}}
+        if self.mode is not None:
+            start["mode"] = self.mode
+        start["model"] = self.agent
+        return [(TURN_START, start), (USER_MESSAGE, {"turn": self.turn, "content": content})]
+
+    def update(self, update: dict[str, Any]) -> list[Item]:
+        """The items for one `session/update` of the wrapped agent (its `update`)."""
+        if not isinstance(update, dict) or not isinstance(update.get("sessionUpdate"), str):
+            return []  # not a SessionUpdate: nothing the log could hold or a replay show
+        if not self.open:
+            return [wrapped_update(update)]
+        kind = update["sessionUpdate"]
+        if kind in ("agent_message_chunk", "agent_thought_chunk"):
+            content = update.get("content")
+            if isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str):
+                return self._chunk("text" if kind == "agent_message_chunk" else "reasoning", content["text"])
+        elif kind == "tool_call":
+            call_id = update.get("toolCallId")
+            if isinstance(call_id, str) and call_id not in self._calls:
+                return self._new_call(call_id, update)
+            return self._call_update(update)  # a repeated announcement updates the call
+        elif kind == "tool_call_update":
+            return self._call_update(update)
+        elif kind == "usage_update" and self._step is not None:
+            self._step.usage = _usage(update)
+            return []
+        return [wrapped_update(update, self.turn)]
+
+    def permission(self, tool_call: dict[str, Any], outcome: dict[str, Any]) -> list[Item]:
+        """The editor's answer (`outcome`) to the agent's permission request about
+        `tool_call` (a ToolCallUpdate): it rides on the call's `tool/result`. A call the
+        turn does not know yet is recorded now, from the request's `toolCall`."""
+        call_id = tool_call.get("toolCallId")
+        if not self.open or not isinstance(call_id, str):
+            return []
+        value = outcome.get("outcome")
+        record: dict[str, Any] = {"outcome": value if isinstance(value, str) else "unknown"}
+        if isinstance(outcome.get("optionId"), str):
+            record["optionId"] = outcome["optionId"]
+        items = [] if call_id in self._calls else self._new_call(call_id, tool_call)
+        call = self._calls[call_id]
+        if not call.answered:  # else too late: its result is written
+            call.permission = record
+        return items
+
+    def answer(self, result: dict[str, Any]) -> list[Item]:
+        """The wrapped agent's PromptResponse."""
+        if not self._starts_end():
+            return []
+        stop = result.get("stopReason")
+        known = _STOP_REASONS.get(stop) if isinstance(stop, str) else None
+        if known is None:  # not an ACP stop reason: the turn cannot be said to have succeeded
+            return self._close(reason("error", step=self._steps, code="invalid_answer",
+                                      message=f"the wrapped agent answered an unknown stopReason {stop!r}"))
+        kind, fields = known
+        return self._close(reason(kind, **fields))
+
+    def failed(self, error: dict[str, Any]) -> list[Item]:
+        """The wrapped agent's JSON-RPC error answer to the prompt."""
+        if not self._starts_end():
+            return []
+        data = error.get("data")
+        data = data if isinstance(data, dict) else {}
+        code = data.get("code")
+        if not isinstance(code, str):
+            number = error.get("code")
+            code = _ERROR_WORDS.get(number, OTHER_ERROR) if type(number) is int else OTHER_ERROR
+        message = error.get("message")
+        fields: dict[str, Any] = {"step": self._steps, "code": code,
+                                  "message": message if isinstance(message, str) else "the wrapped agent failed"}
+        if isinstance(data.get("retryable"), bool):
+            fields["retryable"] = data["retryable"]
+        return self._close(reason("error", **fields))
+
+    def cancelled(self, by: str) -> list[Item]:
+        """The editor cancelled (`by`: the ACP message that did) and the agent's answer
+        says nothing usable."""
+        if by not in CANCELLED_BY:
+            raise ValueError(f"cancelled by {by!r} is not one of {list(CANCELLED_BY)}")
+        if not self._starts_end():
+            return []
+        return self._close(reason("cancelled", by=by))
+
+    # --- steps ---------------------------------------------------------------------
+
+    def _starts_end(self) -> bool:
+        if not self._started:
+            raise RuntimeError(f"turn {self.turn} ended before it was prompted")
+        return not self._ended
+
+    def _chunk(self, kind: str, text: str) -> list[Item]:
+        items: list[Item] = []
+        step = self._step
+        if step is not None and step.calls and all(self._calls[c].answered for c in step.calls):
+            items += self._close_step()  # the agent went back to its model
+            step = None
+        if step is None:
+            step = self._open_step(items)
+        pending = step.pending
+        if pending and pending[-1][0] == kind:
+            pending[-1][1].append(text)
+        else:
+            pending.append([kind, [text]])
+        items.append((ASSISTANT_CHUNK, {"turn": self.turn, "step": step.number,
+                                        "chunk": {"type": kind, "text": text}}))
+        return items
+
+    def _open_step(self, items: list[Item]) -> _Step:
+        self._steps += 1
+        self._step = _Step(self._steps)
+        items.append((STEP_START, {"turn": self.turn, "step": self._steps}))
+        return self._step
+
+    def _message(self, step: _Step, calls: list[dict[str, Any]]) -> Item | None:
+        """The step's `assistant/message` of what it streamed since its last one, plus
+        `calls`, or None if there is nothing to say (no content, no usage)."""
+        content: list[dict[str, Any]] = [{"type": kind, "text": "".join(texts)} for kind, texts in step.pending]
+        content += calls
+        if not content and step.usage is None:
+            return None
+        data: dict[str, Any] = {"turn": self.turn, "step": step.number, "content": content}
+        if step.usage is not None:
+            data["usage"] = step.usage
+        step.pending, step.usage = [], None
+        return (ASSISTANT_MESSAGE, data)
+
+    def _close_step(self, end: Reason | None = None) -> list[Item]:
+        step = self._step
+        if step is None:
+            return []
+        items: list[Item] = []
+        message = self._message(step, [])
+        if message is not None:
+            items.append(message)
+        for call_id in step.calls:
+            if not self._calls[call_id].answered:  # only at the turn's end
+                items.append(self._unfinished(call_id, end))
+        items.append((STEP_END, {"turn": self.turn, "step": step.number}))
+        self._step = None
+        return items
+
+    def _close(self, end: Reason) -> list[Item]:
+        self._ended = True
+        return [*self._close_step(end), (TURN_END, {"turn": self.turn, "reason": end})]
+
+    # --- tool calls ----------------------------------------------------------------
+
+    def _new_call(self, call_id: str, call: dict[str, Any]) -> list[Item]:
+        items: list[Item] = []
+        step = self._step if self._step is not None else self._open_step(items)
+        raw_input = call.get("rawInput")
+        arguments = raw_input if raw_input is not None else {}
+        kind = call.get("kind") if isinstance(call.get("kind"), str) else "other"
+        title = call.get("title") if isinstance(call.get("title"), str) and call.get("title") else None
+        name = title or kind
+        block = {"type": "tool-call", "id": call_id, "name": name, "arguments": orjson.dumps(arguments).decode()}
+        message = self._message(step, [block])
+        assert message is not None  # it holds the block
+        items.append(message)
+        data: dict[str, Any] = {"turn": self.turn, "step": step.number, "callId": call_id, "name": name,
+                                "arguments": arguments, "title": title or name, "kind": kind}
+        if isinstance(call.get("locations"), list) and call["locations"]:
+            data["locations"] = call["locations"]
+        items.append((TOOL_CALL, data))
+        step.calls.append(call_id)
+        self._calls[call_id] = record = _Call(step.number)
+        if isinstance(call.get("content"), list):
+            record.content = call["content"]
+        if call.get("status") in FINAL_STATUSES:  # announced already done
+            items.append(self._result(call_id, call))
+        extras = {k: v for k, v in call.items() if k not in _CALL_FIELDS and not (k == "content" and record.answered)}
+        if extras:
+            items.append(wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": call_id, **extras}, self.turn))
+        return items
+
+    def _call_update(self, update: dict[str, Any]) -> list[Item]:
+        call_id = update.get("toolCallId")
+        call = self._calls.get(call_id) if isinstance(call_id, str) else None
+        if call is None or call.answered:  # unknown here, or done: replayed as it came
+            return [wrapped_update(update, self.turn)]
+        if isinstance(update.get("content"), list):
+            call.content = update["content"]
+        if update.get("status") not in FINAL_STATUSES:
+            return [wrapped_update(update, self.turn)]
+        items = [self._result(update["toolCallId"], update)]
+        extras = {k: v for k, v in update.items() if k not in _RESULT_FIELDS}
+        if extras:
+            items.append(wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": update["toolCallId"],
+                                         **extras}, self.turn))
+        return items
+
+    def _result(self, call_id: str, update: dict[str, Any]) -> Item:
+        call = self._calls[call_id]
+        call.answered = True
+        display = call.content or []
+        data: dict[str, Any] = {
+            "turn": self.turn, "step": call.step, "callId": call_id,
+            "content": [c["content"] for c in display if isinstance(c, dict) and c.get("type") == "content"
+                        and isinstance(c.get("content"), dict)],
+            "isError": update.get("status") == "failed",
+        }
+        if display:
+            data["display"] = display
+        if call.permission is not None:
+            data["permission"] = call.permission
+        return (TOOL_RESULT, data)
+
+    def _unfinished(self, call_id: str, end: Reason | None) -> Item:
+        # The agent ended the turn without a final status for the call, as our own agent
+        # closes a call it will not finish. Never the crash repair's `interrupted` code.
+        call = self._calls[call_id]
+        call.answered = True
+        cancelled = end is not None and end.get("kind") == "cancelled"
+        text = ("The tool call was cancelled before the agent reported its outcome." if cancelled
+                else "The agent ended the turn without reporting this tool call's outcome.")
+        data: dict[str, Any] = {
+            "turn": self.turn, "step": call.step, "callId": call_id,
+            "content": [{"type": "text", "text": text}], "isError": True,
+            "error": {"name": "Cancelled", "code": "cancelled"} if cancelled
+            else {"name": "Unfinished", "code": "unfinished"},
+        }
+        if call.permission is not None:
+            data["permission"] = call.permission
+        return (TOOL_RESULT, data)
+
+
+def _usage(update: dict[str, Any]) -> dict[str, Any]:
+    """ACP `usage_update` -> `usage`: `used` (the tokens in context) is the step's input,
+    as ACP does not split it, and `size` the window, so the replay's `usage_update`
+    (used = input + output) shows the same two numbers. Its `cost` is not kept."""
+    used, size = update.get("used"), update.get("size")
+    usage: dict[str, Any] = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
+    if type(size) is int:
+        usage["contextWindow"] = size
+    return usage

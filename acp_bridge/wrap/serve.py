@@ -1,0 +1,62 @@
+"""`acp-bridge wrap`: wire our stdio, the editor's connection, the wrapper and its child.
+
+The child is spawned before anything is read from the editor, so a command that cannot
+be run is refused at once (one line on stderr, exit status 2), as any bad start-up
+value is (DESIGN.md section 6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import anyio
+
+from acp_bridge import __version__
+from acp_bridge.agent.errors import to_rpc_error
+from acp_bridge.rpc.connection import Connection
+from acp_bridge.rpc.transport import FdLineReader, FdWriter
+from acp_bridge.wrap.proxy import WrapAgent, WrapConfig
+from session import default_store_dir
+
+
+def serve(args: argparse.Namespace) -> int:
+    handler: logging.Handler = (logging.FileHandler(args.log_file) if args.log_file
+                                else logging.StreamHandler(sys.stderr))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("acp_bridge")
+    root.addHandler(handler)
+    root.setLevel(args.log_level.upper())
+    config = WrapConfig(store_dir=Path(args.store) if args.store else default_store_dir(),
+                        command=list(args.wrapped), backend=args.backend)
+    # One line on stderr, never stdout (stdout carries protocol messages only).
+    print(f"acp-bridge {__version__}: wrapping {' '.join(config.command)}, store {config.store_dir} "
+          f"({config.backend})", file=sys.stderr, flush=True)
+    reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
+    agent = WrapAgent(config)
+
+    def connect(agent: WrapAgent) -> Connection:
+        return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof,
+                          on_cancel_request=agent.on_cancel_request, error_for=to_rpc_error,
+                          before_write=agent.before_write, fallback=agent.forward)
+
+    async def main() -> int:
+        async with anyio.create_task_group() as tg:
+            try:
+                await agent.start(tg)
+            except OSError as exc:
+                print(f"acp-bridge: cannot run {config.command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+                return 2
+            await agent.serve(connect)
+            tg.cancel_scope.cancel()  # the child's watchers end with it
+        return 0
+
+    try:
+        return anyio.run(main)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        reader.close()
+        writer.close()

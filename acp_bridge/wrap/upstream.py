@@ -1,0 +1,139 @@
+"""What the wrapped agent sends us, passed on to the editor (docs/wrap.md, "Pass-through").
+
+- `session/update` is handled in the connection's reader, in the order it came
+  (rpc.Connection's inline notifications): recorded in our log (the running turn's
+  `TurnRecorder`, else a `wrapped/update` between turns), then queued for the editor
+  under our session id. The editor connection's `before_write` hands the log's events
+  to the OS before the update is written: log before send, as for our own agent. An
+  update for a child session we do not know yet (it may come before the answer that
+  names the session) waits for it, in a small bounded buffer.
+- Its requests (`session/request_permission`, `fs/*`, `terminal/*`, extension methods)
+  are re-issued to the editor with our ids once the log is durable (a permission, a
+  file write or a command may be the last thing before a crash), and answered back
+  with the editor's result or error. A permission's outcome is recorded on the turn.
+  If the child dies meanwhile, the request to the editor is cancelled
+  (`$/cancel_request`).
+- Its other notifications go to the editor as they are, the session id mapped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Final
+
+import anyio
+
+from acp_bridge.rpc.connection import Connection, Fallback, Inline
+from acp_bridge.rpc.protocol import ClientError
+from acp_bridge.wrap.link import ChildLink, relayed
+from acp_bridge.wrap.record import wrapped_update
+from acp_bridge.wrap.sessions import SessionMap, WrappedSession
+
+log = logging.getLogger("acp_bridge.wrap.upstream")
+
+EARLY_SESSIONS: Final = 16  # child sessions whose early updates are held
+EARLY_UPDATES: Final = 256  # updates held per such session (more are dropped)
+
+
+class ChildSide:
+    """The handlers of the child's connection (one per wrapper, serving every run)."""
+
+    def __init__(self, sessions: SessionMap, editor: Callable[[], Connection]) -> None:
+        self._sessions = sessions
+        self._editor = editor
+        self._early: OrderedDict[str, list[Any]] = OrderedDict()
+
+    def inline(self) -> dict[str, Inline]:
+        return {"session/update": self.on_update}
+
+    def fallback_for(self, link: ChildLink) -> Fallback:
+        async def fallback(method: str, params: Any, is_request: bool) -> Any:
+            return await self.on_message(link, method, params, is_request)
+
+        return fallback
+
+    # --- session/update --------------------------------------------------------------
+
+    def on_update(self, params: Any) -> None:
+        if not isinstance(params, dict):
+            self._editor().notify("session/update", params)
+            return
+        child_sid = params.get("sessionId")
+        ws = self._sessions.of_child(child_sid)
+        if ws is None:
+            self._hold(child_sid, params)
+            return
+        if ws.restoring:
+            return  # the child's own replay of a session we replayed from our log
+        self.record(ws, params.get("update"))
+        self._editor().notify_update(ws.id, params.get("update"))
+
+    def record(self, ws: WrappedSession, update: Any) -> None:
+        """Append what `update` means to the session's log (not sent: the caller does)."""
+        if not isinstance(update, dict) or ws.log.closed:
+            return
+        if update.get("sessionUpdate") == "current_mode_update" and isinstance(update.get("currentModeId"), str):
+            ws.mode = update["currentModeId"]
+        recorder = ws.recorder
+        items = recorder.update(update) if recorder is not None and recorder.open else [wrapped_update(update)]
+        if not items:
+            return
+        try:
+            ws.log.extend(items)
+        except Exception:  # the prompt's end meets it again (and answers for it)
+            log.exception("session %s: recording an update of the wrapped agent failed", ws.id)
+
+    def _hold(self, child_sid: Any, params: dict[str, Any]) -> None:
+        if not isinstance(child_sid, str):
+            log.info("an update of the wrapped agent without a session: dropped")
+            return
+        held = self._early.get(child_sid)
+        if held is None:
+            if len(self._early) >= EARLY_SESSIONS:
+                self._early.popitem(last=False)
+            held = self._early[child_sid] = []
+        if len(held) < EARLY_UPDATES:
+            held.append(params)
+
+    def adopt(self, ws: WrappedSession) -> None:
+        """`ws` is now bound to its child session: its early updates go through."""
+        held = self._early.pop(ws.child_sid or "", None)
+        for params in held or ():
+            self.on_update(params)
+
+    # --- requests and other notifications --------------------------------------------
+
+    async def on_message(self, link: ChildLink, method: str, params: Any, is_request: bool) -> Any:
+        ws = self._sessions.of_child(params.get("sessionId")) if isinstance(params, dict) else None
+        out = {**params, "sessionId": ws.id} if ws is not None else params
+        editor = self._editor()
+        if not is_request:
+            editor.notify(method, out)
+            return None
+        if ws is not None and not ws.log.closed:
+            # Durable before the editor acts on it (docs/wrap.md, DESIGN.md section 3).
+            await anyio.to_thread.run_sync(ws.log.sync)
+
+        async def ask() -> Any:
+            try:
+                return await editor.request(method, out)
+            except ClientError as exc:
+                raise relayed(exc) from None
+
+        result = await link.guarded(ask)
+        if method == "session/request_permission" and ws is not None:
+            self._permission(ws, params, result)
+        return result
+
+    @staticmethod
+    def _permission(ws: WrappedSession, params: dict[str, Any], result: Any) -> None:
+        recorder = ws.recorder
+        if recorder is None or not recorder.open or not isinstance(result, dict) or ws.log.closed:
+            return
+        tool_call, outcome = params.get("toolCall"), result.get("outcome")
+        if isinstance(tool_call, dict) and isinstance(outcome, dict):
+            items = recorder.permission(tool_call, outcome)
+            if items:
+                ws.log.extend(items)
