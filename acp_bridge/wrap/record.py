@@ -12,7 +12,10 @@ How the update stream becomes steps (docs/wrap.md, "Recording"):
 - an `assistant/message` precedes each new tool call's `tool/call` (the invariants need
   the call's block in a message of the step first): it holds what the step streamed
   since its last message, then the call's block; what comes later goes to the step's
-  closing message (at its end, also carrying the step's usage);
+  closing message;
+- a `usage_update` in a step is at once an empty-content `assistant/message` hosting
+  the usage (DESIGN.md's form for usage without content): the editor sees the update
+  when it comes, so its event cannot wait for the step's end (log before send);
 - a step closes, with that message, the synthetic results of calls still open (only at
   the turn's end) and `step/end`, when the next step opens and at the turn's end.
 
@@ -104,7 +107,6 @@ class _Call:
 class _Step:
     number: int
     pending: list[list[Any]] = field(default_factory=list)  # [kind, [texts]] since the last message
-    usage: dict[str, Any] | None = None
     calls: list[str] = field(default_factory=list)
 
 
@@ -158,8 +160,10 @@ class TurnRecorder:
         elif kind == "tool_call_update":
             return self._call_update(update)
         elif kind == "usage_update" and self._step is not None:
-            self._step.usage = _usage(update)
-            return []
+            # At once, in a message of its own: the editor is shown the update as it
+            # comes, so its event must be in the log first (log before send).
+            return [(ASSISTANT_MESSAGE, {"turn": self.turn, "step": self._step.number, "content": [],
+                                         "usage": _usage(update)})]
         return [wrapped_update(update, self.turn)]
 
     def permission(self, tool_call: dict[str, Any], outcome: dict[str, Any]) -> list[Item]:
@@ -249,16 +253,13 @@ class TurnRecorder:
 
     def _message(self, step: _Step, calls: list[dict[str, Any]]) -> Item | None:
         """The step's `assistant/message` of what it streamed since its last one, plus
-        `calls`, or None if there is nothing to say (no content, no usage)."""
+        `calls`, or None if there is nothing to say."""
         content: list[dict[str, Any]] = [{"type": kind, "text": "".join(texts)} for kind, texts in step.pending]
         content += calls
-        if not content and step.usage is None:
+        if not content:
             return None
-        data: dict[str, Any] = {"turn": self.turn, "step": step.number, "content": content}
-        if step.usage is not None:
-            data["usage"] = step.usage
-        step.pending, step.usage = [], None
-        return (ASSISTANT_MESSAGE, data)
+        step.pending = []
+        return (ASSISTANT_MESSAGE, {"turn": self.turn, "step": step.number, "content": content})
 
     def _close_step(self, end: Reason | None = None) -> list[Item]:
         step = self._step

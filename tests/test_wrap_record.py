@@ -1,0 +1,535 @@
+"""`TurnRecorder` (acp_bridge/wrap/record.py): a wrapped agent's ACP traffic of one turn
+in, session-log items out. Realistic turns as a table, each appended through a real
+`SessionLog` (memory backend: the log checks the invariants at every append) and loaded
+back; then the edge cases one by one; then a property over random update streams; then
+the replay (`updates_for`) against what the editor was sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.wrap.record import Item, TurnRecorder, wrapped_update
+from session import Event, SessionStore, check_invariants, derive_messages, interrupted_turn_closers
+from session.backends.memory import MemoryBackend
+from session.repair import interrupted_text
+from session.transcript import unanswered_calls
+from tests.support.acp_schema import validate_def
+from tests.support.logs import write
+
+PROMPT = [{"type": "text", "text": "read a.txt and fix it"}]
+ALLOW = {"outcome": "selected", "optionId": "allow-once"}
+REJECT = {"outcome": "selected", "optionId": "reject-once"}
+PLAN: dict[str, Any] = {"sessionUpdate": "plan", "entries": [
+    {"content": "Read a.txt", "priority": "high", "status": "in_progress"}]}
+MODE = {"sessionUpdate": "current_mode_update", "currentModeId": "architect"}
+
+
+def text(t: str, kind: str = "agent_message_chunk") -> dict[str, Any]:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": t}}
+
+
+def thought(t: str) -> dict[str, Any]:
+    return text(t, "agent_thought_chunk")
+
+
+def call(cid: str, title: str = "Read a.txt", **more: Any) -> dict[str, Any]:
+    return {"sessionUpdate": "tool_call", "toolCallId": cid, "title": title, "kind": "read",
+            "status": "pending", "rawInput": {"path": "a.txt"}, **more}
+
+
+def shown(t: str) -> list[dict[str, Any]]:
+    """ToolCallContent holding one text block."""
+    return [{"type": "content", "content": {"type": "text", "text": t}}]
+
+
+def done(cid: str, output: str = "one\ntwo\n", status: str = "completed") -> dict[str, Any]:
+    return {"sessionUpdate": "tool_call_update", "toolCallId": cid, "status": status,
+            "content": shown(output)}
+
+
+def asked(cid: str) -> dict[str, Any]:
+    """The `toolCall` of a `session/request_permission` (a ToolCallUpdate)."""
+    return {"toolCallId": cid, "title": "Read a.txt", "kind": "read"}
+
+
+Op = tuple[Any, ...]
+
+
+def record(ops: list[Op], turn: int = 1) -> list[Item]:
+    """The items for `ops` (("update", u), ("permission", tool_call, outcome), ("answer",
+    result), ("failed", error), ("cancelled", by)) after the prompt."""
+    recorder = TurnRecorder(turn, agent="wrap:test-agent")
+    items = recorder.prompt(PROMPT)
+    for name, *args in ops:
+        items += getattr(recorder, name)(*args)
+    return items
+
+
+def logged(items: list[Item]) -> list[Event]:
+    """`items` appended through a live memory-backed log, then loaded back: both the
+    append-time and the load-time invariant checks pass, and nothing needs repair."""
+    store = SessionStore(MemoryBackend())
+    log = store.create(cwd="/w")
+    written = write(log, items)
+    log.close()
+    loaded = store.load(log.id)
+    assert not loaded.report.repaired
+    assert list(loaded.log.events) == written
+    loaded.log.close()
+    check_invariants(written, closed=True)
+    assert unanswered_calls(derive_messages(written)) == []
+    return written
+
+
+def start() -> list[Item]:
+    return [("turn/start", {"turn": 1, "trigger": {"kind": "prompt"}, "model": "wrap:test-agent"}),
+            ("user/message", {"turn": 1, "content": PROMPT})]
+
+
+def chunk(t: str, step: int = 1, kind: str = "text") -> Item:
+    return ("assistant/chunk", {"turn": 1, "step": step, "chunk": {"type": kind, "text": t}})
+
+
+def message(step: int, *content: dict[str, Any], **more: Any) -> Item:
+    return ("assistant/message", {"turn": 1, "step": step, "content": list(content), **more})
+
+
+def block(cid: str, name: str = "Read a.txt") -> dict[str, Any]:
+    return {"type": "tool-call", "id": cid, "name": name, "arguments": '{"path":"a.txt"}'}
+
+
+def tool_call(cid: str, step: int = 1) -> Item:
+    return ("tool/call", {"turn": 1, "step": step, "callId": cid, "name": "Read a.txt",
+                          "arguments": {"path": "a.txt"}, "title": "Read a.txt", "kind": "read"})
+
+
+def result(cid: str, step: int = 1, output: str = "one\ntwo\n", error: bool = False,
+           **more: Any) -> Item:
+    return ("tool/result", {"turn": 1, "step": step, "callId": cid,
+                            "content": [{"type": "text", "text": output}], "isError": error,
+                            "display": shown(output), **more})
+
+
+def step(n: int, edge: str) -> Item:
+    return (f"step/{edge}", {"turn": 1, "step": n})
+
+
+def end(kind: str, **fields: Any) -> Item:
+    return ("turn/end", {"turn": 1, "reason": {"kind": kind, **fields}})
+
+
+T = {"type": "text", "text": ""}
+END_TURN = ("answer", {"stopReason": "end_turn"})
+
+TABLE: list[tuple[str, list[Op], list[Item]]] = [
+    ("text only", [("update", text("Hello ")), ("update", text("world")), END_TURN],
+     [*start(), step(1, "start"), chunk("Hello "), chunk("world"),
+      message(1, {**T, "text": "Hello world"}), step(1, "end"), end("completed")]),
+    ("thoughts then text: one step",
+     [("update", thought("Let me ")), ("update", thought("see.")), ("update", text("Done.")), END_TURN],
+     [*start(), step(1, "start"), chunk("Let me ", kind="reasoning"), chunk("see.", kind="reasoning"),
+      chunk("Done."), message(1, {"type": "reasoning", "text": "Let me see."}, {**T, "text": "Done."}),
+      step(1, "end"), end("completed")]),
+    ("text, a tool call granted, its result, more text: two steps",
+     [("update", text("Reading.")), ("update", call("c1")), ("permission", asked("c1"), ALLOW),
+      ("update", done("c1")), ("update", text("Fixed.")), END_TURN],
+     [*start(), step(1, "start"), chunk("Reading."), message(1, {**T, "text": "Reading."}, block("c1")),
+      tool_call("c1"), result("c1", permission=ALLOW), step(1, "end"),
+      step(2, "start"), chunk("Fixed.", 2), message(2, {**T, "text": "Fixed."}), step(2, "end"),
+      end("completed")]),
+    ("a rejected permission: the failed result carries it",
+     [("update", call("c1")), ("permission", asked("c1"), REJECT),
+      ("update", done("c1", "The user rejected it.", "failed")), ("update", text("OK, not reading.")),
+      END_TURN],
+     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"),
+      result("c1", output="The user rejected it.", error=True, permission=REJECT), step(1, "end"),
+      step(2, "start"), chunk("OK, not reading.", 2), message(2, {**T, "text": "OK, not reading."}),
+      step(2, "end"), end("completed")]),
+    ("two tool calls in one step, text between them stays in the step",
+     [("update", text("Two files.")), ("update", call("c1")), ("update", text(" And")),
+      ("update", call("c2")), ("update", done("c2")), ("update", done("c1")),
+      ("update", text("Both read.")), END_TURN],
+     [*start(), step(1, "start"), chunk("Two files."), message(1, {**T, "text": "Two files."}, block("c1")),
+      tool_call("c1"), chunk(" And"), message(1, {**T, "text": " And"}, block("c2")), tool_call("c2"),
+      result("c2"), result("c1"), step(1, "end"),
+      step(2, "start"), chunk("Both read.", 2), message(2, {**T, "text": "Both read."}), step(2, "end"),
+      end("completed")]),
+    ("plan and mode updates inside a turn: kept as they came, steps untouched",
+     [("update", PLAN), ("update", text("Planning")), ("update", MODE), ("update", text(" done")),
+      END_TURN],
+     [*start(), wrapped_update(PLAN, 1), step(1, "start"), chunk("Planning"), wrapped_update(MODE, 1),
+      chunk(" done"), message(1, {**T, "text": "Planning done"}), step(1, "end"), end("completed")]),
+    ("an error answer: its data's code, its step",
+     [("update", text("Hm")), ("failed", {"code": -32603, "message": "overloaded",
+                                         "data": {"code": "rate_limit", "retryable": True}})],
+     [*start(), step(1, "start"), chunk("Hm"), message(1, {**T, "text": "Hm"}), step(1, "end"),
+      end("error", step=1, message="overloaded", code="rate_limit", retryable=True)]),
+    ("an error before any step: step 0, the code's word",
+     [("failed", {"code": -32000, "message": "log in first"})],
+     [*start(), end("error", step=0, message="log in first", code="auth")]),
+    ("cancelled with a call open: the call is closed cancelled",
+     [("update", call("c1")), ("permission", asked("c1"), {"outcome": "cancelled"}),
+      ("cancelled", "session/cancel")],
+     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"),
+      ("tool/result", {"turn": 1, "step": 1, "callId": "c1", "content": [
+          {"type": "text", "text": "The tool call was cancelled before the agent reported its outcome."}],
+          "isError": True, "error": {"name": "Cancelled", "code": "cancelled"},
+          "permission": {"outcome": "cancelled"}}),
+      step(1, "end"), end("cancelled", by="session/cancel")]),
+    ("the agent answers cancelled", [("update", text("Wo")), ("answer", {"stopReason": "cancelled"})],
+     [*start(), step(1, "start"), chunk("Wo"), message(1, {**T, "text": "Wo"}), step(1, "end"),
+      end("cancelled", by="session/cancel")]),
+    ("max_tokens", [("update", text("long")), ("answer", {"stopReason": "max_tokens"})],
+     [*start(), step(1, "start"), chunk("long"), message(1, {**T, "text": "long"}), step(1, "end"),
+      end("max_tokens")]),
+    ("max_turn_requests: max_steps naming no limit", [("answer", {"stopReason": "max_turn_requests"})],
+     [*start(), end("max_steps", limit=None)]),
+    ("refusal", [("answer", {"stopReason": "refusal"})], [*start(), end("refusal")]),
+    ("an unknown stopReason is an error, not a success",
+     [("update", text("x")), ("answer", {"stopReason": "bored"})],
+     [*start(), step(1, "start"), chunk("x"), message(1, {**T, "text": "x"}), step(1, "end"),
+      end("error", step=1, code="invalid_answer",
+          message="the wrapped agent answered an unknown stopReason 'bored'")]),
+    ("usage in a step: at once, an empty message hosts it; before any step: as it came",
+     [("update", {"sessionUpdate": "usage_update", "used": 10, "size": 1000}),
+      ("update", text("a")), ("update", {"sessionUpdate": "usage_update", "used": 50, "size": 1000}),
+      ("update", text("b")), ("update", {"sessionUpdate": "usage_update", "used": 70}), END_TURN],
+     [*start(), wrapped_update({"sessionUpdate": "usage_update", "used": 10, "size": 1000}, 1),
+      step(1, "start"), chunk("a"),
+      message(1, usage={"inputTokens": 50, "outputTokens": 0, "contextWindow": 1000}), chunk("b"),
+      message(1, usage={"inputTokens": 70, "outputTokens": 0}),
+      message(1, {**T, "text": "ab"}), step(1, "end"), end("completed")]),
+    ("usage after the step's tool call",
+     [("update", call("c1")), ("update", done("c1")),
+      ("update", {"sessionUpdate": "usage_update", "used": 5, "size": 9}), END_TURN],
+     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"), result("c1"),
+      message(1, usage={"inputTokens": 5, "outputTokens": 0, "contextWindow": 9}), step(1, "end"),
+      end("completed")]),
+    ("a call never finished is closed failed at the turn's end, not as a crash",
+     [("update", call("c1")), ("permission", asked("c1"), ALLOW), END_TURN],
+     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"),
+      ("tool/result", {"turn": 1, "step": 1, "callId": "c1", "content": [
+          {"type": "text", "text": "The agent ended the turn without reporting this tool call's outcome."}],
+          "isError": True, "error": {"name": "Unfinished", "code": "unfinished"}, "permission": ALLOW}),
+      step(1, "end"), end("completed")]),
+    ("a call announced done at once; its extra fields kept after the result",
+     [("update", call("c1", status="completed", content=shown("hi"), rawOutput={"n": 1})), END_TURN],
+     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"), result("c1", output="hi"),
+      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "rawOutput": {"n": 1}}, 1),
+      step(1, "end"), end("completed")]),
+    ("interim updates are kept; the result shows the latest content",
+     [("update", call("c1", content=shown("0%"))),
+      ("update", {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress",
+                  "content": shown("50%")}),
+      ("update", {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",
+                  "rawOutput": "done"}), END_TURN],
+     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"),
+      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "content": shown("0%")}, 1),
+      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress",
+                      "content": shown("50%")}, 1),
+      result("c1", output="50%"),
+      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "rawOutput": "done"}, 1),
+      step(1, "end"), end("completed")]),
+    ("unknown call ids, repeated announcements, late updates: kept as they came",
+     [("update", done("ghost")), ("update", call("c1")), ("update", call("c1", title="Read a.txt again")),
+      ("update", call("c1", status="failed")), ("update", done("c1")), END_TURN],
+     [*start(), wrapped_update(done("ghost"), 1), step(1, "start"), message(1, block("c1")),
+      tool_call("c1"), wrapped_update(call("c1", title="Read a.txt again"), 1),
+      ("tool/result", {"turn": 1, "step": 1, "callId": "c1", "content": [], "isError": True}),
+      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "Read a.txt",
+                      "kind": "read", "rawInput": {"path": "a.txt"}}, 1),
+      wrapped_update(done("c1"), 1), step(1, "end"), end("completed")]),
+    ("a permission for a call never announced records the call",
+     [("permission", {**asked("c7"), "rawInput": {"path": "a.txt"}}, ALLOW), ("update", done("c7")),
+      END_TURN],
+     [*start(), step(1, "start"), message(1, block("c7")), tool_call("c7"),
+      result("c7", permission=ALLOW), step(1, "end"), end("completed")]),
+    ("a non-text chunk has no chunk event: kept as it came",
+     [("update", {"sessionUpdate": "agent_message_chunk",
+                  "content": {"type": "image", "data": "00", "mimeType": "image/png"}}), END_TURN],
+     [*start(), wrapped_update({"sessionUpdate": "agent_message_chunk",
+                                "content": {"type": "image", "data": "00", "mimeType": "image/png"}}, 1),
+      end("completed")]),
+]
+
+
+@pytest.mark.parametrize(("name", "ops", "expected"), TABLE, ids=[t[0] for t in TABLE])
+def test_turns(name: str, ops: list[Op], expected: list[Item]) -> None:
+    items = record(ops)
+    assert items == expected
+    logged(items)
+
+
+def test_open_and_the_order_of_calls() -> None:
+    recorder = TurnRecorder(3, agent="a", mode="ask")
+    assert not recorder.open
+    with pytest.raises(RuntimeError, match="before it was prompted"):
+        recorder.answer({"stopReason": "end_turn"})
+    # Before the prompt an update stands between turns.
+    assert recorder.update(PLAN) == [("wrapped/update", {"update": PLAN})]
+    items = recorder.prompt(PROMPT)
+    assert items[0] == ("turn/start", {"turn": 3, "trigger": {"kind": "prompt"}, "mode": "ask", "model": "a"})
+    assert recorder.open
+    with pytest.raises(RuntimeError, match="already prompted"):
+        recorder.prompt(PROMPT)
+    with pytest.raises(ValueError, match="cancelled by 'user'"):
+        recorder.cancelled("user")
+    assert recorder.answer({"stopReason": "end_turn"})[-1] == (
+        "turn/end", {"turn": 3, "reason": {"kind": "completed"}})
+    assert not recorder.open
+    # The first end wins; later ones record nothing; updates now stand between turns.
+    assert recorder.cancelled("session/cancel") == []
+    assert recorder.failed({"code": 1, "message": "late"}) == []
+    assert recorder.answer({"stopReason": "end_turn"}) == []
+    assert recorder.permission(asked("c1"), ALLOW) == []
+    assert recorder.update(text("late")) == [("wrapped/update", {"update": text("late")})]
+    # Not a SessionUpdate at all: nothing to record (the log would refuse it).
+    assert recorder.update({"content": "x"}) == []
+
+
+def test_a_session_of_turns_with_updates_between_them() -> None:
+    first = TurnRecorder(1, agent="a")
+    items = [wrapped_update({"sessionUpdate": "available_commands_update", "availableCommands": []})]
+    items += first.prompt(PROMPT) + first.update(text("hi")) + first.answer({"stopReason": "end_turn"})
+    items += first.update(PLAN)  # late: between turns
+    second = TurnRecorder(2, agent="a")
+    items += second.prompt(PROMPT) + second.update(call("c1")) + second.update(done("c1"))
+    items += second.answer({"stopReason": "end_turn"})
+    events = logged(items)
+    assert [e["data"].get("turn") for e in events if e["type"] == "wrapped/update"] == [None, None]
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    ({"code": -32602, "message": "bad"}, "invalid_params"),
+    ({"code": -32800, "message": "cancelled"}, "cancelled"),
+    ({"code": 4242, "message": "odd"}, "agent_error"),
+    ({"code": "x", "message": 7, "data": {"code": 9, "retryable": "yes"}}, "agent_error"),
+])
+def test_error_codes_are_stable_words(error: dict[str, Any], code: str) -> None:
+    items = record([("failed", error)])
+    assert items[-1][1]["reason"]["code"] == code
+    assert set(items[-1][1]["reason"]) == {"kind", "step", "message", "code"}
+    logged(items)
+
+
+def test_a_crash_of_the_agent_mid_turn_is_closed_by_the_repair_closers() -> None:
+    # The proxy's part (docs/wrap.md): it closes the open turn with close_interrupted.
+    recorder = TurnRecorder(1, agent="a")
+    items = recorder.prompt(PROMPT) + recorder.update(text("a")) + recorder.update(call("c1"))
+    items += recorder.update(PLAN)
+    store = SessionStore(MemoryBackend())
+    log = store.create(cwd="/w")
+    write(log, items)
+    closers = log.close_interrupted(cause="crash")
+    assert [c["type"] for c in closers] == ["tool/result", "step/end", "turn/end"]
+    check_invariants(list(log.events), closed=True)
+    log.close()
+
+
+# --- any update stream ---------------------------------------------------------------
+
+CALL_IDS = ["c1", "c2", "c3"]
+GHOST = "ghost"  # never announced: its updates are kept as they came
+STATUSES = [None, "pending", "in_progress", "completed", "failed"]
+ENDS = ["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "bogus", "failed",
+        "cancel", "crash"]
+OP_KINDS = st.sampled_from(["text"] * 4 + ["thought"] * 2 + ["image", "plan", "mode", "usage"]
+                           + ["call"] * 3 + ["call_update"] * 4 + ["permission"] * 2)
+WORDS = st.sampled_from(["a", "b ", "\n", "é", "😀", ""])
+
+
+def _draw_update(data: st.DataObject, op: str, announced: list[str]) -> dict[str, Any]:
+    draw = data.draw
+    if op in ("text", "thought"):
+        return (text if op == "text" else thought)(draw(WORDS))
+    if op == "image":
+        return {"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "image", "data": "00", "mimeType": "image/png"}}
+    if op == "plan":
+        return {**PLAN, "entries": [{**PLAN["entries"][0], "content": draw(WORDS)}]}
+    if op == "mode":
+        return {**MODE, "currentModeId": draw(st.sampled_from(["ask", "code"]))}
+    if op == "usage":
+        return {"sessionUpdate": "usage_update", "used": draw(st.integers(0, 10**6)),
+                "size": draw(st.integers(1, 10**6))}
+    update: dict[str, Any]
+    if op == "call":
+        cid = draw(st.sampled_from(CALL_IDS))
+        update = {"sessionUpdate": "tool_call", "toolCallId": cid, "title": f"Do {cid} {draw(WORDS)}"}
+        if draw(st.booleans()):
+            update["kind"] = draw(st.sampled_from(["read", "edit", "execute"]))
+        if draw(st.booleans()):
+            update["rawInput"] = {"n": draw(st.integers(0, 9))}
+        if draw(st.booleans()):
+            update["locations"] = [{"path": f"/w/{cid}.txt"}]
+    else:
+        # ACP announces a call before updating it: updates name an announced call, or
+        # one never announced (GHOST), which the recording keeps as it came.
+        update = {"sessionUpdate": "tool_call_update",
+                  "toolCallId": draw(st.sampled_from([*announced, GHOST]))}
+        if draw(st.booleans()):
+            update["title"] = f"Now {draw(WORDS)}"
+    status = draw(st.sampled_from(STATUSES))
+    if status is not None:
+        update["status"] = status
+    content = draw(st.sampled_from([None, "absent", "one", "diff"]))
+    if content == "one":
+        update["content"] = shown(draw(WORDS))
+    elif content == "diff":
+        update["content"] = [{"type": "diff", "path": "/w/a", "newText": draw(WORDS)}]
+    elif content is None and draw(st.booleans()):
+        update["content"] = None
+    if draw(st.booleans()):
+        update["rawOutput"] = {"ok": draw(st.booleans())}
+    return update
+
+
+# What a call the agent never finished shows after the turn's end: closed by the
+# recorder (cancelled, or not), or by the crash repair (started: a tool/call exists).
+CLOSING_TEXTS = (
+    "The tool call was cancelled before the agent reported its outcome.",
+    "The agent ended the turn without reporting this tool call's outcome.",
+    *(interrupted_text(f"Do {cid} {word}", True) for cid in CALL_IDS for word in ["a", "b ", "\n", "é", "😀", ""]),
+)
+
+
+def _events(items: list[Item]) -> list[Event]:
+    return [{"type": t, "seq": i, "time": 1_000 + i, "data": d} for i, (t, d) in enumerate(items)]
+
+
+def _end(recorder: TurnRecorder, end: str) -> list[Item]:
+    if end == "failed":
+        return recorder.failed({"code": -32603, "message": "boom"})
+    if end == "cancel":
+        return recorder.cancelled("session/cancel")
+    if end == "crash":  # the proxy appends the repair closers (close_interrupted)
+        return []
+    return recorder.answer({"stopReason": end})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data: st.DataObject) -> None:
+    recorder = TurnRecorder(1, agent="a")
+    items = recorder.prompt(PROMPT)
+    sent: list[dict[str, Any]] = []  # what the editor was sent, live
+    announced: list[str] = []
+    for _ in range(data.draw(st.integers(0, 30), label="updates")):
+        op = data.draw(OP_KINDS)
+        if op == "permission":
+            if announced:
+                cid = data.draw(st.sampled_from(announced))
+                items += recorder.permission(asked(cid), data.draw(st.sampled_from([ALLOW, REJECT])))
+            continue
+        update = _draw_update(data, op, announced)
+        if op == "call" and update["toolCallId"] not in announced:
+            announced.append(update["toolCallId"])
+        sent.append(update)
+        items += recorder.update(update)
+        check_invariants(_events(items))  # valid while the turn is open
+        assert recorder.open
+    end = data.draw(st.sampled_from(ENDS), label="end")
+    items += _end(recorder, end)
+    events = _events(items)
+    if end == "crash":
+        assert recorder.open
+        events += interrupted_turn_closers(events)
+    else:
+        assert not recorder.open
+    late = _draw_update(data, data.draw(OP_KINDS.filter(lambda o: o != "permission")), announced)
+    if end != "crash":  # after the end, updates stand between turns
+        assert recorder.update(late) == [wrapped_update(late)]
+    check_invariants(events, closed=True)
+    assert unanswered_calls(derive_messages(events)) == []
+
+    ctx = UpdateContext(replay=True)
+    replayed = [u for e in events for u in updates_for(e, ctx)]
+    live_screen, replay_screen = screen(sent, set(announced)), screen(replayed, set())
+    if end == "crash":  # the notice that says the turn was cut off comes last
+        assert replayed[-1]["messageId"] == "t1-end"
+        live_screen["text"] += replayed[-1]["content"]["text"]
+    for cid, state in live_screen["calls"].items():
+        if state.pop("unfinished", False):  # closed by us: the replay shows why
+            del state["content"]
+            [note] = replay_screen["calls"][cid].pop("content")
+            assert note["content"]["text"] in CLOSING_TEXTS, note
+    assert replay_screen == live_screen
+
+
+def screen(updates: list[dict[str, Any]], finished_by_us: set[str]) -> dict[str, Any]:
+    """What an editor shows after `updates`: the message and thought text, each tool
+    call's fields (ACP: an update replaces the fields it gives; null gives none), the
+    last usage, and every other update in order. Normalized as the recording does:
+    a call's missing kind, input, locations and content are shown as their defaults,
+    and a call of `finished_by_us` the agent never finished is shown failed (the turn's
+    end closes it) and marked `unfinished`. Left out: the prompt (replayed only), rawOutput and _meta of calls
+    (the replay's are ours where the agent sent none), messageIds (ours)."""
+    out: dict[str, Any] = {"text": "", "thought": "", "calls": {}, "usage": None, "others": []}
+    finished: set[str] = set()  # calls given a final status
+    for update in updates:
+        kind = update["sessionUpdate"]
+        if kind in ("agent_message_chunk", "agent_thought_chunk") and update["content"]["type"] == "text":
+            out["text" if kind == "agent_message_chunk" else "thought"] += update["content"]["text"]
+        elif kind in ("tool_call", "tool_call_update"):
+            state = out["calls"].setdefault(update["toolCallId"], {})
+            state.update({k: v for k, v in update.items() if v is not None and k not in (
+                "sessionUpdate", "toolCallId", "rawOutput", "_meta")})
+            if update.get("status") in ("completed", "failed"):
+                finished.add(update["toolCallId"])
+        elif kind == "usage_update":
+            out["usage"] = (update["used"], update["size"])
+        elif kind != "user_message_chunk":
+            out["others"].append(update)
+    for cid, state in out["calls"].items():
+        if cid in finished_by_us:
+            state.setdefault("kind", "other")
+            state.setdefault("rawInput", {})
+            state.setdefault("content", [])
+            if cid not in finished:
+                state.update(status="failed", unfinished=True)
+        if not state.get("locations"):
+            state.pop("locations", None)
+    return out
+
+
+def test_replay_of_a_turn_is_what_the_editor_was_sent_but_for_our_marks() -> None:
+    sent = [PLAN, thought("Look."), text("Reading."), call("c1", locations=[{"path": "/w/a.txt"}]),
+            {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
+            done("c1"), {"sessionUpdate": "usage_update", "used": 120, "size": 200_000}, text("Done.")]
+    recorder = TurnRecorder(1, agent="a")
+    items = recorder.prompt(PROMPT)
+    for update in sent[:4]:
+        items += recorder.update(update)
+    items += recorder.permission(asked("c1"), ALLOW)
+    for update in sent[4:]:
+        items += recorder.update(update)
+    items += recorder.answer({"stopReason": "end_turn"})
+    events = logged(items)
+    ctx = UpdateContext(replay=True)
+    replayed = [u for e in events for u in updates_for(e, ctx)]
+    for update in replayed:
+        validate_def("SessionUpdate", update)
+    # What differs, pinned: the prompt is replayed; chunks carry our messageIds; a
+    # tool/call replays as pending then in_progress; the result carries our rawOutput
+    # and the editor's permission decision in _meta; usage comes with the step's
+    # message, with our _meta, `used` as the input tokens.
+    assert replayed == [
+        {"sessionUpdate": "user_message_chunk", "content": PROMPT[0], "messageId": "t1-user"},
+        PLAN,
+        {**thought("Look."), "messageId": "t1s1-thought"},
+        {**text("Reading."), "messageId": "t1s1"},
+        {**call("c1"), "locations": [{"path": "/w/a.txt"}]},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
+        {**done("c1"), "rawOutput": {"content": [{"type": "text", "text": "one\ntwo\n"}], "isError": False},
+         "_meta": {"acpBridge": {"permission": ALLOW}}},
+        {"sessionUpdate": "usage_update", "used": 120, "size": 200_000, "_meta": {"acpBridge": {
+            "turn": 1, "step": 1, "usage": {"inputTokens": 120, "outputTokens": 0, "contextWindow": 200_000}}}},
+        {**text("Done."), "messageId": "t1s2"},
+    ]
+    assert screen(replayed, set()) == screen(sent, {"c1"})
