@@ -176,7 +176,7 @@ class Chats:
         return code, out, err
 
     def inner_id(self) -> str:
-        listed = cli(*store_args(self.inner, self.kind), "list", "--json")
+        listed = cli(*store_args(self.inner, "jsonl"), "list", "--json")  # the agent's own default
         ids = [row["id"] for row in orjson.loads(listed.out)]
         assert len(ids) == 1, listed.out
         return str(ids[0])
@@ -228,8 +228,11 @@ def test_chat_wrap_loads_the_wrapped_session(chats: Chats) -> None:
     code, out, err = chats.run("wrapped", ["--wrap", "--", *agent], (f"/load {chats.sid}", "again"))
     assert code == 0, err
     replay = out.split(f"[loading session {chats.sid}]\n", 1)[1]
-    # Replayed from the wrapper's log, as the chat showed it live.
-    assert replay.startswith("> hello\n(thinking) Let me think. \nHello there. \n> write it\nWriting. \n")
+    # Replayed from the wrapper's log, as the chat showed it live: the title the agent
+    # sent (a wrapped/update) included, which our own agent's replay does not resend.
+    assert replay.startswith("> hello\n[session: hello]\n(thinking) Let me think. \nHello there. \n"
+                             "> write it\nWriting. \n⚙ Write out.txt [pending]\n"
+                             "  ✓ completed: out.txt +1 -0 (new file)\nWritten. \n")
     assert (f"[loaded session {chats.sid}: 2 turns, mode ask]\n"
             "[the wrapped agent: its own session loaded]\n> again\nBack again. \n") in replay
     assert cli(*store_args(chats.store, chats.kind), "show", chats.sid).out.count("\nTurn ") == 3
