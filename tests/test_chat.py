@@ -16,8 +16,8 @@ import anyio
 import pytest
 
 from acp_bridge.cli.chat.client_methods import Terminals, read_text_file, write_text_file
-from acp_bridge.cli.chat.connection import LineInput
 from acp_bridge.cli.chat.command_line import add_parser, agent_command, split_wrapped, wrap_problem
+from acp_bridge.cli.chat.connection import LineInput
 from acp_bridge.cli.chat.render import (
     DIM,
     RESET,

@@ -150,7 +150,7 @@ def test_chat_wrap_and_sessions_show_with_fast_agent(tmp_path: Path) -> None:
     assert chat.returncode == 0, (chat.stdout, chat.stderr)
     match = re.search(r"session (\S+) \(mode agent\)", chat.stdout)  # fast-agent's one mode
     assert match and UUID.fullmatch(match.group(1)), chat.stdout
-    assert "> hello from chat\n[session: hello from chat]\nhello from chat \n" in chat.stdout
+    assert "> hello from chat\n[session: hello from chat]\nhello from chat\n> /quit\n" in chat.stdout
     show = subprocess.run(
         [sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "show", match.group(1)],
         capture_output=True, text=True, timeout=60, env=env)
