@@ -28,17 +28,16 @@ import anyio
 import pytest
 
 from session import check_invariants
+from tests.support.acp_client import AgentProcess
 from tests.support.peers import (
     FAST_AGENT_ENV,
-    WrapProcess,
-    alive,
-    command_line_of,
     fast_agent,
     fast_agent_command,
     interpreter_of,
     stored_log,
     texts,
 )
+from tests.support.wrapped import WrappedProcess, command_line, descendants, running
 
 EXECUTABLE = fast_agent()
 pytestmark = [
@@ -53,21 +52,22 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a
 START = 120.0  # seconds for initialize and session/new and /load: fast-agent's start-up
 
 
-async def initialize(agent: WrapProcess) -> dict[str, object]:
+async def initialize(agent: AgentProcess) -> dict[str, object]:
     result: dict[str, object] = await agent.request(
         "initialize", {"protocolVersion": 1, "clientCapabilities": {},
                        "clientInfo": {"name": "tests", "version": "0"}}, timeout=START)
     return result
 
 
-async def prompt(agent: WrapProcess, sid: str, text: str) -> dict[str, object]:
+async def prompt(agent: AgentProcess, sid: str, text: str) -> dict[str, object]:
     result: dict[str, object] = await agent.prompt(sid, text, timeout=START)
     return result
 
 
-def fast_agent_pid(agent: WrapProcess, executable: str) -> int:
-    pids = [pid for pid in agent.child_pids() if executable in " ".join(command_line_of(pid))]
-    assert len(pids) == 1, (pids, [command_line_of(p) for p in agent.child_pids()])
+def fast_agent_pid(agent: AgentProcess, executable: str) -> int:
+    children = descendants(agent.proc.pid)
+    pids = [pid for pid in children if command_line(pid)[1:2] == [executable]]  # python SCRIPT ...
+    assert len(pids) == 1, [command_line(p) for p in children]
     return pids[0]
 
 
@@ -78,7 +78,7 @@ async def test_fast_agent_wrapped_survives_a_kill_of_the_wrapper(tmp_path: Path)
     work.mkdir()
     command = fast_agent_command(EXECUTABLE)
 
-    async with WrapProcess(store, command, cwd=work) as agent:
+    async with WrappedProcess(store, command, cwd=work) as agent:
         init = await initialize(agent)
         info = init["agentInfo"]
         assert isinstance(info, dict) and info["name"] == "fast-agent-acp", init
@@ -112,11 +112,11 @@ async def test_fast_agent_wrapped_survives_a_kill_of_the_wrapper(tmp_path: Path)
 
         agent.kill9()
         with anyio.fail_after(15):  # the reaper takes fast-agent down with the wrapper
-            while alive(child):
+            while running(child):
                 await anyio.sleep(0.05)
     assert agent.returncode == -signal.SIGKILL
 
-    async with WrapProcess(store, command, cwd=work) as again:
+    async with WrappedProcess(store, command, cwd=work) as again:
         await initialize(again)
         loaded = await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []},
                                      timeout=START)

@@ -1,7 +1,7 @@
-"""Driving `acp-bridge wrap` around another ACP agent in tests: the wrapper as an
-`AgentProcess` (the same schema-checking client as for our own agent), the third-party
-agents the tests wrap (fast-agent, from an executable named in the environment), the
-stored log read without ownership, and the wrapped child's process id.
+"""Third-party ACP agents wrapped in tests (fast-agent, from an executable named in
+the environment), and what those tests read back: the stored log, read without taking
+it from its owner, and the streamed text. The wrapper itself is driven through
+tests/support/wrapped.py's `WrappedProcess`.
 
 fast-agent needs Python 3.12 or newer, which the project's own interpreter (3.11) is
 not: `.ci/run` installs it into a virtual environment of its own and names the
@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from session import Event, Header, open_reader
 from session.backends.base import read_stored
-from tests.support.acp_client import AgentProcess, ClientPolicy
 
 FAST_AGENT_ENV = "ACP_BRIDGE_TEST_FAST_AGENT"
 # No key, no network: the passthrough model echoes the prompt (as measured in peers.md).
@@ -42,56 +40,6 @@ def interpreter_of(executable: str) -> str:
         return "an unknown interpreter"
     version = subprocess.run([str(python), "--version"], capture_output=True, text=True, timeout=30)
     return f"{(version.stdout or version.stderr).strip()} ({python.resolve()})"
-
-
-def wrap_command(store: Path, command: list[str], *, backend: str = "jsonl",
-                 args: tuple[str, ...] = ()) -> list[str]:
-    """`acp-bridge wrap` around `command`, through this interpreter (as `chat` runs it)."""
-    return [sys.executable, "-m", "acp_bridge", "wrap", "--store", str(store), "--backend", backend,
-            *args, "--", *command]
-
-
-class WrapProcess(AgentProcess):
-    """`async with WrapProcess(store, command) as agent:` the wrapper around `command`,
-    driven like our own agent (every message it sends checked against the ACP schema)."""
-
-    def __init__(self, store: Path, command: list[str], *, backend: str = "jsonl",
-                 policy: ClientPolicy | None = None, cwd: Path | None = None,
-                 args: tuple[str, ...] = ()) -> None:
-        super().__init__(store, backend=backend, policy=policy, cwd=cwd)
-        self.command = wrap_command(store, command, backend=backend, args=args)
-
-    async def __aenter__(self) -> WrapProcess:
-        await super().__aenter__()
-        return self
-
-    def child_pids(self) -> list[int]:
-        """The wrapper's child processes (the wrapped agent, and the reaper's shell)."""
-        pids: list[int] = []
-        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
-            try:
-                pids += [int(p) for p in (task / "children").read_text().split()]
-            except OSError:  # the task ended meanwhile
-                continue
-        return pids
-
-
-def command_line_of(pid: int) -> list[str]:
-    """A process's argv, or [] if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def alive(pid: int) -> bool:
-    """Whether a process exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def stored_log(store: Path, sid: str, backend: str = "jsonl") -> tuple[Header, list[Event]]:
