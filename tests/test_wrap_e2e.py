@@ -92,7 +92,7 @@ async def test_text_and_thoughts(tmp_path: Path, snapshot_json: Any) -> None:
     ((_, events),) = stored(tmp_path / "store")
     chunks = [(e["data"]["chunk"]["type"], e["data"]["chunk"]["text"]) for e in events if e["type"] == "assistant/chunk"]
     assert ("reasoning", "Let ") in chunks and ("text", "Two ") in chunks
-    assert normalized(wrapped.transcript, tmp_path) == snapshot_json
+    assert normalized(wrapped.transcript, tmp_path / "work", tmp_path) == snapshot_json
 
 
 async def test_tool_call_permission_granted_and_rejected(tmp_path: Path, snapshot_json: Any) -> None:
@@ -115,7 +115,7 @@ async def test_tool_call_permission_granted_and_rejected(tmp_path: Path, snapsho
     assert outcomes["w1"][0] is False and outcomes["w2"][0] is True
     assert outcomes["w1"][1] == {"outcome": "selected", "optionId": "allow_once"}
     assert outcomes["w2"][1] == {"outcome": "selected", "optionId": "reject_once"}
-    assert normalized(wrapped.transcript, tmp_path) == snapshot_json
+    assert normalized(wrapped.transcript, tmp_path / "work", tmp_path) == snapshot_json
 
 
 async def test_client_fs_and_terminal_served_by_the_editor(tmp_path: Path, snapshot_json: Any) -> None:
@@ -139,7 +139,7 @@ async def test_client_fs_and_terminal_served_by_the_editor(tmp_path: Path, snaps
     # The child's requests reached the editor with our ids, never the child's.
     asked = [m for d, m in wrapped.transcript if d == "<-" and "method" in m and "id" in m]
     assert asked and all(str(m["id"]).startswith("acp-bridge:") for m in asked)
-    assert normalized(wrapped.transcript, tmp_path) == snapshot_json
+    assert normalized(wrapped.transcript, tmp_path / "work", tmp_path) == snapshot_json
 
 
 async def cancel_scenario(agent: AgentProcess, work: Path) -> list[dict[str, Any]]:
@@ -158,7 +158,7 @@ async def test_cancel(tmp_path: Path, snapshot_json: Any) -> None:
     expected, got, wrapped = await both(tmp_path, model, cancel_scenario)
     assert results(got) == results(expected)
     assert results(got)[0]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
-    assert normalized(wrapped.transcript, tmp_path) == snapshot_json
+    assert normalized(wrapped.transcript, tmp_path / "work", tmp_path) == snapshot_json
 
 
 async def test_error_step(tmp_path: Path, snapshot_json: Any) -> None:
@@ -173,7 +173,7 @@ async def test_error_step(tmp_path: Path, snapshot_json: Any) -> None:
     ((_, events),) = stored(tmp_path / "store")
     ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
     assert ends[0]["kind"] == "error" and ends[0]["code"] == "provider" and ends[1] == {"kind": "completed"}
-    assert normalized(wrapped.transcript, tmp_path) == snapshot_json
+    assert normalized(wrapped.transcript, tmp_path / "work", tmp_path) == snapshot_json
 
 
 async def test_max_steps(tmp_path: Path, snapshot_json: Any) -> None:
@@ -186,4 +186,4 @@ async def test_max_steps(tmp_path: Path, snapshot_json: Any) -> None:
     assert answer["stopReason"] == alone["stopReason"] == "max_turn_requests"
     # The wrapped agent's answer names no limit (ACP has no field for it).
     assert answer["_meta"]["acpBridge"] == {"turn": 1, "reason": {"kind": "max_steps", "limit": None}}
-    assert normalized(wrapped.transcript, tmp_path) == snapshot_json
+    assert normalized(wrapped.transcript, tmp_path / "work", tmp_path) == snapshot_json

@@ -5,7 +5,9 @@ requests, error responses: acp_bridge.rpc.dispatch) and each runs in its own tas
 `session/cancel` is read while a prompt runs. Requests the agent makes of the client go
 through our own correlator (ids `acp-bridge:N`, which no client id is mistaken for).
 Every outgoing message goes through one queue to one writer task
-(acp_bridge.rpc.outgoing): what is queued first is written first.
+(acp_bridge.rpc.outgoing): what is queued first is written first. A proxy (acp-bridge
+wrap) hands the methods it does not serve itself to a `fallback`, answered without
+jsonrpcserver, and may have notifications handled `inline`, in the reader, in order.
 
 jsonrpcserver is imported in a worker thread after the `initialize` answer is written
 (that request is answered here without it; DESIGN.md section 1: nothing heavy before
