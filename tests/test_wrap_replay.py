@@ -1,0 +1,233 @@
+"""`TurnRecorder` over any update stream: the items keep the invariants while the turn is
+open and once it ended, however it ends (a crash included, closed by the repair), and
+the replay of the log (`updates_for`) shows the editor what it was shown live, but for
+the differences pinned in `screen` and in the replay test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.wrap.record import Item, TurnRecorder, wrapped_update
+from session import Event, check_invariants, derive_messages, interrupted_turn_closers
+from session.repair import interrupted_text
+from session.transcript import unanswered_calls
+from tests.support.acp_schema import validate_def
+from tests.support.acp_updates import (
+    ALLOW,
+    MODE,
+    PLAN,
+    PROMPT,
+    REJECT,
+    asked,
+    call,
+    done,
+    logged,
+    shown,
+    text,
+    thought,
+)
+
+CALL_IDS = ["c1", "c2", "c3"]
+GHOST = "ghost"  # never announced: its updates are kept as they came
+STATUSES = [None, "pending", "in_progress", "completed", "failed"]
+ENDS = ["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "bogus", "failed",
+        "cancel", "crash"]
+OP_KINDS = st.sampled_from(["text"] * 4 + ["thought"] * 2 + ["image", "plan", "mode", "usage"]
+                           + ["call"] * 3 + ["call_update"] * 4 + ["permission"] * 2)
+WORDS = st.sampled_from(["a", "b ", "\n", "é", "😀", ""])
+
+
+def _draw_update(data: st.DataObject, op: str, announced: list[str]) -> dict[str, Any]:
+    draw = data.draw
+    if op in ("text", "thought"):
+        return (text if op == "text" else thought)(draw(WORDS))
+    if op == "image":
+        return {"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "image", "data": "00", "mimeType": "image/png"}}
+    if op == "plan":
+        return {**PLAN, "entries": [{**PLAN["entries"][0], "content": draw(WORDS)}]}
+    if op == "mode":
+        return {**MODE, "currentModeId": draw(st.sampled_from(["ask", "code"]))}
+    if op == "usage":
+        return {"sessionUpdate": "usage_update", "used": draw(st.integers(0, 10**6)),
+                "size": draw(st.integers(1, 10**6))}
+    update: dict[str, Any]
+    if op == "call":
+        cid = draw(st.sampled_from(CALL_IDS))
+        update = {"sessionUpdate": "tool_call", "toolCallId": cid, "title": f"Do {cid} {draw(WORDS)}"}
+        if draw(st.booleans()):
+            update["kind"] = draw(st.sampled_from(["read", "edit", "execute"]))
+        if draw(st.booleans()):
+            update["rawInput"] = {"n": draw(st.integers(0, 9))}
+        if draw(st.booleans()):
+            update["locations"] = [{"path": f"/w/{cid}.txt"}]
+    else:
+        # ACP announces a call before updating it: updates name an announced call, or
+        # one never announced (GHOST), which the recording keeps as it came.
+        update = {"sessionUpdate": "tool_call_update",
+                  "toolCallId": draw(st.sampled_from([*announced, GHOST]))}
+        if draw(st.booleans()):
+            update["title"] = f"Now {draw(WORDS)}"
+    status = draw(st.sampled_from(STATUSES))
+    if status is not None:
+        update["status"] = status
+    content = draw(st.sampled_from([None, "absent", "one", "diff"]))
+    if content == "one":
+        update["content"] = shown(draw(WORDS))
+    elif content == "diff":
+        update["content"] = [{"type": "diff", "path": "/w/a", "newText": draw(WORDS)}]
+    elif content is None and draw(st.booleans()):
+        update["content"] = None
+    if draw(st.booleans()):
+        update["rawOutput"] = {"ok": draw(st.booleans())}
+    return update
+
+
+# What a call the agent never finished shows after the turn's end: closed by the
+# recorder (cancelled, or not), or by the crash repair (started: a tool/call exists).
+CLOSING_TEXTS = (
+    "The tool call was cancelled before the agent reported its outcome.",
+    "The agent ended the turn without reporting this tool call's outcome.",
+    *(interrupted_text(f"Do {cid} {word}", True) for cid in CALL_IDS for word in ["a", "b ", "\n", "é", "😀", ""]),
+)
+
+
+def _events(items: list[Item]) -> list[Event]:
+    return [{"type": t, "seq": i, "time": 1_000 + i, "data": d} for i, (t, d) in enumerate(items)]
+
+
+def _end(recorder: TurnRecorder, end: str) -> list[Item]:
+    if end == "failed":
+        return recorder.failed({"code": -32603, "message": "boom"})
+    if end == "cancel":
+        return recorder.cancelled("session/cancel")
+    if end == "crash":  # the proxy appends the repair closers (close_interrupted)
+        return []
+    return recorder.answer({"stopReason": end})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data: st.DataObject) -> None:
+    recorder = TurnRecorder(1, agent="a")
+    items = recorder.prompt(PROMPT)
+    sent: list[dict[str, Any]] = []  # what the editor was sent, live
+    announced: list[str] = []
+    for _ in range(data.draw(st.integers(0, 30), label="updates")):
+        op = data.draw(OP_KINDS)
+        if op == "permission":
+            if announced:
+                cid = data.draw(st.sampled_from(announced))
+                items += recorder.permission(asked(cid), data.draw(st.sampled_from([ALLOW, REJECT])))
+            continue
+        update = _draw_update(data, op, announced)
+        if op == "call" and update["toolCallId"] not in announced:
+            announced.append(update["toolCallId"])
+        sent.append(update)
+        items += recorder.update(update)
+        check_invariants(_events(items))  # valid while the turn is open
+        assert recorder.open
+    end = data.draw(st.sampled_from(ENDS), label="end")
+    items += _end(recorder, end)
+    events = _events(items)
+    if end == "crash":
+        assert recorder.open
+        events += interrupted_turn_closers(events)
+    else:
+        assert not recorder.open
+    late = _draw_update(data, data.draw(OP_KINDS.filter(lambda o: o != "permission")), announced)
+    if end != "crash":  # after the end, updates stand between turns
+        assert recorder.update(late) == [wrapped_update(late)]
+    check_invariants(events, closed=True)
+    assert unanswered_calls(derive_messages(events)) == []
+
+    ctx = UpdateContext(replay=True)
+    replayed = [u for e in events for u in updates_for(e, ctx)]
+    live_screen, replay_screen = screen(sent, set(announced)), screen(replayed, set())
+    if end == "crash":  # the notice that says the turn was cut off comes last
+        assert replayed[-1]["messageId"] == "t1-end"
+        live_screen["text"] += replayed[-1]["content"]["text"]
+    for cid, state in live_screen["calls"].items():
+        if state.pop("unfinished", False):  # closed by us: the replay shows why
+            del state["content"]
+            [note] = replay_screen["calls"][cid].pop("content")
+            assert note["content"]["text"] in CLOSING_TEXTS, note
+    assert replay_screen == live_screen
+
+
+def screen(updates: list[dict[str, Any]], finished_by_us: set[str]) -> dict[str, Any]:
+    """What an editor shows after `updates`: the message and thought text, each tool
+    call's fields (ACP: an update replaces the fields it gives; null gives none), the
+    last usage, and every other update in order. Normalized as the recording does:
+    a call's missing kind, input, locations and content are shown as their defaults,
+    and a call of `finished_by_us` the agent never finished is shown failed (the turn's
+    end closes it) and marked `unfinished`. Left out: the prompt (replayed only), rawOutput and _meta of calls
+    (the replay's are ours where the agent sent none), messageIds (ours)."""
+    out: dict[str, Any] = {"text": "", "thought": "", "calls": {}, "usage": None, "others": []}
+    finished: set[str] = set()  # calls given a final status
+    for update in updates:
+        kind = update["sessionUpdate"]
+        if kind in ("agent_message_chunk", "agent_thought_chunk") and update["content"]["type"] == "text":
+            out["text" if kind == "agent_message_chunk" else "thought"] += update["content"]["text"]
+        elif kind in ("tool_call", "tool_call_update"):
+            state = out["calls"].setdefault(update["toolCallId"], {})
+            state.update({k: v for k, v in update.items() if v is not None and k not in (
+                "sessionUpdate", "toolCallId", "rawOutput", "_meta")})
+            if update.get("status") in ("completed", "failed"):
+                finished.add(update["toolCallId"])
+        elif kind == "usage_update":
+            out["usage"] = (update["used"], update["size"])
+        elif kind != "user_message_chunk":
+            out["others"].append(update)
+    for cid, state in out["calls"].items():
+        if cid in finished_by_us:
+            state.setdefault("kind", "other")
+            state.setdefault("rawInput", {})
+            state.setdefault("content", [])
+            if cid not in finished:
+                state.update(status="failed", unfinished=True)
+        if not state.get("locations"):
+            state.pop("locations", None)
+    return out
+
+
+def test_replay_of_a_turn_is_what_the_editor_was_sent_but_for_our_marks() -> None:
+    sent = [PLAN, thought("Look."), text("Reading."), call("c1", locations=[{"path": "/w/a.txt"}]),
+            {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
+            done("c1"), {"sessionUpdate": "usage_update", "used": 120, "size": 200_000}, text("Done.")]
+    recorder = TurnRecorder(1, agent="a")
+    items = recorder.prompt(PROMPT)
+    for update in sent[:4]:
+        items += recorder.update(update)
+    items += recorder.permission(asked("c1"), ALLOW)
+    for update in sent[4:]:
+        items += recorder.update(update)
+    items += recorder.answer({"stopReason": "end_turn"})
+    events = logged(items)
+    ctx = UpdateContext(replay=True)
+    replayed = [u for e in events for u in updates_for(e, ctx)]
+    for update in replayed:
+        validate_def("SessionUpdate", update)
+    # What differs, pinned: the prompt is replayed; chunks carry our messageIds; a
+    # tool/call replays as pending then in_progress; the result carries our rawOutput
+    # and the editor's permission decision in _meta; usage comes with the step's
+    # message, with our _meta, `used` as the input tokens.
+    assert replayed == [
+        {"sessionUpdate": "user_message_chunk", "content": PROMPT[0], "messageId": "t1-user"},
+        PLAN,
+        {**thought("Look."), "messageId": "t1s1-thought"},
+        {**text("Reading."), "messageId": "t1s1"},
+        {**call("c1"), "locations": [{"path": "/w/a.txt"}]},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
+        {**done("c1"), "rawOutput": {"content": [{"type": "text", "text": "one\ntwo\n"}], "isError": False},
+         "_meta": {"acpBridge": {"permission": ALLOW}}},
+        {"sessionUpdate": "usage_update", "used": 120, "size": 200_000, "_meta": {"acpBridge": {
+            "turn": 1, "step": 1, "usage": {"inputTokens": 120, "outputTokens": 0, "contextWindow": 200_000}}}},
+        {**text("Done."), "messageId": "t1s2"},
+    ]
+    assert screen(replayed, set()) == screen(sent, {"c1"})
