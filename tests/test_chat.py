@@ -16,11 +16,8 @@ import anyio
 import pytest
 
 from acp_bridge.cli.chat.client_methods import Terminals, read_text_file, write_text_file
+from acp_bridge.cli.chat.command_line import add_parser, agent_command, split_wrapped, wrap_problem
 from acp_bridge.cli.chat.connection import LineInput
-from acp_bridge.cli.chat.main import (
-    add_parser,
-    agent_command,
-)
 from acp_bridge.cli.chat.render import (
     DIM,
     RESET,
@@ -211,6 +208,33 @@ def test_subcommand_options_pass_through_to_the_agent() -> None:
                                    "--backend", "sqlite", "--model", "echo", "--max-steps", "3"]
     bare = parser.parse_args(["chat"])
     assert agent_command(bare) == [sys.executable, "-m", "acp_bridge", "serve"]  # the agent's own defaults
+
+
+def test_wrap_starts_acp_bridge_wrap_with_the_command_after_the_dashes() -> None:
+    parser = argparse.ArgumentParser(prog="acp-bridge")
+    add_parser(parser.add_subparsers(dest="command"))
+    own, wrapped = split_wrapped(["--store", "s", "--wrap", "--backend", "sqlite", "--",
+                                  "agent", "--model", "x", "--", "-m"])
+    assert wrapped == ["agent", "--model", "x", "--", "-m"]  # everything after the first --, as is
+    args = parser.parse_args(["chat", *own])
+    args.wrapped = wrapped
+    assert wrap_problem(args) is None
+    assert agent_command(args) == [sys.executable, "-m", "acp_bridge", "wrap", "--store", "s",
+                                   "--backend", "sqlite", "--", "agent", "--model", "x", "--", "-m"]
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--wrap"], "--wrap needs the agent's command after --"),
+    (["--wrap", "--"], "--wrap needs the agent's command after --"),
+    (["--", "agent"], "a command after -- is only taken with --wrap"),
+    (["--wrap", "--model", "echo", "--", "agent"], "--model and --max-steps are acp-bridge's own"),
+    (["--wrap", "--max-steps", "2", "--", "agent"], "--model and --max-steps are acp-bridge's own"),
+])
+def test_wrap_usage_errors(argv: list[str], problem: str) -> None:
+    proc = subprocess.run([*CHAT, *argv], capture_output=True, text=True, timeout=30, env=chat_env(),
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert problem in proc.stderr and proc.stderr.startswith("usage: acp-bridge chat")
 
 
 # --- in-process: rendering -----------------------------------------------------------

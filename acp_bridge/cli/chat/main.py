@@ -1,5 +1,6 @@
-"""`acp-bridge chat`: a terminal ACP client that launches `acp-bridge serve` and talks
-to it over the child's stdin/stdout.
+"""`acp-bridge chat`: a terminal ACP client that launches `acp-bridge serve` (or, with
+`--wrap -- COMMAND [ARGS...]`, `acp-bridge wrap -- COMMAND [ARGS...]`: any ACP agent,
+recorded by the wrapper) and talks to it over the child's stdin/stdout.
 
 It advertises `fs` and `terminal` and serves them itself, so the agent's tools read and
 write files and run commands through it; permission requests are asked at the keyboard.
@@ -37,12 +38,17 @@ import orjson
 
 from acp_bridge import __version__
 from acp_bridge.cli.chat.client_methods import ANSWERS, CANCELLED, ClientMethods, option_for
+from acp_bridge.cli.chat.command_line import agent_command, split_wrapped, wrap_problem
+from acp_bridge.cli.chat.command_line import options as add_options
 from acp_bridge.cli.chat.connection import AgentConnection, AgentGone, LineInput, error_message
 from acp_bridge.cli.chat.render import Renderer, sessions_table
 from acp_bridge.rpc.protocol import ClientError
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
 AGENT_EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
+# `_meta.acpBridge.wrapped.restored` of a wrapped load (docs/wrap.md, Load), as shown.
+RESTORED = {"load": "its own session loaded", "resume": "its own session resumed",
+            "fresh": "a fresh session (it could not restore its own; the replay above is ours)"}
 HELP = """commands:
   /sessions      list the stored sessions
   /load ID       load a session (its history is replayed)
@@ -55,40 +61,21 @@ Ctrl-C cancels a running prompt; a second Ctrl-C (or one while idle) quits.
 # --- command line -------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", help="session store folder (passed to the agent)")
-    p.add_argument("--backend", choices=("jsonl", "sqlite"), help="session store backend (passed to the agent)")
-    p.add_argument("--model", help="model spec: echo, script:PATH, openai:MODEL (passed to the agent)")
-    p.add_argument("--max-steps", type=_positive_int, help="model calls per turn at most (passed to the agent)")
-    p.add_argument("--cwd", default=".", help="working directory of new sessions (default: the current one)")
-    p.add_argument("--load", metavar="ID", help="start by loading this session instead of a new one")
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    _options(subparsers.add_parser("chat", help="talk to the agent at a terminal",
-                                   description="A terminal ACP client for acp-bridge."))
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="acp-bridge chat", description="A terminal ACP client for acp-bridge.")
-    _options(parser)
-    return run(parser.parse_args(sys.argv[1:] if argv is None else argv))
-
-
-def agent_command(args: argparse.Namespace) -> list[str]:
-    command = [sys.executable, "-m", "acp_bridge", "serve"]
-    for flag, value in (("--store", args.store), ("--backend", args.backend), ("--model", args.model),
-                        ("--max-steps", args.max_steps)):
-        if value is not None:
-            command += [flag, str(value)]
-    return command
+    parser = argparse.ArgumentParser(
+        prog="acp-bridge chat", usage="%(prog)s [options] [--wrap -- COMMAND [ARGS...]]",
+        description="A terminal ACP client for acp-bridge.")
+    add_options(parser)
+    # Split by hand at the first `--`: the wrapped command's own options (`-m`, `--model`)
+    # must never be read as the chat's, and argparse's handling of `--` before a
+    # REMAINDER positional differs between Python versions.
+    own, wrapped = split_wrapped(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(own)
+    args.wrapped = wrapped
+    problem = wrap_problem(args)
+    if problem:
+        parser.error(problem)
+    return run(args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -226,7 +213,8 @@ class Chat:
         except ClientError as exc:
             self.error(error_message(exc))
             return 1
-        self.write(self.render.line(f"session {self.sid} (mode {self.mode}); /help for commands"))
+        mode = f" (mode {self.mode})" if self.mode else ""  # a wrapped agent may have no modes
+        self.write(self.render.line(f"session {self.sid}{mode}; /help for commands"))
         while True:
             self.write(self.render.input_prompt())
             line = await self._readline()
@@ -302,7 +290,11 @@ class Chat:
             return False
         self._enter(sid, result)
         meta = (result.get("_meta") or {}).get("acpBridge") or {}
-        self.write(self.render.line(f"[loaded session {sid}: {meta.get('turns', '?')} turns, mode {self.mode}]"))
+        mode = f", mode {self.mode}" if self.mode else ""
+        self.write(self.render.line(f"[loaded session {sid}: {meta.get('turns', '?')} turns{mode}]"))
+        restored = (meta.get("wrapped") or {}).get("restored")
+        if restored:  # how the wrapper brought the wrapped agent's own context back
+            self.write(self.render.line(f"[the wrapped agent: {RESTORED.get(restored, restored)}]"))
         repair = meta.get("repair") or {}
         if repair.get("repaired"):
             self.write(self.render.line(f"[the log was repaired: {orjson.dumps(repair).decode()}]"))

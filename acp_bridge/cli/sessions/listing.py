@@ -80,6 +80,8 @@ def _list_json(row: Row) -> dict[str, Any]:
     }
     if header.get("additionalDirectories"):
         out["additionalDirectories"] = header["additionalDirectories"]
+    if isinstance(header.get("wrapped"), dict):  # recorded by `acp-bridge wrap`: as stored
+        out["wrapped"] = header["wrapped"]
     view = row.view
     if view is None:
         out.update({"status": "damaged", "error": row.damaged})

@@ -60,6 +60,13 @@ Decisions (DESIGN.md section 6 leaves the details open):
   Tool arguments and results are cut to their first lines unless `--full`. Control
   characters in text from the log are shown escaped (`\\x1b`), in `show` and in the
   Markdown: an escape sequence in a tool's output must not drive the reader's terminal.
+- **Wrapped sessions** (recorded by `acp-bridge wrap`, docs/wrap.md) are read like any
+  other. `show` and the Markdown name the agent from the header's `wrapped` field: its
+  `agentInfo` name and version (else its command's file name), its own session id, and
+  the command line (quoted as a shell reads it, control characters escaped). `list
+  --json` carries `wrapped` as stored. The updates that have no event of their own
+  (`wrapped/update`: plans, commands, titles) are replayed by `load` but not shown here,
+  and those before the first turn belong to no turn.
 - **export --format md**: the same content as Markdown, nothing cut, results and
   arguments in fences longer than any backtick run inside them, diffs as `diff` blocks.
   **--format jsonl**: the stored lines exactly: for JSONL the file's bytes (as one read

@@ -181,6 +181,8 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
                 out.last_turn = [event]
                 usage_last = {}
                 continue
+            if not turns:  # a wrapped agent's updates before its first turn: no turn's
+                continue
             out.last_turn.append(event)
             if etype == ASSISTANT_MESSAGE:
                 usage = event["data"].get("usage")

@@ -27,6 +27,7 @@ from acp_bridge.cli.sessions.view import (
     tool_diffs,
     turn_info,
     view_notes,
+    wrapped_agent,
 )
 
 TYPE_CHECKING = False
@@ -67,6 +68,10 @@ def render_text(view: View, source: Source, *, full: bool = False) -> str:
     ]
     if header.get("additionalDirectories"):
         fields.append(("dirs", ", ".join(one_line(str(d)) for d in header["additionalDirectories"])))
+    wrapped = wrapped_agent(header)
+    if wrapped is not None:
+        its = f" (its session {wrapped.session_id})" if wrapped.session_id else ""
+        fields += [("agent", f"{wrapped.name}, wrapped{its}"), ("command", wrapped.command)]
     fields += [
         ("created", local_time(header.get("createdAt"))),
         ("updated", local_time(stored.updated)),
@@ -189,6 +194,11 @@ def render_markdown(view: View, source: Source) -> str:
     if header.get("additionalDirectories"):
         items.append(("directories", ", ".join(
             f"`{one_line(str(d)).replace('`', '')}`" for d in header["additionalDirectories"])))
+    wrapped = wrapped_agent(header)
+    if wrapped is not None:
+        its = f" (its session `{wrapped.session_id.replace('`', '')}`)" if wrapped.session_id else ""
+        items += [("agent", f"{_md_escape(wrapped.name)}, wrapped{its}"),
+                  ("command", f"`{wrapped.command.replace('`', '')}`")]
     items += [
         ("created", local_time(header.get("createdAt"))),
         ("updated", local_time(stored.updated)),

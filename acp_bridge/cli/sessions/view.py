@@ -8,7 +8,7 @@ from acp_bridge.cli.sessions.text import add_usage, local_time, one_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
     from acp_bridge.cli.sessions.source import Stored
@@ -279,6 +279,42 @@ def tool_diffs(tool: Tool) -> list[tuple[str, str | None, str]]:
             out.append((str(item.get("path", "")), old if isinstance(old, str) else None,
                         str(item.get("newText", ""))))
     return out
+
+
+class WrappedAgent:
+    """Who recorded a session through `acp-bridge wrap`, from the header's `wrapped` field
+    (docs/wrap.md): the command line, the agent's own name and version (its `agentInfo`,
+    else the command's file name) and its own session id. Every part is shown with
+    control characters escaped: they come from the wrapped agent."""
+
+    __slots__ = ("command", "name", "session_id")
+
+    def __init__(self, command: str, name: str, session_id: str | None) -> None:
+        self.command = command
+        self.name = name
+        self.session_id = session_id
+
+
+def wrapped_agent(header: Mapping[str, object]) -> WrappedAgent | None:
+    """The wrapped agent of a session, or None for a session of acp-bridge's own agent."""
+    import shlex
+
+    wrapped = header.get("wrapped")
+    if not isinstance(wrapped, dict):
+        return None
+    argv = wrapped.get("command")
+    argv = [str(a) for a in argv] if isinstance(argv, list) else []
+    command = one_line(shlex.join(argv)) if argv else "?"
+    info = wrapped.get("agentInfo")
+    name = ""
+    if isinstance(info, dict) and info.get("name"):
+        name = one_line(str(info["name"]))
+        if info.get("version"):
+            name += f" {one_line(str(info['version']))}"
+    elif argv:
+        name = one_line(argv[0].rsplit("/", 1)[-1])
+    sid = wrapped.get("sessionId")
+    return WrappedAgent(command, name or "?", one_line(str(sid)) if sid else None)
 
 
 def view_notes(view: View) -> list[str]:

@@ -1,0 +1,67 @@
+"""The command line of `acp-bridge chat`: its options, `--wrap -- COMMAND [ARGS...]`, and
+the agent child it starts from them (`acp-bridge serve`, or `acp-bridge wrap`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", help="session store folder (passed to the agent)")
+    p.add_argument("--backend", choices=("jsonl", "sqlite"), help="session store backend (passed to the agent)")
+    p.add_argument("--model", help="model spec: echo, script:PATH, openai:MODEL (passed to the agent)")
+    p.add_argument("--max-steps", type=positive_int, help="model calls per turn at most (passed to the agent)")
+    p.add_argument("--cwd", default=".", help="working directory of new sessions (default: the current one)")
+    p.add_argument("--load", metavar="ID", help="start by loading this session instead of a new one")
+    p.add_argument("--wrap", action="store_true",
+                   help="talk to the agent COMMAND given after `--`, through `acp-bridge wrap` (recorded "
+                        "in the store); --model and --max-steps are then the wrapped agent's business")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    options(subparsers.add_parser("chat", help="talk to the agent at a terminal",
+                                   description="A terminal ACP client for acp-bridge."))
+
+
+def split_wrapped(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """(the chat's own options, the command after the first `--` or None if none)."""
+    if "--" not in argv:
+        return list(argv), None
+    at = argv.index("--")
+    return argv[:at], argv[at + 1:]
+
+
+def wrap_problem(args: argparse.Namespace) -> str | None:
+    """Why `--wrap` and the command after `--` do not fit together, or None."""
+    wrapped = getattr(args, "wrapped", None)
+    if not args.wrap:
+        return None if wrapped is None else "a command after -- is only taken with --wrap"
+    if not wrapped:
+        return "--wrap needs the agent's command after --: acp-bridge chat --wrap -- COMMAND [ARGS...]"
+    if args.model is not None or args.max_steps is not None:
+        return "--model and --max-steps are acp-bridge's own agent's; a wrapped agent takes its own options"
+    return None
+
+
+def agent_command(args: argparse.Namespace) -> list[str]:
+    """The child the chat starts: `acp-bridge serve`, or `acp-bridge wrap -- COMMAND`
+    (the same store options; `-m acp_bridge` so the chat's own interpreter runs it)."""
+    wrap = bool(getattr(args, "wrap", False))
+    command = [sys.executable, "-m", "acp_bridge", "wrap" if wrap else "serve"]
+    given = [("--store", args.store), ("--backend", args.backend)]
+    if not wrap:
+        given += [("--model", args.model), ("--max-steps", args.max_steps)]
+    for flag, value in given:
+        if value is not None:
+            command += [flag, str(value)]
+    if wrap:
+        command += ["--", *args.wrapped]
+    return command

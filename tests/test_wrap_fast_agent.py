@@ -1,0 +1,160 @@
+"""`acp-bridge wrap` around a real third-party ACP agent: fast-agent (`fast-agent-mcp`),
+with its `passthrough` model, which needs no key and echoes the prompt.
+
+fast-agent needs Python 3.12 or newer: `.ci/run` installs it into `.venv-fast-agent` and
+runs this module (marker `fast_agent`) with the executable in $ACP_BRIDGE_TEST_FAST_AGENT
+(tests/support/peers.py). Without that variable the test skips and says why, so the
+README's test command needs no fast-agent.
+
+What it holds: the wrapped agent's answers reach the editor as it gave them (its
+capabilities and agentInfo, its `stopReason`s, its streamed text), with our `_meta` on
+each answer; every turn is in our log, closed and passing the invariants; a kill -9 of
+the wrapper takes fast-agent with it; a new wrapper loads the session, replaying both
+turns from our log (fast-agent's own replay is kept from the editor), and the next
+prompt works.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from session import check_invariants
+from tests.support.acp_client import AgentProcess
+from tests.support.peers import (
+    FAST_AGENT_ENV,
+    fast_agent,
+    fast_agent_command,
+    interpreter_of,
+    stored_log,
+    texts,
+)
+from tests.support.wrapped import WrappedProcess, command_line, descendants, running
+
+EXECUTABLE = fast_agent()
+pytestmark = [
+    pytest.mark.fast_agent,
+    pytest.mark.anyio,
+    pytest.mark.timeout(240),  # fast-agent takes 1.5 s to start idle, far more on a busy box
+    pytest.mark.skipif(EXECUTABLE is None, reason=(
+        f"${FAST_AGENT_ENV} names no fast-agent executable (fast-agent needs Python >= 3.12; "
+        ".ci/run installs it into .venv-fast-agent and sets the variable)")),
+]
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+START = 120.0  # seconds for initialize and session/new and /load: fast-agent's start-up
+
+
+async def initialize(agent: AgentProcess) -> dict[str, object]:
+    result: dict[str, object] = await agent.request(
+        "initialize", {"protocolVersion": 1, "clientCapabilities": {},
+                       "clientInfo": {"name": "tests", "version": "0"}}, timeout=START)
+    return result
+
+
+async def prompt(agent: AgentProcess, sid: str, text: str) -> dict[str, object]:
+    result: dict[str, object] = await agent.prompt(sid, text, timeout=START)
+    return result
+
+
+def fast_agent_pid(agent: AgentProcess, executable: str) -> int:
+    children = descendants(agent.proc.pid)
+    pids = [pid for pid in children if command_line(pid)[1:2] == [executable]]  # python SCRIPT ...
+    assert len(pids) == 1, [command_line(p) for p in children]
+    return pids[0]
+
+
+async def test_fast_agent_wrapped_survives_a_kill_of_the_wrapper(tmp_path: Path) -> None:
+    assert EXECUTABLE is not None
+    print(f"fast-agent {EXECUTABLE} runs on {interpreter_of(EXECUTABLE)}")
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    command = fast_agent_command(EXECUTABLE)
+
+    async with WrappedProcess(store, command, cwd=work) as agent:
+        init = await initialize(agent)
+        info = init["agentInfo"]
+        assert isinstance(info, dict) and info["name"] == "fast-agent-acp", init
+        caps = init["agentCapabilities"]
+        assert isinstance(caps, dict) and caps["loadSession"] is True
+        assert caps["mcpCapabilities"] == {"http": True, "sse": True}  # the child's, unchanged
+        meta = init["_meta"]
+        assert isinstance(meta, dict) and meta["acpBridge"]["wrapped"]["agentInfo"] == info
+
+        sid = await agent.new_session(work)
+        assert UUID.fullmatch(sid), sid  # ours, not fast-agent's own id
+        child = fast_agent_pid(agent, EXECUTABLE)
+        answers = [await prompt(agent, sid, "hello there"), await prompt(agent, sid, "second one")]
+        # fast-agent's stopReason, with the turn and its persisted reason added by us.
+        assert answers == [
+            {"stopReason": "end_turn", "_meta": {"acpBridge": {"turn": n, "reason": {"kind": "completed"}}}}
+            for n in (1, 2)]
+        assert texts(agent.updates_of(sid), "agent_message_chunk") == ["hello there", "second one"]
+        assert all(u["sessionId"] == sid for u in agent.updates)  # its id never shows
+
+        header, events = stored_log(store, sid)
+        wrapped = header.get("wrapped")
+        assert wrapped is not None and wrapped["command"] == command
+        assert wrapped.get("agentInfo") == info
+        check_invariants(events, closed=True)
+        ends = [e["data"] for e in events if e["type"] == "turn/end"]
+        assert ends == [{"turn": 1, "reason": {"kind": "completed"}},
+                        {"turn": 2, "reason": {"kind": "completed"}}]
+        prompts = [e["data"]["content"] for e in events if e["type"] == "user/message"]
+        assert prompts == [[{"type": "text", "text": "hello there"}], [{"type": "text", "text": "second one"}]]
+
+        agent.kill9()
+        with anyio.fail_after(15):  # the reaper takes fast-agent down with the wrapper
+            while running(child):
+                await anyio.sleep(0.05)
+    assert agent.returncode == -signal.SIGKILL
+
+    async with WrappedProcess(store, command, cwd=work) as again:
+        await initialize(again)
+        loaded = await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []},
+                                     timeout=START)
+        bridge = loaded["_meta"]["acpBridge"]
+        assert bridge["turns"] == 2 and bridge["wrapped"]["restored"] == "load", loaded
+        replay = again.updates_of(sid)
+        # Both turns, from our log, once each: fast-agent's own replay is kept from us.
+        assert texts(replay, "user_message_chunk") == ["hello there", "second one"]
+        assert texts(replay, "agent_message_chunk") == ["hello there", "second one"]
+        third = await prompt(again, sid, "third")
+        assert third == {"stopReason": "end_turn",
+                         "_meta": {"acpBridge": {"turn": 3, "reason": {"kind": "completed"}}}}
+        assert texts(again.updates_of(sid), "agent_message_chunk")[-1] == "third"
+    _, events = stored_log(store, sid)
+    check_invariants(events, closed=True)
+    assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1, 2, 3]
+
+
+def test_chat_wrap_and_sessions_show_with_fast_agent(tmp_path: Path) -> None:
+    """`acp-bridge chat --wrap -- fast-agent ...` as a person runs it, then `sessions show`
+    naming the agent from what it said in `initialize`."""
+    assert EXECUTABLE is not None
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
+    chat = subprocess.run(
+        [sys.executable, "-m", "acp_bridge", "chat", "--store", str(store), "--cwd", str(work),
+         "--wrap", "--", *fast_agent_command(EXECUTABLE)],
+        input="hello from chat\n/quit\n", capture_output=True, text=True, timeout=START,
+        env={**env, "PYTHONIOENCODING": "utf-8"}, cwd=work)
+    assert chat.returncode == 0, (chat.stdout, chat.stderr)
+    match = re.search(r"session (\S+) \(mode agent\)", chat.stdout)  # fast-agent's one mode
+    assert match and UUID.fullmatch(match.group(1)), chat.stdout
+    assert "> hello from chat\n[session: hello from chat]\nhello from chat\n> /quit\n" in chat.stdout
+    show = subprocess.run(
+        [sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "show", match.group(1)],
+        capture_output=True, text=True, timeout=60, env=env)
+    assert show.returncode == 0, show.stderr
+    assert re.search(r"\n  agent    fast-agent-acp \S+, wrapped \(its session \S+\)\n", show.stdout), show.stdout
+    assert f"\n  command  {shlex.join(fast_agent_command(EXECUTABLE))}\n" in show.stdout
+    assert "  User:\n    hello from chat\n" in show.stdout and "Turn 1 — completed" in show.stdout
