@@ -17,13 +17,18 @@ from acp_bridge.rpc.transport import FdLineReader, FdWriter
 from session import default_store_dir
 
 
-def serve(args: argparse.Namespace) -> int:
-    handler: logging.Handler = (logging.FileHandler(args.log_file) if args.log_file
+def configure_logging(log_file: str | None, level: str) -> None:
+    """Our logs to `log_file` or stderr (never stdout: it carries protocol messages)."""
+    handler: logging.Handler = (logging.FileHandler(log_file) if log_file
                                 else logging.StreamHandler(sys.stderr))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("acp_bridge")
     root.addHandler(handler)
-    root.setLevel(args.log_level.upper())
+    root.setLevel(level.upper())
+
+
+def serve(args: argparse.Namespace) -> int:
+    configure_logging(args.log_file, args.log_level)
     if args.max_steps < 1:
         print("acp-bridge: --max-steps must be at least 1", file=sys.stderr)
         return 2

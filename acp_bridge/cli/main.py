@@ -34,15 +34,24 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
-    env = os.environ
-    p.add_argument("--store", default=None,
-                   help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
-    p.add_argument("--backend", choices=("jsonl", "sqlite"), default=env.get("ACP_BRIDGE_BACKEND", "jsonl"),
-                   help="session store backend (default jsonl; $ACP_BRIDGE_BACKEND)")
-    p.add_argument("--model", default=env.get("ACP_BRIDGE_MODEL", "echo"),
+    _store_options(p)
+    p.add_argument("--model", default=os.environ.get("ACP_BRIDGE_MODEL", "echo"),
                    help="echo (default), script:PATH, openai:NAME ($ACP_BRIDGE_MODEL)")
     p.add_argument("--max-steps", type=int, default=50, help="model calls per turn at most (default 50)")
-    p.add_argument("--log-level", default=env.get("ACP_BRIDGE_LOG_LEVEL", "warning"),
+    _log_options(p)
+
+
+def _store_options(p: argparse.ArgumentParser) -> None:
+    """The store options `serve` and `wrap` share."""
+    p.add_argument("--store", default=None,
+                   help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
+    p.add_argument("--backend", choices=("jsonl", "sqlite"), default=os.environ.get("ACP_BRIDGE_BACKEND", "jsonl"),
+                   help="session store backend (default jsonl; $ACP_BRIDGE_BACKEND)")
+
+
+def _log_options(p: argparse.ArgumentParser) -> None:
+    """The log options `serve` and `wrap` share."""
+    p.add_argument("--log-level", default=os.environ.get("ACP_BRIDGE_LOG_LEVEL", "warning"),
                    choices=("debug", "info", "warning", "error"), help="stderr log level (default warning)")
     p.add_argument("--log-file", default=None, help="write logs to this file instead of stderr")
 
@@ -87,14 +96,8 @@ def _wrap(raw: list[str]) -> int:
     cut = raw.index("--") if "--" in raw else len(raw)
     parser = _OneLineParser(prog="acp-bridge wrap", description="Record any ACP agent's turns in the session log: "
                             "acp-bridge wrap [options] -- COMMAND [ARGS...]")
-    env = os.environ
-    parser.add_argument("--store", default=None,
-                        help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
-    parser.add_argument("--backend", choices=("jsonl", "sqlite"), default=env.get("ACP_BRIDGE_BACKEND", "jsonl"),
-                        help="session store backend (default jsonl; $ACP_BRIDGE_BACKEND)")
-    parser.add_argument("--log-level", default=env.get("ACP_BRIDGE_LOG_LEVEL", "warning"),
-                        choices=("debug", "info", "warning", "error"), help="stderr log level (default warning)")
-    parser.add_argument("--log-file", default=None, help="write logs to this file instead of stderr")
+    _store_options(parser)
+    _log_options(parser)
     args = parser.parse_args(raw[:cut])
     args.wrapped = raw[cut + 1:]
     if not args.wrapped:

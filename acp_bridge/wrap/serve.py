@@ -8,7 +8,6 @@ value is (DESIGN.md section 6).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import anyio
 
 from acp_bridge import __version__
 from acp_bridge.agent.errors import to_rpc_error
+from acp_bridge.agent.serve import configure_logging
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.transport import FdLineReader, FdWriter
 from acp_bridge.wrap.proxy import WrapAgent, WrapConfig
@@ -23,12 +23,7 @@ from session import default_store_dir
 
 
 def serve(args: argparse.Namespace) -> int:
-    handler: logging.Handler = (logging.FileHandler(args.log_file) if args.log_file
-                                else logging.StreamHandler(sys.stderr))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("acp_bridge")
-    root.addHandler(handler)
-    root.setLevel(args.log_level.upper())
+    configure_logging(args.log_file, args.log_level)
     config = WrapConfig(store_dir=Path(args.store) if args.store else default_store_dir(),
                         command=list(args.wrapped), backend=args.backend)
     # One line on stderr, never stdout (stdout carries protocol messages only).
