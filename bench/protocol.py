@@ -146,7 +146,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "cProfile (all threads) of ours during the long-session load; files in DIR")
     parser.add_argument("--diagnose-nosync", action="store_true",
                         help="also run ours (jsonl) with fsync made a no-op in the start-up/per-turn and "
-                             "streaming runs (ours-jsonl-nosync): what durability costs; not a target")
+                             "streaming runs (ours-jsonl-nosync; with --wrap also wrap-sdk-jsonl-nosync): "
+                             "what durability costs; not a target")
     parser.add_argument("--wrap", action=argparse.BooleanOptionalAction, default=True,
                         help="also run `acp-bridge wrap --backend B -- python bench/sdk_echo_agent.py` "
                              "(wrap-sdk-B, B in --backends) in start-up/per-turn, streaming and load "
@@ -223,6 +224,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         specs.insert(-1, Spec("ours-jsonl-nosync", "jsonl", nosync=True))
     if args.wrap:
         specs[-1:-1] = [wrapped(k) for k in args.kinds]
+        if args.diagnose_nosync:
+            specs.insert(-1, Spec("wrap-sdk-jsonl-nosync", "jsonl", nosync=True, wrap=True))
     results: dict[str, Any] = {
         "machine": machine_info(args.tmp),
         "params": {key: getattr(args, key) for key in (

@@ -78,7 +78,7 @@ class Spec:
 
     name: str
     backend: str | None = None  # ours and wrap only
-    nosync: bool = False  # diagnostic only: ours with fsync made a no-op
+    nosync: bool = False  # diagnostic only: ours (or the wrapper) with fsync made a no-op
     wrap: bool = False  # `acp-bridge wrap --store S --backend B -- python bench/sdk_echo_agent.py`
 
     def argv(self, store: Path, prefix: tuple[str, ...] = ()) -> list[str]:
@@ -88,9 +88,9 @@ class Spec:
             return [sys.executable, *prefix, str(SDK_AGENT)]
         assert self.backend is not None
         if self.wrap:
-            return [sys.executable, *prefix, "-m", "acp_bridge", "wrap", "--store", str(store),
-                    "--backend", self.backend, "--", sys.executable, str(SDK_AGENT)]
-        args = ["--store", str(store), "--backend", self.backend, "--model", "echo"]
+            args = ["wrap", "--store", str(store), "--backend", self.backend, "--", sys.executable, str(SDK_AGENT)]
+        else:
+            args = ["--store", str(store), "--backend", self.backend, "--model", "echo"]
         if self.nosync:
             return [sys.executable, *prefix, "-c", NOSYNC_LAUNCH, *args]
         return [sys.executable, *prefix, "-m", "acp_bridge", *args]

@@ -128,7 +128,8 @@ def test_bench_runs_with_tiny_sizes(runs: dict[str, Run]) -> None:
     assert {"python", "platform", "versions", "commit"} <= set(machine)
     assert set(machine["versions"]) >= {"agent-client-protocol", "pydantic", "orjson", "anyio"}
     wraps = {"wrap-sdk-jsonl", "wrap-sdk-sqlite"}  # issue 14: acp-bridge wrap -- the SDK echo agent
-    assert set(results["quick"]) == {"ours-jsonl", "ours-sqlite", "ours-jsonl-nosync", "sdk"} | wraps
+    assert set(results["quick"]) == {"ours-jsonl", "ours-sqlite", "ours-jsonl-nosync", "sdk",
+                                     "wrap-sdk-jsonl-nosync"} | wraps
     for name, q in results["quick"].items():
         assert q["session_new_s"] >= q["initialize_s"] > 0, name
         assert q["rss_kb"] > 0 and q["turn_median_ms"] > 0 and len(q["runs"]) == 1
