@@ -3,7 +3,7 @@ side by side, both real subprocesses over stdio.
 
     python bench/protocol.py [--quick] [--repeat R] [--repeat-big R] [--backends jsonl,sqlite]
                              [--only startup,turn,stream,load,scale,big | --only profile]
-                             [--big-mb N] [--json [PATH]] [--profile DIR]
+                             [--big-mb N] [--json [PATH]] [--profile DIR] [--no-wrap]
 
 Ours is `python -m acp_bridge --store DIR --backend B --model echo` (every turn recorded
 in the durable log); the reference is bench/sdk_echo_agent.py (the SDK's agent side,
@@ -14,7 +14,11 @@ recognised by their prefix, responses parsed with orjson. Measured: start-up (sp
 streaming throughput (chunks/s of one long prompt), `session/load` of a long log against
 a bare orjson loop that replays the same JSONL file, the peak RSS of loading a very
 large log, and how streaming and loading scale. Medians over repeats; ratios ours/SDK
-with the targets of the issue. See bench/README.md.
+with the targets of the issue. With --wrap (the default), `acp-bridge wrap` around the
+SDK echo agent (`wrap-sdk-B`) runs beside them in start-up, per-turn, streaming and load,
+and each per-turn round probes one fdatasync of the scratch disk (issue 14's targets:
+streaming through wrap >= 0.8 of the SDK agent's own chunk rate; a one-word turn through
+wrap <= 2 x the SDK agent's own turn + one fdatasync). See bench/README.md.
 
 This file is the command line; beside it: bench/protocol_agents.py (the agents and the
 client), bench/protocol_workloads.py, bench/protocol_measure.py, bench/protocol_profile.py
@@ -44,7 +48,7 @@ if str(ROOT) not in sys.path:  # measure the tree this script is in, not whateve
     sys.path.insert(0, str(ROOT))
 
 from bench.common import filesystem_of  # noqa: E402 (needs ROOT on sys.path)
-from bench.protocol_agents import SDK, Ctx, Spec, ours  # noqa: E402
+from bench.protocol_agents import SDK, Ctx, Spec, ours, wrapped  # noqa: E402
 from bench.protocol_measure import WARMUP_TURNS, bench_load, bench_quick, bench_stream  # noqa: E402
 from bench.protocol_profile import run_profiles  # noqa: E402
 from bench.protocol_report import TARGETS, render, summary_rows  # noqa: E402
@@ -142,7 +146,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "cProfile (all threads) of ours during the long-session load; files in DIR")
     parser.add_argument("--diagnose-nosync", action="store_true",
                         help="also run ours (jsonl) with fsync made a no-op in the start-up/per-turn and "
-                             "streaming runs (ours-jsonl-nosync): what durability costs; not a target")
+                             "streaming runs (ours-jsonl-nosync; with --wrap also wrap-sdk-jsonl-nosync): "
+                             "what durability costs; not a target")
+    parser.add_argument("--wrap", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run `acp-bridge wrap --backend B -- python bench/sdk_echo_agent.py` "
+                             "(wrap-sdk-B, B in --backends) in start-up/per-turn, streaming and load "
+                             "(not scale or big), and profile it with --profile (default on; --no-wrap)")
     parser.add_argument("--profile-top", type=int, default=30, help="functions per profile listing (default 30)")
     parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
                         help="write results as JSON to PATH; alone: JSON on stdout, table on stderr")
@@ -172,17 +181,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_section(section: str, args: argparse.Namespace, ctx: Ctx, specs: list[Spec],
                 results: dict[str, Any]) -> None:
     if section == "startup" and ("startup" in args.sections or "turn" in args.sections):
-        results["quick"] = bench_quick(ctx, specs, args.turns, args.repeat)
+        results["quick"], results["fdatasync"] = bench_quick(ctx, specs, args.turns, args.repeat, fsync=True)
     elif section == "stream" and section in args.sections:
         results["stream"] = bench_stream(ctx, specs, args.stream_words, args.repeat_big)
     elif section == "load" and section in args.sections:
         turns = args.load_results
         results["load"] = bench_load(ctx, args.kinds, turns, args.load_chunks // turns, RESULT_BYTES,
-                                     args.repeat_big, "load")
+                                     args.repeat_big, "load", wrap=args.wrap)
     elif section == "scale" and section in args.sections:
         results["scale"] = {"stream": {}, "load": {}}
+        unwrapped = [s for s in specs if not s.wrap]  # wrap is measured at one size only
         for n in args.scale:
-            results["scale"]["stream"][str(n)] = bench_stream(ctx, specs, n, args.repeat_big)
+            results["scale"]["stream"][str(n)] = bench_stream(ctx, unwrapped, n, args.repeat_big)
         for n in args.scale:
             turns = max(1, round(n / EVENTS_PER_TURN))
             results["scale"]["load"][str(n)] = bench_load(ctx, args.kinds, turns, CHUNKS_PER_TURN,
@@ -212,11 +222,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     specs = [*(ours(k) for k in args.kinds), SDK]
     if args.diagnose_nosync:
         specs.insert(-1, Spec("ours-jsonl-nosync", "jsonl", nosync=True))
+    if args.wrap:
+        specs[-1:-1] = [wrapped(k) for k in args.kinds]
+        if args.diagnose_nosync:
+            specs.insert(-1, Spec("wrap-sdk-jsonl-nosync", "jsonl", nosync=True, wrap=True))
     results: dict[str, Any] = {
         "machine": machine_info(args.tmp),
         "params": {key: getattr(args, key) for key in (
             "repeat", "repeat_big", "kinds", "sections", "stream_words", "turns", "load_chunks",
-            "load_results", "scale", "big_mb", "big_result_kb", "quick")} | {
+            "load_results", "scale", "big_mb", "big_result_kb", "quick", "wrap")} | {
             "warmup_turns": WARMUP_TURNS, "chunks_per_turn": CHUNKS_PER_TURN, "result_bytes": RESULT_BYTES},
         "targets": {k: f"{op} {v:g}" for k, (op, v) in TARGETS.items()},
     }
@@ -231,7 +245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
     results["section_seconds"] = timings
     results["seconds"] = time.perf_counter() - t_start
-    results["summary"] = summary_rows(results, args.kinds)
+    results["summary"] = summary_rows(results, args.kinds, wrap=args.wrap)
     return results
 
 

@@ -72,17 +72,25 @@ runpy.run_module("acp_bridge", run_name="__main__", alter_sys=True)
 
 @dataclass(frozen=True)
 class Spec:
-    """An agent to run: `ours-jsonl`, `ours-sqlite`, `sdk`, or the bare load loop."""
+    """An agent to run: `ours-jsonl`, `ours-sqlite`, `sdk`, `wrap-sdk-jsonl`,
+    `wrap-sdk-sqlite` (`acp-bridge wrap` around the SDK echo agent), or the bare load
+    loop."""
 
     name: str
-    backend: str | None = None  # ours only
-    nosync: bool = False  # diagnostic only: ours with fsync made a no-op
+    backend: str | None = None  # ours and wrap only
+    nosync: bool = False  # diagnostic only: ours (or the wrapper) with fsync made a no-op
+    wrap: bool = False  # `acp-bridge wrap --store S --backend B -- python bench/sdk_echo_agent.py`
 
     def argv(self, store: Path, prefix: tuple[str, ...] = ()) -> list[str]:
+        """The command line; `prefix` (interpreter options) applies to the process we
+        spawn: for a wrap spec the wrapper, not the agent it wraps."""
         if self.name == "sdk":
             return [sys.executable, *prefix, str(SDK_AGENT)]
         assert self.backend is not None
-        args = ["--store", str(store), "--backend", self.backend, "--model", "echo"]
+        if self.wrap:
+            args = ["wrap", "--store", str(store), "--backend", self.backend, "--", sys.executable, str(SDK_AGENT)]
+        else:
+            args = ["--store", str(store), "--backend", self.backend, "--model", "echo"]
         if self.nosync:
             return [sys.executable, *prefix, "-c", NOSYNC_LAUNCH, *args]
         return [sys.executable, *prefix, "-m", "acp_bridge", *args]
@@ -93,6 +101,11 @@ SDK = Spec("sdk")
 
 def ours(backend: str) -> Spec:
     return Spec(f"ours-{backend}", backend)
+
+
+def wrapped(backend: str) -> Spec:
+    """`acp-bridge wrap` (recording in `backend`) around the SDK echo agent (issue 14)."""
+    return Spec(f"wrap-sdk-{backend}", backend, wrap=True)
 
 
 class AgentError(RuntimeError):
@@ -198,6 +211,22 @@ class AgentProc:
                 if line.startswith(("VmRSS:", "VmHWM:")):
                     out[line.split(":")[0]] = int(line.split()[1])
         return out
+
+    def tree_rss_kb(self) -> int:
+        """VmRSS (kB) of the process and all its descendants (for a wrapper: itself, the
+        wrapped agent and the watchdog), from /proc/PID/task/*/children."""
+        total, todo = 0, [self.pid]
+        while todo:
+            pid = todo.pop()
+            with suppress(OSError):
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1])
+                            break
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    todo += [int(c) for c in (task / "children").read_text().split()]
+        return total
 
     def stderr_tail(self) -> str:
         self._stderr.flush()

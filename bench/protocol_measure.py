@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import CWD
-from bench.protocol_agents import AgentError, Ctx, Spec, ours
+from bench.persistence_measure import fdatasync_floor_ms
+from bench.protocol_agents import AgentError, Ctx, Spec, ours, wrapped
 from bench.protocol_workloads import build_log, stream_text
 
 WARMUP_TURNS = 5
+FSYNC_PROBES = 500  # appends + fdatasync per probe of the scratch disk (one probe per repeat)
 
 
 def median(values: list[float]) -> float:
@@ -32,6 +34,7 @@ def startup_and_turns(ctx: Ctx, spec: Spec, turns: int) -> dict[str, Any]:
         sid = agent.new_session()
         t_new = time.perf_counter() - agent.spawned
         status = agent.status()
+        tree_rss = agent.tree_rss_kb()
         latencies: list[float] = []
         clock = time.perf_counter
         for i in range(WARMUP_TURNS + turns):
@@ -49,6 +52,7 @@ def startup_and_turns(ctx: Ctx, spec: Spec, turns: int) -> dict[str, Any]:
         "session_new_s": t_new,
         "rss_kb": status["VmRSS"],
         "hwm_kb": status["VmHWM"],
+        "tree_rss_kb": tree_rss,  # with its descendants: for a wrapper, the wrapped agent and the watchdog
         "turn_median_ms": median(latencies) * 1e3 if latencies else None,
         "turn_p90_ms": ordered[int(0.9 * (len(ordered) - 1))] * 1e3 if ordered else None,
         "turn_min_ms": ordered[0] * 1e3 if ordered else None,
@@ -120,12 +124,21 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def bench_quick(ctx: Ctx, specs: list[Spec], turns: int, repeat: int) -> dict[str, Any]:
+def bench_quick(ctx: Ctx, specs: list[Spec], turns: int, repeat: int,
+                fsync: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Start-up, memory and per-turn of every spec, `repeat` interleaved rounds. With
+    `fsync`, each round also probes the scratch disk (`fdatasync_floor_ms`: a 200-byte
+    append + fdatasync, median of FSYNC_PROBES) between the agents: the floor of one
+    durable commit on the disk the stores are on, measured beside the turns."""
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in specs}
+    probes: list[dict[str, Any]] = []
     for _ in range(repeat):  # interleaved, so drifting machine load hits every agent alike
         for spec in specs:
             runs[spec.name].append(startup_and_turns(ctx, spec, turns))
-    return {name: summarize(r) for name, r in runs.items()}
+        if fsync:
+            probes.append({"fdatasync_ms": fdatasync_floor_ms(str(ctx.root), FSYNC_PROBES)})
+    agents = {name: summarize(r) for name, r in runs.items()}
+    return agents, (summarize(probes) | {"probes": FSYNC_PROBES} if probes else None)
 
 
 def bench_stream(ctx: Ctx, specs: list[Spec], words: int, repeat: int) -> dict[str, Any]:
@@ -147,9 +160,11 @@ def stores(ctx: Ctx, label: str) -> Iterator[Path]:
 
 
 def bench_load(ctx: Ctx, backends: list[str], turns: int, chunks_per_turn: int, result_bytes: int,
-               repeat: int, label: str) -> dict[str, Any]:
+               repeat: int, label: str, wrap: bool = False) -> dict[str, Any]:
     """Build the same long session in each backend (and in JSONL for the bare loop),
-    then load it `repeat` times with each, interleaved."""
+    then load it `repeat` times with each, interleaved. With `wrap`, also through
+    `acp-bridge wrap` around the SDK echo agent (`wrap-sdk-B`): the wrapper replays from
+    our log (the SDK agent has no session/load) and opens a fresh session in the child."""
     with stores(ctx, label) as where:
         built: dict[str, dict[str, Any]] = {}
         build_s: dict[str, float] = {}
@@ -157,10 +172,12 @@ def bench_load(ctx: Ctx, backends: list[str], turns: int, chunks_per_turn: int, 
             t0 = time.perf_counter()
             built[kind] = build_log(kind, where / kind, turns, chunks_per_turn, result_bytes)
             build_s[kind] = time.perf_counter() - t0
-        runs: dict[str, list[dict[str, Any]]] = {n: [] for n in [*(f"ours-{k}" for k in backends), "bare"]}
+        specs = [ours(k) for k in backends] + ([wrapped(k) for k in backends] if wrap else [])
+        runs: dict[str, list[dict[str, Any]]] = {n: [] for n in [*(s.name for s in specs), "bare"]}
         for _ in range(repeat):
-            for kind in backends:
-                runs[f"ours-{kind}"].append(load_once(ctx, ours(kind), where / kind, built[kind]))
+            for spec in specs:
+                assert spec.backend is not None
+                runs[spec.name].append(load_once(ctx, spec, where / spec.backend, built[spec.backend]))
             runs["bare"].append(bare_once(ctx, built["jsonl"]))
     info = built["jsonl"]
     out: dict[str, Any] = {name: summarize(r) for name, r in runs.items()}

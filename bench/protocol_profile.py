@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import CWD
-from bench.protocol_agents import SDK, AgentProc, Ctx, ours
+from bench.protocol_agents import SDK, SDK_AGENT, AgentProc, Ctx, ours
 from bench.protocol_measure import stores
 from bench.protocol_workloads import RESULT_BYTES, build_log, stream_text
 
@@ -121,6 +121,23 @@ def run_profiles(ctx: Ctx, out: Path, args: argparse.Namespace) -> dict[str, Any
         report["turns-ours-jsonl"] = {"seconds_profiled": time.perf_counter() - t0, "turns": args.turns,
                                       "prof": str(prof)}
     (out / "turns-ours-jsonl.txt").write_text(stats_text(prof, args.profile_top))
+    # 3b. The same turns through `acp-bridge wrap` around the SDK echo agent: the wrapper
+    # profiled in every thread (the wrapped agent is not profiled).
+    if args.wrap:
+        prof = out / "turns-wrap-sdk-jsonl.prof"
+        n = next(ctx.counter)
+        argv = [sys.executable, "-c", PROFILE_ALL_THREADS, str(prof), "wrap", "--store",
+                str(ctx.root / "store-prof-wrap-turns"), "--backend", "jsonl", "--", sys.executable,
+                str(SDK_AGENT)]
+        with AgentProc(argv, ctx.root / f"stderr-{n:04d}-prof-wrap-turns.txt", ctx.timeout) as agent:
+            agent.initialize()
+            sid = agent.new_session()
+            t0 = time.perf_counter()
+            for _ in range(args.turns):
+                agent.prompt(sid, "hi")
+            report["turns-wrap-sdk-jsonl"] = {"seconds_profiled": time.perf_counter() - t0, "turns": args.turns,
+                                              "prof": str(prof)}
+        (out / "turns-wrap-sdk-jsonl.txt").write_text(stats_text(prof, args.profile_top))
     # 4. The load of the long session, every thread profiled.
     for kind in args.kinds:
         with stores(ctx, f"prof-load-{kind}") as where:

@@ -14,6 +14,9 @@ from bench.protocol_workloads import MB
 BIG_RSS_LIMIT_MB = 200.0
 
 # (comparison, threshold) per summary metric: ratio ours/reference, or MB for big_rss.
+# wrap_*: issue 14, `acp-bridge wrap` around the SDK echo agent against that agent alone:
+# wrap_stream is the chunk-rate ratio wrap/sdk; wrap_turn is wrap / (2 x sdk + one
+# fdatasync of the scratch disk), so <= 1 is "at most 2x the agent's turn plus one fsync".
 TARGETS: dict[str, tuple[str, float]] = {
     "startup": ("<=", 0.4),
     "stream": (">=", 2.0),
@@ -21,7 +24,11 @@ TARGETS: dict[str, tuple[str, float]] = {
     "memory": ("<=", 0.8),
     "load": (">=", 0.5),
     "big_rss": ("<=", BIG_RSS_LIMIT_MB),
+    "wrap_stream": (">=", 0.8),
+    "wrap_turn": ("<=", 1.0),
 }
+# Summary metrics reported without a target (pass is None): wrap's start-up, memory, load.
+INFO = ("wrap_startup", "wrap_memory", "wrap_memory_tree", "wrap_load")
 
 
 def verdict(metric: str, value: float) -> bool:
@@ -29,15 +36,19 @@ def verdict(metric: str, value: float) -> bool:
     return value <= threshold if op == "<=" else value >= threshold
 
 
-def summary_rows(results: dict[str, Any], backends: list[str]) -> list[dict[str, Any]]:
+def summary_rows(results: dict[str, Any], backends: list[str], wrap: bool = False) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
 
     def add(metric: str, label: str, backend: str, ours_v: float, ref_v: float | None, unit: str,
             ratio: float, ref_name: str = "sdk") -> None:
-        op, threshold = TARGETS[metric]
+        if metric in INFO:
+            target, passed = "info", None
+        else:
+            op, threshold = TARGETS[metric]
+            target, passed = f"{op} {threshold:g}", verdict(metric, ratio)
         rows.append({"metric": metric, "label": label, "backend": backend, "ours": ours_v, "reference": ref_v,
                      "reference_name": ref_name, "unit": unit, "ratio": ratio,
-                     "target": f"{op} {threshold:g}", "pass": verdict(metric, ratio)})
+                     "target": target, "pass": passed})
 
     quick = results.get("quick")
     if quick:
@@ -54,11 +65,36 @@ def summary_rows(results: dict[str, Any], backends: list[str]) -> list[dict[str,
             q = quick[f"ours-{b}"]
             add("memory", "memory: VmRSS after session/new", b, q["rss_kb"] / 1024, sdk["rss_kb"] / 1024,
                 "MB", q["rss_kb"] / sdk["rss_kb"])
+        fsync = results.get("fdatasync")
+        for b in backends if wrap else ():
+            q = quick[f"wrap-sdk-{b}"]
+            ref = 2 * sdk["turn_median_ms"] + fsync["fdatasync_ms"] if fsync else float("nan")
+            parts = (f"2 x {sdk['turn_median_ms']:.3f} sdk + {fsync['fdatasync_ms']:.3f} fdatasync"
+                     if fsync else "no fdatasync probe")
+            add("wrap_turn", "wrap: one-word prompt (median) vs 2 x sdk + 1 fdatasync", b, q["turn_median_ms"],
+                ref, "ms", q["turn_median_ms"] / ref, parts)
+            rows[-1]["parts"] = {"sdk_ms": sdk["turn_median_ms"],
+                                 "fdatasync_ms": fsync["fdatasync_ms"] if fsync else None,
+                                 "wrap_over_sdk": q["turn_median_ms"] / sdk["turn_median_ms"]}
+        for b in backends if wrap else ():
+            q = quick[f"wrap-sdk-{b}"]
+            add("wrap_startup", "wrap: spawn -> session/new answered (wrapper + agent start)", b,
+                q["session_new_s"], sdk["session_new_s"], "s", q["session_new_s"] / sdk["session_new_s"])
+        for b in backends if wrap else ():
+            q = quick[f"wrap-sdk-{b}"]
+            add("wrap_memory", "wrap: VmRSS after session/new, the wrapper alone", b, q["rss_kb"] / 1024,
+                sdk["rss_kb"] / 1024, "MB", q["rss_kb"] / sdk["rss_kb"])
+            add("wrap_memory_tree", "wrap: VmRSS after session/new, wrapper + agent + watchdog", b,
+                q["tree_rss_kb"] / 1024, sdk["tree_rss_kb"] / 1024, "MB", q["tree_rss_kb"] / sdk["tree_rss_kb"])
     stream = results.get("stream")
     if stream:
         for b in backends:
             s = stream[f"ours-{b}"]
             add("stream", f"streaming: chunks/s, one {stream['words']:,}-word prompt", b, s["chunks_per_s"],
+                stream["sdk"]["chunks_per_s"], "chunks/s", s["chunks_per_s"] / stream["sdk"]["chunks_per_s"])
+        for b in backends if wrap else ():
+            s = stream[f"wrap-sdk-{b}"]
+            add("wrap_stream", f"wrap: chunks/s, one {stream['words']:,}-word prompt", b, s["chunks_per_s"],
                 stream["sdk"]["chunks_per_s"], "chunks/s", s["chunks_per_s"] / stream["sdk"]["chunks_per_s"])
     load = results.get("load")
     if load:
@@ -67,6 +103,11 @@ def summary_rows(results: dict[str, Any], backends: list[str]) -> list[dict[str,
             add("load", f"session/load: events/s, {load['events']:,} events "
                 f"({load['chunks']:,} chunks, {load['results']:,} results)", b, s["events_per_s"],
                 load["bare"]["events_per_s"], "events/s", s["events_per_s"] / load["bare"]["events_per_s"], "bare")
+        for b in backends if wrap else ():
+            s = load[f"wrap-sdk-{b}"]
+            add("wrap_load", f"wrap: session/load events/s, {load['events']:,} events (+ a fresh child session)",
+                b, s["events_per_s"], load["bare"]["events_per_s"], "events/s",
+                s["events_per_s"] / load["bare"]["events_per_s"], "bare")
     big = results.get("big")
     if big:
         for b in backends:
@@ -100,26 +141,32 @@ def render(results: dict[str, Any]) -> str:
         f"versions: {versions}",
         f"code: {m['commit']}; scratch {m['tmp_dir']} on {m['filesystem']}; "
         f"load average at start {' '.join(map(str, m['loadavg_at_start']))}",
+        *([f"fdatasync of the scratch disk (200-byte append + fdatasync): {fs['fdatasync_ms']:.3f} ms, "
+           f"median of {len(fs['runs'])} probes of {fs['probes']} (one per per-turn round)"]
+          if (fs := results.get("fdatasync")) else []),
         f"repeats: {p['repeat']} (start-up, memory, per-turn), {p['repeat_big']} (streaming, load, scaling, "
         f"big log); medians",
     ]
     rows = results.get("summary") or []
     if rows:
-        out += ["", "SUMMARY (ours = acp-bridge --model echo; reference = the SDK echo agent, or the bare loop)",
+        out += ["", "SUMMARY (ours = acp-bridge --model echo, or wrap = acp-bridge wrap -- the SDK echo agent; "
+                "reference = the SDK echo agent, or the bare loop)",
                 table(["metric", "backend", "ours", "reference", "unit", "ours/ref", "target", "result"],
                       [[r["label"], r["backend"], num(r["ours"], r["unit"]),
                         f"{num(r['reference'], r['unit'])} ({r['reference_name']})", r["unit"],
                         f"{r['ratio']:.2f}" if r["unit"] != "MB" or r["metric"] != "big_rss" else "-",
-                        r["target"] + (" MB" if r["metric"] == "big_rss" else "x"),
-                        "PASS" if r["pass"] else "FAIL"] for r in rows])]
+                        "-" if r["pass"] is None else r["target"] + (" MB" if r["metric"] == "big_rss" else "x"),
+                        "info" if r["pass"] is None else "PASS" if r["pass"] else "FAIL"] for r in rows])]
     quick = results.get("quick")
     if quick:
         out += ["", "START-UP, MEMORY, PER-TURN (one process per run: spawn, initialize, session/new, "
-                f"{WARMUP_TURNS} + {p['turns']} one-word prompts)",
-                table(["agent", "", "initialize s", "session/new s", "RSS MB", "HWM MB", "turn p50 ms",
-                       "turn p90 ms", "turn min ms", "first 1/5 p50", "last 1/5 p50"],
+                f"{WARMUP_TURNS} + {p['turns']} one-word prompts; RSS/HWM of the process spawned, for wrap the "
+                "wrapper alone; tree RSS with its descendants: the wrapped agent and the watchdog)",
+                table(["agent", "", "initialize s", "session/new s", "RSS MB", "HWM MB", "tree RSS MB",
+                       "turn p50 ms", "turn p90 ms", "turn min ms", "first 1/5 p50", "last 1/5 p50"],
                       [[name, "", num(q["initialize_s"], "s"), num(q["session_new_s"], "s"),
                         num(q["rss_kb"] / 1024, "MB"), num(q["hwm_kb"] / 1024, "MB"),
+                        num(q["tree_rss_kb"] / 1024, "MB"),
                         num(q["turn_median_ms"], "ms"), num(q["turn_p90_ms"], "ms"),
                         num(q["turn_min_ms"], "ms"), num(q["turn_first_ms"], "ms"),
                         num(q["turn_last_ms"], "ms")] for name, q in quick.items()])]
@@ -131,14 +178,15 @@ def render(results: dict[str, Any]) -> str:
             points[str(stream["words"])] = stream
         rows_s = []
         for words, s in sorted(points.items(), key=lambda kv: int(kv[0])):
-            for name in (k for k in s if k.startswith(("ours", "sdk"))):
+            for name in (k for k in s if k.startswith(("ours", "wrap", "sdk"))):
                 r = s[name]
                 rows_s.append([f"{int(words):,}", name, num(r["chunks_per_s"]),
                                f"{r['chunks_per_s'] / s['sdk']['chunks_per_s']:.2f}x", num(r["seconds"], "s"),
                                num(r["first_chunk_s"] * 1e3, "ms"), num(r["rss_kb"] / 1024, "MB"),
                                num(r["hwm_kb"] / 1024, "MB")])
         out += ["", "STREAMING (one prompt of N words -> N agent_message_chunk, fresh process and session; "
-                "first chunk = read by the client, from sending the prompt; RSS/HWM after the turn)",
+                "first chunk = read by the client, from sending the prompt; RSS/HWM after the turn, "
+                "for wrap the wrapper's)",
                 table(["chunks", "agent", "chunks/s", "vs sdk", "seconds", "first chunk ms", "RSS MB", "HWM MB"],
                       rows_s)]
     load = results.get("load")
@@ -152,7 +200,7 @@ def render(results: dict[str, Any]) -> str:
             points_l.append(("big log", results["big"]))
         rows_l = []
         for label, s in sorted(points_l, key=lambda kv: kv[1]["events"]):
-            for name in (k for k in s if k.startswith("ours") or k == "bare"):
+            for name in (k for k in s if k.startswith(("ours", "wrap")) or k == "bare"):
                 r = s[name]
                 rows_l.append([f"{s['events']:,}" + (f" ({label})" if label else ""), name,
                                num(s["jsonl_bytes"] / MB, "MB"), num(r["events_per_s"]),

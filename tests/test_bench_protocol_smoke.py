@@ -127,22 +127,40 @@ def test_bench_runs_with_tiny_sizes(runs: dict[str, Run]) -> None:
     assert machine["cpu_count"] == os.cpu_count()
     assert {"python", "platform", "versions", "commit"} <= set(machine)
     assert set(machine["versions"]) >= {"agent-client-protocol", "pydantic", "orjson", "anyio"}
-    assert set(results["quick"]) == {"ours-jsonl", "ours-sqlite", "ours-jsonl-nosync", "sdk"}
+    wraps = {"wrap-sdk-jsonl", "wrap-sdk-sqlite"}  # issue 14: acp-bridge wrap -- the SDK echo agent
+    assert set(results["quick"]) == {"ours-jsonl", "ours-sqlite", "ours-jsonl-nosync", "sdk",
+                                     "wrap-sdk-jsonl-nosync"} | wraps
     for name, q in results["quick"].items():
         assert q["session_new_s"] >= q["initialize_s"] > 0, name
         assert q["rss_kb"] > 0 and q["turn_median_ms"] > 0 and len(q["runs"]) == 1
+        assert q["tree_rss_kb"] >= q["rss_kb"], name
+    for name in wraps:  # the wrapped agent (and the watchdog) count in the tree only
+        assert results["quick"][name]["tree_rss_kb"] > results["quick"][name]["rss_kb"] + 10_000
+    assert results["fdatasync"]["fdatasync_ms"] > 0 and len(results["fdatasync"]["runs"]) == 1
+    assert "fdatasync of the scratch disk" in run.stdout
     assert results["stream"]["words"] == 120 and results["stream"]["sdk"]["chunks_per_s"] > 0
     assert results["stream"]["ours-jsonl-nosync"]["chunks_per_s"] > 0
+    assert all(results["stream"][name]["chunks_per_s"] > 0 for name in wraps)
     load = results["load"]
     assert load["chunks"] == 200 and load["results"] == 4 and load["events"] == 4 * (50 + 11)
-    assert {"ours-jsonl", "ours-sqlite", "bare"} <= set(load)
+    assert {"ours-jsonl", "ours-sqlite", "bare"} | wraps <= set(load)
     assert set(results["scale"]["stream"]) == {"150"} and set(results["scale"]["load"]) == {"150"}
+    assert not wraps & (set(results["scale"]["stream"]["150"]) | set(results["big"]))  # wrap: one size only
     assert results["big"]["jsonl_bytes"] >= 0.3e6 and results["big"]["ours-jsonl"]["hwm_kb"] > 0
     metrics = {(r["metric"], r["backend"]) for r in results["summary"]}
     for backend in ("jsonl", "sqlite"):
-        for metric in ("startup", "turn", "memory", "stream", "load", "big_rss"):
+        for metric in ("startup", "turn", "memory", "stream", "load", "big_rss", "wrap_turn", "wrap_stream",
+                       "wrap_startup", "wrap_memory", "wrap_memory_tree", "wrap_load"):
             assert (metric, backend) in metrics
-    assert all(isinstance(r["pass"], bool) and r["ratio"] > 0 for r in results["summary"])
+    for r in results["summary"]:
+        assert r["ratio"] > 0, r
+        assert r["pass"] is None if r["metric"].startswith("wrap_") and r["metric"] not in (
+            "wrap_turn", "wrap_stream") else isinstance(r["pass"], bool), r
+    turn = next(r for r in results["summary"] if r["metric"] == "wrap_turn")
+    sdk_ms, fsync_ms = results["quick"]["sdk"]["turn_median_ms"], results["fdatasync"]["fdatasync_ms"]
+    assert turn["reference"] == pytest.approx(2 * sdk_ms + fsync_ms)
+    assert turn["ratio"] == pytest.approx(results["quick"]["wrap-sdk-jsonl"]["turn_median_ms"] / turn["reference"])
+    assert turn["target"] == "<= 1" and turn["parts"]["fdatasync_ms"] == fsync_ms
 
 
 def test_profile_only_and_json_on_stdout(runs: dict[str, Run]) -> None:
@@ -154,6 +172,6 @@ def test_profile_only_and_json_on_stdout(runs: dict[str, Run]) -> None:
     report = results["profile"]
     assert report["importtime-ours-jsonl"]["modules"] > 50
     assert report["importtime-sdk"]["top_cumulative"]
-    for name in ("stream-ours-jsonl", "stream-sdk", "turns-ours-jsonl", "load-ours-jsonl"):
+    for name in ("stream-ours-jsonl", "stream-sdk", "turns-ours-jsonl", "turns-wrap-sdk-jsonl", "load-ours-jsonl"):
         assert (run.prof / f"{name}.prof").stat().st_size > 0
         assert "function calls" in (run.prof / f"{name}.txt").read_text()
