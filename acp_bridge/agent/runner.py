@@ -329,10 +329,8 @@ class TurnRunner:
         return events[-1]
 
     async def _shutdown_closers(self) -> list[Event]:
-        # Calls still waiting for their permission never ran: say so, not "may have run".
-        not_run = [cid for cid in self.log.tracker.unanswered() if not self._calls.ran(cid)]
-        closers = await anyio.to_thread.run_sync(
-            lambda: self.log.close_interrupted(cause="shutdown", not_run=not_run))
+        not_run = self._calls.not_run(self.log.tracker.unanswered())
+        closers = await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(not_run=not_run))
         for event in closers:
             self.transcript.feed(event)
             await self._emit(event)

@@ -9,7 +9,7 @@ the turn goes on; a tool that breaks (an unexpected exception) fails the step.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,11 @@ class ToolCalls:
         """Whether the tool of `call_id` (of the running step, still unanswered) was
         started: a call cancelled while its permission was open never ran."""
         return call_id in self._ran
+
+    def not_run(self, call_ids: Iterable[str]) -> list[str]:
+        """Of `call_ids`, the calls whose tool never started (their permission was still
+        open): a turn closed now says they did not run, not that they may have."""
+        return [cid for cid in call_ids if cid not in self._ran]
 
     def specs(self) -> Sequence[Mapping[str, Any]]:
         """The tools as the model is told of them: {name, description, parameters}."""
