@@ -299,24 +299,32 @@ async def run_b_wrap(runs: list[Run], backend: str, store: Path, child_store: Pa
 
 def turn_texts(updates: list[dict[str, Any]], bounds: list[int] | None = None) -> list[dict[str, str]]:
     """Per turn, the message and the thought text streamed (in order). Turns are cut
-    at each `user_message_chunk` (a replay), or at the given update indexes (live)."""
-    turns: list[dict[str, str]] = []
-    cur: dict[str, str] | None = None
-    cuts = set(bounds or ())
-    for i, update in enumerate(updates):
-        kind = update["sessionUpdate"]
-        if (bounds is None and kind == "user_message_chunk" and (cur is None or cur.get("_user") != "open")) \
-                or (bounds is not None and (cur is None or i in cuts)):
-            cur = {"message": "", "thought": "", "_user": "open"}
-            turns.append(cur)
-        if cur is None:
+    at each `user_message_chunk` run (a replay), or at the given update indexes (live:
+    turn i is updates[bounds[i]:bounds[i + 1]], the last one runs to the end)."""
+    if bounds is not None:
+        ends = [*bounds[1:], len(updates)]
+        return [_texts(updates[start:end]) for start, end in zip(bounds, ends, strict=True)]
+    turns: list[list[dict[str, Any]]] = []
+    prompt_open = False
+    for update in updates:
+        if update["sessionUpdate"] == "user_message_chunk":
+            if not prompt_open:
+                turns.append([])
+            prompt_open = True
             continue
-        if kind != "user_message_chunk":
-            cur["_user"] = "done"
+        prompt_open = False
+        if turns:
+            turns[-1].append(update)
+    return [_texts(t) for t in turns]
+
+
+def _texts(updates: list[dict[str, Any]]) -> dict[str, str]:
+    out = {"message": "", "thought": ""}
+    for update in updates:
+        kind = update["sessionUpdate"]
         if kind in ("agent_message_chunk", "agent_thought_chunk") and update["content"].get("type") == "text":
-            key = "message" if kind == "agent_message_chunk" else "thought"
-            cur[key] += update["content"]["text"]
-    return [{k: v for k, v in t.items() if k != "_user"} for t in turns]
+            out["message" if kind == "agent_message_chunk" else "thought"] += update["content"]["text"]
+    return out
 
 
 def check_wrapped_replay(run: Run, replay: list[dict[str, Any]]) -> None:
