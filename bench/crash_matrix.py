@@ -2,6 +2,11 @@
 with SIGKILL at chosen and at random points, then loaded by a new agent process.
 
     python bench/crash_matrix.py --points 200 --backend jsonl|sqlite|both [--seed S] [--jobs J]
+    python bench/crash_matrix.py --points 200 --backend both --wrap [wrapper|child|both]
+
+With `--wrap`, agent A is `acp-bridge wrap` around our own `serve` on the same scripts,
+and the SIGKILL goes to the wrapper, to its child, or (both, the default) to each in
+turn, on the same points (tests/support/crash_matrix/wrap.py).
 
 The command line of the long form. The engine (scenarios, kill points, the three
 phases, every check) is tests/support/crash_matrix/, whose docstring lists the checks;
@@ -49,16 +54,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="agents killed in parallel (default 2)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the stores under this folder")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON too")
+    parser.add_argument("--wrap", nargs="?", const="both", choices=("wrapper", "child", "both"), default=None,
+                        help="through `acp-bridge wrap`: kill the wrapper, its child, or both in turn")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time())
     backends = ("jsonl", "sqlite") if args.backend == "both" else (args.backend,)
     points = sample_points(args.points, seed)
-    print(f"crash matrix: {args.points} points per backend, seed {seed}, jobs {args.jobs}", flush=True)
+    print(f"crash matrix: {args.points} points per backend, seed {seed}, jobs {args.jobs}"
+          + (f", through wrap (kill: {args.wrap})" if args.wrap else ""), flush=True)
+    targets: tuple[str | None, ...] = (None,) if args.wrap is None else (
+        ("wrapper", "child") if args.wrap == "both" else (args.wrap,))
     total_failures = 0
-    for backend in backends:
-        base = args.keep / backend if args.keep else Path(tempfile.mkdtemp(prefix=f"crash-{backend}-"))
+    for backend, target in ((b, t) for b in backends for t in targets):
+        name = backend if target is None else f"{backend}-wrap-{target}"
+        base = args.keep / name if args.keep else Path(tempfile.mkdtemp(prefix=f"crash-{name}-"))
         try:
-            report = anyio.run(run_matrix, points, backend, base, args.jobs, Ticker(len(points)))
+            report = anyio.run(run_matrix, points, backend, base, args.jobs, Ticker(len(points)), target)
         finally:
             if args.keep is None:
                 shutil.rmtree(base, ignore_errors=True)

@@ -28,7 +28,9 @@ answer and right after the kill:
 Modules: `scenarios` (the scripted sessions, the kill points), `kill` (phase A: run and
 kill), `reload` (phases B and C: load over the wire, then in-process), `oracle` (the
 record of one kill point, an independent reading of the stored log, the checks),
-`matrix` (the whole run on one backend and its report). Used by
+`matrix` (the whole run on one backend and its report), `wrap` (the same through
+`acp-bridge wrap` around our own serve, the wrapper or its child killed:
+`run_matrix(..., wrap="wrapper" | "child")`). Used by
 tests/test_crash_matrix.py (the CI sample and the soak form) and by
 bench/crash_matrix.py (the command line of the long form).
 """

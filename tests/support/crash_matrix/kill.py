@@ -169,16 +169,27 @@ async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: flo
             with contextlib.suppress(Exception):
                 agent.kill()
     finally:
-        pid_file = run.work / "cmd.pid"
-        with contextlib.suppress(ValueError, OSError):
-            shell = int(pid_file.read_text().strip() or "0")
-            # Commands die with the agent, SIGKILL included (acp_bridge/tools/reaper.py).
-            if shell and wait_gone([shell]):
-                run.fail(f"the command (pid {shell}) outlived agent A")
-                os.killpg(shell, signal.SIGKILL)
+        check_command_gone(run)
     if run.returncode is not None and run.returncode != -signal.SIGKILL:
         run.fail(f"agent A exited with {run.returncode} before it was killed; stderr: {agent.stderr[-2000:]!r}")
-    # What reached the client: prompt answers, live updates, the agent's requests.
+    finish_a(run, agent, prompt_ids, before, backend, store)
+
+
+def check_command_gone(run: Run) -> None:
+    """The command running at the kill (its shell wrote cmd.pid) is gone within 5 s."""
+    pid_file = run.work / "cmd.pid"
+    with contextlib.suppress(ValueError, OSError):
+        shell = int(pid_file.read_text().strip() or "0")
+        # Commands die with the agent, SIGKILL included (acp_bridge/tools/reaper.py).
+        if shell and wait_gone([shell]):
+            run.fail(f"the command (pid {shell}) outlived the agent that ran it")
+            os.killpg(shell, signal.SIGKILL)
+
+
+def finish_a(run: Run, agent: AgentProcess, prompt_ids: dict[str, int], before: dict[str, bytes],
+             backend: str, store: Path) -> None:
+    """What reached the client (prompt answers, live updates, the agent's requests),
+    the files changed, the log the kill left; then the phase A checks."""
     count = 0
     for direction, message in agent.transcript:
         if direction != "<-":
@@ -199,7 +210,7 @@ async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: flo
     if run.sid:
         run.pre_raw = read_raw(backend, store, run.sid)
         run.pre_events, run.pre_good, run.torn = parse_raw(run.pre_raw)
-        check_phase_a(run, scenario)
+        check_phase_a(run, SCENARIOS[run.point.scenario])
 
 
 async def _killer(agent: MatrixAgent, policy: MatrixPolicy, run: Run, first_prompt: anyio.Event) -> None:

@@ -19,6 +19,7 @@ from .kill import prepare_work, run_a
 from .oracle import Run
 from .reload import run_b, run_c
 from .scenarios import KillPoint
+from .wrap import run_a_wrap, run_b_wrap
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Report:
     backend: str
     runs: list[Run]
     seconds: float
+    target: str | None = None  # through `acp-bridge wrap`: "wrapper" or "child" was killed
 
     @property
     def failures(self) -> list[str]:
@@ -47,11 +49,19 @@ class Report:
             "synthetic_results": sum(int(r.load_meta.get("repair", {}).get("syntheticResults") or 0) for r in runs),
             "answered_turns": sum(len(r.answers) for r in runs),
             "seconds": round(self.seconds, 1),
+            **({"target": self.target,
+                "cut_turns": sum(len(r.cut_turns) for r in runs),
+                "prompts_after_kill": sum(1 for r in runs if r.after_kill_turn is not None),
+                "restored": dict(Counter(str(r.load_meta.get("wrapped", {}).get("restored"))
+                                         for r in runs if r.loaded_over_wire))}
+               if self.target else {}),
         }
 
 
 async def run_matrix(points: Sequence[KillPoint], backend: str, root: Path, jobs: int = 2,
-                     progress: Callable[[Run], None] | None = None) -> Report:
+                     progress: Callable[[Run], None] | None = None, wrap: str | None = None) -> Report:
+    """The matrix on our own agent, or (`wrap`: "wrapper" or "child", the process
+    killed) on `acp-bridge wrap` around it (crash_matrix/wrap.py)."""
     start = time.monotonic()
     store, scripts, works = root / "store", root / "scripts", root / "work"
     scripts.mkdir(parents=True, exist_ok=True)
@@ -62,33 +72,47 @@ async def run_matrix(points: Sequence[KillPoint], backend: str, root: Path, jobs
     # SQLite store at once race in SqliteBackend._check_schema (a bug this matrix found,
     # pinned by tests/test_crash_matrix.py::test_sqlite_store_created_by_two_processes_at_once).
     open_backend(backend, store).close()
+    child_store = root / "child-store"
+    if wrap:
+        open_backend(backend, child_store).close()
     limiter = anyio.CapacityLimiter(jobs)
 
     async def one(run: Run) -> None:
         async with limiter:
-            await run_a(run, backend, store, scripts)
+            if wrap:
+                await run_a_wrap(run, backend, store, child_store, scripts, wrap)
+            else:
+                await run_a(run, backend, store, scripts)
         if progress is not None:
             progress(run)
 
     async with anyio.create_task_group() as tg:
         for run in runs:
             tg.start_soon(one, run)
-    await run_b(runs, backend, store, scripts)
+    if wrap:
+        await run_b_wrap(runs, backend, store, child_store, scripts)
+    else:
+        await run_b(runs, backend, store, scripts)
     await anyio.to_thread.run_sync(run_c, runs, backend, store)
-    return Report(backend, runs, time.monotonic() - start)
+    return Report(backend, runs, time.monotonic() - start, wrap)
 
 
 def format_counts(counts: dict[str, Any]) -> str:
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts["by_kind"].items()))
     scenarios = ", ".join(f"{k} {v}" for k, v in sorted(counts["by_scenario"].items()))
+    wrapped = ""
+    if counts.get("target"):
+        restored = ", ".join(f"{k} {v}" for k, v in sorted(counts["restored"].items()))
+        wrapped = (f"; through wrap, killed: the {counts['target']}; turns cut live {counts['cut_turns']}, "
+                   f"prompts after the kill {counts['prompts_after_kill']}; child restored at load: {restored}")
     return "\n".join([
-        f"backend: {counts['backend']}",
+        f"backend: {counts['backend']}" + (f" (wrap, kill the {counts['target']})" if counts.get("target") else ""),
         f"kill points: {counts['kill_points']}  (by kind: {kinds}; by scenario: {scenarios})",
         f"state at the kill: mid-turn {counts['mid_turn']} "
         f"({', '.join(f'{k} {v}' for k, v in sorted(counts['mid_turn_by_kind'].items()))}), "
         f"between turns {counts['between_turns']}; "
         f"torn tails {counts['torn_tails']}; synthetic tool results {counts['synthetic_results']}; "
-        f"answered turns kept {counts['answered_turns']}",
+        f"answered turns kept {counts['answered_turns']}{wrapped}",
         f"loads ok: {counts['loads_ok']}",
         f"failures: {counts['failures']}",
         f"elapsed: {counts['seconds']} s",

@@ -42,6 +42,12 @@ class Run:
     loaded_in_process: bool = False
     load_meta: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    # through `acp-bridge wrap` (crash_matrix/wrap.py): which process was killed, the
+    # prompt pending at a child kill, the turns the child's death cut, the prompt after
+    target: str = ""
+    cut_prompt: int | None = None
+    cut_turns: list[int] = field(default_factory=list)
+    after_kill_turn: int | None = None
 
     def fail(self, message: str) -> None:
         self.failures.append(f"[{self.index} {self.point.label()} {self.sid}] {message}")
