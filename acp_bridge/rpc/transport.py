@@ -113,6 +113,15 @@ class FdWriter:
         os.set_blocking(fd, False)
         _widen_pipe(fd)
 
+    def write_now(self, data: bytes) -> int:
+        """Write what the descriptor takes at once, without waiting: the number of
+        bytes written (0 if it takes none now). Raises what `os.write` raises, but for
+        BlockingIOError."""
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+
     async def write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
