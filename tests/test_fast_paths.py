@@ -160,3 +160,78 @@ async def test_a_hook_that_must_wait_or_a_full_pipe_leaves_it_to_the_writer() ->
     finally:
         os.close(r)
         os.close(w)
+
+
+# --- the reader stays registered between reads ------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_reader_registration_ends_with_the_wait_eof_and_close() -> None:
+    import asyncio
+
+    from acp_bridge.rpc.transport import FdLineReader
+
+    loop = asyncio.get_running_loop()
+    for how in ("cancel", "eof", "close"):
+        r, w = os.pipe()
+        reader = FdLineReader(r)
+        got: list[bytes] = []
+
+        async def consume(reader: FdLineReader = reader, got: list[bytes] = got) -> None:
+            async for line in reader.lines():
+                got.append(line if isinstance(line, bytes) else b"?")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            for n in range(3):
+                os.write(w, b"line %d\n" % n)
+                await anyio.sleep(0.005)
+            assert got == [b"line 0", b"line 1", b"line 2"]
+            if how == "cancel":
+                tg.cancel_scope.cancel()
+            elif how == "eof":
+                os.close(w)
+            else:
+                reader.close()
+                tg.cancel_scope.cancel()
+        assert loop.remove_reader(r) is False  # nothing left registered for the number
+        reader.close()
+        os.close(r)
+        if how != "eof":
+            os.close(w)
+    # A new pipe that reuses the numbers is read as any other.
+    r, w = os.pipe()
+    reader = FdLineReader(r)
+    os.write(w, b"again\n")
+    os.close(w)
+    assert [line async for line in reader.lines()] == [b"again"]
+    reader.close()
+    os.close(r)
+
+
+@pytest.mark.anyio
+async def test_readiness_with_nobody_waiting_stops_watching() -> None:
+    import asyncio
+
+    from acp_bridge.rpc.transport import FdLineReader
+
+    r, w = os.pipe()
+    reader = FdLineReader(r)
+    lines = reader.lines()
+    first = asyncio.ensure_future(lines.__anext__())
+    await anyio.sleep(0.005)
+    assert reader._loop is not None  # waiting: registered
+    os.write(w, b"a\n")
+    assert await first == b"a"
+    assert reader._loop is not None  # still registered between reads
+    # Data comes while the consumer is not reading: the loop sees it, drops the watch,
+    # does not spin.
+    os.write(w, b"b\n")
+    for _ in range(5):
+        await anyio.sleep(0)
+    assert reader._loop is None
+    assert await lines.__anext__() == b"b"
+    await lines.aclose()
+    reader.close()
+    os.close(r)
+    os.close(w)
