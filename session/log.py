@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import time as _time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from copy import deepcopy
 from typing import Any, Final
 
 import orjson
@@ -25,7 +24,7 @@ import orjson
 from session.backends.base import BackendSession, Encoded
 from session.errors import EventDataError, SessionClosedError, StoreIOError
 from session.events import STEP_END, TOOL_CALL, TURN_END, TURN_START, Event, Header
-from session.invariants import InvariantTracker
+from session.invariants import InvariantTracker, OpenCall
 from session.repair import interrupted_turn_closers
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
@@ -91,7 +90,7 @@ class SessionLog:
         # Where a failed write rolls back to: the tracker at the last durable point,
         # and (without history) the events before the last `turn/start` until that
         # `turn/start` is durable.
-        self._durable_tracker = deepcopy(tracker)
+        self._durable_tracker = _copy(tracker)
         self._prior_events: list[Event] | None = None
         # A failed hand-off, kept for the log's owner (the turn that wrote the events):
         # raised by its next append, flush or sync.
@@ -148,16 +147,22 @@ class SessionLog:
         self._raise_failure()
         stamp = self._clock()
         tracker = self._tracker
-        # Check the whole batch on a copy, so a refused batch leaves no trace.
-        trial = tracker if _single(items) else deepcopy(tracker)
+        # The batch is checked on the live tracker; a refused batch leaves no trace: a
+        # single event is refused before it changes anything (encode, then `feed`, which
+        # leaves the tracker as it was on a refusal), a longer batch puts back the
+        # tracker's state from before the batch.
+        saved = None if _single(items) else _TrackerState(tracker)
         batch: list[Encoded] = []
-        for etype, data in items:
-            event: Event = {"type": etype, "seq": trial.next_seq, "time": stamp, "data": data}
-            encoded = encode(event)
-            trial.feed(event)
-            batch.append(encoded)
-        if trial is not tracker:
-            self._tracker = trial
+        try:
+            for etype, data in items:
+                event: Event = {"type": etype, "seq": tracker.next_seq, "time": stamp, "data": data}
+                encoded = encode(event)
+                tracker.feed(event)
+                batch.append(encoded)
+        except BaseException:
+            if saved is not None:
+                saved.restore(tracker)
+            raise
         durable = False
         for encoded in batch:
             if encoded.event["type"] == TURN_START and not self._keep_history:
@@ -224,7 +229,7 @@ class SessionLog:
             raise
         if sync:
             self._unsynced = []
-            self._durable_tracker = deepcopy(self._tracker)
+            self._durable_tracker = _copy(self._tracker)
             self._prior_events = None
         else:
             self._unsynced.extend(batch)
@@ -243,7 +248,7 @@ class SessionLog:
         if events:
             del events[max(cut - events[0]["seq"], 0):]
         self._events, self._prior_events = events, None
-        self._tracker = deepcopy(durable)
+        self._tracker = _copy(durable)
         self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, []
 
     def close_interrupted(self, *, cause: str = "shutdown", not_run: Collection[str] = ()) -> list[Event]:
@@ -291,3 +296,33 @@ def _single(items: Iterable[tuple[str, dict[str, Any]]]) -> bool:
     return isinstance(items, list | tuple) and len(items) == 1
 
 
+
+
+def _copy(tracker: InvariantTracker) -> InvariantTracker:
+    """A copy that can be fed without touching `tracker` (its own `__deepcopy__`,
+    without `copy.deepcopy`'s memo machinery: nothing in it is shared)."""
+    return tracker.__deepcopy__({})
+
+
+class _TrackerState:
+    """What feeding a batch can change in a tracker, to put it back if the batch is
+    refused: the scalar fields, the calls dict (replaced at `turn/start` and
+    `turn/end`, added to by `assistant/message`) and each open call's flags (set by
+    `tool/call` and `tool/result`)."""
+
+    __slots__ = ("_calls", "_flags", "_scalars")
+
+    def __init__(self, tracker: InvariantTracker) -> None:
+        self._scalars = (tracker.next_seq, tracker.turn, tracker.in_turn, tracker.step, tracker.step_open)
+        self._calls = tracker.calls
+        self._flags: list[tuple[str, OpenCall, bool, bool]] = [
+            (cid, call, call.started, call.answered) for cid, call in tracker.calls.items()]
+
+    def restore(self, tracker: InvariantTracker) -> None:
+        tracker.next_seq, tracker.turn, tracker.in_turn, tracker.step, tracker.step_open = self._scalars
+        calls = self._calls
+        calls.clear()
+        for cid, call, started, answered in self._flags:
+            call.started, call.answered = started, answered
+            calls[cid] = call
+        tracker.calls = calls

@@ -73,8 +73,26 @@ class Answered:
         return self._result
 
 
+def _error(exc: Exception, error_for: ErrorMapper) -> Any:
+    """The jsonrpcserver Error result for a handler's exception."""
+    error = error_for(exc)
+    if error.code == INTERNAL_ERROR and not isinstance(exc, RpcError):
+        log.exception("handler failed")
+    return Error(error.code, error.message, error.data)
+
+
 class JsonRpcDispatcher:
-    """Our handlers as jsonrpcserver methods, and one parsed request answered at a time."""
+    """Our handlers as jsonrpcserver methods, and one parsed request answered at a time.
+
+    A handler that returns (the usual case: a prompt's answer) is answered here, with
+    the library's own success response, `{"jsonrpc": "2.0", "result": ..., "id": ...}`
+    (its `serialize_success`), or nothing for a notification: what the library builds
+    from a `Success`, without its result objects and signature check (~20 µs a request,
+    measured in the wrapper's profile). Everything else (errors, array params, unknown
+    methods, invalid requests) is the library's to answer, as before."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[Method, tuple[Handler, ErrorMapper]] = {}
 
     def wrap(self, fn: Handler, error_for: ErrorMapper) -> Method:
         """A jsonrpcserver method around one of our handlers: params by name only, our
@@ -88,11 +106,9 @@ class JsonRpcDispatcher:
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:
-                error = error_for(exc)
-                if error.code == INTERNAL_ERROR and not isinstance(exc, RpcError):
-                    log.exception("handler failed")
-                return Error(error.code, error.message, error.data)
+                return _error(exc, error_for)
 
+        self._handlers[method] = (fn, error_for)
         return method
 
     async def dispatch(self, methods: Mapping[str, Method], message: Any) -> Any:
@@ -101,10 +117,22 @@ class JsonRpcDispatcher:
         if method is None:  # the library answers: an invalid request, an unknown method
             return dispatch_to_serializable(message, {}, deserializer=as_is, validator=checked)
         params = message.get("params")
-        args, kwargs = (params, {}) if isinstance(params, list) else ((), params or {})
-        try:
-            answered = Answered(await method(*args, **kwargs))
-        except Exception as exc:  # raised again inside the library, which answers for it
-            answered = Answered(failure=exc)
+        handler = self._handlers.get(method) if not isinstance(params, list) else None
+        if handler is not None:
+            fn, error_for = handler
+            try:
+                value = await fn(**(params or {}))
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                answered = Answered(_error(exc, error_for))
+            else:
+                return {"jsonrpc": "2.0", "result": value, "id": message["id"]} if "id" in message else None
+        else:
+            args, kwargs = (params, {}) if isinstance(params, list) else ((), params or {})
+            try:
+                answered = Answered(await method(*args, **kwargs))
+            except Exception as exc:  # raised again inside the library, which answers for it
+                answered = Answered(failure=exc)
         return dispatch_to_serializable(message, {message["method"]: answered},
                                         deserializer=as_is, validator=as_is)

@@ -10,6 +10,14 @@ writer, so the queue, and its memory, stay bounded while the client reads.
 Before each write the writer calls the owner's `before_write` hook (the agent hands its
 live logs' buffered events to the OS there: an event is on its way to disk before any
 update derived from it reaches the client), so many messages cost one log write.
+
+A message sent with `send` or `notify` (answers, requests, notifications other than
+`session/update`) while nothing is queued and the writer task is idle is written at
+once, by the sender, after the same hook: the bytes and their order are those the
+writer would write, a loop iteration and a task switch sooner. What the descriptor
+does not take at once (a full pipe), or a hook that must be waited for, leaves it to
+the writer task as before. Streamed updates (`notify_update`) and `send_raw` are always
+queued, so a burst of them still costs one log hand-off and one write.
 """
 
 from __future__ import annotations
@@ -51,12 +59,39 @@ class Outgoing:
         self._closed = False  # no more messages: the writer finishes the queue and ends
         self._broken = False  # the client stopped reading: messages are dropped
         self._prefixes: dict[str, bytes] = {}  # session id -> notification prefix
+        self._write_now: Callable[[bytes], int] | None = getattr(writer, "write_now", None)
 
     def send(self, message: Any) -> None:
-        """Queue a message; the writer task writes queued messages in order."""
+        """Queue a message; the writer task writes queued messages in order (or, when
+        nothing is queued and the writer is idle, it is written here: see above)."""
         # The concatenation is a right-sized copy: orjson's own bytes keep a 4 KiB
         # buffer however short they are, which adds up in a long queue.
-        self._enqueue(orjson.dumps(message) + b"\n")
+        data = orjson.dumps(message) + b"\n"
+        if self._writer_idle is not None and not self._queue and self._write_now is not None:
+            data = self._direct(data)
+            if not data:
+                return
+        self._enqueue(data)
+
+    def _direct(self, data: bytes) -> bytes:
+        """Write `data` now, as the writer would (the hook first); what is left for the
+        writer task (b"" if nothing)."""
+        if self._closed or self._broken:
+            return data  # `_enqueue` drops it, as it would
+        before = self._before_write
+        if before is not None:
+            waiting = before()
+            if waiting is not None:  # a log is being written by a thread: the writer waits for it
+                close = getattr(waiting, "close", None)
+                if close is not None:
+                    close()  # not started: the writer calls the hook again
+                return data
+        assert self._write_now is not None
+        try:
+            written = self._write_now(data)
+        except OSError:
+            return data  # the writer meets it again, and handles it as it does
+        return data[written:]
 
     def notify(self, method: str, params: Any) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})

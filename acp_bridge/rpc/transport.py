@@ -9,6 +9,7 @@ newline and reported as `TooLong`, so the connection stays usable.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -37,52 +38,135 @@ class FdLineReader:
         self.max_line = max_line
         self._was_blocking = os.get_blocking(fd)
         os.set_blocking(fd, False)
+        # On asyncio the descriptor stays registered with the loop between reads (see
+        # `_wait`): where, the wait under way, readiness seen with nobody waiting, and
+        # data read for a wait that was cancelled before it took it.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[bytes] | None = None
+        self._idle_hits = 0
+        self._kept: bytes | None = None
+        self._empty = False  # the callback's last read left the pipe empty
 
     async def _read(self) -> bytes:
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            return kept
+        if self._empty:
+            self._empty = False
+            data = await self._wait()
+            if data is not None:
+                return data
         while True:
             try:
                 return os.read(self.fd, _READ_SIZE)
             except BlockingIOError:
+                data = await self._wait()
+                if data is not None:
+                    return data
+
+    async def _wait(self) -> bytes | None:
+        """Until the descriptor is readable: what the loop's callback read then (None:
+        read it now). `anyio.wait_readable` registers the descriptor with the loop and
+        removes it again at every wait (two epoll_ctl calls and the selector's
+        bookkeeping per message read). On asyncio it stays registered while reads
+        follow waits, and the callback reads at once (`_ready`), so the loop's next
+        poll does not see the same data again; it is removed when the wait is
+        cancelled, when readiness finds nobody waiting twice, when `lines` ends and on
+        `close`."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio
+            await anyio.wait_readable(self.fd)
+            return None
+        if self._loop is not loop:
+            self._unregister()
+            try:
+                loop.add_reader(self.fd, self._ready)
+            except NotImplementedError:  # a loop without add_reader: anyio's way
                 await anyio.wait_readable(self.fd)
+                return None
+            self._loop = loop
+        self._idle_hits = 0
+        waiter = self._waiter = loop.create_future()
+        try:
+            data: bytes = await waiter
+        except BaseException:
+            self._unregister()
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._kept = waiter.result()  # read, not taken: the next read returns it
+            raise
+        finally:
+            self._waiter = None
+        # A short read emptied the pipe: the next read waits at once (the descriptor
+        # is watched level-triggered, so data that came meanwhile wakes it at once).
+        self._empty = len(data) < _READ_SIZE
+        return data
+
+    def _ready(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            try:
+                data = os.read(self.fd, _READ_SIZE)
+            except BlockingIOError:
+                return  # not readable after all: still waiting
+            except OSError as exc:
+                waiter.set_exception(exc)
+                return
+            waiter.set_result(data)
+            return
+        # Nobody waits (the reader is busy elsewhere): after a second time the
+        # descriptor is not watched until it waits again, so the loop does not spin.
+        self._idle_hits += 1
+        if self._idle_hits > 1:
+            self._unregister()
+
+    def _unregister(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self.fd)
 
     async def lines(self) -> AsyncIterator[bytes | TooLong]:
-        buffer = bytearray()
-        skipping = 0  # bytes of an over-long line dropped so far
-        while True:
-            chunk = await self._read()
-            if not chunk:
-                if skipping:
-                    yield TooLong(skipping + len(buffer))
-                elif buffer.strip():
-                    yield bytes(buffer)  # a last line without newline still counts
-                return
-            start = 0
+        try:
+            buffer = bytearray()
+            skipping = 0  # bytes of an over-long line dropped so far
             while True:
-                end = chunk.find(b"\n", start)
-                if end < 0:
-                    break
+                chunk = await self._read()
+                if not chunk:
+                    if skipping:
+                        yield TooLong(skipping + len(buffer))
+                    elif buffer.strip():
+                        yield bytes(buffer)  # a last line without newline still counts
+                    return
+                start = 0
+                while True:
+                    end = chunk.find(b"\n", start)
+                    if end < 0:
+                        break
+                    if skipping:
+                        yield TooLong(skipping + end - start)
+                        skipping = 0
+                    elif len(buffer) + end - start > self.max_line:
+                        yield TooLong(len(buffer) + end - start)
+                        buffer = bytearray()
+                    elif buffer:
+                        buffer += chunk[start:end]
+                        line, buffer = bytes(buffer), bytearray()
+                        yield line
+                    else:
+                        yield chunk[start:end]
+                    start = end + 1
+                rest = chunk[start:]
                 if skipping:
-                    yield TooLong(skipping + end - start)
-                    skipping = 0
-                elif len(buffer) + end - start > self.max_line:
-                    yield TooLong(len(buffer) + end - start)
-                    buffer = bytearray()
-                elif buffer:
-                    buffer += chunk[start:end]
-                    line, buffer = bytes(buffer), bytearray()
-                    yield line
+                    skipping += len(rest)
+                elif len(buffer) + len(rest) > self.max_line:
+                    skipping, buffer = len(buffer) + len(rest), bytearray()
                 else:
-                    yield chunk[start:end]
-                start = end + 1
-            rest = chunk[start:]
-            if skipping:
-                skipping += len(rest)
-            elif len(buffer) + len(rest) > self.max_line:
-                skipping, buffer = len(buffer) + len(rest), bytearray()
-            else:
-                buffer += rest
+                    buffer += rest
+        finally:
+            self._unregister()
 
     def close(self) -> None:
+        self._unregister()
         with contextlib.suppress(OSError):
             os.set_blocking(self.fd, self._was_blocking)
 
@@ -112,6 +196,15 @@ class FdWriter:
         self._was_blocking = os.get_blocking(fd)
         os.set_blocking(fd, False)
         _widen_pipe(fd)
+
+    def write_now(self, data: bytes) -> int:
+        """Write what the descriptor takes at once, without waiting: the number of
+        bytes written (0 if it takes none now). Raises what `os.write` raises, but for
+        BlockingIOError."""
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
 
     async def write(self, data: bytes) -> None:
         view = memoryview(data)

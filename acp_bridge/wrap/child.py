@@ -193,6 +193,7 @@ class ChildAgent:
                 else:
                     log.warning("[%d] %s", pid, line.decode("utf-8", "replace").rstrip())
         finally:
+            reader.close()  # no longer watched by the loop before its number is freed
             _close_fd(fd)
 
 

@@ -139,6 +139,9 @@ class WrapAgent:
 
     async def ensure_link(self) -> ChildLink:
         """The child's connection, restarted (and initialized again) if it died."""
+        link = self.link
+        if link is not None and link.alive:  # the usual case: no lock, no checkpoint
+            return link
         async with self._starting:
             link = self.link
             if link is not None and link.alive:

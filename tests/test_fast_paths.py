@@ -1,0 +1,237 @@
+"""The wrapper's fast paths (issue 14, bench/README.md): a batch is checked on the live
+invariant tracker and put back if refused; `send` writes at once when nothing is
+queued and the writer is idle, after the same `before_write` hook."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Awaitable
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from acp_bridge.rpc.outgoing import Outgoing
+from acp_bridge.rpc.transport import FdWriter
+from session import EventDataError, InvariantError, SessionStore
+from session.invariants import InvariantTracker
+from tests.support.logs import Script, write
+
+
+def state(tracker: InvariantTracker) -> tuple[Any, ...]:
+    """Everything a tracker holds, calls by value."""
+    calls = {cid: dataclasses.astuple(call) for cid, call in tracker.calls.items()}
+    return (tracker.session_id, tracker.next_seq, tracker.turn, tracker.in_turn, tracker.step,
+            tracker.step_open, calls)
+
+
+def open_tool_turn(store: SessionStore) -> Any:
+    log = store.create(cwd="/w")
+    script = Script().start_turn().start_step().message("reading", calls=("c1", "c2")).call("c1")
+    write(log, script)
+    return log, script
+
+
+@pytest.mark.parametrize("bad", ["invariant-late", "invariant-after-end", "data-late"])
+def test_refused_batch_leaves_the_tracker_as_it_was(store: SessionStore, bad: str) -> None:
+    log, script = open_tool_turn(store)
+    before, events, calls = state(log.tracker), list(log.events), log.tracker.calls
+    s = Script(first_turn=script.turn)
+    s.turn, s.step = script.turn, script.step
+    s.result("c1").call("c2").result("c2").message("done")  # flips flags, adds nothing new
+    if bad == "invariant-late":
+        s.start_step()  # step 1 is still open
+        error: type[Exception] = InvariantError
+    elif bad == "invariant-after-end":
+        s.end_step().end_turn().add("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text", "text": "x"}})
+        error = InvariantError
+    else:
+        s.add("step/end", {"turn": 1, "step": 1, "extra": {1, 2}})
+        error = EventDataError
+    with pytest.raises(error):
+        log.extend(s.items)
+    assert state(log.tracker) == before
+    assert log.tracker.calls is calls or log.tracker.calls == calls
+    assert list(log.events) == events
+    # The log goes on from where it stood.
+    write(log, Script().add("tool/result", {"turn": 1, "step": 1, "callId": "c1",
+                                            "content": [], "isError": False}))
+    assert log.tracker.calls["c1"].answered and not log.tracker.calls["c2"].started
+    log.close()
+
+
+def test_accepted_batch_matches_one_by_one(store: SessionStore) -> None:
+    script = Script().tool_turn().text_turn()
+    one, batch = store.create(cwd="/w"), store.create(cwd="/w")
+    write(one, script)
+    batch.extend(script.items[:7])
+    batch.extend(script.items[7:])
+    assert state(one.tracker)[1:] == state(batch.tracker)[1:]
+    assert [(e["type"], e["seq"], e["data"]) for e in one.events] == \
+        [(e["type"], e["seq"], e["data"]) for e in batch.events]
+    assert batch.durable_seq == batch.tracker.next_seq
+    one.close()
+    batch.close()
+
+
+# --- direct writes ---------------------------------------------------------------------
+
+
+def read_all(fd: int) -> bytes:
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
+@pytest.mark.anyio
+async def test_send_writes_at_once_after_the_hook_and_in_order() -> None:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    calls: list[bytes] = []
+
+    def hook() -> Awaitable[None] | None:
+        calls.append(read_all(r))  # what was written before the hook ran
+        return None
+
+    out = Outgoing(FdWriter(w), hook)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(out.run)
+            await anyio.sleep(0.01)  # the writer is idle
+            out.send({"id": 1})
+            assert calls == [b""]  # the hook ran first, in the sender
+            assert read_all(r) == b'{"id":1}\n'  # written before any await
+            out.notify_update("s", {"n": 1})  # an update is queued, never written here
+            out.send({"id": 2})  # queued behind it
+            assert read_all(r) == b""
+            await anyio.sleep(0.01)
+            assert read_all(r) == b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s",' \
+                b'"update":{"n":1}}}\n{"id":2}\n'
+            out.close()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.anyio
+async def test_a_hook_that_must_wait_or_a_full_pipe_leaves_it_to_the_writer() -> None:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    waited: list[str] = []
+    busy = [True]
+
+    async def wait_for_thread() -> None:
+        waited.append("waited")
+
+    def hook() -> Awaitable[None] | None:
+        if busy[0]:
+            busy[0] = False
+            return wait_for_thread()
+        return None
+
+    writer = FdWriter(w)
+    out = Outgoing(writer, hook)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(out.run)
+            await anyio.sleep(0.01)
+            out.send({"id": 1})  # the hook says wait: not written here, nothing awaited here
+            assert read_all(r) == b"" and waited == []
+            await anyio.sleep(0.01)
+            assert read_all(r) == b'{"id":1}\n'
+            # A message bigger than the pipe takes: the rest goes through the writer.
+            big = {"text": "x" * (4 << 20)}
+            out.send(big)
+            got = read_all(r)
+            assert 0 < len(got) < len(orjson.dumps(big)) + 1
+            while len(got) < len(orjson.dumps(big)) + 1:
+                await anyio.sleep(0.001)
+                got += read_all(r)
+            assert got == orjson.dumps(big) + b"\n"
+            out.close()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+# --- the reader stays registered between reads ------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_reader_registration_ends_with_the_wait_eof_and_close() -> None:
+    import asyncio
+
+    from acp_bridge.rpc.transport import FdLineReader
+
+    loop = asyncio.get_running_loop()
+    for how in ("cancel", "eof", "close"):
+        r, w = os.pipe()
+        reader = FdLineReader(r)
+        got: list[bytes] = []
+
+        async def consume(reader: FdLineReader = reader, got: list[bytes] = got) -> None:
+            async for line in reader.lines():
+                got.append(line if isinstance(line, bytes) else b"?")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            for n in range(3):
+                os.write(w, b"line %d\n" % n)
+                await anyio.sleep(0.005)
+            assert got == [b"line 0", b"line 1", b"line 2"]
+            if how == "cancel":
+                tg.cancel_scope.cancel()
+            elif how == "eof":
+                os.close(w)
+            else:
+                reader.close()
+                tg.cancel_scope.cancel()
+        assert loop.remove_reader(r) is False  # nothing left registered for the number
+        reader.close()
+        os.close(r)
+        if how != "eof":
+            os.close(w)
+    # A new pipe that reuses the numbers is read as any other.
+    r, w = os.pipe()
+    reader = FdLineReader(r)
+    os.write(w, b"again\n")
+    os.close(w)
+    assert [line async for line in reader.lines()] == [b"again"]
+    reader.close()
+    os.close(r)
+
+
+@pytest.mark.anyio
+async def test_readiness_with_nobody_waiting_stops_watching() -> None:
+    import asyncio
+
+    from acp_bridge.rpc.transport import FdLineReader
+
+    r, w = os.pipe()
+    reader = FdLineReader(r)
+    lines = reader.lines()
+    first = asyncio.ensure_future(lines.__anext__())
+    await anyio.sleep(0.005)
+    assert reader._loop is not None  # waiting: registered
+    os.write(w, b"a\n")
+    assert await first == b"a"
+    assert reader._loop is not None  # still registered between reads
+    # Data comes while the consumer is not reading: the loop sees it, drops the watch,
+    # does not spin.
+    os.write(w, b"b\n")
+    for _ in range(5):
+        await anyio.sleep(0)
+    assert reader._loop is None
+    assert await lines.__anext__() == b"b"
+    await lines.aclose()
+    reader.close()
+    os.close(r)
+    os.close(w)
