@@ -76,11 +76,6 @@ def test_wrap_crash_matrix_long(tmp_path: Path, backend: str, target: str) -> No
 # --- found by the matrix ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "acp_bridge/wrap/proxy.py ensure_link trusts ChildLink.alive, which turns false only once the "
-    "child's stdout has ended (or 2 s after its exit while a grandchild holds it open): a prompt that "
-    "comes after the child died between turns, before that, is sent to the dead child and answered "
-    "`cancelled` (interrupted, crash) with an empty crashed turn, instead of restarting the child"))
 def test_prompt_right_after_the_child_died_between_turns_restarts_it(tmp_path: Path) -> None:
     async def main() -> None:
         script = tmp_path / "s.json"

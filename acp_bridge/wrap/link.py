@@ -76,6 +76,13 @@ class ChildLink:
     def alive(self) -> bool:
         return not self.dead.is_set()
 
+    @property
+    def running(self) -> bool:
+        """Alive, and its process has not exited: a grandchild may hold the child's
+        stdout open for a while after the child itself died (the link is then still
+        alive, reading to EOF), and a new request must not be sent to the dead one."""
+        return self.alive and self.child.alive
+
     async def run(self) -> None:
         """Serve the child until its stdout ends (or it exits), then mark it dead."""
         async with anyio.create_task_group() as tg:

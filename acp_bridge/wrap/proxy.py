@@ -140,11 +140,11 @@ class WrapAgent:
     async def ensure_link(self) -> ChildLink:
         """The child's connection, restarted (and initialized again) if it died."""
         link = self.link
-        if link is not None and link.alive:  # the usual case: no lock, no checkpoint
+        if link is not None and link.running:  # the usual case: no lock, no checkpoint
             return link
         async with self._starting:
             link = self.link
-            if link is not None and link.alive:
+            if link is not None and link.running:
                 return link
             log.warning("the wrapped agent is not running: restarting it")
             try:
