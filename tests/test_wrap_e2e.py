@@ -46,7 +46,7 @@ def stored(store: Path, backend: str = "jsonl") -> list[tuple[dict[str, Any], li
 
 
 async def both(tmp_path: Path, model: str, scenario: Scenario, *, caps: dict[str, Any] | None = None,
-               permissions: tuple[str, ...] = (), serve_args: tuple[str, ...] = (),
+               permissions: tuple[str | None, ...] = (), serve_args: tuple[str, ...] = (),
                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], WrappedProcess]:
     """The scenario's raw prompt answers from `serve` alone and through the wrapper."""
     alone_work, wrapped_work = tmp_path / "alone", tmp_path / "work"
@@ -187,3 +187,15 @@ async def test_max_steps(tmp_path: Path, snapshot_json: Any) -> None:
     # The wrapped agent's answer names no limit (ACP has no field for it).
     assert answer["_meta"]["acpBridge"] == {"turn": 1, "reason": {"kind": "max_steps", "limit": None}}
     assert normalized(wrapped.transcript, tmp_path / "work", tmp_path) == snapshot_json
+
+
+async def test_a_permission_answered_cancelled_is_recorded_as_that_answer(tmp_path: Path) -> None:
+    # The editor ends the turn by answering the permission `cancelled`, with no
+    # session/cancel: the wrapper records that cause, as serve alone does.
+    write = {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
+                                                "arguments": {"path": "out.txt", "content": "hi\n"}}]}
+    model = write_script(tmp_path / "script.json", write, {"text": "next"})
+    expected, got, _ = await both(tmp_path, model, lambda a, w: prompts(a, w, "write it"), permissions=(None,))
+    reason = {"kind": "cancelled", "by": "session/request_permission"}
+    assert results(expected)[0]["_meta"]["acpBridge"]["reason"] == reason
+    assert results(got) == results(expected)

@@ -134,6 +134,10 @@ class ChildSide:
             return
         tool_call, outcome = params.get("toolCall"), result.get("outcome")
         if isinstance(tool_call, dict) and isinstance(outcome, dict):
+            if outcome.get("outcome") == "cancelled" and ws.cancelled_by is None:
+                # The editor ended the turn through its answer, not a session/cancel:
+                # the turn says so, as our own agent's does (docs/protocol.md).
+                ws.cancelled_by = "session/request_permission"
             items = recorder.permission(tool_call, outcome)
             if items:
                 ws.log.extend(items)
