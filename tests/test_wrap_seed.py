@@ -13,6 +13,7 @@ import pytest
 
 from acp_bridge.wrap.seed import PREFACE, seed_text
 from session import SessionStore, check_invariants, open_backend
+from tests.support.acp_client import AgentProcess
 from tests.support.wrapped import WrappedProcess
 
 pytestmark = pytest.mark.anyio
@@ -50,7 +51,7 @@ async def two_turns(store: Path, work: Path, record: Path) -> str:
     return sid
 
 
-async def load(agent: WrappedProcess, sid: str, work: Path) -> dict[str, Any]:
+async def load(agent: AgentProcess, sid: str, work: Path) -> dict[str, Any]:
     await agent.initialize()
     result = await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
     assert isinstance(result, dict)
