@@ -98,6 +98,9 @@ def _wrap(raw: list[str]) -> int:
                             "acp-bridge wrap [options] -- COMMAND [ARGS...]")
     _store_options(parser)
     _log_options(parser)
+    parser.add_argument("--seed-fresh", action="store_true",
+                        help="when a loaded session cannot be loaded or resumed by the wrapped agent, seed its "
+                             "fresh session with the transcript (one prompt: a model call of the wrapped agent)")
     args = parser.parse_args(raw[:cut])
     args.wrapped = raw[cut + 1:]
     if not args.wrapped:

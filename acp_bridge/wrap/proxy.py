@@ -33,7 +33,8 @@ from acp_bridge.rpc.connection import Connection, current_request_id
 from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError, request_key
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.link import ChildLink, obj
-from acp_bridge.wrap.sessions import SessionMap, WrappedSession, restore
+from acp_bridge.wrap.seed import quiet_while_seeding, seed
+from acp_bridge.wrap.sessions import Restored, SessionMap, WrappedSession, restore
 from acp_bridge.wrap.stored import StoredSessions
 from acp_bridge.wrap.turns import run_prompt
 from acp_bridge.wrap.upstream import ChildSide
@@ -49,6 +50,7 @@ class WrapConfig:
     backend: str = "jsonl"
     grace: float = 2.0  # seconds the child gets to exit after its stdin closed
     env: dict[str, str] | None = field(default=None)
+    seed_fresh: bool = False  # seed a fresh child session with the transcript (wrap/seed.py)
 
 
 class WrapAgent:
@@ -132,7 +134,8 @@ class WrapAgent:
         if self.link is not None:
             await self.link.close()
         await self.child.start(self._tg)
-        link = ChildLink(self.child, fallback_for=self.side.fallback_for, inline=self.side.inline())
+        link = ChildLink(self.child, fallback_for=quiet_while_seeding(self.side.fallback_for, self.sessions),
+                         inline=self.side.inline())
         self._tg.start_soon(link.run)
         self.link = link
         return link
@@ -160,10 +163,19 @@ class WrapAgent:
         """The child's session for `ws` on its current run (restored if stale)."""
         link = await self.ensure_link()
         if ws.child_sid is None or ws.generation != link.generation:
-            await restore(ws, link, self.child_caps, self.sessions)
-            self.side.adopt(ws)
+            await self._restore(ws, link)
         assert ws.child_sid is not None
         return link, ws.child_sid
+
+    async def _restore(self, ws: WrappedSession, link: ChildLink) -> tuple[Restored, dict[str, Any], dict[str, Any]]:
+        """`restore`, then (with `--seed-fresh`, when it ended fresh) the seed prompt:
+        how, the child's answer, and what the seed adds to `_meta.acpBridge.wrapped`."""
+        restored, result = await restore(ws, link, self.child_caps, self.sessions)
+        self.side.adopt(ws)
+        seeded: dict[str, Any] = {}
+        if restored == "fresh" and self.config.seed_fresh:
+            seeded = await seed(ws, link, self.stored.store())
+        return restored, result, seeded
 
     def _took_init(self, answer: Any) -> dict[str, Any]:
         result = dict(obj(answer))
@@ -240,11 +252,10 @@ class WrapAgent:
         if isinstance(extra, list):
             ws.additional_directories = extra
         link = await self.ensure_link()
-        restored, result = await restore(ws, link, self.child_caps, self.sessions)
-        self.side.adopt(ws)
+        restored, result, seeded = await self._restore(ws, link)
         answer = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         child_meta = obj(result.get("_meta"))
-        meta["wrapped"] = {"restored": restored}
+        meta["wrapped"] = {"restored": restored, **seeded}
         answer["_meta"] = {**child_meta, "acpBridge": meta}
         return answer
 

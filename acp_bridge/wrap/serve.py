@@ -25,7 +25,8 @@ from session import default_store_dir
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_file, args.log_level)
     config = WrapConfig(store_dir=Path(args.store) if args.store else default_store_dir(),
-                        command=list(args.wrapped), backend=args.backend)
+                        command=list(args.wrapped), backend=args.backend,
+                        seed_fresh=bool(getattr(args, "seed_fresh", False)))
     # One line on stderr, never stdout (stdout carries protocol messages only).
     print(f"acp-bridge {__version__}: wrapping {' '.join(config.command)}, store {config.store_dir} "
           f"({config.backend})", file=sys.stderr, flush=True)

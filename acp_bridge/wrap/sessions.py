@@ -8,7 +8,8 @@ run before anything is passed on for it (docs/wrap.md, "Load"): the child's own
 `session/load` if it advertises `loadSession` (its replay is kept from the editor: the
 editor has ours), else its `session/resume` if advertised, else a fresh `session/new`.
 The answer to our `session/load` or `session/resume` says which in
-`_meta.acpBridge.wrapped.restored`.
+`_meta.acpBridge.wrapped.restored`. With `wrap --seed-fresh`, a fresh session is then
+seeded with the transcript (acp_bridge.wrap.seed).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class WrappedSession:
     recorder: TurnRecorder | None = None  # the running turn's
     cancelled_by: str | None = None  # how the editor cancelled the running turn
     stopping: anyio.CancelScope | None = None  # the running prompt's wait on the child
-    restoring: bool = False  # the child is replaying to us: kept from the editor
+    restoring: bool = False  # the child is replaying to us (or seeded): kept from the editor
+    seeding: bool = False  # the wrapper's own seed prompt runs (acp_bridge.wrap.seed)
 
     @property
     def id(self) -> str:
