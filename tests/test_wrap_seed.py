@@ -18,7 +18,7 @@ from tests.support.wrapped import WrappedProcess
 
 pytestmark = pytest.mark.anyio
 
-AGENT = Path(__file__).resolve().parent / "wrap_seed_agent.py"
+AGENT = Path(__file__).resolve().parent / "support" / "wrap_seed_agent.py"
 
 
 def agent_command(record: Path, *flags: str) -> list[str]:

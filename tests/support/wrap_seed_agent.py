@@ -2,7 +2,7 @@
 `wrap` restores `fresh`), recording each prompt's text it gets as a JSON line in a file,
 for tests/test_wrap_seed.py.
 
-    python tests/wrap_seed_agent.py RECORD [--ask] [--fail-seed]
+    python tests/support/wrap_seed_agent.py RECORD [--ask] [--fail-seed]
 
 --ask: on the wrapper's seed prompt, ask the editor for a permission first and record
 the outcome; --fail-seed: answer the seed prompt with an error.
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from acp import Agent, PromptResponse, RequestError, run_agent
 from acp.schema import PermissionOption, ToolCallUpdate
