@@ -355,3 +355,36 @@ async def test_client_terminal_without_a_limit_keeps_everything_and_reports_spaw
             await terminals.create(sessionId="s", command="/no/such/program", cwd=str(tmp_path))
         assert failed.value.code == INTERNAL_ERROR
         tg.cancel_scope.cancel()
+
+
+# --- untrusted output (issue 17: a terminal that cannot be hijacked) -------------------
+
+HIJACK = "\u001b[2J\u001b[H\u001b]0;pwned-title\u0007"
+
+
+def test_render_shows_control_characters_instead_of_running_them() -> None:
+    r = Renderer(cwd="/w")
+    text = r.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"hi {HIJACK}"},
+                     "messageId": "t1s1"})
+    text += r.update({"sessionUpdate": "tool_call", "toolCallId": "c", "title": f"Run {HIJACK}",
+                      "kind": "execute", "status": "pending"})
+    text += r.update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "status": "failed", "content": [
+        {"type": "content", "content": {"type": "text", "text": f"out {HIJACK}\nexit code 1"}}]})
+    text += r.permission({"toolCallId": "d", "title": f"Edit {HIJACK}", "kind": "edit"})
+    text += r.failed(f"boom {HIJACK}")
+    assert "\u001b" not in text and "\u0007" not in text
+    assert text.count("\\x1b[2J\\x1b[H\\x1b]0;pwned-title\\x07") == 5
+
+
+def test_a_model_or_a_command_cannot_write_escape_sequences_to_the_terminal(tmp_path: Path) -> None:
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    model = write_script(tmp_path / "script.json", {"text": HIJACK},
+                         {"toolCalls": [{"id": "x1", "name": "run_command",
+                                         "arguments": {"command": "printf '\\033[2J\\033]0;cmd-title\\007'"}}]},
+                         {"text": "done"})
+    code, out, err, _ = run_chat(store, work, ["show me", "/mode accept_edits", "run it", "a", "/quit"],
+                                 "--model", model)
+    assert code == 0, err
+    assert "\u001b" not in out and "\u0007" not in out  # no colour either: stdout is a pipe
+    assert "\\x1b[2J" in out and "\\x1b]0;cmd-title\\x07" in out

@@ -15,6 +15,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from acp_bridge.cli.safe_text import clean, cleaned
+
 DIM: Final = "\x1b[2m"
 RESET: Final = "\x1b[0m"
 
@@ -103,7 +105,7 @@ def sessions_table(sessions: Iterable[Mapping[str, Any]], current: str | None = 
     for info in sessions:
         sid = str(info.get("sessionId", "?"))
         updated = str(info.get("updatedAt") or "").replace("T", " ").split(".")[0].rstrip("Z")
-        title = str(info.get("title") or "").replace("\n", " ")
+        title = clean(str(info.get("title") or "")).replace("\n", " ")
         rows.append(("*" if sid == current else "", sid, updated, title))
     if len(rows) == 1:
         return "(no sessions)\n"
@@ -177,10 +179,11 @@ class Renderer:
         return end + self._text(STOP_REASONS.get(str(reason), f"[stopped: {reason}]") + "\n")
 
     def failed(self, message: str) -> str:
-        return self.line(f"[error: {message}]")
+        return self.line(f"[error: {clean(message)}]")
 
     def permission(self, tool_call: Mapping[str, Any]) -> str:
         """The question for `session/request_permission`, ending in the choices."""
+        tool_call = cleaned(tool_call)  # what the agent sends is never a terminal command
         title = tool_call.get("title") or "tool call"
         kind = tool_call.get("kind") or self._kinds.get(str(tool_call.get("toolCallId")), "other")
         text = self.line(f"? {title} ({kind})")
@@ -194,6 +197,8 @@ class Renderer:
     # --- updates ---------------------------------------------------------------------
 
     def update(self, update: Mapping[str, Any]) -> str:
+        # Model and tool output is untrusted: its control characters are shown, not run.
+        update = cleaned(update)
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
             return self._chunk("text", update)

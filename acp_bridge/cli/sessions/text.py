@@ -4,6 +4,8 @@ tool arguments and diffs. Shared by the view model and both renderings."""
 
 from __future__ import annotations
 
+from acp_bridge.cli.safe_text import clean
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -40,18 +42,6 @@ def tokens_json(usage: dict[str, int]) -> dict[str, int]:
     out = {"inputTokens": usage.get("inputTokens", 0), "outputTokens": usage.get("outputTokens", 0)}
     out.update({k: v for k, v in usage.items() if k not in out and v})
     return out
-
-
-_CONTROL: dict[int, str] | None = None
-
-
-def clean(text: str) -> str:
-    """Text from the log with control characters made visible (tabs and newlines kept)."""
-    global _CONTROL
-    if _CONTROL is None:
-        codes = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
-        _CONTROL = {c: f"\\x{c:02x}" for c in codes if c not in (0x09, 0x0A)}
-    return text.replace("\r\n", "\n").translate(_CONTROL)
 
 
 def one_line(text: str) -> str:

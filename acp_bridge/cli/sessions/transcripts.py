@@ -3,9 +3,9 @@ text or as Markdown. (`export --format jsonl` is the stored form, `Source.raw`.)
 
 from __future__ import annotations
 
+from acp_bridge.cli.safe_text import clean
 from acp_bridge.cli.sessions.text import (
     blocks_text,
-    clean,
     cut,
     diff_summary,
     head_lines,
