@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import orjson
 
 from tests.support.acp_client import AgentProcess, ClientPolicy
@@ -95,7 +96,7 @@ class MatrixAgent(AgentProcess):
             self.killed.set()
 
 
-async def _first_of(*events: anyio.Event) -> None:
+async def first_of(*events: anyio.Event) -> None:
     async with anyio.create_task_group() as tg:
         async def wait(event: anyio.Event) -> None:
             await event.wait()
@@ -105,7 +106,7 @@ async def _first_of(*events: anyio.Event) -> None:
             tg.start_soon(wait, event)
 
 
-def _file_state(work: Path) -> dict[str, bytes]:
+def file_state(work: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in work.iterdir() if p.is_file()}
 
 
@@ -125,7 +126,7 @@ async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: flo
         doc["chunkDelayMs"] = scenario.chunk_delay_ms
     script.write_bytes(orjson.dumps(doc))
     policy = MatrixPolicy(scenario.permissions, point.n if point.kind == "permission" else None)
-    before = _file_state(run.work)
+    before = file_state(run.work)
     agent = MatrixAgent(store, model=f"script:{script}", backend=backend, policy=policy,
                         kill_on_update=point.n if point.kind == "updates" else None)
     prompt_ids: dict[str, int] = {}
@@ -136,29 +137,9 @@ async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: flo
                 run.sid = await agent.new_session(run.work)
                 first_prompt = anyio.Event()
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_killer, agent, policy, run, first_prompt)
-                    for turn, text in enumerate(scenario.prompts, start=1):
-                        if agent.killed.is_set():
-                            break
-                        rid = f"prompt-{turn}"
-                        prompt_ids[rid] = turn
-                        done = anyio.Event()
-
-                        async def send(rid: str = rid, text: str = text, done: anyio.Event = done) -> None:
-                            with contextlib.suppress(TimeoutError):
-                                await agent.request_raw("session/prompt", {"sessionId": run.sid, "prompt": [
-                                    {"type": "text", "text": text}]}, request_id=rid, timeout=timeout)
-                            done.set()
-
-                        tg.start_soon(send)
-                        first_prompt.set()
-                        await _first_of(done, agent.killed, agent.eof)
-                        if agent.eof.is_set() and not agent.killed.is_set():
-                            break  # it died on its own: reported below
-                        if done.is_set() and not agent.killed.is_set():
-                            run.snapshots[turn] = read_raw(backend, store, run.sid)
-                            if point.kind == "answer" and point.n == turn:
-                                agent.kill()
+                    tg.start_soon(killer, agent, policy, run, first_prompt)
+                    await send_prompts(tg, agent, run, scenario.prompts, first_prompt, prompt_ids,
+                                       backend, store, timeout)
                     agent.kill()  # "end": after the last answer (or a no-op)
                     run.returncode = await agent.proc.wait()
                     await agent.eof.wait()
@@ -173,6 +154,41 @@ async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: flo
     if run.returncode is not None and run.returncode != -signal.SIGKILL:
         run.fail(f"agent A exited with {run.returncode} before it was killed; stderr: {agent.stderr[-2000:]!r}")
     finish_a(run, agent, prompt_ids, before, backend, store)
+
+
+async def send_prompts(tg: anyio.abc.TaskGroup, agent: MatrixAgent, run: Run, prompts: Sequence[str],
+                       first_prompt: anyio.Event, prompt_ids: dict[str, int], backend: str, store: Path,
+                       timeout: float) -> tuple[int, anyio.Event | None]:
+    """Phase A's prompts, one after the other, until the agent is killed (or dies): the
+    log is read right after each answer, and a kill point of kind "answer" fires then.
+    Returns the last turn prompted (0 if none) and the done-event of a prompt still
+    unanswered (None if every prompt sent was answered)."""
+    point = run.point
+    turn, pending = 0, None
+    for turn, text in enumerate(prompts, start=1):
+        if agent.killed.is_set():
+            return turn - 1, pending
+        rid = f"prompt-{turn}"
+        prompt_ids[rid] = turn
+        done = pending = anyio.Event()
+
+        async def send(rid: str = rid, text: str = text, done: anyio.Event = done) -> None:
+            with contextlib.suppress(TimeoutError):
+                await agent.request_raw("session/prompt", {"sessionId": run.sid, "prompt": [
+                    {"type": "text", "text": text}]}, request_id=rid, timeout=timeout)
+            done.set()
+
+        tg.start_soon(send)
+        first_prompt.set()
+        await first_of(done, agent.killed, agent.eof)
+        if agent.eof.is_set() and not agent.killed.is_set():
+            break  # it died on its own: reported by the caller
+        if done.is_set() and not agent.killed.is_set():
+            run.snapshots[turn] = read_raw(backend, store, run.sid)
+            pending = None
+            if point.kind == "answer" and point.n == turn:
+                agent.kill()
+    return turn, pending
 
 
 def check_command_gone(run: Run) -> None:
@@ -205,7 +221,7 @@ def finish_a(run: Run, agent: AgentProcess, prompt_ids: dict[str, int], before: 
                 turn = prompt_ids[item["id"]]
                 run.answers[turn] = item
                 run.updates_at_answer[turn] = len(run.live_updates)
-    after = _file_state(run.work)
+    after = file_state(run.work)
     run.side_effects_seen = sorted(name for name in after if before.get(name) != after[name])
     if run.sid:
         run.pre_raw = read_raw(backend, store, run.sid)
@@ -213,7 +229,7 @@ def finish_a(run: Run, agent: AgentProcess, prompt_ids: dict[str, int], before: 
         check_phase_a(run, SCENARIOS[run.point.scenario])
 
 
-async def _killer(agent: MatrixAgent, policy: MatrixPolicy, run: Run, first_prompt: anyio.Event) -> None:
+async def killer(agent: MatrixAgent, policy: MatrixPolicy, run: Run, first_prompt: anyio.Event) -> None:
     point = run.point
     if point.kind == "delay":
         await first_prompt.wait()

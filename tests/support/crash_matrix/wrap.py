@@ -48,11 +48,11 @@ from tests.support.wrapped import command_line
 from .kill import (
     MatrixAgent,
     MatrixPolicy,
-    _file_state,
-    _first_of,
-    _killer,
     check_command_gone,
+    file_state,
     finish_a,
+    killer,
+    send_prompts,
 )
 from .oracle import Run, read_raw
 from .scenarios import SCENARIOS
@@ -125,7 +125,7 @@ async def run_a_wrap(run: Run, backend: str, store: Path, child_store: Path, scr
     after.write_bytes(orjson.dumps({"steps": [{"text": AFTER_TEXT}]}))
     child = child_command(child_store, backend, script, after=after, marker=scripts / f"a{run.index:04d}.started")
     policy = MatrixPolicy(scenario.permissions, point.n if point.kind == "permission" else None)
-    before = _file_state(run.work)
+    before = file_state(run.work)
     agent = WrapMatrixAgent(store, child, backend=backend, target=target, policy=policy,
                             kill_on_update=point.n if point.kind == "updates" else None)
     prompt_ids: dict[str, int] = {}
@@ -139,35 +139,11 @@ async def run_a_wrap(run: Run, backend: str, store: Path, child_store: Path, scr
                     run.fail("the wrapper's child (acp_bridge serve) was not found")
                 run.sid = await agent.new_session(run.work)
                 first_prompt = anyio.Event()
-                pending: tuple[int, anyio.Event] | None = None
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_killer, agent, policy, run, first_prompt)
-                    turn = 0
-                    for turn, text in enumerate(scenario.prompts, start=1):
-                        if agent.killed.is_set():
-                            turn -= 1
-                            break
-                        rid = f"prompt-{turn}"
-                        prompt_ids[rid] = turn
-                        done = anyio.Event()
-                        pending = (turn, done)
-
-                        async def send(rid: str = rid, text: str = text, done: anyio.Event = done) -> None:
-                            with contextlib.suppress(TimeoutError):
-                                await agent.request_raw("session/prompt", {"sessionId": run.sid, "prompt": [
-                                    {"type": "text", "text": text}]}, request_id=rid, timeout=timeout)
-                            done.set()
-
-                        tg.start_soon(send)
-                        first_prompt.set()
-                        await _first_of(done, agent.killed, agent.eof)
-                        if agent.eof.is_set() and not agent.killed.is_set():
-                            break  # it died on its own: reported below
-                        if done.is_set() and not agent.killed.is_set():
-                            run.snapshots[turn] = read_raw(backend, store, run.sid)
-                            pending = None
-                            if point.kind == "answer" and point.n == turn:
-                                agent.kill()
+                    tg.start_soon(killer, agent, policy, run, first_prompt)
+                    turn, unanswered = await send_prompts(tg, agent, run, scenario.prompts, first_prompt,
+                                                          prompt_ids, backend, store, timeout)
+                    pending = None if unanswered is None else (turn, unanswered)
                     agent.kill()  # "end": after the last answer (or a no-op)
                     if target == "wrapper":
                         run.returncode = await agent.proc.wait()
