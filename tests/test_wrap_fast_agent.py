@@ -37,7 +37,8 @@ from tests.support.peers import (
     stored_log,
     texts,
 )
-from tests.support.wrapped import WrappedProcess, command_line, descendants, running
+from tests.support.processes import alive
+from tests.support.wrapped import WrappedProcess, command_line, descendants
 
 EXECUTABLE = fast_agent()
 pytestmark = [
@@ -112,7 +113,7 @@ async def test_fast_agent_wrapped_survives_a_kill_of_the_wrapper(tmp_path: Path)
 
         agent.kill9()
         with anyio.fail_after(15):  # the reaper takes fast-agent down with the wrapper
-            while running(child):
+            while alive(child):
                 await anyio.sleep(0.05)
     assert agent.returncode == -signal.SIGKILL
 

@@ -7,53 +7,30 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from session import SessionStore, check_invariants, open_backend
+from session import check_invariants
 from tests.support.acp_client import AgentError, ClientPolicy, write_script
+from tests.support.logs import loaded_events
+from tests.support.processes import wait_gone
 from tests.support.wrapped import (
     WrappedProcess,
     command_line,
     descendants,
-    running,
     sdk_echo_command,
     serve_command,
 )
 
 pytestmark = pytest.mark.anyio
 
-GONE_WITHIN_S = 5.0
-
-
-def events_of(store: Path, sid: str) -> list[dict[str, Any]]:
-    sessions = SessionStore(open_backend("jsonl", store))
-    try:
-        loaded = sessions.load(sid)
-        events = [dict(e) for e in loaded.log.events]
-        loaded.log.close()
-        return events
-    finally:
-        sessions.close()
-
-
 def child_pid(wrapper_pid: int) -> int:
     (pid,) = [p for p in descendants(wrapper_pid) if "acp_bridge" in command_line(p) or
               "sdk_echo_agent.py" in " ".join(command_line(p))][:1]
     return pid
-
-
-async def wait_gone(pids: list[int], timeout: float = GONE_WITHIN_S) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p for p in pids if running(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        await anyio.sleep(0.05)
 
 
 def text_of(updates: list[dict[str, Any]], kind: str) -> str:
@@ -83,7 +60,7 @@ async def test_sdk_echo_agent_without_load_session_loads_from_our_log(tmp_path: 
         after = await second.prompt(sid, "six")
         assert after["stopReason"] == "end_turn" and after["_meta"]["acpBridge"]["turn"] == 3
         assert text_of(second.updates_of(sid)[len(replayed):], "agent_message_chunk") == "six "
-    check_invariants(events_of(store, sid), closed=True)  # type: ignore[arg-type]
+    check_invariants(loaded_events(store, sid), closed=True)  # type: ignore[arg-type]
 
 
 async def test_child_killed_mid_turn_answers_interrupted_and_is_restarted(tmp_path: Path, work: Path) -> None:
@@ -106,7 +83,7 @@ async def test_child_killed_mid_turn_answers_interrupted_and_is_restarted(tmp_pa
         assert child_pid(agent.proc.pid) != first
         assert text_of(agent.updates_of(sid), "agent_message_chunk").endswith("back again ")
     assert agent.returncode == 0
-    events = events_of(tmp_path / "store", sid)
+    events = loaded_events(tmp_path / "store", sid)
     check_invariants(events, closed=True)  # type: ignore[arg-type]
     ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
     assert ends == [{"kind": "interrupted", "cause": "crash"}, {"kind": "completed"}]
@@ -128,7 +105,7 @@ async def test_wrapper_killed_takes_the_child_and_its_commands(tmp_path: Path, w
             family = descendants(agent.proc.pid)
             assert len(family) >= 2  # the child and its command (and the watchdogs)
             agent.kill9()
-            left = await wait_gone(family)
+            left = await anyio.to_thread.run_sync(wait_gone, family)
             tg.cancel_scope.cancel()
     assert left == [], [command_line(p) for p in left]
     assert agent.returncode == -signal.SIGKILL
@@ -146,8 +123,8 @@ async def test_stdin_eof_mid_turn_answers_and_closes_the_child(tmp_path: Path, w
             await agent.close_stdin()
         assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
     assert agent.returncode == 0
-    assert await wait_gone([child]) == []
-    check_invariants(events_of(tmp_path / "store", sid), closed=True)  # type: ignore[arg-type]
+    assert await anyio.to_thread.run_sync(wait_gone, [child]) == []
+    check_invariants(loaded_events(tmp_path / "store", sid), closed=True)  # type: ignore[arg-type]
 
 
 async def test_what_the_wrapper_does_not_handle_passes_through(tmp_path: Path, work: Path) -> None:
@@ -170,7 +147,7 @@ async def test_what_the_wrapper_does_not_handle_passes_through(tmp_path: Path, w
         assert err.value.code == -32602 and "this agent offers none" in str(err.value.message)
         listed = await agent.request("session/list", {})
         assert [s["sessionId"] for s in listed["sessions"]] == [sid]
-    events = events_of(tmp_path / "store", sid)
+    events = loaded_events(tmp_path / "store", sid)
     recorded = [e["data"]["update"]["sessionUpdate"] for e in events if e["type"] == "wrapped/update"]
     assert "current_mode_update" in recorded  # between turns, replayed by a load
 

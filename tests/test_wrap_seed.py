@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from acp_bridge.wrap.seed import PREFACE, seed_text
-from session import SessionStore, check_invariants, open_backend
+from session import check_invariants
 from tests.support.acp_client import AgentProcess
+from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess
 
 pytestmark = pytest.mark.anyio
@@ -29,17 +30,6 @@ def received(record: Path) -> list[dict[str, Any]]:
     if not record.exists():
         return []
     return [json.loads(line) for line in record.read_text().splitlines()]
-
-
-def events_of(store: Path, sid: str) -> list[dict[str, Any]]:
-    sessions = SessionStore(open_backend("jsonl", store))
-    try:
-        loaded = sessions.load(sid)
-        events = [dict(e) for e in loaded.log.events]
-        loaded.log.close()
-        return events
-    finally:
-        sessions.close()
 
 
 async def two_turns(store: Path, work: Path, record: Path) -> str:
@@ -83,7 +73,7 @@ async def test_seed_fresh_sends_the_transcript_unseen_and_unrecorded(tmp_path: P
     assert seed.index("one two three") < seed.index("four five")
     assert got[3] == {"permission": {"outcome": "cancelled"}}  # answered by the wrapper
     assert got[4]["text"] == "six" and got[4]["sessionId"] == got[2]["sessionId"]
-    events = events_of(store, sid)
+    events = loaded_events(store, sid)
     check_invariants(events, closed=True)  # type: ignore[arg-type]
     turns = [e for e in events if e["type"] == "turn/start"]
     assert len(turns) == 3  # the two, and "six": the seed is no turn
@@ -108,7 +98,7 @@ async def test_a_failed_seed_still_loads(tmp_path: Path, work: Path) -> None:
         assert wrapped["restored"] == "fresh" and wrapped["seeded"] is False
         assert isinstance(wrapped["seedError"], str) and wrapped["seedError"]
         assert (await second.prompt(sid, "six"))["_meta"]["acpBridge"]["turn"] == 3
-    check_invariants(events_of(store, sid), closed=True)  # type: ignore[arg-type]
+    check_invariants(loaded_events(store, sid), closed=True)  # type: ignore[arg-type]
 
 
 async def test_an_empty_session_is_not_seeded(tmp_path: Path, work: Path) -> None:

@@ -3,11 +3,12 @@ follow the invariants, and helpers to write them through a SessionLog."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from session import Event, SessionLog
+from session import Event, SessionLog, SessionStore, open_backend
 
 Item = tuple[str, dict[str, Any]]
 
@@ -103,3 +104,16 @@ def events_of(script: Script, start_seq: int = 0, time: int = 1_000) -> list[Eve
         {"type": etype, "seq": start_seq + i, "time": time + i, "data": data}
         for i, (etype, data) in enumerate(script.items)
     ]
+
+
+def loaded_events(store: Path, sid: str, backend: str = "jsonl") -> list[dict[str, Any]]:
+    """A stored session's events as a load gives them (checked, and repaired if a crash
+    left its last turn open)."""
+    sessions = SessionStore(open_backend(backend, store))
+    try:
+        loaded = sessions.load(sid)
+        events = [dict(e) for e in loaded.log.events]
+        loaded.log.close()
+        return events
+    finally:
+        sessions.close()

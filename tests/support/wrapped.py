@@ -59,11 +59,3 @@ def command_line(pid: int) -> list[str]:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
-
-def running(pid: int) -> bool:
-    """Running (a zombie is dead: nobody may reap it in a container)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
