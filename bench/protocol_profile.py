@@ -108,36 +108,14 @@ def run_profiles(ctx: Ctx, out: Path, args: argparse.Namespace) -> dict[str, Any
         (out / f"stream-{spec.name}.txt").write_text(stats_text(prof, args.profile_top))
     # 3. args.turns one-word prompts in one session, every thread profiled (the fsyncs
     # run in worker threads).
-    prof = out / "turns-ours-jsonl.prof"
-    n = next(ctx.counter)
-    argv = [sys.executable, "-c", PROFILE_ALL_THREADS, str(prof), "--store", str(ctx.root / "store-prof-turns"),
-            "--backend", "jsonl", "--model", "echo"]
-    with AgentProc(argv, ctx.root / f"stderr-{n:04d}-prof-turns.txt", ctx.timeout) as agent:
-        agent.initialize()
-        sid = agent.new_session()
-        t0 = time.perf_counter()
-        for _ in range(args.turns):
-            agent.prompt(sid, "hi")
-        report["turns-ours-jsonl"] = {"seconds_profiled": time.perf_counter() - t0, "turns": args.turns,
-                                      "prof": str(prof)}
-    (out / "turns-ours-jsonl.txt").write_text(stats_text(prof, args.profile_top))
+    profile_turns(ctx, args, out, report, "turns-ours-jsonl",
+                  ["--store", str(ctx.root / "store-prof-turns"), "--backend", "jsonl", "--model", "echo"])
     # 3b. The same turns through `acp-bridge wrap` around the SDK echo agent: the wrapper
     # profiled in every thread (the wrapped agent is not profiled).
     if args.wrap:
-        prof = out / "turns-wrap-sdk-jsonl.prof"
-        n = next(ctx.counter)
-        argv = [sys.executable, "-c", PROFILE_ALL_THREADS, str(prof), "wrap", "--store",
-                str(ctx.root / "store-prof-wrap-turns"), "--backend", "jsonl", "--", sys.executable,
-                str(SDK_AGENT)]
-        with AgentProc(argv, ctx.root / f"stderr-{n:04d}-prof-wrap-turns.txt", ctx.timeout) as agent:
-            agent.initialize()
-            sid = agent.new_session()
-            t0 = time.perf_counter()
-            for _ in range(args.turns):
-                agent.prompt(sid, "hi")
-            report["turns-wrap-sdk-jsonl"] = {"seconds_profiled": time.perf_counter() - t0, "turns": args.turns,
-                                              "prof": str(prof)}
-        (out / "turns-wrap-sdk-jsonl.txt").write_text(stats_text(prof, args.profile_top))
+        profile_turns(ctx, args, out, report, "turns-wrap-sdk-jsonl",
+                      ["wrap", "--store", str(ctx.root / "store-prof-wrap-turns"), "--backend", "jsonl", "--",
+                       sys.executable, str(SDK_AGENT)])
     # 4. The load of the long session, every thread profiled.
     for kind in args.kinds:
         with stores(ctx, f"prof-load-{kind}") as where:
@@ -156,3 +134,20 @@ def run_profiles(ctx: Ctx, out: Path, args: argparse.Namespace) -> dict[str, Any
                                                "events": info["events"], "prof": str(prof)}
             (out / f"load-ours-{kind}.txt").write_text(stats_text(prof, args.profile_top))
     return report
+
+
+def profile_turns(ctx: Ctx, args: argparse.Namespace, out: Path, report: dict[str, Any], name: str,
+                  agent_args: list[str]) -> None:
+    """`args.turns` one-word prompts in one session of `python -m acp_bridge AGENT_ARGS`,
+    every thread of it profiled into `out/NAME.prof` (and a listing in NAME.txt)."""
+    prof = out / f"{name}.prof"
+    n = next(ctx.counter)
+    argv = [sys.executable, "-c", PROFILE_ALL_THREADS, str(prof), *agent_args]
+    with AgentProc(argv, ctx.root / f"stderr-{n:04d}-{name}.txt", ctx.timeout) as agent:
+        agent.initialize()
+        sid = agent.new_session()
+        t0 = time.perf_counter()
+        for _ in range(args.turns):
+            agent.prompt(sid, "hi")
+        report[name] = {"seconds_profiled": time.perf_counter() - t0, "turns": args.turns, "prof": str(prof)}
+    (out / f"{name}.txt").write_text(stats_text(prof, args.profile_top))
