@@ -271,8 +271,9 @@ def test_one_prompt_at_a_time(workdir: Path) -> None:
 # --- cancellation at each await point ---------------------------------------------
 
 
-async def cancel_when(h: Harness, ready: Callable[[], bool], by: str = "session/cancel") -> Event:
-    """Start a prompt, wait until `ready()`, cancel, and return the turn/end."""
+async def end_when(h: Harness, ready: Callable[[], bool], end: Callable[[], bool]) -> Event:
+    """Start a prompt, wait until `ready()`, `end()` it (a cancel, a stop: True if a
+    turn was running), and return the turn/end."""
     out: dict[str, Event] = {}
 
     async def run() -> None:
@@ -283,8 +284,13 @@ async def cancel_when(h: Harness, ready: Callable[[], bool], by: str = "session/
         with anyio.fail_after(5):
             while not ready():
                 await anyio.sleep(0.01)
-        assert h.runner.cancel(by)
+        assert end()
     return out["end"]
+
+
+async def cancel_when(h: Harness, ready: Callable[[], bool], by: str = "session/cancel") -> Event:
+    """Start a prompt, wait until `ready()`, cancel, and return the turn/end."""
+    return await end_when(h, ready, lambda: h.runner.cancel(by))
 
 
 def test_cancel_while_streaming(workdir: Path) -> None:
@@ -511,15 +517,7 @@ def test_stop_closes_as_interrupted_and_returns_the_turn_end(workdir: Path) -> N
     ends: list[Event] = []
 
     async def body(h: Harness) -> None:
-        async def run() -> None:
-            ends.append(await prompt(h, "go"))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            with anyio.fail_after(5):
-                while not any(e["type"] == "assistant/chunk" for e in h.seen):
-                    await anyio.sleep(0.01)
-            assert h.runner.stop()
+        ends.append(await end_when(h, lambda: any(e["type"] == "assistant/chunk" for e in h.seen), h.runner.stop))
 
     h = harness_run(workdir, script({"text": "streaming", "hang": True}), body)
     assert ends[0]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
@@ -548,15 +546,7 @@ def test_shutdown_while_waiting_for_permission_says_the_call_did_not_run(workdir
     ends: list[Event] = []
 
     async def body(h: Harness) -> None:
-        async def run() -> None:
-            ends.append(await prompt(h, "go"))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            with anyio.fail_after(5):
-                while not h.answers.asked:
-                    await anyio.sleep(0.01)
-            assert h.runner.stop()
+        ends.append(await end_when(h, lambda: bool(h.answers.asked), h.runner.stop))
 
     h = harness_run(workdir, script(WRITE_B), body, answers=Answers(hang=True))
     assert ends[0]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
