@@ -28,14 +28,9 @@ def configure_logging(log_file: str | None, level: str) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    """Serve until the editor closes stdin. `args` holds values the command line has
+    already checked (acp_bridge.cli.startup.agent_settings)."""
     configure_logging(args.log_file, args.log_level)
-    if args.max_steps < 1:
-        print("acp-bridge: --max-steps must be at least 1", file=sys.stderr)
-        return 2
-    kind = args.model.partition(":")[0]
-    if args.model != "echo" and (kind not in ("script", "openai") or not args.model.partition(":")[2]):
-        print(f"acp-bridge: unknown model {args.model!r}: use echo, script:PATH or openai:NAME", file=sys.stderr)
-        return 2
     config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
                     backend=args.backend, model=args.model, max_steps=args.max_steps)
     # One line on stderr, never stdout (stdout carries protocol messages only).

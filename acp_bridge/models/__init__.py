@@ -1,5 +1,6 @@
 """The models: the interface (acp_bridge.models.base, re-exported here) and
-`load_model`, which makes one from its `--model` spec.
+`load_model`, which makes one from its `--model` spec, and `check_spec`, which checks a
+spec at start-up without making the model.
 
 The implementations (echo, script, openai) are imported by `load_model` when their spec
 is asked for, not with this package: httpx stays off the start-up path unless an
@@ -7,6 +8,8 @@ is asked for, not with this package: httpx stays off the start-up path unless an
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from acp_bridge.models.base import (
     Finish,
@@ -32,8 +35,11 @@ __all__ = [
     "TextDelta",
     "ToolCallChunk",
     "UsageChunk",
+    "check_spec",
     "load_model",
 ]
+
+NEEDS_HTTPX = "openai:MODEL needs the httpx package: pip install httpx"
 
 
 def load_model(spec: str) -> Model:
@@ -53,7 +59,37 @@ def load_model(spec: str) -> Model:
         except ModuleNotFoundError as exc:  # httpx: a dependency only this provider imports
             if exc.name != "httpx":
                 raise
-            raise ModelSpecError("openai:MODEL needs the httpx package: pip install httpx") from None
+            raise ModelSpecError(NEEDS_HTTPX) from None
 
         return OpenAIModel.from_env(arg)
-    raise ModelSpecError(f"unknown model {spec!r}: use echo, script:PATH or openai:MODEL")
+    raise ModelSpecError(unknown_model(spec))
+
+
+def check_spec(spec: str, env: Mapping[str, str] | None = None) -> None:
+    """Raise ModelSpecError unless `load_model(spec)` can make the model with `env` (default
+    the process's): everything `load_model` would refuse, checked without making it and
+    without importing httpx (the agent's start-up path stays lean). A missing API key is
+    not refused: the endpoint decides whether it needs one."""
+    if spec == "echo":
+        return
+    kind, _, arg = spec.partition(":")
+    if kind == "script" and arg:
+        from acp_bridge.models.script import read_script
+
+        read_script(arg)
+        return
+    if kind == "openai":
+        import importlib.util
+        import os
+
+        from acp_bridge.models.openai_env import read_env
+
+        read_env(arg, os.environ if env is None else env)
+        if importlib.util.find_spec("httpx") is None:
+            raise ModelSpecError(NEEDS_HTTPX)
+        return
+    raise ModelSpecError(unknown_model(spec))
+
+
+def unknown_model(spec: str) -> str:
+    return f"unknown model {spec!r}: use echo, script:PATH or openai:MODEL"

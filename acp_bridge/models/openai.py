@@ -30,14 +30,14 @@ import anyio
 import httpx
 
 from acp_bridge import __version__
-from acp_bridge.models.base import Finish, ModelChunk, ModelRequest, ModelSpecError
+from acp_bridge.models.base import Finish, ModelChunk, ModelRequest
+from acp_bridge.models.openai_env import DEFAULT_BASE_URL, read_env
 from acp_bridge.models.openai_errors import http_error
 from acp_bridge.models.openai_request import context_window, request_body
 from acp_bridge.models.openai_stream import SSEDecoder, StreamAssembler, whole_completion
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_ATTEMPTS = 3
 BACKOFF_BASE = 0.5  # seconds before the 2nd try; doubles per try
@@ -68,20 +68,13 @@ class OpenAIModel:
     @classmethod
     def from_env(cls, model: str, env: Mapping[str, str] | None = None) -> OpenAIModel:
         env = os.environ if env is None else env
-        if not model:
-            raise ModelSpecError("openai:MODEL needs a model name, e.g. openai:gpt-4o")
-        base_url = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        if not base_url.startswith(("http://", "https://")):
-            raise ModelSpecError(f"OPENAI_BASE_URL={base_url!r} must start with http:// or https://, "
-                                 "e.g. http://localhost:11434/v1")
-        window = _number(env, "ACP_BRIDGE_CONTEXT_WINDOW", int)
-        timeout = _number(env, "ACP_BRIDGE_OPENAI_TIMEOUT", float)
-        attempts = _number(env, "ACP_BRIDGE_OPENAI_ATTEMPTS", int)
-        return cls(model, base_url=base_url,
+        settings = read_env(model, env)  # checked as at start-up (acp_bridge.models.check_spec)
+        window, timeout, attempts = settings.context_window, settings.timeout, settings.attempts
+        return cls(model, base_url=settings.base_url,
                    api_key=env.get("OPENAI_API_KEY"),
                    timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
-                   attempts=DEFAULT_ATTEMPTS if attempts is None else int(attempts),
-                   context_window=int(window) if window is not None else context_window(model))
+                   attempts=DEFAULT_ATTEMPTS if attempts is None else attempts,
+                   context_window=window if window is not None else context_window(model))
 
     def client(self) -> httpx.AsyncClient:
         """One client per model: its connections are kept between steps."""
@@ -216,16 +209,3 @@ def _network_message(exc: httpx.RequestError, url: str, timeout: float) -> str:
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
         return f"the response stream was cut off: {exc or type(exc).__name__}"
     return f"network error talking to {url}: {type(exc).__name__}: {exc}"
-
-
-def _number(env: Mapping[str, str], key: str, kind: type[int] | type[float]) -> float | None:
-    raw = env.get(key, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(int(raw)) if kind is int else float(raw)
-    except ValueError:
-        raise ModelSpecError(f"{key}={raw!r} is not {'a whole' if kind is int else 'a'} number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ModelSpecError(f"{key} must be positive, got {raw!r}")
-    return value

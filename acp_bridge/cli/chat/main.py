@@ -42,6 +42,7 @@ from acp_bridge.cli.chat.command_line import agent_command, split_wrapped, wrap_
 from acp_bridge.cli.chat.command_line import options as add_options
 from acp_bridge.cli.chat.connection import AgentConnection, AgentGone, LineInput, error_message
 from acp_bridge.cli.chat.render import Renderer, sessions_table
+from acp_bridge.cli.startup import agent_settings
 from acp_bridge.rpc.protocol import ClientError
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     problem = wrap_problem(args)
     if problem:
         parser.error(problem)
+    # The agent's values, checked as `serve` (or `wrap`) would check them, before it is
+    # started: a bad one is one line and exit status 2 here (acp_bridge.cli.main).
+    agent_settings(args, model=not args.wrap)
     return run(args)
 
 

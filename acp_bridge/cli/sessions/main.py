@@ -89,7 +89,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-BACKEND_CHOICES = ("jsonl", "sqlite")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROG = "acp-bridge sessions"
 
@@ -162,19 +161,17 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
         help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)",
     )
     parser.add_argument(
-        "--backend", choices=BACKEND_CHOICES, default=argparse.SUPPRESS,
-        help="store backend (default: $ACP_BRIDGE_BACKEND, else jsonl)",
+        "--backend", metavar="NAME", default=argparse.SUPPRESS,
+        help="store backend: jsonl or sqlite (default: $ACP_BRIDGE_BACKEND, else jsonl)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed `sessions` command. Returns the exit code; errors go to stderr."""
-    backend = getattr(args, "backend", None) or os.environ.get("ACP_BRIDGE_BACKEND") or "jsonl"
-    if backend not in BACKEND_CHOICES:
-        return _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_CHOICES)}",
-                     EXIT_USAGE)
-    from pathlib import Path
+    """Run a parsed `sessions` command. Returns the exit code; errors go to stderr. A bad
+    store or backend raises acp_bridge.cli.startup.ConfigError (one line, exit status 2)."""
+    from acp_bridge.cli.startup import reader_settings
 
+    backend, root = reader_settings(args)
     from acp_bridge.cli.sessions.listing import list_text
     from acp_bridge.cli.sessions.source import AmbiguousIdError, Source, resolve_id
     from acp_bridge.cli.sessions.transcripts import markdown_text, show_text
@@ -182,11 +179,9 @@ def run(args: argparse.Namespace) -> int:
         InvalidSessionIdError,
         SessionError,
         SessionNotFoundError,
-        default_store_dir,
     )
 
-    store = getattr(args, "store", None)
-    source = Source(backend, Path(store) if store else default_store_dir())
+    source = Source(backend, root)
     command = getattr(args, "sessions_command", None) or "list"
     try:
         if command in ("list", "ls"):
