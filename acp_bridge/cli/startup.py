@@ -79,8 +79,10 @@ def store_options(p: argparse.ArgumentParser) -> None:
     """The store options of every program that runs the agent."""
     p.add_argument("--store", default=None,
                    help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
+    # The names are checked against session.DURABLE_BACKENDS when the program starts
+    # (importing `session` to build --help would slow every start).
     p.add_argument("--backend", default=None, metavar="NAME",
-                   help=f"session store backend (default {DEFAULT_BACKEND}; $ACP_BRIDGE_BACKEND)")
+                   help=f"session store backend: jsonl or sqlite (default {DEFAULT_BACKEND}; $ACP_BRIDGE_BACKEND)")
 
 
 def log_options(p: argparse.ArgumentParser) -> None:
