@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import anyio
 from acp_bridge import __version__
 from acp_bridge.agent.errors import to_rpc_error
 from acp_bridge.agent.server import Agent, Config
+from acp_bridge.models import ModelSpecError
+from acp_bridge.models.catalog import parse_specs
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.transport import FdLineReader, FdWriter
 from session import default_store_dir
@@ -32,15 +35,19 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_steps < 1:
         print("acp-bridge: --max-steps must be at least 1", file=sys.stderr)
         return 2
-    kind = args.model.partition(":")[0]
-    if args.model != "echo" and (kind not in ("script", "openai") or not args.model.partition(":")[2]):
-        print(f"acp-bridge: unknown model {args.model!r}: use echo, script:PATH or openai:NAME", file=sys.stderr)
+    # `--model` may be given several times (the first is the default); without it,
+    # $ACP_BRIDGE_MODEL names one model, else echo.
+    specs = args.model if isinstance(args.model, list) else [args.model or os.environ.get("ACP_BRIDGE_MODEL") or "echo"]
+    try:
+        models = parse_specs(specs)
+    except ModelSpecError as exc:
+        print(f"acp-bridge: {exc}", file=sys.stderr)
         return 2
     config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
-                    backend=args.backend, model=args.model, max_steps=args.max_steps)
+                    backend=args.backend, models=models, max_steps=args.max_steps)
     # One line on stderr, never stdout (stdout carries protocol messages only).
-    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), model {config.model}",
-          file=sys.stderr, flush=True)
+    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), "
+          f"model {', '.join(m.spec for m in models)}", file=sys.stderr, flush=True)
     reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
     agent = Agent(config)
 

@@ -35,8 +35,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
     _store_options(p)
-    p.add_argument("--model", default=os.environ.get("ACP_BRIDGE_MODEL", "echo"),
-                   help="echo (default), script:PATH, openai:NAME ($ACP_BRIDGE_MODEL)")
+    p.add_argument("--model", action="append", default=None,
+                   help="echo (default), script:PATH, openai:NAME, maybe with #images,reasoning; repeat it to "
+                        "offer several (the first is the default; else $ACP_BRIDGE_MODEL)")
     p.add_argument("--max-steps", type=int, default=50, help="model calls per turn at most (default 50)")
     _log_options(p)
 

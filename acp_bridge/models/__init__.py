@@ -20,12 +20,14 @@ from acp_bridge.models.base import (
     ToolCallChunk,
     UsageChunk,
 )
+from acp_bridge.models.catalog import ModelEntry, parse_spec
 
 __all__ = [
     "Finish",
     "FinishReason",
     "Model",
     "ModelChunk",
+    "ModelEntry",
     "ModelRequest",
     "ModelSpecError",
     "ReasoningDelta",
@@ -36,24 +38,24 @@ __all__ = [
 ]
 
 
-def load_model(spec: str) -> Model:
-    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`."""
-    if spec == "echo":
+def load_model(spec: str | ModelEntry) -> Model:
+    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`, each maybe
+    with `#flags` (acp_bridge.models.catalog), or from a parsed entry."""
+    entry = spec if isinstance(spec, ModelEntry) else parse_spec(spec)
+    if entry.spec == "echo":
         from acp_bridge.models.echo import EchoModel
 
         return EchoModel()
-    kind, _, arg = spec.partition(":")
-    if kind == "script" and arg:
+    kind, _, arg = entry.spec.partition(":")
+    if kind == "script":
         from acp_bridge.models.script import ScriptModel
 
         return ScriptModel.from_file(arg)
-    if kind == "openai":
-        try:
-            from acp_bridge.models.openai import OpenAIModel
-        except ModuleNotFoundError as exc:  # httpx: a dependency only this provider imports
-            if exc.name != "httpx":
-                raise
-            raise ModelSpecError("openai:MODEL needs the httpx package: pip install httpx") from None
+    try:
+        from acp_bridge.models.openai import OpenAIModel
+    except ModuleNotFoundError as exc:  # httpx: a dependency only this provider imports
+        if exc.name != "httpx":
+            raise
+        raise ModelSpecError("openai:MODEL needs the httpx package: pip install httpx") from None
 
-        return OpenAIModel.from_env(arg)
-    raise ModelSpecError(f"unknown model {spec!r}: use echo, script:PATH or openai:MODEL")
+    return OpenAIModel.from_env(arg, images=entry.images)

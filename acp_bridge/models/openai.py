@@ -2,7 +2,8 @@
 (DESIGN.md section 4; docs/openai.md says how to point it at OpenAI, DeepSeek, Ollama).
 
 Configuration comes from the environment: `OPENAI_BASE_URL` (default the OpenAI API),
-`OPENAI_API_KEY` (sent as a Bearer token when set), `ACP_BRIDGE_CONTEXT_WINDOW` (the
+`OPENAI_API_KEY` (sent as a Bearer token; else the key `acp-bridge login` stored:
+acp_bridge.models.openai_key), `ACP_BRIDGE_CONTEXT_WINDOW` (the
 `usage_update.size`, else a table of known models), `ACP_BRIDGE_OPENAI_TIMEOUT` (seconds
 to connect and between two reads of the stream, default 120) and
 `ACP_BRIDGE_OPENAI_ATTEMPTS` (tries of one model call, default 3).
@@ -32,12 +33,12 @@ import httpx
 from acp_bridge import __version__
 from acp_bridge.models.base import Finish, ModelChunk, ModelRequest, ModelSpecError
 from acp_bridge.models.openai_errors import http_error
+from acp_bridge.models.openai_key import DEFAULT_BASE_URL, find_key
 from acp_bridge.models.openai_request import context_window, request_body
 from acp_bridge.models.openai_stream import SSEDecoder, StreamAssembler, whole_completion
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_ATTEMPTS = 3
 BACKOFF_BASE = 0.5  # seconds before the 2nd try; doubles per try
@@ -53,8 +54,10 @@ class OpenAIModel:
     def __init__(self, model: str, *, base_url: str = DEFAULT_BASE_URL, api_key: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, attempts: int = DEFAULT_ATTEMPTS,
                  context_window: int | None = None, backoff_base: float = BACKOFF_BASE,
-                 backoff_cap: float = BACKOFF_CAP, retry_after_cap: float = RETRY_AFTER_CAP) -> None:
+                 backoff_cap: float = BACKOFF_CAP, retry_after_cap: float = RETRY_AFTER_CAP,
+                 images: bool = False) -> None:
         self.model = model
+        self.images = images  # prompts' images are sent as image_url parts
         self.name = f"openai:{model}"
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
@@ -66,7 +69,7 @@ class OpenAIModel:
         self._client: httpx.AsyncClient | None = None
 
     @classmethod
-    def from_env(cls, model: str, env: Mapping[str, str] | None = None) -> OpenAIModel:
+    def from_env(cls, model: str, env: Mapping[str, str] | None = None, *, images: bool = False) -> OpenAIModel:
         env = os.environ if env is None else env
         if not model:
             raise ModelSpecError("openai:MODEL needs a model name, e.g. openai:gpt-4o")
@@ -78,7 +81,7 @@ class OpenAIModel:
         timeout = _number(env, "ACP_BRIDGE_OPENAI_TIMEOUT", float)
         attempts = _number(env, "ACP_BRIDGE_OPENAI_ATTEMPTS", int)
         return cls(model, base_url=base_url,
-                   api_key=env.get("OPENAI_API_KEY"),
+                   api_key=find_key(env), images=images,
                    timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
                    attempts=DEFAULT_ATTEMPTS if attempts is None else int(attempts),
                    context_window=int(window) if window is not None else context_window(model))
@@ -93,13 +96,20 @@ class OpenAIModel:
                 headers=headers, timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 30.0)))
         return self._client
 
+    def use_key(self, key: str) -> None:
+        """A key that came after the model was made (`authenticate`): the next call sends it."""
+        self.api_key = key
+        if self._client is not None:
+            self._client.headers["Authorization"] = f"Bearer {key}"
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        body = request_body(self.model, request.messages, request.tools)
+        body = request_body(self.model, request.messages, request.tools, images=self.images,
+                            reasoning_effort=request.reasoning_effort)
         attempt = 0
         while True:
             attempt += 1
