@@ -17,7 +17,6 @@ switch to that model, a prompt): -32000 `auth_required`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -26,7 +25,8 @@ from acp_bridge.models.catalog import ModelEntry
 
 AGENT_METHOD: Final = "openai-api-key"
 TERMINAL_METHOD: Final = "openai-api-key-terminal"
-LOGIN_ENV: Final = "ACP_BRIDGE_LOGIN"  # set by a terminal auth: the agent's command logs in instead of serving
+# Set by a terminal auth: the agent's command logs in instead of serving (cli/main.py).
+LOGIN_ENV: Final = "ACP_BRIDGE_LOGIN"
 
 
 def needs_auth(models: Sequence[ModelEntry]) -> bool:
@@ -60,9 +60,3 @@ def missing_key_error(entry: ModelEntry, methods: list[str]) -> AuthRequiredErro
         f"{entry.spec} needs an API key: set OPENAI_API_KEY in the agent's environment or run "
         "`acp-bridge login` in a terminal, then authenticate", methods)
 
-
-def base_url(env: Mapping[str, str] | None = None) -> str:
-    from acp_bridge.models.openai_key import DEFAULT_BASE_URL
-
-    env = os.environ if env is None else env
-    return env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL

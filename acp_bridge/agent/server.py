@@ -224,13 +224,13 @@ class Agent:
         if methodId not in offered:
             raise invalid_params(f"unknown authentication method {methodId!r}: this agent offers "
                                  f"{', '.join(offered) or 'none'}", field="methodId")
-        from acp_bridge.models.openai_key import check_key, find_key
+        from acp_bridge.models.openai_key import base_url, check_key, find_key
 
         entry = next(m for m in self.config.models if m.kind == "openai")
         key = find_key()
         if key is None:
             raise auth.missing_key_error(entry, offered)
-        checked = await check_key(auth.base_url(), key)
+        checked = await check_key(base_url(), key)
         if not checked.ok:
             raise AuthRequiredError(f"the API key was not accepted: {checked.message}", offered)
         log.info("authenticate: %s", checked.message)

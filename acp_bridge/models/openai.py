@@ -34,6 +34,7 @@ from acp_bridge import __version__
 from acp_bridge.models.base import Finish, ModelChunk, ModelRequest, ModelSpecError
 from acp_bridge.models.openai_errors import http_error
 from acp_bridge.models.openai_key import DEFAULT_BASE_URL, find_key
+from acp_bridge.models.openai_key import base_url as env_base_url
 from acp_bridge.models.openai_request import context_window, request_body
 from acp_bridge.models.openai_stream import SSEDecoder, StreamAssembler, whole_completion
 
@@ -73,7 +74,7 @@ class OpenAIModel:
         env = os.environ if env is None else env
         if not model:
             raise ModelSpecError("openai:MODEL needs a model name, e.g. openai:gpt-4o")
-        base_url = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        base_url = env_base_url(env)
         if not base_url.startswith(("http://", "https://")):
             raise ModelSpecError(f"OPENAI_BASE_URL={base_url!r} must start with http:// or https://, "
                                  "e.g. http://localhost:11434/v1")

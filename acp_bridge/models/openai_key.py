@@ -24,6 +24,11 @@ KEY_FILE_NAME: Final = "openai-api-key"
 MAX_KEY_LENGTH: Final = 4096
 
 
+def base_url(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+
+
 def key_file(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
