@@ -10,14 +10,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 
 from acp_bridge.models import ModelSpecError
 from acp_bridge.models.catalog import ModelEntry, parse_spec, parse_specs
-from session import check_invariants
+from session import Event, check_invariants
 from tests.support.acp_client import AgentError, AgentProcess, normalized, write_script
 from tests.support.acp_schema import validate_def
 from tests.support.logs import loaded_events
@@ -111,7 +111,7 @@ async def test_switch_is_recorded_survives_load_and_runs_the_next_turn(
         # No turn since the switch: the log alone carries it into the next process.
     assert texts(agent, sid) == ["fast ", "one "]
     events = loaded_events(store, sid)
-    check_invariants(events, closed=True)
+    check_invariants(cast("list[Event]", events), closed=True)
     assert [(e["type"], e["data"]) for e in events if e["type"] == "config/set"] == [
         ("config/set", {"configId": "model", "value": strong_spec}),
         ("config/set", {"configId": "thought_level", "value": "high"})]
@@ -152,7 +152,7 @@ async def test_bad_switches_are_clear_errors(tmp_path: Path, work: Path) -> None
     async with AgentProcess(tmp_path / "store", model=hang, args=("--model", fast)) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
-        cases = [({"configId": "model", "value": "openai:gpt-9"}, "unknown model 'openai:gpt-9': use one of", "value"),
+        cases: list[tuple[dict[str, Any], str, str]] = [({"configId": "model", "value": "openai:gpt-9"}, "unknown model 'openai:gpt-9': use one of", "value"),
                  ({"configId": "model", "value": 7}, "unknown model 7", "value"),
                  ({"configId": "thought_level", "value": "high"},
                   "unknown config option 'thought_level': this session has mode, model", "configId"),
@@ -161,13 +161,13 @@ async def test_bad_switches_are_clear_errors(tmp_path: Path, work: Path) -> None
             with pytest.raises(AgentError) as bad:
                 await agent.request("session/set_config_option", {"sessionId": sid, **params})
             assert bad.value.code == -32602 and message in str(bad.value.message)
-            assert bad.value.data["field"] == field
+            assert (bad.value.data or {})["field"] == field
         async with anyio.create_task_group() as tg:
             agent.prompt_soon(tg, sid, "go")
             await agent.wait_for(lambda: bool(texts(agent, sid)))
             with pytest.raises(AgentError) as busy:
                 await agent.request("session/set_config_option", {"sessionId": sid, "configId": "model", "value": fast})
-            assert busy.value.code == -32001 and busy.value.data["code"] == "prompt_in_progress"
+            assert busy.value.code == -32001 and (busy.value.data or {})["code"] == "prompt_in_progress"
             await agent.notify("session/cancel", {"sessionId": sid})
         # The connection and the session go on.
         ok = await agent.request("session/set_config_option", {"sessionId": sid, "configId": "model", "value": fast})
