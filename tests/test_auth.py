@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from acp_bridge.models.openai_key import find_key, key_problem, save_key
@@ -175,3 +177,19 @@ def assert_no_key_in(store: Path, *logs: Path | str) -> None:
     for key in (GOOD_KEY, BAD_KEY):
         for text in texts:
             assert key not in text
+
+
+def test_initialize_with_an_openai_model_stays_lean(tmp_path: Path) -> None:
+    """Offering auth methods and the model catalog costs no httpx, no key file read:
+    both come only with a session or `authenticate`."""
+    request = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "acp_bridge", "--store", str(tmp_path / "s"),
+                          "--model", "openai:gpt-4o", "--model", "echo"],
+                         input=request, capture_output=True, timeout=30, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    answer = orjson.loads(out.stdout.splitlines()[0])
+    assert answer["result"]["authMethods"][0]["id"] == "openai-api-key"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.decode().splitlines() if "|" in line}
+    assert "acp_bridge.models.catalog" in imported
+    assert not {"httpx", "acp_bridge.models.openai", "acp_bridge.models.openai_key"} & imported

@@ -15,12 +15,16 @@ from typing import Any, cast
 import anyio
 import pytest
 
+from acp_bridge.agent.updates import UpdateContext, updates_for
 from acp_bridge.models import ModelSpecError
 from acp_bridge.models.catalog import ModelEntry, parse_spec, parse_specs
 from session import Event, check_invariants
+from session.errors import InvariantError
+from session.repair import interrupted_turn_closers
+from session.transcript import derive_messages
 from tests.support.acp_client import AgentError, AgentProcess, normalized, write_script
 from tests.support.acp_schema import validate_def
-from tests.support.logs import loaded_events
+from tests.support.logs import Script, events_of, loaded_events
 from tests.support.sse_server import SSEServer, text_reply
 from tests.test_chat import run_chat
 
@@ -218,3 +222,31 @@ def test_chat_model_command(tmp_path: Path) -> None:
     assert f"models (* current):\n* {fast}\n  {strong_spec}  ({strong_spec} (takes a reasoning effort))\n" in out
     assert f"model {strong_spec}\n" in out
     assert "unknown model 'nope'" in out + err
+
+
+# --- the config/set event: invariants and crash repair ------------------------------------
+
+
+def test_config_set_invariants_and_repair() -> None:
+    model = {"configId": "model", "value": "echo"}
+    ok = (Script().add("config/set", dict(model)).text_turn().add("config/set", {**model, "value": "x"})
+          .start_turn().add("config/set", {"turn": 2, **model}).start_step().chunk("a"))
+    events = events_of(ok)
+    tracker = check_invariants(events)
+    assert tracker.in_turn  # the log ends inside turn 2, after a config/set inside it
+    closers = interrupted_turn_closers(events)
+    assert [e["type"] for e in closers] == ["step/end", "turn/end"]
+    check_invariants([*events, *closers], closed=True)
+    closed = events_of(Script().text_turn().add("config/set", dict(model)))
+    assert interrupted_turn_closers(closed) == []  # a setting after the last turn/end leaves nothing open
+    bad = [
+        (Script().text_turn().add("config/set", {"turn": 1, **model}), "between turns it names no turn"),
+        (Script().start_turn().add("config/set", dict(model)), "names turn None, the open turn is 1"),
+        (Script().add("config/set", {"configId": "model", "value": 3}), "configId and value must be strings"),
+    ]
+    for script, problem in bad:
+        with pytest.raises(InvariantError, match=problem):
+            check_invariants(events_of(script))
+    # Readers that do not show settings skip it: the transcript and the update mapping.
+    assert derive_messages(events) == derive_messages([e for e in events if e["type"] != "config/set"])
+    assert updates_for(events[0], UpdateContext(replay=True)) == []

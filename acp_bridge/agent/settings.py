@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from acp_bridge.agent import permissions
+from acp_bridge.agent.permissions import mode_state
 from acp_bridge.models.catalog import DEFAULT_EFFORT, EFFORT_LEVELS, ModelEntry, find
 from session.events import CONFIG_SET, TURN_START, Event
 
@@ -63,7 +63,7 @@ def thought_option(effort: str) -> dict[str, Any]:
 
 def config_options(mode: str, models: Sequence[ModelEntry], choice: Choice) -> list[dict[str, Any]]:
     """Every config option of a session: mode, model, and thought level where it applies."""
-    options: list[dict[str, Any]] = permissions.mode_state(mode)["configOptions"]
+    options: list[dict[str, Any]] = mode_state(mode)["configOptions"]
     options.append(model_option(models, choice.model))
     if choice.effort is not None:
         options.append(thought_option(choice.effort))
@@ -72,7 +72,7 @@ def config_options(mode: str, models: Sequence[ModelEntry], choice: Choice) -> l
 
 def session_state(mode: str, models: Sequence[ModelEntry], choice: Choice) -> dict[str, Any]:
     """`modes` and `configOptions`, as the answers of session/new, load and resume carry them."""
-    return {**permissions.mode_state(mode), "configOptions": config_options(mode, models, choice)}
+    return {**mode_state(mode), "configOptions": config_options(mode, models, choice)}
 
 
 def stored_choice(events: Iterable[Event], models: Sequence[ModelEntry]) -> Choice:
