@@ -122,10 +122,12 @@ async def test_authenticate_refuses_a_key_the_provider_refuses(tmp_path: Path, w
         assert "the API key was not accepted" in str(refused.value.message)
         # A key is there (the provider judges it at the first prompt): sessions start.
         sid = await agent.new_session(work)
-        env.push(error_reply(401, "Incorrect API key provided", code="invalid_api_key"))
+        # A server that quotes the key it refused: the message is kept, the key is not.
+        env.push(error_reply(401, f"Incorrect API key provided: {BAD_KEY}.", code="invalid_api_key"))
         with pytest.raises(AgentError) as turn:
             await agent.prompt(sid, "hello")
         assert turn.value.code == -32000
+        assert "Incorrect API key provided: [the API key]." in str(turn.value.message)
     assert_no_key_in(store, agent_log, agent.stderr.decode())
 
 

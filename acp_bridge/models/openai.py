@@ -173,7 +173,7 @@ class OpenAIModel:
             delay = self._delay(attempt, wait)
             if failure.retryable and not started and attempt < self.attempts and delay is not None:
                 log.warning("model call failed (%s: %s); try %d of %d in %.1f s",
-                            failure.code, failure.message, attempt + 1, self.attempts, delay)
+                            failure.code, self.redacted(failure.message or ""), attempt + 1, self.attempts, delay)
                 await anyio.sleep(delay)
                 continue
             yield self._final(failure, attempt, wait, started)
@@ -185,8 +185,13 @@ class OpenAIModel:
             return wait if wait <= self.retry_after_cap else None
         return min(self.backoff_base * 2.0 ** (attempt - 1), self.backoff_cap)
 
+    def redacted(self, text: str) -> str:
+        """`text` without our key: a server may quote the key it refused, and error
+        messages reach the session log (`turn/end`) and the agent's log."""
+        return text.replace(self.api_key, "[the API key]") if self.api_key else text
+
     def _final(self, failure: Finish, attempt: int, wait: float | None, started: bool) -> Finish:
-        message = failure.message or "model error"
+        message = self.redacted(failure.message or "model error")
         if failure.retryable:
             if started:
                 message += " (after output had begun: not retried)"
