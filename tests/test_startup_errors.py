@@ -83,7 +83,7 @@ AGENT_CASES = [
     (["--model", "script:{unknown_field}"], {}, "--model: ", "unknown fields ['sparkle']"),
     (["--model", "script:{unknown_top}"], {}, "--model: ", "unknown fields ['speed']"),
     (["--model", "script:{not_json}"], {}, "--model: ", "is not JSON"),
-    (["--model", "script:"], {}, "--model: ", "unknown model 'script:'"),
+    (["--model", "script:"], {}, "--model: ", "script:PATH needs the path of a model script"),
     ([], {"ACP_BRIDGE_MODEL": "script:{missing_script}"}, "$ACP_BRIDGE_MODEL: ", "cannot read model script"),
     (["--model", "openai:gpt-4o"], {"OPENAI_BASE_URL": "ftp://x"}, "--model: ",
      "OPENAI_BASE_URL='ftp://x' must be an http:// or https:// URL"),

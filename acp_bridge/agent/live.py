@@ -13,13 +13,14 @@ the local machine's services with it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from acp_bridge.agent import permissions
 from acp_bridge.agent.client_services import AcpClientServices
 from acp_bridge.agent.listing import iso_time
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.agent.settings import Choice
 from acp_bridge.agent.updates import UpdateContext, updates_for
 from acp_bridge.models import Model
 from acp_bridge.rpc.connection import Connection
@@ -34,6 +35,14 @@ from session.transcript import Transcript, history_budget
 class LiveSession:
     log: SessionLog
     runner: TurnRunner
+    choice: Choice
+    ctx: UpdateContext
+
+    def switch(self, model: Model, choice: Choice) -> None:
+        """Run the next turn with `model` at `choice` (recorded by the caller)."""
+        self.choice = choice
+        self.runner.model, self.runner.effort = model, choice.effort
+        self.ctx = replace(self.ctx, context_window=model.context_window)
 
 
 def last_mode(events: Sequence[Event]) -> str:
@@ -50,6 +59,7 @@ def make_live(
     *,
     conn: Connection,
     model: Model,
+    choice: Choice,
     capabilities: dict[str, Any],
     local: LocalServices,
     max_steps: int,
@@ -61,10 +71,8 @@ def make_live(
     only the last turn in memory); otherwise the runner derives them from the log."""
     sid = session_log.id
     services = AcpClientServices(conn, sid, capabilities, local)
-    ctx = UpdateContext(replay=False, context_window=model.context_window)
-
     async def on_event(event: Event) -> None:
-        for update in updates_for(event, ctx):
+        for update in updates_for(event, live.ctx):
             conn.notify_update(sid, update)
         if event["type"] == USER_MESSAGE and event["data"]["turn"] == 1:
             title = title_from_content(event["data"]["content"])
@@ -79,6 +87,7 @@ def make_live(
         transcript = Transcript(budget=history_budget(model.context_window))
     runner = TurnRunner(session_log, model, services, mode=last_mode(session_log.events), max_steps=max_steps,
                         on_event=on_event, on_progress=on_progress, transcript=transcript,
-                        always_allowed=always_allowed)
-    return LiveSession(session_log, runner)
+                        always_allowed=always_allowed, effort=choice.effort)
+    live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window))
+    return live
 

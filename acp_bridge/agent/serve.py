@@ -12,6 +12,7 @@ import anyio
 from acp_bridge import __version__
 from acp_bridge.agent.errors import to_rpc_error
 from acp_bridge.agent.server import Agent, Config
+from acp_bridge.models.catalog import parse_specs
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.transport import FdLineReader, FdWriter
 from session import default_store_dir
@@ -31,11 +32,12 @@ def serve(args: argparse.Namespace) -> int:
     """Serve until the editor closes stdin. `args` holds values the command line has
     already checked (acp_bridge.cli.startup.agent_settings)."""
     configure_logging(args.log_file, args.log_level)
+    models = parse_specs(args.model)  # checked at start-up: a list of one or more specs
     config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
-                    backend=args.backend, model=args.model, max_steps=args.max_steps)
+                    backend=args.backend, models=models, max_steps=args.max_steps)
     # One line on stderr, never stdout (stdout carries protocol messages only).
-    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), model {config.model}",
-          file=sys.stderr, flush=True)
+    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), "
+          f"model {', '.join(m.spec for m in models)}", file=sys.stderr, flush=True)
     reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
     agent = Agent(config)
 

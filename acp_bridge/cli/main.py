@@ -24,7 +24,7 @@ from acp_bridge.cli.startup import (
     wants_debug,
 )
 
-SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup")
+SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     # so their imports stay off the agent's start-up path.
     commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
     commands.add_parser("sessions", help="list, show and export stored sessions")
+    commands.add_parser("login", help="store the API key of openai: models (checked first; file mode 0600)")
     commands.add_parser("wrap", help="record any ACP agent's turns: acp-bridge wrap [options] -- COMMAND [ARGS...]")
     commands.add_parser("setup", help="print an editor's settings entry for this agent: acp-bridge setup zed")
     demo = commands.add_parser("demo", help="show the durable log surviving a kill -9")
@@ -55,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(raw: list[str]) -> int:
+    import os
+
+    if raw[:1] == ["login"] or os.environ.get("ACP_BRIDGE_LOGIN") == "1":  # the latter: an editor's terminal auth
+        from acp_bridge.cli.login import main as login_main
+
+        return login_main(raw[1:] if raw[:1] == ["login"] else [])
     if raw[:1] == ["chat"]:
         from acp_bridge.cli.chat.main import main as chat_main
 

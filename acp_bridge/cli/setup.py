@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     entry = zed_entry(settings, wrapped, os.environ)
     print(json.dumps({"agent_servers": {name: entry}}, indent=2, ensure_ascii=False))
     print(NOTE.format(name=name), file=sys.stderr)
-    if settings.model is not None and settings.model.startswith("openai:"):
+    if settings.model is not None and any(m.startswith("openai:") for m in settings.model):
         print(KEY_NOTE, file=sys.stderr)
     return 0
 
@@ -84,8 +84,9 @@ def zed_entry(settings: AgentSettings, wrapped: list[str] | None, env: Mapping[s
     args = [*prefix, "wrap" if wrapped is not None else "serve", "--store", str(Path(settings.store).absolute())]
     if settings.backend != DEFAULT_BACKEND:
         args += ["--backend", settings.backend]
-    if settings.model is not None and settings.model != DEFAULT_MODEL:
-        args += ["--model", absolute_model(settings.model)]
+    if settings.model is not None and settings.model != [DEFAULT_MODEL]:
+        for spec in settings.model:
+            args += ["--model", absolute_model(spec)]
     if settings.max_steps != DEFAULT_MAX_STEPS:
         args += ["--max-steps", str(settings.max_steps)]
     if settings.log_level != DEFAULT_LOG_LEVEL:
@@ -95,7 +96,7 @@ def zed_entry(settings: AgentSettings, wrapped: list[str] | None, env: Mapping[s
     if wrapped is not None:
         args += ["--", *wrapped]
     extra: dict[str, str] = {}
-    if settings.model is not None and settings.model.startswith("openai:"):
+    if settings.model is not None and any(m.startswith("openai:") for m in settings.model):
         from acp_bridge.models.openai_env import SETTINGS_VARS
 
         extra = {key: env[key] for key in SETTINGS_VARS if env.get(key)}

@@ -94,8 +94,9 @@ def log_options(p: argparse.ArgumentParser) -> None:
 def serve_options(p: argparse.ArgumentParser) -> None:
     """The options of `acp-bridge serve` (and of `setup`, which writes them out)."""
     store_options(p)
-    p.add_argument("--model", default=None,
-                   help="echo (default), script:PATH, openai:NAME ($ACP_BRIDGE_MODEL)")
+    p.add_argument("--model", action="append", default=None,
+                   help="echo (default), script:PATH, openai:NAME, maybe with #images,reasoning; repeat it to "
+                        "offer several (the first is the default; else $ACP_BRIDGE_MODEL)")
     p.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS,
                    help=f"model calls per turn at most (default {DEFAULT_MAX_STEPS})")
     log_options(p)
@@ -109,7 +110,7 @@ class AgentSettings(typing.NamedTuple):
 
     store: Path
     backend: str
-    model: str | None  # None for the wrapper: the wrapped agent has its own
+    model: list[str] | None  # the configured models, the first the default; None for the wrapper
     max_steps: int
     log_level: str
     log_file: str | None
@@ -128,10 +129,10 @@ def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSett
         max_steps = DEFAULT_MAX_STEPS
     if max_steps < 1:
         raise ConfigError("--max-steps", f"must be at least 1, got {max_steps}")
-    spec = check_model(*chosen(args, "model", "ACP_BRIDGE_MODEL")) if model else None
+    specs = check_models(args) if model else None
     store, label = store_choice(args)
     check_writable_store(store, label)
-    return AgentSettings(store, backend, spec, max_steps, level, log_file)
+    return AgentSettings(store, backend, specs, max_steps, level, log_file)
 
 
 def reader_settings(args: argparse.Namespace) -> tuple[str, Path]:
@@ -198,10 +199,32 @@ def check_log_file(path: str) -> None:
         raise ConfigError("--log-file", f"cannot create {file}: {folder} is not writable: {os.strerror(13)}")
 
 
-def check_model(value: str | None, option: str) -> str:
+def check_models(args: argparse.Namespace) -> list[str]:
+    """The models `--model` (repeated) names, else `$ACP_BRIDGE_MODEL`, else echo: each
+    checked, and the list as a whole (no model twice)."""
+    from acp_bridge.models import ModelSpecError
+    from acp_bridge.models.catalog import parse_specs
+
+    given = getattr(args, "model", None)
+    if isinstance(given, str):
+        given = [given]
+    if given:
+        specs, option = list(given), "--model"
+    else:
+        env = os.environ.get("ACP_BRIDGE_MODEL")
+        specs, option = [env or DEFAULT_MODEL], ("$ACP_BRIDGE_MODEL" if env else "--model")
+    for spec in specs:
+        check_model(spec, option)
+    try:
+        parse_specs(specs)
+    except ModelSpecError as exc:
+        raise ConfigError(option, str(exc)) from exc
+    return specs
+
+
+def check_model(spec: str, option: str) -> str:
     from acp_bridge.models import ModelSpecError, check_spec
 
-    spec = value or DEFAULT_MODEL
     try:
         check_spec(spec)
     except ModelSpecError as exc:

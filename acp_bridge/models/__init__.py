@@ -23,12 +23,14 @@ from acp_bridge.models.base import (
     ToolCallChunk,
     UsageChunk,
 )
+from acp_bridge.models.catalog import ModelEntry, parse_spec
 
 __all__ = [
     "Finish",
     "FinishReason",
     "Model",
     "ModelChunk",
+    "ModelEntry",
     "ModelRequest",
     "ModelSpecError",
     "ReasoningDelta",
@@ -42,14 +44,16 @@ __all__ = [
 NEEDS_HTTPX = "openai:MODEL needs the httpx package: pip install httpx"
 
 
-def load_model(spec: str) -> Model:
-    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`."""
-    if spec == "echo":
+def load_model(spec: str | ModelEntry) -> Model:
+    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`, each maybe
+    with `#flags` (acp_bridge.models.catalog), or from a parsed entry."""
+    entry = spec if isinstance(spec, ModelEntry) else parse_spec(spec)
+    if entry.spec == "echo":
         from acp_bridge.models.echo import EchoModel
 
         return EchoModel()
-    kind, _, arg = spec.partition(":")
-    if kind == "script" and arg:
+    kind, _, arg = entry.spec.partition(":")
+    if kind == "script":
         from acp_bridge.models.script import ScriptModel
 
         return ScriptModel.from_file(arg)
@@ -61,19 +65,21 @@ def load_model(spec: str) -> Model:
                 raise
             raise ModelSpecError(NEEDS_HTTPX) from None
 
-        return OpenAIModel.from_env(arg)
-    raise ModelSpecError(unknown_model(spec))
+        return OpenAIModel.from_env(arg, images=entry.images)
+    raise ModelSpecError(unknown_model(entry.spec))
 
 
 def check_spec(spec: str, env: Mapping[str, str] | None = None) -> None:
     """Raise ModelSpecError unless `load_model(spec)` can make the model with `env` (default
     the process's): everything `load_model` would refuse, checked without making it and
     without importing httpx (the agent's start-up path stays lean). A missing API key is
-    not refused: the endpoint decides whether it needs one."""
-    if spec == "echo":
+    not refused here: an `openai:` model without one offers an auth method instead
+    (docs/protocol.md, "Auth")."""
+    entry = parse_spec(spec)
+    if entry.spec == "echo":
         return
-    kind, _, arg = spec.partition(":")
-    if kind == "script" and arg:
+    kind, _, arg = entry.spec.partition(":")
+    if kind == "script":
         from acp_bridge.models.script import read_script
 
         read_script(arg)

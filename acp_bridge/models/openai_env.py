@@ -9,6 +9,7 @@ business (a local Ollama takes none), and it never leaves the provider.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -30,18 +31,24 @@ class OpenAIEnv:
     attempts: int | None
 
 
+def base_url(env: Mapping[str, str] | None = None) -> str:
+    """The endpoint `OPENAI_BASE_URL` names (unchecked), else OpenAI's."""
+    env = os.environ if env is None else env
+    return env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+
+
 def read_env(model: str, env: Mapping[str, str]) -> OpenAIEnv:
     """The provider's settings for `openai:{model}` from `env`; ModelSpecError (naming the
     variable) for a value that cannot work."""
     if not model:
         raise ModelSpecError("openai:MODEL needs a model name, e.g. openai:gpt-4o")
-    base_url = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    if not base_url.startswith(("http://", "https://")) or not urlsplit(base_url).hostname:
-        raise ModelSpecError(f"OPENAI_BASE_URL={base_url!r} must be an http:// or https:// URL, "
+    url = base_url(env)
+    if not url.startswith(("http://", "https://")) or not urlsplit(url).hostname:
+        raise ModelSpecError(f"OPENAI_BASE_URL={url!r} must be an http:// or https:// URL, "
                              "e.g. http://localhost:11434/v1")
     window = _number(env, "ACP_BRIDGE_CONTEXT_WINDOW", int)
     attempts = _number(env, "ACP_BRIDGE_OPENAI_ATTEMPTS", int)
-    return OpenAIEnv(base_url=base_url,
+    return OpenAIEnv(base_url=url,
                      context_window=None if window is None else int(window),
                      timeout=_number(env, "ACP_BRIDGE_OPENAI_TIMEOUT", float),
                      attempts=None if attempts is None else int(attempts))

@@ -54,6 +54,7 @@ HELP = """commands:
   /sessions      list the stored sessions
   /load ID       load a session (its history is replayed)
   /mode NAME     set the session mode (ask, accept_edits, read_only)
+  /model [NAME]  show the models, or switch the session's model (the next prompt uses it)
   /quit          leave (so does end of input)
 anything else is sent as a prompt ("//text" sends "/text").
 Ctrl-C cancels a running prompt; a second Ctrl-C (or one while idle) quits.
@@ -109,6 +110,7 @@ class Chat:
         self.sid: str | None = None
         self.mode: str | None = None
         self.modes: list[str] = []
+        self.options: list[Any] = []  # the session's configOptions, as the agent last sent them
         self._conn: AgentConnection | None = None
         self._scope = anyio.CancelScope()  # the input loop: cancelled to quit
         self._prompting = False
@@ -238,6 +240,8 @@ class Chat:
         """Make `sid` the current session, with the mode state of its answer."""
         self.sid = sid
         self.render.new_session()
+        options = state.get("configOptions") if isinstance(state, dict) else None
+        self.options = options if isinstance(options, list) else []
         modes = state.get("modes") if isinstance(state, dict) else None
         if isinstance(modes, dict):
             self.mode = modes.get("currentModeId")
@@ -275,6 +279,8 @@ class Chat:
             elif name == "/mode":
                 await conn.request("session/set_mode", {"sessionId": self.sid, "modeId": arg})
                 self.mode = arg
+            elif name == "/model":
+                await self._model(arg)
             elif name == "/load" and arg:
                 await self._load(arg)
             else:
@@ -282,6 +288,28 @@ class Chat:
         except ClientError as exc:
             self.error(error_message(exc))
         return True
+
+    async def _model(self, arg: str) -> None:
+        """`/model`: list the models of the `model` config option; `/model NAME`: switch
+        to the one whose value or name is NAME."""
+        option = next((o for o in self.options if isinstance(o, dict) and o.get("id") == "model"), None)
+        if option is None:
+            self.error("this agent offers no model choice")
+            return
+        choices = [c for c in option.get("options", []) if isinstance(c, dict)]
+        if not arg:
+            lines = [f"{'*' if c.get('value') == option.get('currentValue') else ' '} {c.get('value')}"
+                     f"{'  (' + str(c['description']) + ')' if c.get('description') not in (None, c.get('value')) else ''}"
+                     for c in choices]
+            self.write("".join(self.render.line(text) for text in ["models (* current):", *lines]))
+            return
+        match = [c for c in choices if arg in (c.get("value"), c.get("name"))]
+        value = match[0].get("value") if len(match) == 1 else arg  # unknown: the agent says which exist
+        result = await self.conn().request("session/set_config_option",
+                                           {"sessionId": self.sid, "configId": "model", "value": value})
+        if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
+            self.options = result["configOptions"]
+        self.write(self.render.line(f"model {value}"))
 
     async def _load(self, sid: str) -> bool:
         previous = self.sid
