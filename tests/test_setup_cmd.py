@@ -125,3 +125,20 @@ def test_a_bad_value_prints_no_entry(here: Path, args: list[str], line: str) -> 
     result = setup(args, here)
     assert (result.returncode, result.stdout) == (2, "")
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(line), result.stderr
+
+
+@pytest.mark.parametrize(("section", "args"), [
+    ("## Use it from an editor", ["zed", "--model", "openai:gpt-4o"]),
+    ("## Wrap any ACP agent", ["zed", "--name", "claude (recorded)", "--", "npx", "@zed-industries/claude-code-acp"]),
+])
+def test_the_readme_shows_what_setup_prints(here: Path, section: str, args: list[str]) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split(section, 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
+    shown = orjson.loads(block.replace("/home/you/acp-bridge/.venv/bin/acp-bridge", str(INSTALLED))
+                         .replace("/home/you", str(here)))
+    env = {k: v for k, v in clean_env(HOME=str(here)).items() if k != "XDG_STATE_HOME"}
+    result = setup(args, here, env)
+    assert result.returncode == 0, result.stderr
+    assert orjson.loads(result.stdout) == shown
+    command = " ".join(f'"{a}"' if " " in a else a for a in args)
+    assert f"acp-bridge setup {command}\n" in readme  # the command the README gives

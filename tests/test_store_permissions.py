@@ -194,3 +194,31 @@ def test_serve_starts_on_a_writable_store_with_its_one_line(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[0].endswith(f": store {store} (jsonl), model echo")
     assert mode(store) == 0o2775
+
+
+def test_sessions_refuses_a_store_it_cannot_read(tmp_path: Path) -> None:
+    prefix = as_unprivileged()
+    store = tmp_path / "store"
+    (store / "sessions").mkdir(parents=True)
+    os.chmod(store, 0o300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
+    result = subprocess.run([*prefix, sys.executable, "-m", "acp_bridge", "sessions", "list", "--store", str(store)],
+                            capture_output=True, text=True, timeout=30, env=env)
+    os.chmod(store, 0o700)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"acp-bridge sessions: --store: store {store} is not readable: Permission denied"]
+
+
+def test_serve_refuses_a_log_file_it_cannot_create(tmp_path: Path) -> None:
+    prefix = as_unprivileged()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    os.chmod(logs, 0o500)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
+    result = subprocess.run([*prefix, *SERVE, "--store", str(tmp_path / "store"), "--log-file", str(logs / "a.log")],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, env=env)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"acp-bridge: --log-file: cannot create {logs / 'a.log'}: {logs} is not writable: Permission denied"]
+    assert not (tmp_path / "store").exists()

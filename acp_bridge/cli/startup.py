@@ -18,6 +18,7 @@ every start, and the agent's start-up path stays lean. The checks import what th
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import typing
@@ -142,8 +143,8 @@ def reader_settings(args: argparse.Namespace) -> tuple[str, Path]:
     store, label = store_choice(args)
     if os.path.lexists(store) and not store.is_dir():
         raise ConfigError(label, f"store {store} is not a folder")
-    if store.is_dir() and not os.access(store, os.R_OK | os.X_OK):
-        raise ConfigError(label, f"store {store} is not readable: {os.strerror(13)}")
+    if store.is_dir() and not _access(store, os.R_OK | os.X_OK):
+        raise ConfigError(label, f"store {store} is not readable: {os.strerror(errno.EACCES)}")
     return backend, store
 
 
@@ -189,14 +190,14 @@ def check_log_file(path: str) -> None:
         raise ConfigError("--log-file", f"{file} is a folder")
     if file.exists():
         if not _access(file, os.W_OK):
-            raise ConfigError("--log-file", f"cannot write {file}: {os.strerror(13)}")
+            raise ConfigError("--log-file", f"cannot write {file}: {os.strerror(errno.EACCES)}")
         return
     folder = file.parent
     if not folder.is_dir():
         why = "is not a folder" if folder.exists() else "does not exist"
         raise ConfigError("--log-file", f"cannot create {file}: {folder} {why}")
     if not _access(folder, os.W_OK | os.X_OK):
-        raise ConfigError("--log-file", f"cannot create {file}: {folder} is not writable: {os.strerror(13)}")
+        raise ConfigError("--log-file", f"cannot create {file}: {folder} is not writable: {os.strerror(errno.EACCES)}")
 
 
 def check_models(args: argparse.Namespace) -> list[str]:
