@@ -19,6 +19,7 @@ import pytest
 from tests.support.acp_client import AgentError, AgentProcess, ClientPolicy, write_script
 from tests.support.logs import loaded_events
 from tests.support.processes import alive, wait_gone
+from tests.support.sse_server import SSEServer, chunk, stream_reply, text_reply
 
 pytestmark = pytest.mark.anyio
 
@@ -324,3 +325,24 @@ async def test_bad_server_specs_are_refused_naming_the_field(tmp_path: Path, wor
 def test_the_environment_of_these_tests_has_the_servers() -> None:
     for name in ("mcp-server-time", "mcp-server-git"):
         assert os.access(BIN / name, os.X_OK), f"{name} is not installed: pip install -e '.[test]'"
+
+
+async def test_an_openai_model_is_offered_the_tools_and_reads_the_result(tmp_path: Path, work: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with SSEServer() as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", api.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-e2e")
+        api.push(stream_reply(chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {
+                     "name": "t__echo", "arguments": '{"text": "from the server"}'}}]}), chunk({}, "tool_calls")),
+                 text_reply("It said so."))
+        async with AgentProcess(tmp_path / "store", model="openai:m",
+                                policy=ClientPolicy(permissions=["allow_once"])) as agent:
+            sid, _ = await open_session(agent, work, test_server())
+            assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+        first, second = api.requests
+    offered = {t["function"]["name"]: t["function"] for t in first.json["tools"]}
+    assert {"read_file", "write_file", "edit_file", "run_command", "list_dir"} < set(offered)
+    assert offered["t__echo"]["description"] == "Say `text` back."
+    assert offered["t__echo"]["parameters"]["required"] == ["text"]
+    assert second.json["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "from the server"}
