@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -85,6 +86,8 @@ async def gated_stdio(spec: McpServerSpec, cwd: Path) -> AsyncIterator[tuple[_Li
     """Spawn the server behind the gate and bridge its pipes to the SDK's streams."""
     env = {**get_default_environment(), **dict(spec.env)}
     REAPER.ensure_running()
+    if not cwd.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "the session's folder is not a directory", str(cwd))
     check_program(spec.command, cwd, env.get("PATH"))
     process = await anyio.open_process(
         ["/bin/sh", "-c", GATE, "acp-bridge-mcp", spec.command, *spec.args], cwd=cwd, env=env,
@@ -175,12 +178,14 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, command: str = "") -> str:
     """A failure in words: the first leaf of an exception group, with its type."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if isinstance(exc, FileNotFoundError):
+    if isinstance(exc, FileNotFoundError) and exc.filename == command:
         return f"command not found: {exc.filename}"
+    if isinstance(exc, OSError):
+        return f"could not be started: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
     if isinstance(exc, MCPError):
         return exc.message
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -230,7 +235,7 @@ class _Connection:
             if link is not None and link.stdout_closed.is_set():
                 self.failure = link.why_gone()
             else:
-                self.failure = _reason(exc)
+                self.failure = _reason(exc, self.spec.command)
         finally:
             if self.failure is None and not started:
                 self.failure = link.why_gone() if link is not None else "did not start"
