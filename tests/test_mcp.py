@@ -346,3 +346,18 @@ async def test_an_openai_model_is_offered_the_tools_and_reads_the_result(tmp_pat
     assert offered["t__echo"]["description"] == "Say `text` back."
     assert offered["t__echo"]["parameters"]["required"] == ["text"]
     assert second.json["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "from the server"}
+
+
+async def test_without_the_sdk_a_session_with_servers_goes_on_and_says_why(tmp_path: Path, work: Path) -> None:
+    agent = AgentProcess(tmp_path / "store")
+    # As if installed without the `mcp` extra: importing the SDK fails.
+    agent.command[1:3] = ["-c", "import sys; sys.modules['mcp'] = None; from acp_bridge.cli.main import main; "
+                                "sys.argv[0] = 'acp-bridge'; sys.exit(main())"]
+    async with agent:
+        sid, result = await open_session(agent, work, time_server())
+        (status,) = result["_meta"]["acpBridge"]["mcpServers"]
+        assert status["tools"] == [] and status["error"].startswith(
+            "MCP server 'time' cannot be started: the MCP SDK is not installed")
+        assert "acp-bridge[mcp]" in status["error"]
+        assert (await agent.prompt(sid, "hi"))["stopReason"] == "end_turn"
+    assert agent.returncode == 0

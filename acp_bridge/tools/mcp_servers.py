@@ -75,6 +75,7 @@ class McpServers:
         self._task_group = task_group
         self.servers: list[McpServer] = []
         self.tools: list[McpTool] = []
+        self.missing: str | None = None  # why no server could be started at all
 
     @classmethod
     def from_acp(cls, servers: Sequence[Mapping[str, Any]], *, cwd: Path, roots: Sequence[Path],
@@ -85,8 +86,13 @@ class McpServers:
         """Start every server at once and wait until each has listed its tools or
         failed (a failure is kept on the server and named in its tools' errors; the
         session goes on without its tools)."""
-        from acp_bridge.tools.mcp_session import McpServer
-
+        try:
+            from acp_bridge.tools.mcp_session import McpServer
+        except ImportError as exc:  # installed without the `mcp` extra
+            self.missing = (f"cannot be started: the MCP SDK is not installed (no module {exc.name!r}); "
+                            "install acp-bridge[mcp]")
+            log.warning("%d MCP server(s) not started: %s", len(self.specs), self.missing)
+            return
         start_timeout = timeout_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT_S)
         call_timeout = timeout_from_env(CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT_S)
         self.servers = [McpServer(spec, cwd=self._cwd, roots=self._roots, task_group=self._task_group,
@@ -109,6 +115,9 @@ class McpServers:
 
     def status(self) -> list[dict[str, Any]]:
         """For the client (`_meta.acpBridge.mcpServers`): each server's tools or failure."""
+        if self.missing is not None:
+            return [{"name": s.name, "tools": [], "error": f"MCP server {s.name!r} {self.missing}"}
+                    for s in self.specs]
         out: list[dict[str, Any]] = []
         for server in self.servers:
             entry: dict[str, Any] = {"name": server.name,
