@@ -13,8 +13,11 @@ the local machine's services with it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio.abc
 
 from acp_bridge.agent import permissions
 from acp_bridge.agent.client_services import AcpClientServices
@@ -30,6 +33,9 @@ from session.backends.base import title_from_content
 from session.events import TURN_START, USER_MESSAGE, Event
 from session.transcript import Transcript, history_budget
 
+if TYPE_CHECKING:
+    from acp_bridge.tools.mcp_servers import McpServers
+
 
 @dataclass
 class LiveSession:
@@ -37,12 +43,49 @@ class LiveSession:
     runner: TurnRunner
     choice: Choice
     ctx: UpdateContext
+    mcp: McpServers | None = None  # the MCP servers the client passed, connected
+    mcp_given: list[Any] = field(default_factory=list)  # as the client passed them
 
     def switch(self, model: Model, choice: Choice) -> None:
         """Run the next turn with `model` at `choice` (recorded by the caller)."""
         self.choice = choice
         self.runner.model, self.runner.effort = model, choice.effort
         self.ctx = replace(self.ctx, context_window=model.context_window)
+
+    async def close(self) -> None:
+        """Close the log, then stop the session's MCP servers."""
+        try:
+            await self.runner.close()
+        finally:
+            if self.mcp is not None:
+                await self.mcp.close()
+                self.mcp = None
+
+    async def connect_mcp(self, servers: list[Any] | None, task_group: anyio.abc.TaskGroup) -> dict[str, Any]:
+        """Connect the MCP servers the client passed (checked by agent.params) and offer
+        their tools with the built-in ones, replacing the servers of an earlier open.
+        Returns `{"mcpServers": [...]}` for the answer's `_meta.acpBridge` (empty without
+        servers). The SDK is imported only if there are servers."""
+        servers = servers or []
+        if self.mcp is not None and servers == self.mcp_given:
+            return {"mcpServers": self.mcp.status()}
+        if self.mcp is not None:
+            await self.mcp.close()
+            self.mcp = None
+            self.runner.set_tools(None)
+        self.mcp_given = list(servers)
+        if not servers:
+            return {}
+        from acp_bridge.tools import ALL_TOOLS
+        from acp_bridge.tools.mcp_servers import McpServers
+
+        header = self.log.header
+        roots = [Path(header["cwd"]), *(Path(p) for p in header.get("additionalDirectories", []))]
+        mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group)
+        self.mcp = mcp
+        await mcp.start()
+        self.runner.set_tools([*ALL_TOOLS, *mcp.tools])
+        return {"mcpServers": mcp.status()}
 
 
 def last_mode(events: Sequence[Event]) -> str:

@@ -120,6 +120,10 @@ class TurnRunner:
         # when the session closes, so the log records what the prompt was answered.
         self._left_open: Reason | None = None
 
+    def set_tools(self, tools: Sequence[Tool] | None) -> None:
+        """The session's tools from the next step on (None: the built-in ones)."""
+        self._calls.set_tools(tools)
+
     @property
     def running(self) -> bool:
         return self._scope is not None

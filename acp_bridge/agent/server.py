@@ -28,7 +28,7 @@ from acp_bridge import __version__
 from acp_bridge.agent import auth, permissions, settings
 from acp_bridge.agent.errors import AuthRequiredError, PromptInProgressError, to_rpc_error
 from acp_bridge.agent.listing import list_page
-from acp_bridge.agent.params import check_params
+from acp_bridge.agent.params import MCP_TRANSPORTS, check_params
 from acp_bridge.agent.settlement import TurnFailed, settle
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
@@ -100,7 +100,7 @@ class Agent:
             finally:
                 with anyio.CancelScope(shield=True):
                     for sid in list(self.sessions):
-                        await self.sessions.pop(sid).runner.close()
+                        await self.sessions.pop(sid).close()
                     if self._store is not None:
                         self._store.close()
                 tg.cancel_scope.cancel()  # local commands die with the connection
@@ -214,6 +214,7 @@ class Agent:
                                        "embeddedContext": True},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {},
                                         "additionalDirectories": {}},
+                "mcpCapabilities": {"http": "http" in MCP_TRANSPORTS, "sse": "sse" in MCP_TRANSPORTS},
             },
             "authMethods": auth.auth_methods(self.config.models, self.client_capabilities),
             "agentInfo": {"name": "acp-bridge", "title": "acp-bridge", "version": __version__},
@@ -242,17 +243,17 @@ class Agent:
 
     async def new_session(self, cwd: str, mcpServers: list[Any], additionalDirectories: list[str] | None = None,
                           **_: Any) -> dict[str, Any]:
-        if mcpServers:
-            log.warning("MCP servers are not supported; ignoring %d", len(mcpServers))
         self._require_key(self.config.models[0])
         store = self.store()
         session_log = await anyio.to_thread.run_sync(
             lambda: store.create(cwd=cwd, additional_directories=additionalDirectories or (),
                                  keep_history=False))
         live = self._activate(session_log)
-        return {"sessionId": session_log.id, **self._state(live)}
+        mcp = await live.connect_mcp(mcpServers, self._tasks())
+        return {"sessionId": session_log.id, **self._state(live),
+                **({"_meta": {"acpBridge": mcp}} if mcp else {})}
 
-    async def load_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
+    async def load_session(self, sessionId: str, mcpServers: list[Any], **_: Any) -> dict[str, Any]:
         conn = self._connection()
 
         async def send(payload: bytes) -> None:
@@ -263,11 +264,18 @@ class Agent:
 
         encoder = ReplayEncoder(sessionId, self.model().context_window)
         live, report = await self._open(sessionId, (encoder, send))
-        return {**self._state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
+        mcp = await live.connect_mcp(mcpServers, self._tasks())
+        return {**self._state(live), "_meta": {"acpBridge": {**self._open_meta(live, report), **mcp}}}
 
-    async def resume_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
+    async def resume_session(self, sessionId: str, mcpServers: list[Any] | None = None,
+                             **_: Any) -> dict[str, Any]:
         live, report = await self._open(sessionId, None)
-        return {**self._state(live), "_meta": {"acpBridge": self._open_meta(live, report)}}
+        mcp = await live.connect_mcp(mcpServers, self._tasks())
+        return {**self._state(live), "_meta": {"acpBridge": {**self._open_meta(live, report), **mcp}}}
+
+    def _tasks(self) -> anyio.abc.TaskGroup:
+        assert self._task_group is not None  # set by serve() before any request
+        return self._task_group
 
     async def _open(self, sid: str, replay: tuple[ReplayEncoder, Send] | None) -> tuple[LiveSession, RepairReport]:
         from acp_bridge.agent.replay import open_stored, replay_stored
@@ -309,7 +317,7 @@ class Agent:
         live.runner.cancel("session/close")
         await live.runner.wait_idle()
         self.sessions.pop(sid, None)
-        await live.runner.close()
+        await live.close()
 
     async def delete_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
         validate_session_id(sessionId)
