@@ -176,8 +176,10 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from acp_bridge.cli.sessions.listing import list_text
+    from acp_bridge.cli.sessions.progress import Progress
     from acp_bridge.cli.sessions.source import AmbiguousIdError, Source, resolve_id
-    from acp_bridge.cli.sessions.transcripts import markdown_text, show_text
+    from acp_bridge.cli.sessions.transcripts import markdown_chunks, show_chunks
+    from acp_bridge.cli.sessions.walk import Walk
     from session import (
         InvalidSessionIdError,
         SessionError,
@@ -188,17 +190,26 @@ def run(args: argparse.Namespace) -> int:
     store = getattr(args, "store", None)
     source = Source(backend, Path(store) if store else default_store_dir())
     command = getattr(args, "sessions_command", None) or "list"
+    progress = Progress(f"{PROG} {command}")
     try:
         if command in ("list", "ls"):
             _write(list_text(source, args))
             return EXIT_OK
         sid = resolve_id(source, args.session_id)
-        if command == "show":
-            _write(show_text(source, sid, full=args.full))
-        elif args.format == "jsonl":
-            _write_bytes(source.raw(sid))
-        else:
-            _write(markdown_text(source, sid))
+        if command == "export" and args.format == "jsonl":
+            for piece in source.raw_chunks(sid):
+                _write_bytes(piece)
+                progress.add(len(piece), "bytes")
+            sys.stdout.buffer.flush()
+            return EXIT_OK
+        walk = Walk(source, sid, lambda records: progress.set(records, "records"))
+        try:
+            chunks = show_chunks(walk, source, full=args.full) if command == "show" \
+                else markdown_chunks(walk, source)
+            for chunk in chunks:
+                _write(chunk)
+        finally:
+            walk.close()
         return EXIT_OK
     except (AmbiguousIdError, InvalidSessionIdError) as exc:
         return _fail(str(exc), EXIT_USAGE)
@@ -214,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
     except _sqlite_error() as exc:
         return _fail(f"cannot read the store {source.root}: {exc}", EXIT_FAIL)
     finally:
+        progress.done()
         source.close()
 
 
@@ -249,4 +261,3 @@ def _write_bytes(data: bytes) -> None:
     """Bytes as they are (the stored form), after any text already written."""
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()

@@ -10,7 +10,7 @@ from acp_bridge.cli.sessions.text import add_usage
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
     from pathlib import Path
 
     from session import Event, Header, Owner, SessionPeek
@@ -87,8 +87,9 @@ class Source:
         return Stored(sid, stream.header, summary.last_turn, torn, stream.updated, title,
                       stream.where, stream.locate, summary.earlier_turns, summary.earlier_usage)
 
-    def raw(self, sid: str) -> bytes:
-        return self.reader.raw(sid)
+    def raw_chunks(self, sid: str) -> Iterator[bytes]:
+        """The stored form (`export --format jsonl`), a piece at a time."""
+        return self.reader.raw_chunks(sid)
 
     def peek(self, sid: str) -> SessionPeek:
         """What the store says of a session it cannot read whole, best effort."""
