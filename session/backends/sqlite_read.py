@@ -316,10 +316,18 @@ class SqliteReader:
                     "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
                     (sid,),
                 )
-                while rows := cursor.fetchmany(SqliteStream.BLOCK):
-                    yield b"".join(b'{"type":%s,"seq":%d,"time":%d,"data":%s}\n' % (
-                        orjson.dumps(etype), seq, stamp, _as_bytes(data))
-                        for seq, etype, stamp, data in rows)
+                lines: list[bytes] = []
+                size = 0
+                while rows := cursor.fetchmany(64):  # pieces bounded in bytes, as in blocks()
+                    for seq, etype, stamp, data in rows:
+                        lines.append(b'{"type":%s,"seq":%d,"time":%d,"data":%s}\n' % (
+                            orjson.dumps(etype), seq, stamp, _as_bytes(data)))
+                        size += len(lines[-1])
+                    if size >= SqliteStream.BLOCK_BYTES:
+                        yield b"".join(lines)
+                        lines, size = [], 0
+                if lines:
+                    yield b"".join(lines)
         finally:
             db.execute("ROLLBACK")
 
