@@ -1,7 +1,7 @@
 """An ACP agent whose every string a client might print carries terminal escape
 sequences: mode ids and names, message and thought text, tool titles, tool output,
 diffs, plans, titles, permission questions, stop reasons, error messages and listed
-sessions. For tests/test_chat_untrusted.py (issue 17: untrusted text is shown escaped).
+sessions. For tests/test_untrusted_text.py (issue 17: untrusted text is shown escaped).
 
     python tests/support/hostile_agent.py
 

@@ -230,7 +230,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
+    from acp_bridge.cli.safe_text import clean
+
+    print(f"{PROG}: {clean(message)}", file=sys.stderr)  # may quote what a log holds
     return code
 
 

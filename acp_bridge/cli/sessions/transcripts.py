@@ -90,7 +90,7 @@ def _show_head(walk: Walk, source: Source) -> list[str]:
     fields += [
         ("created", local_time(header.get("createdAt"))),
         ("updated", local_time(walk.updated)),
-        ("store", f"{walk.where} ({source.name})"),
+        ("store", f"{one_line(walk.where)} ({source.name})"),
     ]
     return out + [f"  {name:<8} {value}" for name, value in fields]
 

@@ -93,7 +93,7 @@ class States:
             return f"running{who}"
         text = reason_text(turn.reason, long=True)
         if not turn.end_on_disk:
-            cause = turn.reason.get("cause", "crash")
+            cause = one_line(str(turn.reason.get("cause", "crash")))
             if self.owner == "unknown":
                 return f"interrupted ({cause}, or still running; not yet repaired on disk)"
             return f"interrupted ({cause}; not yet repaired on disk)"
@@ -261,24 +261,25 @@ def reason_text(reason: dict[str, Any], *, long: bool) -> str:
     if kind == "error":
         text = f"error: {one_line(str(reason.get('message', '')))}"
         if long:
-            details = [f"step {reason.get('step')}"]
+            details = [f"step {one_line(str(reason.get('step')))}"]
             if reason.get("code"):
-                details.append(f"code {reason['code']}")
+                details.append(f"code {one_line(str(reason['code']))}")
             if reason.get("retryable"):
                 details.append("retryable")
             text += f" ({', '.join(details)})"
         return text
+    # Every value from the log is shown through one_line: control characters escaped.
     if not long:
-        return str(kind)
+        return one_line(str(kind))
     if kind == "cancelled":
-        return f"cancelled (by {reason.get('by')})"
+        return f"cancelled (by {one_line(str(reason.get('by')))})"
     if kind == "interrupted":
-        return f"interrupted ({reason.get('cause')})"
+        return f"interrupted ({one_line(str(reason.get('cause')))})"
     if kind == "max_steps":
-        return f"max_steps (limit {reason.get('limit')})"
+        return f"max_steps (limit {one_line(str(reason.get('limit')))})"
     if kind == "max_tokens":
         return "max_tokens (the model hit its output limit)"
-    return str(kind)
+    return one_line(str(kind))
 
 
 def turn_duration(turn: Turn) -> str | None:

@@ -66,3 +66,49 @@ def test_the_demo_prints_what_the_agent_sends_escaped(capsysbinary: pytest.Captu
         assert raw not in out, raw
     for seen in ["text", "tool", "output", "title", "asks"]:
         assert f"{seen}{ESCAPED}".encode() in out, seen
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_sessions_show_export_and_list_escape_every_string_from_the_log(tmp_path: Path, backend: str) -> None:
+    """A log whose every string carries escape sequences (as a tampered log, or a
+    wrapped agent's recording, may): nothing reaches stdout or stderr as a sequence."""
+    from session import SessionStore, open_backend
+    from tests.support.logs import Script
+
+    h = HIJACK
+    store = SessionStore(open_backend(backend, tmp_path))
+    log = store.create(cwd=f"/w{h}", title=f"title{h}")
+    s = Script()
+    s.add("turn/start", {"turn": 1, "trigger": {"kind": "prompt"}, "mode": f"mode{h}", "model": f"model{h}"})
+    s.turn = 1
+    s.add("user/message", {"turn": 1, "content": [{"type": "text", "text": f"prompt{h}"},
+                                                  {"type": "resource_link", "uri": f"file:///x{h}", "name": f"n{h}"}]})
+    s.start_step().chunk(f"thinking{h}", "reasoning").chunk(f"text{h}")
+    s.add("assistant/message", {"turn": 1, "step": 1, "content": [
+        {"type": "reasoning", "text": f"thinking{h}"}, {"type": "text", "text": f"text{h}"},
+        {"type": "tool-call", "id": f"c1{h}", "name": f"tool{h}", "arguments": f'{{"arg":"{h}"}}'}]})
+    s.add("tool/call", {"turn": 1, "step": 1, "callId": f"c1{h}", "name": f"tool{h}", "arguments": {"a": h},
+                        "title": f"title{h}", "kind": f"kind{h}"})
+    s.add("tool/result", {"turn": 1, "step": 1, "callId": f"c1{h}", "isError": True,
+                          "content": [{"type": "text", "text": f"output{h}"}],
+                          "error": {"code": f"code{h}", "message": f"m{h}"},
+                          "permission": {"outcome": "selected", "optionId": f"opt{h}"},
+                          "display": [{"type": "diff", "path": f"/w/f{h}", "oldText": f"old{h}\n",
+                                       "newText": f"new{h}\n"}]})
+    s.end_step().end_turn("error", message=f"failed{h}", code=f"code{h}", step=1)
+    s.start_turn(f"again{h}").start_step().message(f"answer{h}").end_step().end_turn("cancelled", by="session/cancel")
+    log.extend(s.items)
+    log.close()
+    store.close()
+    base = [*CHAT[:-1], "sessions", "--store", str(tmp_path), "--backend", backend]
+    for command in (["show", log.id], ["show", log.id, "--full"], ["export", log.id], ["list"]):
+        proc = subprocess.run([*base, *command], capture_output=True, env=chat_env(), timeout=30)
+        assert proc.returncode == 0, proc.stderr.decode()
+        for raw in RAW:
+            assert raw not in proc.stdout and raw not in proc.stderr, (command, raw)
+        assert ESCAPED in proc.stdout.decode()
+    shown = subprocess.run([*base, "show", log.id, "--full"], capture_output=True, env=chat_env(),
+                           timeout=30).stdout.decode()
+    for seen in ["title", "/w", "mode", "model", "prompt", "thinking", "text", "tool", "kind", "output",
+                 "code", "opt", "/w/f", "old", "new", "failed", "again", "answer"]:
+        assert f"{seen}{ESCAPED}" in shown, seen
