@@ -1,8 +1,9 @@
 """A session store as `acp-bridge sessions` reads it: through `session`'s read-only
-open (`session.open_reader`), which never locks, repairs or creates anything. `show`
-reads a log whole; `list` reads each log in one streamed pass (`summarize`), checked
-as a load checks, keeping only its last turn, the count of the turns before it and
-their tokens. Ids are resolved here too (full ids, or unique prefixes)."""
+open (`session.open_reader`), which never locks, repairs or creates anything. `list`
+reads each log in one streamed pass (`summarize`), checked as a load checks, keeping
+only its last turn, the count of the turns before it and their tokens (`show` streams
+too: walk.py; `read` is the whole-log form the tests compare them with). Ids are
+resolved here too (full ids, or unique prefixes)."""
 
 from __future__ import annotations
 
