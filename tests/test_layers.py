@@ -33,7 +33,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "acp_bridge.wrap": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.agent",
                                   "acp_bridge.models", "acp_bridge.tools", "session"}),
     "acp_bridge.cli": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models",
-                                 "acp_bridge.tools", "session"}),
+                                 "acp_bridge.tools", "acp_bridge.snapshot", "session"}),
+    # The snapshot harness runs the agent only as a subprocess, as an editor does.
+    "acp_bridge.snapshot": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models",
+                                      "acp_bridge.tools", "session"}),
     "acp_bridge.__main__": frozenset({"acp_bridge.cli"}),
 }
 # The agent is run by the CLI through its one entry, never taken apart.

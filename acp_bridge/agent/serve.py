@@ -33,8 +33,8 @@ def serve(args: argparse.Namespace) -> int:
         print("acp-bridge: --max-steps must be at least 1", file=sys.stderr)
         return 2
     kind = args.model.partition(":")[0]
-    if args.model != "echo" and (kind not in ("script", "openai") or not args.model.partition(":")[2]):
-        print(f"acp-bridge: unknown model {args.model!r}: use echo, script:PATH or openai:NAME", file=sys.stderr)
+    if args.model != "echo" and (kind not in ("script", "openai", "replay") or not args.model.partition(":")[2]):
+        print(f"acp-bridge: unknown model {args.model!r}: use echo, script:PATH, openai:NAME or replay:SOURCE", file=sys.stderr)
         return 2
     config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
                     backend=args.backend, model=args.model, max_steps=args.max_steps)

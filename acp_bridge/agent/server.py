@@ -137,7 +137,8 @@ class Agent:
         if self._model is None:
             from acp_bridge.models import load_model
 
-            self._model = load_model(self.config.model)
+            self._model = load_model(self.config.model, store_dir=self.config.store_dir,
+                                     backend=self.config.backend)
         return self._model
 
     def _connection(self) -> Connection:

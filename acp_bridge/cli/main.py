@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
     commands.add_parser("sessions", help="list, show and export stored sessions")
     commands.add_parser("wrap", help="record any ACP agent's turns: acp-bridge wrap [options] -- COMMAND [ARGS...]")
+    commands.add_parser("snapshot", help="record ACP scenarios; check them offline (acp-bridge snapshot --help)")
     demo = commands.add_parser("demo", help="show the durable log surviving a kill -9")
     demo.add_argument("--store", help="keep the demo store under this folder")
     return parser
@@ -68,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         return sessions_main(raw[1:])
     if raw[:1] == ["wrap"]:
         return _wrap(raw[1:])
+    if raw[:1] == ["snapshot"]:
+        from acp_bridge.cli.snapshot import main as snapshot_main
+
+        return snapshot_main(raw[1:])
     args = _parser().parse_args(raw)
     if args.command == "demo":
         from acp_bridge.cli.demo import run

@@ -8,6 +8,8 @@ is asked for, not with this package: httpx stays off the start-up path unless an
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from acp_bridge.models.base import (
     Finish,
     FinishReason,
@@ -35,9 +37,13 @@ __all__ = [
     "load_model",
 ]
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def load_model(spec: str) -> Model:
-    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`."""
+
+def load_model(spec: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> Model:
+    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`, `replay:SOURCE`
+    (a session log file, or a session id in the store at `store_dir`)."""
     if spec == "echo":
         from acp_bridge.models.echo import EchoModel
 
@@ -56,4 +62,8 @@ def load_model(spec: str) -> Model:
             raise ModelSpecError("openai:MODEL needs the httpx package: pip install httpx") from None
 
         return OpenAIModel.from_env(arg)
-    raise ModelSpecError(f"unknown model {spec!r}: use echo, script:PATH or openai:MODEL")
+    if kind == "replay":
+        from acp_bridge.models.replay import ReplayModel
+
+        return ReplayModel.from_source(arg, store_dir=store_dir, backend=backend)
+    raise ModelSpecError(f"unknown model {spec!r}: use echo, script:PATH, openai:MODEL or replay:SOURCE")

@@ -60,6 +60,10 @@ ModelChunk = TextDelta | ReasoningDelta | ToolCallChunk | UsageChunk | Finish
 class ModelRequest:
     messages: Sequence[Message]
     tools: Sequence[Mapping[str, Any]]  # {name, description, parameters}
+    # Where the call stands in the session's log (the runner says; None elsewhere): a
+    # recorded session is replayed call by call at the same (turn, step) (models.replay).
+    turn: int | None = None
+    step: int | None = None
 
 
 class Model(Protocol):
