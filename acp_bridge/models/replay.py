@@ -154,8 +154,8 @@ def same_up_to_cwd(recorded: Any, live: Any, cwd: str) -> bool:
     token = orjson.dumps(cwd).decode()[1:-1]
     if want == got or not token or token not in want:
         return want == got
-    first, *rest = (re.escape(piece) for piece in want.split(token))
-    pattern = first + "(?P<cwd>[^\"]+?)" + "".join("(?P=cwd)" + piece for piece in rest)
+    first, second, *rest = (re.escape(piece) for piece in want.split(token))
+    pattern = first + "(?P<cwd>[^\"]+?)" + second + "".join("(?P=cwd)" + piece for piece in rest)
     return re.fullmatch(pattern, got) is not None
 
 
