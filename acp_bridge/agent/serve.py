@@ -38,6 +38,14 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
                     backend=args.backend, model=args.model, max_steps=args.max_steps)
+    if kind == "replay":  # a recording that cannot be replayed is a bad value: refused now
+        from acp_bridge.models import ModelSpecError, load_model
+
+        try:
+            load_model(config.model, store_dir=config.store_dir, backend=config.backend)
+        except ModelSpecError as exc:
+            print(f"acp-bridge: {exc}", file=sys.stderr)
+            return 2
     # One line on stderr, never stdout (stdout carries protocol messages only).
     print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), model {config.model}",
           file=sys.stderr, flush=True)

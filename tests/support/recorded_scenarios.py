@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from acp_bridge.snapshot import check, record
-from tests.support.sse_server import Reply, SSEServer, chunk, error_reply, stream_reply, text_reply, usage_chunk
+from tests.support.sse_server import (
+    Reply,
+    SSEServer,
+    chunk,
+    error_reply,
+    stream_reply,
+    text_reply,
+    usage_chunk,
+)
 
 RECORDED = Path(__file__).resolve().parents[1] / "recorded"
 MODEL = "openai:test-model"
