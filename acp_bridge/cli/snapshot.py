@@ -43,6 +43,6 @@ def main(argv: list[str]) -> int:
         except (ScenarioError, SnapshotMismatch) as exc:
             failed += 1
             print(f"FAILED {folder}: {exc}", file=sys.stderr)
-    if len(folders) > 1:
+    if len(folders) > 1 or failed:
         print(f"{len(folders) - failed} of {len(folders)} scenarios {'recorded' if args.action == 'record' else 'passed'}")
     return 1 if failed else 0

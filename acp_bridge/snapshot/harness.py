@@ -169,16 +169,26 @@ def _read_lines(path: Path) -> list[Any]:
 
 
 def diff(want: list[Any], got: list[Any]) -> str:
-    """A unified diff of two lists of JSON values, one field per line, with the index
-    of the message or event each hunk is in."""
-    def lines(values: list[Any]) -> list[str]:
-        out = []
-        for index, value in enumerate(values):
-            out.append(f"#{index}")
-            out += orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode().splitlines()
-        return out
+    """The differences of two lists of JSON values (messages or events): which entries
+    were added or dropped (one line each), and for an entry that changed, a unified diff
+    of its fields, headed by its index in each list."""
+    def compact(value: Any) -> str:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
-    text = list(difflib.unified_diff(lines(want), lines(got), "golden", "this run", n=3, lineterm=""))
-    if len(text) > DIFF_LINES:
-        text = [*text[:DIFF_LINES], f"... ({len(text) - DIFF_LINES} more diff lines)"]
-    return "\n".join(text)
+    def pretty(value: Any) -> list[str]:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode().splitlines()
+
+    out: list[str] = []
+    matcher = difflib.SequenceMatcher(None, [compact(v) for v in want], [compact(v) for v in got], autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        pairs = min(i2 - i1, j2 - j1) if op == "replace" else 0
+        for k in range(pairs):
+            out.append(f"@ golden #{i1 + k}, this run #{j1 + k}:")
+            out += list(difflib.unified_diff(pretty(want[i1 + k]), pretty(got[j1 + k]), n=2, lineterm=""))[2:]
+        out += [f"- golden #{i}: {compact(want[i])}" for i in range(i1 + pairs, i2)]
+        out += [f"+ this run #{j}: {compact(got[j])}" for j in range(j1 + pairs, j2)]
+    if len(out) > DIFF_LINES:
+        out = [*out[:DIFF_LINES], f"... ({len(out) - DIFF_LINES} more lines)"]
+    return "\n".join(out)
