@@ -265,3 +265,15 @@ def test_the_agent_refuses_a_bad_recording_at_start_up(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stdout == b""
     assert proc.stderr.decode().strip().splitlines() == [
         f"acp-bridge: replay:{tmp_path / 'none.jsonl'}: no such session log file, and not a session id"]
+
+
+def test_replay_and_the_harness_stay_off_the_start_up_path() -> None:
+    # The agent's start-up imports neither; a replay of an openai: recording needs no httpx.
+    lean = ("import sys, acp_bridge.cli.main, acp_bridge.agent.serve, acp_bridge.models; "
+            "sys.exit(sorted(m for m in sys.modules if m.startswith(('acp_bridge.snapshot', "
+            "'acp_bridge.models.replay', 'acp_bridge.models.recording', 'httpx'))) or None)")
+    subprocess.run([sys.executable, "-c", lean], check=True)
+    replayed = ("import sys; from acp_bridge.models import load_model; "
+                f"m = load_model('replay:{RECORDED / 'text_turn' / 'session.jsonl'}'); "
+                "sys.exit('httpx' in sys.modules)")
+    subprocess.run([sys.executable, "-c", replayed], check=True)
