@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -181,3 +182,78 @@ def test_normalisation() -> None:
                    {"type": "turn/start", "seq": 0, "time": 0,
                     "data": {"turn": 1, "trigger": {"kind": "prompt"}, "model": "<model>"}},
                    {"unparsable": "{torn"}]
+
+
+class FakeAgentClient:
+    """A line-at-a-time client of `acp-bridge snapshot fake-agent`, as a client
+    developer's test would drive it."""
+
+    def __init__(self, log: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "acp_bridge", "snapshot", "fake-agent", str(log)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.ids = 0
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(orjson.dumps(message) + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any], answer_permission: str | None = None
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(the answer, the messages before it), answering a permission request."""
+        assert self.proc.stdout is not None
+        self.ids += 1
+        self.send({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params})
+        seen: list[dict[str, Any]] = []
+        while True:
+            message = orjson.loads(self.proc.stdout.readline())
+            if message.get("id") == self.ids and "method" not in message:
+                return message, seen
+            seen.append(message)
+            if message.get("method") == "session/request_permission":
+                assert answer_permission is not None
+                self.send({"jsonrpc": "2.0", "id": message["id"],
+                           "result": {"outcome": {"outcome": "selected", "optionId": answer_permission}}})
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        status = self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+        return status
+
+
+def test_a_recorded_wrapped_session_is_a_fake_agent(tmp_path: Path) -> None:
+    client = FakeAgentClient(RECORDED / "wrap_turns" / "session.jsonl")
+    try:
+        init, _ = client.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        assert init["result"]["agentInfo"]["name"] == "acp-bridge"  # the recorded agent's
+        new, _ = client.request("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        sid = new["result"]["sessionId"]
+        answer, seen = client.request("session/prompt", {"sessionId": sid,
+                                                         "prompt": [{"type": "text", "text": "Hello?"}]})
+        updates = [m["params"]["update"] for m in seen]
+        kinds = [u["sessionUpdate"] for u in updates]
+        assert kinds.count("agent_thought_chunk") == 2 and "session_info_update" in kinds  # the child's title
+        assert "".join(u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk") \
+            == "Hello from the wrapped agent. "
+        assert answer["result"]["stopReason"] == "end_turn"
+        answer, seen = client.request("session/prompt", {"sessionId": sid, "prompt": [
+            {"type": "text", "text": "Write a.txt"}]}, answer_permission="allow_once")
+        methods = [m.get("method") for m in seen]
+        assert "session/request_permission" in methods and answer["result"]["stopReason"] == "end_turn"
+        result = next(m["params"]["update"] for m in seen
+                      if m.get("method") == "session/update" and m["params"]["update"].get("status") == "completed")
+        assert result["rawOutput"]["content"][0]["text"].startswith("Created ")
+        over, _ = client.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "more"}]})
+        assert over["error"]["data"]["code"] == "replay_overrun"
+        assert "turn 3" in over["error"]["message"] and "record" in over["error"]["message"]
+        other, _ = client.request("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        wrong, _ = client.request("session/prompt", {"sessionId": other["result"]["sessionId"],
+                                                     "prompt": [{"type": "text", "text": "Bonjour?"}]})
+        assert wrong["error"]["data"]["code"] == "replay_mismatch"
+    finally:
+        assert client.close() == 0
+    bad = subprocess.run([sys.executable, "-m", "acp_bridge", "snapshot", "fake-agent", str(tmp_path / "x.jsonl")],
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert bad.returncode == 2 and "no such session log file" in bad.stderr

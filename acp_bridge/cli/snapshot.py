@@ -3,6 +3,7 @@
 
     acp-bridge snapshot record DIR... [--model SPEC]   run against a real model; write the goldens
     acp-bridge snapshot check DIR... [--update]        replay offline; compare; exit 1 on a difference
+    acp-bridge snapshot fake-agent LOG                 serve a recorded session as an ACP agent on stdio
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ def main(argv: list[str]) -> int:
     chk = commands.add_parser("check", help="replay scenarios (no network, no key) and compare with the goldens")
     chk.add_argument("dirs", nargs="+", type=Path, metavar="DIR")
     chk.add_argument("--update", action="store_true", help="write the goldens from this run instead of comparing")
+    fake = commands.add_parser("fake-agent", help="serve a recorded session (a log file or a stored session id) "
+                               "as an ACP agent on stdio, for client tests")
+    fake.add_argument("log", metavar="LOG")
     args = parser.parse_args(argv)
+    if args.action == "fake-agent":
+        from acp_bridge.snapshot.fake_agent import serve
+
+        return serve(args.log)
 
     from acp_bridge.snapshot import ScenarioError, SnapshotMismatch, check, record, scenario_folders
 

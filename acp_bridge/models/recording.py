@@ -92,9 +92,20 @@ class Recording:
         return f"turns 1-{last}; turn {last} has {self.steps[last]} step(s)"
 
 
-def read_recording(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> Recording:
-    """The recording `replay:SOURCE` names: a session log file (JSONL, as the store keeps
-    it), else a session id in the store. Raises ModelSpecError saying what is wrong."""
+@dataclass(frozen=True)
+class ReadLog:
+    """A recorded log as loading would leave it: the stored events, then the closers of
+    an interrupted last turn (in memory only)."""
+
+    header: Header
+    events: list[Event]
+    torn_records: int  # records cut off as a torn tail (not written back)
+    closers: int  # crash-repair events added at the end
+
+
+def read_log(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> ReadLog:
+    """The log `source` names: a session log file (JSONL, as the store keeps it), else a
+    session id in the store. Raises ModelSpecError saying what is wrong."""
     path = Path(source)
     try:
         if path.is_file():
@@ -111,9 +122,15 @@ def read_recording(source: str, *, store_dir: Path | None = None, backend: str =
     except OSError as exc:
         raise ModelSpecError(f"replay:{source}: cannot read it: {exc.strerror or exc}") from None
     closers = interrupted_turn_closers(events)
-    recording = derive_calls(source, header, [*events, *closers])
-    return Recording(recording.source, header, recording.model, recording.prompts, recording.calls,
-                     recording.steps, torn_records=torn, closers=len(closers))
+    return ReadLog(header, [*events, *closers], torn, len(closers))
+
+
+def read_recording(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> Recording:
+    """The model calls of the recording `replay:SOURCE` names (see `read_log`)."""
+    log = read_log(source, store_dir=store_dir, backend=backend)
+    recording = derive_calls(source, log.header, log.events)
+    return Recording(recording.source, log.header, recording.model, recording.prompts, recording.calls,
+                     recording.steps, torn_records=log.torn_records, closers=log.closers)
 
 
 def _read_file(path: Path) -> tuple[Header, list[Event], int]:

@@ -8,7 +8,6 @@ The agent is only ever run as a process: the harness sees what an editor sees.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -166,8 +165,17 @@ def _outcome(answer: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def agent_command(run: Run, model: str, scenario: Scenario) -> list[str]:
-    command = [sys.executable, "-m", "acp_bridge", "serve", "--store", str(run.store),
-               "--backend", "jsonl", "--model", model]
+    """`serve` with `model`; for a wrap scenario, `wrap` in front of its command when
+    recording, or of the fake agent serving the recording (`model` = replay:LOG)."""
+    agent = [sys.executable, "-m", "acp_bridge"]
+    if scenario.wrap:
+        if model.startswith("replay:"):
+            child = [*agent, "snapshot", "fake-agent", model.partition(":")[2]]
+        else:
+            child = [arg.replace("{python}", sys.executable).replace("{scenario}", str(scenario.folder.resolve()))
+                     .replace("{tmp}", str(run.root)) for arg in scenario.wrap]
+        return [*agent, "wrap", "--store", str(run.store), "--backend", "jsonl", "--", *child]
+    command = [*agent, "serve", "--store", str(run.store), "--backend", "jsonl", "--model", model]
     if scenario.max_steps is not None:
         command += ["--max-steps", str(scenario.max_steps)]
     return command
@@ -243,6 +251,3 @@ def agent_env(base: Mapping[str, str], scenario: Scenario, *, offline: bool) -> 
         env["ACP_BRIDGE_REPLAY_CHECK"] = scenario.check
     return env
 
-
-def default_env() -> dict[str, str]:
-    return dict(os.environ)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,7 +75,10 @@ def run_scenario(scenario: Scenario, model: str, *, offline: bool,
             if first is not None:
                 raise first from None
             raise
-        paths = [(str(workspace), CWD_TOKEN), (str(root), "<tmp>")]
+        # The run's folders, and (in a wrapped agent's command line) this Python and
+        # the scenario folder: nothing of this machine stays in a golden.
+        paths = [(str(workspace), CWD_TOKEN), (str(root), "<tmp>"), (sys.executable, "<python>"),
+                 (str(scenario.folder.resolve()), "<scenario>")]
         log_path = run.log_path
         if log_path is None or not log_path.exists():
             raise ScenarioError(f"{scenario.name}: the run recorded no session")
@@ -101,7 +105,7 @@ def record(folder: Path, *, model: str | None = None, environ: Mapping[str, str]
     """Run the scenario against a real model; write `session.jsonl` and `traffic.jsonl`
     (and drop a `replayed.jsonl` of an earlier recording, which no longer applies)."""
     scenario = load_scenario(folder)
-    spec = model or scenario.model
+    spec = model or scenario.model or ("wrapped" if scenario.wrap else None)
     if not spec:
         raise ScenarioError(f"{folder}: no model to record with: pass --model or set \"model\" in the scenario")
     if spec.startswith("replay:"):
@@ -110,6 +114,10 @@ def record(folder: Path, *, model: str | None = None, environ: Mapping[str, str]
     scenario.path(RECORDING_FILE).write_bytes(raw)
     scenario.path(TRAFFIC_FILE).write_bytes(dump_lines(replayed.traffic))
     scenario.path(REPLAYED_FILE).unlink(missing_ok=True)
+    if scenario.wrap:
+        # The fake agent is not the recorded agent (its initialize answer, for one, is
+        # not in the log): the traffic golden is the replay's.
+        return check(folder, update=True, environ=environ)
     return replayed
 
 

@@ -6,7 +6,8 @@ what differs from run to run replaced.
 - JSON-RPC ids renumbered 1, 2, ... in order of first sight, the client's and the
   agent's requests each on their own (an answer takes the number of its request);
 - times zeroed: events' `time`, the header's `createdAt`, `updatedAt` fields, ISO times;
-- the model spec in `turn/start` -> `<model>` (the recording's and the replay's differ);
+- the model spec in `turn/start` -> `<model>` (the recording's and the replay's differ),
+  and a wrapped session's command in its header -> `<command>`;
 - `seq` is kept: the order of the log is what is compared.
 """
 
@@ -86,6 +87,8 @@ def normalize_log(lines: Iterable[bytes], paths: Sequence[tuple[str, str]]) -> l
         if isinstance(record, dict):
             if record.get("type") == "session":
                 record["createdAt"] = 0
+                if isinstance(record.get("wrapped"), dict) and "command" in record["wrapped"]:
+                    record["wrapped"]["command"] = "<command>"  # recorded agent, or the fake one
             if isinstance(record.get("time"), int):
                 record["time"] = 0
             data = record.get("data")

@@ -11,6 +11,10 @@
        {"op": "restart"}   (the agent exits at end of input and starts again, same store)
      ],
      "model"?: "openai:gpt-4o-mini",   (what `record` uses unless --model says)
+     "wrap"?: ["COMMAND", "ARG", ...],  (record `acp-bridge wrap -- COMMAND...` instead of
+                                         serve; `{python}` is this Python, `{scenario}` this
+                                         folder, `{tmp}` the run's temporary folder; check
+                                         replays it with the fake agent)
      "env"?: {"NAME": "value"},         (for the agent, record and check alike)
      "check"?: "strict" | "loose",
      "maxSteps"?: N}
@@ -52,7 +56,7 @@ _OPS: dict[str, frozenset[str]] = {
     "close": frozenset(),
     "restart": frozenset(),
 }
-_TOP = frozenset({"steps", "model", "env", "check", "maxSteps", "description"})
+_TOP = frozenset({"steps", "model", "env", "check", "maxSteps", "description", "wrap"})
 
 
 class ScenarioError(ValueError):
@@ -73,6 +77,7 @@ class Scenario:
     env: dict[str, str] = field(default_factory=dict)
     check: str = "strict"
     max_steps: int | None = None
+    wrap: tuple[str, ...] = ()  # the wrapped agent's command line, for a wrap scenario
 
     @property
     def name(self) -> str:
@@ -117,7 +122,10 @@ def load_scenario(folder: Path) -> Scenario:
     model = doc.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model must be a model spec string")
-    return Scenario(folder, steps, model, dict(env), doc.get("check", "strict"), max_steps)
+    wrap = doc.get("wrap", [])
+    if not (isinstance(wrap, list) and all(isinstance(a, str) for a in wrap)) or ("wrap" in doc and not wrap):
+        raise bad("wrap must be the wrapped agent's command line: a non-empty list of strings")
+    return Scenario(folder, steps, model, dict(env), doc.get("check", "strict"), max_steps, tuple(wrap))
 
 
 def _step(number: int, entry: Any, bad: Any) -> Step:

@@ -93,11 +93,16 @@ REPLIES: dict[str, list[Reply]] = {
 
 # name -> (the scenario whose recording it replays with its overrides file)
 DERIVED = {"override_error": "text_turn", "override_hang": "text_turn"}
+# Recorded through `acp-bridge wrap` in front of the agent their scenario names.
+WRAPPED = ("wrap_turns",)
 
 
 def record_all(names: list[str]) -> None:
     for name in names:
-        if name in DERIVED:
+        if name in WRAPPED:
+            record(RECORDED / name)
+            print(f"recorded {name} (wrapped)")
+        if name in DERIVED or name in WRAPPED:
             continue
         with SSEServer() as server:
             server.push(*REPLIES[name])
@@ -113,4 +118,4 @@ def record_all(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    record_all(sys.argv[1:] or [*REPLIES, *DERIVED])
+    record_all(sys.argv[1:] or [*REPLIES, *DERIVED, *WRAPPED])
