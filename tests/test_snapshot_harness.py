@@ -257,3 +257,28 @@ def test_a_recorded_wrapped_session_is_a_fake_agent(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "acp_bridge", "snapshot", "fake-agent", str(tmp_path / "x.jsonl")],
                          capture_output=True, text=True, timeout=30, check=False)
     assert bad.returncode == 2 and "no such session log file" in bad.stderr
+
+
+def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path) -> None:
+    client = FakeAgentClient(RECORDED / "cancel" / "session.jsonl")  # any session log serves
+    try:
+        client.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        new, _ = client.request("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        sid = new["result"]["sessionId"]
+        assert new["result"]["modes"]["currentModeId"] == "ask"  # the recorded mode
+        assert client.proc.stdout is not None
+        client.ids += 1
+        client.send({"jsonrpc": "2.0", "id": client.ids, "method": "session/prompt",
+                     "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "Count to ten, slowly."}]}})
+        texts = []
+        while len(texts) < 2:  # the recorded chunks, then nothing until the cancel
+            message = orjson.loads(client.proc.stdout.readline())
+            update = message["params"]["update"]
+            if update["sessionUpdate"] == "agent_message_chunk":
+                texts.append(update["content"]["text"])
+        assert texts == ["Counting:", " one,"]
+        client.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+        answer = orjson.loads(client.proc.stdout.readline())
+        assert answer["id"] == client.ids and answer["result"]["stopReason"] == "cancelled"
+    finally:
+        assert client.close() == 0
