@@ -270,7 +270,7 @@ def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path)
         client.ids += 1
         client.send({"jsonrpc": "2.0", "id": client.ids, "method": "session/prompt",
                      "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "Count to ten, slowly."}]}})
-        texts = []
+        texts: list[str] = []
         while len(texts) < 2:  # the recorded chunks, then nothing until the cancel
             message = orjson.loads(client.proc.stdout.readline())
             update = message["params"]["update"]
