@@ -276,7 +276,7 @@ def test_tests_and_bench_take_no_private_names() -> None:
 # The pure parts take data and return data: no I/O, no clock, no tasks. Besides our own
 # pure modules they may use only these.
 PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.agent.settlement",
-                "acp_bridge.wrap.record",
+                "acp_bridge.wrap.record", "acp_bridge.snapshot.normalize",
                 "acp_bridge.agent.updates", "acp_bridge.agent.permissions", "session.events",
                 "session.invariants", "session.repair", "session.transcript", "session.scan")
 PURE_STDLIB = frozenset({"__future__", "collections", "collections.abc", "dataclasses", "enum",

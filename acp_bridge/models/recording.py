@@ -30,11 +30,12 @@ from session import (
     Event,
     Header,
     InvariantError,
+    InvariantTracker,
     SessionError,
-    check_invariants,
     interrupted_turn_closers,
     is_session_id,
 )
+from session.backends.base import StoredLog
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -45,6 +46,7 @@ from session.events import (
     USER_MESSAGE,
     tool_calls_of,
 )
+from session.loading import invariant_corruption
 
 
 @dataclass(frozen=True)
@@ -105,24 +107,28 @@ class ReadLog:
 
 def read_log(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> ReadLog:
     """The log `source` names: a session log file (JSONL, as the store keeps it), else a
-    session id in the store. Raises ModelSpecError saying what is wrong."""
+    session id in the store. Raises ModelSpecError saying what is wrong, worded as
+    `session/load` words it."""
     path = Path(source)
     try:
         if path.is_file():
-            header, events, torn = _read_file(path)
+            stored = _read_file(path)
         elif is_session_id(source):
-            header, events, torn = _read_stored(source, store_dir, backend)
+            stored = _read_stored(source, store_dir, backend)
         else:
             raise ModelSpecError(f"replay:{source}: no such session log file, and not a session id")
-        check_invariants(events, session_id=header["id"])
-    except InvariantError as exc:
-        raise ModelSpecError(f"replay:{source}: the recording breaks the log invariants: {exc.message}") from None
+        sid = stored.header["id"]
+        try:
+            InvariantTracker(session_id=sid).feed_stored(stored.events)
+        except InvariantError as exc:
+            raise invariant_corruption(sid, exc, stored.locate) from None
     except SessionError as exc:
         raise ModelSpecError(f"replay:{source}: {exc.message}") from None
     except OSError as exc:
         raise ModelSpecError(f"replay:{source}: cannot read it: {exc.strerror or exc}") from None
-    closers = interrupted_turn_closers(events)
-    return ReadLog(header, [*events, *closers], torn, len(closers))
+    closers = interrupted_turn_closers(stored.events)
+    torn = stored.torn.records if stored.torn else 0
+    return ReadLog(stored.header, [*stored.events, *closers], torn, len(closers))
 
 
 def read_recording(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> Recording:
@@ -133,7 +139,7 @@ def read_recording(source: str, *, store_dir: Path | None = None, backend: str =
                      recording.steps, torn_records=log.torn_records, closers=log.closers)
 
 
-def _read_file(path: Path) -> tuple[Header, list[Event], int]:
+def _read_file(path: Path) -> StoredLog:
     from session.backends.base import read_stored
     from session.backends.jsonl_read import JsonlStream, log_opener
 
@@ -145,20 +151,18 @@ def _read_file(path: Path) -> tuple[Header, list[Event], int]:
         named = None
     # The header check names the session; a header without a usable id is refused by it.
     sid = named if isinstance(named, str) else path.stem
-    stored = read_stored(JsonlStream(sid, log_opener(sid, path)))
-    return stored.header, stored.events, stored.torn.records if stored.torn else 0
+    return read_stored(JsonlStream(sid, log_opener(sid, path)))
 
 
-def _read_stored(sid: str, store_dir: Path | None, backend: str) -> tuple[Header, list[Event], int]:
+def _read_stored(sid: str, store_dir: Path | None, backend: str) -> StoredLog:
     from session import default_store_dir, open_reader
     from session.backends.base import read_stored
 
     reader = open_reader(backend, store_dir if store_dir is not None else default_store_dir())
     try:
-        stored = read_stored(reader.stream(sid))
+        return read_stored(reader.stream(sid))
     finally:
         reader.close()
-    return stored.header, stored.events, stored.torn.records if stored.torn else 0
 
 
 @dataclass
