@@ -119,6 +119,20 @@ def test_record_then_check(tmp_path: Path) -> None:
         check(folder)
 
 
+def test_recording_a_scenario_with_overrides_writes_the_replays_goldens(tmp_path: Path) -> None:
+    folder = copy_of("override_error", tmp_path)
+    for name in ("session.jsonl", "traffic.jsonl", "replayed.jsonl"):
+        (folder / name).unlink()
+    with SSEServer() as server:
+        server.push(*REPLIES["text_turn"])
+        env = dict(os.environ, OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-loopback-test")
+        replayed = record(folder, model=MODEL, environ=env)
+    answers = [m["msg"] for m in replayed.traffic if m["msg"].get("id") == 3 and m["dir"] == "<-"]
+    assert answers[0]["error"]["data"]["code"] == "rate_limit"  # the override, not the recorded answer
+    assert (folder / "replayed.jsonl").is_file()
+    check(folder)
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "acp_bridge", "snapshot", *args], capture_output=True,
                           text=True, timeout=60, check=False)

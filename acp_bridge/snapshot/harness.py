@@ -66,7 +66,8 @@ def run_scenario(scenario: Scenario, model: str, *, offline: bool,
             shutil.copytree(scenario.path(WORKSPACE_DIR), workspace, symlinks=True)
         else:
             workspace.mkdir()
-        run = Run(root=root, workspace=workspace, store=root / "store")
+        run = Run(root=root, workspace=workspace, store=root / "store",
+                  hold_expectations=offline or not scenario.path(OVERRIDES_FILE).exists())
         env = agent_env(os.environ if environ is None else environ, scenario, offline=offline)
         try:
             anyio.run(drive, scenario, run, agent_command(run, model, scenario), env)
@@ -103,7 +104,8 @@ def _first(group: BaseExceptionGroup[Any]) -> BaseException | None:
 
 def record(folder: Path, *, model: str | None = None, environ: Mapping[str, str] | None = None) -> Replayed:
     """Run the scenario against a real model; write `session.jsonl` and `traffic.jsonl`
-    (and drop a `replayed.jsonl` of an earlier recording, which no longer applies)."""
+    (and drop a `replayed.jsonl` of an earlier recording, which no longer applies). With
+    overrides, or for a wrap scenario, the goldens are then written by a replay."""
     scenario = load_scenario(folder)
     spec = model or scenario.model or ("wrapped" if scenario.wrap else None)
     if not spec:
@@ -114,9 +116,10 @@ def record(folder: Path, *, model: str | None = None, environ: Mapping[str, str]
     scenario.path(RECORDING_FILE).write_bytes(raw)
     scenario.path(TRAFFIC_FILE).write_bytes(dump_lines(replayed.traffic))
     scenario.path(REPLAYED_FILE).unlink(missing_ok=True)
-    if scenario.wrap:
-        # The fake agent is not the recorded agent (its initialize answer, for one, is
-        # not in the log): the traffic golden is the replay's.
+    if scenario.wrap or scenario.path(OVERRIDES_FILE).exists():
+        # Overrides change the run on purpose, and the fake agent is not the recorded
+        # agent (its initialize answer, for one, is not in the log): the goldens are
+        # then the replay's.
         return check(folder, update=True, environ=environ)
     return replayed
 
