@@ -33,11 +33,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "acp_bridge.wrap": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.agent",
                                   "acp_bridge.models", "acp_bridge.tools", "session"}),
     "acp_bridge.cli": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models",
-                                 "acp_bridge.tools", "session"}),
+                                 "acp_bridge.tools", "acp_bridge.snapshot", "session"}),
+    # The snapshot harness runs the agent only as a subprocess, as an editor does.
+    "acp_bridge.snapshot": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models",
+                                      "acp_bridge.tools", "session"}),
     "acp_bridge.__main__": frozenset({"acp_bridge.cli"}),
 }
 # The agent is run by the CLI through its one entry, never taken apart.
 CLI_MAY_RUN = frozenset({"acp_bridge.agent.serve", "acp_bridge.wrap.serve"})
+# The snapshot harness's fake agent serves a recording with the agent's pure mappings.
+SNAPSHOT_MAY_USE = frozenset({"acp_bridge.agent.updates", "acp_bridge.agent.settlement",
+                              "acp_bridge.agent.permissions"})
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,8 @@ def test_layers_import_only_downwards() -> None:
             continue
         if src == "acp_bridge.cli" and imp.target in CLI_MAY_RUN:
             continue  # its public entry (private names are refused below)
+        if src == "acp_bridge.snapshot" and imp.target in SNAPSHOT_MAY_USE:
+            continue
         wrong.append(f"{MODULES[imp.importer].relative_to(ROOT)}:{imp.line}: "
                      f"{imp.importer} ({src}) imports {imp.target} ({dst})")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
@@ -268,7 +276,7 @@ def test_tests_and_bench_take_no_private_names() -> None:
 # The pure parts take data and return data: no I/O, no clock, no tasks. Besides our own
 # pure modules they may use only these.
 PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.agent.settlement",
-                "acp_bridge.wrap.record",
+                "acp_bridge.wrap.record", "acp_bridge.snapshot.normalize",
                 "acp_bridge.agent.updates", "acp_bridge.agent.permissions", "session.events",
                 "acp_bridge.models.base", "acp_bridge.models.catalog", "acp_bridge.agent.settings",
                 "session.invariants", "session.repair", "session.transcript", "session.scan")

@@ -283,7 +283,8 @@ class TurnRunner:
         await self._append(STEP_START, {"turn": turn, "step": number})
         await self._before_model()
         step = self._step = StepText(number)
-        request = ModelRequest(list(self.transcript.messages), self._calls.specs(), self._turn_effort)
+        request = ModelRequest(list(self.transcript.messages), self._calls.specs(), self._turn_effort,
+                               turn=turn, step=number)
         calls: list[ToolCallChunk] = []
         usage: Any = None
         finish: Finish | None = None

@@ -141,7 +141,8 @@ class Agent:
         if entry.spec not in self._models:
             from acp_bridge.models import load_model
 
-            self._models[entry.spec] = load_model(entry)
+            self._models[entry.spec] = load_model(entry, store_dir=self.config.store_dir,
+                                                  backend=self.config.backend)
         return self._models[entry.spec]
 
     def _require_key(self, entry: ModelEntry) -> None:

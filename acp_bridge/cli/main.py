@@ -24,7 +24,7 @@ from acp_bridge.cli.startup import (
     wants_debug,
 )
 
-SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login")
+SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login", "snapshot")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("login", help="store the API key of openai: models (checked first; file mode 0600)")
     commands.add_parser("wrap", help="record any ACP agent's turns: acp-bridge wrap [options] -- COMMAND [ARGS...]")
     commands.add_parser("setup", help="print an editor's settings entry for this agent: acp-bridge setup zed")
+    commands.add_parser("snapshot", help="record ACP scenarios; check them offline (acp-bridge snapshot --help)")
     demo = commands.add_parser("demo", help="show the durable log surviving a kill -9")
     demo.add_argument("--store", help="keep the demo store under this folder")
     return parser
@@ -76,6 +77,10 @@ def _run(raw: list[str]) -> int:
         from acp_bridge.cli.setup import main as setup_main
 
         return setup_main(raw[1:])
+    if raw[:1] == ["snapshot"]:
+        from acp_bridge.cli.snapshot import main as snapshot_main
+
+        return snapshot_main(raw[1:])
     args = _parser().parse_args(raw)
     if args.command == "demo":
         from pathlib import Path

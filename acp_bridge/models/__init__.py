@@ -10,6 +10,7 @@ is asked for, not with this package: httpx stays off the start-up path unless an
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from acp_bridge.models.base import (
     Finish,
@@ -41,12 +42,16 @@ __all__ = [
     "load_model",
 ]
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 NEEDS_HTTPX = "openai:MODEL needs the httpx package: pip install httpx"
 
 
-def load_model(spec: str | ModelEntry) -> Model:
-    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`, each maybe
-    with `#flags` (acp_bridge.models.catalog), or from a parsed entry."""
+def load_model(spec: str | ModelEntry, *, store_dir: Path | None = None, backend: str = "jsonl") -> Model:
+    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME` (each maybe with
+    `#flags`, acp_bridge.models.catalog) or `replay:SOURCE` (a session log file, or a
+    session id in the store at `store_dir`), or from a parsed entry."""
     entry = spec if isinstance(spec, ModelEntry) else parse_spec(spec)
     if entry.spec == "echo":
         from acp_bridge.models.echo import EchoModel
@@ -66,15 +71,20 @@ def load_model(spec: str | ModelEntry) -> Model:
             raise ModelSpecError(NEEDS_HTTPX) from None
 
         return OpenAIModel.from_env(arg, images=entry.images)
+    if kind == "replay":
+        from acp_bridge.models.replay import ReplayModel
+
+        return ReplayModel.from_source(arg, store_dir=store_dir, backend=backend)
     raise ModelSpecError(unknown_model(entry.spec))
 
 
-def check_spec(spec: str, env: Mapping[str, str] | None = None) -> None:
+def check_spec(spec: str, env: Mapping[str, str] | None = None, *, store_dir: Path | None = None,
+               backend: str = "jsonl") -> None:
     """Raise ModelSpecError unless `load_model(spec)` can make the model with `env` (default
     the process's): everything `load_model` would refuse, checked without making it and
     without importing httpx (the agent's start-up path stays lean). A missing API key is
     not refused here: an `openai:` model without one offers an auth method instead
-    (docs/protocol.md, "Auth")."""
+    (docs/protocol.md, "Auth"). A `replay:` recording is read and checked whole."""
     entry = parse_spec(spec)
     if entry.spec == "echo":
         return
@@ -94,8 +104,11 @@ def check_spec(spec: str, env: Mapping[str, str] | None = None) -> None:
         if importlib.util.find_spec("httpx") is None:
             raise ModelSpecError(NEEDS_HTTPX)
         return
+    if kind == "replay":
+        load_model(entry, store_dir=store_dir, backend=backend)
+        return
     raise ModelSpecError(unknown_model(spec))
 
 
 def unknown_model(spec: str) -> str:
-    return f"unknown model {spec!r}: use echo, script:PATH or openai:MODEL"
+    return f"unknown model {spec!r}: use echo, script:PATH, openai:MODEL or replay:SOURCE"

@@ -1,0 +1,236 @@
+"""A recorded session read back for `replay:` (acp_bridge.models.replay): the model calls
+it holds, one per (turn, step), and the prompts of its turns.
+
+The log is read as `acp-bridge sessions` reads a store: read-only (no lock, no repair
+written, nothing created), through the backends' own readers, with the rules of
+`session/load`: the header's format version, the torn-tail rule (a torn tail is cut,
+damage a later `turn/end` follows is refused, saying where), the invariants, and the
+crash-repair closers of an interrupted last turn, applied in memory.
+
+What a model call was is derived from the events of its step: the streamed chunks, the
+tool-call blocks and usage of its `assistant/message`s, and how it ended, read from the
+step that followed or from the turn's `turn/end`: a step the turn went on from ended
+`tool_calls`; the last step ends as the turn did (`completed` -> `stop`, `max_tokens`,
+`refusal`, `error` of that step -> the error again, `max_steps` -> `tool_calls`); a step
+cut off by a cancel or a crash before the model had asked for tools was still streaming:
+it hangs until cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from acp_bridge.models.base import ModelSpecError
+from session import (
+    Event,
+    Header,
+    InvariantError,
+    InvariantTracker,
+    SessionError,
+    interrupted_turn_closers,
+    is_session_id,
+)
+from session.backends.base import StoredLog
+from session.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    STEP_START,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    tool_calls_of,
+)
+from session.loading import invariant_corruption
+
+
+@dataclass(frozen=True)
+class CallError:
+    message: str
+    code: str | None = None
+    retryable: bool | None = None
+
+
+# How a recorded call ended: a finish reason, an error, or "hang" (cut off mid-stream).
+CallEnd = str | CallError
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    turn: int
+    step: int
+    chunks: tuple[tuple[str, str], ...]  # ("text" | "reasoning", text), as streamed
+    tool_calls: tuple[tuple[str, str, str], ...]  # (id, name, arguments JSON text)
+    usage: dict[str, Any] | None
+    end: CallEnd
+    results: tuple[dict[str, Any], ...]  # the step's tool/result data, in log order
+
+
+@dataclass(frozen=True)
+class Recording:
+    source: str  # what `replay:` was given
+    header: Header
+    model: str | None  # the model of its first turn (`turn/start.model`)
+    prompts: dict[int, Any]  # turn -> the prompt's ContentBlocks
+    calls: dict[tuple[int, int], RecordedCall]
+    steps: dict[int, int]  # turn -> its number of steps
+    torn_records: int = 0  # records cut off as a torn tail (not written back)
+    closers: int = 0  # crash-repair events added in memory
+
+    @property
+    def cwd(self) -> str:
+        return self.header["cwd"]
+
+    def describe(self) -> str:
+        """`turns 1-3 (turn 3: 2 steps)`, for errors about positions."""
+        if not self.steps:
+            return "no turns"
+        last = max(self.steps)
+        return f"turns 1-{last}; turn {last} has {self.steps[last]} step(s)"
+
+
+@dataclass(frozen=True)
+class ReadLog:
+    """A recorded log as loading would leave it: the stored events, then the closers of
+    an interrupted last turn (in memory only)."""
+
+    header: Header
+    events: list[Event]
+    torn_records: int  # records cut off as a torn tail (not written back)
+    closers: int  # crash-repair events added at the end
+
+
+def read_log(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> ReadLog:
+    """The log `source` names: a session log file (JSONL, as the store keeps it), else a
+    session id in the store. Raises ModelSpecError saying what is wrong, worded as
+    `session/load` words it."""
+    path = Path(source)
+    try:
+        if path.is_file():
+            stored = _read_file(path)
+        elif is_session_id(source):
+            stored = _read_stored(source, store_dir, backend)
+        else:
+            raise ModelSpecError(f"replay:{source}: no such session log file, and not a session id")
+        sid = stored.header["id"]
+        try:
+            InvariantTracker(session_id=sid).feed_stored(stored.events)
+        except InvariantError as exc:
+            raise invariant_corruption(sid, exc, stored.locate) from None
+    except SessionError as exc:
+        raise ModelSpecError(f"replay:{source}: {exc.message}") from None
+    except OSError as exc:
+        raise ModelSpecError(f"replay:{source}: cannot read it: {exc.strerror or exc}") from None
+    closers = interrupted_turn_closers(stored.events)
+    torn = stored.torn.records if stored.torn else 0
+    return ReadLog(stored.header, [*stored.events, *closers], torn, len(closers))
+
+
+def read_recording(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> Recording:
+    """The model calls of the recording `replay:SOURCE` names (see `read_log`)."""
+    log = read_log(source, store_dir=store_dir, backend=backend)
+    recording = derive_calls(source, log.header, log.events)
+    return Recording(recording.source, log.header, recording.model, recording.prompts, recording.calls,
+                     recording.steps, torn_records=log.torn_records, closers=log.closers)
+
+
+def _read_file(path: Path) -> StoredLog:
+    from session.backends.base import read_stored
+    from session.backends.jsonl_read import JsonlStream, log_opener
+
+    with open(path, "rb") as f:
+        first = f.readline(1 << 20)
+    try:
+        named = orjson.loads(first).get("id")
+    except (orjson.JSONDecodeError, AttributeError):
+        named = None
+    # The header check names the session; a header without a usable id is refused by it.
+    sid = named if isinstance(named, str) else path.stem
+    return read_stored(JsonlStream(sid, log_opener(sid, path)))
+
+
+def _read_stored(sid: str, store_dir: Path | None, backend: str) -> StoredLog:
+    from session import default_store_dir, open_reader
+    from session.backends.base import read_stored
+
+    reader = open_reader(backend, store_dir if store_dir is not None else default_store_dir())
+    try:
+        return read_stored(reader.stream(sid))
+    finally:
+        reader.close()
+
+
+@dataclass
+class _Step:
+    turn: int
+    step: int
+    chunks: list[tuple[str, str]] = field(default_factory=list)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+
+def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Recording:
+    """The model calls of a closed, checked log (pure)."""
+    if header.get("wrapped"):
+        raise ModelSpecError(
+            f"replay:{source}: this is a wrapped agent's session (acp-bridge wrap): its model "
+            "calls are the wrapped agent's own; replay it as a fake agent with "
+            "`acp-bridge snapshot fake-agent` (docs/snapshots.md)")
+    model: str | None = None
+    prompts: dict[int, Any] = {}
+    calls: dict[tuple[int, int], RecordedCall] = {}
+    steps: dict[int, int] = {}
+    open_steps: list[_Step] = []
+    for event in events:
+        etype, data = event["type"], event["data"]
+        if etype == TURN_START:
+            open_steps = []
+            if model is None:
+                model = data.get("model")
+        elif etype == USER_MESSAGE:
+            prompts[data["turn"]] = data["content"]
+        elif etype == STEP_START:
+            open_steps.append(_Step(data["turn"], data["step"]))
+        elif etype == ASSISTANT_CHUNK:
+            open_steps[-1].chunks.append((data["chunk"]["type"], data["chunk"]["text"]))
+        elif etype == ASSISTANT_MESSAGE:
+            step = open_steps[-1]
+            step.calls += [(b["id"], b["name"], b["arguments"]) for b in tool_calls_of(data)]
+            if data.get("usage") is not None:
+                step.usage = data["usage"]
+        elif etype == TOOL_RESULT:
+            open_steps[-1].results.append(data)
+        elif etype == TURN_END:
+            turn = data["turn"]
+            steps[turn] = len(open_steps)
+            for index, step in enumerate(open_steps):
+                last = index == len(open_steps) - 1
+                end = _end_of(step, data["reason"]) if last else "tool_calls"
+                calls[(turn, step.step)] = RecordedCall(
+                    turn, step.step, tuple(step.chunks), tuple(step.calls), step.usage, end,
+                    tuple(step.results))
+    return Recording(source, header, model, prompts, calls, steps)
+
+
+def _end_of(step: _Step, reason: dict[str, Any]) -> CallEnd:
+    """How the last model call of a turn ended, from the turn's end reason."""
+    kind = reason["kind"]
+    if step.calls:
+        # The model asked for tools; whatever ended the turn came after the call.
+        return "tool_calls"
+    if kind == "completed":
+        return "stop"
+    if kind in ("max_tokens", "refusal"):
+        return str(kind)
+    if kind == "error":
+        return CallError(str(reason.get("message", "model error")), reason.get("code"),
+                         reason.get("retryable"))
+    # cancelled or interrupted while the model was still streaming (or a max_steps turn
+    # whose last step asked for nothing, which the runner never writes): the call hangs.
+    return "hang"

@@ -1,0 +1,258 @@
+"""The client side of a snapshot run: the real stdio agent (`python -m acp_bridge serve`)
+as a subprocess, driven through a scenario's steps, every message kept in the order the
+client saw it.
+
+The agent is only ever run as a process: the harness sees what an editor sees.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import orjson
+
+from acp_bridge.snapshot.scenario import Scenario, ScenarioError, Step
+
+Traffic = list[tuple[str, Any]]  # ("->" client to agent | "<-" agent to client, message)
+REQUEST_TIMEOUT = 30.0  # seconds a step's request may take
+EXIT_TIMEOUT = 15.0  # seconds the agent may take to exit after its input ends
+CLIENT_INFO = {"name": "acp-bridge-snapshot", "version": "1"}
+
+
+@dataclass
+class Run:
+    """What a run left: its traffic, the recorded session, the agent's stderr."""
+
+    root: Path  # the run's temporary folder
+    workspace: Path  # the session cwd
+    store: Path
+    traffic: Traffic = field(default_factory=list)
+    session_id: str | None = None
+    stderr: str = ""
+    # Whether a prompt's `expectError` is held: not when recording a scenario whose
+    # overrides make the replay fail where the real model did not.
+    hold_expectations: bool = True
+
+    @property
+    def log_path(self) -> Path | None:
+        if self.session_id is None:
+            return None
+        return self.store / "sessions" / f"{self.session_id}.jsonl"
+
+
+class AgentProcess:
+    """One agent process of a run, and the client loop talking to it."""
+
+    def __init__(self, run: Run, command: list[str], env: Mapping[str, str]) -> None:
+        self.run = run
+        self.command = command
+        self.env = dict(env)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self.answers: list[str] = []  # permission answers left for the running prompt
+        self.cancel_after: int | None = None  # updates of the running prompt before a cancel
+        self.updates = 0
+        self._stderr = bytearray()
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        self.proc = await anyio.open_process(self.command, cwd=self.run.root, env=self.env)
+        tg.start_soon(self._read)
+        tg.start_soon(self._read_stderr)
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        async for chunk in self.proc.stderr:
+            self._stderr += chunk
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        buffer = b""
+        async with anyio.create_task_group() as tg:
+            async for chunk in self.proc.stdout:
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    try:
+                        message = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        raise ScenarioError(f"the agent wrote a line that is not JSON on stdout: {line[:200]!r}") from None
+                    self.run.traffic.append(("<-", message))
+                    await self._on_message(message, tg)
+            for done, _ in self._pending.values():
+                done.set()  # the agent is gone: nobody will answer
+
+    async def _on_message(self, message: Any, tg: anyio.abc.TaskGroup) -> None:
+        if not isinstance(message, dict):
+            return
+        if "method" in message and "id" in message:
+            tg.start_soon(self._answer, message)
+        elif message.get("method") == "session/update":
+            self.updates += 1
+            if self.cancel_after is not None and self.updates >= self.cancel_after:
+                self.cancel_after = None
+                await self.cancel()
+        elif message.get("id") in self._pending:
+            done, slot = self._pending[message["id"]]
+            slot.append(message)
+            done.set()
+
+    async def _answer(self, request: dict[str, Any]) -> None:
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"]}
+        if request["method"] == "session/request_permission":
+            answer = self.answers.pop(0) if self.answers else "cancelled"
+            if answer == "cancel":
+                await self.cancel()
+            reply["result"] = {"outcome": _outcome(answer, request.get("params", {}))}
+        else:
+            reply["error"] = {"code": -32601, "message": f"the snapshot client serves no {request['method']}"}
+        await self.send(reply)
+
+    async def cancel(self) -> None:
+        if self.run.session_id is not None:
+            await self.send({"jsonrpc": "2.0", "method": "session/cancel",
+                             "params": {"sessionId": self.run.session_id}})
+
+    async def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.run.traffic.append(("->", message))
+        try:
+            await self.proc.stdin.send(orjson.dumps(message) + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            raise ScenarioError(f"the agent is gone (could not send {message.get('method', 'an answer')})") from None
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        rid = next(self._ids)
+        done, slot = anyio.Event(), list[dict[str, Any]]()
+        self._pending[rid] = (done, slot)
+        await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        with anyio.move_on_after(REQUEST_TIMEOUT):
+            await done.wait()
+        del self._pending[rid]
+        if not slot:
+            if self.proc.returncode is not None or done.is_set():
+                raise ScenarioError(f"{method}: the agent exited without answering{self._stderr_tail()}")
+            raise ScenarioError(f"{method}: no answer in {REQUEST_TIMEOUT:.0f} s (a hang nothing cancelled?)")
+        return slot[0]
+
+    async def stop(self) -> int:
+        """End its input and wait for it to exit (killed if it does not)."""
+        assert self.proc.stdin is not None
+        await self.proc.stdin.aclose()
+        with anyio.move_on_after(EXIT_TIMEOUT):
+            await self.proc.wait()
+        if self.proc.returncode is None:
+            self.proc.kill()
+        status = await self.proc.wait()
+        self.run.stderr += self._stderr.decode(errors="replace")
+        return status
+
+    def _stderr_tail(self) -> str:
+        text = self._stderr.decode(errors="replace").strip()
+        return f"; its stderr ends: {text[-500:]}" if text else ""
+
+
+def _outcome(answer: str, params: dict[str, Any]) -> dict[str, Any]:
+    if answer in ("cancelled", "cancel"):
+        return {"outcome": "cancelled"}
+    for option in params.get("options", []):
+        if option.get("kind") == answer:
+            return {"outcome": "selected", "optionId": option["optionId"]}
+    raise ScenarioError(f"the agent's permission request offers no {answer} option: {params.get('options')}")
+
+
+def agent_command(run: Run, model: str, scenario: Scenario) -> list[str]:
+    """`serve` with `model`; for a wrap scenario, `wrap` in front of its command when
+    recording, or of the fake agent serving the recording (`model` = replay:LOG)."""
+    agent = [sys.executable, "-m", "acp_bridge"]
+    if scenario.wrap:
+        if model.startswith("replay:"):
+            child = [*agent, "snapshot", "fake-agent", model.partition(":")[2]]
+        else:
+            child = [arg.replace("{python}", sys.executable).replace("{scenario}", str(scenario.folder.resolve()))
+                     .replace("{tmp}", str(run.root)) for arg in scenario.wrap]
+        return [*agent, "wrap", "--store", str(run.store), "--backend", "jsonl", "--", *child]
+    command = [*agent, "serve", "--store", str(run.store), "--backend", "jsonl", "--model", model]
+    if scenario.max_steps is not None:
+        command += ["--max-steps", str(scenario.max_steps)]
+    return command
+
+
+async def drive(scenario: Scenario, run: Run, command: list[str], env: Mapping[str, str]) -> None:
+    """Run every step of `scenario` against the agent; the traffic lands in `run`."""
+    async with anyio.create_task_group() as tg:
+        agent = AgentProcess(run, command, env)
+        await agent.start(tg)
+        try:
+            for number, step in enumerate(scenario.steps, start=1):
+                try:
+                    agent = await _step(agent, step, run, tg)
+                except ScenarioError as exc:
+                    raise ScenarioError(f"{scenario.name}: step {number} ({step.op}): {exc}") from None
+        finally:
+            with anyio.CancelScope(shield=True):
+                if agent.proc.returncode is None:
+                    await agent.stop()
+        tg.cancel_scope.cancel()
+
+
+async def _step(agent: AgentProcess, step: Step, run: Run, tg: anyio.abc.TaskGroup) -> AgentProcess:
+    args, sid = step.args, run.session_id
+    if step.op == "initialize":
+        answer = await agent.request("initialize", {
+            "protocolVersion": 1, "clientCapabilities": args.get("clientCapabilities", {}),
+            "clientInfo": CLIENT_INFO})
+    elif step.op == "new_session":
+        params: dict[str, Any] = {"cwd": str(run.workspace), "mcpServers": []}
+        if "additionalDirectories" in args:
+            params["additionalDirectories"] = args["additionalDirectories"]
+        answer = await agent.request("session/new", params)
+        run.session_id = answer.get("result", {}).get("sessionId")
+    elif step.op == "prompt":
+        prompt = args.get("prompt") or [{"type": "text", "text": args["text"]}]
+        agent.answers = list(args.get("permissions", []))
+        agent.updates, agent.cancel_after = 0, args.get("cancelAfterUpdates")
+        if agent.cancel_after == 0:
+            tg.start_soon(agent.cancel)
+        answer = await agent.request("session/prompt", {"sessionId": sid, "prompt": prompt})
+        agent.cancel_after = None
+        if not run.hold_expectations:
+            return agent
+        if "error" in answer and not args.get("expectError"):
+            raise ScenarioError(f"answered with an error: {answer['error']}")
+        if "error" not in answer and args.get("expectError"):
+            raise ScenarioError(f"expected an error, got {answer.get('result')}")
+        return agent
+    elif step.op == "set_mode":
+        answer = await agent.request("session/set_mode", {"sessionId": sid, "modeId": args["mode"]})
+    elif step.op in ("load", "resume"):
+        answer = await agent.request(f"session/{step.op}", {"sessionId": sid, "cwd": str(run.workspace),
+                                                             "mcpServers": []})
+    elif step.op == "close":
+        answer = await agent.request("session/close", {"sessionId": sid})
+    else:  # restart
+        await agent.stop()
+        agent = AgentProcess(run, agent.command, agent.env)
+        await agent.start(tg)
+        return agent
+    if "error" in answer:
+        raise ScenarioError(f"answered with an error: {answer['error']}")
+    return agent
+
+
+def agent_env(base: Mapping[str, str], scenario: Scenario, *, offline: bool) -> dict[str, str]:
+    """The agent's environment: ours, without the provider's key and endpoint when
+    offline (a check must not reach a model), plus the scenario's own."""
+    env = {k: v for k, v in base.items() if not (offline and k.startswith("OPENAI_"))}
+    env.pop("ACP_BRIDGE_MODEL", None)
+    env.update(scenario.env, PYTHONUNBUFFERED="1")
+    if offline:
+        env["ACP_BRIDGE_REPLAY_CHECK"] = scenario.check
+    return env
+
