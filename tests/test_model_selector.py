@@ -250,3 +250,16 @@ def test_config_set_invariants_and_repair() -> None:
     # Readers that do not show settings skip it: the transcript and the update mapping.
     assert derive_messages(events) == derive_messages([e for e in events if e["type"] != "config/set"])
     assert updates_for(events[0], UpdateContext(replay=True)) == []
+
+
+async def test_an_acknowledged_switch_survives_kill9(tmp_path: Path, work: Path) -> None:
+    fast, strong = two_scripts(tmp_path)
+    strong_spec = strong.removesuffix("#reasoning")
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=fast, args=("--model", strong)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.request("session/set_config_option", {"sessionId": sid, "configId": "model", "value": strong_spec})
+        agent.kill9()  # right after the answer: the switch was durable before it
+    assert [e["data"] for e in loaded_events(store, sid) if e["type"] == "config/set"] == [
+        {"configId": "model", "value": strong_spec}]

@@ -334,7 +334,7 @@ class TurnRunner:
         return await self._calls.run_all(turn, number, calls)
 
     async def record_setting(self, config_id: str, value: str) -> None:
-        """Record a changed session setting (`config/set`, durable) between turns.
+        """Record a changed session setting (`config/set`, made durable) between turns.
         Raises PromptInProgressError while a turn runs: the log has one writer."""
         if self._scope is not None:
             raise PromptInProgressError(self.log.id)
@@ -343,6 +343,7 @@ class TurnRunner:
             if self.log.tracker.in_turn:  # left open by a failed write
                 data["turn"] = self.log.tracker.turn
             await self._append(CONFIG_SET, data)
+            await self._sync()  # acknowledged: durable before the answer
 
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
