@@ -195,3 +195,11 @@ def test_initialize_with_an_openai_model_stays_lean(tmp_path: Path) -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.decode().splitlines() if "|" in line}
     assert "acp_bridge.models.catalog" in imported
     assert not {"httpx", "acp_bridge.models.openai", "acp_bridge.models.openai_key"} & imported
+
+
+def test_login_refuses_what_cannot_be_a_key(tmp_path: Path, env: SSEServer) -> None:
+    for typed, problem in (("", "the key is empty"), ("sk two words", "spaces")):
+        out = subprocess.run([sys.executable, "-m", "acp_bridge", "login"], input=typed + "\n",
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1 and problem in out.stderr and "nothing stored" in out.stderr
+    assert not key_path(tmp_path).exists() and env.requests == []  # refused before asking the server

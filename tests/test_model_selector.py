@@ -157,7 +157,9 @@ async def test_bad_switches_are_clear_errors(tmp_path: Path, work: Path) -> None
         await agent.initialize()
         sid = await agent.new_session(work)
         cases: list[tuple[dict[str, Any], str, str]] = [({"configId": "model", "value": "openai:gpt-9"}, "unknown model 'openai:gpt-9': use one of", "value"),
-                 ({"configId": "model", "value": 7}, "unknown model 7", "value"),
+                 ({"configId": "model", "value": 7}, "value must be a string or a boolean, not int 7", "value"),
+                 ({"configId": "mode", "value": {}}, "value must be a string or a boolean", "value"),
+                 ({"configId": "model"}, "value is required", "value"),
                  ({"configId": "thought_level", "value": "high"},
                   "unknown config option 'thought_level': this session has mode, model", "configId"),
                  ({"configId": "colour", "value": "red"}, "unknown config option 'colour'", "configId")]
