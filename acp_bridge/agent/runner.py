@@ -185,7 +185,7 @@ class TurnRunner:
         turn = self.log.tracker.turn + 1
         self._turn_model, self._turn_effort = self.model, self.effort
         start: dict[str, Any] = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
-                 "model": self.model.name}
+                                 "model": self.model.name}
         if self.effort is not None:
             start["thoughtLevel"] = self.effort
         await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
