@@ -15,6 +15,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
+from acp_bridge.agent.settings import choice_for, config_options
 from acp_bridge.agent.updates import UpdateContext, updates_for
 from acp_bridge.models import ModelSpecError
 from acp_bridge.models.catalog import ModelEntry, parse_spec, parse_specs
@@ -265,3 +266,17 @@ async def test_an_acknowledged_switch_survives_kill9(tmp_path: Path, work: Path)
         agent.kill9()  # right after the answer: the switch was durable before it
     assert [e["data"] for e in loaded_events(store, sid) if e["type"] == "config/set"] == [
         {"configId": "model", "value": strong_spec}]
+
+
+def test_config_option_shapes_match_the_schema() -> None:
+    models = parse_specs(["echo", "openai:o4-mini", "script:/s.json#images"])
+    for entry in models:
+        for effort in ("low", "high", None):
+            choice = choice_for(entry, effort)
+            options = config_options("ask", models, choice)
+            assert [o["id"] for o in options] == ["mode", "model", *(["thought_level"] if entry.reasoning else [])]
+            for option in options:
+                validate_def("SessionConfigOption", option)
+            validate_def("ConfigOptionUpdate", {"configOptions": options})
+    assert choice_for(models[1], None).effort == "medium" and choice_for(models[1], "high").effort == "high"
+    assert choice_for(models[0], "high").effort is None
