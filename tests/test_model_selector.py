@@ -222,7 +222,8 @@ def test_chat_model_command(tmp_path: Path) -> None:
     assert code == 0, err
     assert "fast one" in out and "strong one" in out
     assert out.index("fast one") < out.index("strong one")
-    assert f"models (* current):\n* {fast}\n  {strong_spec}  ({strong_spec} (takes a reasoning effort))\n" in out
+    assert (f"models (* current):\n* {fast}  ({fast}: takes text only)\n"
+            f"  {strong_spec}  ({strong_spec}: takes a reasoning effort)\n") in out
     assert f"model {strong_spec}\n" in out
     assert "unknown model 'nope'" in out + err
 
