@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 import anyio
 
@@ -14,7 +13,7 @@ from acp_bridge.agent.errors import to_rpc_error
 from acp_bridge.agent.server import Agent, Config
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.transport import FdLineReader, FdWriter
-from session import default_store_dir
+from session import shown_store, store_location
 
 
 def configure_logging(log_file: str | None, level: str) -> None:
@@ -36,10 +35,10 @@ def serve(args: argparse.Namespace) -> int:
     if args.model != "echo" and (kind not in ("script", "openai") or not args.model.partition(":")[2]):
         print(f"acp-bridge: unknown model {args.model!r}: use echo, script:PATH or openai:NAME", file=sys.stderr)
         return 2
-    config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
+    config = Config(store_dir=store_location(args.backend, args.store),
                     backend=args.backend, model=args.model, max_steps=args.max_steps)
     # One line on stderr, never stdout (stdout carries protocol messages only).
-    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), model {config.model}",
+    print(f"acp-bridge {__version__}: store {shown_store(config.store_dir)} ({config.backend}), model {config.model}",
           file=sys.stderr, flush=True)
     reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
     agent = Agent(config)

@@ -56,7 +56,7 @@ PROTOCOL_VERSION = 1
 
 @dataclass(frozen=True)
 class Config:
-    store_dir: Path
+    store_dir: Path | str  # a folder, or a PostgreSQL connection string
     backend: str = "jsonl"
     model: str = "echo"
     max_steps: int = 50

@@ -44,8 +44,9 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
 def _store_options(p: argparse.ArgumentParser) -> None:
     """The store options `serve` and `wrap` share."""
     p.add_argument("--store", default=None,
-                   help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
-    p.add_argument("--backend", choices=("jsonl", "sqlite"), default=os.environ.get("ACP_BRIDGE_BACKEND", "jsonl"),
+                   help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge); "
+                        "postgres: a connection string (default: $ACP_BRIDGE_POSTGRES, else libpq's PG* variables)")
+    p.add_argument("--backend", choices=("jsonl", "sqlite", "postgres"), default=os.environ.get("ACP_BRIDGE_BACKEND", "jsonl"),
                    help="session store backend (default jsonl; $ACP_BRIDGE_BACKEND)")
 
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.store)
     from acp_bridge.agent.serve import serve
 
-    store = _writable_store(args.store)
+    store = _writable_store(args.store, args.backend)
     if store is None:
         return 1
     args.store = store
@@ -105,7 +106,7 @@ def _wrap(raw: list[str]) -> int:
     args.wrapped = raw[cut + 1:]
     if not args.wrapped:
         parser.error("no agent to wrap: acp-bridge wrap [options] -- COMMAND [ARGS...]")
-    store = _writable_store(args.store)
+    store = _writable_store(args.store, args.backend)
     if store is None:
         return 1
     args.store = store
@@ -114,11 +115,22 @@ def _wrap(raw: list[str]) -> int:
     return serve(args)
 
 
-def _writable_store(option: str | None) -> str | None:
+def _writable_store(option: str | None, backend: str) -> str | None:
     """The store folder `serve` will use, or None after one line on stderr saying why
     the agent cannot write it: checked before the agent starts, so an unusable store is
-    never chmodded or half-used, and the editor sees the reason at once."""
+    never chmodded or half-used, and the editor sees the reason at once. A PostgreSQL
+    store is a connection string: only its shape is checked here (the server is
+    reached at the first session, without delaying `initialize`)."""
     from pathlib import Path
+
+    if backend == "postgres":
+        from session.backends.postgres_conninfo import problem, resolve
+
+        conninfo = resolve(option, os.environ)
+        if (why := problem(conninfo)) is not None:
+            print(f"acp-bridge: {why}", file=sys.stderr)
+            return None
+        return conninfo
 
     from session import StoreIOError, default_store_dir
     from session.files import check_store_writable

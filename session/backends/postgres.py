@@ -122,6 +122,7 @@ class PostgresBackend:
         self._held: dict[str, str] = {}  # session id -> token of the lock we hold
         self._lost: set[str] = set()  # sessions whose lock went with a dropped connection
         self._spare: list[psycopg.Connection[Any]] = []  # reading connections, for reuse
+        self.generation = 0  # counts reconnections: a session checks the store after one
         self._db: psycopg.Connection[Any] | None = connect(conninfo, purpose="agent")
         try:
             self._check_schema(self._db)
@@ -156,6 +157,7 @@ class PostgresBackend:
         self._db = None
         db = connect(self.conninfo, purpose="agent")
         self._db = db
+        self.generation += 1
         for sid, token in list(self._held.items()):
             if not self._retake(db, sid, token):
                 del self._held[sid]
@@ -369,6 +371,7 @@ class PostgresSession:
         self._durable_seq = next_seq
         self._stale = False  # rows past the durable seq may remain after a failure
         self._has_title = has_title
+        self._generation = backend.generation
 
     def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
         check_batch_seqs(self.session_id, batch, self._next_seq)
@@ -377,6 +380,8 @@ class PostgresSession:
         atomic = self._stale or title is not None or len(batch) != 1
         try:
             with self._backend.owned(sid, sync=sync, atomic=atomic) as db:
+                if self._generation != self._backend.generation:
+                    self._check_stored(db)
                 if self._stale:
                     db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
                                (sid, self._next_seq))
@@ -404,6 +409,21 @@ class PostgresSession:
         self._next_seq += len(batch)
         if sync:
             self._durable_seq = self._next_seq
+
+    def _check_stored(self, db: psycopg.Connection[Any]) -> None:
+        """After a reconnection: the store must hold exactly what this session wrote.
+        A server that crashed may have lost the last asynchronous commits; writing on
+        would leave a gap, so the write fails and the log rolls back to its durable
+        point (all of which the server kept: those commits were synchronous)."""
+        row = db.execute("SELECT coalesce(max(seq) + 1, 0) FROM acp_bridge.events "
+                         "WHERE session_id = %s", (self.session_id,)).fetchone()
+        stored = row[0] if row is not None else 0
+        if stored != self._next_seq:
+            raise StoreIOError(
+                f"session {self.session_id}: the store holds events up to seq {stored - 1} "
+                f"where {self._next_seq - 1} were written: the database lost its latest "
+                "asynchronous commits (a server crash)", session_id=self.session_id)
+        self._generation = self._backend.generation
 
     def _drop_stale(self) -> None:
         """Delete the rows past the durable seq a failed write left (best effort)."""
@@ -490,8 +510,11 @@ def _dropped(db: psycopg.Connection[Any]) -> bool:
     if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         return False
     try:
-        readable, _, _ = select.select([db.fileno()], [], [], 0)
-        if readable:  # a notice or a parameter report also wakes it: read what came
+        # A notice or a parameter report also wakes it: read what came, and again (a
+        # server that hung up sent its FATAL message first, then the end of the stream).
+        for _ in range(3):
+            if not select.select([db.fileno()], [], [], 0)[0]:
+                break
             db.pgconn.consume_input()
     except (OSError, ValueError, psycopg.OperationalError):
         return True

@@ -11,6 +11,7 @@ order, spacing), so `raw` gives back the bytes written, and people can query the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Iterator
@@ -155,6 +156,7 @@ class PostgresStream:
     BLOCK = 4096
     BLOCK_BYTES = 256 << 10
     FETCH = 512
+    FETCH_BYTES = 1 << 20
     # Filled in by PostgresReader.stream (see session.backends.base.ReadStream).
     updated = 0
     title: str | None = None
@@ -181,25 +183,32 @@ class PostgresStream:
         sid = self.header["id"]
         try:
             cursor = self._conn().cursor(name=f"acp_bridge_load_{sid[:8]}", binary=True)
-            cursor.itersize = self.FETCH
-            cursor.execute(
-                "SELECT seq, type, time, data FROM acp_bridge.events "
-                "WHERE session_id = %s ORDER BY seq", (sid,)
-            )
-            # Blocks are bounded in rows and in bytes: one tool result may be megabytes.
+        except psycopg.Error as exc:
+            self._fail("read the log", exc)
+        try:
+            cursor.execute("SELECT seq, type, time, data FROM acp_bridge.events "
+                           "WHERE session_id = %s ORDER BY seq", (sid,))
+            # Blocks are bounded in rows and in bytes: one tool result may be megabytes,
+            # so a fetch asks for as many rows as fit in FETCH_BYTES if each were as big
+            # as the biggest row seen so far.
             block: list[tuple[int, str, int, bytes]] = []
-            size = 0
-            while rows := cursor.fetchmany(self.FETCH):
+            size, ask, biggest = 0, 16, 1
+            while rows := cursor.fetchmany(ask):
                 block.extend(rows)
-                size += sum(len(r[3]) for r in rows)
+                for row in rows:
+                    size += len(row[3])
+                    biggest = max(biggest, len(row[3]))
+                ask = max(1, min(self.FETCH, self.FETCH_BYTES // biggest))
                 if len(block) >= self.BLOCK or size >= self.BLOCK_BYTES:
                     yield row_events(block)  # type: ignore[arg-type]
                     block, size = [], 0
-            cursor.close()
+            if block:
+                yield row_events(block)  # type: ignore[arg-type]
         except psycopg.Error as exc:
             self._fail("read the log", exc)
-        if block:
-            yield row_events(block)  # type: ignore[arg-type]
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                cursor.close()
 
     def locate(self, index: int) -> dict[str, int]:
         try:

@@ -16,7 +16,7 @@ def positive_int(text: str) -> int:
 
 def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="session store folder (passed to the agent)")
-    p.add_argument("--backend", choices=("jsonl", "sqlite"), help="session store backend (passed to the agent)")
+    p.add_argument("--backend", choices=("jsonl", "sqlite", "postgres"), help="session store backend (passed to the agent)")
     p.add_argument("--model", help="model spec: echo, script:PATH, openai:MODEL (passed to the agent)")
     p.add_argument("--max-steps", type=positive_int, help="model calls per turn at most (passed to the agent)")
     p.add_argument("--cwd", default=".", help="working directory of new sessions (default: the current one)")

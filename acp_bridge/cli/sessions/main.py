@@ -89,7 +89,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-BACKEND_CHOICES = ("jsonl", "sqlite")
+BACKEND_CHOICES = ("jsonl", "sqlite", "postgres")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROG = "acp-bridge sessions"
 
@@ -159,7 +159,8 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     # further down. `run` applies the defaults.
     parser.add_argument(
         "--store", metavar="DIR", default=argparse.SUPPRESS,
-        help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)",
+        help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge); "
+             "postgres: a connection string (default: $ACP_BRIDGE_POSTGRES, else libpq's PG* variables)",
     )
     parser.add_argument(
         "--backend", choices=BACKEND_CHOICES, default=argparse.SUPPRESS,
@@ -173,8 +174,6 @@ def run(args: argparse.Namespace) -> int:
     if backend not in BACKEND_CHOICES:
         return _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_CHOICES)}",
                      EXIT_USAGE)
-    from pathlib import Path
-
     from acp_bridge.cli.sessions.listing import list_text
     from acp_bridge.cli.sessions.source import AmbiguousIdError, Source, resolve_id
     from acp_bridge.cli.sessions.transcripts import markdown_text, show_text
@@ -182,11 +181,10 @@ def run(args: argparse.Namespace) -> int:
         InvalidSessionIdError,
         SessionError,
         SessionNotFoundError,
-        default_store_dir,
+        store_location,
     )
 
-    store = getattr(args, "store", None)
-    source = Source(backend, Path(store) if store else default_store_dir())
+    source = Source(backend, store_location(backend, getattr(args, "store", None)))
     command = getattr(args, "sessions_command", None) or "list"
     try:
         if command in ("list", "ls"):
