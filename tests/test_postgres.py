@@ -7,6 +7,7 @@ bounded blocks; passwords never reach a message."""
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import subprocess
@@ -408,3 +409,53 @@ def test_sessions_cli_reads_postgres_without_the_password(pg_server: PgServer, p
     reader = open_reader("postgres", dsn)
     assert read_stored(reader.stream(log.id)).events[-1]["type"] == "turn/end"
     reader.close()
+
+
+# --- a full disk on the database side ----------------------------------------------------
+
+
+def test_a_full_disk_on_the_server_fails_the_write_and_nothing_half_done(
+        pg_dsn: str, pg_server: PgServer) -> None:
+    """The events table on a tablespace of a 1 MB tmpfs: a turn too big for it fails
+    with StoreIOError naming the cause, the store is back at the durable point, and once
+    the administrator gives the table room, the agent goes on."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    tiny = pg_server.root / "tiny"
+    tiny.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(tiny)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    store = None
+    try:
+        if pg_server.user is not None:
+            import pwd
+
+            os.chown(tiny, pwd.getpwnam(pg_server.user).pw_uid, -1)
+        sql(pg_dsn, f"CREATE TABLESPACE tiny LOCATION '{tiny}'")
+        store = SessionStore(open_backend("postgres", pg_dsn))
+        sql(pg_dsn, "ALTER TABLE acp_bridge.events SET TABLESPACE tiny")
+        log = store.create(cwd="/w")
+        write(log, Script().text_turn("small"))
+        durable = log.durable_seq
+        big = Script(first_turn=2).start_turn("big").start_step()
+        for _ in range(60):  # incompressible: PostgreSQL compresses large values
+            big.chunk(base64.b64encode(os.urandom(40_000)).decode())
+        with pytest.raises(StoreIOError) as err:
+            write(log, big.message("done").end_step().end_turn())
+        assert "No space left on device" in err.value.message, err.value.message
+        assert err.value.data()["durableSeq"] == durable == log.tracker.next_seq
+        sql(pg_dsn, "ALTER TABLE acp_bridge.events SET TABLESPACE pg_default")  # room again
+        again = write(log, Script(first_turn=2).text_turn("small again"))
+        log.close()
+        loaded = store.load(log.id)
+        assert [e["seq"] for e in loaded.log.events] == list(range(durable + len(again)))
+        assert not loaded.report.repaired
+        loaded.log.close()
+    finally:
+        if store is not None:
+            store.close()
+        sql(pg_dsn, "DROP SCHEMA IF EXISTS acp_bridge CASCADE")
+        sql(pg_dsn, "DROP TABLESPACE IF EXISTS tiny")
+        subprocess.run(["umount", "-l", str(tiny)], capture_output=True, check=False)

@@ -418,7 +418,8 @@ class PostgresSession:
         row = db.execute("SELECT coalesce(max(seq) + 1, 0) FROM acp_bridge.events "
                          "WHERE session_id = %s", (self.session_id,)).fetchone()
         stored = row[0] if row is not None else 0
-        if stored != self._next_seq:
+        # More than written is expected only after a failure (`_stale`: deleted next).
+        if stored < self._next_seq or (stored > self._next_seq and not self._stale):
             raise StoreIOError(
                 f"session {self.session_id}: the store holds events up to seq {stored - 1} "
                 f"where {self._next_seq - 1} were written: the database lost its latest "
