@@ -26,6 +26,58 @@ from session.log import encode
 
 # Set by --profile: collects only the timed calls of "ours" (not fixtures, not bare loops).
 PROFILER: cProfile.Profile | None = None
+# The local PostgreSQL server of the postgres figures (tests/support/pg_server.py, fsync
+# on: durable commits cost what they cost), started at the first use, stopped at exit.
+_PG: Any = None
+
+
+def pg_server() -> Any:
+    """The server (its folder in the system's temporary folder, not `--tmp`: when we
+    are root it runs as another user, who must be able to reach it)."""
+    global _PG
+    if _PG is None:
+        import atexit
+
+        from tests.support.pg_server import start_server
+
+        _PG = start_server(fsync=True)
+        atexit.register(_PG.remove)
+    return _PG
+
+
+def store_at(kind: str, folder: Path) -> Path | str:
+    """Where a store of `kind` goes for a scratch folder: the folder itself, or for
+    postgres a fresh database on the local server (named after the folder)."""
+    if kind != "postgres":
+        return folder
+    server = pg_server()
+    name = "b_" + "".join(c if c.isalnum() else "_" for c in folder.name).lower()
+    with server.admin() as db:
+        db.execute(f"DROP DATABASE IF EXISTS {name}")
+        db.execute(f"CREATE DATABASE {name}")
+    return str(server.dsn(name))
+
+
+def copy_store(kind: str, source: Path | str, folder: Path) -> Path | str:
+    """A copy of a built store (each repairing load gets a fresh one)."""
+    if kind != "postgres":
+        shutil.copytree(source, folder)
+        return folder
+    server = pg_server()
+    name = "b_" + "".join(c if c.isalnum() else "_" for c in folder.name).lower()
+    template = str(source).split("?")[0].rsplit("/", 1)[1]
+    with server.admin() as db:
+        db.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    return str(server.dsn(name))
+
+
+def drop_store(kind: str, where: Path | str) -> None:
+    if kind != "postgres":
+        shutil.rmtree(where, ignore_errors=True)
+        return
+    name = str(where).split("?")[0].rsplit("/", 1)[1]
+    with pg_server().admin() as db:
+        db.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
 # Measurement helpers.
@@ -98,7 +150,8 @@ def append_once(kind: str, root: str, items: list[Item]) -> tuple[float, list[fl
     """Create a session and append `items` one by one; the seconds from the first
     append to the closed log, and the latency of each durable append."""
     with scratch_dir(root, f"append-{kind}") as d:
-        backend = open_backend(kind, d)
+        where = store_at(kind, d)
+        backend = open_backend(kind, where)
         try:
             log = SessionStore(backend).create(cwd=CWD)
             durable: list[float] = []
@@ -120,6 +173,8 @@ def append_once(kind: str, root: str, items: list[Item]) -> tuple[float, list[fl
                 PROFILER.disable()
         finally:
             backend.close()
+            if kind == "postgres":
+                drop_store(kind, where)
     return elapsed, durable
 
 
@@ -146,7 +201,7 @@ def bench_append(kind: str, root: str, items: list[Item], repeat: int) -> dict[s
 # Load.
 
 
-def build_store(kind: str, where: Path, logs: dict[str, list[Item]]) -> dict[str, dict[str, Any]]:
+def build_store(kind: str, where: Path | str, logs: dict[str, list[Item]]) -> dict[str, dict[str, Any]]:
     """Write each item list as one session (whole turns per batch: fast, still through
     the session log). Returns per name: session id, event count, JSONL-equivalent bytes."""
     backend = open_backend(kind, where)
@@ -172,7 +227,7 @@ def build_store(kind: str, where: Path, logs: dict[str, list[Item]]) -> dict[str
         backend.close()
 
 
-def load_once(kind: str, where: Path, sid: str, expect_events: int, repaired: bool) -> float:
+def load_once(kind: str, where: Path | str, sid: str, expect_events: int, repaired: bool) -> float:
     backend = open_backend(kind, where)
     try:
         store = SessionStore(backend)
@@ -231,26 +286,45 @@ def bare_sqlite(where: Path, sid: str) -> Callable[[], int]:
     return run
 
 
+def bare_postgres(dsn: str, sid: str) -> Callable[[], int]:
+    def run() -> int:
+        import psycopg
+
+        with psycopg.connect(dsn) as db, db.cursor(name="bare", binary=True) as cursor:
+            cursor.itersize = 512
+            cursor.execute("SELECT data::text FROM acp_bridge.events WHERE session_id = %s "
+                           "ORDER BY seq", (sid,))
+            n = 0
+            loads = orjson.loads
+            for (data,) in cursor:
+                loads(data)
+                n += 1
+            return n
+
+    return run
+
+
 def bench_load(kind: str, root: str, items: list[Item], repeat: int) -> dict[str, dict[str, Any]]:
     logs = {"closed": items, "open": open_turn_items(items)}
     results: dict[str, dict[str, Any]] = {}
     with scratch_dir(root, f"load-{kind}") as d:
-        pristine = d / "pristine"
+        pristine = store_at(kind, d / "pristine")
         built = build_store(kind, pristine, logs)
-        bare_of = bare_jsonl if kind == "jsonl" else bare_sqlite
         for case, info in built.items():
             sid, events, size = info["id"], info["events"], info["bytes"]
-            bare = bare_of(pristine, sid)
+            if kind == "postgres":
+                bare = bare_postgres(str(pristine), sid)
+            else:
+                bare = (bare_jsonl if kind == "jsonl" else bare_sqlite)(Path(pristine), sid)
             ours_runs: list[float] = []
             bare_runs: list[float] = []
             for r in range(repeat):
                 if case == "closed":
                     ours_runs.append(load_once(kind, pristine, sid, events, repaired=False))
                 else:  # the load repairs the log: each run gets a fresh copy
-                    work = d / f"work-{r}"
-                    shutil.copytree(pristine, work)
+                    work = copy_store(kind, pristine, d / f"work-{r}")
                     ours_runs.append(load_once(kind, work, sid, events, repaired=True))
-                    shutil.rmtree(work)
+                    drop_store(kind, work)
                 t0 = time.perf_counter()
                 parsed = bare()
                 bare_runs.append(time.perf_counter() - t0)
@@ -272,4 +346,6 @@ def bench_load(kind: str, root: str, items: list[Item], repeat: int) -> dict[str
                 "bare_mb_per_s": size / 1e6 / base["seconds"],
                 "ratio": ours["seconds"] / base["seconds"],
             }
+        if kind == "postgres":
+            drop_store(kind, pristine)
     return results

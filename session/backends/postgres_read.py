@@ -155,8 +155,8 @@ class PostgresStream:
 
     BLOCK = 4096
     BLOCK_BYTES = 256 << 10
-    FETCH = 512
-    FETCH_BYTES = 1 << 20
+    FETCH = 2048
+    FETCH_BYTES = 8 << 20
     # Filled in by PostgresReader.stream (see session.backends.base.ReadStream).
     updated = 0
     title: str | None = None
