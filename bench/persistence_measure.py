@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from bench import pg_store
 from bench.common import CWD, FIXED_TIME, filesystem_of
 from bench.persistence_workloads import Item, open_turn_items
 from session import DURABLE_TYPES, SessionStore, open_backend
@@ -26,36 +27,11 @@ from session.log import encode
 
 # Set by --profile: collects only the timed calls of "ours" (not fixtures, not bare loops).
 PROFILER: cProfile.Profile | None = None
-# The local PostgreSQL server of the postgres figures (tests/support/pg_server.py, fsync
-# on: durable commits cost what they cost), started at the first use, stopped at exit.
-_PG: Any = None
-
-
-def pg_server() -> Any:
-    """The server (its folder in the system's temporary folder, not `--tmp`: when we
-    are root it runs as another user, who must be able to reach it)."""
-    global _PG
-    if _PG is None:
-        import atexit
-
-        from tests.support.pg_server import start_server
-
-        _PG = start_server(fsync=True)
-        atexit.register(_PG.remove)
-    return _PG
 
 
 def store_at(kind: str, folder: Path) -> Path | str:
-    """Where a store of `kind` goes for a scratch folder: the folder itself, or for
-    postgres a fresh database on the local server (named after the folder)."""
-    if kind != "postgres":
-        return folder
-    server = pg_server()
-    name = "b_" + "".join(c if c.isalnum() else "_" for c in folder.name).lower()
-    with server.admin() as db:
-        db.execute(f"DROP DATABASE IF EXISTS {name}")
-        db.execute(f"CREATE DATABASE {name}")
-    return str(server.dsn(name))
+    """Where a store of `kind` goes for a scratch folder (postgres: a fresh database)."""
+    return pg_store.location(kind, folder, fresh=True)
 
 
 def copy_store(kind: str, source: Path | str, folder: Path) -> Path | str:
@@ -63,21 +39,14 @@ def copy_store(kind: str, source: Path | str, folder: Path) -> Path | str:
     if kind != "postgres":
         shutil.copytree(source, folder)
         return folder
-    server = pg_server()
-    name = "b_" + "".join(c if c.isalnum() else "_" for c in folder.name).lower()
-    template = str(source).split("?")[0].rsplit("/", 1)[1]
-    with server.admin() as db:
-        db.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
-    return str(server.dsn(name))
+    return pg_store.copy(source, folder)
 
 
 def drop_store(kind: str, where: Path | str) -> None:
     if kind != "postgres":
         shutil.rmtree(where, ignore_errors=True)
-        return
-    name = str(where).split("?")[0].rsplit("/", 1)[1]
-    with pg_server().admin() as db:
-        db.execute(f"DROP DATABASE IF EXISTS {name}")
+    else:
+        pg_store.drop(where)
 
 
 # Measurement helpers.
