@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from bench import pg_store
 from bench.common import CWD, FIXED_TIME, filesystem_of
 from bench.persistence_workloads import Item, open_turn_items
 from session import DURABLE_TYPES, SessionStore, open_backend
@@ -26,6 +27,26 @@ from session.log import encode
 
 # Set by --profile: collects only the timed calls of "ours" (not fixtures, not bare loops).
 PROFILER: cProfile.Profile | None = None
+
+
+def store_at(kind: str, folder: Path) -> Path | str:
+    """Where a store of `kind` goes for a scratch folder (postgres: a fresh database)."""
+    return pg_store.location(kind, folder, fresh=True)
+
+
+def copy_store(kind: str, source: Path | str, folder: Path) -> Path | str:
+    """A copy of a built store (each repairing load gets a fresh one)."""
+    if kind != "postgres":
+        shutil.copytree(source, folder)
+        return folder
+    return pg_store.copy(source, folder)
+
+
+def drop_store(kind: str, where: Path | str) -> None:
+    if kind != "postgres":
+        shutil.rmtree(where, ignore_errors=True)
+    else:
+        pg_store.drop(where)
 
 
 # Measurement helpers.
@@ -98,7 +119,8 @@ def append_once(kind: str, root: str, items: list[Item]) -> tuple[float, list[fl
     """Create a session and append `items` one by one; the seconds from the first
     append to the closed log, and the latency of each durable append."""
     with scratch_dir(root, f"append-{kind}") as d:
-        backend = open_backend(kind, d)
+        where = store_at(kind, d)
+        backend = open_backend(kind, where)
         try:
             log = SessionStore(backend).create(cwd=CWD)
             durable: list[float] = []
@@ -120,6 +142,8 @@ def append_once(kind: str, root: str, items: list[Item]) -> tuple[float, list[fl
                 PROFILER.disable()
         finally:
             backend.close()
+            if kind == "postgres":
+                drop_store(kind, where)
     return elapsed, durable
 
 
@@ -146,7 +170,7 @@ def bench_append(kind: str, root: str, items: list[Item], repeat: int) -> dict[s
 # Load.
 
 
-def build_store(kind: str, where: Path, logs: dict[str, list[Item]]) -> dict[str, dict[str, Any]]:
+def build_store(kind: str, where: Path | str, logs: dict[str, list[Item]]) -> dict[str, dict[str, Any]]:
     """Write each item list as one session (whole turns per batch: fast, still through
     the session log). Returns per name: session id, event count, JSONL-equivalent bytes."""
     backend = open_backend(kind, where)
@@ -172,7 +196,7 @@ def build_store(kind: str, where: Path, logs: dict[str, list[Item]]) -> dict[str
         backend.close()
 
 
-def load_once(kind: str, where: Path, sid: str, expect_events: int, repaired: bool) -> float:
+def load_once(kind: str, where: Path | str, sid: str, expect_events: int, repaired: bool) -> float:
     backend = open_backend(kind, where)
     try:
         store = SessionStore(backend)
@@ -231,26 +255,45 @@ def bare_sqlite(where: Path, sid: str) -> Callable[[], int]:
     return run
 
 
+def bare_postgres(dsn: str, sid: str) -> Callable[[], int]:
+    def run() -> int:
+        import psycopg
+
+        with psycopg.connect(dsn) as db, db.cursor(name="bare", binary=True) as cursor:
+            cursor.itersize = 512
+            cursor.execute("SELECT data::text FROM acp_bridge.events WHERE session_id = %s "
+                           "ORDER BY seq", (sid,))
+            n = 0
+            loads = orjson.loads
+            for (data,) in cursor:
+                loads(data)
+                n += 1
+            return n
+
+    return run
+
+
 def bench_load(kind: str, root: str, items: list[Item], repeat: int) -> dict[str, dict[str, Any]]:
     logs = {"closed": items, "open": open_turn_items(items)}
     results: dict[str, dict[str, Any]] = {}
     with scratch_dir(root, f"load-{kind}") as d:
-        pristine = d / "pristine"
+        pristine = store_at(kind, d / "pristine")
         built = build_store(kind, pristine, logs)
-        bare_of = bare_jsonl if kind == "jsonl" else bare_sqlite
         for case, info in built.items():
             sid, events, size = info["id"], info["events"], info["bytes"]
-            bare = bare_of(pristine, sid)
+            if kind == "postgres":
+                bare = bare_postgres(str(pristine), sid)
+            else:
+                bare = (bare_jsonl if kind == "jsonl" else bare_sqlite)(Path(pristine), sid)
             ours_runs: list[float] = []
             bare_runs: list[float] = []
             for r in range(repeat):
                 if case == "closed":
                     ours_runs.append(load_once(kind, pristine, sid, events, repaired=False))
                 else:  # the load repairs the log: each run gets a fresh copy
-                    work = d / f"work-{r}"
-                    shutil.copytree(pristine, work)
+                    work = copy_store(kind, pristine, d / f"work-{r}")
                     ours_runs.append(load_once(kind, work, sid, events, repaired=True))
-                    shutil.rmtree(work)
+                    drop_store(kind, work)
                 t0 = time.perf_counter()
                 parsed = bare()
                 bare_runs.append(time.perf_counter() - t0)
@@ -272,4 +315,6 @@ def bench_load(kind: str, root: str, items: list[Item], repeat: int) -> dict[str
                 "bare_mb_per_s": size / 1e6 / base["seconds"],
                 "ratio": ours["seconds"] / base["seconds"],
             }
+        if kind == "postgres":
+            drop_store(kind, pristine)
     return results

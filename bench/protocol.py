@@ -62,7 +62,7 @@ from bench.protocol_workloads import (  # noqa: E402
     turn_bytes,
 )
 
-BACKENDS = ("jsonl", "sqlite")
+BACKENDS = ("jsonl", "sqlite", "postgres")  # postgres: a local server, started here
 SECTIONS = ("startup", "turn", "stream", "load", "scale", "big", "mcp")
 
 FULL = {
@@ -128,7 +128,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="small sizes: 2,000-word stream, 50 turns, 10k-chunk load, scale 1k,10k, 20 MB big log")
     parser.add_argument("--repeat", type=int, default=5, help="runs of start-up/memory/per-turn (default 5)")
     parser.add_argument("--repeat-big", type=int, default=3, help="runs of streaming/load/scaling (default 3)")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="ours: comma-separated jsonl,sqlite")
+    parser.add_argument("--backends", default="jsonl,sqlite", help="ours: comma-separated jsonl,sqlite,postgres (default jsonl,sqlite)")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated subset of {','.join(SECTIONS)} (default all); "
                              "'profile' alone: only the --profile runs")

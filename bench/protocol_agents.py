@@ -17,6 +17,7 @@ from typing import IO, Any, cast
 
 import orjson
 
+from bench import pg_store
 from bench.common import CWD, ROOT
 
 SDK_AGENT = ROOT / "bench" / "sdk_echo_agent.py"
@@ -87,10 +88,11 @@ class Spec:
         if self.name == "sdk":
             return [sys.executable, *prefix, str(SDK_AGENT)]
         assert self.backend is not None
+        where = str(pg_store.location(self.backend, store))  # postgres: the folder's database
         if self.wrap:
-            args = ["wrap", "--store", str(store), "--backend", self.backend, "--", sys.executable, str(SDK_AGENT)]
+            args = ["wrap", "--store", where, "--backend", self.backend, "--", sys.executable, str(SDK_AGENT)]
         else:
-            args = ["--store", str(store), "--backend", self.backend, "--model", "echo"]
+            args = ["--store", where, "--backend", self.backend, "--model", "echo"]
         if self.nosync:
             return [sys.executable, *prefix, "-c", NOSYNC_LAUNCH, *args]
         return [sys.executable, *prefix, "-m", "acp_bridge", *args]

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from bench import pg_store
 from bench.common import CWD, FIXED_TIME, VOCABULARY
 from session import SessionStore, open_backend
 
@@ -102,7 +103,8 @@ def build_log(kind: str, root: Path, turns: int, chunks_per_turn: int, result_by
     """Write one long session through the store (`SessionStore.create`, one
     `SessionLog.extend` per turn: the batch form of `append`, one durability point per
     turn). Returns its id, event count and JSONL path/bytes (jsonl only)."""
-    backend = open_backend(kind, root)
+    where = pg_store.location(kind, root, fresh=True)  # postgres: the folder's database
+    backend = open_backend(kind, where)
     try:
         store = SessionStore(backend, clock=lambda: FIXED_TIME)
         log = store.create(cwd=CWD)
@@ -118,6 +120,9 @@ def build_log(kind: str, root: Path, turns: int, chunks_per_turn: int, result_by
         path = root / "sessions" / f"{info['id']}.jsonl"
         info["path"] = str(path)
         info["bytes"] = path.stat().st_size
+    elif kind == "postgres":
+        with pg_store.server().admin() as db:
+            info["bytes"] = db.execute("SELECT pg_database_size(%s)", (pg_store.name_of(root),)).fetchone()[0]
     else:
         info["bytes"] = (root / "sessions.sqlite3").stat().st_size
     return info

@@ -40,7 +40,7 @@ from session.repair import RepairReport, interrupted_turn_closers
 from session.store import SessionStore
 from session.transcript import Message, derive_messages
 
-BACKENDS = ("jsonl", "sqlite", "memory")
+BACKENDS = ("jsonl", "sqlite", "postgres", "memory")
 # The backends whose sessions outlive the process: the ones the command line offers
 # (`--backend`, `$ACP_BRIDGE_BACKEND`). `memory` keeps nothing on disk; it is for tests
 # that build a `SessionStore` in-process, and the command line refuses it.
@@ -57,13 +57,38 @@ def default_store_dir(environ: dict[str, str] | None = None) -> Path:
     return Path(state) / "acp-bridge"
 
 
+def store_location(kind: str, option: str | None) -> Path | str:
+    """Where a store of backend `kind` is, from `--store` (`option`): a folder (default
+    `default_store_dir()`), or for postgres a connection string (default
+    `$ACP_BRIDGE_POSTGRES`, else libpq's `PG*` variables)."""
+    if kind == "postgres":
+        from session.backends.postgres_conninfo import resolve
+
+        return resolve(option, os.environ)
+    return Path(option) if option else default_store_dir()
+
+
+def shown_store(location: Path | str) -> str:
+    """A store location for people to read: a connection string without its password."""
+    if isinstance(location, Path):
+        return str(location)
+    from session.backends.postgres_conninfo import shown
+
+    return shown(location)
+
+
 def open_backend(kind: str, root: str | os.PathLike[str] | None = None) -> Backend:
-    """A backend by name. File backends live under `root` (default: the store dir).
-    The SQLite module is imported only when asked for."""
+    """A backend by name. File backends live under `root` (default: the store dir); for
+    postgres `root` is a connection string (see `store_location`). The SQLite and
+    PostgreSQL modules are imported only when asked for."""
     if kind == "memory":
         from session.backends.memory import MemoryBackend
 
         return MemoryBackend()
+    if kind == "postgres":
+        from session.backends.postgres import PostgresBackend
+
+        return PostgresBackend(str(store_location(kind, None if root is None else str(root))))
     where = Path(root) if root is not None else default_store_dir()
     if kind == "jsonl":
         from session.backends.jsonl import JsonlBackend
@@ -79,7 +104,12 @@ def open_backend(kind: str, root: str | os.PathLike[str] | None = None) -> Backe
 def open_reader(kind: str, root: str | os.PathLike[str] | None = None) -> StoreReader:
     """A file store opened read-only (see `StoreReader`): unlike `open_backend`, it
     creates nothing, not even the store folder, and takes no lock. A memory store is
-    read through its backend (`Backend.reader()`)."""
+    read through its backend (`Backend.reader()`). A PostgreSQL store is read in
+    read-only transactions (`root`: its connection string)."""
+    if kind == "postgres":
+        from session.backends.postgres_read import PostgresReader
+
+        return PostgresReader(str(store_location(kind, None if root is None else str(root))))
     where = Path(root) if root is not None else default_store_dir()
     if kind == "jsonl":
         from session.backends.jsonl_read import JsonlReader
@@ -89,7 +119,7 @@ def open_reader(kind: str, root: str | os.PathLike[str] | None = None) -> StoreR
         from session.backends.sqlite_read import SqliteReader
 
         return SqliteReader(where)
-    raise ValueError(f"no read-only open by path for backend {kind!r}; choose jsonl or sqlite")
+    raise ValueError(f"no read-only open by path for backend {kind!r}; choose jsonl, sqlite or postgres")
 
 
 __all__ = [
@@ -131,5 +161,7 @@ __all__ = [
     "open_backend",
     "open_reader",
     "reason",
+    "shown_store",
+    "store_location",
     "validate_session_id",
 ]

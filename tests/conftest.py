@@ -9,6 +9,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from syrupy.location import PyTestLocation
 
 from session import Backend, SessionStore, open_backend
+from tests.support.pg_server import PgServer
 
 BACKEND_KINDS = ("memory", "jsonl", "sqlite")
 
@@ -33,6 +34,28 @@ def backend(backend_kind: str, store_dir: Path) -> Iterator[Backend]:
 @pytest.fixture
 def store(backend: Backend) -> SessionStore:
     return SessionStore(backend)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One real PostgreSQL server for the whole run (tests.support.pg_server)."""
+    from tests.support.pg_server import server_or_skip
+
+    server = server_or_skip()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="session")
+def pg_database(pg_server: PgServer) -> str:
+    return pg_server.new_database()
+
+
+@pytest.fixture
+def pg_dsn(pg_server: PgServer, pg_database: str) -> str:
+    """The connection string of an empty database on that server (the run's test
+    database, emptied: no store in it, nobody connected)."""
+    return pg_server.emptied(pg_database)
 
 
 # Snapshots live in the top-level snapshots/ folder (DESIGN.md section 1), one folder

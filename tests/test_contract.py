@@ -1,11 +1,13 @@
-"""The backend contract: one suite, run against memory, JSONL and SQLite (conftest's
-`store` fixture is parametrized over all three)."""
+"""The backend contract: one suite, run against memory, JSONL, SQLite (conftest's
+`store` fixture is parametrized over all three) and PostgreSQL (added here: a fresh
+database on the run's real server for each test)."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +34,29 @@ from session import (
     check_invariants,
     derive_messages,
     interrupted_turn_closers,
+    open_backend,
     open_reader,
 )
 from session.backends.base import Encoded, StoredLog, read_stored
 from session.backends.memory import MemoryBackend
 from session.log import FLUSH_EVENTS, encode
 from session.transcript import unanswered_calls
+from tests.conftest import BACKEND_KINDS
 from tests.support import tamper
 from tests.support.logs import Script, write
+
+
+@pytest.fixture(params=(*BACKEND_KINDS, "postgres"))
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def backend(backend_kind: str, store_dir: Path, request: pytest.FixtureRequest) -> Iterator[Backend]:
+    where = request.getfixturevalue("pg_dsn") if backend_kind == "postgres" else store_dir
+    b = open_backend(backend_kind, where)
+    yield b
+    b.close()
 
 
 def strip_time(events: list[Event] | Any) -> list[tuple[str, int, dict[str, Any]]]:
@@ -244,8 +261,8 @@ def test_seq_gap_in_committed_region_rejected(store: SessionStore) -> None:
 
 
 def test_seq_mismatch_in_committed_region_rejected(store: SessionStore) -> None:
-    if store.backend.name == "sqlite":
-        pytest.skip("seq is the primary key in SQLite: a mismatch is a gap (tested above)")
+    if store.backend.name in ("sqlite", "postgres"):
+        pytest.skip("seq is the primary key in SQL stores: a mismatch is a gap (tested above)")
     log = store.create(cwd="/w")
     written = write(log, Script().text_turn().text_turn())
     log.close()
@@ -472,6 +489,8 @@ def stored_state(backend: Backend) -> object:
             {sid: [s.header, s.records, s.updated_at, s.title] for sid, s in backend.stored.items()},
             default=lambda b: b.decode("latin-1"),
         ), orjson.dumps({k: [r.decode("latin-1") for r in v] for k, v in backend.torn.items()})
+    if backend.name == "postgres":
+        return tamper.pg_tables(backend)
     root = Path(backend.root)  # type: ignore[attr-defined]
     return {
         str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None, p.stat().st_mode)

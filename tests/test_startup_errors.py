@@ -89,7 +89,7 @@ AGENT_CASES = [
      "OPENAI_BASE_URL='ftp://x' must be an http:// or https:// URL"),
     (["--model", "openai:gpt-4o"], {"ACP_BRIDGE_CONTEXT_WINDOW": "lots"}, "--model: ",
      "ACP_BRIDGE_CONTEXT_WINDOW='lots' is not a whole number"),
-    ([], {"ACP_BRIDGE_BACKEND": "foo"}, "$ACP_BRIDGE_BACKEND: ", "unknown backend 'foo'; use jsonl or sqlite"),
+    ([], {"ACP_BRIDGE_BACKEND": "foo"}, "$ACP_BRIDGE_BACKEND: ", "unknown backend 'foo'; use jsonl, sqlite or postgres"),
     ([], {"ACP_BRIDGE_BACKEND": "memory"}, "$ACP_BRIDGE_BACKEND: ", "memory backend keeps nothing on disk"),
     (["--backend", "memory"], {}, "--backend: ", "memory backend keeps nothing on disk"),
     (["--backend", "foo"], {}, "--backend: ", "unknown backend 'foo'"),

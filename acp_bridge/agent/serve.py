@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 import anyio
 
@@ -15,7 +14,7 @@ from acp_bridge.agent.server import Agent, Config
 from acp_bridge.models.catalog import parse_specs
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.transport import FdLineReader, FdWriter
-from session import default_store_dir
+from session import shown_store, store_location
 
 
 def configure_logging(log_file: str | None, level: str) -> None:
@@ -33,10 +32,10 @@ def serve(args: argparse.Namespace) -> int:
     already checked (acp_bridge.cli.startup.agent_settings)."""
     configure_logging(args.log_file, args.log_level)
     models = parse_specs(args.model)  # checked at start-up: a list of one or more specs
-    config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
+    config = Config(store_dir=store_location(args.backend, args.store),
                     backend=args.backend, models=models, max_steps=args.max_steps)
     # One line on stderr, never stdout (stdout carries protocol messages only).
-    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), "
+    print(f"acp-bridge {__version__}: store {shown_store(config.store_dir)} ({config.backend}), "
           f"model {', '.join(m.spec for m in models)}", file=sys.stderr, flush=True)
     reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
     agent = Agent(config)

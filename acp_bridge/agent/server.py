@@ -58,7 +58,7 @@ PROTOCOL_VERSION = 1
 
 @dataclass(frozen=True)
 class Config:
-    store_dir: Path
+    store_dir: Path | str  # a folder, or a PostgreSQL connection string
     backend: str = "jsonl"
     models: tuple[ModelEntry, ...] = (ModelEntry("echo"),)  # the first is the default
     max_steps: int = 50

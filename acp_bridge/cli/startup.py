@@ -83,7 +83,7 @@ def store_options(p: argparse.ArgumentParser) -> None:
     # The names are checked against session.DURABLE_BACKENDS when the program starts
     # (importing `session` to build --help would slow every start).
     p.add_argument("--backend", default=None, metavar="NAME",
-                   help=f"session store backend: jsonl or sqlite (default {DEFAULT_BACKEND}; $ACP_BRIDGE_BACKEND)")
+                   help=f"session store backend: jsonl, sqlite or postgres (default {DEFAULT_BACKEND}; $ACP_BRIDGE_BACKEND)")
 
 
 def log_options(p: argparse.ArgumentParser) -> None:
@@ -109,7 +109,7 @@ def serve_options(p: argparse.ArgumentParser) -> None:
 class AgentSettings(typing.NamedTuple):
     """The checked start-up values of a program that runs the agent (or the wrapper)."""
 
-    store: Path
+    store: Path | str  # a folder, or a PostgreSQL connection string
     backend: str
     model: list[str] | None  # the configured models, the first the default; None for the wrapper
     max_steps: int
@@ -130,17 +130,20 @@ def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSett
         max_steps = DEFAULT_MAX_STEPS
     if max_steps < 1:
         raise ConfigError("--max-steps", f"must be at least 1, got {max_steps}")
-    store, label = store_choice(args)
+    store, label = store_choice(args, backend)
     specs = check_models(args, store, backend) if model else None
-    check_writable_store(store, label)
+    if not isinstance(store, str):
+        check_writable_store(store, label)
     return AgentSettings(store, backend, specs, max_steps, level, log_file)
 
 
-def reader_settings(args: argparse.Namespace) -> tuple[str, Path]:
+def reader_settings(args: argparse.Namespace) -> tuple[str, Path | str]:
     """(backend, store) of `acp-bridge sessions`, checked: a store that is missing is an
     empty one, but a file or an unreadable folder is an error, not "No sessions"."""
     backend = check_backend(*chosen(args, "backend", "ACP_BRIDGE_BACKEND"))
-    store, label = store_choice(args)
+    store, label = store_choice(args, backend)
+    if isinstance(store, str):  # a PostgreSQL connection string, its shape checked
+        return backend, store
     if os.path.lexists(store) and not store.is_dir():
         raise ConfigError(label, f"store {store} is not a folder")
     if store.is_dir() and not _access(store, os.R_OK | os.X_OK):
@@ -200,7 +203,7 @@ def check_log_file(path: str) -> None:
         raise ConfigError("--log-file", f"cannot create {file}: {folder} is not writable: {os.strerror(errno.EACCES)}")
 
 
-def check_models(args: argparse.Namespace, store: Path, backend: str) -> list[str]:
+def check_models(args: argparse.Namespace, store: Path | str, backend: str) -> list[str]:
     """The models `--model` (repeated) names, else `$ACP_BRIDGE_MODEL`, else echo: each
     checked, and the list as a whole (no model twice). `store` and `backend` are where a
     `replay:` model finds a recording named by session id."""
@@ -224,7 +227,7 @@ def check_models(args: argparse.Namespace, store: Path, backend: str) -> list[st
     return specs
 
 
-def check_model(spec: str, option: str, store: Path | None = None, backend: str = DEFAULT_BACKEND) -> str:
+def check_model(spec: str, option: str, store: Path | str | None = None, backend: str = DEFAULT_BACKEND) -> str:
     from acp_bridge.models import ModelSpecError, check_spec
 
     try:
@@ -234,13 +237,23 @@ def check_model(spec: str, option: str, store: Path | None = None, backend: str 
     return spec
 
 
-def store_choice(args: argparse.Namespace) -> tuple[Path, str]:
-    """The store folder `args` chooses, and where the choice came from (for the error)."""
+def store_choice(args: argparse.Namespace, backend: str = DEFAULT_BACKEND) -> tuple[Path | str, str]:
+    """The store `args` chooses (a folder; for postgres a connection string, whose shape
+    is checked: the server is reached at the first session, not before `initialize`),
+    and where the choice came from (for the error)."""
     from pathlib import Path
 
     from session import default_store_dir
 
     value = getattr(args, "store", None)
+    if backend == "postgres":
+        from session.backends.postgres_conninfo import ENV_VAR, problem, resolve
+
+        conninfo = resolve(value, os.environ)
+        label = "--store" if value else f"${ENV_VAR}"
+        if (why := problem(conninfo)) is not None:
+            raise ConfigError(label, why)
+        return conninfo, label
     if value:
         return Path(value), "--store"
     label = ("$ACP_BRIDGE_HOME" if os.environ.get("ACP_BRIDGE_HOME") else

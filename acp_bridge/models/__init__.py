@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 NEEDS_HTTPX = "openai:MODEL needs the httpx package: pip install httpx"
 
 
-def load_model(spec: str | ModelEntry, *, store_dir: Path | None = None, backend: str = "jsonl") -> Model:
+def load_model(spec: str | ModelEntry, *, store_dir: Path | str | None = None, backend: str = "jsonl") -> Model:
     """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME` (each maybe with
     `#flags`, acp_bridge.models.catalog) or `replay:SOURCE` (a session log file, or a
     session id in the store at `store_dir`), or from a parsed entry."""
@@ -78,7 +78,7 @@ def load_model(spec: str | ModelEntry, *, store_dir: Path | None = None, backend
     raise ModelSpecError(unknown_model(entry.spec))
 
 
-def check_spec(spec: str, env: Mapping[str, str] | None = None, *, store_dir: Path | None = None,
+def check_spec(spec: str, env: Mapping[str, str] | None = None, *, store_dir: Path | str | None = None,
                backend: str = "jsonl") -> None:
     """Raise ModelSpecError unless `load_model(spec)` can make the model with `env` (default
     the process's): everything `load_model` would refuse, checked without making it and

@@ -105,7 +105,7 @@ class ReadLog:
     closers: int  # crash-repair events added at the end
 
 
-def read_log(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> ReadLog:
+def read_log(source: str, *, store_dir: Path | str | None = None, backend: str = "jsonl") -> ReadLog:
     """The log `source` names: a session log file (JSONL, as the store keeps it), else a
     session id in the store. Raises ModelSpecError saying what is wrong, worded as
     `session/load` words it."""
@@ -131,7 +131,7 @@ def read_log(source: str, *, store_dir: Path | None = None, backend: str = "json
     return ReadLog(stored.header, [*stored.events, *closers], torn, len(closers))
 
 
-def read_recording(source: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> Recording:
+def read_recording(source: str, *, store_dir: Path | str | None = None, backend: str = "jsonl") -> Recording:
     """The model calls of the recording `replay:SOURCE` names (see `read_log`)."""
     log = read_log(source, store_dir=store_dir, backend=backend)
     recording = derive_calls(source, log.header, log.events)
@@ -154,7 +154,7 @@ def _read_file(path: Path) -> StoredLog:
     return read_stored(JsonlStream(sid, log_opener(sid, path)))
 
 
-def _read_stored(sid: str, store_dir: Path | None, backend: str) -> StoredLog:
+def _read_stored(sid: str, store_dir: Path | str | None, backend: str) -> StoredLog:
     from session import default_store_dir, open_reader
     from session.backends.base import read_stored
 

@@ -59,7 +59,7 @@ class ReplayModel:
         self.calls = 0  # model calls served, across sessions
 
     @classmethod
-    def from_source(cls, source: str, *, store_dir: Path | None = None, backend: str = "jsonl",
+    def from_source(cls, source: str, *, store_dir: Path | str | None = None, backend: str = "jsonl",
                     env: Mapping[str, str] | None = None) -> ReplayModel:
         env = os.environ if env is None else env
         if not source:

@@ -45,7 +45,7 @@ log = logging.getLogger("acp_bridge.wrap.proxy")
 
 @dataclass(frozen=True)
 class WrapConfig:
-    store_dir: Path
+    store_dir: Path | str  # a folder, or a PostgreSQL connection string
     command: list[str]
     backend: str = "jsonl"
     grace: float = 2.0  # seconds the child gets to exit after its stdin closed

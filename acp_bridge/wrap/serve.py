@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import anyio
 
@@ -19,16 +18,16 @@ from acp_bridge.agent.serve import configure_logging
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.transport import FdLineReader, FdWriter
 from acp_bridge.wrap.proxy import WrapAgent, WrapConfig
-from session import default_store_dir
+from session import shown_store, store_location
 
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_file, args.log_level)
-    config = WrapConfig(store_dir=Path(args.store) if args.store else default_store_dir(),
+    config = WrapConfig(store_dir=store_location(args.backend, args.store),
                         command=list(args.wrapped), backend=args.backend,
                         seed_fresh=bool(getattr(args, "seed_fresh", False)))
     # One line on stderr, never stdout (stdout carries protocol messages only).
-    print(f"acp-bridge {__version__}: wrapping {' '.join(config.command)}, store {config.store_dir} "
+    print(f"acp-bridge {__version__}: wrapping {' '.join(config.command)}, store {shown_store(config.store_dir)} "
           f"({config.backend})", file=sys.stderr, flush=True)
     reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
     agent = WrapAgent(config)

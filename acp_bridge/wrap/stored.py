@@ -26,7 +26,7 @@ from session.transcript import history_budget
 
 
 class StoredSessions:
-    def __init__(self, store_dir: Path, backend: str, sessions: SessionMap) -> None:
+    def __init__(self, store_dir: Path | str, backend: str, sessions: SessionMap) -> None:
         self._dir = store_dir
         self._backend = backend
         self._sessions = sessions

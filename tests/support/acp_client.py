@@ -92,7 +92,7 @@ class ClientPolicy:
 class AgentProcess:
     """`async with AgentProcess(store, model=...) as agent:` a running agent."""
 
-    def __init__(self, store: Path, *, model: str = "echo", backend: str = "jsonl",
+    def __init__(self, store: Path | str, *, model: str = "echo", backend: str = "jsonl",
                  policy: ClientPolicy | None = None, args: tuple[str, ...] = (),
                  cwd: Path | None = None) -> None:
         self.command = [sys.executable, "-m", "acp_bridge", "--store", str(store), "--backend", backend,

@@ -22,9 +22,35 @@ def _jsonl_save(backend: JsonlBackend, sid: str, lines: list[bytes]) -> None:
     backend.path_of(sid).write_bytes(b"\n".join(lines))
 
 
+def _pg(backend: Backend, query: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
+    """Run `query` on the PostgreSQL store of `backend` through a connection of its own."""
+    import psycopg
+
+    with psycopg.connect(backend.conninfo, autocommit=True) as db:  # type: ignore[attr-defined]
+        cursor = db.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def pg_tables(backend: Backend) -> object:
+    """Every row of a PostgreSQL store, to compare before and after a read."""
+    return {table: _pg(backend, f"SELECT t::text FROM acp_bridge.{table} t ORDER BY 1", ())
+            for table in ("sessions", "events", "torn_events", "owners", "schema_version")}
+
+
 def replace_event(backend: Backend, sid: str, seq: int, raw: bytes) -> None:
-    """Replace the stored record of event `seq` with `raw` (any bytes)."""
-    if isinstance(backend, JsonlBackend):
+    """Replace the stored record of event `seq` with `raw` (any bytes). PostgreSQL's
+    json column refuses bytes that are not JSON: there the row's type becomes one no
+    event has, damage it can store."""
+    if backend.name == "postgres":
+        try:
+            orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            _pg(backend, "UPDATE acp_bridge.events SET type = 'not/json' WHERE session_id = %s "
+                "AND seq = %s", (sid, seq))
+        else:
+            _pg(backend, "UPDATE acp_bridge.events SET data = %s::json WHERE session_id = %s "
+                "AND seq = %s", (raw.decode(), sid, seq))
+    elif isinstance(backend, JsonlBackend):
         lines = _jsonl_lines(backend, sid)
         lines[seq + 1] = raw
         _jsonl_save(backend, sid, lines)
@@ -41,7 +67,9 @@ def replace_event(backend: Backend, sid: str, seq: int, raw: bytes) -> None:
 
 def delete_event(backend: Backend, sid: str, seq: int) -> None:
     """Remove the stored record of event `seq`, leaving a seq gap."""
-    if isinstance(backend, JsonlBackend):
+    if backend.name == "postgres":
+        _pg(backend, "DELETE FROM acp_bridge.events WHERE session_id = %s AND seq = %s", (sid, seq))
+    elif isinstance(backend, JsonlBackend):
         lines = _jsonl_lines(backend, sid)
         del lines[seq + 1]
         _jsonl_save(backend, sid, lines)
@@ -55,7 +83,10 @@ def delete_event(backend: Backend, sid: str, seq: int) -> None:
 
 
 def set_header_version(backend: Backend, sid: str, version: int) -> None:
-    if isinstance(backend, JsonlBackend):
+    if backend.name == "postgres":
+        _pg(backend, "UPDATE acp_bridge.sessions SET header = jsonb_set(header::jsonb, "
+            "'{version}', to_jsonb(%s::int))::json WHERE id = %s", (version, sid))
+    elif isinstance(backend, JsonlBackend):
         lines = _jsonl_lines(backend, sid)
         header = orjson.loads(lines[0])
         header["version"] = version
@@ -75,6 +106,11 @@ def set_header_version(backend: Backend, sid: str, version: int) -> None:
 
 def stored_seqs(backend: Backend, sid: str) -> int:
     """How many event records are stored (to check that failed loads change nothing)."""
+    if backend.name == "postgres":
+        count = _pg(backend, "SELECT count(*) FROM acp_bridge.events WHERE session_id = %s",
+                    (sid,))[0][0]
+        assert isinstance(count, int)
+        return count
     if isinstance(backend, JsonlBackend):
         return len(_jsonl_lines(backend, sid)) - 2
     if isinstance(backend, SqliteBackend):

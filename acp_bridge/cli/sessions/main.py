@@ -162,11 +162,12 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     # further down. `run` applies the defaults.
     parser.add_argument(
         "--store", metavar="DIR", default=argparse.SUPPRESS,
-        help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)",
+        help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge); "
+             "postgres: a connection string (default: $ACP_BRIDGE_POSTGRES, else libpq's PG* variables)",
     )
     parser.add_argument(
         "--backend", metavar="NAME", default=argparse.SUPPRESS,
-        help="store backend: jsonl or sqlite (default: $ACP_BRIDGE_BACKEND, else jsonl)",
+        help="store backend: jsonl, sqlite or postgres (default: $ACP_BRIDGE_BACKEND, else jsonl)",
     )
 
 

@@ -51,14 +51,15 @@ class Stored:
 
 
 class Source:
-    """A store opened read-only, by backend name (`jsonl` or `sqlite`) and folder."""
+    """A store opened read-only, by backend name and location (a folder; for postgres a
+    connection string, shown as `root` without its password)."""
 
-    def __init__(self, name: str, root: Path) -> None:
-        from session import open_reader
+    def __init__(self, name: str, location: Path | str) -> None:
+        from session import open_reader, shown_store
 
         self.name = name
-        self.root = root
-        self.reader = open_reader(name, root)
+        self.root = shown_store(location)
+        self.reader = open_reader(name, location)
 
     def ids(self) -> list[str]:
         return self.reader.ids()

@@ -1,0 +1,544 @@
+"""The PostgreSQL backend: the sessions of many machines in one database.
+
+    acp_bridge.schema_version   the schema version (other versions are refused)
+    acp_bridge.sessions         one row per session: header, cwd, title, created_at
+    acp_bridge.events           (session_id, seq) -> type, time, data (json, verbatim)
+    acp_bridge.torn_events      records a repair cut, kept aside
+    acp_bridge.owners           who took a session's lock last (host, pid, token)
+
+One connection per agent writes every session it owns and holds their owner locks:
+session-level advisory locks, which any agent on any machine sees and which the
+server drops when the connection ends, so a crashed or partitioned agent never leaves
+a session locked. Commits are asynchronous (`synchronous_commit = off`: committed,
+visible to every reader, but the server may lose the last few hundred milliseconds if
+*it* crashes) except at the durability points, where a transaction sets
+`synchronous_commit = on` and so also flushes every earlier asynchronous commit.
+
+A dropped connection (server restart, `pg_terminate_backend`, network) fails the write
+in progress with StoreIOError; the next write reconnects, takes the locks back and
+checks through the owners row that no other agent held a session meanwhile (one that
+did is lost to this agent: its writes fail until it is loaded again). Reading (the row
+stream, the read-only `PostgresReader`) is in session.backends.postgres_read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from session.backends.base import (
+    BackendSession,
+    Encoded,
+    SessionSummary,
+    StoredLog,
+    check_batch_seqs,
+    read_whole,
+    title_from_content,
+    validate_session_id,
+)
+from session.backends.postgres_conninfo import shown
+from session.backends.postgres_read import (
+    HOST,
+    LOCK_HOLDER,
+    SCHEMA_VERSION,
+    UPDATED_AT,
+    PostgresReader,
+    PostgresStream,
+    connect,
+    lock_holder_args,
+    lock_key,
+    locked_error,
+    schema_version,
+    schema_version_error,
+    store_error,
+)
+from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
+from session.events import USER_MESSAGE, Header
+from session.scan import TornTail, parse_header
+
+DDL = f"""
+CREATE SCHEMA IF NOT EXISTS acp_bridge;
+CREATE TABLE acp_bridge.schema_version (version integer NOT NULL);
+CREATE TABLE acp_bridge.sessions (
+    id text PRIMARY KEY,
+    header json NOT NULL,
+    cwd text NOT NULL,
+    title text,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL
+);
+CREATE TABLE acp_bridge.events (
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    type text NOT NULL,
+    time bigint NOT NULL,
+    data json NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE acp_bridge.torn_events (
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    type text,
+    time bigint,
+    data json,
+    cut_at bigint NOT NULL
+);
+CREATE TABLE acp_bridge.owners (
+    session_id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    token text NOT NULL,
+    since bigint NOT NULL
+);
+INSERT INTO acp_bridge.schema_version VALUES ({SCHEMA_VERSION});
+"""
+# Taken (for one transaction) while the schema is checked and created: two agents
+# opening a new store at once must not both create it.
+SCHEMA_LOCK = 0x6163_702D_6272_6467  # "acp-brdg"
+INSERT_ONE = ("INSERT INTO acp_bridge.events (session_id, seq, type, time, data) "
+              "VALUES (%s, %s, %s, %s, %s::json)")
+# Several events go in by COPY: measured 4-5x faster than one INSERT over unnest()ed
+# arrays for a batch of 512 streamed chunks.
+COPY_EVENTS = "COPY acp_bridge.events (session_id, seq, type, time, data) FROM STDIN"
+
+
+class PostgresBackend:
+    name = "postgres"
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self.where = shown(conninfo)
+        # One connection, used from the event loop's worker threads one call at a time.
+        self._mutex = threading.RLock()
+        self._held: dict[str, str] = {}  # session id -> token of the lock we hold
+        self._lost: set[str] = set()  # sessions whose lock went with a dropped connection
+        self._spare: list[psycopg.Connection[Any]] = []  # reading connections, for reuse
+        self.generation = 0  # counts reconnections: a session checks the store after one
+        self._db: psycopg.Connection[Any] | None = connect(conninfo, purpose="agent")
+        try:
+            self._check_schema(self._db)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _check_schema(self, db: psycopg.Connection[Any]) -> None:
+        try:
+            with db.transaction():
+                db.execute("SET LOCAL synchronous_commit = on")
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                version = schema_version(db)
+                if version is None:
+                    db.execute(DDL)
+                    return
+        except psycopg.Error as exc:
+            raise store_error(self.conninfo, "open the store", exc) from None
+        if version != SCHEMA_VERSION:
+            raise schema_version_error(self.conninfo, version)
+
+    # -- the connection and the locks ----------------------------------------------
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The agent's connection, reconnected (locks taken back) if it was lost.
+        Called under the mutex."""
+        db = self._db
+        if db is not None and not db.closed and not _dropped(db):
+            return db
+        if db is not None:
+            db.close()
+        self._db = None
+        db = connect(self.conninfo, purpose="agent")
+        self._db = db
+        self.generation += 1
+        for sid, token in list(self._held.items()):
+            if not self._retake(db, sid, token):
+                del self._held[sid]
+                self._lost.add(sid)
+        return db
+
+    def _retake(self, db: psycopg.Connection[Any], sid: str, token: str) -> bool:
+        """Take a lock back after a reconnection: only if nobody took it meanwhile."""
+        try:
+            row = db.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(sid),)).fetchone()
+            if not (row and row[0]):
+                return False
+            owner = db.execute("SELECT token FROM acp_bridge.owners WHERE session_id = %s",
+                               (sid,)).fetchone()
+            if owner is not None and owner[0] == token:
+                return True
+            db.execute("SELECT pg_advisory_unlock(%s)", (lock_key(sid),))
+        except psycopg.Error:
+            with contextlib.suppress(psycopg.Error):
+                db.close()
+        return False
+
+    def _lock(self, sid: str) -> None:
+        """Take the owner lock of `sid` for this process (SessionLockedError if
+        anyone, this process included, holds it) and say who holds it."""
+        with self._mutex:
+            if sid in self._held:
+                raise locked_error(sid, (HOST, os.getpid()))
+            try:
+                db = self._live()
+                row = db.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(sid),)).fetchone()
+                if not (row and row[0]):
+                    holder = db.execute(LOCK_HOLDER, lock_holder_args(sid)).fetchone()
+                    raise locked_error(sid, None if holder is None else (holder[0], holder[1]))
+                token = uuid.uuid4().hex
+                self._held[sid] = token
+                self._lost.discard(sid)
+                with db.transaction():
+                    db.execute("SET LOCAL synchronous_commit = on")
+                    db.execute(
+                        "INSERT INTO acp_bridge.owners (session_id, host, pid, token, since) "
+                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
+                        "host = excluded.host, pid = excluded.pid, token = excluded.token, "
+                        "since = excluded.since",
+                        (sid, HOST, os.getpid(), token, _now_ms()),
+                    )
+            except psycopg.Error as exc:
+                self._unlock(sid)
+                raise store_error(self.conninfo, "take the session's lock", exc,
+                                  session_id=sid) from None
+
+    def _unlock(self, sid: str) -> None:
+        with self._mutex:
+            self._lost.discard(sid)
+            if self._held.pop(sid, None) is None:
+                return
+            db = self._db
+            if db is None or db.closed:
+                return  # the lock went with the connection
+            try:
+                db.execute("SELECT pg_advisory_unlock(%s)", (lock_key(sid),))
+            except psycopg.Error:
+                db.close()  # drops every lock it held: the others are taken back on use
+
+    @contextlib.contextmanager
+    def owned(self, sid: str, *, sync: bool, atomic: bool = True) -> Iterator[psycopg.Connection[Any]]:
+        """The connection, for writes to a session this process owns: in one
+        transaction (synchronously committed if `sync`), or for one autocommitted
+        statement (asynchronous) if neither `sync` nor `atomic`."""
+        with self._mutex:
+            db = self._live()
+            if sid in self._lost or sid not in self._held:
+                raise StoreIOError(
+                    f"session {sid}: the connection to the store was lost and the session's "
+                    "lock could not be taken back (another agent may have opened it); load "
+                    "the session again", session_id=sid)
+            if not sync and not atomic:
+                yield db
+                return
+            with db.transaction():
+                if sync:
+                    db.execute("SET LOCAL synchronous_commit = on")
+                yield db
+
+    def _reader(self) -> psycopg.Connection[Any]:
+        with self._mutex:
+            while self._spare:
+                db = self._spare.pop()
+                if not db.closed and not _dropped(db):
+                    return db
+                db.close()
+        return connect(self.conninfo, purpose="loader")
+
+    def give_back(self, db: psycopg.Connection[Any]) -> None:
+        """A reading connection, done with: kept for the next load if it is healthy."""
+        try:
+            db.execute("ROLLBACK")
+        except psycopg.Error:
+            db.close()
+            return
+        with self._mutex:
+            if len(self._spare) < 2 and self._db is not None:
+                self._spare.append(db)
+                return
+        db.close()
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def create(self, header: Header) -> PostgresSession:
+        sid = validate_session_id(header["id"])
+        self._lock(sid)
+        try:
+            with self.owned(sid, sync=True) as db:
+                db.execute(
+                    "INSERT INTO acp_bridge.sessions (id, header, cwd, title, created_at, updated_at) "
+                    "VALUES (%s, %s::json, %s, %s, %s, %s)",
+                    (sid, _json_text(header), header["cwd"], header.get("title"),
+                     header["createdAt"], header["createdAt"]),
+                )
+        except pg_errors.UniqueViolation:
+            self._unlock(sid)
+            raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
+        except psycopg.Error as exc:
+            self._unlock(sid)
+            raise store_error(self.conninfo, "create the session", exc, session_id=sid) from None
+        except BaseException:
+            self._unlock(sid)
+            raise
+        return PostgresSession(self, sid, next_seq=0, has_title=header.get("title") is not None)
+
+    def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
+        return read_whole(self.open_stream(session_id))
+
+    def open_stream(self, session_id: str) -> OwnedPostgresStream:
+        sid = validate_session_id(session_id)
+        self._header(sid)  # not found: say so before trying the lock
+        self._lock(sid)
+        try:
+            header, has_title = self._header(sid)  # again: deleted while we took the lock?
+            return OwnedPostgresStream(self, header, has_title=has_title)
+        except BaseException:
+            self._unlock(sid)
+            raise
+
+    def read_stream(self, session_id: str) -> PostgresStream:
+        header, _ = self._header(validate_session_id(session_id))
+        return PostgresStream(self.conninfo, header)
+
+    def _header(self, sid: str) -> tuple[Header, bool]:
+        """The stored header and whether the row has a title."""
+        row = self._query("SELECT header, title FROM acp_bridge.sessions WHERE id = %s", (sid,), sid)
+        if not row:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        return parse_header(sid, row[0][0], "the sessions row"), row[0][1] is not None
+
+    def _query(self, query: str, params: tuple[Any, ...], sid: str | None = None) -> list[Any]:
+        with self._mutex:
+            try:
+                return self._live().execute(query, params).fetchall()
+            except psycopg.Error as exc:
+                raise store_error(self.conninfo, "read the store", exc, session_id=sid) from None
+
+    def list_sessions(self) -> list[SessionSummary]:
+        import orjson
+
+        rows = self._query(
+            f"SELECT s.id, s.cwd, s.title, {UPDATED_AT}, s.header -> 'additionalDirectories' "
+            "FROM acp_bridge.sessions s", ())
+        out: list[SessionSummary] = []
+        for sid, cwd, title, updated_at, extra in rows:
+            summary: SessionSummary = {"id": sid, "cwd": cwd, "title": title,
+                                       "updatedAt": int(updated_at)}
+            if extra is not None:
+                dirs = orjson.loads(extra)
+                if dirs:
+                    summary["additionalDirectories"] = list(dirs)
+            out.append(summary)
+        return out
+
+    def delete(self, session_id: str) -> None:
+        sid = validate_session_id(session_id)
+        self._header(sid)
+        self._lock(sid)
+        try:
+            with self.owned(sid, sync=True) as db:
+                for table in ("events", "torn_events", "owners"):
+                    db.execute(f"DELETE FROM acp_bridge.{table} WHERE session_id = %s", (sid,))
+                db.execute("DELETE FROM acp_bridge.sessions WHERE id = %s", (sid,))
+        except psycopg.Error as exc:
+            raise store_error(self.conninfo, "delete the session", exc, session_id=sid) from None
+        finally:
+            self._unlock(sid)
+
+    def reader(self) -> PostgresReader:
+        return PostgresReader(self.conninfo)
+
+    def close(self) -> None:
+        with self._mutex:
+            for db in [*self._spare, *([self._db] if self._db is not None else [])]:
+                db.close()  # the server drops the advisory locks with the connection
+            self._spare, self._db = [], None
+            self._held.clear()
+
+
+class PostgresSession:
+    def __init__(self, backend: PostgresBackend, session_id: str, next_seq: int, has_title: bool) -> None:
+        self.session_id = session_id
+        self._backend = backend
+        self._open = True
+        self._next_seq = next_seq
+        self._durable_seq = next_seq
+        self._stale = False  # rows past the durable seq may remain after a failure
+        self._has_title = has_title
+        self._generation = backend.generation
+
+    def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
+        check_batch_seqs(self.session_id, batch, self._next_seq)
+        sid = self.session_id
+        title = None if self._has_title else _title(batch)
+        atomic = self._stale or title is not None or len(batch) != 1
+        try:
+            with self._backend.owned(sid, sync=sync, atomic=atomic) as db:
+                if self._generation != self._backend.generation:
+                    self._check_stored(db)
+                if self._stale:
+                    db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
+                               (sid, self._next_seq))
+                self._insert(db, batch)
+                if title is not None:
+                    db.execute("UPDATE acp_bridge.sessions SET title = coalesce(title, %s) "
+                               "WHERE id = %s", (_text(title), sid))
+                if sync and not batch:  # an xid makes the commit flush the WAL, and so
+                    db.execute("SELECT pg_current_xact_id()")  # every earlier commit
+            self._stale = False
+        except (psycopg.Error, StoreIOError) as exc:
+            # Back to the last durable point, as the live log is: rows committed since
+            # (streamed batches; a commit whose answer was lost) are deleted now, or by
+            # the next write, so no event the client is told was rolled back stays.
+            self._next_seq, self._stale = self._durable_seq, True
+            self._drop_stale()
+            what = "sync the log" if sync else "write the log"
+            if isinstance(exc, StoreIOError):
+                raise StoreIOError(f"{exc.message}; rolled back to seq {self._durable_seq}",
+                                   session_id=sid, durableSeq=self._durable_seq) from None
+            raise store_error(self._backend.conninfo, what, exc, session_id=sid,
+                              durableSeq=self._durable_seq) from None
+        if title is not None:
+            self._has_title = True
+        self._next_seq += len(batch)
+        if sync:
+            self._durable_seq = self._next_seq
+
+    def _check_stored(self, db: psycopg.Connection[Any]) -> None:
+        """After a reconnection: the store must hold exactly what this session wrote.
+        A server that crashed may have lost the last asynchronous commits; writing on
+        would leave a gap, so the write fails and the log rolls back to its durable
+        point (all of which the server kept: those commits were synchronous)."""
+        row = db.execute("SELECT coalesce(max(seq) + 1, 0) FROM acp_bridge.events "
+                         "WHERE session_id = %s", (self.session_id,)).fetchone()
+        stored = row[0] if row is not None else 0
+        # More than written is expected only after a failure (`_stale`: deleted next).
+        if stored < self._next_seq or (stored > self._next_seq and not self._stale):
+            raise StoreIOError(
+                f"session {self.session_id}: the store holds events up to seq {stored - 1} "
+                f"where {self._next_seq - 1} were written: the database lost its latest "
+                "asynchronous commits (a server crash)", session_id=self.session_id)
+        self._generation = self._backend.generation
+
+    def _drop_stale(self) -> None:
+        """Delete the rows past the durable seq a failed write left (best effort)."""
+        try:
+            with self._backend.owned(self.session_id, sync=True) as db:
+                db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
+                           (self.session_id, self._durable_seq))
+        except (psycopg.Error, StoreIOError):
+            return
+        self._stale = False
+
+    def _insert(self, db: psycopg.Connection[Any], batch: Sequence[Encoded]) -> None:
+        if len(batch) == 1:
+            e = batch[0]
+            db.execute(INSERT_ONE, (self.session_id, e.event["seq"], e.event["type"],
+                                    e.event["time"], e.data_json.decode()))
+        elif batch:
+            sid = self.session_id
+            with db.cursor().copy(COPY_EVENTS) as copy:
+                for e in batch:
+                    event = e.event
+                    copy.write_row((sid, event["seq"], event["type"], event["time"],
+                                    e.data_json.decode()))
+
+    def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
+        sid = self.session_id
+        kept = None
+        try:
+            with self._backend.owned(sid, sync=True) as db:
+                if torn is not None:
+                    cut = torn.where["seq"]
+                    db.execute(
+                        "INSERT INTO acp_bridge.torn_events SELECT session_id, seq, type, time, "
+                        "data, %s FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
+                        (_now_ms(), sid, cut))
+                    db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
+                               (sid, cut))
+                    kept = f"{self._backend.where} (table acp_bridge.torn_events)"
+                self._insert(db, closers)
+        except psycopg.Error as exc:
+            raise store_error(self._backend.conninfo, "repair the log", exc, session_id=sid) from None
+        self._next_seq = self._durable_seq = (torn.index if torn else self._next_seq) + len(closers)
+        return kept
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            if self._stale:
+                self._drop_stale()
+            self._backend._unlock(self.session_id)
+
+
+class OwnedPostgresStream(PostgresStream):
+    """A session's rows read by its owner (`PostgresBackend.open_stream` took the lock),
+    through a reading connection the backend keeps for the next load."""
+
+    def __init__(self, backend: PostgresBackend, header: Header, *, has_title: bool) -> None:
+        super().__init__(backend.conninfo, header, backend._reader())
+        self._backend = backend
+        self._has_title = has_title
+        self._owned = True
+
+    def _done(self, db: psycopg.Connection[Any]) -> None:
+        self._backend.give_back(db)
+
+    def session(self, next_seq: int, torn: TornTail | None) -> PostgresSession:
+        if not self._owned:
+            raise RuntimeError("the stream was released")
+        self._owned = False
+        return PostgresSession(self._backend, self.header["id"], next_seq=next_seq,
+                               has_title=self._has_title)
+
+    def release(self) -> None:
+        if self._owned:
+            self._owned = False
+            self._backend._unlock(self.header["id"])
+
+
+def _dropped(db: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection was closed by the server (a restart, an
+    administrator's pg_terminate_backend): its socket is readable with nothing asked.
+    Checked before each use, so a connection dropped while idle costs no failed write."""
+    if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    try:
+        # A notice or a parameter report also wakes it: read what came, and again (a
+        # server that hung up sent its FATAL message first, then the end of the stream).
+        for _ in range(3):
+            if not select.select([db.fileno()], [], [], 0)[0]:
+                break
+            db.pgconn.consume_input()
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
+    return db.pgconn.status != psycopg.pq.ConnStatus.OK
+
+
+def _title(batch: Sequence[Encoded]) -> str | None:
+    for item in batch:
+        if item.event["type"] == USER_MESSAGE:
+            return title_from_content(item.event["data"].get("content"))
+    return None
+
+
+def _text(value: str | None) -> str | None:
+    """A string for a text column, which cannot hold NUL: shown as U+FFFD instead (the
+    header and the events, json, keep it escaped and exact)."""
+    return None if value is None else value.replace("\x00", "\ufffd")
+
+
+def _json_text(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
