@@ -93,6 +93,19 @@ def test_paths_under_the_cwd_may_differ_and_nothing_else() -> None:
     assert same_up_to_cwd({"n": 1}, {"n": 1}, "<cwd>") and not same_up_to_cwd({"n": 1}, {"n": 2}, "<cwd>")
 
 
+async def test_paths_the_model_gave_under_the_recorded_cwd_are_moved_to_the_sessions(tmp_path: Path) -> None:
+    source = tmp_path / "abs.jsonl"
+    text = (RECORDED / "tool_call_permission" / "session.jsonl").read_text()
+    source.write_text(text.replace('{\\"path\\": \\"notes.txt\\"}', '{\\"path\\": \\"<cwd>/notes.txt\\"}'))
+    model = ReplayModel.from_source(str(source), env={})
+    request = ModelRequest([user("Add a line to notes.txt, then delete it.")], [], turn=1, step=1, cwd="/tmp/live")
+    out = [c async for c in model.stream(request)]
+    assert ToolCallChunk("call_read", "read_file", '{"path": "/tmp/live/notes.txt"}') in out
+    # With the session's cwd known, the recorded one stands for it and nothing else.
+    assert same_up_to_cwd({"p": "<cwd>/a"}, {"p": "/tmp/live/a"}, "<cwd>", "/tmp/live")
+    assert not same_up_to_cwd({"p": "<cwd>/a"}, {"p": "/tmp/other/a"}, "<cwd>", "/tmp/live")
+
+
 async def test_a_recorded_error_is_raised_again_with_its_message_and_code(tmp_path: Path) -> None:
     model = model_of("error_finish", tmp_path)
     out = await served(model, [user("Read this very long prompt")], 1, 1)

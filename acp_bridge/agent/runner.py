@@ -270,7 +270,8 @@ class TurnRunner:
         await self._append(STEP_START, {"turn": turn, "step": number})
         await self._before_model()
         step = self._step = StepText(number)
-        request = ModelRequest(list(self.transcript.messages), self._calls.specs(), turn=turn, step=number)
+        request = ModelRequest(list(self.transcript.messages), self._calls.specs(), turn=turn, step=number,
+                               cwd=str(self.context_roots[0]))
         calls: list[ToolCallChunk] = []
         usage: Any = None
         finish: Finish | None = None

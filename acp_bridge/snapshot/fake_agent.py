@@ -113,7 +113,7 @@ class FakeAgent:
             raise self._failed(number, "replay_overrun", f"the recording has no turn {number} "
                                f"({len(self.turns)} turns)")
         recorded = next((e["data"]["content"] for e in events if e["type"] == USER_MESSAGE), None)
-        if self.check and not same_up_to_cwd(recorded, prompt, self.header["cwd"]):
+        if self.check and not same_up_to_cwd(recorded, prompt, self.header["cwd"], session.cwd):
             raise self._failed(number, "replay_mismatch", "the prompt differs from the recorded one")
         pending = list(self.between.get(0, [])) if number == 1 else []
         stream = [*pending, *events[:-1], *self.between.get(number, [])]
