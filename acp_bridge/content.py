@@ -66,3 +66,66 @@ def fenced(info: str, text: str) -> str:
     while fence in text:
         fence += "`"
     return f"{fence}{info}\n{text}{'' if text.endswith(chr(10)) else chr(10)}{fence}"
+
+
+# An image the prompt already holds, kept once: a later block with the same bytes is
+# stored as a reference to the first (its `data` emptied, the index of the first in
+# `_meta.acpBridge.sameAs`), so a pasted screenshot sent twice costs the log one copy.
+SAME_AS = "sameAs"
+
+
+def _is_image(block: object) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "image" and isinstance(block.get("data"), str)
+
+
+def same_as(block: object) -> int | None:
+    """The index a compacted image block refers to, or None."""
+    if not _is_image(block) or not isinstance(block, Mapping):
+        return None
+    meta = block.get("_meta")
+    ours = meta.get("acpBridge") if isinstance(meta, Mapping) else None
+    index = ours.get(SAME_AS) if isinstance(ours, Mapping) else None
+    return index if type(index) is int else None
+
+
+def compact_images(blocks: Sequence[Any]) -> list[Any]:
+    """`blocks` with every repeated image (same `data` and `mimeType` as an earlier
+    block) replaced by a reference to the first; `expand_images` is the inverse."""
+    first: dict[tuple[str, str], int] = {}
+    out: list[Any] = []
+    for index, block in enumerate(blocks):
+        if _is_image(block) and block["data"]:
+            key = (block["data"], str(block.get("mimeType")))
+            if key in first:
+                meta = dict(block.get("_meta") or {})
+                meta["acpBridge"] = {**(meta.get("acpBridge") or {}), SAME_AS: first[key]}
+                block = {**block, "data": "", "_meta": meta}
+            else:
+                first[key] = index
+        out.append(block)
+    return out
+
+
+def expand_images(blocks: Sequence[Any]) -> list[Any]:
+    """The blocks as the client sent them: each image reference gets its bytes back
+    (and loses the reference). A reference to nothing usable is left as it is."""
+    out: list[Any] = list(blocks)
+    for index, block in enumerate(out):
+        target = same_as(block)
+        if target is None or not 0 <= target < index or not _is_image(out[target]):
+            continue
+        meta = {k: v for k, v in block["_meta"].items() if k != "acpBridge"}
+        ours = {k: v for k, v in block["_meta"]["acpBridge"].items() if k != SAME_AS}
+        if ours:
+            meta["acpBridge"] = ours
+        restored = {k: v for k, v in block.items() if k != "_meta"}
+        restored["data"] = out[target]["data"]
+        if meta:
+            restored["_meta"] = meta
+        out[index] = restored
+    return out
+
+
+def has_images(blocks: object) -> bool:
+    return isinstance(blocks, Sequence) and not isinstance(blocks, str | bytes) and any(
+        isinstance(b, Mapping) and b.get("type") == "image" for b in blocks)

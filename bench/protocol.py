@@ -2,7 +2,7 @@
 side by side, both real subprocesses over stdio.
 
     python bench/protocol.py [--quick] [--repeat R] [--repeat-big R] [--backends jsonl,sqlite]
-                             [--only startup,turn,stream,load,scale,big | --only profile]
+                             [--only startup,turn,stream,load,scale,big,mcp | --only profile]
                              [--big-mb N] [--json [PATH]] [--profile DIR] [--no-wrap]
 
 Ours is `python -m acp_bridge --store DIR --backend B --model echo` (every turn recorded
@@ -13,7 +13,8 @@ recognised by their prefix, responses parsed with orjson. Measured: start-up (sp
 `session/new` answered), RSS after `session/new`, the round trip of a one-word prompt,
 streaming throughput (chunks/s of one long prompt), `session/load` of a long log against
 a bare orjson loop that replays the same JSONL file, the peak RSS of loading a very
-large log, and how streaming and loading scale. Medians over repeats; ratios ours/SDK
+large log, and how streaming and loading scale; and the time MCP servers add to
+`session/new` (bench/protocol_mcp.py). Medians over repeats; ratios ours/SDK
 with the targets of the issue. With --wrap (the default), `acp-bridge wrap` around the
 SDK echo agent (`wrap-sdk-B`) runs beside them in start-up, per-turn, streaming and load,
 and each per-turn round probes one fdatasync of the scratch disk (issue 14's targets:
@@ -49,6 +50,7 @@ if str(ROOT) not in sys.path:  # measure the tree this script is in, not whateve
 
 from bench.common import filesystem_of  # noqa: E402 (needs ROOT on sys.path)
 from bench.protocol_agents import SDK, Ctx, Spec, ours, wrapped  # noqa: E402
+from bench.protocol_mcp import bench_mcp, render_mcp  # noqa: E402
 from bench.protocol_measure import WARMUP_TURNS, bench_load, bench_quick, bench_stream  # noqa: E402
 from bench.protocol_profile import run_profiles  # noqa: E402
 from bench.protocol_report import TARGETS, render, summary_rows  # noqa: E402
@@ -61,7 +63,7 @@ from bench.protocol_workloads import (  # noqa: E402
 )
 
 BACKENDS = ("jsonl", "sqlite")
-SECTIONS = ("startup", "turn", "stream", "load", "scale", "big")
+SECTIONS = ("startup", "turn", "stream", "load", "scale", "big", "mcp")
 
 FULL = {
     "stream_words": 20_000,
@@ -201,6 +203,8 @@ def run_section(section: str, args: argparse.Namespace, ctx: Ctx, specs: list[Sp
         result_bytes = int(args.big_result_kb * 1024)
         turns = max(1, math.ceil(args.big_mb * MB / turn_bytes(CHUNKS_PER_TURN, result_bytes)))
         results["big"] = bench_load(ctx, args.kinds, turns, CHUNKS_PER_TURN, result_bytes, args.repeat_big, "big")
+    elif section == "mcp" and section in args.sections:
+        results["mcp"] = bench_mcp(ctx, args.repeat)
     elif section == "profile" and args.profile:
         results["profile"] = run_profiles(ctx, Path(args.profile), args)
 
@@ -252,7 +256,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results = run(args)
-    text = render(results)
+    text = render(results) + (render_mcp(results["mcp"]) if "mcp" in results else "")
     data = orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
     if args.json == "-":
         print(text, file=sys.stderr)

@@ -41,6 +41,10 @@ from session.store import SessionStore
 from session.transcript import Message, derive_messages
 
 BACKENDS = ("jsonl", "sqlite", "memory")
+# The backends whose sessions outlive the process: the ones the command line offers
+# (`--backend`, `$ACP_BRIDGE_BACKEND`). `memory` keeps nothing on disk; it is for tests
+# that build a `SessionStore` in-process, and the command line refuses it.
+DURABLE_BACKENDS = tuple(name for name in BACKENDS if name != "memory")
 
 
 def default_store_dir(environ: dict[str, str] | None = None) -> Path:
@@ -90,6 +94,7 @@ def open_reader(kind: str, root: str | os.PathLike[str] | None = None) -> StoreR
 
 __all__ = [
     "BACKENDS",
+    "DURABLE_BACKENDS",
     "DURABLE_TYPES",
     "SESSION_FORMAT_VERSION",
     "Backend",

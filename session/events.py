@@ -25,6 +25,9 @@ TURN_END: Final = "turn/end"
 # An addition to the contract's table (docs/persistence.md, "The event vocabulary"):
 # an ACP update of a wrapped agent that no event above records, kept to be replayed.
 WRAPPED_UPDATE: Final = "wrapped/update"
+# Another addition: a session setting the client changed (the model, the thought
+# level), recorded when it changes, so a load carries it on before any turn used it.
+CONFIG_SET: Final = "config/set"
 
 EVENT_TYPES: Final = frozenset(
     {
@@ -38,6 +41,7 @@ EVENT_TYPES: Final = frozenset(
         TOOL_RESULT,
         TURN_END,
         WRAPPED_UPDATE,
+        CONFIG_SET,
     }
 )
 
@@ -52,6 +56,7 @@ EventType = Literal[
     "tool/result",
     "turn/end",
     "wrapped/update",
+    "config/set",
 ]
 
 # The seven turn/end reason kinds: a closed set, one total mapping per consumer.
@@ -168,6 +173,16 @@ class TurnStartData(TypedDict):
     trigger: dict[str, JSON]
     mode: NotRequired[str]
     model: NotRequired[str]
+    thoughtLevel: NotRequired[str]  # the reasoning effort, for a model that takes one
+
+
+class ConfigSetData(TypedDict):
+    """`config/set`: the session config option `configId` now has `value`. `turn`
+    names the open turn; it is absent between turns."""
+
+    turn: NotRequired[int]
+    configId: str
+    value: str
 
 
 class WrappedUpdateData(TypedDict):

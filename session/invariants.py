@@ -20,6 +20,7 @@ from session.errors import InvariantError
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
+    CONFIG_SET,
     EVENT_TYPES,
     STEP_END,
     STEP_START,
@@ -178,6 +179,8 @@ class InvariantTracker:
             return None
         if etype == WRAPPED_UPDATE:
             return self._wrapped_problem(data)
+        if etype == CONFIG_SET:
+            return self._config_problem(data)
         if not self.in_turn:
             return "outside any turn (turn enclosure)"
         if turn != self.turn:
@@ -210,6 +213,16 @@ class InvariantTracker:
         update = data.get("update")
         if not isinstance(update, dict) or not isinstance(update.get("sessionUpdate"), str):
             return "update must be an ACP SessionUpdate object (with a sessionUpdate string)"
+        if self.in_turn:
+            turn = data.get("turn")
+            return None if turn == self.turn else f"names turn {turn!r}, the open turn is {self.turn}"
+        return "between turns it names no turn" if "turn" in data else None
+
+    def _config_problem(self, data: dict[str, object]) -> str | None:
+        # A setting may change between turns (the usual case) or while a turn is open;
+        # it is placed as a wrapped update is: naming the open turn, or none between.
+        if not isinstance(data.get("configId"), str) or not isinstance(data.get("value"), str):
+            return "configId and value must be strings"
         if self.in_turn:
             turn = data.get("turn")
             return None if turn == self.turn else f"names turn {turn!r}, the open turn is {self.turn}"

@@ -1,12 +1,15 @@
 """The wrapper's fast paths (issue 14, bench/README.md): a batch is checked on the live
 invariant tracker and put back if refused; `send` writes at once when nothing is
-queued and the writer is idle, after the same `before_write` hook."""
+queued and the writer is idle, after the same `before_write` hook. And the lean paths:
+the MCP SDK is imported only for a session with MCP servers (issue 16)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,6 +20,7 @@ from acp_bridge.rpc.outgoing import Outgoing
 from acp_bridge.rpc.transport import FdWriter
 from session import EventDataError, InvariantError, SessionStore
 from session.invariants import InvariantTracker
+from tests.support.acp_client import AgentProcess
 from tests.support.logs import Script, write
 
 
@@ -235,3 +239,32 @@ async def test_readiness_with_nobody_waiting_stops_watching() -> None:
     reader.close()
     os.close(r)
     os.close(w)
+
+
+# --- the MCP SDK stays off the path of sessions without MCP servers ---------------------
+
+
+def imported_modules(stderr: bytes) -> set[str]:
+    """The modules a `python -X importtime` run imported, from its stderr."""
+    names = set()
+    for line in stderr.decode(errors="replace").splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip())
+    return names
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("with_server", [False, True])
+async def test_mcp_is_imported_only_for_a_session_with_mcp_servers(tmp_path: Path, work: Path,
+                                                                   with_server: bool) -> None:
+    servers = [{"name": "time", "command": str(Path(sys.executable).parent / "mcp-server-time"),
+                "args": [], "env": []}] if with_server else []
+    agent = AgentProcess(tmp_path / "store")
+    agent.command[1:1] = ["-X", "importtime"]
+    async with agent:
+        await agent.initialize()
+        sid = (await agent.request("session/new", {"cwd": str(work), "mcpServers": servers}, timeout=60))["sessionId"]
+        assert (await agent.prompt(sid, "hello"))["stopReason"] == "end_turn"
+        await agent.request("session/close", {"sessionId": sid})
+    heavy = {"mcp", "mcp_types", "pydantic", "acp_bridge.tools.mcp_session"} & imported_modules(agent.stderr)
+    assert heavy == ({"mcp", "mcp_types", "pydantic", "acp_bridge.tools.mcp_session"} if with_server else set())

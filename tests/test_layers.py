@@ -278,6 +278,7 @@ def test_tests_and_bench_take_no_private_names() -> None:
 PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.agent.settlement",
                 "acp_bridge.wrap.record", "acp_bridge.snapshot.normalize",
                 "acp_bridge.agent.updates", "acp_bridge.agent.permissions", "session.events",
+                "acp_bridge.models.base", "acp_bridge.models.catalog", "acp_bridge.agent.settings",
                 "session.invariants", "session.repair", "session.transcript", "session.scan")
 PURE_STDLIB = frozenset({"__future__", "collections", "collections.abc", "dataclasses", "enum",
                          "functools", "itertools", "math", "re", "typing", "orjson"})

@@ -271,13 +271,19 @@ def test_a_wrapped_session_is_not_served_as_a_model(tmp_path: Path) -> None:
         load_model(write(tmp_path, lines))
 
 
-def test_the_agent_refuses_a_bad_recording_at_start_up(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "acp_bridge", "--store", str(tmp_path / "store"),
-                           "--model", f"replay:{tmp_path / 'none.jsonl'}"],
+@pytest.mark.parametrize(("source", "says"), [
+    ("none.jsonl", "replay:{tmp}/none.jsonl: no such session log file, and not a session id"),
+    ("00000000-0000-4000-8000-000000000000",  # a session id: looked up in the agent's store
+     "replay:00000000-0000-4000-8000-000000000000: session 00000000-0000-4000-8000-000000000000 not found"),
+])
+def test_the_agent_refuses_a_bad_recording_at_start_up(tmp_path: Path, source: str, says: str) -> None:
+    spec = f"replay:{tmp_path / source}" if source.endswith(".jsonl") else f"replay:{source}"
+    proc = subprocess.run([sys.executable, "-m", "acp_bridge", "--store", str(tmp_path / "store"), "--model", spec],
                           input=b"", capture_output=True, timeout=30, check=False)
     assert proc.returncode == 2 and proc.stdout == b""
-    assert proc.stderr.decode().strip().splitlines() == [
-        f"acp-bridge: replay:{tmp_path / 'none.jsonl'}: no such session log file, and not a session id"]
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("acp-bridge: --model: ")
+    assert says.format(tmp=tmp_path) in lines[0]
 
 
 def test_replay_and_the_harness_stay_off_the_start_up_path() -> None:

@@ -311,7 +311,7 @@ def test_show_completed_failed_cancelled(tmp_path: Path, kind: str, sessions: Re
     assert res.lines[:3] == [f"Session {sessions['completed']}", "  title    please read a.txt",
                              f"  cwd      {sessions.cli_work}"]
     assert "  turns    1 (last: completed)" in res.lines
-    assert "  tokens   250 in / 25 out" in res.lines
+    assert res.lines[-1] == "Total tokens: 250 in / 25 out"
     turn = res.out[res.out.index("\nTurn 1"):]
     assert turn.splitlines()[1:] == [
         "Turn 1 — completed",
@@ -345,6 +345,8 @@ def test_show_completed_failed_cancelled(tmp_path: Path, kind: str, sessions: Re
         "",
         "  End: completed · tokens 250 in / 25 out",
         "",
+        "  turns    1 (last: completed)",
+        "",
         "Total tokens: 250 in / 25 out",
     ]
     full = cli(*store_args(tmp_path, kind), "show", sessions["completed"], "--full")
@@ -368,7 +370,7 @@ def test_show_completed_failed_cancelled(tmp_path: Path, kind: str, sessions: Re
 
 def _turns_part(text: str) -> str:
     """The transcript from the first turn on, with the 'not yet on disk' marks removed."""
-    body = text[text.index("\nTurn 1"):]
+    body = text[text.index("\nTurn 1"):text.index("\n\n  turns ")]  # the turns, not the summary
     return body.replace("; not yet repaired on disk", "").replace(" (synthetic, not yet on disk)", "")
 
 
@@ -510,7 +512,7 @@ def test_export_markdown(tmp_path: Path, kind: str, sessions: Recorded) -> None:
     lines = res.lines
     assert lines[0] == "# please read a.txt"
     assert f"- **id**: `{sessions['completed']}`" in lines
-    assert "- **tokens**: 250 in / 25 out" in lines
+    assert "- **turns**: 1 (last: completed)" in lines
     assert "## Turn 1 — completed" in lines
     assert "### Step 1 · tokens 100 in / 20 out" in lines
     assert "> look first" in lines

@@ -117,8 +117,8 @@ def test_serve_refuses_a_store_it_cannot_write(tmp_path: Path) -> None:
     os.chmod(store, 0o500)
     os.chmod(tmp_path, 0o755)  # reachable: the store itself is what is not writable
     result = serve(store, prefix)
-    assert result.returncode == 1
-    assert result.stderr.splitlines() == [f"acp-bridge: store {store} is not writable: Permission denied"]
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"acp-bridge: --store: store {store} is not writable: Permission denied"]
     assert result.stdout == ""
     assert mode(store) == 0o500
     assert list(store.iterdir()) == []
@@ -130,9 +130,9 @@ def test_serve_refuses_an_existing_subfolder_it_cannot_write(tmp_path: Path) -> 
     (store / "sessions").mkdir(parents=True)
     os.chmod(store / "sessions", 0o500)
     result = serve(store, prefix)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"acp-bridge: store {store / 'sessions'} is not writable: Permission denied"]
+        f"acp-bridge: --store: store {store / 'sessions'} is not writable: Permission denied"]
     assert mode(store / "sessions") == 0o500
 
 
@@ -142,9 +142,9 @@ def test_serve_refuses_a_store_it_cannot_create(tmp_path: Path) -> None:
     parent.mkdir()
     os.chmod(parent, 0o500)
     result = serve(parent / "a" / "store", prefix)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"acp-bridge: cannot create the store {parent / 'a' / 'store'}: {parent} is not writable: "
+        f"acp-bridge: --store: cannot create the store {parent / 'a' / 'store'}: {parent} is not writable: "
         "Permission denied"]
     assert list(parent.iterdir()) == []
 
@@ -152,8 +152,8 @@ def test_serve_refuses_a_store_it_cannot_create(tmp_path: Path) -> None:
 def test_serve_refuses_a_store_that_is_not_a_folder(tmp_path: Path) -> None:
     (tmp_path / "store").write_text("x")
     result = serve(tmp_path / "store")
-    assert result.returncode == 1
-    assert result.stderr.splitlines() == [f"acp-bridge: store {tmp_path / 'store'} is not a folder"]
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"acp-bridge: --store: store {tmp_path / 'store'} is not a folder"]
 
 
 @pytest.fixture
@@ -175,14 +175,14 @@ def read_only_mount(tmp_path: Path) -> Iterator[Path]:
 
 def test_serve_refuses_a_store_on_a_read_only_file_system(read_only_mount: Path) -> None:
     result = serve(read_only_mount)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"acp-bridge: store {read_only_mount} is not writable: Read-only file system"]
+        f"acp-bridge: --store: store {read_only_mount} is not writable: Read-only file system"]
     assert mode(read_only_mount) == 0o755
     inner = serve(read_only_mount / "store")
-    assert inner.returncode == 1
+    assert inner.returncode == 2
     assert inner.stderr.splitlines() == [
-        f"acp-bridge: cannot create the store {read_only_mount / 'store'}: {read_only_mount} is not "
+        f"acp-bridge: --store: cannot create the store {read_only_mount / 'store'}: {read_only_mount} is not "
         "writable: Read-only file system"]
 
 
@@ -194,3 +194,31 @@ def test_serve_starts_on_a_writable_store_with_its_one_line(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[0].endswith(f": store {store} (jsonl), model echo")
     assert mode(store) == 0o2775
+
+
+def test_sessions_refuses_a_store_it_cannot_read(tmp_path: Path) -> None:
+    prefix = as_unprivileged()
+    store = tmp_path / "store"
+    (store / "sessions").mkdir(parents=True)
+    os.chmod(store, 0o300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
+    result = subprocess.run([*prefix, sys.executable, "-m", "acp_bridge", "sessions", "list", "--store", str(store)],
+                            capture_output=True, text=True, timeout=30, env=env)
+    os.chmod(store, 0o700)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"acp-bridge sessions: --store: store {store} is not readable: Permission denied"]
+
+
+def test_serve_refuses_a_log_file_it_cannot_create(tmp_path: Path) -> None:
+    prefix = as_unprivileged()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    os.chmod(logs, 0o500)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
+    result = subprocess.run([*prefix, *SERVE, "--store", str(tmp_path / "store"), "--log-file", str(logs / "a.log")],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, env=env)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"acp-bridge: --log-file: cannot create {logs / 'a.log'}: {logs} is not writable: Permission denied"]
+    assert not (tmp_path / "store").exists()

@@ -84,7 +84,7 @@ def test_show_and_export_name_the_wrapped_agent(tmp_path: Path, kind: str) -> No
                            "  agent    fast-agent-acp 0.10.48, wrapped (its session 2611301443-s0wfoX)"]
     assert header[4] == f"  command  {command}"
     # The updates recorded beside the turns change nothing in them.
-    assert "  turns    2 (last: completed)" in header
+    assert "  turns    2 (last: completed)" in show.lines  # after the turns (show streams them)
     assert "Turn 1 — completed" in show.out and "Turn 2 — completed" in show.out
     assert show.out.count("    Assistant:\n      hello there\n") == 1
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from acp_bridge.models import ModelSpecError
 from acp_bridge.rpc.protocol import (
+    AUTH_REQUIRED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
@@ -38,6 +39,16 @@ class PromptInProgressError(Exception):
         self.session_id = session_id
 
 
+class AuthRequiredError(Exception):
+    """The session's model needs a key that is not there, or the provider refused the
+    one there is (-32000, ACP's `auth_required`). The message names the variable or the
+    command to run, never a key."""
+
+    def __init__(self, message: str, methods: list[str]) -> None:
+        super().__init__(message)
+        self.methods = methods
+
+
 def to_rpc_error(exc: BaseException) -> RpcError:
     """The error response for any exception a handler lets out."""
     if isinstance(exc, RpcError):
@@ -59,6 +70,8 @@ def to_rpc_error(exc: BaseException) -> RpcError:
         where = f" ({exc.filename})" if exc.filename else ""
         return RpcError(INTERNAL_ERROR, f"the session store is not usable{where}: {exc.strerror or exc}",
                         {"code": "store_unavailable"})
+    if isinstance(exc, AuthRequiredError):
+        return RpcError(AUTH_REQUIRED, str(exc), {"code": "auth_required", "authMethods": exc.methods})
     if isinstance(exc, PromptInProgressError):
         return RpcError(SESSION_BUSY, str(exc), {"code": "prompt_in_progress", "sessionId": exc.session_id})
     return internal_error(exc)

@@ -13,13 +13,17 @@ the local machine's services with it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio.abc
 
 from acp_bridge.agent import permissions
 from acp_bridge.agent.client_services import AcpClientServices
 from acp_bridge.agent.listing import iso_time
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.agent.settings import Choice
 from acp_bridge.agent.updates import UpdateContext, updates_for
 from acp_bridge.models import Model
 from acp_bridge.rpc.connection import Connection
@@ -29,11 +33,59 @@ from session.backends.base import title_from_content
 from session.events import TURN_START, USER_MESSAGE, Event
 from session.transcript import Transcript, history_budget
 
+if TYPE_CHECKING:
+    from acp_bridge.tools.mcp_servers import McpServers
+
 
 @dataclass
 class LiveSession:
     log: SessionLog
     runner: TurnRunner
+    choice: Choice
+    ctx: UpdateContext
+    mcp: McpServers | None = None  # the MCP servers the client passed, connected
+    mcp_given: list[Any] = field(default_factory=list)  # as the client passed them
+
+    def switch(self, model: Model, choice: Choice) -> None:
+        """Run the next turn with `model` at `choice` (recorded by the caller)."""
+        self.choice = choice
+        self.runner.model, self.runner.effort = model, choice.effort
+        self.ctx = replace(self.ctx, context_window=model.context_window)
+
+    async def close(self) -> None:
+        """Close the log, then stop the session's MCP servers."""
+        try:
+            await self.runner.close()
+        finally:
+            if self.mcp is not None:
+                await self.mcp.close()
+                self.mcp = None
+
+    async def connect_mcp(self, servers: list[Any] | None, task_group: anyio.abc.TaskGroup) -> dict[str, Any]:
+        """Connect the MCP servers the client passed (checked by agent.params) and offer
+        their tools with the built-in ones, replacing the servers of an earlier open.
+        Returns `{"mcpServers": [...]}` for the answer's `_meta.acpBridge` (empty without
+        servers). The SDK is imported only if there are servers."""
+        servers = servers or []
+        if self.mcp is not None and servers == self.mcp_given:
+            return {"mcpServers": self.mcp.status()}
+        if self.mcp is not None:
+            await self.mcp.close()
+            self.mcp = None
+            self.runner.set_tools(None)
+        self.mcp_given = list(servers)
+        if not servers:
+            return {}
+        from acp_bridge.tools import ALL_TOOLS
+        from acp_bridge.tools.mcp_servers import McpServers
+
+        header = self.log.header
+        roots = [Path(header["cwd"]), *(Path(p) for p in header.get("additionalDirectories", []))]
+        mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group)
+        self.mcp = mcp
+        await mcp.start()
+        self.runner.set_tools([*ALL_TOOLS, *mcp.tools])
+        return {"mcpServers": mcp.status()}
 
 
 def last_mode(events: Sequence[Event]) -> str:
@@ -50,6 +102,7 @@ def make_live(
     *,
     conn: Connection,
     model: Model,
+    choice: Choice,
     capabilities: dict[str, Any],
     local: LocalServices,
     max_steps: int,
@@ -61,10 +114,8 @@ def make_live(
     only the last turn in memory); otherwise the runner derives them from the log."""
     sid = session_log.id
     services = AcpClientServices(conn, sid, capabilities, local)
-    ctx = UpdateContext(replay=False, context_window=model.context_window)
-
     async def on_event(event: Event) -> None:
-        for update in updates_for(event, ctx):
+        for update in updates_for(event, live.ctx):
             conn.notify_update(sid, update)
         if event["type"] == USER_MESSAGE and event["data"]["turn"] == 1:
             title = title_from_content(event["data"]["content"])
@@ -79,6 +130,7 @@ def make_live(
         transcript = Transcript(budget=history_budget(model.context_window))
     runner = TurnRunner(session_log, model, services, mode=last_mode(session_log.events), max_steps=max_steps,
                         on_event=on_event, on_progress=on_progress, transcript=transcript,
-                        always_allowed=always_allowed)
-    return LiveSession(session_log, runner)
+                        always_allowed=always_allowed, effort=choice.effort)
+    live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window))
+    return live
 

@@ -116,17 +116,66 @@ def prompt_blocks(value: Any, field: str) -> None:
         raise invalid_params(f"invalid params: {field} nests deeper than {MAX_DEPTH} levels", field=field)
 
 
+def _fields(value: Any, field: str, spec: Mapping[str, tuple[Check, bool]]) -> None:
+    OBJECT(value, field)
+    for name, (check, required) in spec.items():
+        if name not in value:
+            if required:
+                raise invalid_params(f"invalid params: {field}.{name} is required", field=f"{field}.{name}")
+            continue
+        check(value[name], f"{field}.{name}")
+
+
+def _pairs(value: Any, field: str) -> None:
+    """`env` / `headers`: [{name, value}] of strings."""
+    array_of(lambda item, where: _fields(item, where, {"name": (STRING, True), "value": (STRING, True)}))(
+        value, field)
+
+
+MCP_TRANSPORTS = ("stdio",)  # what agentCapabilities.mcpCapabilities says we connect to
+
+
+def mcp_server(value: Any, field: str) -> None:
+    """An ACP McpServer: stdio, or http/sse (refused unless listed in MCP_TRANSPORTS).
+    `command` should be an absolute path (ACP); a bare name is looked up on PATH, as
+    editors' MCP settings commonly say `npx` or `uvx`."""
+    OBJECT(value, field)
+    kind = value.get("type", "stdio")
+    if kind not in ("stdio", "http", "sse"):
+        raise invalid_params(f"invalid params: {field}.type must be http, sse or absent (stdio)",
+                             field=f"{field}.type")
+    if kind not in MCP_TRANSPORTS:
+        raise invalid_params(f"invalid params: {field}: MCP servers over {kind} are not supported "
+                             f"(agentCapabilities.mcpCapabilities.{kind} is false)", field=f"{field}.type")
+    _fields(value, field, {"name": (STRING, True), "command": (STRING, True),
+                           "args": (array_of(STRING), True), "env": (_pairs, True)})
+    for name in ("name", "command"):
+        if not value[name].strip() or "\x00" in value[name]:
+            raise invalid_params(f"invalid params: {field}.{name} must be a non-empty string",
+                                 field=f"{field}.{name}")
+
+
+def mcp_servers(value: Any, field: str) -> None:
+    array_of(mcp_server)(value, field)
+    seen: set[str] = set()
+    for index, server in enumerate(value):
+        if server["name"] in seen:
+            raise invalid_params(f"invalid params: {field}[{index}].name {server['name']!r} is used twice",
+                                 field=f"{field}[{index}].name")
+        seen.add(server["name"])
+
+
 # method -> {field: (check, required)}
 SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
     "initialize": {"protocolVersion": (UINT16, True), "clientCapabilities": (OBJECT, False),
                    "clientInfo": (OPT_OBJECT, False)},
     "authenticate": {"methodId": (STRING, True)},
-    "session/new": {"cwd": (absolute_path, True), "mcpServers": (ARRAY, True),
+    "session/new": {"cwd": (absolute_path, True), "mcpServers": (mcp_servers, True),
                     "additionalDirectories": (array_of(absolute_path), False)},
-    "session/load": {"sessionId": (STRING, True), "cwd": (absolute_path, True), "mcpServers": (ARRAY, True),
-                     "additionalDirectories": (array_of(absolute_path), False)},
+    "session/load": {"sessionId": (STRING, True), "cwd": (absolute_path, True),
+                     "mcpServers": (mcp_servers, True), "additionalDirectories": (array_of(absolute_path), False)},
     "session/resume": {"sessionId": (STRING, True), "cwd": (absolute_path, True),
-                       "mcpServers": (ARRAY, False), "additionalDirectories": (array_of(absolute_path), False)},
+                       "mcpServers": (mcp_servers, False), "additionalDirectories": (array_of(absolute_path), False)},
     "session/list": {"cwd": (OPT_STRING, False), "cursor": (OPT_STRING, False)},
     "session/close": {"sessionId": (STRING, True)},
     "session/delete": {"sessionId": (STRING, True)},

@@ -4,7 +4,8 @@
     accept_edits  edits run without asking; commands still ask
     read_only     edits and commands are refused without asking
 
-Reading never asks. "Allow always" is remembered per tool name for the session (and
+Reading never asks; MCP servers' tools (kind `other`: their effects are unknown) ask
+like commands. "Allow always" is remembered per tool name for the session (and
 recovered from the log on load, where each answer is recorded on `tool/result`).
 """
 
@@ -46,14 +47,16 @@ def mode_state(mode: str) -> dict[str, Any]:
 
 
 def decide(mode: str, kind: str, tool_name: str, always: frozenset[str] | set[str]) -> Decision:
-    """Whether a call of a tool of `kind` runs, asks, or is refused in `mode`."""
-    if kind not in ("edit", "delete", "move", "execute"):
+    """Whether a call of a tool of `kind` runs, asks, or is refused in `mode`. Only
+    reading runs unasked: a tool whose effects are unknown (an MCP server's tool, kind
+    `other`) asks like a command."""
+    if kind in ("read", "search", "think"):
         return "allow"
     if mode == "read_only":
         return "deny"
     if tool_name in always:
         return "allow"
-    if mode == "accept_edits" and kind != "execute":
+    if mode == "accept_edits" and kind in ("edit", "delete", "move"):
         return "allow"
     return "ask"
 

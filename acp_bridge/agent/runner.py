@@ -37,6 +37,7 @@ from session import DURABLE_TYPES, Event, SessionLog, StoreIOError, reason
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
+    CONFIG_SET,
     STEP_END,
     STEP_START,
     TURN_END,
@@ -79,9 +80,14 @@ class TurnRunner:
         on_progress: ProgressSink | None = None,
         transcript: Transcript | None = None,
         always_allowed: set[str] | None = None,
+        effort: str | None = None,
     ) -> None:
         self.log = log
+        # The model and reasoning effort of the next turn (a switch never reaches a turn
+        # already running: it runs with those its `turn/start` recorded).
         self.model = model
+        self.effort = effort
+        self._turn_model, self._turn_effort = model, effort
         self.services: ClientServices = DurableFirstServices(services, self._sync)
         self.mode = mode
         self.max_steps = max_steps
@@ -113,6 +119,10 @@ class TurnRunner:
         # take its closers either): it is closed with it before the next prompt or
         # when the session closes, so the log records what the prompt was answered.
         self._left_open: Reason | None = None
+
+    def set_tools(self, tools: Sequence[Tool] | None) -> None:
+        """The session's tools from the next step on (None: the built-in ones)."""
+        self._calls.set_tools(tools)
 
     @property
     def running(self) -> bool:
@@ -174,8 +184,11 @@ class TurnRunner:
             else:
                 await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
         turn = self.log.tracker.turn + 1
-        start = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
+        self._turn_model, self._turn_effort = self.model, self.effort
+        start: dict[str, Any] = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
                  "model": self.model.name}
+        if self.effort is not None:
+            start["thoughtLevel"] = self.effort
         await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
         end: Reason | None = None
         try:
@@ -270,13 +283,13 @@ class TurnRunner:
         await self._append(STEP_START, {"turn": turn, "step": number})
         await self._before_model()
         step = self._step = StepText(number)
-        request = ModelRequest(list(self.transcript.messages), self._calls.specs(), turn=turn, step=number,
-                               cwd=str(self.context_roots[0]))
+        request = ModelRequest(list(self.transcript.messages), self._calls.specs(), self._turn_effort,
+                               turn=turn, step=number, cwd=str(self.context_roots[0]))
         calls: list[ToolCallChunk] = []
         usage: Any = None
         finish: Finish | None = None
         try:
-            async with contextlib.aclosing(self.model.stream(request)) as stream:  # type: ignore[type-var]
+            async with contextlib.aclosing(self._turn_model.stream(request)) as stream:  # type: ignore[type-var]
                 async for chunk in stream:
                     if isinstance(chunk, _DELTAS):
                         if isinstance(chunk, TextDelta):
@@ -322,6 +335,16 @@ class TurnRunner:
             return reason("completed")
         return await self._calls.run_all(turn, number, calls)
 
+    async def record_setting(self, config_id: str, value: str) -> None:
+        """Record a changed session setting (`config/set`, durable) between turns.
+        Raises PromptInProgressError while a turn runs: the log has one writer."""
+        if self._scope is not None:
+            raise PromptInProgressError(self.log.id)
+        data: dict[str, Any] = {"configId": config_id, "value": value}
+        if self.log.tracker.in_turn:  # left open by a failed write
+            data["turn"] = self.log.tracker.turn
+        await self._append(CONFIG_SET, data)
+
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
         step, answer unanswered calls, close the step."""
@@ -345,7 +368,7 @@ class TurnRunner:
         script) is not something outside the agent to wait on: the turn is only handed
         to the OS, which keeps it through a kill -9 of the agent, and its fsync comes at
         the step's durability point, the same commit as the step's end."""
-        if getattr(self.model, "external", True):
+        if getattr(self._turn_model, "external", True):
             await self._sync()
         elif self.log.pending:
             self.log.flush()

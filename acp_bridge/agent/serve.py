@@ -12,6 +12,7 @@ import anyio
 from acp_bridge import __version__
 from acp_bridge.agent.errors import to_rpc_error
 from acp_bridge.agent.server import Agent, Config
+from acp_bridge.models.catalog import parse_specs
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.transport import FdLineReader, FdWriter
 from session import default_store_dir
@@ -28,27 +29,24 @@ def configure_logging(log_file: str | None, level: str) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    """Serve until the editor closes stdin. `args` holds values the command line has
+    already checked (acp_bridge.cli.startup.agent_settings)."""
     configure_logging(args.log_file, args.log_level)
-    if args.max_steps < 1:
-        print("acp-bridge: --max-steps must be at least 1", file=sys.stderr)
-        return 2
-    kind = args.model.partition(":")[0]
-    if args.model != "echo" and (kind not in ("script", "openai", "replay") or not args.model.partition(":")[2]):
-        print(f"acp-bridge: unknown model {args.model!r}: use echo, script:PATH, openai:NAME or replay:SOURCE", file=sys.stderr)
-        return 2
+    models = parse_specs(args.model)  # checked at start-up: a list of one or more specs
     config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
-                    backend=args.backend, model=args.model, max_steps=args.max_steps)
-    if kind == "replay":  # a recording that cannot be replayed is a bad value: refused now
-        from acp_bridge.models import ModelSpecError, load_model
+                    backend=args.backend, models=models, max_steps=args.max_steps)
+    for entry in models:
+        if entry.kind == "replay":  # a recording in the store is checked there, now
+            from acp_bridge.models import ModelSpecError, load_model
 
-        try:
-            load_model(config.model, store_dir=config.store_dir, backend=config.backend)
-        except ModelSpecError as exc:
-            print(f"acp-bridge: {exc}", file=sys.stderr)
-            return 2
+            try:
+                load_model(entry, store_dir=config.store_dir, backend=config.backend)
+            except ModelSpecError as exc:
+                print(f"acp-bridge: --model: {exc}", file=sys.stderr)
+                return 2
     # One line on stderr, never stdout (stdout carries protocol messages only).
-    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), model {config.model}",
-          file=sys.stderr, flush=True)
+    print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), "
+          f"model {', '.join(m.spec for m in models)}", file=sys.stderr, flush=True)
     reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
     agent = Agent(config)
 

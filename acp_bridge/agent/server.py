@@ -25,11 +25,13 @@ import anyio
 import anyio.abc
 
 from acp_bridge import __version__
-from acp_bridge.agent import permissions
-from acp_bridge.agent.errors import PromptInProgressError, to_rpc_error
+from acp_bridge.agent import auth, permissions, settings
+from acp_bridge.agent.errors import AuthRequiredError, PromptInProgressError, to_rpc_error
 from acp_bridge.agent.listing import list_page
-from acp_bridge.agent.params import check_params
+from acp_bridge.agent.params import MCP_TRANSPORTS, check_params
 from acp_bridge.agent.settlement import TurnFailed, settle
+from acp_bridge.content import compact_images, has_images
+from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
 from acp_bridge.rpc.connection import Connection, current_request_id
 from acp_bridge.rpc.protocol import RpcError, invalid_params, request_key
 from session import (
@@ -58,7 +60,7 @@ PROTOCOL_VERSION = 1
 class Config:
     store_dir: Path
     backend: str = "jsonl"
-    model: str = "echo"
+    models: tuple[ModelEntry, ...] = (ModelEntry("echo"),)  # the first is the default
     max_steps: int = 50
 
 
@@ -69,7 +71,7 @@ class Agent:
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, LiveSession] = {}
         self._store: SessionStore | None = None
-        self._model: Model | None = None
+        self._models: dict[str, Model] = {}  # spec -> the model, made on first use
         self._local: LocalServices | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._prompts: dict[tuple[str, Any], str] = {}  # running prompt request ids -> session id
@@ -98,7 +100,7 @@ class Agent:
             finally:
                 with anyio.CancelScope(shield=True):
                     for sid in list(self.sessions):
-                        await self.sessions.pop(sid).runner.close()
+                        await self.sessions.pop(sid).close()
                     if self._store is not None:
                         self._store.close()
                 tg.cancel_scope.cancel()  # local commands die with the connection
@@ -133,13 +135,32 @@ class Agent:
             self._store = SessionStore(open_backend(self.config.backend, self.config.store_dir))
         return self._store
 
-    def model(self) -> Model:
-        if self._model is None:
+    def model(self, entry: ModelEntry | None = None) -> Model:
+        """The model of `entry` (default: the first configured), made once per process."""
+        entry = entry or self.config.models[0]
+        if entry.spec not in self._models:
             from acp_bridge.models import load_model
 
-            self._model = load_model(self.config.model, store_dir=self.config.store_dir,
-                                     backend=self.config.backend)
-        return self._model
+            self._models[entry.spec] = load_model(entry, store_dir=self.config.store_dir,
+                                                  backend=self.config.backend)
+        return self._models[entry.spec]
+
+    def _require_key(self, entry: ModelEntry) -> None:
+        """AuthRequiredError unless `entry` can run: an `openai:` model needs a key. A
+        key that arrived since the model was made (`acp-bridge login`) is handed to it."""
+        if entry.kind != "openai":
+            return
+        from acp_bridge.models.openai_key import find_key
+
+        key = find_key()
+        if key is None:
+            raise auth.missing_key_error(entry, auth.method_ids(self.config.models, self.client_capabilities))
+        model = self._models.get(entry.spec)
+        if model is not None and getattr(model, "api_key", key) != key:
+            model.use_key(key)  # type: ignore[attr-defined]
+
+    def _state(self, live: LiveSession) -> dict[str, Any]:
+        return settings.session_state(live.runner.mode, self.config.models, live.choice)
 
     def _connection(self) -> Connection:
         assert self.conn is not None
@@ -159,7 +180,8 @@ class Agent:
             # out of every later full collection.
             gc.freeze()
             self._frozen = True
-        live = make_live(session_log, conn=self._connection(), model=self.model(),
+        choice = settings.stored_choice(session_log.events, self.config.models)
+        live = make_live(session_log, conn=self._connection(), model=self.model(choice.model), choice=choice,
                          capabilities=self.client_capabilities, local=self._local,
                          max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed)
         self.sessions[session_log.id] = live
@@ -186,30 +208,53 @@ class Agent:
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": True,
-                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                # Announced once, before a session picks its model: images are offered when
+                # any configured model takes them; a prompt with images for the session's
+                # current model that does not is refused (-32602, `prompt`).
+                "promptCapabilities": {"image": any(m.images for m in self.config.models), "audio": False,
+                                       "embeddedContext": True},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {},
                                         "additionalDirectories": {}},
+                "mcpCapabilities": {"http": "http" in MCP_TRANSPORTS, "sse": "sse" in MCP_TRANSPORTS},
             },
-            "authMethods": [],
+            "authMethods": auth.auth_methods(self.config.models, self.client_capabilities),
             "agentInfo": {"name": "acp-bridge", "title": "acp-bridge", "version": __version__},
         }
 
     async def authenticate(self, methodId: str, **_: Any) -> dict[str, Any]:
-        raise invalid_params(f"unknown authentication method {methodId!r}: this agent offers none",
-                             field="methodId")
+        offered = auth.method_ids(self.config.models, self.client_capabilities)
+        if methodId not in offered:
+            raise invalid_params(f"unknown authentication method {methodId!r}: this agent offers "
+                                 f"{', '.join(offered) or 'none'}", field="methodId")
+        from acp_bridge.models.openai_env import base_url
+        from acp_bridge.models.openai_key import check_key, find_key
+
+        entry = next(m for m in self.config.models if m.kind == "openai")
+        key = find_key()
+        if key is None:
+            raise auth.missing_key_error(entry, offered)
+        checked = await check_key(base_url(), key)
+        if not checked.ok:
+            raise AuthRequiredError(f"the API key was not accepted: {checked.message}", offered)
+        log.info("authenticate: %s", checked.message)
+        for model in self._models.values():
+            if hasattr(model, "use_key"):
+                model.use_key(key)
+        return {}
 
     async def new_session(self, cwd: str, mcpServers: list[Any], additionalDirectories: list[str] | None = None,
                           **_: Any) -> dict[str, Any]:
-        if mcpServers:
-            log.warning("MCP servers are not supported; ignoring %d", len(mcpServers))
+        self._require_key(self.config.models[0])
         store = self.store()
         session_log = await anyio.to_thread.run_sync(
             lambda: store.create(cwd=cwd, additional_directories=additionalDirectories or (),
                                  keep_history=False))
         live = self._activate(session_log)
-        return {"sessionId": session_log.id, **permissions.mode_state(live.runner.mode)}
+        mcp = await live.connect_mcp(mcpServers, self._tasks())
+        return {"sessionId": session_log.id, **self._state(live),
+                **({"_meta": {"acpBridge": mcp}} if mcp else {})}
 
-    async def load_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
+    async def load_session(self, sessionId: str, mcpServers: list[Any], **_: Any) -> dict[str, Any]:
         conn = self._connection()
 
         async def send(payload: bytes) -> None:
@@ -220,11 +265,18 @@ class Agent:
 
         encoder = ReplayEncoder(sessionId, self.model().context_window)
         live, report = await self._open(sessionId, (encoder, send))
-        return {**permissions.mode_state(live.runner.mode), "_meta": {"acpBridge": self._open_meta(live, report)}}
+        mcp = await live.connect_mcp(mcpServers, self._tasks())
+        return {**self._state(live), "_meta": {"acpBridge": {**self._open_meta(live, report), **mcp}}}
 
-    async def resume_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
+    async def resume_session(self, sessionId: str, mcpServers: list[Any] | None = None,
+                             **_: Any) -> dict[str, Any]:
         live, report = await self._open(sessionId, None)
-        return {**permissions.mode_state(live.runner.mode), "_meta": {"acpBridge": self._open_meta(live, report)}}
+        mcp = await live.connect_mcp(mcpServers, self._tasks())
+        return {**self._state(live), "_meta": {"acpBridge": {**self._open_meta(live, report), **mcp}}}
+
+    def _tasks(self) -> anyio.abc.TaskGroup:
+        assert self._task_group is not None  # set by serve() before any request
+        return self._task_group
 
     async def _open(self, sid: str, replay: tuple[ReplayEncoder, Send] | None) -> tuple[LiveSession, RepairReport]:
         from acp_bridge.agent.replay import open_stored, replay_stored
@@ -266,7 +318,7 @@ class Agent:
         live.runner.cancel("session/close")
         await live.runner.wait_idle()
         self.sessions.pop(sid, None)
-        await live.runner.close()
+        await live.close()
 
     async def delete_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
         validate_session_id(sessionId)
@@ -283,10 +335,37 @@ class Agent:
     async def set_config_option(self, sessionId: str, configId: str, value: Any = None,
                                 **_: Any) -> dict[str, Any]:
         live = self._live(sessionId)
-        if configId != "mode":
-            raise invalid_params(f"unknown config option {configId!r}: this agent has 'mode'", field="configId")
-        self._set_mode(live, sessionId, value, "value")
-        return {"configOptions": permissions.mode_state(live.runner.mode)["configOptions"]}
+        if configId == "mode":
+            self._set_mode(live, sessionId, value, "value")
+        elif configId == settings.MODEL_OPTION:
+            await self._set_model(live, sessionId, value)
+        elif configId == settings.THOUGHT_OPTION and live.choice.effort is not None:
+            if value not in EFFORT_LEVELS:
+                raise invalid_params(f"unknown thought level {value!r}: use one of {', '.join(EFFORT_LEVELS)}",
+                                     field="value")
+            await live.runner.record_setting(configId, value)
+            live.switch(live.runner.model, settings.choice_for(live.choice.model, value))
+            self._options_changed(live, sessionId)
+        else:
+            ids = [o["id"] for o in settings.config_options(live.runner.mode, self.config.models, live.choice)]
+            raise invalid_params(f"unknown config option {configId!r}: this session has {', '.join(ids)}",
+                                 field="configId")
+        return {"configOptions": self._state(live)["configOptions"]}
+
+    async def _set_model(self, live: LiveSession, sid: str, value: Any) -> None:
+        entry = find(self.config.models, value)
+        if entry is None:
+            raise invalid_params(f"unknown model {value!r}: use one of "
+                                 f"{', '.join(m.spec for m in self.config.models)}", field="value")
+        self._require_key(entry)
+        model = self.model(entry)  # a model that cannot be made fails here, before the log changes
+        await live.runner.record_setting(settings.MODEL_OPTION, entry.spec)
+        live.switch(model, settings.choice_for(entry, live.choice.effort))
+        self._options_changed(live, sid)
+
+    def _options_changed(self, live: LiveSession, sid: str) -> None:
+        self._update(sid, {"sessionUpdate": "config_option_update",
+                           "configOptions": self._state(live)["configOptions"]})
 
     def _set_mode(self, live: LiveSession, sid: str, mode: Any, field_name: str) -> None:
         if mode not in permissions.MODES:
@@ -294,12 +373,19 @@ class Agent:
                                  field=field_name)
         live.runner.mode = mode
         # The mode and the `mode` config option are one setting: tell the client both.
-        state = permissions.mode_state(live.runner.mode)
         self._update(sid, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
-        self._update(sid, {"sessionUpdate": "config_option_update", "configOptions": state["configOptions"]})
+        self._options_changed(live, sid)
 
     async def prompt(self, sessionId: str, prompt: list[Any], **_: Any) -> dict[str, Any]:
         live = self._live(sessionId)
+        if has_images(prompt):
+            if not live.choice.model.images:
+                raise invalid_params(
+                    f"this session's model {live.choice.model.spec} does not take images: switch to one that "
+                    f"does ({', '.join(m.spec for m in self.config.models if m.images) or 'none is configured'})"
+                    " or send text", field="prompt")
+            prompt = compact_images(prompt)  # the same image twice is stored once
+        self._require_key(live.choice.model)
         key = request_key(current_request_id.get())
         self._prompts[key] = sessionId
         try:

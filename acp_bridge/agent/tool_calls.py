@@ -79,6 +79,12 @@ class ToolCalls:
         # log cannot tell: a `tool/call` is written before the permission is asked.
         self._ran: set[str] = set()
 
+    def set_tools(self, tools: Sequence[Tool] | None) -> None:
+        """The tools from the next step on (None: the built-in ones), e.g. with the
+        tools of the session's MCP servers."""
+        self._tools = {t.name: t for t in tools} if tools is not None else None
+        self._specs = None
+
     def ran(self, call_id: str) -> bool:
         """Whether the tool of `call_id` (of the running step, still unanswered) was
         started: a call cancelled while its permission was open never ran."""

@@ -57,6 +57,7 @@ from typing import Any, Final
 
 import orjson
 
+from acp_bridge.content import expand_images
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -128,7 +129,8 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
         if not ctx.replay:
             return []
         msg_id = f"t{data['turn']}-user"
-        return [_chunk("user_message_chunk", block, msg_id) for block in data["content"]]
+        # An image the prompt held twice is stored once (acp_bridge.content.compact_images).
+        return [_chunk("user_message_chunk", block, msg_id) for block in expand_images(data["content"])]
     if etype == ASSISTANT_MESSAGE:
         return _assistant_message(data, ctx)
     if etype == TOOL_CALL:

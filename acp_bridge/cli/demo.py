@@ -4,7 +4,9 @@ It plays the editor: launches `acp-bridge serve` with a scripted model (no netwo
 keys), chats, grants a permission, kills the agent with SIGKILL in the middle of a
 running command, starts a new agent on the same store, loads the session (the
 interrupted turn comes back closed, not dropped) and carries on. Everything it prints
-is what a person would see in their editor, plus what happens underneath.
+is what a person would see in their editor, plus what happens underneath. What the agent
+sends is untrusted text: every line is printed with its control characters escaped
+(`_say`, `_show_update`), so the demo is safe to point at any model.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from acp_bridge.cli.safe_text import clean
 from acp_bridge.rpc.protocol import own_request_id
 
 
@@ -92,7 +95,7 @@ _inline: list[str] = []  # the kind of chunk being printed on the current line, 
 
 def _say(text: str = "") -> None:
     _end_line()
-    print(text, flush=True)
+    print(clean(text), flush=True)
 
 
 def _end_line() -> None:
@@ -110,7 +113,7 @@ def _show_update(update: dict[str, Any]) -> None:
             who = {"agent_message_chunk": "agent", "user_message_chunk": "you", "agent_thought_chunk": "thinks"}
             print(f"      {who[kind]:>6}: ", end="")
             _inline.append(kind)
-        print(update["content"].get("text", ""), end="", flush=True)
+        print(clean(str(update["content"].get("text", ""))), end="", flush=True)
     elif kind == "tool_call":
         _say(f"      tool  : {update['title']} [{update.get('status')}]")
     elif kind == "tool_call_update" and update.get("status") in ("completed", "failed"):

@@ -1,7 +1,7 @@
 """Text from outside (a model, a tool, a log) made safe to print at a terminal: control
 characters shown escaped (`\\x1b`), so an escape sequence in model output or in a
 command's output can never clear the screen, move the cursor, set the title or hide
-text. Tabs and newlines are kept. Shared by `chat` and `sessions`.
+text. Tabs and newlines are kept. Shared by `chat`, `sessions` and `demo`.
 """
 
 from __future__ import annotations
@@ -29,3 +29,15 @@ def cleaned(value: Any) -> Any:
     if isinstance(value, list):
         return [cleaned(v) for v in value]
     return value
+
+
+def guarded(text: str, own: tuple[str, ...] = ()) -> str:
+    """`text` about to be written to a terminal, every control character in it escaped
+    except the program's `own` styling sequences (exactly these strings): the last
+    check before the bytes leave, whatever path the text took."""
+    if not own:
+        return clean(text)
+    import re
+
+    parts = re.split("(" + "|".join(re.escape(seq) for seq in own) + ")", text)
+    return "".join(part if part in own else clean(part) for part in parts)

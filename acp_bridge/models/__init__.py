@@ -1,5 +1,6 @@
 """The models: the interface (acp_bridge.models.base, re-exported here) and
-`load_model`, which makes one from its `--model` spec.
+`load_model`, which makes one from its `--model` spec, and `check_spec`, which checks a
+spec at start-up without making the model.
 
 The implementations (echo, script, openai) are imported by `load_model` when their spec
 is asked for, not with this package: httpx stays off the start-up path unless an
@@ -8,6 +9,7 @@ is asked for, not with this package: httpx stays off the start-up path unless an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from acp_bridge.models.base import (
@@ -22,34 +24,41 @@ from acp_bridge.models.base import (
     ToolCallChunk,
     UsageChunk,
 )
+from acp_bridge.models.catalog import ModelEntry, parse_spec
 
 __all__ = [
     "Finish",
     "FinishReason",
     "Model",
     "ModelChunk",
+    "ModelEntry",
     "ModelRequest",
     "ModelSpecError",
     "ReasoningDelta",
     "TextDelta",
     "ToolCallChunk",
     "UsageChunk",
+    "check_spec",
     "load_model",
 ]
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+NEEDS_HTTPX = "openai:MODEL needs the httpx package: pip install httpx"
 
-def load_model(spec: str, *, store_dir: Path | None = None, backend: str = "jsonl") -> Model:
-    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`, `replay:SOURCE`
+
+def load_model(spec: str | ModelEntry, *, store_dir: Path | None = None, backend: str = "jsonl") -> Model:
+    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`, each maybe
+    with `#flags` (acp_bridge.models.catalog), or from a parsed entry; or `replay:SOURCE`
     (a session log file, or a session id in the store at `store_dir`)."""
-    if spec == "echo":
+    entry = spec if isinstance(spec, ModelEntry) else parse_spec(spec)
+    if entry.spec == "echo":
         from acp_bridge.models.echo import EchoModel
 
         return EchoModel()
-    kind, _, arg = spec.partition(":")
-    if kind == "script" and arg:
+    kind, _, arg = entry.spec.partition(":")
+    if kind == "script":
         from acp_bridge.models.script import ScriptModel
 
         return ScriptModel.from_file(arg)
@@ -59,11 +68,52 @@ def load_model(spec: str, *, store_dir: Path | None = None, backend: str = "json
         except ModuleNotFoundError as exc:  # httpx: a dependency only this provider imports
             if exc.name != "httpx":
                 raise
-            raise ModelSpecError("openai:MODEL needs the httpx package: pip install httpx") from None
+            raise ModelSpecError(NEEDS_HTTPX) from None
 
-        return OpenAIModel.from_env(arg)
+        return OpenAIModel.from_env(arg, images=entry.images)
     if kind == "replay":
         from acp_bridge.models.replay import ReplayModel
 
         return ReplayModel.from_source(arg, store_dir=store_dir, backend=backend)
-    raise ModelSpecError(f"unknown model {spec!r}: use echo, script:PATH, openai:MODEL or replay:SOURCE")
+    raise ModelSpecError(unknown_model(entry.spec))
+
+
+def check_spec(spec: str, env: Mapping[str, str] | None = None) -> None:
+    """Raise ModelSpecError unless `load_model(spec)` can make the model with `env` (default
+    the process's): everything `load_model` would refuse, checked without making it and
+    without importing httpx (the agent's start-up path stays lean). A missing API key is
+    not refused here: an `openai:` model without one offers an auth method instead
+    (docs/protocol.md, "Auth")."""
+    entry = parse_spec(spec)
+    if entry.spec == "echo":
+        return
+    kind, _, arg = entry.spec.partition(":")
+    if kind == "script":
+        from acp_bridge.models.script import read_script
+
+        read_script(arg)
+        return
+    if kind == "openai":
+        import importlib.util
+        import os
+
+        from acp_bridge.models.openai_env import read_env
+
+        read_env(arg, os.environ if env is None else env)
+        if importlib.util.find_spec("httpx") is None:
+            raise ModelSpecError(NEEDS_HTTPX)
+        return
+    if kind == "replay":
+        # A recording file is read and checked now; a session id is read from the
+        # store the agent is given (acp_bridge.agent.serve checks it there).
+        from acp_bridge.models.replay import ReplayModel
+        from session import is_session_id
+
+        if not is_session_id(arg):
+            ReplayModel.from_source(arg, env=env)
+        return
+    raise ModelSpecError(unknown_model(spec))
+
+
+def unknown_model(spec: str) -> str:
+    return f"unknown model {spec!r}: use echo, script:PATH, openai:MODEL or replay:SOURCE"

@@ -60,6 +60,9 @@ ModelChunk = TextDelta | ReasoningDelta | ToolCallChunk | UsageChunk | Finish
 class ModelRequest:
     messages: Sequence[Message]
     tools: Sequence[Mapping[str, Any]]  # {name, description, parameters}
+    # The session's `thought_level` for a model that takes a reasoning effort
+    # (acp_bridge.models.catalog.EFFORT_LEVELS), else None.
+    reasoning_effort: str | None = None
     # Where the call stands in the session's log (the runner says; None elsewhere): a
     # recorded session is replayed call by call at the same (turn, step) (models.replay).
     turn: int | None = None

@@ -2,7 +2,8 @@
 (DESIGN.md section 4; docs/openai.md says how to point it at OpenAI, DeepSeek, Ollama).
 
 Configuration comes from the environment: `OPENAI_BASE_URL` (default the OpenAI API),
-`OPENAI_API_KEY` (sent as a Bearer token when set), `ACP_BRIDGE_CONTEXT_WINDOW` (the
+`OPENAI_API_KEY` (sent as a Bearer token; else the key `acp-bridge login` stored:
+acp_bridge.models.openai_key), `ACP_BRIDGE_CONTEXT_WINDOW` (the
 `usage_update.size`, else a table of known models), `ACP_BRIDGE_OPENAI_TIMEOUT` (seconds
 to connect and between two reads of the stream, default 120) and
 `ACP_BRIDGE_OPENAI_ATTEMPTS` (tries of one model call, default 3).
@@ -30,14 +31,15 @@ import anyio
 import httpx
 
 from acp_bridge import __version__
-from acp_bridge.models.base import Finish, ModelChunk, ModelRequest, ModelSpecError
+from acp_bridge.models.base import Finish, ModelChunk, ModelRequest
+from acp_bridge.models.openai_env import DEFAULT_BASE_URL, read_env
 from acp_bridge.models.openai_errors import http_error
+from acp_bridge.models.openai_key import find_key
 from acp_bridge.models.openai_request import context_window, request_body
 from acp_bridge.models.openai_stream import SSEDecoder, StreamAssembler, whole_completion
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_ATTEMPTS = 3
 BACKOFF_BASE = 0.5  # seconds before the 2nd try; doubles per try
@@ -53,8 +55,10 @@ class OpenAIModel:
     def __init__(self, model: str, *, base_url: str = DEFAULT_BASE_URL, api_key: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, attempts: int = DEFAULT_ATTEMPTS,
                  context_window: int | None = None, backoff_base: float = BACKOFF_BASE,
-                 backoff_cap: float = BACKOFF_CAP, retry_after_cap: float = RETRY_AFTER_CAP) -> None:
+                 backoff_cap: float = BACKOFF_CAP, retry_after_cap: float = RETRY_AFTER_CAP,
+                 images: bool = False) -> None:
         self.model = model
+        self.images = images  # prompts' images are sent as image_url parts
         self.name = f"openai:{model}"
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
@@ -66,22 +70,15 @@ class OpenAIModel:
         self._client: httpx.AsyncClient | None = None
 
     @classmethod
-    def from_env(cls, model: str, env: Mapping[str, str] | None = None) -> OpenAIModel:
+    def from_env(cls, model: str, env: Mapping[str, str] | None = None, *, images: bool = False) -> OpenAIModel:
         env = os.environ if env is None else env
-        if not model:
-            raise ModelSpecError("openai:MODEL needs a model name, e.g. openai:gpt-4o")
-        base_url = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        if not base_url.startswith(("http://", "https://")):
-            raise ModelSpecError(f"OPENAI_BASE_URL={base_url!r} must start with http:// or https://, "
-                                 "e.g. http://localhost:11434/v1")
-        window = _number(env, "ACP_BRIDGE_CONTEXT_WINDOW", int)
-        timeout = _number(env, "ACP_BRIDGE_OPENAI_TIMEOUT", float)
-        attempts = _number(env, "ACP_BRIDGE_OPENAI_ATTEMPTS", int)
-        return cls(model, base_url=base_url,
-                   api_key=env.get("OPENAI_API_KEY"),
+        settings = read_env(model, env)  # checked as at start-up (acp_bridge.models.check_spec)
+        window, timeout, attempts = settings.context_window, settings.timeout, settings.attempts
+        return cls(model, base_url=settings.base_url,
+                   api_key=find_key(env), images=images,
                    timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
-                   attempts=DEFAULT_ATTEMPTS if attempts is None else int(attempts),
-                   context_window=int(window) if window is not None else context_window(model))
+                   attempts=DEFAULT_ATTEMPTS if attempts is None else attempts,
+                   context_window=window if window is not None else context_window(model))
 
     def client(self) -> httpx.AsyncClient:
         """One client per model: its connections are kept between steps."""
@@ -93,13 +90,20 @@ class OpenAIModel:
                 headers=headers, timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 30.0)))
         return self._client
 
+    def use_key(self, key: str) -> None:
+        """A key that came after the model was made (`authenticate`): the next call sends it."""
+        self.api_key = key
+        if self._client is not None:
+            self._client.headers["Authorization"] = f"Bearer {key}"
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        body = request_body(self.model, request.messages, request.tools)
+        body = request_body(self.model, request.messages, request.tools, images=self.images,
+                            reasoning_effort=request.reasoning_effort)
         attempt = 0
         while True:
             attempt += 1
@@ -162,7 +166,7 @@ class OpenAIModel:
             delay = self._delay(attempt, wait)
             if failure.retryable and not started and attempt < self.attempts and delay is not None:
                 log.warning("model call failed (%s: %s); try %d of %d in %.1f s",
-                            failure.code, failure.message, attempt + 1, self.attempts, delay)
+                            failure.code, self.redacted(failure.message or ""), attempt + 1, self.attempts, delay)
                 await anyio.sleep(delay)
                 continue
             yield self._final(failure, attempt, wait, started)
@@ -174,8 +178,13 @@ class OpenAIModel:
             return wait if wait <= self.retry_after_cap else None
         return min(self.backoff_base * 2.0 ** (attempt - 1), self.backoff_cap)
 
+    def redacted(self, text: str) -> str:
+        """`text` without our key: a server may quote the key it refused, and error
+        messages reach the session log (`turn/end`) and the agent's log."""
+        return text.replace(self.api_key, "[the API key]") if self.api_key else text
+
     def _final(self, failure: Finish, attempt: int, wait: float | None, started: bool) -> Finish:
-        message = failure.message or "model error"
+        message = self.redacted(failure.message or "model error")
         if failure.retryable:
             if started:
                 message += " (after output had begun: not retried)"
@@ -216,16 +225,3 @@ def _network_message(exc: httpx.RequestError, url: str, timeout: float) -> str:
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
         return f"the response stream was cut off: {exc or type(exc).__name__}"
     return f"network error talking to {url}: {type(exc).__name__}: {exc}"
-
-
-def _number(env: Mapping[str, str], key: str, kind: type[int] | type[float]) -> float | None:
-    raw = env.get(key, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(int(raw)) if kind is int else float(raw)
-    except ValueError:
-        raise ModelSpecError(f"{key}={raw!r} is not {'a whole' if kind is int else 'a'} number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ModelSpecError(f"{key} must be positive, got {raw!r}")
-    return value

@@ -2,7 +2,9 @@
 streaming Chat Completions request body, and the context windows of known models.
 
 Prompts and tool results are sent as text (acp_bridge.content.blocks_text): embedded
-resources fenced under their URI, the other blocks as short notes.
+resources fenced under their URI, the other blocks as short notes. A prompt holding
+images, for a model that takes them, is sent as content parts: its text as `text`
+parts and each image as an `image_url` part with a `data:` URL (the OpenAI wire format).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from acp_bridge.content import blocks_text
+from acp_bridge.content import block_text, blocks_text, expand_images, has_images
 from session.transcript import Message
 
 SYSTEM_PROMPT = (
@@ -49,13 +51,16 @@ def context_window(model: str) -> int | None:
 
 
 def request_body(model: str, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]],
-                 *, system: str | None = SYSTEM_PROMPT) -> dict[str, Any]:
+                 *, system: str | None = SYSTEM_PROMPT, images: bool = False,
+                 reasoning_effort: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
-        "messages": openai_messages(messages, system=system),
+        "messages": openai_messages(messages, system=system, images=images),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if reasoning_effort is not None:
+        body["reasoning_effort"] = reasoning_effort
     if tools:
         body["tools"] = [{"type": "function", "function": {
             "name": t["name"], "description": t.get("description", ""),
@@ -63,7 +68,8 @@ def request_body(model: str, messages: Sequence[Message], tools: Sequence[Mappin
     return body
 
 
-def openai_messages(messages: Sequence[Message], *, system: str | None = None) -> list[dict[str, Any]]:
+def openai_messages(messages: Sequence[Message], *, system: str | None = None,
+                    images: bool = False) -> list[dict[str, Any]]:
     """The transcript as Chat Completions messages. Reasoning is not sent back. Every
     assistant tool call is answered before the next message, as the API requires (a
     repaired log guarantees it; a placeholder covers anything else)."""
@@ -85,7 +91,7 @@ def openai_messages(messages: Sequence[Message], *, system: str | None = None) -
             continue
         answer_pending()
         if message["role"] == "user":
-            out.append({"role": "user", "content": blocks_text(message["content"])})
+            out.append({"role": "user", "content": user_content(message["content"], images=images)})
             continue
         text = "".join(b["text"] for b in message["content"] if b["type"] == "text")
         calls = [{"id": b["id"], "type": "function",
@@ -100,6 +106,34 @@ def openai_messages(messages: Sequence[Message], *, system: str | None = None) -
         out.append(item)
     answer_pending()
     return out
+
+
+def user_content(blocks: Sequence[Any], *, images: bool) -> str | list[dict[str, Any]]:
+    """A prompt as the API takes it: plain text, or content parts when it holds images
+    and the model takes them (images it cannot take are a short note in the text)."""
+    if not (images and has_images(blocks)):
+        return blocks_text(blocks)
+    parts: list[dict[str, Any]] = []
+    for block in expand_images(blocks):
+        if isinstance(block, Mapping) and block.get("type") == "image":
+            url = image_url(block)
+            if url is not None:
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+                continue
+        text = block_text(block)
+        if text:
+            parts.append({"type": "text", "text": text})
+    return parts
+
+
+def image_url(block: Mapping[str, Any]) -> str | None:
+    """An ACP image block as the `url` of an `image_url` part: its bytes as a `data:`
+    URL, else its `uri` when that is a web address."""
+    data, mime = block.get("data"), block.get("mimeType")
+    if isinstance(data, str) and data and isinstance(mime, str):
+        return f"data:{mime};base64,{data}"
+    uri = block.get("uri")
+    return uri if isinstance(uri, str) and uri.startswith(("http://", "https://")) else None
 
 
 def _arguments(text: str) -> str:

@@ -32,6 +32,7 @@ from acp_bridge.models.base import (
     UsageChunk,
 )
 
+_TOP_FIELDS = {"steps", "chunkDelayMs"}
 _FIELDS = {"thinking", "text", "toolCalls", "usage", "finish", "error", "hang"}
 
 
@@ -50,15 +51,7 @@ class ScriptModel:
 
     @classmethod
     def from_file(cls, path: str) -> ScriptModel:
-        # Relative paths resolve against the process's working directory.
-        resolved = Path(path).resolve()
-        try:
-            doc = orjson.loads(resolved.read_bytes())
-        except OSError as exc:
-            raise ModelSpecError(f"cannot read model script {resolved}: {exc.strerror}") from None
-        except orjson.JSONDecodeError as exc:
-            raise ModelSpecError(f"model script {resolved} is not JSON: {exc}") from None
-        steps, delay = _validate(doc, resolved)
+        steps, delay = read_script(path)
         return cls(steps, chunk_delay_ms=delay, name=f"script:{path}")
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
@@ -100,12 +93,29 @@ class ScriptModel:
             await anyio.sleep(self.chunk_delay)
 
 
+def read_script(path: str) -> tuple[list[dict[str, Any]], int]:
+    """The steps and chunk delay of the script at `path`, checked whole (the CLI calls
+    this at start-up, so a bad script is refused before anything is served). Relative
+    paths resolve against the process's working directory."""
+    resolved = Path(path).resolve()
+    try:
+        doc = orjson.loads(resolved.read_bytes())
+    except OSError as exc:
+        raise ModelSpecError(f"cannot read model script {resolved}: {exc.strerror}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ModelSpecError(f"model script {resolved} is not JSON: {exc}") from None
+    return _validate(doc, resolved)
+
+
 def _validate(doc: Any, path: Path) -> tuple[list[dict[str, Any]], int]:
     def bad(why: str) -> ModelSpecError:
         return ModelSpecError(f"model script {path}: {why}")
 
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
         raise bad('expected {"steps": [...], "chunkDelayMs"?: int}')
+    if set(doc) - _TOP_FIELDS:
+        raise bad(f"unknown fields {sorted(set(doc) - _TOP_FIELDS)}; "
+                  'expected {"steps": [...], "chunkDelayMs"?: int}')
     delay = doc.get("chunkDelayMs", 0)
     if type(delay) is not int or delay < 0:
         raise bad("chunkDelayMs must be a non-negative integer")
@@ -116,10 +126,14 @@ def _validate(doc: Any, path: Path) -> tuple[list[dict[str, Any]], int]:
             raise bad(f"entry {n} has unknown fields {sorted(set(entry) - _FIELDS)}")
         if "finish" in entry and entry["finish"] not in get_args(FinishReason):
             raise bad(f"entry {n}: finish must be one of {list(get_args(FinishReason))}")
+        if not isinstance(entry.get("toolCalls", []), list):
+            raise bad(f"entry {n}: toolCalls must be a list")
         for call in entry.get("toolCalls", []):
             if not (isinstance(call, dict) and isinstance(call.get("id"), str)
                     and isinstance(call.get("name"), str)):
                 raise bad(f"entry {n}: each tool call needs a string id and name")
+            if not isinstance(call.get("arguments", {}), dict):
+                raise bad(f"entry {n}: the arguments of tool call {call['id']!r} must be an object")
         error = entry.get("error")
         if error is not None and not (isinstance(error, dict) and isinstance(error.get("message"), str)):
             raise bad(f"entry {n}: error must be {{message, code?, retryable?}}")

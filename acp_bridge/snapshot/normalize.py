@@ -6,8 +6,10 @@ what differs from run to run replaced.
 - JSON-RPC ids renumbered 1, 2, ... in order of first sight, the client's and the
   agent's requests each on their own (an answer takes the number of its request);
 - times zeroed: events' `time`, the header's `createdAt`, `updatedAt` fields, ISO times;
-- the model spec in `turn/start` -> `<model>` (the recording's and the replay's differ),
-  and a wrapped session's command in its header -> `<command>`;
+- the model spec in `turn/start` and in the model selector (the config option of
+  category `model`), and the auth methods of the `initialize` answer -> `<model>` (they
+  depend on the kind of model configured, which differs between the recording and the
+  replay), and a wrapped session's command in its header -> `<command>`;
 - `seq` is kept: the order of the log is what is compared.
 """
 
@@ -41,7 +43,17 @@ def _scrub(value: Any, paths: Sequence[tuple[str, str]], sessions: dict[str, str
 
 
 def _zero_times(value: Any) -> Any:
+    """Times zeroed, and what depends on the kind of model configured rather than on
+    what it said made `<model>`: the model selector's values (a config option of
+    category `model`) and the auth methods of the `initialize` answer (an `openai:` model
+    offers its key's; the replay needs none)."""
     if isinstance(value, dict):
+        if "protocolVersion" in value and isinstance(value.get("authMethods"), list):
+            value = {**value, "authMethods": "<model>"}
+        if value.get("category") == "model" and isinstance(value.get("options"), list):
+            value = {**value, "currentValue": "<model>",
+                     "options": [{**o, "value": "<model>", "name": "<model>", "description": "<model>"}
+                                 if isinstance(o, dict) else o for o in value["options"]]}
         return {k: (0 if k in _TIME_KEYS and isinstance(v, int) else _zero_times(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [_zero_times(v) for v in value]

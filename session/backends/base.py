@@ -115,6 +115,10 @@ class StoreReader(Protocol):
         """The stored form as JSONL lines (header, then events), bytes as stored.
         Raises SessionNotFoundError."""
 
+    def raw_chunks(self, session_id: str) -> Iterator[bytes]:
+        """`raw` a piece at a time, so a log of any size is copied in bounded memory.
+        Raises SessionNotFoundError when called, before the first piece."""
+
     def owner(self, session_id: str) -> Owner:
         """Whether a live process owns the session now (never by trying its lock)."""
 

@@ -220,11 +220,20 @@ class JsonlReader:
         return SessionPeek(header, mtime, title if isinstance(title, str) else None)
 
     def raw(self, session_id: str) -> bytes:
-        with log_opener(session_id, self.path_of(session_id))() as f:
-            return f.read()
+        return b"".join(self.raw_chunks(session_id))
+
+    def raw_chunks(self, session_id: str) -> Iterator[bytes]:
+        f = log_opener(session_id, self.path_of(session_id))()  # raises here if missing
+        return _chunks_of(f)
 
     def owner(self, session_id: str) -> Owner:
         return self._locks.owner(lock_file(self.locks_dir, validate_session_id(session_id)))
 
     def close(self) -> None:
         pass
+
+
+def _chunks_of(f: BinaryIO) -> Iterator[bytes]:
+    with f:
+        while chunk := f.read(READ_BLOCK):
+            yield chunk

@@ -223,6 +223,9 @@ class MemoryReader:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         return b"".join(line + b"\n" for line in [orjson.dumps(stored.header), *stored.records])
 
+    def raw_chunks(self, session_id: str) -> Iterator[bytes]:
+        return iter([self.raw(session_id)])  # in memory already
+
     def owner(self, session_id: str) -> Owner:
         return Owner("live", os.getpid()) if self._backend.owns(session_id) else Owner("none")
 

@@ -293,25 +293,43 @@ class SqliteReader:
     def raw(self, session_id: str) -> bytes:
         """The stored header, then one line per event row in seq order, with the stored
         data bytes verbatim (the JSONL backend's line format), from one snapshot."""
+        return b"".join(self.raw_chunks(session_id))
+
+    def raw_chunks(self, session_id: str) -> Iterator[bytes]:
         sid = validate_session_id(session_id)
         db = self._conn()
         if db is None:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
-        db.execute("BEGIN")
+        db.execute("BEGIN")  # one snapshot, until the last piece (or the generator's end)
         try:
             header_blob = self._row(sid)[0]
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return self._raw_rows(db, sid, header_blob)
+
+    def _raw_rows(self, db: sqlite3.Connection, sid: str, header_blob: bytes) -> Iterator[bytes]:
+        try:
+            yield _as_bytes(header_blob) + b"\n"
             with damage_as_corrupt(self.path, sid):
-                rows = db.execute(
+                cursor = db.execute(
                     "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
                     (sid,),
-                ).fetchall()
+                )
+                lines: list[bytes] = []
+                size = 0
+                while rows := cursor.fetchmany(64):  # pieces bounded in bytes, as in blocks()
+                    for seq, etype, stamp, data in rows:
+                        lines.append(b'{"type":%s,"seq":%d,"time":%d,"data":%s}\n' % (
+                            orjson.dumps(etype), seq, stamp, _as_bytes(data)))
+                        size += len(lines[-1])
+                    if size >= SqliteStream.BLOCK_BYTES:
+                        yield b"".join(lines)
+                        lines, size = [], 0
+                if lines:
+                    yield b"".join(lines)
         finally:
             db.execute("ROLLBACK")
-        out = [_as_bytes(header_blob), b"\n"]
-        for seq, etype, stamp, data in rows:
-            out.append(b'{"type":%s,"seq":%d,"time":%d,"data":%s}\n' % (
-                orjson.dumps(etype), seq, stamp, _as_bytes(data)))
-        return b"".join(out)
 
     def owner(self, session_id: str) -> Owner:
         return self._locks.owner(lock_file(self.locks_dir, validate_session_id(session_id)))

@@ -16,8 +16,10 @@ def positive_int(text: str) -> int:
 
 def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="session store folder (passed to the agent)")
-    p.add_argument("--backend", choices=("jsonl", "sqlite"), help="session store backend (passed to the agent)")
-    p.add_argument("--model", help="model spec: echo, script:PATH, openai:MODEL (passed to the agent)")
+    p.add_argument("--backend", metavar="NAME", help="session store backend (passed to the agent)")
+    p.add_argument("--model", action="append",
+                   help="model spec: echo, script:PATH, openai:MODEL; repeat it to offer several, "
+                        "switched with /model (passed to the agent)")
     p.add_argument("--max-steps", type=positive_int, help="model calls per turn at most (passed to the agent)")
     p.add_argument("--cwd", default=".", help="working directory of new sessions (default: the current one)")
     p.add_argument("--load", metavar="ID", help="start by loading this session instead of a new one")
@@ -58,7 +60,8 @@ def agent_command(args: argparse.Namespace) -> list[str]:
     command = [sys.executable, "-m", "acp_bridge", "wrap" if wrap else "serve"]
     given = [("--store", args.store), ("--backend", args.backend)]
     if not wrap:
-        given += [("--model", args.model), ("--max-steps", args.max_steps)]
+        given += [("--model", spec) for spec in args.model or ()]
+        given += [("--max-steps", args.max_steps)]
     for flag, value in given:
         if value is not None:
             command += [flag, str(value)]

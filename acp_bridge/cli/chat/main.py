@@ -5,8 +5,10 @@ recorded by the wrapper) and talks to it over the child's stdin/stdout.
 It advertises `fs` and `terminal` and serves them itself, so the agent's tools read and
 write files and run commands through it; permission requests are asked at the keyboard.
 
-Input: one `LineInput` over stdin (fd 0) is the only reader, and every line is taken
-by whoever is waiting for one. While a prompt runs the loop waits for its answer and
+Input: at a terminal (stdin and stdout both terminals) a line editor (editor.py,
+prompt_toolkit: cursor keys, history, multi-line prompts, pastes of any length);
+otherwise one `LineInput` over stdin (fd 0). Either is the only reader, and every line
+is taken by whoever is waiting for one. While a prompt runs the loop waits for its answer and
 reads nothing, so a permission question takes the next line: with piped stdin,
 prompts and permission answers come from the same stream, in order. A read that is
 cancelled (Ctrl-C, or the agent withdrawing its question) loses nothing. The file
@@ -14,7 +16,8 @@ descriptor is polled, never switched to non-blocking (a terminal shares that fla
 stdout), and read directly when it cannot be polled (a regular file, /dev/null).
 
 Ctrl-C while a prompt runs sends `session/cancel` (and withdraws a pending permission
-question); a second one, or one while idle, quits. Quitting closes the agent's stdin
+question); a second one, or one while idle, quits (in the editor, a Ctrl-C on a line
+with text clears the line instead). Quitting closes the agent's stdin
 and waits for it to exit. The agent runs in its own session, so the terminal's Ctrl-C
 reaches only this process.
 """
@@ -41,7 +44,9 @@ from acp_bridge.cli.chat.client_methods import ANSWERS, CANCELLED, ClientMethods
 from acp_bridge.cli.chat.command_line import agent_command, split_wrapped, wrap_problem
 from acp_bridge.cli.chat.command_line import options as add_options
 from acp_bridge.cli.chat.connection import AgentConnection, AgentGone, LineInput, error_message
-from acp_bridge.cli.chat.render import Renderer, sessions_table
+from acp_bridge.cli.chat.render import DIM, RESET, Renderer, sessions_table
+from acp_bridge.cli.safe_text import clean, guarded
+from acp_bridge.cli.startup import agent_settings
 from acp_bridge.rpc.protocol import ClientError
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
@@ -53,12 +58,23 @@ HELP = """commands:
   /sessions      list the stored sessions
   /load ID       load a session (its history is replayed)
   /mode NAME     set the session mode (ask, accept_edits, read_only)
+  /model [NAME]  show the models, or switch the session's model (the next prompt uses it)
   /quit          leave (so does end of input)
 anything else is sent as a prompt ("//text" sends "/text").
 Ctrl-C cancels a running prompt; a second Ctrl-C (or one while idle) quits.
 """
+EDITOR_HELP = """keys: Left/Right/Home/End move, Up/Down and Ctrl-R search earlier prompts,
+  Alt-Enter (or Esc Enter) starts a new line, Enter sends; pastes arrive whole;
+  Ctrl-C clears the line (on an empty line: quits), Ctrl-D on an empty line quits.
+"""
 
 # --- command line -------------------------------------------------------------------
+
+
+def editor_wanted() -> bool:
+    """The line editor is for a person at a terminal: stdin and stdout both terminals
+    (not TERM=dumb). Checked here, so prompt_toolkit is imported only when it is used."""
+    return os.isatty(0) and os.isatty(1) and os.environ.get("TERM", "") != "dumb"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     problem = wrap_problem(args)
     if problem:
         parser.error(problem)
+    # The agent's values, checked as `serve` (or `wrap`) would check them, before it is
+    # started: a bad one is one line and exit status 2 here (acp_bridge.cli.main).
+    agent_settings(args, model=not args.wrap)
     return run(args)
 
 
@@ -100,11 +119,16 @@ class Chat:
         self.cwd = str(Path(args.cwd).resolve())
         self.input = LineInput(sys.stdin.fileno())
         self.echo = not os.isatty(sys.stdin.fileno())
+        # The line editor at a terminal, made when the first line is read (the agent has
+        # created the store folder by then: the history lives in it).
+        self.editing = editor_wanted()
+        self._editor: Any = None
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         self.render = Renderer(color=color, cwd=self.cwd)
         self.sid: str | None = None
         self.mode: str | None = None
         self.modes: list[str] = []
+        self.options: list[Any] = []  # the session's configOptions, as the agent last sent them
         self._conn: AgentConnection | None = None
         self._scope = anyio.CancelScope()  # the input loop: cancelled to quit
         self._prompting = False
@@ -116,13 +140,16 @@ class Chat:
     # --- output ----------------------------------------------------------------------
 
     def write(self, text: str) -> None:
+        """Everything the chat prints goes here, and is guarded: any control character
+        left in it (from the agent, a tool, a log) is shown escaped; only the chat's own
+        styling passes (the renderer cleans what it formats; this is the backstop)."""
         if text:
-            sys.stdout.write(text)
+            sys.stdout.write(guarded(text, (DIM, RESET)))
             sys.stdout.flush()
 
     def error(self, text: str) -> None:
         self.write(self.render.newline())
-        print(f"acp-bridge chat: {text}", file=sys.stderr, flush=True)
+        print(f"acp-bridge chat: {clean(text)}", file=sys.stderr, flush=True)
 
     def conn(self) -> AgentConnection:
         assert self._conn is not None
@@ -136,7 +163,8 @@ class Chat:
             return 2
         try:
             process = await anyio.open_process(agent_command(self.args), stdin=subprocess.PIPE,
-                                               stdout=subprocess.PIPE, stderr=None, start_new_session=True)
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               start_new_session=True)
         except OSError as exc:
             self.error(f"cannot start the agent: {exc}")
             return 1
@@ -145,6 +173,7 @@ class Chat:
             methods = ClientMethods(tg, self._permission)
             self._conn = AgentConnection(process, self._on_notification, methods.serve)
             tg.start_soon(self._read, tg)
+            tg.start_soon(self._relay_stderr, process)
             if threading.current_thread() is threading.main_thread():
                 tg.start_soon(self._signals)
             try:
@@ -177,24 +206,64 @@ class Chat:
             self._lost = True
             self._scope.cancel()
 
+    async def _relay_stderr(self, process: anyio.abc.Process) -> None:
+        """The agent's stderr (its log, or a wrapped agent's anything) to ours, a line at
+        a time with control characters escaped: it is not ours to run on the terminal."""
+        assert process.stderr is not None
+        pending = b""
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async for chunk in process.stderr:
+                lines = (pending + chunk).split(b"\n")
+                pending = lines.pop()
+                if len(pending) > 65536:  # no newline in sight: show what came so far
+                    lines.append(pending)
+                    pending = b""
+                for line in lines:
+                    sys.stderr.write(clean(line.decode("utf-8", "replace")) + "\n")
+                sys.stderr.flush()
+        if pending:
+            sys.stderr.write(clean(pending.decode("utf-8", "replace")) + "\n")
+            sys.stderr.flush()
+
     async def _signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT) as signals:
             async for _ in signals:
-                if self._prompting and not self._cancel_sent:
-                    self._cancel_sent = True
-                    self.write(self.render.line("[cancelling: Ctrl-C again quits]"))
-                    await self.conn().notify("session/cancel", {"sessionId": self.sid})
-                    for scope in list(self._questions):
-                        scope.cancel()
-                else:
-                    self.write(self.render.newline())
-                    self._scope.cancel()
+                await self._ctrl_c()
 
-    async def _readline(self) -> str | None:
-        line = await self.input.readline()
-        if line is not None:
-            self.write(self.render.typed(line, echo=self.echo))
-        return line
+    async def _ctrl_c(self) -> None:
+        """Ctrl-C (SIGINT, or the key in the editor): cancel the running prompt, or quit."""
+        if self._prompting and not self._cancel_sent:
+            self._cancel_sent = True
+            self.write(self.render.line("[cancelling: Ctrl-C again quits]"))
+            await self.conn().notify("session/cancel", {"sessionId": self.sid})
+            for scope in list(self._questions):
+                scope.cancel()
+        else:
+            self.write(self.render.newline())
+            self._scope.cancel()
+
+    async def _ask(self, prompt: str, *, question: bool = False) -> str | None:
+        """The next line after showing `prompt` (the renderer's text: the end of an open
+        line, then the prompt itself), or None at end of input. In the editor, Ctrl-C
+        raises KeyboardInterrupt."""
+        if not self.editing:
+            self.write(prompt)
+            line = await self.input.readline()
+            if line is not None:
+                self.write(self.render.typed(line, echo=self.echo))
+            return line
+        if self._editor is None:
+            from acp_bridge.cli.chat.editor import LineEditor, history_for
+            from session import default_store_dir
+
+            store = Path(self.args.store) if self.args.store else default_store_dir()
+            self._editor = LineEditor(history_for(store))
+        lead, cut, message = prompt.rpartition("\n")
+        self.write(lead + cut)
+        try:
+            return await self._editor.readline(message, question=question)  # type: ignore[no-any-return]
+        finally:
+            self.render.line_closed()
 
     # --- the conversation ------------------------------------------------------------
 
@@ -216,8 +285,10 @@ class Chat:
         mode = f" (mode {self.mode})" if self.mode else ""  # a wrapped agent may have no modes
         self.write(self.render.line(f"session {self.sid}{mode}; /help for commands"))
         while True:
-            self.write(self.render.input_prompt())
-            line = await self._readline()
+            try:
+                line = await self._ask(self.render.input_prompt())
+            except KeyboardInterrupt:  # Ctrl-C on an empty line in the editor: quit
+                return 130
             if line is None:
                 self.write(self.render.newline())
                 return 0
@@ -234,6 +305,8 @@ class Chat:
         """Make `sid` the current session, with the mode state of its answer."""
         self.sid = sid
         self.render.new_session()
+        options = state.get("configOptions") if isinstance(state, dict) else None
+        self.options = options if isinstance(options, list) else []
         modes = state.get("modes") if isinstance(state, dict) else None
         if isinstance(modes, dict):
             self.mode = modes.get("currentModeId")
@@ -260,7 +333,7 @@ class Chat:
             if name in ("/quit", "/exit"):
                 return False
             if name == "/help":
-                self.write(self.render.newline() + HELP)
+                self.write(self.render.newline() + HELP + (EDITOR_HELP if self.editing else ""))
             elif name == "/sessions":
                 result = await conn.request("session/list", {})
                 self.write(self.render.newline() + sessions_table(result.get("sessions", []), self.sid))
@@ -271,6 +344,8 @@ class Chat:
             elif name == "/mode":
                 await conn.request("session/set_mode", {"sessionId": self.sid, "modeId": arg})
                 self.mode = arg
+            elif name == "/model":
+                await self._model(arg)
             elif name == "/load" and arg:
                 await self._load(arg)
             else:
@@ -278,6 +353,28 @@ class Chat:
         except ClientError as exc:
             self.error(error_message(exc))
         return True
+
+    async def _model(self, arg: str) -> None:
+        """`/model`: list the models of the `model` config option; `/model NAME`: switch
+        to the one whose value or name is NAME."""
+        option = next((o for o in self.options if isinstance(o, dict) and o.get("id") == "model"), None)
+        if option is None:
+            self.error("this agent offers no model choice")
+            return
+        choices = [c for c in option.get("options", []) if isinstance(c, dict)]
+        if not arg:
+            lines = [f"{'*' if c.get('value') == option.get('currentValue') else ' '} {c.get('value')}"
+                     f"{'  (' + str(c['description']) + ')' if c.get('description') not in (None, c.get('value')) else ''}"
+                     for c in choices]
+            self.write("".join(self.render.line(text) for text in ["models (* current):", *lines]))
+            return
+        match = [c for c in choices if arg in (c.get("value"), c.get("name"))]
+        value = match[0].get("value") if len(match) == 1 else arg  # unknown: the agent says which exist
+        result = await self.conn().request("session/set_config_option",
+                                           {"sessionId": self.sid, "configId": "model", "value": value})
+        if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
+            self.options = result["configOptions"]
+        self.write(self.render.line(f"model {value}"))
 
     async def _load(self, sid: str) -> bool:
         previous = self.sid
@@ -312,27 +409,31 @@ class Chat:
     async def _permission(self, toolCall: dict[str, Any], options: list[Any], **_: Any) -> dict[str, Any]:
         if self._cancel_sent:  # the turn is being cancelled: no more questions
             return CANCELLED
-        self.write(self.render.permission(toolCall))
+        prompt = self.render.permission(toolCall)
         answer: str | None = None
         try:
             with anyio.CancelScope() as scope:
                 self._questions.add(scope)
                 try:
                     while answer is None:
-                        line = await self._readline()
+                        try:
+                            line = await self._ask(prompt, question=True)
+                        except KeyboardInterrupt:  # the key, in the editor: as SIGINT
+                            await self._ctrl_c()
+                            break
                         if line is None:
                             self.write(self.render.line("  (end of input: rejected)"))
                             answer = "reject_once"
                         else:
                             answer = ANSWERS.get(line.strip().lower())
-                            if answer is None:
-                                self.write(self.render.choices())
+                            if answer is None:  # asked again (rendering it marks the line open)
+                                prompt = self.render.choices()
                 finally:
                     self._questions.discard(scope)
         except anyio.get_cancelled_exc_class():
             self.write(self.render.line("  (the agent withdrew the question)"))
             raise
-        if scope.cancelled_caught or answer is None:
+        if scope.cancelled_caught or answer is None or self._cancel_sent:
             self.write(self.render.line("  (cancelled)"))
             return CANCELLED
         option = option_for(answer, options)

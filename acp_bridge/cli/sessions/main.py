@@ -13,10 +13,13 @@ Decisions (DESIGN.md section 6 leaves the details open):
 - **Read-only, always.** Stores are opened with `session.open_reader`, which never
   takes a session's owner lock, repairs, or creates anything in the store: not the
   store folder, not a lock file, not `torn/`. `show` and `export` work on a session
-  that a live agent owns at that moment. `show` reads a log whole; `list` reads each
-  log in one streamed pass, checked as a load checks, keeping only its last turn, the
-  count of the turns before it and their tokens (`acp_bridge.cli.sessions.source.summarize`:
-  19 MB of peak RSS to list a 60 MB session, which had taken 145 MB). SQLite is opened
+  that a live agent owns at that moment. Every command streams: `list` reads each
+  log in one pass, checked as a load checks, keeping only its last turn, the count of
+  the turns before it and their tokens (`acp_bridge.cli.sessions.source.summarize`);
+  `show` and `export --format md` read the log once and print each turn when it is
+  complete (`walk.py`: the summary comes after the turns; docs/chat.md); `export
+  --format jsonl` copies the stored form a piece at a time. About 22 MB of peak RSS for
+  a 1M-event session on either backend (bench/sessions_memory.py). SQLite is opened
   with `mode=ro` (SQLite may leave its empty `-wal`/`-shm` side files, with the database
   file's mode; the database itself is not written). `SessionStore.load` is never called:
   it takes ownership and writes the repair.
@@ -33,7 +36,8 @@ Decisions (DESIGN.md section 6 leaves the details open):
   `/proc/locks` does not exist (not Linux), an open turn is shown with the closers and
   marked "interrupted (crash, or still running; not yet repaired on disk)".
 - **Damage.** `show` and `export --format md` refuse a log that `load` would refuse,
-  with the same `SessionCorruptError` / `SessionVersionError` message, exit 1. `list`
+  with the same `SessionCorruptError` / `SessionVersionError` message, exit 1 (the turns
+  of the blocks before the damage are out already). `list`
   does not stop at one damaged session: it lists it with the status "damaged" (and the
   message in `--json`). `export --format jsonl` is the raw stored form and does not
   parse the log, so a damaged log can still be taken out for inspection.
@@ -46,8 +50,8 @@ Decisions (DESIGN.md section 6 leaves the details open):
   `max_tokens`, `max_steps`, `refusal`, `cancelled`, `error: MESSAGE`, `interrupted`,
   `interrupted (unrepaired)` (open turn, no live owner), `running` (open turn, live
   owner), `open (running or interrupted)` (owner unknown), `damaged`, `no turns`. It
-  reads every log whole (turns and tokens are not indexed), which is fine for a person's
-  store; `--cwd` matches the session cwd exactly (after making DIR absolute). `--json`
+  reads every log, one streamed pass each (turns and tokens are not indexed), which is
+  fine for a person's store; `--cwd` matches the session cwd exactly (after making DIR absolute). `--json`
   prints one JSON array (times as epoch ms and local ISO 8601).
 - **Token totals** add up the `usage` of every `assistant/message`: input and output
   always; cache read/write and reasoning tokens when any were reported.
@@ -89,7 +93,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-BACKEND_CHOICES = ("jsonl", "sqlite")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROG = "acp-bridge sessions"
 
@@ -162,43 +165,50 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
         help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)",
     )
     parser.add_argument(
-        "--backend", choices=BACKEND_CHOICES, default=argparse.SUPPRESS,
-        help="store backend (default: $ACP_BRIDGE_BACKEND, else jsonl)",
+        "--backend", metavar="NAME", default=argparse.SUPPRESS,
+        help="store backend: jsonl or sqlite (default: $ACP_BRIDGE_BACKEND, else jsonl)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed `sessions` command. Returns the exit code; errors go to stderr."""
-    backend = getattr(args, "backend", None) or os.environ.get("ACP_BRIDGE_BACKEND") or "jsonl"
-    if backend not in BACKEND_CHOICES:
-        return _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_CHOICES)}",
-                     EXIT_USAGE)
-    from pathlib import Path
+    """Run a parsed `sessions` command. Returns the exit code; errors go to stderr. A bad
+    store or backend raises acp_bridge.cli.startup.ConfigError (one line, exit status 2)."""
+    from acp_bridge.cli.startup import reader_settings
 
+    backend, root = reader_settings(args)
     from acp_bridge.cli.sessions.listing import list_text
+    from acp_bridge.cli.sessions.progress import Progress
     from acp_bridge.cli.sessions.source import AmbiguousIdError, Source, resolve_id
-    from acp_bridge.cli.sessions.transcripts import markdown_text, show_text
+    from acp_bridge.cli.sessions.transcripts import markdown_chunks, show_chunks
+    from acp_bridge.cli.sessions.walk import Walk
     from session import (
         InvalidSessionIdError,
         SessionError,
         SessionNotFoundError,
-        default_store_dir,
     )
 
-    store = getattr(args, "store", None)
-    source = Source(backend, Path(store) if store else default_store_dir())
+    source = Source(backend, root)
     command = getattr(args, "sessions_command", None) or "list"
+    progress = Progress(f"{PROG} {command}")
     try:
         if command in ("list", "ls"):
             _write(list_text(source, args))
             return EXIT_OK
         sid = resolve_id(source, args.session_id)
-        if command == "show":
-            _write(show_text(source, sid, full=args.full))
-        elif args.format == "jsonl":
-            _write_bytes(source.raw(sid))
-        else:
-            _write(markdown_text(source, sid))
+        if command == "export" and args.format == "jsonl":
+            for piece in source.raw_chunks(sid):
+                _write_bytes(piece)
+                progress.add(len(piece), "bytes")
+            sys.stdout.buffer.flush()
+            return EXIT_OK
+        walk = Walk(source, sid, lambda records: progress.set(records, "records"))
+        try:
+            chunks = show_chunks(walk, source, full=args.full) if command == "show" \
+                else markdown_chunks(walk, source)
+            for chunk in chunks:
+                _write(chunk)
+        finally:
+            walk.close()
         return EXIT_OK
     except (AmbiguousIdError, InvalidSessionIdError) as exc:
         return _fail(str(exc), EXIT_USAGE)
@@ -214,11 +224,14 @@ def run(args: argparse.Namespace) -> int:
     except _sqlite_error() as exc:
         return _fail(f"cannot read the store {source.root}: {exc}", EXIT_FAIL)
     finally:
+        progress.done()
         source.close()
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
+    from acp_bridge.cli.safe_text import clean
+
+    print(f"{PROG}: {clean(message)}", file=sys.stderr)  # may quote what a log holds
     return code
 
 
@@ -249,4 +262,3 @@ def _write_bytes(data: bytes) -> None:
     """Bytes as they are (the stored form), after any text already written."""
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()

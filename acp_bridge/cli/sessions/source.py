@@ -1,8 +1,9 @@
 """A session store as `acp-bridge sessions` reads it: through `session`'s read-only
-open (`session.open_reader`), which never locks, repairs or creates anything. `show`
-reads a log whole; `list` reads each log in one streamed pass (`summarize`), checked
-as a load checks, keeping only its last turn, the count of the turns before it and
-their tokens. Ids are resolved here too (full ids, or unique prefixes)."""
+open (`session.open_reader`), which never locks, repairs or creates anything. `list`
+reads each log in one streamed pass (`summarize`), checked as a load checks, keeping
+only its last turn, the count of the turns before it and their tokens (`show` streams
+too: walk.py; `read` is the whole-log form the tests compare them with). Ids are
+resolved here too (full ids, or unique prefixes)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from acp_bridge.cli.sessions.text import add_usage
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
     from pathlib import Path
 
     from session import Event, Header, Owner, SessionPeek
@@ -87,8 +88,9 @@ class Source:
         return Stored(sid, stream.header, summary.last_turn, torn, stream.updated, title,
                       stream.where, stream.locate, summary.earlier_turns, summary.earlier_usage)
 
-    def raw(self, sid: str) -> bytes:
-        return self.reader.raw(sid)
+    def raw_chunks(self, sid: str) -> Iterator[bytes]:
+        """The stored form (`export --format jsonl`), a piece at a time."""
+        return self.reader.raw_chunks(sid)
 
     def peek(self, sid: str) -> SessionPeek:
         """What the store says of a session it cannot read whole, best effort."""

@@ -1,5 +1,6 @@
 """`acp-bridge sessions show` and `export --format md`: a session's transcript as plain
-text or as Markdown. (`export --format jsonl` is the stored form, `Source.raw`.)"""
+text or as Markdown, streamed from one pass over the log (walk.py). (`export --format
+jsonl` is the stored form, copied a piece at a time: `Source.raw_chunks`.)"""
 
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ from acp_bridge.cli.sessions.view import (
     Step,
     Tool,
     Turn,
-    View,
-    check_stored,
     result_mark,
     tool_diffs,
     turn_info,
@@ -32,38 +31,54 @@ from acp_bridge.cli.sessions.view import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from acp_bridge.cli.sessions.source import Source
+    from acp_bridge.cli.sessions.walk import Walk
 
 # show: how much of a tool's arguments to print without --full.
 SHOW_ARG_CHARS = 200
 
 
 # --- show -----------------------------------------------------------------------------------
+#
+# Both renderings stream: the head (what the store says of the session, and its title,
+# known once the first turn is in), then each turn as the walk completes it, then the
+# tail (turn count, owner, notes, total tokens), which only the whole log can tell.
 
 
-def load_view(source: Source, sid: str) -> View:
-    """A session read whole and refused, as `load` refuses it, if it is damaged."""
-    stored = source.read(sid)
-    check_stored(stored)
-    return View(stored, source.owner(sid))
+def show_chunks(walk: Walk, source: Source, *, full: bool) -> Iterator[str]:
+    """The `show` output, a piece at a time: a session's transcript as plain text."""
+    return _chunks(walk, lambda: _show_head(walk, source),
+                   lambda turn: _turn_text(walk, turn, full), lambda: _show_tail(walk))
 
 
-def show_text(source: Source, sid: str, *, full: bool) -> str:
-    """The `show` output: a session's transcript as plain text."""
-    return render_text(load_view(source, sid), source, full=full)
+def markdown_chunks(walk: Walk, source: Source) -> Iterator[str]:
+    """The `export --format md` output, a piece at a time."""
+    return _chunks(walk, lambda: _markdown_head(walk, source),
+                   lambda turn: _turn_markdown(walk, turn), lambda: _markdown_tail(walk))
 
 
-def markdown_text(source: Source, sid: str) -> str:
-    """The `export --format md` output."""
-    return render_markdown(load_view(source, sid), source)
+def _chunks(walk: Walk, head: Callable[[], list[str]], body: Callable[[Turn], list[str]],
+            tail: Callable[[], list[str]]) -> Iterator[str]:
+    started = False
+    for turn in walk.turns():
+        lines = body(turn)
+        if not started:
+            started = True
+            lines = head() + lines
+        yield "\n".join(lines) + "\n"
+    lines = tail()
+    if not started:
+        lines = head() + lines
+    yield "\n".join(lines) + "\n"
 
 
-def render_text(view: View, source: Source, *, full: bool = False) -> str:
-    stored = view.stored
-    header = stored.header
-    out = [f"Session {stored.id}"]
+def _show_head(walk: Walk, source: Source) -> list[str]:
+    header = walk.header
+    out = [f"Session {walk.id}"]
     fields = [
-        ("title", one_line(stored.title) if stored.title else "(untitled)"),
+        ("title", one_line(walk.title) if walk.title else "(untitled)"),
         ("cwd", one_line(str(header.get("cwd", "")))),
     ]
     if header.get("additionalDirectories"):
@@ -74,38 +89,42 @@ def render_text(view: View, source: Source, *, full: bool = False) -> str:
         fields += [("agent", f"{wrapped.name}, wrapped{its}"), ("command", wrapped.command)]
     fields += [
         ("created", local_time(header.get("createdAt"))),
-        ("updated", local_time(stored.updated)),
-        ("store", f"{stored.where} ({source.name})"),
+        ("updated", local_time(walk.updated)),
+        ("store", f"{one_line(walk.where)} ({source.name})"),
     ]
-    if view.owner == "live":
-        fields.append(("owner", f"process {view.owner_pid} (live: an agent has it open)"))
-    last = view.last
-    turns = str(len(view.turns))
-    if last is not None:
-        turns += f" (last: {view.status()[1]})"
-    fields += [("turns", turns), ("tokens", token_text(view.usage))]
-    out += [f"  {name:<8} {value}" for name, value in fields]
-    out += [f"  note: {note}" for note in view_notes(view)]
-    if not view.turns:
-        out += ["", "No turns yet."]
-    for turn in view.turns:
-        out += ["", f"Turn {turn.number} — {view.turn_status(turn)}", f"  {turn_info(turn)}"]
-        out += ["", "  User:"]
-        out += indent(blocks_text(turn.prompt).split("\n"), "    ")
-        for step in turn.steps:
-            label = f"  Step {step.number}"
-            if step.usage:
-                label += f" · tokens {token_text(step.usage)}"
-            out += ["", label]
-            out += _step_text(step, turn, full)
-        out.append("")
-        if turn.reason is not None:
-            end = f"  End: {view.turn_status(turn)}"
-        else:
-            end = "  (the turn is still running; shown as far as it is on disk)"
-        out.append(end + (f" · tokens {token_text(turn.usage)}" if turn.usage else ""))
-    out += ["", f"Total tokens: {token_text(view.usage)}"]
-    return "\n".join(out) + "\n"
+    return out + [f"  {name:<8} {value}" for name, value in fields]
+
+
+def _turn_text(walk: Walk, turn: Turn, full: bool) -> list[str]:
+    out = ["", f"Turn {turn.number} — {walk.turn_status(turn)}", f"  {turn_info(turn)}"]
+    out += ["", "  User:"]
+    out += indent(blocks_text(turn.prompt).split("\n"), "    ")
+    for step in turn.steps:
+        label = f"  Step {step.number}"
+        if step.usage:
+            label += f" · tokens {token_text(step.usage)}"
+        out += ["", label]
+        out += _step_text(step, turn, full)
+    out.append("")
+    if turn.reason is not None:
+        end = f"  End: {walk.turn_status(turn)}"
+    else:
+        end = "  (the turn is still running; shown as far as it is on disk)"
+    out.append(end + (f" · tokens {token_text(turn.usage)}" if turn.usage else ""))
+    return out
+
+
+def _show_tail(walk: Walk) -> list[str]:
+    fields = []
+    if walk.last is not None:
+        fields.append(("turns", f"{walk.turn_count} (last: {walk.status()[1]})"))
+    if walk.owner == "live":
+        fields.append(("owner", f"process {walk.owner_pid} (live: an agent has it open)"))
+    out = [] if walk.turn_count else ["", "No turns yet."]
+    if fields:
+        out += [""] + [f"  {name:<8} {value}" for name, value in fields]
+    out += [f"  note: {note}" for note in view_notes(walk.torn, walk.running, walk.closers)]
+    return [*out, "", f"Total tokens: {token_text(walk.usage)}"]
 
 
 def _step_text(step: Step, turn: Turn, full: bool) -> list[str]:
@@ -182,13 +201,12 @@ def _md_escape(text: str) -> str:
     return re.sub(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])", r"\\_", text)
 
 
-def render_markdown(view: View, source: Source) -> str:
-    stored = view.stored
-    header = stored.header
-    title = one_line(stored.title) if stored.title else "Untitled session"
+def _markdown_head(walk: Walk, source: Source) -> list[str]:
+    header = walk.header
+    title = one_line(walk.title) if walk.title else "Untitled session"
     out = [f"# {_md_escape(title)}", ""]
     items = [
-        ("id", f"`{stored.id}`"),
+        ("id", f"`{walk.id}`"),
         ("cwd", f"`{one_line(str(header.get('cwd', ''))).replace('`', '')}`"),
     ]
     if header.get("additionalDirectories"):
@@ -201,38 +219,44 @@ def render_markdown(view: View, source: Source) -> str:
                   ("command", f"`{wrapped.command.replace('`', '')}`")]
     items += [
         ("created", local_time(header.get("createdAt"))),
-        ("updated", local_time(stored.updated)),
+        ("updated", local_time(walk.updated)),
         ("backend", source.name),
     ]
-    if view.owner == "live":
-        items.append(("owner", f"process {view.owner_pid} (live)"))
-    turns = str(len(view.turns))
-    if view.last is not None:
-        turns += f" (last: {_md_escape(view.status()[1])})"
-    items += [("turns", turns), ("tokens", token_text(view.usage))]
-    out += [f"- **{name}**: {value}" for name, value in items]
-    notes = view_notes(view)
+    return out + [f"- **{name}**: {value}" for name, value in items]
+
+
+def _turn_markdown(walk: Walk, turn: Turn) -> list[str]:
+    out = ["", f"## Turn {turn.number} — {_md_escape(walk.turn_status(turn))}", "",
+           f"*{_md_escape(turn_info(turn))}*", "", "### User", ""]
+    out += blocks_text(turn.prompt).split("\n")
+    for step in turn.steps:
+        label = f"### Step {step.number}"
+        if step.usage:
+            label += f" · tokens {token_text(step.usage)}"
+        out += ["", label]
+        out += _step_markdown(step, turn)
+    out.append("")
+    if turn.reason is not None:
+        end = f"**End:** {_md_escape(walk.turn_status(turn))}"
+    else:
+        end = "**The turn is still running;** shown as far as it is on disk."
+    out.append(end + (f" · tokens {token_text(turn.usage)}" if turn.usage else ""))
+    return out
+
+
+def _markdown_tail(walk: Walk) -> list[str]:
+    turns = str(walk.turn_count)
+    if walk.last is not None:
+        turns += f" (last: {_md_escape(walk.status()[1])})"
+    items = [("turns", turns)]
+    if walk.owner == "live":
+        items.append(("owner", f"process {walk.owner_pid} (live)"))
+    out = ["", "---", ""] + [f"- **{name}**: {value}" for name, value in items]
+    notes = view_notes(walk.torn, walk.running, walk.closers)
     if notes:
         out.append("")
         out += [f"> **Note:** {_md_escape(note)}" for note in notes]
-    for turn in view.turns:
-        out += ["", f"## Turn {turn.number} — {_md_escape(view.turn_status(turn))}", "",
-                f"*{_md_escape(turn_info(turn))}*", "", "### User", ""]
-        out += blocks_text(turn.prompt).split("\n")
-        for step in turn.steps:
-            label = f"### Step {step.number}"
-            if step.usage:
-                label += f" · tokens {token_text(step.usage)}"
-            out += ["", label]
-            out += _step_markdown(step, turn)
-        out.append("")
-        if turn.reason is not None:
-            end = f"**End:** {_md_escape(view.turn_status(turn))}"
-        else:
-            end = "**The turn is still running;** shown as far as it is on disk."
-        out.append(end + (f" · tokens {token_text(turn.usage)}" if turn.usage else ""))
-    out += ["", "---", "", f"**Total tokens:** {token_text(view.usage)}"]
-    return "\n".join(out) + "\n"
+    return [*out, "", f"**Total tokens:** {token_text(walk.usage)}"]
 
 
 def _step_markdown(step: Step, turn: Turn) -> list[str]:

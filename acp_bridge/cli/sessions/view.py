@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from acp_bridge.cli.sessions.source import Stored
     from session import Owner
     from session.events import Event
+    from session.scan import TornTail
 
 
 class Tool:
@@ -74,7 +75,46 @@ class Turn:
         self.usage: dict[str, int] = {}
 
 
-class View:
+class States:
+    """The wording of a session's turn states, for a view of it whole (`View`) or
+    streamed (`walk.Walk`): both know the owner and their last turn."""
+
+    owner: str
+    owner_pid: int | None
+
+    @property
+    def last(self) -> Turn | None:
+        raise NotImplementedError
+
+    def turn_status(self, turn: Turn) -> str:
+        """The long form, for a turn's header line."""
+        if turn.reason is None:
+            who = f" (in process {self.owner_pid})" if self.owner_pid else ""
+            return f"running{who}"
+        text = reason_text(turn.reason, long=True)
+        if not turn.end_on_disk:
+            cause = one_line(str(turn.reason.get("cause", "crash")))
+            if self.owner == "unknown":
+                return f"interrupted ({cause}, or still running; not yet repaired on disk)"
+            return f"interrupted ({cause}; not yet repaired on disk)"
+        return text
+
+    def status(self) -> tuple[str | None, str]:
+        """(machine status, short text) of the last turn, for `list`."""
+        turn = self.last
+        if turn is None:
+            return None, "no turns"
+        if turn.reason is None:
+            return "running", "running"
+        if not turn.end_on_disk:
+            if self.owner == "unknown":
+                return "open", "open (running or interrupted)"
+            return "interrupted", "interrupted (unrepaired)"
+        kind = str(turn.reason.get("kind"))
+        return kind, reason_text(turn.reason, long=False)
+
+
+class View(States):
     """A stored session, with the closers of an unrepaired open turn applied in memory."""
 
     def __init__(self, stored: Stored, owner: Owner) -> None:
@@ -101,33 +141,6 @@ class View:
     def last(self) -> Turn | None:
         return self.turns[-1] if self.turns else None
 
-    def turn_status(self, turn: Turn) -> str:
-        """The long form, for a turn's header line."""
-        if turn.reason is None:
-            who = f" (in process {self.owner_pid})" if self.owner_pid else ""
-            return f"running{who}"
-        text = reason_text(turn.reason, long=True)
-        if not turn.end_on_disk:
-            cause = turn.reason.get("cause", "crash")
-            if self.owner == "unknown":
-                return f"interrupted ({cause}, or still running; not yet repaired on disk)"
-            return f"interrupted ({cause}; not yet repaired on disk)"
-        return text
-
-    def status(self) -> tuple[str | None, str]:
-        """(machine status, short text) of the last turn, for `list`."""
-        turn = self.last
-        if turn is None:
-            return None, "no turns"
-        if turn.reason is None:
-            return "running", "running"
-        if not turn.end_on_disk:
-            if self.owner == "unknown":
-                return "open", "open (running or interrupted)"
-            return "interrupted", "interrupted (unrepaired)"
-        kind = str(turn.reason.get("kind"))
-        return kind, reason_text(turn.reason, long=False)
-
 
 def _ends_open(events: list[Event]) -> bool:
     from session.repair import open_turn_start
@@ -148,60 +161,89 @@ def check_stored(stored: Stored) -> None:
 
 
 def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[Turn]:
-    turns: list[Turn] = []
-    turn: Turn | None = None
-    step: Step | None = None
-    tools: dict[str, Tool] = {}
+    builder = TurnBuilder(on_disk=on_disk)
     for event in events:
+        builder.feed(event)
+    return builder.turns
+
+
+class TurnBuilder:
+    """Turns built one event at a time (`show` and `export` stream a log through one):
+    `feed` returns a turn when its `turn/end` completes it. Events of seq `on_disk` and
+    later are the in-memory closers of an unrepaired turn. Streamed chunks are let go
+    once the step's `assistant/message` is in: a turn costs its text, not its events."""
+
+    def __init__(self, *, on_disk: int | None = None, keep: bool = True) -> None:
+        self.on_disk = on_disk  # None: every event so far is on disk
+        self.keep = keep  # keep every turn in `turns` (else only the current one)
+        self.turns: list[Turn] = []
+        self.turn: Turn | None = None
+        self.count = 0
+        self._step: Step | None = None
+        self._tools: dict[str, Tool] = {}
+
+    def _stored(self, seq: int) -> bool:
+        return self.on_disk is None or seq < self.on_disk
+
+    def feed(self, event: Event) -> Turn | None:
         etype, data = event["type"], event["data"]
+        turn, step = self.turn, self._step
         if etype == "turn/start":
-            turn = Turn(int(data.get("turn", len(turns) + 1)), event["time"], data)
-            turns.append(turn)
-            step, tools = None, {}
+            self.count += 1
+            self.turn = Turn(int(data.get("turn", self.count)), event["time"], data)
+            if not self.keep:
+                self.turns.clear()
+            self.turns.append(self.turn)
+            self._step, self._tools = None, {}
         elif turn is None:
-            continue  # outside a turn: the invariant check refuses such logs
+            pass  # outside a turn: the invariant check refuses such logs
         elif etype == "user/message":
             turn.prompt.extend(data.get("content") or [])
         elif etype == "step/start":
-            step = Step(int(data.get("step", len(turn.steps) + 1)))
-            turn.steps.append(step)
+            self._step = Step(int(data.get("step", len(turn.steps) + 1)))
+            turn.steps.append(self._step)
         elif etype == "turn/end":
             turn.reason = data.get("reason") or {}
             turn.ended_at = event["time"]
-            turn.end_on_disk = event["seq"] < on_disk
+            turn.end_on_disk = self._stored(event["seq"])
+            self.turn = self._step = None
+            return turn
         elif step is None:
-            continue
+            pass
         elif etype == "assistant/chunk":
             chunk = data.get("chunk") or {}
             target = step.chunk_reasoning if chunk.get("type") == "reasoning" else step.chunk_text
             target.append(str(chunk.get("text", "")))
         elif etype == "assistant/message":
-            step.has_message = True
-            for block in data.get("content") or []:
-                kind = block.get("type")
-                if kind == "text":
-                    step.text.append(str(block.get("text", "")))
-                elif kind == "reasoning":
-                    step.reasoning.append(str(block.get("text", "")))
-                elif kind == "tool-call":
-                    call = Tool(str(block.get("id")), str(block.get("name")),
-                                 block.get("arguments"))
-                    tools[call.call_id] = call
-                    step.tools.append(call)
-            usage = data.get("usage")
-            if isinstance(usage, dict):
-                add_usage(step.usage, usage)
-                add_usage(turn.usage, usage)
+            self._message(turn, step, data)
         elif etype == "tool/call":
-            tool = _tool_of(tools, step, data)
+            tool = _tool_of(self._tools, step, data)
             tool.name = str(data.get("name", tool.name))
             tool.arguments = data.get("arguments", tool.arguments)
             tool.title, tool.kind, tool.started = data.get("title"), data.get("kind"), True
         elif etype == "tool/result":
-            tool = _tool_of(tools, step, data)
+            tool = _tool_of(self._tools, step, data)
             tool.result = data
-            tool.result_on_disk = event["seq"] < on_disk
-    return turns
+            tool.result_on_disk = self._stored(event["seq"])
+        return None
+
+    def _message(self, turn: Turn, step: Step, data: dict[str, Any]) -> None:
+        step.has_message = True
+        step.chunk_text, step.chunk_reasoning = [], []  # the message has their text
+        for block in data.get("content") or []:
+            kind = block.get("type")
+            if kind == "text":
+                step.text.append(str(block.get("text", "")))
+            elif kind == "reasoning":
+                step.reasoning.append(str(block.get("text", "")))
+            elif kind == "tool-call":
+                call = Tool(str(block.get("id")), str(block.get("name")), block.get("arguments"))
+                self._tools[call.call_id] = call
+                step.tools.append(call)
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            add_usage(step.usage, usage)
+            add_usage(turn.usage, usage)
 
 
 def _tool_of(tools: dict[str, Tool], step: Step, data: dict[str, Any]) -> Tool:
@@ -219,24 +261,25 @@ def reason_text(reason: dict[str, Any], *, long: bool) -> str:
     if kind == "error":
         text = f"error: {one_line(str(reason.get('message', '')))}"
         if long:
-            details = [f"step {reason.get('step')}"]
+            details = [f"step {one_line(str(reason.get('step')))}"]
             if reason.get("code"):
-                details.append(f"code {reason['code']}")
+                details.append(f"code {one_line(str(reason['code']))}")
             if reason.get("retryable"):
                 details.append("retryable")
             text += f" ({', '.join(details)})"
         return text
+    # Every value from the log is shown through one_line: control characters escaped.
     if not long:
-        return str(kind)
+        return one_line(str(kind))
     if kind == "cancelled":
-        return f"cancelled (by {reason.get('by')})"
+        return f"cancelled (by {one_line(str(reason.get('by')))})"
     if kind == "interrupted":
-        return f"interrupted ({reason.get('cause')})"
+        return f"interrupted ({one_line(str(reason.get('cause')))})"
     if kind == "max_steps":
-        return f"max_steps (limit {reason.get('limit')})"
+        return f"max_steps (limit {one_line(str(reason.get('limit')))})"
     if kind == "max_tokens":
         return "max_tokens (the model hit its output limit)"
-    return str(kind)
+    return one_line(str(kind))
 
 
 def turn_duration(turn: Turn) -> str | None:
@@ -317,17 +360,16 @@ def wrapped_agent(header: Mapping[str, object]) -> WrappedAgent | None:
     return WrappedAgent(command, name or "?", one_line(str(sid)) if sid else None)
 
 
-def view_notes(view: View) -> list[str]:
+def view_notes(torn: TornTail | None, running: bool, closers: list[Event]) -> list[str]:
     notes = []
-    torn = view.stored.torn
-    if torn is not None and not view.running:
+    if torn is not None and not running:
         place = ", ".join(f"{k} {v}" for k, v in torn.where.items())
         notes.append(
             f"{torn.records} damaged record(s) at the end ({place}: {one_line(torn.reason)}) "
             "would be cut (and kept aside) when the session is next loaded."
         )
-    if view.closers:
-        turn = view.closers[-1]["data"]["turn"]
+    if closers:
+        turn = closers[-1]["data"]["turn"]
         notes.append(
             f"turn {turn} was cut short and has not been repaired on disk yet; it is shown "
             "as loading will close it. Nothing was written."

@@ -1,0 +1,267 @@
+"""Start-up, shared by every program of the command line: the options of the agent's
+programs (store, backend, model, logs) and the checks of their values, made before
+anything is served or stored (DESIGN.md section 6; docs/protocol.md, "Start-up").
+
+Fail fast: each value that can be checked before serving is checked here, whether it
+came from a flag or from the environment: the model spec (`acp_bridge.models.check_spec`:
+the script file is read and checked whole; the openai endpoint settings), the backend
+name, the log level, the log file and the store folder. A bad value raises `ConfigError`,
+which names the option (the flag, or the environment variable the value came from) and
+what is wrong; `acp_bridge.cli.main.main` is the one place that turns it into `refuse`:
+one line on stderr and exit status 2, no traceback unless the log level is debug. An
+editor shows that line in its agent log.
+
+Only argparse, os and sys are imported at module level: `acp-bridge` imports this on
+every start, and the agent's start-up path stays lean. The checks import what they use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+import typing
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_MODEL = "echo"
+DEFAULT_BACKEND = "jsonl"
+DEFAULT_LOG_LEVEL = "warning"
+DEFAULT_MAX_STEPS = 50
+EXIT_CONFIG = 2
+
+
+class ConfigError(Exception):
+    """A start-up value that cannot work: the option it came from, and why."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"{option}: {problem}")
+        self.option = option
+        self.problem = problem
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2 (DESIGN.md section 6)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+
+
+def refuse(prog: str, exc: ConfigError, *, debug: bool) -> int:
+    """The one way a configuration error ends a program: one line, exit status 2 (the
+    traceback before it at the debug log level)."""
+    if debug:
+        import traceback
+
+        traceback.print_exception(exc)
+    print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+    return EXIT_CONFIG
+
+
+def wants_debug(argv: list[str]) -> bool:
+    """Whether `argv` (our options, before any `--`) or the environment asks for the
+    debug log level; read raw, as the value being refused may be the log level itself."""
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    for at, arg in enumerate(own):
+        if arg.lower() == "--log-level=debug" or (arg == "--log-level" and own[at + 1:at + 2] == ["debug"]):
+            return True
+    return os.environ.get("ACP_BRIDGE_LOG_LEVEL", "").strip().lower() == "debug"
+
+
+# --- the options ------------------------------------------------------------------------
+
+
+def store_options(p: argparse.ArgumentParser) -> None:
+    """The store options of every program that runs the agent."""
+    p.add_argument("--store", default=None,
+                   help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
+    # The names are checked against session.DURABLE_BACKENDS when the program starts
+    # (importing `session` to build --help would slow every start).
+    p.add_argument("--backend", default=None, metavar="NAME",
+                   help=f"session store backend: jsonl or sqlite (default {DEFAULT_BACKEND}; $ACP_BRIDGE_BACKEND)")
+
+
+def log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-level", default=None, metavar="LEVEL",
+                   help=f"{', '.join(LOG_LEVELS)} (default {DEFAULT_LOG_LEVEL}; $ACP_BRIDGE_LOG_LEVEL)")
+    p.add_argument("--log-file", default=None, help="write logs to this file instead of stderr")
+
+
+def serve_options(p: argparse.ArgumentParser) -> None:
+    """The options of `acp-bridge serve` (and of `setup`, which writes them out)."""
+    store_options(p)
+    p.add_argument("--model", action="append", default=None,
+                   help="echo (default), script:PATH, openai:NAME, maybe with #images,reasoning; repeat it to "
+                        "offer several (the first is the default; else $ACP_BRIDGE_MODEL)")
+    p.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS,
+                   help=f"model calls per turn at most (default {DEFAULT_MAX_STEPS})")
+    log_options(p)
+
+
+# --- the checks -------------------------------------------------------------------------
+
+
+class AgentSettings(typing.NamedTuple):
+    """The checked start-up values of a program that runs the agent (or the wrapper)."""
+
+    store: Path
+    backend: str
+    model: list[str] | None  # the configured models, the first the default; None for the wrapper
+    max_steps: int
+    log_level: str
+    log_file: str | None
+
+
+def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSettings:
+    """Check the options of `serve`, `wrap`, `chat` or `setup` in `args` (flags, else the
+    environment, else the defaults); ConfigError for the first that cannot work."""
+    backend = check_backend(*chosen(args, "backend", "ACP_BRIDGE_BACKEND"))
+    level = check_log_level(*chosen(args, "log_level", "ACP_BRIDGE_LOG_LEVEL"))
+    log_file = getattr(args, "log_file", None)
+    if log_file:
+        check_log_file(log_file)
+    max_steps = getattr(args, "max_steps", None)
+    if max_steps is None:
+        max_steps = DEFAULT_MAX_STEPS
+    if max_steps < 1:
+        raise ConfigError("--max-steps", f"must be at least 1, got {max_steps}")
+    specs = check_models(args) if model else None
+    store, label = store_choice(args)
+    check_writable_store(store, label)
+    return AgentSettings(store, backend, specs, max_steps, level, log_file)
+
+
+def reader_settings(args: argparse.Namespace) -> tuple[str, Path]:
+    """(backend, store) of `acp-bridge sessions`, checked: a store that is missing is an
+    empty one, but a file or an unreadable folder is an error, not "No sessions"."""
+    backend = check_backend(*chosen(args, "backend", "ACP_BRIDGE_BACKEND"))
+    store, label = store_choice(args)
+    if os.path.lexists(store) and not store.is_dir():
+        raise ConfigError(label, f"store {store} is not a folder")
+    if store.is_dir() and not _access(store, os.R_OK | os.X_OK):
+        raise ConfigError(label, f"store {store} is not readable: {os.strerror(errno.EACCES)}")
+    return backend, store
+
+
+def chosen(args: argparse.Namespace, name: str, env_var: str) -> tuple[str | None, str]:
+    """(the value of option `name`: its flag, else `$env_var`, else None; the option's
+    name as the person gave it, for the error line)."""
+    flag = "--" + name.replace("_", "-")
+    value = getattr(args, name, None)
+    if value is not None:
+        return str(value), flag
+    env = os.environ.get(env_var)
+    if env:
+        return env, f"${env_var}"
+    return None, flag
+
+
+def check_backend(value: str | None, option: str) -> str:
+    from session import DURABLE_BACKENDS
+
+    name = (value or DEFAULT_BACKEND).strip()
+    if name in DURABLE_BACKENDS:
+        return name
+    choices = _either(DURABLE_BACKENDS)
+    if name == "memory":
+        raise ConfigError(option, f"the memory backend keeps nothing on disk (it is for tests); use {choices}")
+    raise ConfigError(option, f"unknown backend {name!r}; use {choices}")
+
+
+def check_log_level(value: str | None, option: str) -> str:
+    level = (value or DEFAULT_LOG_LEVEL).strip().lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(option, f"unknown log level {value!r}; use {_either(LOG_LEVELS)}")
+    return level
+
+
+def check_log_file(path: str) -> None:
+    """The log file can be appended to, or created: asked with access(2), so nothing is
+    created before every other value has been checked."""
+    from pathlib import Path
+
+    file = Path(path)
+    if file.is_dir():
+        raise ConfigError("--log-file", f"{file} is a folder")
+    if file.exists():
+        if not _access(file, os.W_OK):
+            raise ConfigError("--log-file", f"cannot write {file}: {os.strerror(errno.EACCES)}")
+        return
+    folder = file.parent
+    if not folder.is_dir():
+        why = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError("--log-file", f"cannot create {file}: {folder} {why}")
+    if not _access(folder, os.W_OK | os.X_OK):
+        raise ConfigError("--log-file", f"cannot create {file}: {folder} is not writable: {os.strerror(errno.EACCES)}")
+
+
+def check_models(args: argparse.Namespace) -> list[str]:
+    """The models `--model` (repeated) names, else `$ACP_BRIDGE_MODEL`, else echo: each
+    checked, and the list as a whole (no model twice)."""
+    from acp_bridge.models import ModelSpecError
+    from acp_bridge.models.catalog import parse_specs
+
+    given = getattr(args, "model", None)
+    if isinstance(given, str):
+        given = [given]
+    if given:
+        specs, option = list(given), "--model"
+    else:
+        env = os.environ.get("ACP_BRIDGE_MODEL")
+        specs, option = [env or DEFAULT_MODEL], ("$ACP_BRIDGE_MODEL" if env else "--model")
+    for spec in specs:
+        check_model(spec, option)
+    try:
+        parse_specs(specs)
+    except ModelSpecError as exc:
+        raise ConfigError(option, str(exc)) from exc
+    return specs
+
+
+def check_model(spec: str, option: str) -> str:
+    from acp_bridge.models import ModelSpecError, check_spec
+
+    try:
+        check_spec(spec)
+    except ModelSpecError as exc:
+        raise ConfigError(option, str(exc)) from exc
+    return spec
+
+
+def store_choice(args: argparse.Namespace) -> tuple[Path, str]:
+    """The store folder `args` chooses, and where the choice came from (for the error)."""
+    from pathlib import Path
+
+    from session import default_store_dir
+
+    value = getattr(args, "store", None)
+    if value:
+        return Path(value), "--store"
+    label = ("$ACP_BRIDGE_HOME" if os.environ.get("ACP_BRIDGE_HOME") else
+             "$XDG_STATE_HOME" if os.environ.get("XDG_STATE_HOME") else "the default store (--store)")
+    return default_store_dir(), label
+
+
+def check_writable_store(store: Path, option: str) -> None:
+    """The agent can write the store (session.files.check_store_writable): checked
+    before it starts, so an unusable store is never chmodded or half-used."""
+    from session import StoreIOError
+    from session.files import check_store_writable
+
+    try:
+        check_store_writable(store)
+    except StoreIOError as exc:
+        raise ConfigError(option, str(exc)) from exc
+
+
+def _access(path: Path, mode: int) -> bool:
+    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
+
+
+def _either(names: typing.Sequence[str]) -> str:
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]

@@ -1,0 +1,156 @@
+"""MCP servers as the agent sees them, without the SDK (pure but for the environment
+read of the timeouts): a server's spec from ACP JSON, the names its tools are offered
+under, a `tools/call` result as ACP content, and the error of a server that cannot
+serve a call. tools/mcp_servers.py and tools/mcp_session.py share it.
+
+Names: a tool `t` of server `s` is offered as `s__t` (both cut to the characters model
+APIs accept, `[A-Za-z0-9_-]`, and to 64 characters with a hash when longer). No
+built-in tool has `__` in its name, and the server names of one session are unique
+(the params check refuses a name given twice), so names cannot collide; two servers
+whose names differ only in characters that are cut get a numbered prefix.
+
+Timeouts (seconds), from the environment: `ACP_BRIDGE_MCP_START_TIMEOUT` (default 30)
+for a server to start and list its tools, `ACP_BRIDGE_MCP_CALL_TIMEOUT` (default 300)
+for one tool call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from acp_bridge.tools.base import JSON, ToolError, ToolOutcome
+
+log = logging.getLogger("acp_bridge.tools.mcp")
+
+START_TIMEOUT_ENV = "ACP_BRIDGE_MCP_START_TIMEOUT"
+CALL_TIMEOUT_ENV = "ACP_BRIDGE_MCP_CALL_TIMEOUT"
+DEFAULT_START_TIMEOUT_S = 30.0
+DEFAULT_CALL_TIMEOUT_S = 300.0
+MAX_NAME = 64  # OpenAI function names: ^[a-zA-Z0-9_-]{1,64}$
+SEPARATOR = "__"
+
+
+def timeout_from_env(variable: str, default: float) -> float:
+    raw = os.environ.get(variable)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds; using %s", variable, raw, default)
+        return default
+    return value if value > 0 else default
+
+
+@dataclass(frozen=True)
+class McpServerSpec:
+    """One stdio MCP server as ACP describes it (`McpServerStdio`)."""
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_acp(cls, value: Mapping[str, Any]) -> McpServerSpec:
+        """From a checked ACP McpServer object (agent/params.py checked its shape)."""
+        return cls(value["name"], value["command"], tuple(value.get("args", ())),
+                   tuple((e["name"], e["value"]) for e in value.get("env", ())))
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text) or "_"
+
+
+def fit_name(name: str) -> str:
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:MAX_NAME - 9]}_{digest}"
+
+
+def server_prefixes(names: Sequence[str]) -> list[str]:
+    """The name prefix of each server, distinct. A `__` inside a server's name is
+    folded so that the first `__` of a tool name always ends the prefix."""
+    prefixes: list[str] = []
+    for name in names:
+        base = re.sub(r"_{2,}", "_", _clean(name))[:24]
+        prefix, n = base, 1
+        while prefix in prefixes:
+            n += 1
+            prefix = f"{base}{n}"
+        prefixes.append(prefix)
+    return prefixes
+
+
+def tool_name(prefix: str, tool: str) -> str:
+    """The name the model calls a server's tool by."""
+    return fit_name(f"{prefix}{SEPARATOR}{_clean(tool)}")
+
+
+# ACP ContentBlock fields by type (MCP's blocks are the same shapes, with a few more
+# fields ACP does not know, such as `icons`): a result is stored and shown with these.
+_BLOCK_FIELDS: dict[str, tuple[str, ...]] = {
+    "text": ("text",),
+    "image": ("data", "mimeType", "uri"),
+    "audio": ("data", "mimeType"),
+    "resource_link": ("uri", "name", "title", "description", "mimeType", "size"),
+    "resource": ("resource",),
+}
+_RESOURCE_FIELDS = ("uri", "mimeType", "text", "blob", "_meta")
+_ANNOTATION_FIELDS = ("audience", "priority", "lastModified")
+
+
+def acp_block(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An MCP content block as an ACP ContentBlock, or None for a type ACP lacks."""
+    kind = block.get("type")
+    fields = _BLOCK_FIELDS.get(str(kind))
+    if fields is None:
+        return None
+    out: dict[str, Any] = {"type": kind}
+    for name in fields:
+        if name in block:
+            out[name] = block[name]
+    if kind == "resource" and isinstance(block.get("resource"), Mapping):
+        out["resource"] = {k: v for k, v in block["resource"].items() if k in _RESOURCE_FIELDS}
+    annotations = block.get("annotations")
+    if isinstance(annotations, Mapping):
+        kept = {k: v for k, v in annotations.items() if k in _ANNOTATION_FIELDS}
+        if kept:
+            out["annotations"] = kept
+    if isinstance(block.get("_meta"), Mapping):
+        out["_meta"] = block["_meta"]
+    return out
+
+
+def tool_outcome(server: str, tool: str, result: Mapping[str, Any]) -> ToolOutcome:
+    """A `tools/call` result (MCP JSON) as the tool's outcome: its blocks as ACP content
+    (images and resources kept, so the log holds them and the client shows them)."""
+    blocks: list[JSON] = []
+    for block in result.get("content") or ():
+        converted = acp_block(block) if isinstance(block, Mapping) else None
+        if converted is None:
+            kind = block.get("type") if isinstance(block, Mapping) else type(block).__name__
+            converted = {"type": "text", "text": f"[{kind} content from {server} not shown]"}
+        blocks.append(converted)
+    structured = result.get("structuredContent")
+    if not blocks and structured is not None:
+        import orjson
+
+        blocks.append({"type": "text", "text": orjson.dumps(structured).decode()})
+    if result.get("isError"):
+        if not blocks:
+            blocks.append({"type": "text", "text": f"{tool} failed (MCP server {server!r} gave no reason)"})
+        return ToolOutcome(blocks, is_error=True, error={"name": "McpToolError", "code": "mcp_tool_error"})
+    return ToolOutcome(blocks)
+
+
+def unavailable(server: str, why: str) -> ToolError:
+    """The error a call gets when its server cannot serve it."""
+    return ToolError(f"MCP server {server!r} {why}", code="mcp_unavailable", name="McpServerError")

@@ -1,0 +1,98 @@
+"""A stdio MCP server for the MCP tests, built on the official SDK: tools that crash
+the server, hang, return an image or a resource, and report the server's pid (and start
+a grandchild in its process group, so the tests can see that a whole group dies).
+
+Run as `python tests/support/mcp_test_server.py [--pid-file PATH]`. The pid file gets
+one line per process started: the server's pid, then each grandchild's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import mcp_types as types
+from mcp.server.mcpserver import MCPServer
+
+# A 1x1 PNG.
+PNG = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478"
+    "9c6360000002000100e221bc330000000049454e44ae426082")).decode()
+
+server = MCPServer("acp-bridge-test")
+pid_file: str | None = None
+
+
+def note_pid(pid: int) -> None:
+    if pid_file:
+        with open(pid_file, "a", encoding="ascii") as f:
+            f.write(f"{pid}\n")
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Say `text` back."""
+    return text
+
+
+@server.tool()
+def getenv(name: str) -> str:
+    """The value of environment variable `name` in the server, or "(unset)"."""
+    return os.environ.get(name, "(unset)")
+
+
+@server.tool()
+def crash(code: int = 3) -> str:
+    """Exit the server at once with `code`."""
+    sys.stderr.write("crashing on purpose\n")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@server.tool()
+def hang(seconds: float = 3600) -> str:
+    """Answer after `seconds` (blocking the whole server meanwhile)."""
+    time.sleep(seconds)
+    return "woke up"
+
+
+@server.tool()
+def freeze() -> str:
+    """Stop the server (SIGSTOP): it answers nothing, ever, until killed."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return "thawed"
+
+
+@server.tool()
+def spawn() -> str:
+    """Start a grandchild (`sleep`) in the server's process group; return both pids."""
+    child = subprocess.Popen(["sleep", "600"])
+    note_pid(child.pid)
+    return f"server {os.getpid()} child {child.pid}"
+
+
+@server.tool()
+def picture() -> list[types.ContentBlock]:
+    """A tiny image and an embedded resource."""
+    return [types.TextContent(type="text", text="a picture"),
+            types.ImageContent(type="image", data=PNG, mime_type="image/png"),
+            types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
+                uri="file:///notes.txt", mime_type="text/plain", text="resource text"))]
+
+
+def main() -> None:
+    global pid_file
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pid-file")
+    pid_file = parser.parse_args().pid_file
+    note_pid(os.getpid())
+    server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+"""MCP servers are tools (issue 16, item 1), end to end over stdio against the real
+agent: the third-party servers `mcp-server-time` and `mcp-server-git` from PyPI, and
+tests/support/mcp_test_server.py (the official SDK) for what they cannot do on demand
+(crash, hang, freeze, images, a grandchild process). Every message the agent sends is
+validated against the ACP schema by the harness.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.support.acp_client import AgentError, AgentProcess, ClientPolicy, write_script
+from tests.support.logs import loaded_events
+from tests.support.processes import alive, wait_gone
+from tests.support.sse_server import SSEServer, chunk, stream_reply, text_reply
+
+pytestmark = pytest.mark.anyio
+
+BIN = Path(sys.executable).parent
+TEST_SERVER = Path(__file__).resolve().parent / "support" / "mcp_test_server.py"
+
+
+def time_server(name: str = "time") -> dict[str, Any]:
+    return {"name": name, "command": str(BIN / "mcp-server-time"), "args": [], "env": []}
+
+
+def git_server(repo: Path) -> dict[str, Any]:
+    return {"name": "git", "command": str(BIN / "mcp-server-git"), "args": ["--repository", str(repo)], "env": []}
+
+
+def test_server(name: str = "t", pid_file: Path | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    args = [str(TEST_SERVER), *(["--pid-file", str(pid_file)] if pid_file else [])]
+    return {"name": name, "command": sys.executable, "args": args,
+            "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}
+
+
+test_server.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+def call(call_id: str, name: str, /, **arguments: Any) -> dict[str, Any]:
+    return {"toolCalls": [{"id": call_id, "name": name, "arguments": arguments}]}
+
+
+async def open_session(agent: AgentProcess, work: Path, *servers: dict[str, Any]) -> tuple[str, Any]:
+    await agent.initialize()
+    result = await agent.request("session/new", {"cwd": str(work), "mcpServers": list(servers)}, timeout=60)
+    return str(result["sessionId"]), result
+
+
+def result_of(events: list[dict[str, Any]], call_id: str) -> dict[str, Any]:
+    (data,) = [e["data"] for e in events if e["type"] == "tool/result" and e["data"]["callId"] == call_id]
+    return dict(data)
+
+
+def final_update(agent: AgentProcess, sid: str, call_id: str) -> dict[str, Any]:
+    return [u for u in agent.updates_of(sid) if u.get("toolCallId") == call_id and u.get("status")][-1]
+
+
+def text_of(data: dict[str, Any]) -> str:
+    return "".join(b.get("text", "") for b in data["content"])
+
+
+async def test_initialize_says_stdio_only(tmp_path: Path) -> None:
+    async with AgentProcess(tmp_path / "store") as agent:
+        caps = (await agent.initialize())["agentCapabilities"]
+    assert caps["mcpCapabilities"] == {"http": False, "sse": False}
+
+
+async def test_mcp_server_time_tools_are_asked_for_and_always_allow_is_remembered(tmp_path: Path, work: Path) -> None:
+    model = write_script(tmp_path / "m.json", call("c1", "time__get_current_time", timezone="Europe/Paris"),
+                         {"text": "done"}, call("c2", "time__get_current_time", timezone="Asia/Tokyo"),
+                         {"text": "again"})
+    policy = ClientPolicy(permissions=["allow_always"])
+    async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
+        sid, result = await open_session(agent, work, time_server())
+        (status,) = result["_meta"]["acpBridge"]["mcpServers"]
+        assert status == {"name": "time", "tools": ["time__get_current_time", "time__convert_time"]}
+        assert (await agent.prompt(sid, "time in Paris?"))["stopReason"] == "end_turn"
+        assert (await agent.prompt(sid, "and Tokyo?"))["stopReason"] == "end_turn"
+    assert len(policy.asked) == 1  # the second call was allowed always
+    asked = policy.asked[0]["toolCall"]
+    assert asked["title"] == "time: get_current_time" and asked["kind"] == "other"
+    events = loaded_events(tmp_path / "store", sid)
+    first, second = result_of(events, "c1"), result_of(events, "c2")
+    assert not first["isError"] and '"timezone": "Europe/Paris"' in text_of(first)
+    assert first["permission"] == {"outcome": "selected", "optionId": "allow_always"}
+    assert not second["isError"] and "Asia/Tokyo" in text_of(second) and "permission" not in second
+    (tool_call,) = [e["data"] for e in events if e["type"] == "tool/call" and e["data"]["callId"] == "c1"]
+    assert tool_call["name"] == "time__get_current_time" and tool_call["arguments"] == {"timezone": "Europe/Paris"}
+    update = final_update(agent, sid, "c1")
+    assert update["status"] == "completed"
+    assert "Europe/Paris" in update["content"][0]["content"]["text"]
+
+
+async def test_a_tool_error_of_the_server_is_a_failed_result(tmp_path: Path, work: Path) -> None:
+    model = write_script(tmp_path / "m.json", call("c1", "time__get_current_time", timezone="Nowhere/Atlantis"),
+                         {"text": "sorry"})
+    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
+        sid, _ = await open_session(agent, work, time_server())
+        assert (await agent.prompt(sid, "time?"))["stopReason"] == "end_turn"
+    data = result_of(loaded_events(tmp_path / "store", sid), "c1")
+    assert data["isError"] and "Nowhere/Atlantis" in text_of(data)
+    assert data["error"] == {"name": "McpToolError", "code": "mcp_tool_error"}
+
+
+async def test_mcp_server_git_reads_a_real_repository(tmp_path: Path, work: Path) -> None:
+    for args in (["init", "-q"], ["config", "user.email", "t@example.invalid"], ["config", "user.name", "T"]):
+        subprocess.run(["git", *args], cwd=work, check=True)
+    subprocess.run(["git", "add", "notes.txt"], cwd=work, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "first notes"], cwd=work, check=True)
+    (work / "new.txt").write_text("x")
+    model = write_script(tmp_path / "m.json", call("s", "git__git_status", repo_path=str(work)),
+                         call("l", "git__git_log", repo_path=str(work)), {"text": "clean enough"})
+    policy = ClientPolicy(permissions=["allow_once", "allow_once"])
+    async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
+        sid, result = await open_session(agent, work, git_server(work))
+        tools = result["_meta"]["acpBridge"]["mcpServers"][0]["tools"]
+        assert {"git__git_status", "git__git_log", "git__git_diff"} <= set(tools)
+        assert (await agent.prompt(sid, "status?"))["stopReason"] == "end_turn"
+    events = loaded_events(tmp_path / "store", sid)
+    assert "new.txt" in text_of(result_of(events, "s"))
+    assert "first notes" in text_of(result_of(events, "l"))
+
+
+async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Path) -> None:
+    model = write_script(tmp_path / "m.json", call("p", "t__picture"), {"text": "nice"})
+    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
+        sid, _ = await open_session(agent, work, test_server())
+        assert (await agent.prompt(sid, "draw"))["stopReason"] == "end_turn"
+        shown = final_update(agent, sid, "p")["content"]
+        # The replay shows the same blocks from the log.
+        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        replayed = final_update(agent, sid, "p")["content"]
+    data = result_of(loaded_events(tmp_path / "store", sid), "p")
+    kinds = [b["type"] for b in data["content"]]
+    assert kinds == ["text", "image", "resource"]
+    assert data["content"][1]["mimeType"] == "image/png" and data["content"][1]["data"]
+    assert data["content"][2]["resource"] == {"uri": "file:///notes.txt", "mimeType": "text/plain",
+                                              "text": "resource text"}
+    assert [b["content"]["type"] for b in shown] == kinds
+    assert replayed == shown
+
+
+async def test_a_server_that_cannot_start_is_named_and_the_session_goes_on(tmp_path: Path, work: Path) -> None:
+    missing = {"name": "ghost", "command": str(tmp_path / "no-such-server"), "args": [], "env": []}
+    dies = {"name": "dies", "command": "/bin/sh", "args": ["-c", "echo broken config >&2; exit 7"], "env": []}
+    model = write_script(tmp_path / "m.json", call("e", "t__echo", text="still here"), {"text": "ok"})
+    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
+        sid, result = await open_session(agent, work, missing, dies, test_server())
+        ghost, dead, good = result["_meta"]["acpBridge"]["mcpServers"]
+        assert ghost == {"name": "ghost", "tools": [],
+                         "error": f"MCP server 'ghost' command not found: {tmp_path / 'no-such-server'}"}
+        assert dead["tools"] == [] and dead["error"].startswith("MCP server 'dies' exited with code 7")
+        assert "broken config" in dead["error"]
+        assert "t__echo" in good["tools"] and "error" not in good
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+    assert text_of(result_of(loaded_events(tmp_path / "store", sid), "e")) == "still here"
+    assert b"MCP server 'ghost' command not found" in agent.stderr
+
+
+async def test_a_server_that_never_answers_initialize_times_out(tmp_path: Path, work: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACP_BRIDGE_MCP_START_TIMEOUT", "1")
+    pid_file = tmp_path / "pid"
+    mute = {"name": "mute", "command": "/bin/sh", "args": ["-c", f"echo $$ > {pid_file}; exec sleep 600"], "env": []}
+    async with AgentProcess(tmp_path / "store") as agent:
+        with anyio.fail_after(15):
+            _, result = await open_session(agent, work, mute)
+        (status,) = result["_meta"]["acpBridge"]["mcpServers"]
+        assert status["error"] == "MCP server 'mute' did not start within 1 s"
+        assert wait_gone([int(pid_file.read_text())]) == []  # not left running
+
+
+async def test_a_crash_mid_call_is_a_tool_error_and_the_next_call_starts_it_again(tmp_path: Path, work: Path) -> None:
+    model = write_script(tmp_path / "m.json", call("c", "t__crash", code=3), {"text": "it crashed"},
+                         call("e", "t__echo", text="back"), {"text": "ok"})
+    async with AgentProcess(tmp_path / "store", model=model,
+                            policy=ClientPolicy(permissions=["allow_once", "allow_once"])) as agent:
+        sid, _ = await open_session(agent, work, test_server())
+        assert (await agent.prompt(sid, "crash it"))["stopReason"] == "end_turn"
+        assert (await agent.prompt(sid, "again"))["stopReason"] == "end_turn"
+        assert final_update(agent, sid, "c")["status"] == "failed"
+    events = loaded_events(tmp_path / "store", sid)
+    crashed = result_of(events, "c")
+    assert crashed["isError"] and crashed["error"] == {"name": "McpServerError", "code": "mcp_unavailable"}
+    message = text_of(crashed)
+    assert message.startswith("MCP server 't' exited with code 3") and "crashing on purpose" in message
+    assert "started again on the next call" in message
+    assert text_of(result_of(events, "e")) == "back"
+
+
+async def test_a_frozen_server_times_out_and_the_session_goes_on(tmp_path: Path, work: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACP_BRIDGE_MCP_CALL_TIMEOUT", "1")
+    model = write_script(tmp_path / "m.json", call("f", "t__freeze"), {"text": "frozen"}, {"text": "next turn"})
+    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
+        sid, _ = await open_session(agent, work, test_server())
+        with anyio.fail_after(20):
+            assert (await agent.prompt(sid, "freeze"))["stopReason"] == "end_turn"
+        assert (await agent.prompt(sid, "still there?"))["stopReason"] == "end_turn"
+    data = result_of(loaded_events(tmp_path / "store", sid), "f")
+    assert data["isError"] and text_of(data) == "MCP server 't' did not answer freeze within 1 s"
+    assert data["error"]["code"] == "mcp_timeout"
+
+
+async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
+    model = write_script(tmp_path / "m.json", call("h", "t__hang"), call("e", "t__echo", text="after"),
+                         {"text": "ok"})
+    policy = ClientPolicy(permissions=["allow_once", "allow_once"])
+    async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
+        sid, _ = await open_session(agent, work, test_server())
+        async with anyio.create_task_group() as tg:
+            answer = agent.prompt_soon(tg, sid, "hang")
+            await agent.wait_for(lambda: any(u.get("toolCallId") == "h" and u.get("status") == "in_progress"
+                                             for u in agent.updates_of(sid)))
+            await anyio.sleep(0.3)  # the call is running in the server
+            await agent.notify("session/cancel", {"sessionId": sid})
+        assert answer["result"]["stopReason"] == "cancelled"
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+    events = loaded_events(tmp_path / "store", sid)
+    assert result_of(events, "h")["isError"]
+    assert text_of(result_of(events, "e")) == "after"
+
+
+async def test_servers_stop_with_the_session_and_the_agent(tmp_path: Path, work: Path) -> None:
+    pids = tmp_path / "pids"
+    model = write_script(tmp_path / "m.json", call("s", "t__spawn"), {"text": "ok"})
+    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
+        sid, _ = await open_session(agent, work, test_server(pid_file=pids))
+        assert (await agent.prompt(sid, "spawn"))["stopReason"] == "end_turn"
+        server, child = (int(p) for p in pids.read_text().split())
+        assert alive(server) and alive(child)
+        await agent.request("session/close", {"sessionId": sid})
+        assert wait_gone([server, child]) == []
+        pids.unlink()
+        await open_session(agent, work, test_server(pid_file=pids))
+        (again,) = (int(p) for p in pids.read_text().split())
+        assert alive(again)
+    assert agent.returncode == 0
+    assert wait_gone([again]) == []
+
+
+async def test_no_server_outlives_a_kill_9_of_the_agent(tmp_path: Path, work: Path) -> None:
+    pids = tmp_path / "pids"
+    model = write_script(tmp_path / "m.json", call("s", "t__spawn"), {"text": "ok"})
+    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
+        sid, _ = await open_session(agent, work, test_server(pid_file=pids), time_server())
+        assert (await agent.prompt(sid, "spawn"))["stopReason"] == "end_turn"
+        started = [int(p) for p in pids.read_text().split()]
+        time_pids = [int(p) for p in subprocess.run(["pgrep", "-f", str(BIN / "mcp-server-time")],
+                                                    capture_output=True, text=True).stdout.split()]
+        assert len(started) == 2 and all(alive(p) for p in started) and time_pids
+        agent.kill9()
+    assert wait_gone([*started, *time_pids]) == []
+
+
+async def test_load_and_resume_connect_the_servers_they_are_given(tmp_path: Path, work: Path) -> None:
+    first = write_script(tmp_path / "m1.json", {"text": "hello"})
+    model = write_script(tmp_path / "m2.json", call("e", "t__echo", text="loaded"),
+                         {"text": "ok"}, call("x", "t__echo", text="gone"), {"text": "no tool"})
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=first) as agent:
+        sid, _ = await open_session(agent, work)
+        await agent.prompt(sid, "hi")
+    async with AgentProcess(store, model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
+        await agent.initialize()
+        loaded = await agent.request("session/load", {"sessionId": sid, "cwd": str(work),
+                                                      "mcpServers": [test_server()]})
+        assert "t__echo" in loaded["_meta"]["acpBridge"]["mcpServers"][0]["tools"]
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+        resumed = await agent.request("session/resume", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        assert "mcpServers" not in resumed["_meta"]["acpBridge"]
+        assert (await agent.prompt(sid, "echo again"))["stopReason"] == "end_turn"
+    events = loaded_events(store, sid)
+    assert text_of(result_of(events, "e")) == "loaded"
+    gone = result_of(events, "x")
+    assert gone["error"]["code"] == "unknown_tool"
+
+
+async def test_the_agent_secrets_do_not_reach_a_server(tmp_path: Path, work: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-of-the-agent")
+    model = write_script(tmp_path / "m.json", call("k", "t__getenv", name="OPENAI_API_KEY"),
+                         call("g", "t__getenv", name="GIVEN"), {"text": "ok"})
+    async with AgentProcess(tmp_path / "store", model=model,
+                            policy=ClientPolicy(permissions=["allow_always"])) as agent:
+        sid, _ = await open_session(agent, work, test_server(env={"GIVEN": "by the client"}))
+        await agent.prompt(sid, "env")
+    events = loaded_events(tmp_path / "store", sid)
+    assert text_of(result_of(events, "k")) == "(unset)"
+    assert text_of(result_of(events, "g")) == "by the client"
+
+
+@pytest.mark.parametrize(("server", "field", "words"), [
+    ({"name": "x", "args": [], "env": []}, "mcpServers[0].command", "is required"),
+    ({"name": "x", "command": "", "args": [], "env": []}, "mcpServers[0].command", "non-empty"),
+    ({"name": "x", "command": "/bin/true", "args": [1], "env": []}, "mcpServers[0].args[0]", "a string"),
+    ({"name": "x", "command": "/bin/true", "args": [], "env": [{"name": "A"}]}, "mcpServers[0].env[0].value",
+     "is required"),
+    ({"type": "http", "name": "x", "url": "http://127.0.0.1:9/mcp", "headers": []}, "mcpServers[0].type",
+     "not supported"),
+    ({"type": "ftp", "name": "x"}, "mcpServers[0].type", "http, sse or absent"),
+])
+async def test_bad_server_specs_are_refused_naming_the_field(tmp_path: Path, work: Path, server: dict[str, Any],
+                                                             field: str, words: str) -> None:
+    async with AgentProcess(tmp_path / "store") as agent:
+        await agent.initialize()
+        with pytest.raises(AgentError) as caught:
+            await agent.request("session/new", {"cwd": str(work), "mcpServers": [server]})
+        assert caught.value.code == -32602 and (caught.value.data or {}).get("field") == field
+        assert words in str(caught.value.message)
+        with pytest.raises(AgentError) as twice:
+            await agent.request("session/new", {"cwd": str(work), "mcpServers": [time_server(), time_server()]})
+        assert (twice.value.data or {}).get("field") == "mcpServers[1].name"
+        await agent.new_session(work)  # the connection goes on
+
+
+def test_the_environment_of_these_tests_has_the_servers() -> None:
+    for name in ("mcp-server-time", "mcp-server-git"):
+        assert os.access(BIN / name, os.X_OK), f"{name} is not installed: pip install -e '.[test]'"
+
+
+async def test_an_openai_model_is_offered_the_tools_and_reads_the_result(tmp_path: Path, work: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with SSEServer() as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", api.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-e2e")
+        api.push(stream_reply(chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {
+                     "name": "t__echo", "arguments": '{"text": "from the server"}'}}]}), chunk({}, "tool_calls")),
+                 text_reply("It said so."))
+        async with AgentProcess(tmp_path / "store", model="openai:m",
+                                policy=ClientPolicy(permissions=["allow_once"])) as agent:
+            sid, _ = await open_session(agent, work, test_server())
+            assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+        first, second = api.requests
+    offered = {t["function"]["name"]: t["function"] for t in first.json["tools"]}
+    assert {"read_file", "write_file", "edit_file", "run_command", "list_dir"} < set(offered)
+    assert offered["t__echo"]["description"] == "Say `text` back."
+    assert offered["t__echo"]["parameters"]["required"] == ["text"]
+    assert second.json["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "from the server"}
+
+
+async def test_without_the_sdk_a_session_with_servers_goes_on_and_says_why(tmp_path: Path, work: Path) -> None:
+    agent = AgentProcess(tmp_path / "store")
+    # As if installed without the `mcp` extra: importing the SDK fails.
+    agent.command[1:3] = ["-c", "import sys; sys.modules['mcp'] = None; from acp_bridge.cli.main import main; "
+                                "sys.argv[0] = 'acp-bridge'; sys.exit(main())"]
+    async with agent:
+        sid, result = await open_session(agent, work, time_server())
+        (status,) = result["_meta"]["acpBridge"]["mcpServers"]
+        assert status["tools"] == [] and status["error"].startswith(
+            "MCP server 'time' cannot be started: the MCP SDK is not installed")
+        assert "acp-bridge[mcp]" in status["error"]
+        assert (await agent.prompt(sid, "hi"))["stopReason"] == "end_turn"
+    assert agent.returncode == 0
