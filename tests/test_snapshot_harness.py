@@ -21,10 +21,12 @@ from acp_bridge.snapshot import (
     ScenarioError,
     SnapshotMismatch,
     check,
+    load_scenario,
     record,
     replay,
     scenario_folders,
 )
+from acp_bridge.snapshot.harness import replay_spec
 from acp_bridge.snapshot.normalize import normalize_log, normalize_traffic
 from tests.support.recorded_scenarios import MODEL, REPLIES
 from tests.support.sse_server import SSEServer, text_reply
@@ -296,3 +298,13 @@ def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path)
         assert answer["id"] == client.ids and answer["result"]["stopReason"] == "cancelled"
     finally:
         assert client.close() == 0
+
+
+def test_the_replay_takes_the_recorded_models_flags(tmp_path: Path) -> None:
+    # What a model takes shapes the agent's answers (image prompts, a thought level).
+    recording = RECORDED / "text_turn" / "session.jsonl"
+    folder = copy_of("text_turn", tmp_path)
+    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}"  # test-model takes neither
+    (folder / "scenario.json").write_bytes(orjson.dumps({"model": "openai:gpt-4o#reasoning", "steps": [
+        {"op": "initialize"}, {"op": "new_session"}]}))
+    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}#images,reasoning"
