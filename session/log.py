@@ -23,13 +23,13 @@ import orjson
 
 from session.backends.base import BackendSession, Encoded
 from session.errors import EventDataError, SessionClosedError, StoreIOError
-from session.events import CONFIG_SET, STEP_END, TOOL_CALL, TURN_END, TURN_START, Event, Header
+from session.events import STEP_END, TOOL_CALL, TURN_END, TURN_START, Event, Header
 from session.invariants import InvariantTracker, OpenCall
 from session.repair import interrupted_turn_closers
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable.
-DURABLE_TYPES: Final = frozenset({TOOL_CALL, STEP_END, TURN_END, CONFIG_SET})
+DURABLE_TYPES: Final = frozenset({TOOL_CALL, STEP_END, TURN_END})
 # Streamed events go to the OS (not fsync'd) once this many are buffered, so memory
 # stays bounded even when nothing is sent meanwhile (the sender's `hand_off` writes
 # them sooner, before their updates are sent).

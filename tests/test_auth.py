@@ -17,8 +17,11 @@ from typing import Any
 import orjson
 import pytest
 
+from acp_bridge.agent.auth import auth_methods
+from acp_bridge.models.catalog import parse_specs
 from acp_bridge.models.openai_key import find_key, key_problem, save_key
 from tests.support.acp_client import AgentError, AgentProcess, normalized
+from tests.support.acp_schema import validate_def
 from tests.support.sse_server import Reply, SSEServer, error_reply, text_reply
 
 pytestmark = pytest.mark.anyio
@@ -195,3 +198,22 @@ def test_initialize_with_an_openai_model_stays_lean(tmp_path: Path) -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.decode().splitlines() if "|" in line}
     assert "acp_bridge.models.catalog" in imported
     assert not {"httpx", "acp_bridge.models.openai", "acp_bridge.models.openai_key"} & imported
+
+
+def test_login_refuses_what_cannot_be_a_key(tmp_path: Path, env: SSEServer) -> None:
+    for typed, problem in (("", "the key is empty"), ("sk two words", "spaces")):
+        out = subprocess.run([sys.executable, "-m", "acp_bridge", "login"], input=typed + "\n",
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1 and problem in out.stderr and "nothing stored" in out.stderr
+    assert not key_path(tmp_path).exists() and env.requests == []  # refused before asking the server
+
+
+def test_auth_method_shapes_match_the_schema() -> None:
+    models = parse_specs(["echo", "openai:gpt-4o"])
+    plain = auth_methods(models, {})
+    both = auth_methods(models, {"auth": {"terminal": True}})
+    assert [m.get("type", "agent") for m in both] == ["agent", "terminal"] and plain == both[:1]
+    for method in both:
+        validate_def("AuthMethod", method)
+    validate_def("AuthMethodTerminal", both[1])
+    assert auth_methods(parse_specs(["echo", "script:/s.json"]), {"auth": {"terminal": True}}) == []

@@ -15,6 +15,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
+from acp_bridge.agent.settings import choice_for, config_options
 from acp_bridge.agent.updates import UpdateContext, updates_for
 from acp_bridge.models import ModelSpecError
 from acp_bridge.models.catalog import ModelEntry, parse_spec, parse_specs
@@ -157,7 +158,9 @@ async def test_bad_switches_are_clear_errors(tmp_path: Path, work: Path) -> None
         await agent.initialize()
         sid = await agent.new_session(work)
         cases: list[tuple[dict[str, Any], str, str]] = [({"configId": "model", "value": "openai:gpt-9"}, "unknown model 'openai:gpt-9': use one of", "value"),
-                 ({"configId": "model", "value": 7}, "unknown model 7", "value"),
+                 ({"configId": "model", "value": 7}, "value must be a string or a boolean, not int 7", "value"),
+                 ({"configId": "mode", "value": {}}, "value must be a string or a boolean", "value"),
+                 ({"configId": "model"}, "value is required", "value"),
                  ({"configId": "thought_level", "value": "high"},
                   "unknown config option 'thought_level': this session has mode, model", "configId"),
                  ({"configId": "colour", "value": "red"}, "unknown config option 'colour'", "configId")]
@@ -219,7 +222,8 @@ def test_chat_model_command(tmp_path: Path) -> None:
     assert code == 0, err
     assert "fast one" in out and "strong one" in out
     assert out.index("fast one") < out.index("strong one")
-    assert f"models (* current):\n* {fast}\n  {strong_spec}  ({strong_spec} (takes a reasoning effort))\n" in out
+    assert (f"models (* current):\n* {fast}  ({fast}: takes text only)\n"
+            f"  {strong_spec}  ({strong_spec}: takes a reasoning effort)\n") in out
     assert f"model {strong_spec}\n" in out
     assert "unknown model 'nope'" in out + err
 
@@ -250,3 +254,30 @@ def test_config_set_invariants_and_repair() -> None:
     # Readers that do not show settings skip it: the transcript and the update mapping.
     assert derive_messages(events) == derive_messages([e for e in events if e["type"] != "config/set"])
     assert updates_for(events[0], UpdateContext(replay=True)) == []
+
+
+async def test_an_acknowledged_switch_survives_kill9(tmp_path: Path, work: Path) -> None:
+    fast, strong = two_scripts(tmp_path)
+    strong_spec = strong.removesuffix("#reasoning")
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=fast, args=("--model", strong)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.request("session/set_config_option", {"sessionId": sid, "configId": "model", "value": strong_spec})
+        agent.kill9()  # right after the answer: the switch was durable before it
+    assert [e["data"] for e in loaded_events(store, sid) if e["type"] == "config/set"] == [
+        {"configId": "model", "value": strong_spec}]
+
+
+def test_config_option_shapes_match_the_schema() -> None:
+    models = parse_specs(["echo", "openai:o4-mini", "script:/s.json#images"])
+    for entry in models:
+        for effort in ("low", "high", None):
+            choice = choice_for(entry, effort)
+            options = config_options("ask", models, choice)
+            assert [o["id"] for o in options] == ["mode", "model", *(["thought_level"] if entry.reasoning else [])]
+            for option in options:
+                validate_def("SessionConfigOption", option)
+            validate_def("ConfigOptionUpdate", {"configOptions": options})
+    assert choice_for(models[1], None).effort == "medium" and choice_for(models[1], "high").effort == "high"
+    assert choice_for(models[0], "high").effort is None

@@ -17,11 +17,15 @@ switch to that model, a prompt): -32000 `auth_required`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from acp_bridge.agent.errors import AuthRequiredError
+from acp_bridge.models.base import Model
 from acp_bridge.models.catalog import ModelEntry
+
+log = logging.getLogger("acp_bridge.agent.auth")
 
 AGENT_METHOD: Final = "openai-api-key"
 TERMINAL_METHOD: Final = "openai-api-key-terminal"
@@ -60,3 +64,38 @@ def missing_key_error(entry: ModelEntry, methods: list[str]) -> AuthRequiredErro
         f"{entry.spec} needs an API key: set OPENAI_API_KEY in the agent's environment or run "
         "`acp-bridge login` in a terminal, then authenticate", methods)
 
+
+
+def require_key(entry: ModelEntry, methods: list[str], made: Mapping[str, Model]) -> None:
+    """AuthRequiredError unless `entry` can run: an `openai:` model needs a key. A key
+    that came since the model was made (`acp-bridge login`) is handed to it."""
+    if entry.kind != "openai":
+        return
+    from acp_bridge.models.openai_key import find_key
+
+    key = find_key()
+    if key is None:
+        raise missing_key_error(entry, methods)
+    _hand_key(key, [made[entry.spec]] if entry.spec in made else [])
+
+
+async def authenticate(models: Sequence[ModelEntry], methods: list[str], made: Mapping[str, Model]) -> None:
+    """`authenticate`: a key must be there, and the provider must not refuse it."""
+    from acp_bridge.models.openai_env import base_url
+    from acp_bridge.models.openai_key import check_key, find_key
+
+    key = find_key()
+    if key is None:
+        raise missing_key_error(next(m for m in models if m.kind == "openai"), methods)
+    checked = await check_key(base_url(), key)
+    if not checked.ok:
+        raise AuthRequiredError(f"the API key was not accepted: {checked.message}", methods)
+    log.info("authenticate: %s", checked.message)  # names the URL and the status, never the key
+    _hand_key(key, list(made.values()))
+
+
+def _hand_key(key: str, models: Sequence[Model]) -> None:
+    for model in models:
+        use_key = getattr(model, "use_key", None)  # openai: models only
+        if use_key is not None and getattr(model, "api_key", None) != key:
+            use_key(key)

@@ -114,6 +114,7 @@ def make_live(
     only the last turn in memory); otherwise the runner derives them from the log."""
     sid = session_log.id
     services = AcpClientServices(conn, sid, capabilities, local)
+
     async def on_event(event: Event) -> None:
         for update in updates_for(event, live.ctx):
             conn.notify_update(sid, update)
@@ -131,6 +132,7 @@ def make_live(
     runner = TurnRunner(session_log, model, services, mode=last_mode(session_log.events), max_steps=max_steps,
                         on_event=on_event, on_progress=on_progress, transcript=transcript,
                         always_allowed=always_allowed, effort=choice.effort)
+    # `on_event` reads `live.ctx`: a model switch replaces it (`LiveSession.switch`).
     live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window))
     return live
 

@@ -88,6 +88,7 @@ class TurnRunner:
         self.model = model
         self.effort = effort
         self._turn_model, self._turn_effort = model, effort
+        self._recording = anyio.Lock()  # held while a `config/set` is written
         self.services: ClientServices = DurableFirstServices(services, self._sync)
         self.mode = mode
         self.max_steps = max_steps
@@ -178,6 +179,8 @@ class TurnRunner:
             finished.set()
 
     async def _turn(self, content: list[Any], scope: anyio.CancelScope) -> Event:
+        async with self._recording:
+            pass  # a setting being written (maybe in a worker thread) lands before this turn
         if self.log.tracker.in_turn:  # left open by a failed write: close it first
             if self._left_open is not None:
                 await self._close_failed()
@@ -186,7 +189,7 @@ class TurnRunner:
         turn = self.log.tracker.turn + 1
         self._turn_model, self._turn_effort = self.model, self.effort
         start: dict[str, Any] = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
-                 "model": self.model.name}
+                                 "model": self.model.name}
         if self.effort is not None:
             start["thoughtLevel"] = self.effort
         await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
@@ -336,14 +339,16 @@ class TurnRunner:
         return await self._calls.run_all(turn, number, calls)
 
     async def record_setting(self, config_id: str, value: str) -> None:
-        """Record a changed session setting (`config/set`, durable) between turns.
+        """Record a changed session setting (`config/set`, made durable) between turns.
         Raises PromptInProgressError while a turn runs: the log has one writer."""
         if self._scope is not None:
             raise PromptInProgressError(self.log.id)
-        data: dict[str, Any] = {"configId": config_id, "value": value}
-        if self.log.tracker.in_turn:  # left open by a failed write
-            data["turn"] = self.log.tracker.turn
-        await self._append(CONFIG_SET, data)
+        async with self._recording:  # a prompt that comes meanwhile waits for it (`_turn`)
+            data: dict[str, Any] = {"configId": config_id, "value": value}
+            if self.log.tracker.in_turn:  # left open by a failed write
+                data["turn"] = self.log.tracker.turn
+            await self._append(CONFIG_SET, data)
+            await self._sync()  # acknowledged: durable before the answer
 
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished

@@ -35,15 +35,6 @@ def serve(args: argparse.Namespace) -> int:
     models = parse_specs(args.model)  # checked at start-up: a list of one or more specs
     config = Config(store_dir=Path(args.store) if args.store else default_store_dir(),
                     backend=args.backend, models=models, max_steps=args.max_steps)
-    for entry in models:
-        if entry.kind == "replay":  # a recording in the store is checked there, now
-            from acp_bridge.models import ModelSpecError, load_model
-
-            try:
-                load_model(entry, store_dir=config.store_dir, backend=config.backend)
-            except ModelSpecError as exc:
-                print(f"acp-bridge: --model: {exc}", file=sys.stderr)
-                return 2
     # One line on stderr, never stdout (stdout carries protocol messages only).
     print(f"acp-bridge {__version__}: store {config.store_dir} ({config.backend}), "
           f"model {', '.join(m.spec for m in models)}", file=sys.stderr, flush=True)

@@ -26,7 +26,7 @@ import anyio.abc
 
 from acp_bridge import __version__
 from acp_bridge.agent import auth, permissions, settings
-from acp_bridge.agent.errors import AuthRequiredError, PromptInProgressError, to_rpc_error
+from acp_bridge.agent.errors import PromptInProgressError, to_rpc_error
 from acp_bridge.agent.listing import list_page
 from acp_bridge.agent.params import MCP_TRANSPORTS, check_params
 from acp_bridge.agent.settlement import TurnFailed, settle
@@ -146,18 +146,7 @@ class Agent:
         return self._models[entry.spec]
 
     def _require_key(self, entry: ModelEntry) -> None:
-        """AuthRequiredError unless `entry` can run: an `openai:` model needs a key. A
-        key that arrived since the model was made (`acp-bridge login`) is handed to it."""
-        if entry.kind != "openai":
-            return
-        from acp_bridge.models.openai_key import find_key
-
-        key = find_key()
-        if key is None:
-            raise auth.missing_key_error(entry, auth.method_ids(self.config.models, self.client_capabilities))
-        model = self._models.get(entry.spec)
-        if model is not None and getattr(model, "api_key", key) != key:
-            model.use_key(key)  # type: ignore[attr-defined]
+        auth.require_key(entry, auth.method_ids(self.config.models, self.client_capabilities), self._models)
 
     def _state(self, live: LiveSession) -> dict[str, Any]:
         return settings.session_state(live.runner.mode, self.config.models, live.choice)
@@ -226,20 +215,7 @@ class Agent:
         if methodId not in offered:
             raise invalid_params(f"unknown authentication method {methodId!r}: this agent offers "
                                  f"{', '.join(offered) or 'none'}", field="methodId")
-        from acp_bridge.models.openai_env import base_url
-        from acp_bridge.models.openai_key import check_key, find_key
-
-        entry = next(m for m in self.config.models if m.kind == "openai")
-        key = find_key()
-        if key is None:
-            raise auth.missing_key_error(entry, offered)
-        checked = await check_key(base_url(), key)
-        if not checked.ok:
-            raise AuthRequiredError(f"the API key was not accepted: {checked.message}", offered)
-        log.info("authenticate: %s", checked.message)
-        for model in self._models.values():
-            if hasattr(model, "use_key"):
-                model.use_key(key)
+        await auth.authenticate(self.config.models, offered, self._models)
         return {}
 
     async def new_session(self, cwd: str, mcpServers: list[Any], additionalDirectories: list[str] | None = None,

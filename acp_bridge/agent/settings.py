@@ -51,7 +51,7 @@ def model_option(models: Sequence[ModelEntry], current: ModelEntry) -> dict[str,
 
 def _model_text(entry: ModelEntry) -> str:
     takes = [what for what, yes in (("images", entry.images), ("a reasoning effort", entry.reasoning)) if yes]
-    return entry.spec + (f" (takes {' and '.join(takes)})" if takes else "")
+    return f"{entry.spec}: takes {' and '.join(takes) if takes else 'text only'}"
 
 
 def thought_option(effort: str) -> dict[str, Any]:

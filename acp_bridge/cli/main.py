@@ -24,7 +24,7 @@ from acp_bridge.cli.startup import (
     wants_debug,
 )
 
-SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login")
+SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login", "snapshot")
 
 
 def _parser() -> argparse.ArgumentParser:

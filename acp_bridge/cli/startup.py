@@ -130,8 +130,8 @@ def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSett
         max_steps = DEFAULT_MAX_STEPS
     if max_steps < 1:
         raise ConfigError("--max-steps", f"must be at least 1, got {max_steps}")
-    specs = check_models(args) if model else None
     store, label = store_choice(args)
+    specs = check_models(args, store, backend) if model else None
     check_writable_store(store, label)
     return AgentSettings(store, backend, specs, max_steps, level, log_file)
 
@@ -200,9 +200,10 @@ def check_log_file(path: str) -> None:
         raise ConfigError("--log-file", f"cannot create {file}: {folder} is not writable: {os.strerror(errno.EACCES)}")
 
 
-def check_models(args: argparse.Namespace) -> list[str]:
+def check_models(args: argparse.Namespace, store: Path, backend: str) -> list[str]:
     """The models `--model` (repeated) names, else `$ACP_BRIDGE_MODEL`, else echo: each
-    checked, and the list as a whole (no model twice)."""
+    checked, and the list as a whole (no model twice). `store` and `backend` are where a
+    `replay:` model finds a recording named by session id."""
     from acp_bridge.models import ModelSpecError
     from acp_bridge.models.catalog import parse_specs
 
@@ -215,7 +216,7 @@ def check_models(args: argparse.Namespace) -> list[str]:
         env = os.environ.get("ACP_BRIDGE_MODEL")
         specs, option = [env or DEFAULT_MODEL], ("$ACP_BRIDGE_MODEL" if env else "--model")
     for spec in specs:
-        check_model(spec, option)
+        check_model(spec, option, store, backend)
     try:
         parse_specs(specs)
     except ModelSpecError as exc:
@@ -223,11 +224,11 @@ def check_models(args: argparse.Namespace) -> list[str]:
     return specs
 
 
-def check_model(spec: str, option: str) -> str:
+def check_model(spec: str, option: str, store: Path | None = None, backend: str = DEFAULT_BACKEND) -> str:
     from acp_bridge.models import ModelSpecError, check_spec
 
     try:
-        check_spec(spec)
+        check_spec(spec, store_dir=store, backend=backend)
     except ModelSpecError as exc:
         raise ConfigError(option, str(exc)) from exc
     return spec

@@ -49,9 +49,9 @@ NEEDS_HTTPX = "openai:MODEL needs the httpx package: pip install httpx"
 
 
 def load_model(spec: str | ModelEntry, *, store_dir: Path | None = None, backend: str = "jsonl") -> Model:
-    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME`, each maybe
-    with `#flags` (acp_bridge.models.catalog), or from a parsed entry; or `replay:SOURCE`
-    (a session log file, or a session id in the store at `store_dir`)."""
+    """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME` (each maybe with
+    `#flags`, acp_bridge.models.catalog) or `replay:SOURCE` (a session log file, or a
+    session id in the store at `store_dir`), or from a parsed entry."""
     entry = spec if isinstance(spec, ModelEntry) else parse_spec(spec)
     if entry.spec == "echo":
         from acp_bridge.models.echo import EchoModel
@@ -78,12 +78,13 @@ def load_model(spec: str | ModelEntry, *, store_dir: Path | None = None, backend
     raise ModelSpecError(unknown_model(entry.spec))
 
 
-def check_spec(spec: str, env: Mapping[str, str] | None = None) -> None:
+def check_spec(spec: str, env: Mapping[str, str] | None = None, *, store_dir: Path | None = None,
+               backend: str = "jsonl") -> None:
     """Raise ModelSpecError unless `load_model(spec)` can make the model with `env` (default
     the process's): everything `load_model` would refuse, checked without making it and
     without importing httpx (the agent's start-up path stays lean). A missing API key is
     not refused here: an `openai:` model without one offers an auth method instead
-    (docs/protocol.md, "Auth")."""
+    (docs/protocol.md, "Auth"). A `replay:` recording is read and checked whole."""
     entry = parse_spec(spec)
     if entry.spec == "echo":
         return
@@ -104,13 +105,7 @@ def check_spec(spec: str, env: Mapping[str, str] | None = None) -> None:
             raise ModelSpecError(NEEDS_HTTPX)
         return
     if kind == "replay":
-        # A recording file is read and checked now; a session id is read from the
-        # store the agent is given (acp_bridge.agent.serve checks it there).
-        from acp_bridge.models.replay import ReplayModel
-        from session import is_session_id
-
-        if not is_session_id(arg):
-            ReplayModel.from_source(arg, env=env)
+        load_model(entry, store_dir=store_dir, backend=backend)
         return
     raise ModelSpecError(unknown_model(spec))
 

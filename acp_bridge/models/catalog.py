@@ -19,6 +19,12 @@ from typing import Final
 
 from acp_bridge.models.base import ModelSpecError
 
+NEEDS_ARG: Final[Mapping[str, str]] = {
+    "script": "script:PATH needs the path of a model script",
+    "openai": "openai:MODEL needs a model name, e.g. openai:gpt-4o",
+    "replay": "replay:SOURCE needs a recorded session: a log file or a session id in the store",
+}
+KINDS: Final = tuple(NEEDS_ARG)
 FLAGS: Final = ("images", "no-images", "reasoning", "no-reasoning")
 
 # The reasoning efforts offered as `thought_level` (OpenAI's `reasoning_effort` values
@@ -84,11 +90,9 @@ def parse_spec(text: str) -> ModelEntry:
         raise ModelSpecError(f"model {text!r}: unknown flag {unknown[0]!r} after '#'; "
                              f"use {', '.join(FLAGS)}")
     kind, _, arg = spec.partition(":")
-    if kind in ("script", "openai", "replay") and not arg:
-        raise ModelSpecError({"openai": "openai:MODEL needs a model name, e.g. openai:gpt-4o",
-                              "script": "script:PATH needs the path of a model script",
-                              "replay": "replay:SOURCE needs a session log file or a session id"}[kind])
-    if spec != "echo" and kind not in ("script", "openai", "replay"):
+    if kind in KINDS and not arg:
+        raise ModelSpecError(NEEDS_ARG[kind])
+    if spec != "echo" and kind not in KINDS:
         raise ModelSpecError(f"unknown model {spec!r}: use echo, script:PATH, openai:NAME or replay:SOURCE")
     images = kind == "openai" and lookup(IMAGE_MODELS, arg)
     reasoning = kind == "openai" and lookup(REASONING_MODELS, arg)

@@ -56,7 +56,8 @@ def http_error(status: int, reason: str, headers: Mapping[str, str], body: bytes
     status_text = f"{status} {reason}".strip()
     wait = retry_after(headers, now=now)
     if status == 401:
-        hint = "Check OPENAI_API_KEY" if has_key else "OPENAI_API_KEY is not set"
+        hint = ("Check OPENAI_API_KEY (or the key `acp-bridge login` stored)" if has_key
+                else "OPENAI_API_KEY is not set")
         return HttpFailure(Finish("error", f"the API rejected the key ({status_text}){detail}. {hint}.",
                                   "auth", False), None)
     if status == 403:

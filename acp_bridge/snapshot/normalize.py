@@ -6,10 +6,12 @@ what differs from run to run replaced.
 - JSON-RPC ids renumbered 1, 2, ... in order of first sight, the client's and the
   agent's requests each on their own (an answer takes the number of its request);
 - times zeroed: events' `time`, the header's `createdAt`, `updatedAt` fields, ISO times;
-- the model spec in `turn/start` and in the model selector (the config option of
-  category `model`), and the auth methods of the `initialize` answer -> `<model>` (they
-  depend on the kind of model configured, which differs between the recording and the
-  replay), and a wrapped session's command in its header -> `<command>`;
+- the model spec in `turn/start` -> `<model>` (the recording's and the replay's differ),
+  the `model` config option's values -> `<model-1>`, `<model-2>`, ... in the order
+  offered, the `initialize` answer's `authMethods` -> `"<auth methods>"` (they follow
+  the recorded model's provider, which a replay never calls: an `openai:` model offers
+  its key, `replay:` needs none), and a wrapped session's command in its header ->
+  `<command>`;
 - `seq` is kept: the order of the log is what is compared.
 """
 
@@ -43,21 +45,27 @@ def _scrub(value: Any, paths: Sequence[tuple[str, str]], sessions: dict[str, str
 
 
 def _zero_times(value: Any) -> Any:
-    """Times zeroed, and what depends on the kind of model configured rather than on
-    what it said made `<model>`: the model selector's values (a config option of
-    category `model`) and the auth methods of the `initialize` answer (an `openai:` model
-    offers its key's; the replay needs none)."""
     if isinstance(value, dict):
-        if "protocolVersion" in value and isinstance(value.get("authMethods"), list):
-            value = {**value, "authMethods": "<model>"}
-        if value.get("category") == "model" and isinstance(value.get("options"), list):
-            value = {**value, "currentValue": "<model>",
-                     "options": [{**o, "value": "<model>", "name": "<model>", "description": "<model>"}
-                                 if isinstance(o, dict) else o for o in value["options"]]}
         return {k: (0 if k in _TIME_KEYS and isinstance(v, int) else _zero_times(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [_zero_times(v) for v in value]
     return value
+
+
+def _model_options(value: Any) -> Any:
+    """`value` with each `model` config option's model specs replaced by their place."""
+    if isinstance(value, list):
+        return [_model_options(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if value.get("id") == "model" and value.get("category") == "model" and isinstance(value.get("options"), list):
+        tokens = {o.get("value"): f"<model-{i}>" for i, o in enumerate(value["options"], 1) if isinstance(o, dict)}
+        options = [{**o, **{k: tokens[o.get("value")] for k in ("value", "name", "description") if k in o}}
+                   if isinstance(o, dict) else o for o in value["options"]]
+        return {**value, "options": options, "currentValue": tokens.get(value.get("currentValue"), "<model>")}
+    if "authMethods" in value and "protocolVersion" in value:  # the initialize answer
+        return {**value, "authMethods": "<auth methods>"}
+    return {k: _model_options(v) for k, v in value.items()}
 
 
 def normalize_traffic(traffic: Iterable[tuple[str, Any]], paths: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -67,7 +75,7 @@ def normalize_traffic(traffic: Iterable[tuple[str, Any]], paths: Sequence[tuple[
     sessions: dict[str, str] = {}
     out = []
     for direction, message in traffic:
-        msg = _zero_times(_scrub(message, paths, sessions))
+        msg = _model_options(_zero_times(_scrub(message, paths, sessions)))
         if isinstance(msg, dict) and "id" in msg:
             # Whose request the id belongs to: a request's sender, an answer's receiver.
             is_request = "method" in msg

@@ -364,8 +364,7 @@ class Chat:
         choices = [c for c in option.get("options", []) if isinstance(c, dict)]
         if not arg:
             lines = [f"{'*' if c.get('value') == option.get('currentValue') else ' '} {c.get('value')}"
-                     f"{'  (' + str(c['description']) + ')' if c.get('description') not in (None, c.get('value')) else ''}"
-                     for c in choices]
+                     f"{'  (' + str(c['description']) + ')' if c.get('description') else ''}" for c in choices]
             self.write("".join(self.render.line(text) for text in ["models (* current):", *lines]))
             return
         match = [c for c in choices if arg in (c.get("value"), c.get("name"))]
