@@ -135,6 +135,29 @@ def test_recording_a_scenario_with_overrides_writes_the_replays_goldens(tmp_path
     check(folder)
 
 
+def test_the_client_serves_its_files_when_the_scenario_advertises_fs(tmp_path: Path) -> None:
+    folder = tmp_path / "client_fs"
+    (folder / "workspace").mkdir(parents=True)
+    (folder / "workspace" / "notes.txt").write_text("one\n")
+    (folder / "scenario.json").write_bytes(orjson.dumps({"model": MODEL, "steps": [
+        {"op": "initialize", "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}}},
+        {"op": "new_session"},
+        {"op": "prompt", "text": "Add a line to notes.txt, then delete it.",
+         "permissions": ["allow_once", "reject_once"]}]}))
+    with SSEServer() as server:
+        server.push(*REPLIES["tool_call_permission"])
+        env = dict(os.environ, OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-loopback-test")
+        recorded = record(folder, environ=env)
+    asked = {m["msg"]["id"]: m["msg"]["method"] for m in recorded.traffic
+             if m["dir"] == "<-" and "id" in m["msg"] and "method" in m["msg"]}
+    answers = {m["msg"]["id"]: m["msg"] for m in recorded.traffic if m["dir"] == "->" and "method" not in m["msg"]}
+    assert list(asked.values()).count("session/request_permission") == 2
+    reads = [answers[i]["result"] for i, method in asked.items() if method == "fs/read_text_file"]
+    writes = [answers[i]["result"] for i, method in asked.items() if method == "fs/write_text_file"]
+    assert reads[0] == {"content": "one\n"} and writes == [{}]
+    assert check(folder).traffic == recorded.traffic
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "acp_bridge", "snapshot", *args], capture_output=True,
                           text=True, timeout=60, check=False)

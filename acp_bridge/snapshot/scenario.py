@@ -24,6 +24,7 @@ A scenario records one session: the one its `new_session` creates (one per scena
 (`allow_once`, `allow_always`, `reject_once`, `reject_always`), or `cancelled` (the
 answer's outcome), or `cancel` (the client sends `session/cancel`, then answers
 `cancelled`); a request with no answer left is answered `cancelled`.
+With `fs` in `clientCapabilities`, the client serves `fs/*` in the workspace copy.
 `cancelAfterUpdates` sends `session/cancel` once the prompt has had that many
 `session/update`s. `expectError` says the prompt is answered with an error (the run
 fails otherwise, and a prompt answered with an error fails it unless expected).
