@@ -158,6 +158,22 @@ def test_the_client_serves_its_files_when_the_scenario_advertises_fs(tmp_path: P
     assert check(folder).traffic == recorded.traffic
 
 
+def test_a_thought_level_set_mid_scenario_replays_with_the_recorded_models_flags(tmp_path: Path) -> None:
+    folder = tmp_path / "effort"
+    folder.mkdir()
+    (folder / "scenario.json").write_bytes(orjson.dumps({"model": f"{MODEL}#reasoning", "steps": [
+        {"op": "initialize"}, {"op": "new_session"},
+        {"op": "set_config", "configId": "thought_level", "value": "high"},
+        {"op": "prompt", "text": "Think hard."}]}))
+    with SSEServer() as server:
+        server.push(text_reply("Thought", " hard."))
+        env = dict(os.environ, OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-loopback-test")
+        recorded = record(folder, environ=env)
+        assert server.requests[0].json["reasoning_effort"] == "high"
+    assert any(m["msg"].get("method") == "session/set_config_option" for m in recorded.traffic)
+    assert check(folder).traffic == recorded.traffic  # the replay offers thought_level too
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "acp_bridge", "snapshot", *args], capture_output=True,
                           text=True, timeout=60, check=False)

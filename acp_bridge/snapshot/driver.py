@@ -252,6 +252,9 @@ async def _step(agent: AgentProcess, step: Step, run: Run, tg: anyio.abc.TaskGro
         return agent
     elif step.op == "set_mode":
         answer = await agent.request("session/set_mode", {"sessionId": sid, "modeId": args["mode"]})
+    elif step.op == "set_config":
+        answer = await agent.request("session/set_config_option", {"sessionId": sid, "configId": args["configId"],
+                                                                   "value": args["value"]})
     elif step.op in ("load", "resume"):
         answer = await agent.request(f"session/{step.op}", {"sessionId": sid, "cwd": str(run.workspace),
                                                              "mcpServers": []})
