@@ -28,7 +28,7 @@ from acp_bridge.snapshot import (
 )
 from acp_bridge.snapshot.harness import replay_spec
 from acp_bridge.snapshot.normalize import normalize_log, normalize_traffic
-from tests.support.recorded_scenarios import MODEL, REPLIES
+from tests.support.recorded_scenarios import DERIVED, MODEL, REPLIES, WRAPPED, record_all
 from tests.support.sse_server import SSEServer, text_reply
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
@@ -347,3 +347,15 @@ def test_the_replay_takes_the_recorded_models_flags(tmp_path: Path) -> None:
     (folder / "scenario.json").write_bytes(orjson.dumps({"model": "openai:gpt-4o#reasoning", "steps": [
         {"op": "initialize"}, {"op": "new_session"}]}))
     assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}#images,reasoning"
+
+
+@pytest.mark.soak
+def test_every_fixture_records_again_and_checks(tmp_path: Path) -> None:
+    # The record side of every fixture (CI only replays them): recorded again into a
+    # copy against the loopback server, then checked, with the same traffic as committed.
+    root = tmp_path / "recorded"
+    shutil.copytree(RECORDED, root)
+    record_all([*REPLIES, *DERIVED, *WRAPPED], root)
+    for folder in scenario_folders(root):
+        assert check(folder).traffic == [orjson.loads(line) for line in
+                                         (RECORDED / folder.name / "traffic.jsonl").read_bytes().splitlines()]
