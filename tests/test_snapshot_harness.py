@@ -267,8 +267,9 @@ class FakeAgentClient:
             seen.append(message)
             if message.get("method") == "session/request_permission":
                 assert answer_permission is not None
-                self.send({"jsonrpc": "2.0", "id": message["id"],
-                           "result": {"outcome": {"outcome": "selected", "optionId": answer_permission}}})
+                outcome = ({"outcome": "cancelled"} if answer_permission == "cancelled"
+                           else {"outcome": "selected", "optionId": answer_permission})
+                self.send({"jsonrpc": "2.0", "id": message["id"], "result": {"outcome": outcome}})
 
     def close(self) -> int:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -335,6 +336,12 @@ def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path)
         client.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
         answer = orjson.loads(client.proc.stdout.readline())
         assert answer["id"] == client.ids and answer["result"]["stopReason"] == "cancelled"
+        # Ended by the permission answered cancelled: answered without a session/cancel.
+        answer, seen = client.request("session/prompt", {"sessionId": sid, "prompt": [
+            {"type": "text", "text": "Write out.txt"}]}, answer_permission="cancelled")
+        assert answer["result"]["stopReason"] == "cancelled"
+        assert answer["result"]["_meta"]["acpBridge"]["reason"]["by"] == "session/request_permission"
+        assert any(m.get("method") == "session/request_permission" for m in seen)
     finally:
         assert client.close() == 0
 
