@@ -93,6 +93,19 @@ def test_paths_under_the_cwd_may_differ_and_nothing_else() -> None:
     assert same_up_to_cwd({"n": 1}, {"n": 1}, "<cwd>") and not same_up_to_cwd({"n": 1}, {"n": 2}, "<cwd>")
 
 
+async def test_paths_the_model_gave_under_the_recorded_cwd_are_moved_to_the_sessions(tmp_path: Path) -> None:
+    source = tmp_path / "abs.jsonl"
+    text = (RECORDED / "tool_call_permission" / "session.jsonl").read_text()
+    source.write_text(text.replace('{\\"path\\": \\"notes.txt\\"}', '{\\"path\\": \\"<cwd>/notes.txt\\"}'))
+    model = ReplayModel.from_source(str(source), env={})
+    request = ModelRequest([user("Add a line to notes.txt, then delete it.")], [], turn=1, step=1, cwd="/tmp/live")
+    out = [c async for c in model.stream(request)]
+    assert ToolCallChunk("call_read", "read_file", '{"path": "/tmp/live/notes.txt"}') in out
+    # With the session's cwd known, the recorded one stands for it and nothing else.
+    assert same_up_to_cwd({"p": "<cwd>/a"}, {"p": "/tmp/live/a"}, "<cwd>", "/tmp/live")
+    assert not same_up_to_cwd({"p": "<cwd>/a"}, {"p": "/tmp/other/a"}, "<cwd>", "/tmp/live")
+
+
 async def test_a_recorded_error_is_raised_again_with_its_message_and_code(tmp_path: Path) -> None:
     model = model_of("error_finish", tmp_path)
     out = await served(model, [user("Read this very long prompt")], 1, 1)
@@ -258,13 +271,19 @@ def test_a_wrapped_session_is_not_served_as_a_model(tmp_path: Path) -> None:
         load_model(write(tmp_path, lines))
 
 
-def test_the_agent_refuses_a_bad_recording_at_start_up(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "acp_bridge", "--store", str(tmp_path / "store"),
-                           "--model", f"replay:{tmp_path / 'none.jsonl'}"],
+@pytest.mark.parametrize(("source", "says"), [
+    ("none.jsonl", "replay:{tmp}/none.jsonl: no such session log file, and not a session id"),
+    ("00000000-0000-4000-8000-000000000000",  # a session id: looked up in the agent's store
+     "replay:00000000-0000-4000-8000-000000000000: session 00000000-0000-4000-8000-000000000000 not found"),
+])
+def test_the_agent_refuses_a_bad_recording_at_start_up(tmp_path: Path, source: str, says: str) -> None:
+    spec = f"replay:{tmp_path / source}" if source.endswith(".jsonl") else f"replay:{source}"
+    proc = subprocess.run([sys.executable, "-m", "acp_bridge", "--store", str(tmp_path / "store"), "--model", spec],
                           input=b"", capture_output=True, timeout=30, check=False)
     assert proc.returncode == 2 and proc.stdout == b""
-    assert proc.stderr.decode().strip().splitlines() == [
-        f"acp-bridge: --model: replay:{tmp_path / 'none.jsonl'}: no such session log file, and not a session id"]
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("acp-bridge: --model: ")
+    assert says.format(tmp=tmp_path) in lines[0]
 
 
 def test_replay_and_the_harness_stay_off_the_start_up_path() -> None:

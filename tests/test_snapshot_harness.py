@@ -21,12 +21,14 @@ from acp_bridge.snapshot import (
     ScenarioError,
     SnapshotMismatch,
     check,
+    load_scenario,
     record,
     replay,
     scenario_folders,
 )
+from acp_bridge.snapshot.harness import replay_spec
 from acp_bridge.snapshot.normalize import normalize_log, normalize_traffic
-from tests.support.recorded_scenarios import MODEL, REPLIES
+from tests.support.recorded_scenarios import DERIVED, MODEL, REPLIES, WRAPPED, record_all
 from tests.support.sse_server import SSEServer, text_reply
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
@@ -133,6 +135,45 @@ def test_recording_a_scenario_with_overrides_writes_the_replays_goldens(tmp_path
     check(folder)
 
 
+def test_the_client_serves_its_files_when_the_scenario_advertises_fs(tmp_path: Path) -> None:
+    folder = tmp_path / "client_fs"
+    (folder / "workspace").mkdir(parents=True)
+    (folder / "workspace" / "notes.txt").write_text("one\n")
+    (folder / "scenario.json").write_bytes(orjson.dumps({"model": MODEL, "steps": [
+        {"op": "initialize", "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}}},
+        {"op": "new_session"},
+        {"op": "prompt", "text": "Add a line to notes.txt, then delete it.",
+         "permissions": ["allow_once", "reject_once"]}]}))
+    with SSEServer() as server:
+        server.push(*REPLIES["tool_call_permission"])
+        env = dict(os.environ, OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-loopback-test")
+        recorded = record(folder, environ=env)
+    asked = {m["msg"]["id"]: m["msg"]["method"] for m in recorded.traffic
+             if m["dir"] == "<-" and "id" in m["msg"] and "method" in m["msg"]}
+    answers = {m["msg"]["id"]: m["msg"] for m in recorded.traffic if m["dir"] == "->" and "method" not in m["msg"]}
+    assert list(asked.values()).count("session/request_permission") == 2
+    reads = [answers[i]["result"] for i, method in asked.items() if method == "fs/read_text_file"]
+    writes = [answers[i]["result"] for i, method in asked.items() if method == "fs/write_text_file"]
+    assert reads[0] == {"content": "one\n"} and writes == [{}]
+    assert check(folder).traffic == recorded.traffic
+
+
+def test_a_thought_level_set_mid_scenario_replays_with_the_recorded_models_flags(tmp_path: Path) -> None:
+    folder = tmp_path / "effort"
+    folder.mkdir()
+    (folder / "scenario.json").write_bytes(orjson.dumps({"model": f"{MODEL}#reasoning", "steps": [
+        {"op": "initialize"}, {"op": "new_session"},
+        {"op": "set_config", "configId": "thought_level", "value": "high"},
+        {"op": "prompt", "text": "Think hard."}]}))
+    with SSEServer() as server:
+        server.push(text_reply("Thought", " hard."))
+        env = dict(os.environ, OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-loopback-test")
+        recorded = record(folder, environ=env)
+        assert server.requests[0].json["reasoning_effort"] == "high"
+    assert any(m["msg"].get("method") == "session/set_config_option" for m in recorded.traffic)
+    assert check(folder).traffic == recorded.traffic  # the replay offers thought_level too
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "acp_bridge", "snapshot", *args], capture_output=True,
                           text=True, timeout=60, check=False)
@@ -226,8 +267,9 @@ class FakeAgentClient:
             seen.append(message)
             if message.get("method") == "session/request_permission":
                 assert answer_permission is not None
-                self.send({"jsonrpc": "2.0", "id": message["id"],
-                           "result": {"outcome": {"outcome": "selected", "optionId": answer_permission}}})
+                outcome = ({"outcome": "cancelled"} if answer_permission == "cancelled"
+                           else {"outcome": "selected", "optionId": answer_permission})
+                self.send({"jsonrpc": "2.0", "id": message["id"], "result": {"outcome": outcome}})
 
     def close(self) -> int:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -294,5 +336,33 @@ def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path)
         client.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
         answer = orjson.loads(client.proc.stdout.readline())
         assert answer["id"] == client.ids and answer["result"]["stopReason"] == "cancelled"
+        # Ended by the permission answered cancelled: answered without a session/cancel.
+        answer, seen = client.request("session/prompt", {"sessionId": sid, "prompt": [
+            {"type": "text", "text": "Write out.txt"}]}, answer_permission="cancelled")
+        assert answer["result"]["stopReason"] == "cancelled"
+        assert answer["result"]["_meta"]["acpBridge"]["reason"]["by"] == "session/request_permission"
+        assert any(m.get("method") == "session/request_permission" for m in seen)
     finally:
         assert client.close() == 0
+
+
+def test_the_replay_takes_the_recorded_models_flags(tmp_path: Path) -> None:
+    # What a model takes shapes the agent's answers (image prompts, a thought level).
+    recording = RECORDED / "text_turn" / "session.jsonl"
+    folder = copy_of("text_turn", tmp_path)
+    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}"  # test-model takes neither
+    (folder / "scenario.json").write_bytes(orjson.dumps({"model": "openai:gpt-4o#reasoning", "steps": [
+        {"op": "initialize"}, {"op": "new_session"}]}))
+    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}#images,reasoning"
+
+
+@pytest.mark.soak
+def test_every_fixture_records_again_and_checks(tmp_path: Path) -> None:
+    # The record side of every fixture (CI only replays them): recorded again into a
+    # copy against the loopback server, then checked, with the same traffic as committed.
+    root = tmp_path / "recorded"
+    shutil.copytree(RECORDED, root)
+    record_all([*REPLIES, *DERIVED, *WRAPPED], root)
+    for folder in scenario_folders(root):
+        assert check(folder).traffic == [orjson.loads(line) for line in
+                                         (RECORDED / folder.name / "traffic.jsonl").read_bytes().splitlines()]

@@ -287,7 +287,7 @@ class TurnRunner:
         await self._before_model()
         step = self._step = StepText(number)
         request = ModelRequest(list(self.transcript.messages), self._calls.specs(), self._turn_effort,
-                               turn=turn, step=number)
+                               turn=turn, step=number, cwd=str(self.context_roots[0]))
         calls: list[ToolCallChunk] = []
         usage: Any = None
         finish: Finish | None = None

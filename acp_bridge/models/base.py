@@ -67,6 +67,7 @@ class ModelRequest:
     # recorded session is replayed call by call at the same (turn, step) (models.replay).
     turn: int | None = None
     step: int | None = None
+    cwd: str | None = None  # the session's, where recorded paths are replayed
 
 
 class Model(Protocol):

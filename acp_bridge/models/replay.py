@@ -83,7 +83,7 @@ class ReplayModel:
                                f"step {step} ({self.recording.describe()}): the run went past the recording")
             return
         if self.check:
-            problem = self._mismatch(call, request.messages)
+            problem = self._mismatch(call, request.messages, request.cwd)
             if problem is not None:
                 yield self._failed(turn, step, "replay_mismatch", problem)
                 return
@@ -100,7 +100,7 @@ class ReplayModel:
             yield Finish("error", message=end.message, code=end.code, retryable=end.retryable)
             return
         for call_id, name, arguments in call.tool_calls:
-            yield ToolCallChunk(call_id, name, arguments)
+            yield ToolCallChunk(call_id, name, moved(arguments, self.recording.cwd, request.cwd))
         if call.usage is not None:
             yield UsageChunk(call.usage)  # type: ignore[arg-type]
         yield Finish(end)  # type: ignore[arg-type]
@@ -110,12 +110,12 @@ class ReplayModel:
         return Finish("error", message=f"replay: turn {turn} step {step}: {why}; {RECORD_AGAIN}{loosen}",
                       code=code, retryable=False)
 
-    def _mismatch(self, call: RecordedCall, messages: Sequence[Message]) -> str | None:
+    def _mismatch(self, call: RecordedCall, messages: Sequence[Message], live_cwd: str | None) -> str | None:
         """What the run shows the model that the recording did not, or None."""
         cwd = self.recording.cwd
         recorded_prompt = self.recording.prompts.get(call.turn)
         prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
-        if recorded_prompt is not None and not same_up_to_cwd(recorded_prompt, prompt, cwd):
+        if recorded_prompt is not None and not same_up_to_cwd(recorded_prompt, prompt, cwd, live_cwd):
             return (f"the prompt differs from the recorded one (recorded {_shown(recorded_prompt)}, "
                     f"now {_shown(prompt)})")
         if call.step == 1:
@@ -129,7 +129,7 @@ class ReplayModel:
             want = recorded[index]
             live = {"callId": result["callId"], "content": result["content"], "isError": result["isError"]}
             wanted = {"callId": want["callId"], "content": want["content"], "isError": want["isError"]}
-            if not same_up_to_cwd(wanted, live, cwd):
+            if not same_up_to_cwd(wanted, live, cwd, live_cwd):
                 return (f"the result of tool call {want['callId']} (step {call.step - 1}) differs from "
                         f"the recorded one (recorded {_shown(wanted)}, now {_shown(live)})")
         if len(results) < len(recorded):
@@ -146,14 +146,29 @@ def position(request: ModelRequest) -> tuple[int, int]:
     return turns, 1 + sum(1 for m in _after_last_user(request.messages) if m["role"] == "assistant")
 
 
-def same_up_to_cwd(recorded: Any, live: Any, cwd: str) -> bool:
-    """Whether two JSON values are equal, where every occurrence of the recorded cwd may
-    stand for one other path (the same one each time) in the live value."""
+def _in_json(path: str) -> str:
+    return orjson.dumps(path).decode()[1:-1]
+
+
+def moved(arguments: str, cwd: str, live_cwd: str | None) -> str:
+    """A recorded call's arguments (JSON text) with the recorded cwd replaced by the
+    session's: a path the model gave under the recorded cwd names the same file now."""
+    if not live_cwd or not cwd or cwd == live_cwd:
+        return arguments
+    return arguments.replace(_in_json(cwd), _in_json(live_cwd))
+
+
+def same_up_to_cwd(recorded: Any, live: Any, cwd: str, live_cwd: str | None = None) -> bool:
+    """Whether two JSON values are equal, where every occurrence of the recorded cwd
+    stands for the live cwd; when that is not known, for one other path (the same one
+    each time) in the live value."""
     want, got = orjson.dumps(recorded, option=orjson.OPT_SORT_KEYS).decode(), \
         orjson.dumps(live, option=orjson.OPT_SORT_KEYS).decode()
-    token = orjson.dumps(cwd).decode()[1:-1]
+    token = _in_json(cwd)
     if want == got or not token or token not in want:
         return want == got
+    if live_cwd:
+        return want.replace(token, _in_json(live_cwd)) == got
     first, second, *rest = (re.escape(piece) for piece in want.split(token))
     pattern = first + "(?P<cwd>[^\"]+?)" + second + "".join("(?P=cwd)" + piece for piece in rest)
     return re.fullmatch(pattern, got) is not None

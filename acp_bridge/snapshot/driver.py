@@ -110,9 +110,30 @@ class AgentProcess:
             if answer == "cancel":
                 await self.cancel()
             reply["result"] = {"outcome": _outcome(answer, request.get("params", {}))}
+        elif request["method"] in ("fs/read_text_file", "fs/write_text_file"):
+            reply.update(self._file(request["method"], request.get("params", {})))
         else:
             reply["error"] = {"code": -32601, "message": f"the snapshot client serves no {request['method']}"}
         await self.send(reply)
+
+    def _file(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The client's files, for a scenario that advertises `fs`: the session's own
+        folder only (the workspace copy), as an editor serves its open project."""
+        path = Path(str(params.get("path", "")))
+        if not path.resolve().is_relative_to(self.run.workspace):
+            return {"error": {"code": -32602, "message": f"{path} is outside the workspace"}}
+        try:
+            if method == "fs/write_text_file":
+                path.write_text(str(params.get("content", "")), encoding="utf-8")
+                return {"result": {}}
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        except OSError as exc:
+            return {"error": {"code": -32002, "message": f"{path}: {exc.strerror}"}}
+        except UnicodeDecodeError:
+            return {"error": {"code": -32602, "message": f"{path} is not UTF-8 text"}}
+        start = max(int(params.get("line") or 1) - 1, 0)
+        limit = params.get("limit")
+        return {"result": {"content": "".join(lines[start:start + limit] if limit else lines[start:])}}
 
     async def cancel(self) -> None:
         if self.run.session_id is not None:
@@ -231,6 +252,9 @@ async def _step(agent: AgentProcess, step: Step, run: Run, tg: anyio.abc.TaskGro
         return agent
     elif step.op == "set_mode":
         answer = await agent.request("session/set_mode", {"sessionId": sid, "modeId": args["mode"]})
+    elif step.op == "set_config":
+        answer = await agent.request("session/set_config_option", {"sessionId": sid, "configId": args["configId"],
+                                                                   "value": args["value"]})
     elif step.op in ("load", "resume"):
         answer = await agent.request(f"session/{step.op}", {"sessionId": sid, "cwd": str(run.workspace),
                                                              "mcpServers": []})

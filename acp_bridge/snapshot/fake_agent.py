@@ -9,8 +9,9 @@ number. The turn's events become `session/update`s through the agent's own mappi
 that carried a permission decision is preceded by a `session/request_permission` to the
 client (with our four options; the recorded decision is replayed whatever the answer);
 the answer is settled from the recorded `turn/end` (acp_bridge.agent.settlement). A
-turn recorded as cancelled or interrupted streams what it had, then waits for the
-client's `session/cancel`. Updates the recording holds between turns are sent before
+turn the client cancelled (`session/cancel`) streams what it had, then waits for the
+client's `session/cancel`; an interrupted one is answered at once (`cancelled`, as the
+agent's crash or shutdown was). Updates the recording holds between turns are sent before
 the answer of the turn they followed (those before the first turn: before the first
 turn's own). The prompt is checked against the recorded one as `replay:` checks it.
 """
@@ -113,7 +114,7 @@ class FakeAgent:
             raise self._failed(number, "replay_overrun", f"the recording has no turn {number} "
                                f"({len(self.turns)} turns)")
         recorded = next((e["data"]["content"] for e in events if e["type"] == USER_MESSAGE), None)
-        if self.check and not same_up_to_cwd(recorded, prompt, self.header["cwd"]):
+        if self.check and not same_up_to_cwd(recorded, prompt, self.header["cwd"], session.cwd):
             raise self._failed(number, "replay_mismatch", "the prompt differs from the recorded one")
         pending = list(self.between.get(0, [])) if number == 1 else []
         stream = [*pending, *events[:-1], *self.between.get(number, [])]
@@ -128,7 +129,11 @@ class FakeAgent:
                 merged.add(index + 1)
             self._send(sessionId, session.ctx, event, extra)
         end = events[-1]
-        if end["data"]["reason"]["kind"] in ("cancelled", "interrupted"):
+        reason = end["data"]["reason"]
+        if reason["kind"] == "cancelled" and reason.get("by") != "session/request_permission":
+            # The client ended it (session/cancel; $/cancel_request ends this handler
+            # itself): it is answered when the client does so again. A turn the agent's
+            # crash or shutdown cut off, or a cancelled permission ended, is answered now.
             await session.cancelled.wait()
         answer = settle(end)
         if isinstance(answer, TurnFailed):

@@ -130,7 +130,38 @@ def replay(folder: Path, *, environ: Mapping[str, str] | None = None) -> Replaye
     recording = scenario.path(RECORDING_FILE)
     if not recording.is_file():
         raise ScenarioError(f"{folder}: no {RECORDING_FILE}: record it first (acp-bridge snapshot record {folder})")
-    return run_scenario(scenario, f"replay:{recording.resolve()}", offline=True, environ=environ)[0]
+    return run_scenario(scenario, replay_spec(scenario, recording.resolve()), offline=True, environ=environ)[0]
+
+
+def replay_spec(scenario: Scenario, recording: Path) -> str:
+    """`replay:RECORDING`, with the flags (acp_bridge.models.catalog) of the model it was
+    recorded with (the scenario's, else the recording's first `turn/start.model`): what
+    a model takes (images, a reasoning effort) shapes the agent's answers, which the
+    replay must give as the recorded model did."""
+    from acp_bridge.models import ModelSpecError
+    from acp_bridge.models.catalog import parse_spec
+
+    recorded = scenario.model or _first_model(recording)
+    if recorded is None:
+        return f"replay:{recording}"
+    try:
+        entry = parse_spec(recorded)
+    except ModelSpecError:
+        return f"replay:{recording}"
+    flags = [f for f, on in (("images", entry.images), ("reasoning", entry.reasoning)) if on]
+    return f"replay:{recording}" + (f"#{','.join(flags)}" if flags else "")
+
+
+def _first_model(recording: Path) -> str | None:
+    with open(recording, "rb") as f:
+        for line in f:
+            if b'"turn/start"' in line:
+                try:
+                    model = orjson.loads(line)["data"].get("model")
+                except (orjson.JSONDecodeError, KeyError, AttributeError):
+                    return None
+                return model if isinstance(model, str) else None
+    return None
 
 
 def check(folder: Path, *, update: bool = False, environ: Mapping[str, str] | None = None) -> Replayed:

@@ -7,6 +7,7 @@
        {"op": "prompt", "text": "...", "permissions"?: ["allow_once", ...],
         "cancelAfterUpdates"?: N, "expectError"?: true},
        {"op": "set_mode", "mode": "accept_edits"},
+       {"op": "set_config", "configId": "thought_level", "value": "high"},
        {"op": "load"},     {"op": "resume"},    {"op": "close"},
        {"op": "restart"}   (the agent exits at end of input and starts again, same store)
      ],
@@ -24,6 +25,7 @@ A scenario records one session: the one its `new_session` creates (one per scena
 (`allow_once`, `allow_always`, `reject_once`, `reject_always`), or `cancelled` (the
 answer's outcome), or `cancel` (the client sends `session/cancel`, then answers
 `cancelled`); a request with no answer left is answered `cancelled`.
+With `fs` in `clientCapabilities`, the client serves `fs/*` in the workspace copy.
 `cancelAfterUpdates` sends `session/cancel` once the prompt has had that many
 `session/update`s. `expectError` says the prompt is answered with an error (the run
 fails otherwise, and a prompt answered with an error fails it unless expected).
@@ -51,6 +53,7 @@ _OPS: dict[str, frozenset[str]] = {
     "new_session": frozenset({"additionalDirectories"}),
     "prompt": frozenset({"text", "prompt", "permissions", "cancelAfterUpdates", "expectError"}),
     "set_mode": frozenset({"mode"}),
+    "set_config": frozenset({"configId", "value"}),
     "load": frozenset(),
     "resume": frozenset(),
     "close": frozenset(),
@@ -151,4 +154,7 @@ def _step(number: int, entry: Any, bad: Any) -> Step:
             raise bad(f"step {number} (prompt): cancelAfterUpdates must be a non-negative integer")
     if op == "set_mode" and not isinstance(args.get("mode"), str):
         raise bad(f"step {number} (set_mode): mode must be a string")
+    if op == "set_config" and not (isinstance(args.get("configId"), str)
+                                   and isinstance(args.get("value"), str | bool)):
+        raise bad(f"step {number} (set_config): configId must be a string, value a string or a boolean")
     return Step(op, args)

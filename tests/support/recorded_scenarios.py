@@ -97,10 +97,11 @@ DERIVED = {"override_error": "text_turn", "override_hang": "text_turn"}
 WRAPPED = ("wrap_turns",)
 
 
-def record_all(names: list[str]) -> None:
+def record_all(names: list[str], root: Path = RECORDED) -> None:
+    """Record the scenarios `names` under `root` (their folders must be there)."""
     for name in names:
         if name in WRAPPED:
-            record(RECORDED / name)
+            record(root / name)
             print(f"recorded {name} (wrapped)")
         if name in DERIVED or name in WRAPPED:
             continue
@@ -108,12 +109,12 @@ def record_all(names: list[str]) -> None:
             server.push(*REPLIES[name])
             env = dict(os.environ, OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-loopback-test",
                        ACP_BRIDGE_OPENAI_ATTEMPTS="1")
-            record(RECORDED / name, model=MODEL, environ=env)
+            record(root / name, model=MODEL, environ=env)
         print(f"recorded {name}")
     for name, source in DERIVED.items():
         if name in names or source in names:
-            shutil.copyfile(RECORDED / source / "session.jsonl", RECORDED / name / "session.jsonl")
-            check(RECORDED / name, update=True)
+            shutil.copyfile(root / source / "session.jsonl", root / name / "session.jsonl")
+            check(root / name, update=True)
             print(f"replayed {name} (from {source}, with overrides)")
 
 
