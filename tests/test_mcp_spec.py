@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from acp_bridge.agent import permissions
 from acp_bridge.agent.params import check_params
 from acp_bridge.rpc.protocol import RpcError
 from acp_bridge.tools.mcp_spec import (
@@ -105,3 +106,13 @@ def test_what_the_schema_refuses_the_params_check_refuses(server: dict[str, Any]
     with pytest.raises(RpcError) as caught:
         check_params("session/new", {"cwd": "/w", "mcpServers": [server]})
     assert caught.value.code == -32602
+
+
+@pytest.mark.parametrize(("mode", "fresh", "always"), [("ask", "ask", "allow"), ("accept_edits", "ask", "allow"),
+                                                      ("read_only", "deny", "deny")])
+def test_mcp_tools_ask_like_commands(mode: str, fresh: str, always: str) -> None:
+    # kind "other": what an MCP tool does is unknown, so it is never run unasked.
+    assert permissions.decide(mode, "other", "t__x", set()) == fresh
+    assert permissions.decide(mode, "other", "t__x", {"t__x"}) == always
+    assert permissions.decide(mode, "read", "read_file", set()) == "allow"
+    assert permissions.decide(mode, "edit", "write_file", set()) == ("allow" if mode == "accept_edits" else fresh)
