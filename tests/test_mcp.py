@@ -8,8 +8,11 @@ validated against the ACP schema by the harness.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +68,6 @@ def final_update(agent: AgentProcess, sid: str, call_id: str) -> dict[str, Any]:
 
 def text_of(data: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in data["content"])
-
-
-async def test_initialize_says_stdio_only(tmp_path: Path) -> None:
-    async with AgentProcess(tmp_path / "store") as agent:
-        caps = (await agent.initialize())["agentCapabilities"]
-    assert caps["mcpCapabilities"] == {"http": False, "sse": False}
 
 
 async def test_mcp_server_time_tools_are_asked_for_and_always_allow_is_remembered(tmp_path: Path, work: Path) -> None:
@@ -304,8 +301,9 @@ async def test_the_agent_secrets_do_not_reach_a_server(tmp_path: Path, work: Pat
     ({"name": "x", "command": "/bin/true", "args": [1], "env": []}, "mcpServers[0].args[0]", "a string"),
     ({"name": "x", "command": "/bin/true", "args": [], "env": [{"name": "A"}]}, "mcpServers[0].env[0].value",
      "is required"),
-    ({"type": "http", "name": "x", "url": "http://127.0.0.1:9/mcp", "headers": []}, "mcpServers[0].type",
-     "not supported"),
+    ({"type": "http", "name": "x", "url": "ftp://127.0.0.1:9/mcp", "headers": []}, "mcpServers[0].url",
+     "http:// or https://"),
+    ({"type": "sse", "name": "x", "url": "http://127.0.0.1:9/sse"}, "mcpServers[0].headers", "is required"),
     ({"type": "ftp", "name": "x"}, "mcpServers[0].type", "http, sse or absent"),
 ])
 async def test_bad_server_specs_are_refused_naming_the_field(tmp_path: Path, work: Path, server: dict[str, Any],
@@ -361,3 +359,62 @@ async def test_without_the_sdk_a_session_with_servers_goes_on_and_says_why(tmp_p
         assert "acp-bridge[mcp]" in status["error"]
         assert (await agent.prompt(sid, "hi"))["stopReason"] == "end_turn"
     assert agent.returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(params=["http", "sse"])
+def http_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """The test server over streamable HTTP or SSE on loopback, as an ACP McpServer."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    transport, port = str(request.param), free_port()
+    proc = subprocess.Popen([sys.executable, str(TEST_SERVER), f"--{transport}", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "the HTTP test server did not start"
+                time.sleep(0.05)
+        path = "mcp" if transport == "http" else "sse"
+        yield {"type": transport, "name": "web", "url": f"http://127.0.0.1:{port}/{path}",
+               "headers": [{"name": "X-Token", "value": "t0ken"}]}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_servers_over_http_and_sse(tmp_path: Path, work: Path, http_server: dict[str, Any]) -> None:
+    model = write_script(tmp_path / "m.json", call("e", "web__echo", text="over the wire"),
+                         call("h", "web__header", name="x-token"), call("p", "web__picture"), {"text": "ok"})
+    async with AgentProcess(tmp_path / "store", model=model,
+                            policy=ClientPolicy(permissions=["allow_once"] * 3)) as agent:
+        caps = (await agent.initialize())["agentCapabilities"]
+        assert caps["mcpCapabilities"] == {"http": True, "sse": True}
+        result = await agent.request("session/new", {"cwd": str(work), "mcpServers": [http_server]}, timeout=60)
+        sid = result["sessionId"]
+        (status,) = result["_meta"]["acpBridge"]["mcpServers"]
+        assert "error" not in status and "web__echo" in status["tools"]
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+    events = loaded_events(tmp_path / "store", sid)
+    assert text_of(result_of(events, "e")) == "over the wire"
+    assert text_of(result_of(events, "h")) == "t0ken"  # the client's headers reach the server
+    assert [b["type"] for b in result_of(events, "p")["content"]] == ["text", "image", "resource"]
+    assert b"t0ken" not in agent.stderr
+
+
+async def test_an_http_server_that_is_not_there_is_named(tmp_path: Path, work: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    async with AgentProcess(tmp_path / "store") as agent:
+        _, result = await open_session(agent, work, {"type": "http", "name": "away", "url": url, "headers": []})
+    (status,) = result["_meta"]["acpBridge"]["mcpServers"]
+    assert status["tools"] == [] and status["error"].startswith(f"MCP server 'away' at {url} ")

@@ -63,13 +63,15 @@ STDERR_TAIL = 2000  # characters of the server's stderr kept for error messages
 
 @dataclass
 class _Link:
-    """The running process and what its pipes said."""
+    """The running process (None over HTTP) and what its pipes said."""
 
-    process: anyio.abc.Process
+    process: anyio.abc.Process | None
     stdout_closed: anyio.Event = field(default_factory=anyio.Event)
     stderr: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
 
     def why_gone(self) -> str:
+        if self.process is None:
+            return "closed the connection"
         code = self.process.returncode
         if code is None:
             said = "closed its output"
@@ -79,6 +81,28 @@ class _Link:
             said = f"exited with code {code}"
         tail = " | ".join(self.stderr)[-STDERR_TAIL:]
         return f"{said}{f' (stderr: {tail})' if tail else ''}"
+
+
+@asynccontextmanager
+async def open_transport(spec: McpServerSpec, cwd: Path) -> AsyncIterator[tuple[_Link, Any, Any]]:
+    """The SDK's streams to the server: stdio behind our gate, or the SDK's own HTTP
+    transports (streamable HTTP, SSE) with the client's headers."""
+    if spec.transport == "stdio":
+        async with gated_stdio(spec, cwd) as opened:
+            yield opened
+        return
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    headers = dict(spec.headers)
+    if spec.transport == "sse":
+        async with sse_client(spec.url, headers=headers) as (reader, writer):
+            yield _Link(None), reader, writer
+    else:
+        async with create_mcp_http_client(headers=headers) as client, \
+                streamable_http_client(spec.url, http_client=client) as (reader, writer):
+            yield _Link(None), reader, writer
 
 
 @asynccontextmanager
@@ -215,7 +239,7 @@ class _Connection:
         link: _Link | None = None
         try:
             with self._scope:
-                async with gated_stdio(self.spec, self.cwd) as (link, reader, writer), ClientSession(
+                async with open_transport(self.spec, self.cwd) as (link, reader, writer), ClientSession(
                         reader, writer, list_roots_callback=self._list_roots,
                         client_info=types.Implementation(name="acp-bridge", version=__version__)) as session:
                     try:
@@ -228,14 +252,16 @@ class _Connection:
                     self.session = session
                     started = True
                     task_status.started()
-                    await link.stdout_closed.wait()
-                    await _exited(link.process, STOP_GRACE_S)  # so that we can say how it ended
+                    await link.stdout_closed.wait()  # over HTTP: until stopped
+                    if link.process is not None:
+                        await _exited(link.process, STOP_GRACE_S)  # so that we can say how it ended
                     self.failure = link.why_gone()
         except Exception as exc:
             if link is not None and link.stdout_closed.is_set():
                 self.failure = link.why_gone()
             else:
-                self.failure = _reason(exc, self.spec.command)
+                where = f"at {self.spec.url} " if self.spec.url else ""
+                self.failure = where + _reason(exc, self.spec.command)
         finally:
             if self.failure is None and not started:
                 self.failure = link.why_gone() if link is not None else "did not start"
@@ -332,6 +358,9 @@ class McpServer:
         except (ValueError, RuntimeError) as exc:  # a result that is not MCP, an unexpected shape
             raise ToolError(f"MCP server {self.name!r} gave a result for {tool} that is not valid MCP: "
                             f"{_reason(exc)[:300]}", code="mcp_error", name="McpServerError") from None
+        except Exception as exc:  # the transport failed (over HTTP: the server went away)
+            raise ToolError(f"MCP server {self.name!r}: {tool} failed: {_reason(exc)[:300]}",
+                            code="mcp_error", name="McpServerError") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def close(self) -> None:

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from acp_bridge.tools.base import JSON, ToolError, ToolOutcome
@@ -50,16 +50,25 @@ def timeout_from_env(variable: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class McpServerSpec:
-    """One stdio MCP server as ACP describes it (`McpServerStdio`)."""
+    """One MCP server as ACP describes it: `transport` "stdio" (`McpServerStdio`:
+    command, args, env), "http" (streamable HTTP) or "sse" (`McpServerHttp`/`Sse`: url,
+    headers)."""
 
     name: str
-    command: str
+    command: str = ""
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # may hold a token
+    transport: str = "stdio"
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # may hold a token
 
     @classmethod
     def from_acp(cls, value: Mapping[str, Any]) -> McpServerSpec:
         """From a checked ACP McpServer object (agent/params.py checked its shape)."""
+        transport = value.get("type", "stdio")
+        if transport != "stdio":
+            return cls(value["name"], transport=transport, url=value["url"],
+                       headers=tuple((h["name"], h["value"]) for h in value.get("headers", ())))
         return cls(value["name"], value["command"], tuple(value.get("args", ())),
                    tuple((e["name"], e["value"]) for e in value.get("env", ())))
 
