@@ -72,7 +72,11 @@ def text_of(data: dict[str, Any]) -> str:
 
 async def test_mcp_server_time_tools_are_asked_for_and_always_allow_is_remembered(tmp_path: Path, work: Path) -> None:
     model = write_script(tmp_path / "m.json", call("c1", "time__get_current_time", timezone="Europe/Paris"),
-                         {"text": "done"}, call("c2", "time__get_current_time", timezone="Asia/Tokyo"),
+                         {"text": "done"},
+                         {"toolCalls": [{"id": "c2", "name": "time__get_current_time",
+                                         "arguments": {"timezone": "Asia/Tokyo"}},
+                                        {"id": "c3", "name": "time__get_current_time",
+                                         "arguments": {"timezone": "Nowhere/Atlantis"}}]},
                          {"text": "again"})
     policy = ClientPolicy(permissions=["allow_always"])
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
@@ -89,22 +93,15 @@ async def test_mcp_server_time_tools_are_asked_for_and_always_allow_is_remembere
     assert not first["isError"] and '"timezone": "Europe/Paris"' in text_of(first)
     assert first["permission"] == {"outcome": "selected", "optionId": "allow_always"}
     assert not second["isError"] and "Asia/Tokyo" in text_of(second) and "permission" not in second
+    # The server's own error (isError) is a failed result the model reads.
+    failed = result_of(events, "c3")
+    assert failed["isError"] and "Nowhere/Atlantis" in text_of(failed)
+    assert failed["error"] == {"name": "McpToolError", "code": "mcp_tool_error"}
     (tool_call,) = [e["data"] for e in events if e["type"] == "tool/call" and e["data"]["callId"] == "c1"]
     assert tool_call["name"] == "time__get_current_time" and tool_call["arguments"] == {"timezone": "Europe/Paris"}
     update = final_update(agent, sid, "c1")
     assert update["status"] == "completed"
     assert "Europe/Paris" in update["content"][0]["content"]["text"]
-
-
-async def test_a_tool_error_of_the_server_is_a_failed_result(tmp_path: Path, work: Path) -> None:
-    model = write_script(tmp_path / "m.json", call("c1", "time__get_current_time", timezone="Nowhere/Atlantis"),
-                         {"text": "sorry"})
-    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
-        sid, _ = await open_session(agent, work, time_server())
-        assert (await agent.prompt(sid, "time?"))["stopReason"] == "end_turn"
-    data = result_of(loaded_events(tmp_path / "store", sid), "c1")
-    assert data["isError"] and "Nowhere/Atlantis" in text_of(data)
-    assert data["error"] == {"name": "McpToolError", "code": "mcp_tool_error"}
 
 
 async def test_mcp_server_git_reads_a_real_repository(tmp_path: Path, work: Path) -> None:
@@ -126,16 +123,25 @@ async def test_mcp_server_git_reads_a_real_repository(tmp_path: Path, work: Path
     assert "first notes" in text_of(result_of(events, "l"))
 
 
-async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Path) -> None:
-    model = write_script(tmp_path / "m.json", call("p", "t__picture"), {"text": "nice"})
-    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
-        sid, _ = await open_session(agent, work, test_server())
+async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-of-the-agent")
+    model = write_script(tmp_path / "m.json", call("p", "t__picture"), {"toolCalls": [
+        {"id": "k", "name": "t__getenv", "arguments": {"name": "OPENAI_API_KEY"}},
+        {"id": "g", "name": "t__getenv", "arguments": {"name": "GIVEN"}}]}, {"text": "nice"})
+    policy = ClientPolicy(permissions=["allow_once", "allow_always"])
+    async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
+        sid, _ = await open_session(agent, work, test_server(env={"GIVEN": "by the client"}))
         assert (await agent.prompt(sid, "draw"))["stopReason"] == "end_turn"
         shown = final_update(agent, sid, "p")["content"]
         # The replay shows the same blocks from the log.
         await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         replayed = final_update(agent, sid, "p")["content"]
-    data = result_of(loaded_events(tmp_path / "store", sid), "p")
+    events = loaded_events(tmp_path / "store", sid)
+    # The agent's secrets do not reach a server; what the client gave it does.
+    assert text_of(result_of(events, "k")) == "(unset)"
+    assert text_of(result_of(events, "g")) == "by the client"
+    data = result_of(events, "p")
     kinds = [b["type"] for b in data["content"]]
     assert kinds == ["text", "image", "resource"]
     assert data["content"][1]["mimeType"] == "image/png" and data["content"][1]["data"]
@@ -279,20 +285,6 @@ async def test_load_and_resume_connect_the_servers_they_are_given(tmp_path: Path
     assert text_of(result_of(events, "e")) == "loaded"
     gone = result_of(events, "x")
     assert gone["error"]["code"] == "unknown_tool"
-
-
-async def test_the_agent_secrets_do_not_reach_a_server(tmp_path: Path, work: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-of-the-agent")
-    model = write_script(tmp_path / "m.json", call("k", "t__getenv", name="OPENAI_API_KEY"),
-                         call("g", "t__getenv", name="GIVEN"), {"text": "ok"})
-    async with AgentProcess(tmp_path / "store", model=model,
-                            policy=ClientPolicy(permissions=["allow_always"])) as agent:
-        sid, _ = await open_session(agent, work, test_server(env={"GIVEN": "by the client"}))
-        await agent.prompt(sid, "env")
-    events = loaded_events(tmp_path / "store", sid)
-    assert text_of(result_of(events, "k")) == "(unset)"
-    assert text_of(result_of(events, "g")) == "by the client"
 
 
 @pytest.mark.parametrize(("server", "field", "words"), [
