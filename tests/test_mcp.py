@@ -402,11 +402,16 @@ async def test_servers_over_http_and_sse(tmp_path: Path, work: Path, http_server
     assert b"t0ken" not in agent.stderr
 
 
-async def test_an_http_server_that_is_not_there_is_named(tmp_path: Path, work: Path,
+async def test_an_http_server_that_is_not_there_is_named_without_its_secrets(tmp_path: Path, work: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    url = f"http://127.0.0.1:{free_port()}/mcp"
-    async with AgentProcess(tmp_path / "store") as agent:
-        _, result = await open_session(agent, work, {"type": "http", "name": "away", "url": url, "headers": []})
+    port = free_port()
+    url = f"http://user:pa55word@127.0.0.1:{port}/mcp?token=s3cret-query"
+    server = {"type": "http", "name": "away", "url": url, "headers": [{"name": "Authorization",
+                                                                      "value": "Bearer s3cret-header"}]}
+    async with AgentProcess(tmp_path / "store", args=("--log-level", "debug")) as agent:
+        _, result = await open_session(agent, work, server)
     (status,) = result["_meta"]["acpBridge"]["mcpServers"]
-    assert status["tools"] == [] and status["error"].startswith(f"MCP server 'away' at {url} ")
+    assert status["tools"] == [] and status["error"].startswith(f"MCP server 'away' at http://127.0.0.1:{port}/mcp: ")
+    for secret in (b"pa55word", b"s3cret-query", b"s3cret-header"):  # never in a message or a log
+        assert secret not in agent.stderr and secret.decode() not in status["error"]

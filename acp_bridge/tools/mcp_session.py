@@ -50,7 +50,7 @@ from mcp.shared.message import SessionMessage
 from acp_bridge import __version__
 from acp_bridge.tools.base import ToolError
 from acp_bridge.tools.local_terminal import check_program
-from acp_bridge.tools.mcp_spec import McpServerSpec, unavailable
+from acp_bridge.tools.mcp_spec import McpServerSpec, redact, shown_url, unavailable
 from acp_bridge.tools.reaper import REAPER
 
 log = logging.getLogger("acp_bridge.tools.mcp")
@@ -260,8 +260,8 @@ class _Connection:
             if link is not None and link.stdout_closed.is_set():
                 self.failure = link.why_gone()
             else:
-                where = f"at {self.spec.url} " if self.spec.url else ""
-                self.failure = where + _reason(exc, self.spec.command)
+                where = f"at {shown_url(self.spec.url)}: " if self.spec.url else ""
+                self.failure = where + redact(_reason(exc, self.spec.command), self.spec)
         finally:
             if self.failure is None and not started:
                 self.failure = link.why_gone() if link is not None else "did not start"
@@ -353,13 +353,14 @@ class McpServer:
                     await conn.gone.wait()  # so that the message can say how it ended
                 raise unavailable(self.name, f"{conn.failure or 'closed the connection'} during {tool}; "
                                   "it is started again on the next call") from None
-            raise ToolError(f"MCP server {self.name!r}: {tool} failed: {exc.message}",
+            raise ToolError(f"MCP server {self.name!r}: {tool} failed: {redact(exc.message, self.spec)}",
                             code="mcp_error", name="McpServerError") from None
         except (ValueError, RuntimeError) as exc:  # a result that is not MCP, an unexpected shape
             raise ToolError(f"MCP server {self.name!r} gave a result for {tool} that is not valid MCP: "
-                            f"{_reason(exc)[:300]}", code="mcp_error", name="McpServerError") from None
+                            f"{redact(_reason(exc), self.spec)[:300]}", code="mcp_error",
+                            name="McpServerError") from None
         except Exception as exc:  # the transport failed (over HTTP: the server went away)
-            raise ToolError(f"MCP server {self.name!r}: {tool} failed: {_reason(exc)[:300]}",
+            raise ToolError(f"MCP server {self.name!r}: {tool} failed: {redact(_reason(exc), self.spec)[:300]}",
                             code="mcp_error", name="McpServerError") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 

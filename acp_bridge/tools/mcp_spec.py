@@ -73,6 +73,31 @@ class McpServerSpec:
                    tuple((e["name"], e["value"]) for e in value.get("env", ())))
 
 
+def shown_url(url: str) -> str:
+    """`url` without what may be a secret (user:password@, ?query, #fragment), for
+    messages and logs."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an unreadable URL)"
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def redact(text: str, spec: McpServerSpec) -> str:
+    """`text` (an error's words) without the spec's secrets: its URL's credentials and
+    query, its header and environment values."""
+    if spec.url:
+        text = text.replace(spec.url, shown_url(spec.url))
+    for _, value in (*spec.headers, *spec.env):
+        if len(value) >= 4:  # a short value ("1", "yes") is no secret and would mangle words
+            text = text.replace(value, "***")
+    return text
+
+
 def _clean(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text) or "_"
 
