@@ -20,8 +20,13 @@ close, as the MCP spec says: stdin is closed, then SIGTERM, then SIGKILL of the 
 Its environment is the SDK's safe default (HOME, PATH, ...) plus the `env` the client
 gave: the agent's own secrets (an API key) are not handed to third-party servers.
 
+Over HTTP (`http`: streamable HTTP, `sse`) the SDK's own client transports carry the
+messages, with the client's headers; there is no process to own, and the owner task
+holds the connection until the session stops it.
+
 A server that cannot start, exits, or does not answer in time is a `ToolError` that
-names it; a call to a server that exited starts it again first.
+names it; a call to a stdio server that exited starts it again first. Messages never
+carry the spec's secrets (tools/mcp_spec.py `redact`).
 """
 
 from __future__ import annotations
