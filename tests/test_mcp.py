@@ -359,43 +359,71 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(params=["http", "sse"])
-def http_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """The test server over streamable HTTP or SSE on loopback, as an ACP McpServer."""
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    transport, port = str(request.param), free_port()
-    proc = subprocess.Popen([sys.executable, str(TEST_SERVER), f"--{transport}", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+class HttpServer:
+    """The test server over streamable HTTP or SSE on a loopback port; `spec` is it as
+    an ACP McpServer. `stop()` and `start()` again on the same port."""
+
+    def __init__(self, transport: str) -> None:
+        self.transport, self.port = transport, free_port()
+        path = "mcp" if transport == "http" else "sse"
+        self.spec = {"type": transport, "name": "web", "url": f"http://127.0.0.1:{self.port}/{path}",
+                     "headers": [{"name": "X-Token", "value": "t0ken"}]}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        proc = self.proc = subprocess.Popen([sys.executable, str(TEST_SERVER), f"--{self.transport}", str(self.port)],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
             except OSError:
                 assert time.monotonic() < deadline and proc.poll() is None, "the HTTP test server did not start"
                 time.sleep(0.05)
-        path = "mcp" if transport == "http" else "sse"
-        yield {"type": transport, "name": "web", "url": f"http://127.0.0.1:{port}/{path}",
-               "headers": [{"name": "X-Token", "value": "t0ken"}]}
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture(params=["http", "sse"])
+def http_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpServer]:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    server = HttpServer(str(request.param))
+    server.start()
+    try:
+        yield server
     finally:
-        proc.kill()
-        proc.wait()
+        server.stop()
 
 
-async def test_servers_over_http_and_sse(tmp_path: Path, work: Path, http_server: dict[str, Any]) -> None:
+async def test_servers_over_http_and_sse(tmp_path: Path, work: Path, http_server: HttpServer) -> None:
     model = write_script(tmp_path / "m.json", call("e", "web__echo", text="over the wire"),
-                         call("h", "web__header", name="x-token"), call("p", "web__picture"), {"text": "ok"})
+                         call("h", "web__header", name="x-token"), call("p", "web__picture"), {"text": "ok"},
+                         call("gone", "web__echo", text="nobody"), {"text": "it went away"},
+                         call("back", "web__echo", text="back again"), {"text": "ok"})
     async with AgentProcess(tmp_path / "store", model=model,
-                            policy=ClientPolicy(permissions=["allow_once"] * 3)) as agent:
+                            policy=ClientPolicy(permissions=["allow_always"] * 3)) as agent:
         caps = (await agent.initialize())["agentCapabilities"]
         assert caps["mcpCapabilities"] == {"http": True, "sse": True}
-        result = await agent.request("session/new", {"cwd": str(work), "mcpServers": [http_server]}, timeout=60)
+        result = await agent.request("session/new", {"cwd": str(work), "mcpServers": [http_server.spec]},
+                                     timeout=60)
         sid = result["sessionId"]
         (status,) = result["_meta"]["acpBridge"]["mcpServers"]
         assert "error" not in status and "web__echo" in status["tools"]
         assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+        http_server.stop()  # the server goes away: a tool error naming it, the session goes on
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+        http_server.start()  # and comes back: the next call connects again
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
     events = loaded_events(tmp_path / "store", sid)
+    gone = result_of(events, "gone")
+    assert gone["isError"] and gone["error"]["code"] == "mcp_unavailable"
+    assert text_of(gone).startswith("MCP server 'web' ") and "during echo" in text_of(gone)
+    assert text_of(result_of(events, "back")) == "back again"
     assert text_of(result_of(events, "e")) == "over the wire"
     assert text_of(result_of(events, "h")) == "t0ken"  # the client's headers reach the server
     assert [b["type"] for b in result_of(events, "p")["content"]] == ["text", "image", "resource"]

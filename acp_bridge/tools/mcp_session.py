@@ -59,6 +59,10 @@ from acp_bridge.tools.mcp_spec import McpServerSpec, redact, shown_url, unavaila
 from acp_bridge.tools.reaper import REAPER
 
 log = logging.getLogger("acp_bridge.tools.mcp")
+# The SDK logs its transports' failures itself (tracebacks that may hold a URL with its
+# credentials) through Python's last-resort handler, i.e. our stderr: kept quiet. What a
+# failure means reaches the log and the client through our own messages, redacted.
+logging.getLogger("mcp").addHandler(logging.NullHandler())
 
 # The gate of tools/local_terminal.py, keeping stdin: the server reads MCP from it.
 GATE = 'IFS= read -r _ || exit 125; exec "$@"'
@@ -231,6 +235,7 @@ class _Connection:
         self.tools: list[dict[str, Any]] = []
         self.failure: str | None = None  # why it is not (or no longer) running
         self.gone = anyio.Event()
+        self.stopped = False  # asked to stop: `gone` soon
         self._scope = anyio.CancelScope()
 
     async def _list_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
@@ -276,6 +281,7 @@ class _Connection:
                 task_status.started()
 
     def stop(self) -> None:
+        self.stopped = True
         self._scope.cancel()
 
 
@@ -336,7 +342,7 @@ class McpServer:
         conn = self._conn
         if self._closed:
             raise unavailable(self.name, "was stopped with its session")
-        if conn is None or conn.gone.is_set():
+        if conn is None or conn.gone.is_set() or conn.stopped:
             before = conn.failure if conn is not None else None
             await self.start()
             conn = self._conn
@@ -356,6 +362,7 @@ class McpServer:
             if exc.code == types.CONNECTION_CLOSED or conn.gone.is_set():
                 with anyio.move_on_after(STOP_GRACE_S):
                     await conn.gone.wait()  # so that the message can say how it ended
+                conn.stop()  # a closed connection is done with (over HTTP nothing else ends it)
                 raise unavailable(self.name, f"{conn.failure or 'closed the connection'} during {tool}; "
                                   "it is started again on the next call") from None
             raise ToolError(f"MCP server {self.name!r}: {tool} failed: {redact(exc.message, self.spec)}",
