@@ -47,6 +47,19 @@ def test_server(name: str = "t", pid_file: Path | None = None, env: dict[str, st
 test_server.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
+def pids_running(word: str) -> list[int]:
+    """The processes whose command line holds `word` (from /proc: no pgrep needed)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if word.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def call(call_id: str, name: str, /, **arguments: Any) -> dict[str, Any]:
     return {"toolCalls": [{"id": call_id, "name": name, "arguments": arguments}]}
 
@@ -257,8 +270,7 @@ async def test_no_server_outlives_a_kill_9_of_the_agent(tmp_path: Path, work: Pa
         sid, _ = await open_session(agent, work, test_server(pid_file=pids), time_server())
         assert (await agent.prompt(sid, "spawn"))["stopReason"] == "end_turn"
         started = [int(p) for p in pids.read_text().split()]
-        time_pids = [int(p) for p in subprocess.run(["pgrep", "-f", str(BIN / "mcp-server-time")],
-                                                    capture_output=True, text=True).stdout.split()]
+        time_pids = pids_running(str(BIN / "mcp-server-time"))
         assert len(started) == 2 and all(alive(p) for p in started) and time_pids
         agent.kill9()
     assert wait_gone([*started, *time_pids]) == []
