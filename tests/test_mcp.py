@@ -227,8 +227,9 @@ async def test_a_frozen_server_times_out_and_the_session_goes_on(tmp_path: Path,
 
 
 async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
-    model = write_script(tmp_path / "m.json", call("h", "t__hang"), call("e", "t__echo", text="after"),
-                         {"text": "ok"})
+    mark = tmp_path / "cancelled"
+    model = write_script(tmp_path / "m.json", call("h", "t__hang", mark=str(mark)),
+                         call("e", "t__echo", text="after"), {"text": "ok"})
     policy = ClientPolicy(permissions=["allow_once", "allow_once"])
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         sid, _ = await open_session(agent, work, test_server())
@@ -239,6 +240,7 @@ async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
             await anyio.sleep(0.3)  # the call is running in the server
             await agent.notify("session/cancel", {"sessionId": sid})
         assert answer["result"]["stopReason"] == "cancelled"
+        await agent.wait_for(mark.exists)  # the server was told (notifications/cancelled)
         assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
     events = loaded_events(tmp_path / "store", sid)
     assert result_of(events, "h")["isError"]

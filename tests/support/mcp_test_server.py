@@ -15,8 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
+import anyio
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -64,9 +64,16 @@ def crash(code: int = 3) -> str:
 
 
 @server.tool()
-def hang(seconds: float = 3600) -> str:
-    """Answer after `seconds` (blocking the whole server meanwhile)."""
-    time.sleep(seconds)
+async def hang(seconds: float = 3600, mark: str = "") -> str:
+    """Answer after `seconds`; if the call is cancelled first, write "cancelled" to the
+    file `mark` (when given)."""
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        if mark:
+            with open(mark, "w", encoding="ascii") as f:
+                f.write("cancelled")
+        raise
     return "woke up"
 
 
