@@ -7,9 +7,10 @@ this Python by the `test` extra) twice, then with none again. The first session 
 server also imports the MCP SDK (once per process); a later one only starts its server:
 `added_first_ms` and `added_again_ms` are each over `none_warm_ms`. `none_after_ms` (no
 server, after the SDK was loaded) tells that a session without servers pays nothing for
-them. Whether start-up itself is unchanged is the `startup` section's business: its
-`session/new` carries no servers, and the SDK is not imported on that path
-(tests/test_fast_paths.py holds it).
+them. And `sdk_modules`: how many modules of the SDK (mcp, mcp_types, pydantic) one
+process imported (`-X importtime`) after a session and a turn without servers (0: the
+`startup` section's numbers, whose `session/new` carries no servers, are those of an
+agent without MCP support; tests/test_fast_paths.py holds it too) and with one.
 """
 
 from __future__ import annotations
@@ -61,7 +62,26 @@ def bench_mcp(ctx: Ctx, repeat: int) -> dict[str, Any]:
     out["added_again_ms"] = out["again_ms"] - out["none_warm_ms"]
     out["server"] = "mcp-server-time"
     out["runs"] = repeat
+    out["sdk_modules"] = sdk_modules(ctx, server)
     return out
+
+
+def sdk_modules(ctx: Ctx, server: list[dict[str, Any]]) -> dict[str, int]:
+    """How many modules of the MCP SDK (mcp, mcp_types, pydantic) one process of ours
+    (`-X importtime`) has imported after a session and a turn without servers, and after a
+    session with one: the first must be 0."""
+    counts: dict[str, int] = {}
+    for label, servers in (("without_servers", []), ("with_one_server", server)):
+        with ctx.spawn(ours("jsonl"), prefix=("-X", "importtime")) as agent:
+            agent.initialize()
+            cwd = str(ctx.root) if servers else CWD
+            sid = agent.request("session/new", {"cwd": cwd, "mcpServers": servers})[0]["sessionId"]
+            agent.prompt(sid, "hi")
+            stderr_path = agent.stderr_path
+        names = [line.rsplit("|", 1)[1].strip() for line in stderr_path.read_text(errors="replace").splitlines()
+                 if line.startswith("import time:") and "|" in line]
+        counts[label] = sum(1 for n in names if n.split(".")[0] in ("mcp", "mcp_types", "pydantic"))
+    return counts
 
 
 def render_mcp(result: dict[str, Any]) -> str:
@@ -77,4 +97,7 @@ def render_mcp(result: dict[str, Any]) -> str:
         f"  one server, again              {result['again_ms']:8.1f} ms  (+{result['added_again_ms']:.1f} ms:"
         " starts the server, lists its tools)",
         f"  no server, after those         {result['none_after_ms']:8.1f} ms",
+        f"  modules of the MCP SDK (mcp, mcp_types, pydantic) imported: "
+        f"{result['sdk_modules']['without_servers']} by a session without servers, "
+        f"{result['sdk_modules']['with_one_server']} with one",
     ])

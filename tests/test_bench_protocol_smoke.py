@@ -23,7 +23,7 @@ SCRIPT = ROOT / "bench" / "protocol.py"
 
 TINY = ["--repeat", "1", "--repeat-big", "1", "--stream-words", "120", "--turns", "10",
         "--load-chunks", "200", "--load-results", "4", "--scale", "150", "--big-mb", "0.3",
-        "--diagnose-nosync"]
+        "--diagnose-nosync", "--only", "startup,turn,stream,load,scale,big"]  # mcp: its own test below
 
 
 def _bench_module(name: str) -> ModuleType:
@@ -175,3 +175,16 @@ def test_profile_only_and_json_on_stdout(runs: dict[str, Run]) -> None:
     for name in ("stream-ours-jsonl", "stream-sdk", "turns-ours-jsonl", "turns-wrap-sdk-jsonl", "load-ours-jsonl"):
         assert (run.prof / f"{name}.prof").stat().st_size > 0
         assert "function calls" in (run.prof / f"{name}.txt").read_text()
+
+
+def test_the_mcp_section(tmp_path: Path) -> None:
+    """Issue 16: what one stdio MCP server adds to `session/new`, and that a session
+    without servers imports nothing of the MCP SDK."""
+    out = subprocess.run([sys.executable, str(SCRIPT), "--only", "mcp", "--repeat", "1", "--no-wrap",
+                          "--tmp", str(tmp_path), "--json", str(tmp_path / "mcp.json")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=55)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "MCP at session/new" in out.stdout
+    mcp = orjson.loads((tmp_path / "mcp.json").read_bytes())["mcp"]
+    assert mcp["first_ms"] > mcp["none_warm_ms"] > 0 and mcp["again_ms"] > mcp["none_warm_ms"]
+    assert mcp["sdk_modules"]["without_servers"] == 0 < mcp["sdk_modules"]["with_one_server"]

@@ -266,5 +266,5 @@ async def test_mcp_is_imported_only_for_a_session_with_mcp_servers(tmp_path: Pat
         sid = (await agent.request("session/new", {"cwd": str(work), "mcpServers": servers}, timeout=60))["sessionId"]
         assert (await agent.prompt(sid, "hello"))["stopReason"] == "end_turn"
         await agent.request("session/close", {"sessionId": sid})
-    heavy = {"mcp", "mcp_types", "pydantic", "acp_bridge.tools.mcp_session"} & imported_modules(agent.stderr)
-    assert heavy == ({"mcp", "mcp_types", "pydantic", "acp_bridge.tools.mcp_session"} if with_server else set())
+    heavy = {"mcp", "mcp_types", "pydantic"} & imported_modules(agent.stderr)
+    assert heavy == ({"mcp", "mcp_types", "pydantic"} if with_server else set())

@@ -8,8 +8,11 @@ validated against the ACP schema by the harness.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,19 @@ def test_server(name: str = "t", pid_file: Path | None = None, env: dict[str, st
 test_server.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
+def pids_running(word: str) -> list[int]:
+    """The processes whose command line holds `word` (from /proc: no pgrep needed)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if word.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def call(call_id: str, name: str, /, **arguments: Any) -> dict[str, Any]:
     return {"toolCalls": [{"id": call_id, "name": name, "arguments": arguments}]}
 
@@ -67,15 +83,13 @@ def text_of(data: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in data["content"])
 
 
-async def test_initialize_says_stdio_only(tmp_path: Path) -> None:
-    async with AgentProcess(tmp_path / "store") as agent:
-        caps = (await agent.initialize())["agentCapabilities"]
-    assert caps["mcpCapabilities"] == {"http": False, "sse": False}
-
-
 async def test_mcp_server_time_tools_are_asked_for_and_always_allow_is_remembered(tmp_path: Path, work: Path) -> None:
     model = write_script(tmp_path / "m.json", call("c1", "time__get_current_time", timezone="Europe/Paris"),
-                         {"text": "done"}, call("c2", "time__get_current_time", timezone="Asia/Tokyo"),
+                         {"text": "done"},
+                         {"toolCalls": [{"id": "c2", "name": "time__get_current_time",
+                                         "arguments": {"timezone": "Asia/Tokyo"}},
+                                        {"id": "c3", "name": "time__get_current_time",
+                                         "arguments": {"timezone": "Nowhere/Atlantis"}}]},
                          {"text": "again"})
     policy = ClientPolicy(permissions=["allow_always"])
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
@@ -92,22 +106,15 @@ async def test_mcp_server_time_tools_are_asked_for_and_always_allow_is_remembere
     assert not first["isError"] and '"timezone": "Europe/Paris"' in text_of(first)
     assert first["permission"] == {"outcome": "selected", "optionId": "allow_always"}
     assert not second["isError"] and "Asia/Tokyo" in text_of(second) and "permission" not in second
+    # The server's own error (isError) is a failed result the model reads.
+    failed = result_of(events, "c3")
+    assert failed["isError"] and "Nowhere/Atlantis" in text_of(failed)
+    assert failed["error"] == {"name": "McpToolError", "code": "mcp_tool_error"}
     (tool_call,) = [e["data"] for e in events if e["type"] == "tool/call" and e["data"]["callId"] == "c1"]
     assert tool_call["name"] == "time__get_current_time" and tool_call["arguments"] == {"timezone": "Europe/Paris"}
     update = final_update(agent, sid, "c1")
     assert update["status"] == "completed"
     assert "Europe/Paris" in update["content"][0]["content"]["text"]
-
-
-async def test_a_tool_error_of_the_server_is_a_failed_result(tmp_path: Path, work: Path) -> None:
-    model = write_script(tmp_path / "m.json", call("c1", "time__get_current_time", timezone="Nowhere/Atlantis"),
-                         {"text": "sorry"})
-    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
-        sid, _ = await open_session(agent, work, time_server())
-        assert (await agent.prompt(sid, "time?"))["stopReason"] == "end_turn"
-    data = result_of(loaded_events(tmp_path / "store", sid), "c1")
-    assert data["isError"] and "Nowhere/Atlantis" in text_of(data)
-    assert data["error"] == {"name": "McpToolError", "code": "mcp_tool_error"}
 
 
 async def test_mcp_server_git_reads_a_real_repository(tmp_path: Path, work: Path) -> None:
@@ -129,16 +136,25 @@ async def test_mcp_server_git_reads_a_real_repository(tmp_path: Path, work: Path
     assert "first notes" in text_of(result_of(events, "l"))
 
 
-async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Path) -> None:
-    model = write_script(tmp_path / "m.json", call("p", "t__picture"), {"text": "nice"})
-    async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
-        sid, _ = await open_session(agent, work, test_server())
+async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-of-the-agent")
+    model = write_script(tmp_path / "m.json", call("p", "t__picture"), {"toolCalls": [
+        {"id": "k", "name": "t__getenv", "arguments": {"name": "OPENAI_API_KEY"}},
+        {"id": "g", "name": "t__getenv", "arguments": {"name": "GIVEN"}}]}, {"text": "nice"})
+    policy = ClientPolicy(permissions=["allow_once", "allow_always"])
+    async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
+        sid, _ = await open_session(agent, work, test_server(env={"GIVEN": "by the client"}))
         assert (await agent.prompt(sid, "draw"))["stopReason"] == "end_turn"
         shown = final_update(agent, sid, "p")["content"]
         # The replay shows the same blocks from the log.
         await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         replayed = final_update(agent, sid, "p")["content"]
-    data = result_of(loaded_events(tmp_path / "store", sid), "p")
+    events = loaded_events(tmp_path / "store", sid)
+    # The agent's secrets do not reach a server; what the client gave it does.
+    assert text_of(result_of(events, "k")) == "(unset)"
+    assert text_of(result_of(events, "g")) == "by the client"
+    data = result_of(events, "p")
     kinds = [b["type"] for b in data["content"]]
     assert kinds == ["text", "image", "resource"]
     assert data["content"][1]["mimeType"] == "image/png" and data["content"][1]["data"]
@@ -211,8 +227,9 @@ async def test_a_frozen_server_times_out_and_the_session_goes_on(tmp_path: Path,
 
 
 async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
-    model = write_script(tmp_path / "m.json", call("h", "t__hang"), call("e", "t__echo", text="after"),
-                         {"text": "ok"})
+    mark = tmp_path / "cancelled"
+    model = write_script(tmp_path / "m.json", call("h", "t__hang", mark=str(mark)),
+                         call("e", "t__echo", text="after"), {"text": "ok"})
     policy = ClientPolicy(permissions=["allow_once", "allow_once"])
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         sid, _ = await open_session(agent, work, test_server())
@@ -223,6 +240,7 @@ async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
             await anyio.sleep(0.3)  # the call is running in the server
             await agent.notify("session/cancel", {"sessionId": sid})
         assert answer["result"]["stopReason"] == "cancelled"
+        await agent.wait_for(mark.exists)  # the server was told (notifications/cancelled)
         assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
     events = loaded_events(tmp_path / "store", sid)
     assert result_of(events, "h")["isError"]
@@ -254,8 +272,7 @@ async def test_no_server_outlives_a_kill_9_of_the_agent(tmp_path: Path, work: Pa
         sid, _ = await open_session(agent, work, test_server(pid_file=pids), time_server())
         assert (await agent.prompt(sid, "spawn"))["stopReason"] == "end_turn"
         started = [int(p) for p in pids.read_text().split()]
-        time_pids = [int(p) for p in subprocess.run(["pgrep", "-f", str(BIN / "mcp-server-time")],
-                                                    capture_output=True, text=True).stdout.split()]
+        time_pids = pids_running(str(BIN / "mcp-server-time"))
         assert len(started) == 2 and all(alive(p) for p in started) and time_pids
         agent.kill9()
     assert wait_gone([*started, *time_pids]) == []
@@ -284,28 +301,15 @@ async def test_load_and_resume_connect_the_servers_they_are_given(tmp_path: Path
     assert gone["error"]["code"] == "unknown_tool"
 
 
-async def test_the_agent_secrets_do_not_reach_a_server(tmp_path: Path, work: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-of-the-agent")
-    model = write_script(tmp_path / "m.json", call("k", "t__getenv", name="OPENAI_API_KEY"),
-                         call("g", "t__getenv", name="GIVEN"), {"text": "ok"})
-    async with AgentProcess(tmp_path / "store", model=model,
-                            policy=ClientPolicy(permissions=["allow_always"])) as agent:
-        sid, _ = await open_session(agent, work, test_server(env={"GIVEN": "by the client"}))
-        await agent.prompt(sid, "env")
-    events = loaded_events(tmp_path / "store", sid)
-    assert text_of(result_of(events, "k")) == "(unset)"
-    assert text_of(result_of(events, "g")) == "by the client"
-
-
 @pytest.mark.parametrize(("server", "field", "words"), [
     ({"name": "x", "args": [], "env": []}, "mcpServers[0].command", "is required"),
     ({"name": "x", "command": "", "args": [], "env": []}, "mcpServers[0].command", "non-empty"),
     ({"name": "x", "command": "/bin/true", "args": [1], "env": []}, "mcpServers[0].args[0]", "a string"),
     ({"name": "x", "command": "/bin/true", "args": [], "env": [{"name": "A"}]}, "mcpServers[0].env[0].value",
      "is required"),
-    ({"type": "http", "name": "x", "url": "http://127.0.0.1:9/mcp", "headers": []}, "mcpServers[0].type",
-     "not supported"),
+    ({"type": "http", "name": "x", "url": "ftp://127.0.0.1:9/mcp", "headers": []}, "mcpServers[0].url",
+     "http:// or https://"),
+    ({"type": "sse", "name": "x", "url": "http://127.0.0.1:9/sse"}, "mcpServers[0].headers", "is required"),
     ({"type": "ftp", "name": "x"}, "mcpServers[0].type", "http, sse or absent"),
 ])
 async def test_bad_server_specs_are_refused_naming_the_field(tmp_path: Path, work: Path, server: dict[str, Any],
@@ -350,7 +354,7 @@ async def test_an_openai_model_is_offered_the_tools_and_reads_the_result(tmp_pat
 
 async def test_without_the_sdk_a_session_with_servers_goes_on_and_says_why(tmp_path: Path, work: Path) -> None:
     agent = AgentProcess(tmp_path / "store")
-    # As if installed without the `mcp` extra: importing the SDK fails.
+    # As if the `mcp` dependency were missing from the environment: importing the SDK fails.
     agent.command[1:3] = ["-c", "import sys; sys.modules['mcp'] = None; from acp_bridge.cli.main import main; "
                                 "sys.argv[0] = 'acp-bridge'; sys.exit(main())"]
     async with agent:
@@ -358,6 +362,98 @@ async def test_without_the_sdk_a_session_with_servers_goes_on_and_says_why(tmp_p
         (status,) = result["_meta"]["acpBridge"]["mcpServers"]
         assert status["tools"] == [] and status["error"].startswith(
             "MCP server 'time' cannot be started: the MCP SDK is not installed")
-        assert "acp-bridge[mcp]" in status["error"]
+        assert "pip install mcp" in status["error"]
         assert (await agent.prompt(sid, "hi"))["stopReason"] == "end_turn"
     assert agent.returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class HttpServer:
+    """The test server over streamable HTTP or SSE on a loopback port; `spec` is it as
+    an ACP McpServer. `stop()` and `start()` again on the same port."""
+
+    def __init__(self, transport: str) -> None:
+        self.transport, self.port = transport, free_port()
+        path = "mcp" if transport == "http" else "sse"
+        self.spec = {"type": transport, "name": "web", "url": f"http://127.0.0.1:{self.port}/{path}",
+                     "headers": [{"name": "X-Token", "value": "t0ken"}]}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        proc = self.proc = subprocess.Popen([sys.executable, str(TEST_SERVER), f"--{self.transport}", str(self.port)],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "the HTTP test server did not start"
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture(params=["http", "sse"])
+def http_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpServer]:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    server = HttpServer(str(request.param))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_servers_over_http_and_sse(tmp_path: Path, work: Path, http_server: HttpServer) -> None:
+    model = write_script(tmp_path / "m.json", call("e", "web__echo", text="over the wire"),
+                         call("h", "web__header", name="x-token"), call("p", "web__picture"), {"text": "ok"},
+                         call("gone", "web__echo", text="nobody"), {"text": "it went away"},
+                         call("back", "web__echo", text="back again"), {"text": "ok"})
+    async with AgentProcess(tmp_path / "store", model=model,
+                            policy=ClientPolicy(permissions=["allow_always"] * 3)) as agent:
+        caps = (await agent.initialize())["agentCapabilities"]
+        assert caps["mcpCapabilities"] == {"http": True, "sse": True}
+        result = await agent.request("session/new", {"cwd": str(work), "mcpServers": [http_server.spec]},
+                                     timeout=60)
+        sid = result["sessionId"]
+        (status,) = result["_meta"]["acpBridge"]["mcpServers"]
+        assert "error" not in status and "web__echo" in status["tools"]
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+        http_server.stop()  # the server goes away: a tool error naming it, the session goes on
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+        http_server.start()  # and comes back: the next call connects again
+        assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
+    events = loaded_events(tmp_path / "store", sid)
+    gone = result_of(events, "gone")
+    assert gone["isError"] and gone["error"]["code"] == "mcp_unavailable"
+    assert text_of(gone).startswith("MCP server 'web' ") and "during echo" in text_of(gone)
+    assert text_of(result_of(events, "back")) == "back again"
+    assert text_of(result_of(events, "e")) == "over the wire"
+    assert text_of(result_of(events, "h")) == "t0ken"  # the client's headers reach the server
+    assert [b["type"] for b in result_of(events, "p")["content"]] == ["text", "image", "resource"]
+    assert b"t0ken" not in agent.stderr
+
+
+async def test_an_http_server_that_is_not_there_is_named_without_its_secrets(tmp_path: Path, work: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    port = free_port()
+    url = f"http://user:pa55word@127.0.0.1:{port}/mcp?token=s3cret-query"
+    server = {"type": "http", "name": "away", "url": url, "headers": [{"name": "Authorization",
+                                                                      "value": "Bearer s3cret-header"}]}
+    async with AgentProcess(tmp_path / "store", args=("--log-level", "debug")) as agent:
+        _, result = await open_session(agent, work, server)
+    (status,) = result["_meta"]["acpBridge"]["mcpServers"]
+    assert status["tools"] == [] and status["error"].startswith(f"MCP server 'away' at http://127.0.0.1:{port}/mcp: ")
+    for secret in (b"pa55word", b"s3cret-query", b"s3cret-header"):  # never in a message or a log
+        assert secret not in agent.stderr and secret.decode() not in status["error"]

@@ -1,6 +1,7 @@
 """MCP against the reference server of the MCP project, `@modelcontextprotocol/server-everything`
 from npm (Node.js): text, an image, a resource link, an embedded resource, structured content
-and a long-running operation cancelled, through the real agent.
+and a long-running operation cancelled, through the real agent, over stdio; and over
+streamable HTTP and SSE on loopback.
 
 Marked `mcp_everything`; skips unless `$ACP_BRIDGE_TEST_MCP_EVERYTHING` holds the command that
 starts the server over stdio (an installed copy's `mcp-server-everything`, or
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
+import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +93,42 @@ async def test_a_long_running_operation_is_cancelled(tmp_path: Path, work: Path)
         assert (await agent.prompt(sid, "echo", timeout=60))["stopReason"] == "end_turn"
     got = results(store, sid)
     assert got["long"]["isError"] and "after" in got["echo"]["content"][0]["text"]
+
+
+@pytest.mark.parametrize("transport", ["streamableHttp", "sse"])
+async def test_server_everything_over_http(tmp_path: Path, work: Path, transport: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command, *args = shlex.split(COMMAND)
+    proc = subprocess.Popen([command, *args, transport], env={**os.environ, "PORT": str(port)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert proc.poll() is None, "server-everything did not start"
+                    await anyio.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/{'mcp' if transport == 'streamableHttp' else 'sse'}"
+        kind = "http" if transport == "streamableHttp" else "sse"
+        server: dict[str, Any] = {"type": kind, "name": "everything", "url": url, "headers": []}
+        model = write_script(tmp_path / "m.json", {"toolCalls": [
+            call("echo", "everything__echo", message="over HTTP"), call("img", "everything__get-tiny-image")]},
+            {"text": "done"})
+        store = tmp_path / "store"
+        async with AgentProcess(store, model=model, policy=ClientPolicy(permissions=["allow_once"] * 2)) as agent:
+            await agent.initialize()
+            new = await agent.request("session/new", {"cwd": str(work), "mcpServers": [server]}, timeout=60)
+            assert "error" not in new["_meta"]["acpBridge"]["mcpServers"][0]
+            assert (await agent.prompt(new["sessionId"], "use them", timeout=60))["stopReason"] == "end_turn"
+        got = results(store, new["sessionId"])
+        assert "over HTTP" in got["echo"]["content"][0]["text"]
+        assert any(b["type"] == "image" for b in got["img"]["content"])
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from acp_bridge.agent import permissions
 from acp_bridge.agent.params import check_params
 from acp_bridge.rpc.protocol import RpcError
 from acp_bridge.tools.mcp_spec import (
     McpServerSpec,
     acp_block,
+    redact,
     server_prefixes,
     tool_name,
     tool_outcome,
@@ -43,10 +45,15 @@ def test_long_names_stay_distinct() -> None:
     assert a != b and len(a) == len(b) == 64
 
 
-def test_spec_from_acp() -> None:
+def test_spec_from_acp_keeps_its_secrets_out_of_its_repr() -> None:
     spec = McpServerSpec.from_acp({"name": "n", "command": "/bin/x", "args": ["-v"],
-                                   "env": [{"name": "A", "value": "1"}]})
-    assert spec == McpServerSpec("n", "/bin/x", ("-v",), (("A", "1"),))
+                                   "env": [{"name": "A", "value": "s3cret"}]})
+    assert spec == McpServerSpec("n", "/bin/x", ("-v",), (("A", "s3cret"),))
+    web = McpServerSpec.from_acp(HTTP)
+    assert (web.transport, web.url, web.headers) == ("http", HTTP["url"], (("Authorization", "Bearer x"),))
+    assert "s3cret" not in repr(spec) and "Bearer" not in repr(web)
+    assert redact("failed at https://u:pw@h/p?k=v with Bearer x", McpServerSpec.from_acp(
+        {**HTTP, "url": "https://u:pw@h/p?k=v"})) == "failed at https://h/p with ***"
 
 
 MCP_RESULT: dict[str, Any] = {"content": [
@@ -86,7 +93,12 @@ def test_structured_content_alone_is_shown_as_json_and_errors_say_something() ->
 STDIO = {"name": "time", "command": "/usr/bin/mcp-server-time", "args": [], "env": [{"name": "TZ", "value": "UTC"}]}
 
 
-@pytest.mark.parametrize("server", [STDIO, {**STDIO, "_meta": {"x": 1}}, {**STDIO, "command": "uvx"}])
+HTTP = {"type": "http", "name": "web", "url": "https://example.invalid/mcp",
+        "headers": [{"name": "Authorization", "value": "Bearer x"}]}
+
+
+@pytest.mark.parametrize("server", [STDIO, {**STDIO, "_meta": {"x": 1}}, {**STDIO, "command": "uvx"}, HTTP,
+                                    {**HTTP, "type": "sse", "url": "http://127.0.0.1:1/sse", "headers": []}])
 def test_what_the_schema_accepts_the_params_check_accepts(server: dict[str, Any]) -> None:
     validate_def("McpServer", server)
     check_params("session/new", {"cwd": "/w", "mcpServers": [server]})
@@ -98,6 +110,8 @@ def test_what_the_schema_accepts_the_params_check_accepts(server: dict[str, Any]
     {"name": "x", "command": "/x", "args": []},  # env is required
     {"name": "x", "command": "/x", "args": "-v", "env": []},
     {"command": "/x", "args": [], "env": []},
+    {"type": "http", "name": "web", "url": "https://example.invalid/mcp"},  # headers are required
+    {"type": "sse", "name": "web", "headers": []},
 ])
 def test_what_the_schema_refuses_the_params_check_refuses(server: dict[str, Any]) -> None:
     with pytest.raises(Exception):  # noqa: B017  (the schema validator's own error type)
@@ -105,3 +119,13 @@ def test_what_the_schema_refuses_the_params_check_refuses(server: dict[str, Any]
     with pytest.raises(RpcError) as caught:
         check_params("session/new", {"cwd": "/w", "mcpServers": [server]})
     assert caught.value.code == -32602
+
+
+@pytest.mark.parametrize(("mode", "fresh", "always"), [("ask", "ask", "allow"), ("accept_edits", "ask", "allow"),
+                                                      ("read_only", "deny", "deny")])
+def test_mcp_tools_ask_like_commands(mode: str, fresh: str, always: str) -> None:
+    # kind "other": what an MCP tool does is unknown, so it is never run unasked.
+    assert permissions.decide(mode, "other", "t__x", set()) == fresh
+    assert permissions.decide(mode, "other", "t__x", {"t__x"}) == always
+    assert permissions.decide(mode, "read", "read_file", set()) == "allow"
+    assert permissions.decide(mode, "edit", "write_file", set()) == ("allow" if mode == "accept_edits" else fresh)

@@ -5,7 +5,8 @@ The agent makes a stored session live on `session/new`, `session/load` and
 `session/resume`. From then on every event the runner writes is mapped to
 `session/update`s (acp_bridge.agent.updates) the moment it is in the log, a running
 tool's interim output goes out as `tool_call_update`s, and the first prompt names the
-session (`session_info_update`). This module is imported with the first session, not
+session (`session_info_update`). The MCP servers the client passes are connected with
+it (`LiveSession.connect_mcp`; acp_bridge.tools.mcp_servers) and stopped when it closes. This module is imported with the first session, not
 on the way to the `initialize` answer: it brings the runner, the client services and
 the local machine's services with it.
 """

@@ -132,13 +132,19 @@ def _pairs(value: Any, field: str) -> None:
         value, field)
 
 
-MCP_TRANSPORTS = ("stdio",)  # what agentCapabilities.mcpCapabilities says we connect to
+MCP_TRANSPORTS = ("stdio", "http", "sse")  # what agentCapabilities.mcpCapabilities says
+
+
+def _http_url(value: Any, field: str) -> None:
+    STRING(value, field)
+    if not value.startswith(("http://", "https://")):
+        raise invalid_params(f"invalid params: {field} must be an http:// or https:// URL", field=field)
 
 
 def mcp_server(value: Any, field: str) -> None:
-    """An ACP McpServer: stdio, or http/sse (refused unless listed in MCP_TRANSPORTS).
-    `command` should be an absolute path (ACP); a bare name is looked up on PATH, as
-    editors' MCP settings commonly say `npx` or `uvx`."""
+    """An ACP McpServer: stdio (no `type`), `http` (streamable HTTP) or `sse`, each refused
+    unless listed in MCP_TRANSPORTS. A stdio `command` should be an absolute path (ACP);
+    a bare name is looked up on PATH, as editors' MCP settings commonly say `npx`."""
     OBJECT(value, field)
     kind = value.get("type", "stdio")
     if kind not in ("stdio", "http", "sse"):
@@ -147,9 +153,14 @@ def mcp_server(value: Any, field: str) -> None:
     if kind not in MCP_TRANSPORTS:
         raise invalid_params(f"invalid params: {field}: MCP servers over {kind} are not supported "
                              f"(agentCapabilities.mcpCapabilities.{kind} is false)", field=f"{field}.type")
-    _fields(value, field, {"name": (STRING, True), "command": (STRING, True),
-                           "args": (array_of(STRING), True), "env": (_pairs, True)})
-    for name in ("name", "command"):
+    if kind != "stdio":
+        _fields(value, field, {"name": (STRING, True), "url": (_http_url, True), "headers": (_pairs, True)})
+        required: tuple[str, ...] = ("name",)
+    else:
+        _fields(value, field, {"name": (STRING, True), "command": (STRING, True),
+                               "args": (array_of(STRING), True), "env": (_pairs, True)})
+        required = ("name", "command")
+    for name in required:
         if not value[name].strip() or "\x00" in value[name]:
             raise invalid_params(f"invalid params: {field}.{name} must be a non-empty string",
                                  field=f"{field}.{name}")

@@ -11,6 +11,7 @@ never loads the SDK.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from acp_bridge.tools.base import JSON, ToolContext, ToolKind, ToolOutcome, ToolPlan
 from acp_bridge.tools.mcp_spec import (
@@ -87,10 +89,13 @@ class McpServers:
         failed (a failure is kept on the server and named in its tools' errors; the
         session goes on without its tools)."""
         try:
+            # The SDK takes a second or more to import (pydantic models): in a worker
+            # thread, so that the other sessions' turns stream on meanwhile.
+            await anyio.to_thread.run_sync(importlib.import_module, "acp_bridge.tools.mcp_session")
             from acp_bridge.tools.mcp_session import McpServer
-        except ImportError as exc:  # installed without the `mcp` extra
+        except ImportError as exc:  # a dependency, but an environment may lack it
             self.missing = (f"cannot be started: the MCP SDK is not installed (no module {exc.name!r}); "
-                            "install acp-bridge[mcp]")
+                            "install it: pip install mcp")
             log.warning("%d MCP server(s) not started: %s", len(self.specs), self.missing)
             return
         start_timeout = timeout_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT_S)

@@ -20,8 +20,13 @@ close, as the MCP spec says: stdin is closed, then SIGTERM, then SIGKILL of the 
 Its environment is the SDK's safe default (HOME, PATH, ...) plus the `env` the client
 gave: the agent's own secrets (an API key) are not handed to third-party servers.
 
+Over HTTP (`http`: streamable HTTP, `sse`) the SDK's own client transports carry the
+messages, with the client's headers; there is no process to own, and the owner task
+holds the connection until the session stops it.
+
 A server that cannot start, exits, or does not answer in time is a `ToolError` that
-names it; a call to a server that exited starts it again first.
+names it; a call to a stdio server that exited starts it again first. Messages never
+carry the spec's secrets (tools/mcp_spec.py `redact`).
 """
 
 from __future__ import annotations
@@ -50,10 +55,14 @@ from mcp.shared.message import SessionMessage
 from acp_bridge import __version__
 from acp_bridge.tools.base import ToolError
 from acp_bridge.tools.local_terminal import check_program
-from acp_bridge.tools.mcp_spec import McpServerSpec, unavailable
+from acp_bridge.tools.mcp_spec import McpServerSpec, redact, shown_url, unavailable
 from acp_bridge.tools.reaper import REAPER
 
 log = logging.getLogger("acp_bridge.tools.mcp")
+# The SDK logs its transports' failures itself (tracebacks that may hold a URL with its
+# credentials) through Python's last-resort handler, i.e. our stderr: kept quiet. What a
+# failure means reaches the log and the client through our own messages, redacted.
+logging.getLogger("mcp").addHandler(logging.NullHandler())
 
 # The gate of tools/local_terminal.py, keeping stdin: the server reads MCP from it.
 GATE = 'IFS= read -r _ || exit 125; exec "$@"'
@@ -63,13 +72,15 @@ STDERR_TAIL = 2000  # characters of the server's stderr kept for error messages
 
 @dataclass
 class _Link:
-    """The running process and what its pipes said."""
+    """The running process (None over HTTP) and what its pipes said."""
 
-    process: anyio.abc.Process
+    process: anyio.abc.Process | None
     stdout_closed: anyio.Event = field(default_factory=anyio.Event)
     stderr: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
 
     def why_gone(self) -> str:
+        if self.process is None:
+            return "closed the connection"
         code = self.process.returncode
         if code is None:
             said = "closed its output"
@@ -79,6 +90,28 @@ class _Link:
             said = f"exited with code {code}"
         tail = " | ".join(self.stderr)[-STDERR_TAIL:]
         return f"{said}{f' (stderr: {tail})' if tail else ''}"
+
+
+@asynccontextmanager
+async def open_transport(spec: McpServerSpec, cwd: Path) -> AsyncIterator[tuple[_Link, Any, Any]]:
+    """The SDK's streams to the server: stdio behind our gate, or the SDK's own HTTP
+    transports (streamable HTTP, SSE) with the client's headers."""
+    if spec.transport == "stdio":
+        async with gated_stdio(spec, cwd) as opened:
+            yield opened
+        return
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    headers = dict(spec.headers)
+    if spec.transport == "sse":
+        async with sse_client(spec.url, headers=headers) as (reader, writer):
+            yield _Link(None), reader, writer
+    else:
+        async with create_mcp_http_client(headers=headers) as client, \
+                streamable_http_client(spec.url, http_client=client) as (reader, writer):
+            yield _Link(None), reader, writer
 
 
 @asynccontextmanager
@@ -202,6 +235,7 @@ class _Connection:
         self.tools: list[dict[str, Any]] = []
         self.failure: str | None = None  # why it is not (or no longer) running
         self.gone = anyio.Event()
+        self.stopped = False  # asked to stop: `gone` soon
         self._scope = anyio.CancelScope()
 
     async def _list_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
@@ -215,7 +249,7 @@ class _Connection:
         link: _Link | None = None
         try:
             with self._scope:
-                async with gated_stdio(self.spec, self.cwd) as (link, reader, writer), ClientSession(
+                async with open_transport(self.spec, self.cwd) as (link, reader, writer), ClientSession(
                         reader, writer, list_roots_callback=self._list_roots,
                         client_info=types.Implementation(name="acp-bridge", version=__version__)) as session:
                     try:
@@ -228,14 +262,16 @@ class _Connection:
                     self.session = session
                     started = True
                     task_status.started()
-                    await link.stdout_closed.wait()
-                    await _exited(link.process, STOP_GRACE_S)  # so that we can say how it ended
+                    await link.stdout_closed.wait()  # over HTTP: until stopped
+                    if link.process is not None:
+                        await _exited(link.process, STOP_GRACE_S)  # so that we can say how it ended
                     self.failure = link.why_gone()
         except Exception as exc:
             if link is not None and link.stdout_closed.is_set():
                 self.failure = link.why_gone()
             else:
-                self.failure = _reason(exc, self.spec.command)
+                where = f"at {shown_url(self.spec.url)}: " if self.spec.url else ""
+                self.failure = where + redact(_reason(exc, self.spec.command), self.spec)
         finally:
             if self.failure is None and not started:
                 self.failure = link.why_gone() if link is not None else "did not start"
@@ -245,6 +281,7 @@ class _Connection:
                 task_status.started()
 
     def stop(self) -> None:
+        self.stopped = True
         self._scope.cancel()
 
 
@@ -305,7 +342,7 @@ class McpServer:
         conn = self._conn
         if self._closed:
             raise unavailable(self.name, "was stopped with its session")
-        if conn is None or conn.gone.is_set():
+        if conn is None or conn.gone.is_set() or conn.stopped:
             before = conn.failure if conn is not None else None
             await self.start()
             conn = self._conn
@@ -325,13 +362,18 @@ class McpServer:
             if exc.code == types.CONNECTION_CLOSED or conn.gone.is_set():
                 with anyio.move_on_after(STOP_GRACE_S):
                     await conn.gone.wait()  # so that the message can say how it ended
+                conn.stop()  # a closed connection is done with (over HTTP nothing else ends it)
                 raise unavailable(self.name, f"{conn.failure or 'closed the connection'} during {tool}; "
                                   "it is started again on the next call") from None
-            raise ToolError(f"MCP server {self.name!r}: {tool} failed: {exc.message}",
+            raise ToolError(f"MCP server {self.name!r}: {tool} failed: {redact(exc.message, self.spec)}",
                             code="mcp_error", name="McpServerError") from None
         except (ValueError, RuntimeError) as exc:  # a result that is not MCP, an unexpected shape
             raise ToolError(f"MCP server {self.name!r} gave a result for {tool} that is not valid MCP: "
-                            f"{_reason(exc)[:300]}", code="mcp_error", name="McpServerError") from None
+                            f"{redact(_reason(exc), self.spec)[:300]}", code="mcp_error",
+                            name="McpServerError") from None
+        except Exception as exc:  # the transport failed (over HTTP: the server went away)
+            raise ToolError(f"MCP server {self.name!r}: {tool} failed: {redact(_reason(exc), self.spec)[:300]}",
+                            code="mcp_error", name="McpServerError") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def close(self) -> None:

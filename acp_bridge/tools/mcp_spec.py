@@ -21,7 +21,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from acp_bridge.tools.base import JSON, ToolError, ToolOutcome
@@ -50,18 +50,52 @@ def timeout_from_env(variable: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class McpServerSpec:
-    """One stdio MCP server as ACP describes it (`McpServerStdio`)."""
+    """One MCP server as ACP describes it: `transport` "stdio" (`McpServerStdio`:
+    command, args, env), "http" (streamable HTTP) or "sse" (`McpServerHttp`/`Sse`: url,
+    headers)."""
 
     name: str
-    command: str
+    command: str = ""
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # may hold a token
+    transport: str = "stdio"
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # may hold a token
 
     @classmethod
     def from_acp(cls, value: Mapping[str, Any]) -> McpServerSpec:
         """From a checked ACP McpServer object (agent/params.py checked its shape)."""
+        transport = value.get("type", "stdio")
+        if transport != "stdio":
+            return cls(value["name"], transport=transport, url=value["url"],
+                       headers=tuple((h["name"], h["value"]) for h in value.get("headers", ())))
         return cls(value["name"], value["command"], tuple(value.get("args", ())),
                    tuple((e["name"], e["value"]) for e in value.get("env", ())))
+
+
+def shown_url(url: str) -> str:
+    """`url` without what may be a secret (user:password@, ?query, #fragment), for
+    messages and logs."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an unreadable URL)"
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def redact(text: str, spec: McpServerSpec) -> str:
+    """`text` (an error's words) without the spec's secrets: its URL's credentials and
+    query, its header and environment values."""
+    if spec.url:
+        text = text.replace(spec.url, shown_url(spec.url))
+    for _, value in (*spec.headers, *spec.env):
+        if len(value) >= 4:  # a short value ("1", "yes") is no secret and would mangle words
+            text = text.replace(value, "***")
+    return text
 
 
 def _clean(text: str) -> str:

@@ -2,7 +2,8 @@
 the server, hang, return an image or a resource, and report the server's pid (and start
 a grandchild in its process group, so the tests can see that a whole group dies).
 
-Run as `python tests/support/mcp_test_server.py [--pid-file PATH]`. The pid file gets
+Run as `python tests/support/mcp_test_server.py [--pid-file PATH] [--http PORT | --sse PORT]`
+(stdio by default; over HTTP on 127.0.0.1). The pid file gets
 one line per process started: the server's pid, then each grandchild's.
 """
 
@@ -14,10 +15,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
+import anyio
 import mcp_types as types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 # A 1x1 PNG.
 PNG = base64.b64encode(bytes.fromhex(
@@ -47,6 +48,14 @@ def getenv(name: str) -> str:
 
 
 @server.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of HTTP request header `name` (over HTTP), or "(none)"."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return str(headers.get(name, "(none)")) if headers is not None else "(none)"
+
+
+@server.tool()
 def crash(code: int = 3) -> str:
     """Exit the server at once with `code`."""
     sys.stderr.write("crashing on purpose\n")
@@ -55,9 +64,16 @@ def crash(code: int = 3) -> str:
 
 
 @server.tool()
-def hang(seconds: float = 3600) -> str:
-    """Answer after `seconds` (blocking the whole server meanwhile)."""
-    time.sleep(seconds)
+async def hang(seconds: float = 3600, mark: str = "") -> str:
+    """Answer after `seconds`; if the call is cancelled first, write "cancelled" to the
+    file `mark` (when given)."""
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        if mark:
+            with open(mark, "w", encoding="ascii") as f:
+                f.write("cancelled")
+        raise
     return "woke up"
 
 
@@ -89,9 +105,17 @@ def main() -> None:
     global pid_file
     parser = argparse.ArgumentParser()
     parser.add_argument("--pid-file")
-    pid_file = parser.parse_args().pid_file
+    parser.add_argument("--http", type=int, metavar="PORT", help="streamable HTTP on 127.0.0.1:PORT/mcp")
+    parser.add_argument("--sse", type=int, metavar="PORT", help="SSE on 127.0.0.1:PORT/sse")
+    args = parser.parse_args()
+    pid_file = args.pid_file
     note_pid(os.getpid())
-    server.run("stdio")
+    if args.http:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse:
+        server.run("sse", host="127.0.0.1", port=args.sse)
+    else:
+        server.run("stdio")
 
 
 if __name__ == "__main__":
