@@ -168,8 +168,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.events < 100 or args.repeat < 1:
         parser.error("--events must be >= 100 and --repeat >= 1")
     if "postgres" in kinds and args.backends == ",".join(BACKENDS):
-        sys.path.insert(0, str(ROOT))
-        from tests.support.pg_server import find_bin_dir, missing_reason
+        from bench.pg_server import find_bin_dir, missing_reason
 
         if find_bin_dir() is None:  # asked for by default only: say so and go on
             print(f"postgres left out: {missing_reason()}", file=sys.stderr)

@@ -1,5 +1,5 @@
 """The local PostgreSQL server of the benchmarks' postgres figures: one server per run
-(tests/support/pg_server.py, fsync on: a durable commit costs what it costs on this
+(bench/pg_server.py, fsync on: a durable commit costs what it costs on this
 disk), started at the first use and removed at exit, and one database per store folder
 the benchmarks would otherwise use (named after the folder's path)."""
 
@@ -18,7 +18,7 @@ def server() -> Any:
     are root it runs as another user, who must be able to reach it)."""
     global _SERVER
     if _SERVER is None:
-        from tests.support.pg_server import start_server
+        from bench.pg_server import start_server
 
         _SERVER = start_server(fsync=True)
         atexit.register(_SERVER.remove)

@@ -17,8 +17,13 @@ import tracemalloc
 import uuid
 from typing import Any
 
-import psycopg
 import pytest
+
+from tests.support.pg_server import required
+
+if not required():  # without the driver: skipped, loudly (under CI: the import fails)
+    pytest.importorskip("psycopg", reason="!!! psycopg is not installed: the PostgreSQL backend is NOT tested")
+import psycopg
 
 from session import (
     SessionLockedError,

@@ -1,171 +1,23 @@
-"""A real PostgreSQL server for the tests and benches, started in a throw-away folder.
-
-The binaries come from `pgserver` (PyPI, in the `test` extra: PostgreSQL 16 in a
-wheel), else from `$ACP_BRIDGE_TEST_PG_BIN`, else from Debian's `postgresql` package.
-The server runs as an unprivileged user when we are root (PostgreSQL refuses root),
-listens on a Unix socket in its folder and on a free loopback port (password auth
-there, for the redaction tests), and is stopped and deleted at the end.
-
-Where no binaries are found, `require_server` skips the tests that need one, loudly,
-and fails them under CI (`CI=true`, as .ci/run runs): there they are mandatory.
-"""
+"""The tests' side of the PostgreSQL server (bench/pg_server.py starts it): where no
+server binaries or no driver are found, the tests that need one are skipped, loudly,
+and under CI (`CI=true`, or `ACP_BRIDGE_TEST_POSTGRES=required` as .ci/run sets it)
+they fail instead: there they are mandatory."""
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import importlib.util
-import itertools
 import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-PASSWORD = "pw-Sekr1t-9f3a"  # the role's password on the loopback port (tests look for it)
-_names = itertools.count()
+from bench.pg_server import PASSWORD, PgServer, find_bin_dir, missing_reason, start_server
+
+__all__ = ["PASSWORD", "PgServer", "required", "server_or_skip"]
 
 
-def find_bin_dir() -> Path | None:
-    given = os.environ.get("ACP_BRIDGE_TEST_PG_BIN")
-    if given:
-        return Path(given)
-    spec = importlib.util.find_spec("pgserver")
-    if spec is not None and spec.origin is not None:
-        candidate = Path(spec.origin).parent / "pginstall" / "bin"
-        if (candidate / "pg_ctl").exists():
-            return candidate
-    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    return Path(debian[-1]).parent if debian else None
-
-
-def missing_reason() -> str:
-    return ("no PostgreSQL server binaries: install the test extra (pip install -e '.[test]' "
-            "brings pgserver) or set ACP_BRIDGE_TEST_PG_BIN; the PostgreSQL backend is NOT tested")
-
-
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class PgServer:
-    bin_dir: Path
-    root: Path  # the throw-away folder: data/ and the socket live here
-    port: int
-    user: str | None  # the system user the server runs as (None: ourselves)
-    fsync: bool
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    def _run(self, tool: str, *args: str, timeout: float = 60) -> None:
-        subprocess.run([str(self.bin_dir / tool), *args], check=True, user=self.user,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
-
-    def init(self) -> None:
-        self.data.mkdir(parents=True)
-        if self.user is not None:
-            entry = pwd.getpwnam(self.user)
-            for path in (self.root, self.data):
-                os.chown(path, entry.pw_uid, entry.pw_gid)
-        pwfile = self.root / "pw"
-        pwfile.write_text(PASSWORD)
-        if self.user is not None:
-            os.chown(pwfile, pwd.getpwnam(self.user).pw_uid, -1)
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth-local=trust",
-                  "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8",
-                  "--no-instructions")
-        pwfile.unlink()
-
-    def start(self) -> None:
-        options = (f"-k {self.root} -h 127.0.0.1 -p {self.port} -c max_connections=200 "
-                   f"-c shared_buffers=64MB -c fsync={'on' if self.fsync else 'off'} "
-                   f"-c full_page_writes={'on' if self.fsync else 'off'}")
-        self._run("pg_ctl", "-D", str(self.data), "-w", "-l", str(self.root / "server.log"),
-                  "-o", options, "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-w", "-m", mode, "stop")
-
-    def restart(self, mode: str = "fast") -> None:
-        self.stop(mode)
-        self.start()
-
-    def dsn(self, dbname: str = "postgres") -> str:
-        """The Unix-socket connection string (trust auth)."""
-        return f"postgresql://postgres@/{dbname}?host={self.root}&port={self.port}"
-
-    def tcp_dsn(self, dbname: str = "postgres", password: str = PASSWORD) -> str:
-        """Over loopback TCP, with the password in the string (scram-sha-256)."""
-        return f"postgresql://postgres:{password}@127.0.0.1:{self.port}/{dbname}"
-
-    def admin(self) -> Any:
-        import psycopg
-
-        return psycopg.connect(self.dsn(), autocommit=True)
-
-    def new_database(self) -> str:
-        """A fresh, empty database; its connection string."""
-        name = f"t{os.getpid()}_{next(_names)}"
-        with self.admin() as db:
-            db.execute(f"CREATE DATABASE {name} TEMPLATE template0 STRATEGY file_copy")
-        return self.dsn(name)
-
-    def emptied(self, dsn: str) -> str:
-        """The database of `dsn` made empty again (no acp_bridge schema, nobody else
-        connected): as good as a fresh one, at a fraction of CREATE DATABASE's cost."""
-        import psycopg
-
-        with psycopg.connect(dsn, autocommit=True) as db:
-            db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-            db.execute("DROP SCHEMA IF EXISTS acp_bridge CASCADE")
-        return dsn
-
-    def remove(self) -> None:
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
-            self.stop("immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _server_user() -> str | None:
-    """PostgreSQL will not run as root: an unprivileged user that exists everywhere."""
-    if os.geteuid() != 0:
-        return None
-    for name in ("postgres", "nobody"):
-        with contextlib.suppress(KeyError):
-            pwd.getpwnam(name)
-            return name
-    raise RuntimeError("running as root and no unprivileged user (postgres, nobody) to run PostgreSQL as")
-
-
-def start_server(*, fsync: bool = False) -> PgServer:
-    """Init and start a server in a new temporary folder (fsync off for the tests: they
-    check what reaches the server, not what survives a power cut; the bench keeps it)."""
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        raise FileNotFoundError(missing_reason())
-    root = Path(tempfile.mkdtemp(prefix="acp-pg-"))
-    server = PgServer(bin_dir, root, _free_port(), _server_user(), fsync)
-    try:
-        server.init()
-        server.start()
-    except subprocess.CalledProcessError as exc:
-        log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
-        server.remove()
-        raise RuntimeError(f"PostgreSQL did not start: {exc.stderr.decode(errors='replace')}{log}") from exc
-    except BaseException:
-        server.remove()
-        raise
-    return server
+def required() -> bool:
+    """Whether a missing server fails the tests instead of skipping them: under CI, or
+    where `ACP_BRIDGE_TEST_POSTGRES=required` (.ci/run sets it)."""
+    return (os.environ.get("CI", "").lower() in ("true", "1")
+            or os.environ.get("ACP_BRIDGE_TEST_POSTGRES") == "required")
 
 
 def server_or_skip() -> PgServer:
@@ -178,7 +30,7 @@ def server_or_skip() -> PgServer:
     elif find_bin_dir() is None:
         reason = missing_reason()
     if reason is not None:
-        if os.environ.get("CI", "").lower() in ("true", "1"):
+        if required():
             pytest.fail(f"CI requires the PostgreSQL tests: {reason}")
         pytest.skip(f"!!! {reason}")
     return start_server()
