@@ -464,3 +464,21 @@ def test_a_full_disk_on_the_server_fails_the_write_and_nothing_half_done(
         sql(pg_dsn, "DROP SCHEMA IF EXISTS acp_bridge CASCADE")
         sql(pg_dsn, "DROP TABLESPACE IF EXISTS tiny")
         subprocess.run(["umount", "-l", str(tiny)], capture_output=True, check=False)
+
+
+def test_chat_hands_the_connection_string_over_outside_the_command_line() -> None:
+    """`acp-bridge chat --backend postgres --store DSN`: the agent it starts gets the
+    string in $ACP_BRIDGE_POSTGRES, not in its argv (the process list shows argv)."""
+    import argparse
+
+    from acp_bridge.cli.chat.command_line import agent_command, agent_env, options
+
+    parser = argparse.ArgumentParser()
+    options(parser)
+    dsn = f"postgresql://alice:{PASSWORD}@db/acp"
+    args = parser.parse_args(["--backend", "postgres", "--store", dsn])
+    command, env = agent_command(args), agent_env(args)
+    assert not any(PASSWORD in part for part in command) and "--backend" in command
+    assert env is not None and env["ACP_BRIDGE_POSTGRES"] == dsn
+    folder = parser.parse_args(["--backend", "sqlite", "--store", "/tmp/s"])
+    assert "/tmp/s" in agent_command(folder) and agent_env(folder) is None
