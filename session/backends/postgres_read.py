@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import weakref
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
@@ -52,6 +53,8 @@ LOCK_HOLDER = (
     "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid LIMIT 1"
 )
 HOST = socket.gethostname()
+# Connections the server said FATAL to while they were idle (see `connect`).
+HUNG_UP: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
 
 class RawJson(Loader):
@@ -85,6 +88,15 @@ def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
     except psycopg.Error as exc:
         conn.close()
         raise store_error(conninfo, "set up the connection", exc) from None
+    ref = weakref.ref(conn)
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        # A FATAL message while the connection is idle arrives as a notice: the server
+        # is hanging up (restart, pg_terminate_backend), before the socket closes.
+        if diag.severity_nonlocalized in ("FATAL", "PANIC") and (held := ref()) is not None:
+            HUNG_UP.add(held)
+
+    conn.add_notice_handler(on_notice)
     conn.adapters.register_loader("json", RawJson)
     conn.adapters.register_loader("json", RawJsonBinary)
     return conn
