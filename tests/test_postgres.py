@@ -482,3 +482,27 @@ def test_chat_hands_the_connection_string_over_outside_the_command_line() -> Non
     assert env is not None and env["ACP_BRIDGE_POSTGRES"] == dsn
     folder = parser.parse_args(["--backend", "sqlite", "--store", "/tmp/s"])
     assert "/tmp/s" in agent_command(folder) and agent_env(folder) is None
+
+
+def test_a_failed_load_gives_its_reading_connection_back_clean(pg_dsn: str) -> None:
+    """A load that stops inside its row stream (damage in the committed region) leaves
+    no cursor behind on the reading connection the next load reuses."""
+    import gc
+
+    from session import SessionCorruptError
+    from tests.support import tamper
+
+    store = SessionStore(open_backend("postgres", pg_dsn))
+    damaged, fine = store.create(cwd="/w"), store.create(cwd="/w")
+    for log in (damaged, fine):
+        write(log, Script().text_turn().text_turn())
+        log.close()
+    tamper.delete_event(store.backend, damaged.id, 3)
+    for _ in range(2):
+        with pytest.raises(SessionCorruptError):
+            store.load(damaged.id)
+        gc.collect()  # the abandoned row stream is finalized now
+        loaded = store.load(fine.id)
+        assert loaded.log.tracker.turn == 2
+        loaded.log.close()
+    store.close()

@@ -94,7 +94,7 @@ async def test_one_owner_across_machines_and_kill9_mid_turn(tmp_path: Path, tcp_
 async def test_server_gone_mid_turn_answers_clearly_and_reconnects(
         tmp_path: Path, pg_server: PgServer, tcp_dsn: str) -> None:
     work = machine(tmp_path, "work")
-    words = " ".join(f"w{i}" for i in range(40))
+    words = " ".join(f"w{i}" for i in range(200))  # 10 s at 50 ms a chunk: stopped well before
     model = write_script(tmp_path / "script.json", {"text": "before"}, {"text": words},
                          {"text": "after"}, chunk_delay_ms=50)
     async with agent(tcp_dsn, work, model) as live:

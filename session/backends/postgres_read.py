@@ -179,6 +179,7 @@ class PostgresStream:
         self.conninfo = conninfo
         self._db = conn
         self._began = False
+        self._cursor: psycopg.ServerCursor[Any] | None = None
 
     def _conn(self) -> psycopg.Connection[Any]:
         if self._db is None:
@@ -194,7 +195,7 @@ class PostgresStream:
     def blocks(self) -> Iterator[list[Event | Damage]]:
         sid = self.header["id"]
         try:
-            cursor = self._conn().cursor(name=f"acp_bridge_load_{sid[:8]}", binary=True)
+            cursor = self._cursor = self._conn().cursor(name=f"acp_bridge_load_{sid[:8]}", binary=True)
         except psycopg.Error as exc:
             self._fail("read the log", exc)
         try:
@@ -244,6 +245,13 @@ class PostgresStream:
         return int(row[0]) if row is not None else 0
 
     def close(self) -> None:
+        # The cursor first: an abandoned `blocks` generator may be finalized later, in
+        # any thread, and must then find its cursor closed (no statement sent) rather
+        # than use a connection that went back to the backend for another load.
+        cursor, self._cursor = self._cursor, None
+        if cursor is not None:
+            with contextlib.suppress(psycopg.Error):
+                cursor.close()
         db, self._db = self._db, None
         if db is not None:
             self._done(db)
