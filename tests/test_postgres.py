@@ -506,3 +506,25 @@ def test_a_failed_load_gives_its_reading_connection_back_clean(pg_dsn: str) -> N
         assert loaded.log.tracker.turn == 2
         loaded.log.close()
     store.close()
+
+
+def test_durability_points_wait_at_least_as_long_as_the_server_asks(pg_dsn: str) -> None:
+    """A server (or database) set to `synchronous_commit = remote_apply`, as with a
+    synchronous standby, keeps that level at the durability points; anything weaker
+    ("off", "local") is raised to "on"."""
+    from session.backends.postgres_read import durable_level
+
+    assert [durable_level(v) for v in ("off", "local", "remote_write", "on", "remote_apply", None)] == \
+        ["on", "on", "on", "on", "remote_apply", "on"]
+    dbname = pg_dsn.split("?")[0].rsplit("/", 1)[1]
+    for configured, expected in (("off", "on"), ("remote_apply", "remote_apply")):
+        sql(pg_dsn, f"ALTER DATABASE {dbname} SET synchronous_commit = {configured}")
+        backend = PostgresBackend(pg_dsn)
+        try:
+            assert backend.durable_level == expected
+            log = SessionStore(backend).create(cwd="/w")
+            write(log, Script().text_turn())  # commits at that level
+            log.close()
+        finally:
+            backend.close()
+            sql(pg_dsn, f"ALTER DATABASE {dbname} RESET synchronous_commit")

@@ -12,7 +12,8 @@ server drops when the connection ends, so a crashed or partitioned agent never l
 a session locked. Commits are asynchronous (`synchronous_commit = off`: committed,
 visible to every reader, but the server may lose the last few hundred milliseconds if
 *it* crashes) except at the durability points, where a transaction sets
-`synchronous_commit = on` and so also flushes every earlier asynchronous commit.
+`synchronous_commit = on` (or the server's own setting, if it waits for more) and so
+also flushes every earlier asynchronous commit.
 
 A dropped connection (server restart, `pg_terminate_backend`, network) fails the write
 in progress with StoreIOError; the next write reconnects, takes the locks back and
@@ -44,6 +45,7 @@ from session.backends.base import (
 )
 from session.backends.postgres_conninfo import shown
 from session.backends.postgres_read import (
+    DURABLE_LEVEL,
     HOST,
     HUNG_UP,
     LOCK_HOLDER,
@@ -57,6 +59,7 @@ from session.backends.postgres_read import (
     locked_error,
     schema_version,
     schema_version_error,
+    set_durable,
     store_error,
 )
 from session.backends.postgres_session import (
@@ -131,7 +134,7 @@ class PostgresBackend:
     def _check_schema(self, db: psycopg.Connection[Any]) -> None:
         try:
             with db.transaction():
-                db.execute("SET LOCAL synchronous_commit = on")
+                set_durable(db)
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                 version = schema_version(db)
                 if version is None:
@@ -143,6 +146,12 @@ class PostgresBackend:
             raise schema_version_error(self.conninfo, version)
 
     # -- the connection and the locks ----------------------------------------------
+
+    @property
+    def durable_level(self) -> str:
+        """The `synchronous_commit` level of the durability points on this connection."""
+        with self._mutex:
+            return DURABLE_LEVEL.get(self._live(), "on")
 
     def _live(self) -> psycopg.Connection[Any]:
         """The agent's connection, reconnected (locks taken back) if it was lost.
@@ -194,7 +203,7 @@ class PostgresBackend:
                 self._held[sid] = token
                 self._lost.discard(sid)
                 with db.transaction():
-                    db.execute("SET LOCAL synchronous_commit = on")
+                    set_durable(db)
                     db.execute(
                         "INSERT INTO acp_bridge.owners (session_id, host, pid, token, since) "
                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
@@ -237,7 +246,7 @@ class PostgresBackend:
                 return
             with db.transaction():
                 if sync:
-                    db.execute("SET LOCAL synchronous_commit = on")
+                    set_durable(db)
                 yield db
 
     def reader_connection(self) -> psycopg.Connection[Any]:

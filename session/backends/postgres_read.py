@@ -71,7 +71,7 @@ class RawJsonBinary(RawJson):
 
 def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
     """An autocommit connection whose commits are asynchronous unless a transaction
-    says otherwise (`SET LOCAL synchronous_commit = on` at the durability points).
+    says otherwise (`set_durable` at the durability points).
     Raises StoreIOError, its message free of passwords."""
     try:
         extra: dict[str, Any] = {} if "connect_timeout" in conninfo else {"connect_timeout": 10}
@@ -84,6 +84,8 @@ def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
     except psycopg.Error as exc:
         raise store_error(conninfo, "connect to the store", exc) from None
     try:
+        row = conn.execute("SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'").fetchone()
+        DURABLE_LEVEL[conn] = durable_level(row[0] if row else None)
         conn.execute("SET synchronous_commit = off")
     except psycopg.Error as exc:
         conn.close()
@@ -100,6 +102,26 @@ def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
     conn.adapters.register_loader("json", RawJson)
     conn.adapters.register_loader("json", RawJsonBinary)
     return conn
+
+
+# Strength of the `synchronous_commit` levels: a durability point commits at "on" or at
+# what the server's administrator configured, whichever waits for more (with synchronous
+# replication, "remote_apply" also waits for the standby to apply the commit).
+_LEVELS = ("off", "local", "remote_write", "on", "remote_apply")
+# The level of each connection's durability points (read from the server at connect).
+DURABLE_LEVEL: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
+
+
+def durable_level(configured: str | None) -> str:
+    if configured in _LEVELS and _LEVELS.index(configured) > _LEVELS.index("on"):
+        return configured
+    return "on"
+
+
+def set_durable(db: psycopg.Connection[Any]) -> None:
+    """Make the transaction in progress commit synchronously (see `durable_level`)."""
+    level = DURABLE_LEVEL.get(db, "on")
+    db.execute(f"SET LOCAL synchronous_commit = {level}")
 
 
 def store_error(conninfo: str, what: str, exc: BaseException, *,
