@@ -414,6 +414,13 @@ def test_sessions_cli_reads_postgres_without_the_password(pg_server: PgServer, p
     reader = open_reader("postgres", dsn)
     assert read_stored(reader.stream(log.id)).events[-1]["type"] == "turn/end"
     reader.close()
+    # No --store: libpq's own variables say where (and $ACP_BRIDGE_POSTGRES is unset).
+    env = {k: v for k, v in os.environ.items() if k != "ACP_BRIDGE_POSTGRES"}
+    env |= {"PGHOST": str(pg_server.root), "PGPORT": str(pg_server.port), "PGUSER": "postgres",
+            "PGDATABASE": dbname, "ACP_BRIDGE_BACKEND": "postgres"}
+    out = subprocess.run([sys.executable, "-m", "acp_bridge", "sessions", "list"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and "hello from postgres" in out.stdout, out.stderr
 
 
 # --- a full disk on the database side ----------------------------------------------------
