@@ -127,3 +127,27 @@ async def test_server_gone_mid_turn_answers_clearly_and_reconnects(
     ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
     assert [r["kind"] for r in ends] == ["completed", "error", "completed"]
     assert ends[1]["code"] == "store_io"
+
+
+async def test_session_list_pages_through_thousands(tmp_path: Path, pg_dsn: str) -> None:
+    """`session/list` over 3,000 stored sessions: every one once, a page at a time."""
+    import psycopg
+
+    work = machine(tmp_path, "work")
+    async with agent(pg_dsn, work) as live:
+        await live.initialize()
+        mine = await live.new_session(work)  # also creates the schema
+        with psycopg.connect(pg_dsn, autocommit=True) as db:
+            db.execute("INSERT INTO acp_bridge.sessions SELECT gen_random_uuid()::text, '{}', %s, "
+                       "'t' || n, n, n FROM generate_series(1, 3000) n", (str(work),))
+        seen: list[str] = []
+        cursor = None
+        with anyio.fail_after(30):
+            while True:
+                page = await live.request("session/list", {"cwd": str(work)} | (
+                    {"cursor": cursor} if cursor else {}))
+                seen += [s["sessionId"] for s in page["sessions"]]
+                cursor = page.get("nextCursor")
+                if cursor is None:
+                    break
+        assert len(seen) == len(set(seen)) == 3001 and seen[0] == mine  # newest first
