@@ -535,3 +535,24 @@ def test_durability_points_wait_at_least_as_long_as_the_server_asks(pg_dsn: str)
         finally:
             backend.close()
             sql(pg_dsn, f"ALTER DATABASE {dbname} RESET synchronous_commit")
+
+
+def test_link_defaults_unless_the_string_says_otherwise(pg_server: PgServer, pg_database: str) -> None:
+    """A silent network cut must not hang a write for the TCP default of many minutes:
+    keepalives and a TCP user timeout are set unless the connection string sets its own;
+    a string libpq cannot parse is refused without quoting it back."""
+    from session.backends.postgres_read import connect
+
+    dbname = pg_database.split("?")[0].rsplit("/", 1)[1]
+    defaults = connect(pg_server.tcp_dsn(dbname), purpose="test")
+    own = connect(pg_server.tcp_dsn(dbname) + "?tcp_user_timeout=5000", purpose="test")
+    try:
+        assert "tcp_user_timeout=30000" in defaults.info.dsn and "keepalives_idle=30" in defaults.info.dsn
+        assert "tcp_user_timeout=5000" in own.info.dsn
+    finally:
+        defaults.close()
+        own.close()
+    with pytest.raises(StoreIOError) as err:
+        connect(f"host=db password={PASSWORD} oops trailing", purpose="test")
+    assert "cannot be parsed" in err.value.message
+    assert PASSWORD not in err.value.message and "oops" not in err.value.message

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 import orjson
 import psycopg
 from psycopg.adapt import Buffer, Loader
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import Format
 
 from session.backends.base import SessionPeek, validate_session_id
@@ -69,12 +70,26 @@ class RawJsonBinary(RawJson):
     format = Format.BINARY
 
 
+# Unless the connection string says otherwise: give up connecting after 10 s, and let
+# the kernel declare a silent peer (a network cut) dead within about 30 s, so that a
+# write or an owner lock does not hang for the TCP default of many minutes.
+LINK_DEFAULTS: dict[str, Any] = {"connect_timeout": 10, "keepalives_idle": 30, "keepalives_interval": 10,
+                                 "keepalives_count": 3, "tcp_user_timeout": 30_000}
+
+
 def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
     """An autocommit connection whose commits are asynchronous unless a transaction
     says otherwise (`set_durable` at the durability points).
     Raises StoreIOError, its message free of passwords."""
     try:
-        extra: dict[str, Any] = {} if "connect_timeout" in conninfo else {"connect_timeout": 10}
+        given = conninfo_to_dict(conninfo)
+    except psycopg.Error:  # libpq's words may quote a piece of the string: a password
+        raise StoreIOError("the PostgreSQL connection string (--store, or $ACP_BRIDGE_POSTGRES) "
+                           "cannot be parsed; libpq's syntax is postgresql://USER@HOST/DB or "
+                           "'host=... dbname=...' (not shown: it may hold a password)") from None
+    extra = {k: v for k, v in LINK_DEFAULTS.items()
+             if k not in given and not (k == "connect_timeout" and os.environ.get("PGCONNECT_TIMEOUT"))}
+    try:
         conn = psycopg.connect(
             conninfo,
             autocommit=True,
