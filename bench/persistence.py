@@ -168,11 +168,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.events < 100 or args.repeat < 1:
         parser.error("--events must be >= 100 and --repeat >= 1")
     if "postgres" in kinds and args.backends == ",".join(BACKENDS):
-        sys.path.insert(0, str(ROOT))
-        from bench.pg_store import missing
+        from bench.pg_server import find_bin_dir, missing_reason
 
-        if (why := missing()) is not None:  # asked for by default only: say so and go on
-            print(f"postgres left out: {why}", file=sys.stderr)
+        if find_bin_dir() is None:  # asked for by default only: say so and go on
+            print(f"postgres left out: {missing_reason()}", file=sys.stderr)
             kinds.remove("postgres")
     args.kinds = kinds
     return args

@@ -1,15 +1,11 @@
-"""A real PostgreSQL server for the benches and the tests (tests/support/pg_server.py),
-started in a throw-away folder. It lives in bench/ because the benches need it and must
-not import the tests (tests/test_layers.py); the tests take it from here.
+"""A real PostgreSQL server for the tests and the benches, started in a throw-away folder
+(the tests reach it through tests/support/pg_server.py, their fixture side).
 
 The binaries come from `pgserver` (PyPI, in the `test` extra: PostgreSQL 16 in a
 wheel), else from `$ACP_BRIDGE_TEST_PG_BIN`, else from Debian's `postgresql` package.
 The server runs as an unprivileged user when we are root (PostgreSQL refuses root),
 listens on a Unix socket in its folder and on a free loopback port (password auth
 there, for the redaction tests), and is stopped and deleted at the end.
-
-Where no binaries are found, tests/support/pg_server.py skips the tests that need
-one, loudly, and fails them under CI (`CI=true`, as .ci/run runs).
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ _names = itertools.count()
 def find_bin_dir() -> Path | None:
     given = os.environ.get("ACP_BRIDGE_TEST_PG_BIN")
     if given:
-        return Path(given)
+        return Path(given) if (Path(given) / "pg_ctl").exists() else None
     spec = importlib.util.find_spec("pgserver")
     if spec is not None and spec.origin is not None:
         candidate = Path(spec.origin).parent / "pginstall" / "bin"
@@ -155,8 +151,10 @@ def start_server(*, fsync: bool = False) -> PgServer:
     bin_dir = find_bin_dir()
     if bin_dir is None:
         raise FileNotFoundError(missing_reason())
-    root = Path(tempfile.mkdtemp(prefix="acp-pg-"))
-    server = PgServer(bin_dir, root, _free_port(), _server_user(), fsync)
+    user = _server_user()
+    # Another user must reach the folder: /tmp, not a private $TMPDIR, when we are root.
+    root = Path(tempfile.mkdtemp(prefix="acp-pg-", dir="/tmp" if user and os.path.isdir("/tmp") else None))
+    server = PgServer(bin_dir, root, _free_port(), user, fsync)
     try:
         server.init()
         server.start()
@@ -168,3 +166,4 @@ def start_server(*, fsync: bool = False) -> PgServer:
         server.remove()
         raise
     return server
+

@@ -25,13 +25,6 @@ def server() -> Any:
     return _SERVER
 
 
-def missing() -> str | None:
-    """Why no local PostgreSQL server can be started here, or None."""
-    from bench.pg_server import find_bin_dir, missing_reason
-
-    return missing_reason() if find_bin_dir() is None else None
-
-
 def name_of(folder: Path | str) -> str:
     return "b_" + hashlib.sha1(str(folder).encode()).hexdigest()[:16]
 

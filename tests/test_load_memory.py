@@ -21,9 +21,9 @@ LOG_MB = 60
 RESULT_BYTES = 100_000  # a big tool result per turn: few events, many bytes
 
 
-def build(store_dir: Path, backend: str) -> tuple[str, int]:
+def build(store_dir: Path | str, backend: str) -> tuple[str, int]:
     store = SessionStore(open_backend(backend, store_dir))
-    log = store.create(cwd=str(store_dir))
+    log = store.create(cwd="/home/dev/project")
     turns = LOG_MB * 1_000_000 // RESULT_BYTES
     for n in range(turns):
         script = Script(first_turn=n + 1).start_turn(f"turn {n}").start_step()
@@ -52,7 +52,7 @@ class RawAgent:
     """A real agent process and a minimal client: updates are counted, not parsed (a
     replay is hundreds of thousands of lines). Killed at exit, or after 120 s."""
 
-    def __init__(self, store_dir: Path, backend: str) -> None:
+    def __init__(self, store_dir: Path | str, backend: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "acp_bridge", "--store", str(store_dir), "--backend", backend,
              "--model", "echo"],
@@ -94,15 +94,25 @@ class RawAgent:
         return self.answer(rid)
 
 
-@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
-def test_load_of_a_large_log_stays_small(tmp_path: Path, backend: str) -> None:
-    store_dir = tmp_path / "store"
+def stored_bytes(store: Path | str) -> int:
+    if isinstance(store, str):  # a PostgreSQL store: the events' text (it stores them compressed)
+        import psycopg
+
+        with psycopg.connect(store) as db:
+            row = db.execute("SELECT sum(octet_length(data::text)) FROM acp_bridge.events").fetchone()
+        return int(row[0]) if row else 0
+    return sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
+def test_load_of_a_large_log_stays_small(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    store_dir: Path | str = request.getfixturevalue("pg_dsn") if backend == "postgres" else tmp_path / "store"
     sid, events = build(store_dir, backend)
-    size = sum(f.stat().st_size for f in store_dir.rglob("*") if f.is_file())
+    size = stored_bytes(store_dir)
     assert size > LOG_MB * 1_000_000
     with RawAgent(store_dir, backend) as agent:
         agent.call(1, "initialize", {"protocolVersion": 1})
-        answer, updates = agent.call(2, "session/load", {"sessionId": sid, "cwd": str(store_dir),
+        answer, updates = agent.call(2, "session/load", {"sessionId": sid, "cwd": str(tmp_path),
                                                          "mcpServers": []})
         assert "result" in answer, answer
         assert answer["result"]["_meta"]["acpBridge"]["events"] == events

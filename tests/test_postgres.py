@@ -17,8 +17,13 @@ import tracemalloc
 import uuid
 from typing import Any
 
-import psycopg
 import pytest
+
+from tests.support.pg_server import required
+
+if not required():  # without the driver: skipped, loudly (under CI: the import fails)
+    pytest.importorskip("psycopg", reason="!!! psycopg is not installed: the PostgreSQL backend is NOT tested")
+import psycopg
 
 from session import (
     SessionLockedError,
@@ -409,6 +414,13 @@ def test_sessions_cli_reads_postgres_without_the_password(pg_server: PgServer, p
     reader = open_reader("postgres", dsn)
     assert read_stored(reader.stream(log.id)).events[-1]["type"] == "turn/end"
     reader.close()
+    # No --store: libpq's own variables say where (and $ACP_BRIDGE_POSTGRES is unset).
+    env = {k: v for k, v in os.environ.items() if k != "ACP_BRIDGE_POSTGRES"}
+    env |= {"PGHOST": str(pg_server.root), "PGPORT": str(pg_server.port), "PGUSER": "postgres",
+            "PGDATABASE": dbname, "ACP_BRIDGE_BACKEND": "postgres"}
+    out = subprocess.run([sys.executable, "-m", "acp_bridge", "sessions", "list"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and "hello from postgres" in out.stdout, out.stderr
 
 
 # --- a full disk on the database side ----------------------------------------------------
@@ -459,3 +471,88 @@ def test_a_full_disk_on_the_server_fails_the_write_and_nothing_half_done(
         sql(pg_dsn, "DROP SCHEMA IF EXISTS acp_bridge CASCADE")
         sql(pg_dsn, "DROP TABLESPACE IF EXISTS tiny")
         subprocess.run(["umount", "-l", str(tiny)], capture_output=True, check=False)
+
+
+def test_chat_hands_the_connection_string_over_outside_the_command_line() -> None:
+    """`acp-bridge chat --backend postgres --store DSN`: the agent it starts gets the
+    string in $ACP_BRIDGE_POSTGRES, not in its argv (the process list shows argv)."""
+    import argparse
+
+    from acp_bridge.cli.chat.command_line import agent_command, agent_env, options
+
+    parser = argparse.ArgumentParser()
+    options(parser)
+    dsn = f"postgresql://alice:{PASSWORD}@db/acp"
+    args = parser.parse_args(["--backend", "postgres", "--store", dsn])
+    command, env = agent_command(args), agent_env(args)
+    assert not any(PASSWORD in part for part in command) and "--backend" in command
+    assert env is not None and env["ACP_BRIDGE_POSTGRES"] == dsn
+    folder = parser.parse_args(["--backend", "sqlite", "--store", "/tmp/s"])
+    assert "/tmp/s" in agent_command(folder) and agent_env(folder) is None
+
+
+def test_a_failed_load_gives_its_reading_connection_back_clean(pg_dsn: str) -> None:
+    """A load that stops inside its row stream (damage in the committed region) leaves
+    no cursor behind on the reading connection the next load reuses."""
+    import gc
+
+    from session import SessionCorruptError
+    from tests.support import tamper
+
+    store = SessionStore(open_backend("postgres", pg_dsn))
+    damaged, fine = store.create(cwd="/w"), store.create(cwd="/w")
+    for log in (damaged, fine):
+        write(log, Script().text_turn().text_turn())
+        log.close()
+    tamper.delete_event(store.backend, damaged.id, 3)
+    for _ in range(2):
+        with pytest.raises(SessionCorruptError):
+            store.load(damaged.id)
+        gc.collect()  # the abandoned row stream is finalized now
+        loaded = store.load(fine.id)
+        assert loaded.log.tracker.turn == 2
+        loaded.log.close()
+    store.close()
+
+
+def test_durability_points_wait_at_least_as_long_as_the_server_asks(pg_dsn: str) -> None:
+    """A server (or database) set to `synchronous_commit = remote_apply`, as with a
+    synchronous standby, keeps that level at the durability points; anything weaker
+    ("off", "local") is raised to "on"."""
+    from session.backends.postgres_read import durable_level
+
+    assert [durable_level(v) for v in ("off", "local", "remote_write", "on", "remote_apply", None)] == \
+        ["on", "on", "on", "on", "remote_apply", "on"]
+    dbname = pg_dsn.split("?")[0].rsplit("/", 1)[1]
+    for configured, expected in (("off", "on"), ("remote_apply", "remote_apply")):
+        sql(pg_dsn, f"ALTER DATABASE {dbname} SET synchronous_commit = {configured}")
+        backend = PostgresBackend(pg_dsn)
+        try:
+            assert backend.durable_level == expected
+            log = SessionStore(backend).create(cwd="/w")
+            write(log, Script().text_turn())  # commits at that level
+            log.close()
+        finally:
+            backend.close()
+            sql(pg_dsn, f"ALTER DATABASE {dbname} RESET synchronous_commit")
+
+
+def test_link_defaults_unless_the_string_says_otherwise(pg_server: PgServer, pg_database: str) -> None:
+    """A silent network cut must not hang a write for the TCP default of many minutes:
+    keepalives and a TCP user timeout are set unless the connection string sets its own;
+    a string libpq cannot parse is refused without quoting it back."""
+    from session.backends.postgres_read import connect
+
+    dbname = pg_database.split("?")[0].rsplit("/", 1)[1]
+    defaults = connect(pg_server.tcp_dsn(dbname), purpose="test")
+    own = connect(pg_server.tcp_dsn(dbname) + "?tcp_user_timeout=5000", purpose="test")
+    try:
+        assert "tcp_user_timeout=30000" in defaults.info.dsn and "keepalives_idle=30" in defaults.info.dsn
+        assert "tcp_user_timeout=5000" in own.info.dsn
+    finally:
+        defaults.close()
+        own.close()
+    with pytest.raises(StoreIOError) as err:
+        connect(f"host=db password={PASSWORD} oops trailing", purpose="test")
+    assert "cannot be parsed" in err.value.message
+    assert PASSWORD not in err.value.message and "oops" not in err.value.message

@@ -94,7 +94,7 @@ async def test_one_owner_across_machines_and_kill9_mid_turn(tmp_path: Path, tcp_
 async def test_server_gone_mid_turn_answers_clearly_and_reconnects(
         tmp_path: Path, pg_server: PgServer, tcp_dsn: str) -> None:
     work = machine(tmp_path, "work")
-    words = " ".join(f"w{i}" for i in range(40))
+    words = " ".join(f"w{i}" for i in range(200))  # 10 s at 50 ms a chunk: stopped well before
     model = write_script(tmp_path / "script.json", {"text": "before"}, {"text": words},
                          {"text": "after"}, chunk_delay_ms=50)
     async with agent(tcp_dsn, work, model) as live:
@@ -127,3 +127,27 @@ async def test_server_gone_mid_turn_answers_clearly_and_reconnects(
     ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
     assert [r["kind"] for r in ends] == ["completed", "error", "completed"]
     assert ends[1]["code"] == "store_io"
+
+
+async def test_session_list_pages_through_thousands(tmp_path: Path, pg_dsn: str) -> None:
+    """`session/list` over 3,000 stored sessions: every one once, a page at a time."""
+    import psycopg
+
+    work = machine(tmp_path, "work")
+    async with agent(pg_dsn, work) as live:
+        await live.initialize()
+        mine = await live.new_session(work)  # also creates the schema
+        with psycopg.connect(pg_dsn, autocommit=True) as db:
+            db.execute("INSERT INTO acp_bridge.sessions SELECT gen_random_uuid()::text, '{}', %s, "
+                       "'t' || n, n, n FROM generate_series(1, 3000) n", (str(work),))
+        seen: list[str] = []
+        cursor = None
+        with anyio.fail_after(30):
+            while True:
+                page = await live.request("session/list", {"cwd": str(work)} | (
+                    {"cursor": cursor} if cursor else {}))
+                seen += [s["sessionId"] for s in page["sessions"]]
+                cursor = page.get("nextCursor")
+                if cursor is None:
+                    break
+        assert len(seen) == len(set(seen)) == 3001 and seen[0] == mine  # newest first

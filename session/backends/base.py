@@ -2,9 +2,9 @@
 
 A backend stores headers and ordered events, holds one live owner per session, and
 implements the durability and repair primitives. Ordering, buffering, validation and
-the decision of *when* to be durable live in the live log (session.log), so a new backend
-(PostgreSQL is planned) only has to get these few methods right and pass the shared
-contract suite in tests/.
+the decision of *when* to be durable live in the live log (session.log), so a backend
+(memory, JSONL, SQLite, PostgreSQL) only has to get these few methods right and pass
+the shared contract suite in tests/.
 """
 
 from __future__ import annotations

@@ -12,13 +12,15 @@ server drops when the connection ends, so a crashed or partitioned agent never l
 a session locked. Commits are asynchronous (`synchronous_commit = off`: committed,
 visible to every reader, but the server may lose the last few hundred milliseconds if
 *it* crashes) except at the durability points, where a transaction sets
-`synchronous_commit = on` and so also flushes every earlier asynchronous commit.
+`synchronous_commit = on` (or the server's own setting, if it waits for more) and so
+also flushes every earlier asynchronous commit.
 
 A dropped connection (server restart, `pg_terminate_backend`, network) fails the write
 in progress with StoreIOError; the next write reconnects, takes the locks back and
 checks through the owners row that no other agent held a session meanwhile (one that
-did is lost to this agent: its writes fail until it is loaded again). Reading (the row
-stream, the read-only `PostgresReader`) is in session.backends.postgres_read.
+did is lost to this agent: its writes fail until it is loaded again). The owned
+session (appends, rollback, repair) is in session.backends.postgres_session; reading
+(the row stream, the read-only `PostgresReader`) in session.backends.postgres_read.
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ import contextlib
 import os
 import select
 import threading
-import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -37,17 +38,16 @@ from psycopg import errors as pg_errors
 
 from session.backends.base import (
     BackendSession,
-    Encoded,
     SessionSummary,
     StoredLog,
-    check_batch_seqs,
     read_whole,
-    title_from_content,
     validate_session_id,
 )
 from session.backends.postgres_conninfo import shown
 from session.backends.postgres_read import (
+    DURABLE_LEVEL,
     HOST,
+    HUNG_UP,
     LOCK_HOLDER,
     SCHEMA_VERSION,
     UPDATED_AT,
@@ -59,11 +59,19 @@ from session.backends.postgres_read import (
     locked_error,
     schema_version,
     schema_version_error,
+    set_durable,
     store_error,
 )
+from session.backends.postgres_session import (
+    OwnedPostgresStream,
+    PostgresSession,
+    json_text,
+    text_column,
+)
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
-from session.events import USER_MESSAGE, Header
-from session.scan import TornTail, parse_header
+from session.events import Header
+from session.log import now_ms
+from session.scan import parse_header
 
 DDL = f"""
 CREATE SCHEMA IF NOT EXISTS acp_bridge;
@@ -104,13 +112,6 @@ INSERT INTO acp_bridge.schema_version VALUES ({SCHEMA_VERSION});
 # Taken (for one transaction) while the schema is checked and created: two agents
 # opening a new store at once must not both create it.
 SCHEMA_LOCK = 0x6163_702D_6272_6467  # "acp-brdg"
-INSERT_ONE = ("INSERT INTO acp_bridge.events (session_id, seq, type, time, data) "
-              "VALUES (%s, %s, %s, %s, %s::json)")
-# Several events go in by COPY: measured 4-5x faster than one INSERT over unnest()ed
-# arrays for a batch of 512 streamed chunks.
-COPY_EVENTS = "COPY acp_bridge.events (session_id, seq, type, time, data) FROM STDIN"
-
-
 class PostgresBackend:
     name = "postgres"
 
@@ -133,7 +134,7 @@ class PostgresBackend:
     def _check_schema(self, db: psycopg.Connection[Any]) -> None:
         try:
             with db.transaction():
-                db.execute("SET LOCAL synchronous_commit = on")
+                set_durable(db)
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                 version = schema_version(db)
                 if version is None:
@@ -145,6 +146,12 @@ class PostgresBackend:
             raise schema_version_error(self.conninfo, version)
 
     # -- the connection and the locks ----------------------------------------------
+
+    @property
+    def durable_level(self) -> str:
+        """The `synchronous_commit` level of the durability points on this connection."""
+        with self._mutex:
+            return DURABLE_LEVEL.get(self._live(), "on")
 
     def _live(self) -> psycopg.Connection[Any]:
         """The agent's connection, reconnected (locks taken back) if it was lost.
@@ -196,20 +203,20 @@ class PostgresBackend:
                 self._held[sid] = token
                 self._lost.discard(sid)
                 with db.transaction():
-                    db.execute("SET LOCAL synchronous_commit = on")
+                    set_durable(db)
                     db.execute(
                         "INSERT INTO acp_bridge.owners (session_id, host, pid, token, since) "
                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
                         "host = excluded.host, pid = excluded.pid, token = excluded.token, "
                         "since = excluded.since",
-                        (sid, HOST, os.getpid(), token, _now_ms()),
+                        (sid, HOST, os.getpid(), token, now_ms()),
                     )
             except psycopg.Error as exc:
-                self._unlock(sid)
+                self.unlock(sid)
                 raise store_error(self.conninfo, "take the session's lock", exc,
                                   session_id=sid) from None
 
-    def _unlock(self, sid: str) -> None:
+    def unlock(self, sid: str) -> None:
         with self._mutex:
             self._lost.discard(sid)
             if self._held.pop(sid, None) is None:
@@ -239,10 +246,11 @@ class PostgresBackend:
                 return
             with db.transaction():
                 if sync:
-                    db.execute("SET LOCAL synchronous_commit = on")
+                    set_durable(db)
                 yield db
 
-    def _reader(self) -> psycopg.Connection[Any]:
+    def reader_connection(self) -> psycopg.Connection[Any]:
+        """A connection for reading a log (a spare one if healthy, else a new one)."""
         with self._mutex:
             while self._spare:
                 db = self._spare.pop()
@@ -274,17 +282,17 @@ class PostgresBackend:
                 db.execute(
                     "INSERT INTO acp_bridge.sessions (id, header, cwd, title, created_at, updated_at) "
                     "VALUES (%s, %s::json, %s, %s, %s, %s)",
-                    (sid, _json_text(header), header["cwd"], header.get("title"),
+                    (sid, json_text(header), text_column(header["cwd"]), text_column(header.get("title")),
                      header["createdAt"], header["createdAt"]),
                 )
         except pg_errors.UniqueViolation:
-            self._unlock(sid)
+            self.unlock(sid)
             raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
         except psycopg.Error as exc:
-            self._unlock(sid)
+            self.unlock(sid)
             raise store_error(self.conninfo, "create the session", exc, session_id=sid) from None
         except BaseException:
-            self._unlock(sid)
+            self.unlock(sid)
             raise
         return PostgresSession(self, sid, next_seq=0, has_title=header.get("title") is not None)
 
@@ -299,7 +307,7 @@ class PostgresBackend:
             header, has_title = self._header(sid)  # again: deleted while we took the lock?
             return OwnedPostgresStream(self, header, has_title=has_title)
         except BaseException:
-            self._unlock(sid)
+            self.unlock(sid)
             raise
 
     def read_stream(self, session_id: str) -> PostgresStream:
@@ -349,7 +357,7 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise store_error(self.conninfo, "delete the session", exc, session_id=sid) from None
         finally:
-            self._unlock(sid)
+            self.unlock(sid)
 
     def reader(self) -> PostgresReader:
         return PostgresReader(self.conninfo)
@@ -360,147 +368,6 @@ class PostgresBackend:
                 db.close()  # the server drops the advisory locks with the connection
             self._spare, self._db = [], None
             self._held.clear()
-
-
-class PostgresSession:
-    def __init__(self, backend: PostgresBackend, session_id: str, next_seq: int, has_title: bool) -> None:
-        self.session_id = session_id
-        self._backend = backend
-        self._open = True
-        self._next_seq = next_seq
-        self._durable_seq = next_seq
-        self._stale = False  # rows past the durable seq may remain after a failure
-        self._has_title = has_title
-        self._generation = backend.generation
-
-    def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
-        check_batch_seqs(self.session_id, batch, self._next_seq)
-        sid = self.session_id
-        title = None if self._has_title else _title(batch)
-        atomic = self._stale or title is not None or len(batch) != 1
-        try:
-            with self._backend.owned(sid, sync=sync, atomic=atomic) as db:
-                if self._generation != self._backend.generation:
-                    self._check_stored(db)
-                if self._stale:
-                    db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
-                               (sid, self._next_seq))
-                self._insert(db, batch)
-                if title is not None:
-                    db.execute("UPDATE acp_bridge.sessions SET title = coalesce(title, %s) "
-                               "WHERE id = %s", (_text(title), sid))
-                if sync and not batch:  # an xid makes the commit flush the WAL, and so
-                    db.execute("SELECT pg_current_xact_id()")  # every earlier commit
-            self._stale = False
-        except (psycopg.Error, StoreIOError) as exc:
-            # Back to the last durable point, as the live log is: rows committed since
-            # (streamed batches; a commit whose answer was lost) are deleted now, or by
-            # the next write, so no event the client is told was rolled back stays.
-            self._next_seq, self._stale = self._durable_seq, True
-            self._drop_stale()
-            what = "sync the log" if sync else "write the log"
-            if isinstance(exc, StoreIOError):
-                raise StoreIOError(f"{exc.message}; rolled back to seq {self._durable_seq}",
-                                   session_id=sid, durableSeq=self._durable_seq) from None
-            raise store_error(self._backend.conninfo, what, exc, session_id=sid,
-                              durableSeq=self._durable_seq) from None
-        if title is not None:
-            self._has_title = True
-        self._next_seq += len(batch)
-        if sync:
-            self._durable_seq = self._next_seq
-
-    def _check_stored(self, db: psycopg.Connection[Any]) -> None:
-        """After a reconnection: the store must hold exactly what this session wrote.
-        A server that crashed may have lost the last asynchronous commits; writing on
-        would leave a gap, so the write fails and the log rolls back to its durable
-        point (all of which the server kept: those commits were synchronous)."""
-        row = db.execute("SELECT coalesce(max(seq) + 1, 0) FROM acp_bridge.events "
-                         "WHERE session_id = %s", (self.session_id,)).fetchone()
-        stored = row[0] if row is not None else 0
-        # More than written is expected only after a failure (`_stale`: deleted next).
-        if stored < self._next_seq or (stored > self._next_seq and not self._stale):
-            raise StoreIOError(
-                f"session {self.session_id}: the store holds events up to seq {stored - 1} "
-                f"where {self._next_seq - 1} were written: the database lost its latest "
-                "asynchronous commits (a server crash)", session_id=self.session_id)
-        self._generation = self._backend.generation
-
-    def _drop_stale(self) -> None:
-        """Delete the rows past the durable seq a failed write left (best effort)."""
-        try:
-            with self._backend.owned(self.session_id, sync=True) as db:
-                db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
-                           (self.session_id, self._durable_seq))
-        except (psycopg.Error, StoreIOError):
-            return
-        self._stale = False
-
-    def _insert(self, db: psycopg.Connection[Any], batch: Sequence[Encoded]) -> None:
-        if len(batch) == 1:
-            e = batch[0]
-            db.execute(INSERT_ONE, (self.session_id, e.event["seq"], e.event["type"],
-                                    e.event["time"], e.data_json.decode()))
-        elif batch:
-            sid = self.session_id
-            with db.cursor().copy(COPY_EVENTS) as copy:
-                for e in batch:
-                    event = e.event
-                    copy.write_row((sid, event["seq"], event["type"], event["time"],
-                                    e.data_json.decode()))
-
-    def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
-        sid = self.session_id
-        kept = None
-        try:
-            with self._backend.owned(sid, sync=True) as db:
-                if torn is not None:
-                    cut = torn.where["seq"]
-                    db.execute(
-                        "INSERT INTO acp_bridge.torn_events SELECT session_id, seq, type, time, "
-                        "data, %s FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
-                        (_now_ms(), sid, cut))
-                    db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
-                               (sid, cut))
-                    kept = f"{self._backend.where} (table acp_bridge.torn_events)"
-                self._insert(db, closers)
-        except psycopg.Error as exc:
-            raise store_error(self._backend.conninfo, "repair the log", exc, session_id=sid) from None
-        self._next_seq = self._durable_seq = (torn.index if torn else self._next_seq) + len(closers)
-        return kept
-
-    def close(self) -> None:
-        if self._open:
-            self._open = False
-            if self._stale:
-                self._drop_stale()
-            self._backend._unlock(self.session_id)
-
-
-class OwnedPostgresStream(PostgresStream):
-    """A session's rows read by its owner (`PostgresBackend.open_stream` took the lock),
-    through a reading connection the backend keeps for the next load."""
-
-    def __init__(self, backend: PostgresBackend, header: Header, *, has_title: bool) -> None:
-        super().__init__(backend.conninfo, header, backend._reader())
-        self._backend = backend
-        self._has_title = has_title
-        self._owned = True
-
-    def _done(self, db: psycopg.Connection[Any]) -> None:
-        self._backend.give_back(db)
-
-    def session(self, next_seq: int, torn: TornTail | None) -> PostgresSession:
-        if not self._owned:
-            raise RuntimeError("the stream was released")
-        self._owned = False
-        return PostgresSession(self._backend, self.header["id"], next_seq=next_seq,
-                               has_title=self._has_title)
-
-    def release(self) -> None:
-        if self._owned:
-            self._owned = False
-            self._backend._unlock(self.header["id"])
 
 
 def _dropped(db: psycopg.Connection[Any]) -> bool:
@@ -516,29 +383,7 @@ def _dropped(db: psycopg.Connection[Any]) -> bool:
             if not select.select([db.fileno()], [], [], 0)[0]:
                 break
             db.pgconn.consume_input()
+            db.pgconn.is_busy()  # parses what came: a FATAL reaches the notice handler
     except (OSError, ValueError, psycopg.OperationalError):
         return True
-    return db.pgconn.status != psycopg.pq.ConnStatus.OK
-
-
-def _title(batch: Sequence[Encoded]) -> str | None:
-    for item in batch:
-        if item.event["type"] == USER_MESSAGE:
-            return title_from_content(item.event["data"].get("content"))
-    return None
-
-
-def _text(value: str | None) -> str | None:
-    """A string for a text column, which cannot hold NUL: shown as U+FFFD instead (the
-    header and the events, json, keep it escaped and exact)."""
-    return None if value is None else value.replace("\x00", "\ufffd")
-
-
-def _json_text(value: Any) -> str:
-    import orjson
-
-    return orjson.dumps(value).decode()
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return db in HUNG_UP or db.pgconn.status != psycopg.pq.ConnStatus.OK

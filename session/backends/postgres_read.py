@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import weakref
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import orjson
 import psycopg
 from psycopg.adapt import Buffer, Loader
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import Format
 
 from session.backends.base import SessionPeek, validate_session_id
@@ -52,6 +54,8 @@ LOCK_HOLDER = (
     "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid LIMIT 1"
 )
 HOST = socket.gethostname()
+# Connections the server said FATAL to while they were idle (see `connect`).
+HUNG_UP: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
 
 class RawJson(Loader):
@@ -66,12 +70,26 @@ class RawJsonBinary(RawJson):
     format = Format.BINARY
 
 
+# Unless the connection string says otherwise: give up connecting after 10 s, and let
+# the kernel declare a silent peer (a network cut) dead within about 30 s, so that a
+# write or an owner lock does not hang for the TCP default of many minutes.
+LINK_DEFAULTS: dict[str, Any] = {"connect_timeout": 10, "keepalives_idle": 30, "keepalives_interval": 10,
+                                 "keepalives_count": 3, "tcp_user_timeout": 30_000}
+
+
 def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
     """An autocommit connection whose commits are asynchronous unless a transaction
-    says otherwise (`SET LOCAL synchronous_commit = on` at the durability points).
+    says otherwise (`set_durable` at the durability points).
     Raises StoreIOError, its message free of passwords."""
     try:
-        extra: dict[str, Any] = {} if "connect_timeout" in conninfo else {"connect_timeout": 10}
+        given = conninfo_to_dict(conninfo)
+    except psycopg.Error:  # libpq's words may quote a piece of the string: a password
+        raise StoreIOError("the PostgreSQL connection string (--store, or $ACP_BRIDGE_POSTGRES) "
+                           "cannot be parsed; libpq's syntax is postgresql://USER@HOST/DB or "
+                           "'host=... dbname=...' (not shown: it may hold a password)") from None
+    extra = {k: v for k, v in LINK_DEFAULTS.items()
+             if k not in given and not (k == "connect_timeout" and os.environ.get("PGCONNECT_TIMEOUT"))}
+    try:
         conn = psycopg.connect(
             conninfo,
             autocommit=True,
@@ -81,13 +99,44 @@ def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
     except psycopg.Error as exc:
         raise store_error(conninfo, "connect to the store", exc) from None
     try:
+        row = conn.execute("SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'").fetchone()
+        DURABLE_LEVEL[conn] = durable_level(row[0] if row else None)
         conn.execute("SET synchronous_commit = off")
     except psycopg.Error as exc:
         conn.close()
         raise store_error(conninfo, "set up the connection", exc) from None
+    ref = weakref.ref(conn)
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        # A FATAL message while the connection is idle arrives as a notice: the server
+        # is hanging up (restart, pg_terminate_backend), before the socket closes.
+        if diag.severity_nonlocalized in ("FATAL", "PANIC") and (held := ref()) is not None:
+            HUNG_UP.add(held)
+
+    conn.add_notice_handler(on_notice)
     conn.adapters.register_loader("json", RawJson)
     conn.adapters.register_loader("json", RawJsonBinary)
     return conn
+
+
+# Strength of the `synchronous_commit` levels: a durability point commits at "on" or at
+# what the server's administrator configured, whichever waits for more (with synchronous
+# replication, "remote_apply" also waits for the standby to apply the commit).
+_LEVELS = ("off", "local", "remote_write", "on", "remote_apply")
+# The level of each connection's durability points (read from the server at connect).
+DURABLE_LEVEL: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
+
+
+def durable_level(configured: str | None) -> str:
+    if configured in _LEVELS and _LEVELS.index(configured) > _LEVELS.index("on"):
+        return configured
+    return "on"
+
+
+def set_durable(db: psycopg.Connection[Any]) -> None:
+    """Make the transaction in progress commit synchronously (see `durable_level`)."""
+    level = DURABLE_LEVEL.get(db, "on")
+    db.execute(f"SET LOCAL synchronous_commit = {level}")
 
 
 def store_error(conninfo: str, what: str, exc: BaseException, *,
@@ -167,6 +216,7 @@ class PostgresStream:
         self.conninfo = conninfo
         self._db = conn
         self._began = False
+        self._cursor: psycopg.ServerCursor[Any] | None = None
 
     def _conn(self) -> psycopg.Connection[Any]:
         if self._db is None:
@@ -182,7 +232,7 @@ class PostgresStream:
     def blocks(self) -> Iterator[list[Event | Damage]]:
         sid = self.header["id"]
         try:
-            cursor = self._conn().cursor(name=f"acp_bridge_load_{sid[:8]}", binary=True)
+            cursor = self._cursor = self._conn().cursor(name=f"acp_bridge_load_{sid[:8]}", binary=True)
         except psycopg.Error as exc:
             self._fail("read the log", exc)
         try:
@@ -232,6 +282,13 @@ class PostgresStream:
         return int(row[0]) if row is not None else 0
 
     def close(self) -> None:
+        # The cursor first: an abandoned `blocks` generator may be finalized later, in
+        # any thread, and must then find its cursor closed (no statement sent) rather
+        # than use a connection that went back to the backend for another load.
+        cursor, self._cursor = self._cursor, None
+        if cursor is not None:
+            with contextlib.suppress(psycopg.Error):
+                cursor.close()
         db, self._db = self._db, None
         if db is not None:
             self._done(db)

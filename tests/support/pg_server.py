@@ -1,9 +1,7 @@
-"""The tests' PostgreSQL server: bench/pg_server.py starts it (PostgreSQL 16 from
-`pgserver` in the `test` extra, else `$ACP_BRIDGE_TEST_PG_BIN`, else Debian's package),
-in a throw-away folder; here, the tests that need one are skipped loudly where no server
-can be started, and failed under CI (`CI=true`, as .ci/run runs): there they are
-mandatory.
-"""
+"""The tests' side of the PostgreSQL server (bench/pg_server.py starts it): where no
+server binaries or no driver are found, the tests that need one are skipped, loudly,
+and under CI (`CI=true`, or `ACP_BRIDGE_TEST_POSTGRES=required` as .ci/run sets it)
+they fail instead: there they are mandatory."""
 
 from __future__ import annotations
 
@@ -12,7 +10,14 @@ import os
 
 from bench.pg_server import PASSWORD, PgServer, find_bin_dir, missing_reason, start_server
 
-__all__ = ["PASSWORD", "PgServer", "server_or_skip"]
+__all__ = ["PASSWORD", "PgServer", "required", "server_or_skip"]
+
+
+def required() -> bool:
+    """Whether a missing server fails the tests instead of skipping them: under CI, or
+    where `ACP_BRIDGE_TEST_POSTGRES=required` (.ci/run sets it)."""
+    return (os.environ.get("CI", "").lower() in ("true", "1")
+            or os.environ.get("ACP_BRIDGE_TEST_POSTGRES") == "required")
 
 
 def server_or_skip() -> PgServer:
@@ -25,7 +30,7 @@ def server_or_skip() -> PgServer:
     elif find_bin_dir() is None:
         reason = missing_reason()
     if reason is not None:
-        if os.environ.get("CI", "").lower() in ("true", "1"):
+        if required():
             pytest.fail(f"CI requires the PostgreSQL tests: {reason}")
         pytest.skip(f"!!! {reason}")
     return start_server()

@@ -4,6 +4,7 @@ the agent child it starts from them (`acp-bridge serve`, or `acp-bridge wrap`)."
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -15,7 +16,7 @@ def positive_int(text: str) -> int:
 
 
 def options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", help="session store folder (passed to the agent)")
+    p.add_argument("--store", help="session store folder, for postgres a connection string (passed to the agent)")
     p.add_argument("--backend", metavar="NAME", help="session store backend (passed to the agent)")
     p.add_argument("--model", action="append",
                    help="model spec: echo, script:PATH, openai:MODEL; repeat it to offer several, "
@@ -53,12 +54,26 @@ def wrap_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _postgres(args: argparse.Namespace) -> bool:
+    return (args.backend or os.environ.get("ACP_BRIDGE_BACKEND")) == "postgres"
+
+
+def agent_env(args: argparse.Namespace) -> dict[str, str] | None:
+    """The child's environment: ours, plus for postgres the `--store` connection string
+    in `$ACP_BRIDGE_POSTGRES`, so that a password in it is not on the child's command
+    line, which every user of the machine can read in the process list."""
+    if not (_postgres(args) and args.store):
+        return None
+    return {**os.environ, "ACP_BRIDGE_POSTGRES": args.store}
+
+
 def agent_command(args: argparse.Namespace) -> list[str]:
     """The child the chat starts: `acp-bridge serve`, or `acp-bridge wrap -- COMMAND`
     (the same store options; `-m acp_bridge` so the chat's own interpreter runs it)."""
     wrap = bool(getattr(args, "wrap", False))
     command = [sys.executable, "-m", "acp_bridge", "wrap" if wrap else "serve"]
-    given = [("--store", args.store), ("--backend", args.backend)]
+    store = None if _postgres(args) else args.store  # a connection string goes by agent_env
+    given = [("--store", store), ("--backend", args.backend)]
     if not wrap:
         given += [("--model", spec) for spec in args.model or ()]
         given += [("--max-steps", args.max_steps)]

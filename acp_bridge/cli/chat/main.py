@@ -41,7 +41,7 @@ import orjson
 
 from acp_bridge import __version__
 from acp_bridge.cli.chat.client_methods import ANSWERS, CANCELLED, ClientMethods, option_for
-from acp_bridge.cli.chat.command_line import agent_command, split_wrapped, wrap_problem
+from acp_bridge.cli.chat.command_line import agent_command, agent_env, split_wrapped, wrap_problem
 from acp_bridge.cli.chat.command_line import options as add_options
 from acp_bridge.cli.chat.connection import AgentConnection, AgentGone, LineInput, error_message
 from acp_bridge.cli.chat.render import DIM, RESET, Renderer, sessions_table
@@ -162,7 +162,7 @@ class Chat:
             self.error(f"--cwd {self.cwd} is not a directory")
             return 2
         try:
-            process = await anyio.open_process(agent_command(self.args), stdin=subprocess.PIPE,
+            process = await anyio.open_process(agent_command(self.args), stdin=subprocess.PIPE, env=agent_env(self.args),
                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                start_new_session=True)
         except OSError as exc:

@@ -1,12 +1,12 @@
 """`acp-bridge sessions list|show ID|export ID`: stored sessions for people at a terminal.
 
-    acp-bridge sessions [--store DIR] [--backend jsonl|sqlite] list [--cwd DIR] [--json] [-n N]
+    acp-bridge sessions [--store DIR|CONNINFO] [--backend jsonl|sqlite|postgres] list [--cwd DIR] [--json] [-n N]
     acp-bridge sessions show ID [--full]
     acp-bridge sessions export ID [--format md|jsonl]
 
 `--store` and `--backend` are accepted before or after the subcommand; they default as
-for the agent (`$ACP_BRIDGE_HOME` / `$XDG_STATE_HOME/acp-bridge`, `$ACP_BRIDGE_BACKEND`
-or jsonl). `acp-bridge sessions` alone lists.
+for the agent (`$ACP_BRIDGE_HOME` / `$XDG_STATE_HOME/acp-bridge`, for postgres
+`$ACP_BRIDGE_POSTGRES` or libpq's `PG*` variables; `$ACP_BRIDGE_BACKEND` or jsonl). `acp-bridge sessions` alone lists.
 
 Decisions (DESIGN.md section 6 leaves the details open):
 
