@@ -26,6 +26,7 @@ from acp_bridge.snapshot import (
     replay,
     scenario_folders,
 )
+from acp_bridge.snapshot.driver import agent_env
 from acp_bridge.snapshot.harness import replay_spec
 from acp_bridge.snapshot.normalize import normalize_log, normalize_traffic
 from tests.support.recorded_scenarios import DERIVED, MODEL, REPLIES, WRAPPED, record_all
@@ -347,13 +348,15 @@ def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path)
 
 
 def test_the_replay_takes_the_recorded_models_flags(tmp_path: Path) -> None:
-    # What a model takes shapes the agent's answers (image prompts, a thought level).
+    # What a model takes shapes the agent's answers (image prompts, a thought level):
+    # the replay is offered as the scenario's models, flags and all.
     recording = RECORDED / "text_turn" / "session.jsonl"
     folder = copy_of("text_turn", tmp_path)
-    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}"  # test-model takes neither
+    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}"
     (folder / "scenario.json").write_bytes(orjson.dumps({"model": "openai:gpt-4o#reasoning", "steps": [
         {"op": "initialize"}, {"op": "new_session"}]}))
-    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}#images,reasoning"
+    env = agent_env({}, load_scenario(folder), offline=True)
+    assert env["ACP_BRIDGE_REPLAY_MODELS"] == "openai:gpt-4o#reasoning"
 
 
 @pytest.mark.soak

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import orjson
 
+from acp_bridge.models.replay_models import MODELS_ENV as REPLAY_MODELS_ENV
 from acp_bridge.snapshot.scenario import Scenario, ScenarioError, Step
 
 Traffic = list[tuple[str, Any]]  # ("->" client to agent | "<-" agent to client, message)
@@ -188,18 +189,20 @@ def _outcome(answer: str, params: dict[str, Any]) -> dict[str, Any]:
     raise ScenarioError(f"the agent's permission request offers no {answer} option: {params.get('options')}")
 
 
-def agent_command(run: Run, model: str, scenario: Scenario) -> list[str]:
-    """`serve` with `model`; for a wrap scenario, `wrap` in front of its command when
-    recording, or of the fake agent serving the recording (`model` = replay:LOG)."""
+def agent_command(run: Run, models: Sequence[str], scenario: Scenario) -> list[str]:
+    """`serve` with `models` (the first the default); for a wrap scenario, `wrap` in
+    front of its command when recording, or of the fake agent serving the recording
+    (`models` = [replay:LOG])."""
     agent = [sys.executable, "-m", "acp_bridge"]
     if scenario.wrap:
-        if model.startswith("replay:"):
-            child = [*agent, "snapshot", "fake-agent", model.partition(":")[2]]
+        if models[0].startswith("replay:"):
+            child = [*agent, "snapshot", "fake-agent", models[0].partition(":")[2]]
         else:
             child = [arg.replace("{python}", sys.executable).replace("{scenario}", str(scenario.folder.resolve()))
                      .replace("{tmp}", str(run.root)) for arg in scenario.wrap]
         return [*agent, "wrap", "--store", str(run.store), "--backend", "jsonl", "--", *child]
-    command = [*agent, "serve", "--store", str(run.store), "--backend", "jsonl", "--model", model]
+    command = [*agent, "serve", "--store", str(run.store), "--backend", "jsonl"]
+    command += [arg for model in models for arg in ("--model", model)]
     if scenario.max_steps is not None:
         command += ["--max-steps", str(scenario.max_steps)]
     return command
@@ -275,8 +278,11 @@ def agent_env(base: Mapping[str, str], scenario: Scenario, *, offline: bool) -> 
     offline (a check must not reach a model), plus the scenario's own."""
     env = {k: v for k, v in base.items() if not (offline and k.startswith("OPENAI_"))}
     env.pop("ACP_BRIDGE_MODEL", None)
+    env.pop(REPLAY_MODELS_ENV, None)
     env.update(scenario.env, PYTHONUNBUFFERED="1")
     if offline:
         env["ACP_BRIDGE_REPLAY_CHECK"] = scenario.check
+        if scenario.model:  # the replay is offered as the models recorded, with their flags
+            env[REPLAY_MODELS_ENV] = " ".join(scenario.model)
     return env
 
