@@ -159,6 +159,22 @@ def test_the_client_serves_its_files_when_the_scenario_advertises_fs(tmp_path: P
     assert check(folder).traffic == recorded.traffic
 
 
+def test_the_client_serves_terminals_when_the_scenario_advertises_terminal(tmp_path: Path) -> None:
+    replayed = check(RECORDED / "client_terminal")
+    asked = {m["msg"]["id"]: m["msg"]["method"] for m in replayed.traffic
+             if m["dir"] == "<-" and "id" in m["msg"] and "method" in m["msg"]}
+    answers = {m["msg"]["id"]: m["msg"] for m in replayed.traffic if m["dir"] == "->" and "method" not in m["msg"]}
+    assert [method for method in asked.values() if method.startswith("terminal/")] == [
+        "terminal/create", "terminal/wait_for_exit", "terminal/output", "terminal/release"]
+    output = next(answers[i]["result"] for i, method in asked.items() if method == "terminal/output")
+    assert output == {"exitStatus": {"exitCode": 0, "signal": None}, "output": "2\n<cwd>\n", "truncated": False}
+    # The command ran in this run's workspace copy: a changed file changes its result.
+    folder = copy_of("client_terminal", tmp_path)
+    (folder / "workspace" / "notes.txt").write_text("one\n")
+    with pytest.raises(ScenarioError, match="the result of tool call call_wc"):
+        check(folder)
+
+
 def test_a_thought_level_set_mid_scenario_replays_with_the_recorded_models_flags(tmp_path: Path) -> None:
     folder = tmp_path / "effort"
     folder.mkdir()

@@ -85,6 +85,10 @@ REPLIES: dict[str, list[Reply]] = {
         tool_reply(("call_edit", "write_file", '{"path": "out.txt", "content": "x"}')),
         text_reply("Stopped", " as asked."),
     ],
+    "client_terminal": [
+        tool_reply(("call_wc", "run_command", '{"command": "wc -l < notes.txt && pwd"}')),
+        text_reply("notes.txt has", " two lines."),
+    ],
     "model_switch": [
         text_reply("Fast", " answer."),
         thinking_reply(["Thinking ", "hard."], ["Strong", " answer."]),
