@@ -100,3 +100,12 @@ def test_a_scenario_in_a_folder_with_a_hash_checks(tmp_path: Path) -> None:
     new = orjson.loads(proc.stdout.splitlines()[1])["result"]
     model = next(o for o in new["configOptions"] if o["id"] == "model")
     assert [o["value"] for o in model["options"]] == [FAST, STRONG] and model["currentValue"] == FAST
+
+
+def test_a_list_that_misses_a_recorded_model_is_refused_at_start_up(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "acp_bridge", "--store", str(tmp_path / "store"),
+                           "--model", f"replay:{SWITCH}"], input=b"", capture_output=True, timeout=30, check=False,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), MODELS_ENV: f"{FAST}#images"})
+    assert proc.returncode == 2 and proc.stdout == b""
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and f"{MODELS_ENV} does not name {STRONG}" in lines[0]
