@@ -42,8 +42,10 @@ ALLOWED: dict[str, frozenset[str]] = {
 # The agent is run by the CLI through its one entry, never taken apart.
 CLI_MAY_RUN = frozenset({"acp_bridge.agent.serve", "acp_bridge.wrap.serve"})
 # The snapshot harness's fake agent serves a recording with the agent's pure mappings.
+# Its client serves `terminal/*` with the chat's client side (one copy of the client).
 SNAPSHOT_MAY_USE = frozenset({"acp_bridge.agent.updates", "acp_bridge.agent.settlement",
-                              "acp_bridge.agent.permissions"})
+                              "acp_bridge.agent.permissions", "acp_bridge.agent.settings",
+                              "acp_bridge.agent.params", "acp_bridge.cli.chat.client_methods"})
 
 
 @dataclass(frozen=True)

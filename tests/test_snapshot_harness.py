@@ -26,6 +26,7 @@ from acp_bridge.snapshot import (
     replay,
     scenario_folders,
 )
+from acp_bridge.snapshot.driver import agent_env
 from acp_bridge.snapshot.harness import replay_spec
 from acp_bridge.snapshot.normalize import normalize_log, normalize_traffic
 from tests.support.recorded_scenarios import DERIVED, MODEL, REPLIES, WRAPPED, record_all
@@ -156,6 +157,22 @@ def test_the_client_serves_its_files_when_the_scenario_advertises_fs(tmp_path: P
     writes = [answers[i]["result"] for i, method in asked.items() if method == "fs/write_text_file"]
     assert reads[0] == {"content": "one\n"} and writes == [{}]
     assert check(folder).traffic == recorded.traffic
+
+
+def test_the_client_serves_terminals_when_the_scenario_advertises_terminal(tmp_path: Path) -> None:
+    replayed = check(RECORDED / "client_terminal")
+    asked = {m["msg"]["id"]: m["msg"]["method"] for m in replayed.traffic
+             if m["dir"] == "<-" and "id" in m["msg"] and "method" in m["msg"]}
+    answers = {m["msg"]["id"]: m["msg"] for m in replayed.traffic if m["dir"] == "->" and "method" not in m["msg"]}
+    assert [method for method in asked.values() if method.startswith("terminal/")] == [
+        "terminal/create", "terminal/wait_for_exit", "terminal/output", "terminal/release"]
+    output = next(answers[i]["result"] for i, method in asked.items() if method == "terminal/output")
+    assert output == {"exitStatus": {"exitCode": 0, "signal": None}, "output": "2\n<cwd>\n", "truncated": False}
+    # The command ran in this run's workspace copy: a changed file changes its result.
+    folder = copy_of("client_terminal", tmp_path)
+    (folder / "workspace" / "notes.txt").write_text("one\n")
+    with pytest.raises(ScenarioError, match="the result of tool call call_wc"):
+        check(folder)
 
 
 def test_a_thought_level_set_mid_scenario_replays_with_the_recorded_models_flags(tmp_path: Path) -> None:
@@ -347,13 +364,15 @@ def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path)
 
 
 def test_the_replay_takes_the_recorded_models_flags(tmp_path: Path) -> None:
-    # What a model takes shapes the agent's answers (image prompts, a thought level).
+    # What a model takes shapes the agent's answers (image prompts, a thought level):
+    # the replay is offered as the scenario's models, flags and all.
     recording = RECORDED / "text_turn" / "session.jsonl"
     folder = copy_of("text_turn", tmp_path)
-    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}"  # test-model takes neither
+    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}"
     (folder / "scenario.json").write_bytes(orjson.dumps({"model": "openai:gpt-4o#reasoning", "steps": [
         {"op": "initialize"}, {"op": "new_session"}]}))
-    assert replay_spec(load_scenario(folder), recording) == f"replay:{recording}#images,reasoning"
+    env = agent_env({}, load_scenario(folder), offline=True)
+    assert env["ACP_BRIDGE_REPLAY_MODELS"] == "openai:gpt-4o#reasoning"
 
 
 @pytest.mark.soak

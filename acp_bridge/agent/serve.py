@@ -32,6 +32,11 @@ def serve(args: argparse.Namespace) -> int:
     already checked (acp_bridge.cli.startup.agent_settings)."""
     configure_logging(args.log_file, args.log_level)
     models = parse_specs(args.model)  # checked at start-up: a list of one or more specs
+    if any(m.kind == "replay" for m in models):
+        from acp_bridge.models.replay_models import offered
+
+        # A recording is offered as the models it ran (checked at start-up too).
+        models = offered(models, store_dir=store_location(args.backend, args.store), backend=args.backend)
     config = Config(store_dir=store_location(args.backend, args.store),
                     backend=args.backend, models=models, max_steps=args.max_steps)
     # One line on stderr, never stdout (stdout carries protocol messages only).

@@ -1,7 +1,7 @@
 """`acp-bridge snapshot record|check DIR...`: recorded sessions as snapshot tests
 (docs/snapshots.md). DIR is a scenario folder or a folder of them.
 
-    acp-bridge snapshot record DIR... [--model SPEC]   run against a real model; write the goldens
+    acp-bridge snapshot record DIR... [--model SPEC]... run against a real model; write the goldens
     acp-bridge snapshot check DIR... [--update]        replay offline; compare; exit 1 on a difference
     acp-bridge snapshot fake-agent LOG                 serve a recorded session as an ACP agent on stdio
 """
@@ -19,7 +19,9 @@ def main(argv: list[str]) -> int:
     commands = parser.add_subparsers(dest="action", required=True)
     rec = commands.add_parser("record", help="run scenarios against a real model and write their goldens")
     rec.add_argument("dirs", nargs="+", type=Path, metavar="DIR")
-    rec.add_argument("--model", default=None, help="the model to record with (default: the scenario's \"model\")")
+    rec.add_argument("--model", action="append", default=None,
+                     help="the model to record with, repeated to offer several, the first the default "
+                     "(default: the scenario's \"model\")")
     chk = commands.add_parser("check", help="replay scenarios (no network, no key) and compare with the goldens")
     chk.add_argument("dirs", nargs="+", type=Path, metavar="DIR")
     chk.add_argument("--update", action="store_true", help="write the goldens from this run instead of comparing")

@@ -51,8 +51,13 @@ NEEDS_HTTPX = "openai:MODEL needs the httpx package: pip install httpx"
 def load_model(spec: str | ModelEntry, *, store_dir: Path | str | None = None, backend: str = "jsonl") -> Model:
     """Make a model from its spec: `echo`, `script:PATH`, `openai:NAME` (each maybe with
     `#flags`, acp_bridge.models.catalog) or `replay:SOURCE` (a session log file, or a
-    session id in the store at `store_dir`), or from a parsed entry."""
+    session id in the store at `store_dir`), or from a parsed entry (a recorded model's
+    stand-in is served by its recording)."""
     entry = spec if isinstance(spec, ModelEntry) else parse_spec(spec)
+    if entry.replay is not None:  # a recorded model's stand-in (acp_bridge.models.replay_models)
+        from acp_bridge.models.replay import ReplayModel
+
+        return ReplayModel.from_source(entry.replay, store_dir=store_dir, backend=backend, stands_for=entry.spec)
     if entry.spec == "echo":
         from acp_bridge.models.echo import EchoModel
 
@@ -105,7 +110,10 @@ def check_spec(spec: str, env: Mapping[str, str] | None = None, *, store_dir: Pa
             raise ModelSpecError(NEEDS_HTTPX)
         return
     if kind == "replay":
+        from acp_bridge.models.replay_models import offered
+
         load_model(entry, store_dir=store_dir, backend=backend)
+        offered([entry], store_dir=store_dir, backend=backend, env=env)  # its stand-ins
         return
     raise ModelSpecError(unknown_model(spec))
 

@@ -9,6 +9,11 @@ comma-separated flags that override what this module knows of the model:
 Without flags, `echo` and `script:` models take neither; an `openai:` model is looked
 up in the tables below by the longest prefix of its name (after a router prefix such
 as `openai/`). docs/models.md lists the tables for users.
+
+`replay:SOURCE` takes everything after `replay:` as its source, `#` included (a path
+may hold one): it takes no flags. A replay is offered as the models it recorded, each
+a stand-in (`ModelEntry.replay`) that takes what that model took
+(acp_bridge.models.replay_models, docs/snapshots.md).
 """
 
 from __future__ import annotations
@@ -58,19 +63,27 @@ class ModelEntry:
     spec: str
     images: bool = False
     reasoning: bool = False
+    # A stand-in: the recording (a `replay:` SOURCE) that serves this model's calls.
+    replay: str | None = None
 
     @property
     def kind(self) -> str:
-        return "echo" if self.spec == "echo" else self.spec.partition(":")[0]
+        """What makes the model: `replay` for a stand-in, else its spec's kind."""
+        return "replay" if self.replay is not None else spec_kind(self.spec)
 
     @property
     def label(self) -> str:
         """A short name for a menu: the model's name, a script's file name."""
-        if self.kind == "openai":
+        kind = spec_kind(self.spec)
+        if kind == "openai":
             return self.spec.partition(":")[2]
-        if self.kind == "script":
+        if kind == "script":
             return "script " + self.spec.partition(":")[2].rsplit("/", 1)[-1]
         return self.spec
+
+
+def spec_kind(spec: str) -> str:
+    return "echo" if spec == "echo" else spec.partition(":")[0]
 
 
 def lookup(table: Mapping[str, bool], name: str) -> bool:
@@ -83,6 +96,10 @@ def lookup(table: Mapping[str, bool], name: str) -> bool:
 
 def parse_spec(text: str) -> ModelEntry:
     """A `--model` value as a ModelEntry; ModelSpecError says what is wrong with it."""
+    if text.startswith("replay:"):
+        if text == "replay:":
+            raise ModelSpecError(NEEDS_ARG["replay"])
+        return ModelEntry(text)  # the source whole: a path may hold a '#'
     spec, hash_, flag_text = text.partition("#")
     flags = [f.strip() for f in flag_text.split(",")] if hash_ else []
     unknown = [f for f in flags if f not in FLAGS]

@@ -19,12 +19,13 @@ it hangs until cancelled.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from acp_bridge.content import has_images
 from acp_bridge.models.base import ModelSpecError
 from session import (
     Event,
@@ -39,6 +40,7 @@ from session.backends.base import StoredLog
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
+    CONFIG_SET,
     STEP_START,
     TOOL_RESULT,
     TURN_END,
@@ -81,6 +83,11 @@ class Recording:
     steps: dict[int, int]  # turn -> its number of steps
     torn_records: int = 0  # records cut off as a torn tail (not written back)
     closers: int = 0  # crash-repair events added in memory
+    # The models the session ran or switched to (`turn/start.model`, `config/set` of
+    # `model`), in order of first sight, and what the log shows some of them took.
+    models: tuple[str, ...] = ()
+    reasoning: frozenset[str] = frozenset()  # a turn on it recorded a thought level
+    images: frozenset[str] = frozenset()  # a prompt on it held an image
 
     @property
     def cwd(self) -> str:
@@ -116,7 +123,9 @@ def read_log(source: str, *, store_dir: Path | str | None = None, backend: str =
         elif is_session_id(source):
             stored = _read_stored(source, store_dir, backend)
         else:
-            raise ModelSpecError(f"replay:{source}: no such session log file, and not a session id")
+            hint = ("; a replay: source is taken whole, '#' included (the flags of the models it "
+                    "is offered as come from $ACP_BRIDGE_REPLAY_MODELS)") if "#" in source else ""
+            raise ModelSpecError(f"replay:{source}: no such session log file, and not a session id{hint}")
         sid = stored.header["id"]
         try:
             InvariantTracker(session_id=sid).feed_stored(stored.events)
@@ -135,8 +144,7 @@ def read_recording(source: str, *, store_dir: Path | str | None = None, backend:
     """The model calls of the recording `replay:SOURCE` names (see `read_log`)."""
     log = read_log(source, store_dir=store_dir, backend=backend)
     recording = derive_calls(source, log.header, log.events)
-    return Recording(recording.source, log.header, recording.model, recording.prompts, recording.calls,
-                     recording.steps, torn_records=log.torn_records, closers=log.closers)
+    return replace(recording, torn_records=log.torn_records, closers=log.closers)
 
 
 def _read_file(path: Path) -> StoredLog:
@@ -187,14 +195,28 @@ def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Record
     calls: dict[tuple[int, int], RecordedCall] = {}
     steps: dict[int, int] = {}
     open_steps: list[_Step] = []
+    models: dict[str, None] = {}  # in order of first sight
+    reasoning: set[str] = set()
+    images: set[str] = set()
+    running: str | None = None  # the model of the open turn
     for event in events:
         etype, data = event["type"], event["data"]
         if etype == TURN_START:
             open_steps = []
+            running = data.get("model") if isinstance(data.get("model"), str) else None
             if model is None:
-                model = data.get("model")
+                model = running
+            if running is not None:
+                models.setdefault(running)
+                if data.get("thoughtLevel") is not None:
+                    reasoning.add(running)
+        elif etype == CONFIG_SET:
+            if data.get("configId") == "model" and isinstance(data.get("value"), str):
+                models.setdefault(data["value"])
         elif etype == USER_MESSAGE:
             prompts[data["turn"]] = data["content"]
+            if running is not None and has_images(data["content"]):
+                images.add(running)
         elif etype == STEP_START:
             open_steps.append(_Step(data["turn"], data["step"]))
         elif etype == ASSISTANT_CHUNK:
@@ -215,7 +237,8 @@ def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Record
                 calls[(turn, step.step)] = RecordedCall(
                     turn, step.step, tuple(step.chunks), tuple(step.calls), step.usage, end,
                     tuple(step.results))
-    return Recording(source, header, model, prompts, calls, steps)
+    return Recording(source, header, model, prompts, calls, steps, models=tuple(models),
+                     reasoning=frozenset(reasoning), images=frozenset(images))
 
 
 def _end_of(step: _Step, reason: dict[str, Any]) -> CallEnd:

@@ -60,7 +60,9 @@ class ReplayModel:
 
     @classmethod
     def from_source(cls, source: str, *, store_dir: Path | str | None = None, backend: str = "jsonl",
-                    env: Mapping[str, str] | None = None) -> ReplayModel:
+                    env: Mapping[str, str] | None = None, stands_for: str | None = None) -> ReplayModel:
+        """The model of `replay:SOURCE`; `stands_for`: the recorded model it is offered
+        as (acp_bridge.models.replay_models), whose context window it shows."""
         env = os.environ if env is None else env
         if not source:
             raise ModelSpecError("replay:SOURCE needs a session log file or a session id")
@@ -71,7 +73,7 @@ class ReplayModel:
         overrides = load_overrides(recording, overrides_path(source, env),
                                    required=bool(env.get("ACP_BRIDGE_REPLAY_OVERRIDES")))
         return cls(recording, overrides, check=check == "strict",
-                   context_window=_window(recording.model, env))
+                   context_window=_window(stands_for or recording.model, env))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         self.calls += 1

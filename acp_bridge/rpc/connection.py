@@ -129,6 +129,7 @@ class Connection:
         self._ids = itertools.count(1)
         self._pending: dict[str, tuple[anyio.Event, list[Any], str]] = {}
         self._inflight: dict[Any, anyio.CancelScope] = {}  # request id -> its task's scope
+        self._after: dict[Any, list[Any]] = {}  # request id -> messages to send after its answer
         self._active = 0  # requests (or batches) handed to a task and not finished
         self._workers: list[_Slot] = []  # idle worker tasks, waiting for a request
         self._idle = anyio.Event()
@@ -160,6 +161,21 @@ class Connection:
         if kind == "error":
             raise ClientError(method, value)
         return value
+
+    def send_after_answer(self, message: Any) -> None:
+        """Queue `message` to go out right after the answer of the request this task
+        is handling (at once outside of one): what a recorded agent sent after it
+        answered (the fake agent's updates between turns)."""
+        request_id = current_request_id.get()
+        if request_id is None:
+            self.send(message)
+        else:
+            self._after.setdefault(request_key(request_id), []).append(message)
+
+    def _send_after(self, message: Any) -> None:
+        if self._after and isinstance(message, dict) and is_id(message.get("id")):
+            for later in self._after.pop(request_key(message["id"]), ()):
+                self.send(later)
 
     def close_output(self) -> None:
         """No more messages: what is queued is written, anything sent later is dropped
@@ -277,11 +293,14 @@ class Connection:
                 tg.start_soon(one, message)
         if answers:
             self.send(answers)
+        for message in messages:
+            self._send_after(message)
 
     async def _single(self, message: Any) -> None:
         answer = await self._dispatch(message)
         if answer is not None:
             self.send(answer)
+        self._send_after(message)
 
     async def _dispatch(self, message: Any, *, batched: bool = False) -> Any:
         """The response to one request (None for a notification)."""

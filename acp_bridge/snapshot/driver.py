@@ -2,14 +2,16 @@
 as a subprocess, driven through a scenario's steps, every message kept in the order the
 client saw it.
 
-The agent is only ever run as a process: the harness sees what an editor sees.
+The agent is only ever run as a process: the harness sees what an editor sees. As an
+editor does, the client serves `fs/*` (in the workspace copy) and `terminal/*` (the
+chat's own, acp_bridge.cli.chat.client_methods) to a scenario that advertises them.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,9 @@ import anyio
 import anyio.abc
 import orjson
 
+from acp_bridge.cli.chat.client_methods import ClientMethods
+from acp_bridge.models.replay_models import MODELS_ENV as REPLAY_MODELS_ENV
+from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
 from acp_bridge.snapshot.scenario import Scenario, ScenarioError, Step
 
 Traffic = list[tuple[str, Any]]  # ("->" client to agent | "<-" agent to client, message)
@@ -60,8 +65,13 @@ class AgentProcess:
         self.cancel_after: int | None = None  # updates of the running prompt before a cancel
         self.updates = 0
         self._stderr = bytearray()
+        self.serves_terminal = False  # the scenario's initialize advertised `terminal`
+        self.client: ClientMethods | None = None
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        # `terminal/*` served as `acp-bridge chat` serves them: commands run here, in
+        # the run's task group (none outlives the run).
+        self.client = ClientMethods(tg, ask_permission=self._no_permission)
         self.proc = await anyio.open_process(self.command, cwd=self.run.root, env=self.env)
         tg.start_soon(self._read)
         tg.start_soon(self._read_stderr)
@@ -112,9 +122,19 @@ class AgentProcess:
             reply["result"] = {"outcome": _outcome(answer, request.get("params", {}))}
         elif request["method"] in ("fs/read_text_file", "fs/write_text_file"):
             reply.update(self._file(request["method"], request.get("params", {})))
+        elif request["method"].startswith("terminal/") and self.serves_terminal and self.client is not None:
+            params = request.get("params")
+            try:
+                reply["result"] = await self.client.serve(request["method"], params if isinstance(params, dict) else {})
+            except RpcError as exc:
+                reply["error"] = exc.to_json()
         else:
             reply["error"] = {"code": -32601, "message": f"the snapshot client serves no {request['method']}"}
         await self.send(reply)
+
+    @staticmethod
+    async def _no_permission(**_: Any) -> Any:
+        raise RpcError(INTERNAL_ERROR, "the snapshot client answers permissions itself")  # never routed here
 
     def _file(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The client's files, for a scenario that advertises `fs`: the session's own
@@ -171,6 +191,8 @@ class AgentProcess:
         if self.proc.returncode is None:
             self.proc.kill()
         status = await self.proc.wait()
+        if self.client is not None:  # commands the agent left running die with it
+            await self.client.terminals.close_all()
         self.run.stderr += self._stderr.decode(errors="replace")
         return status
 
@@ -188,18 +210,20 @@ def _outcome(answer: str, params: dict[str, Any]) -> dict[str, Any]:
     raise ScenarioError(f"the agent's permission request offers no {answer} option: {params.get('options')}")
 
 
-def agent_command(run: Run, model: str, scenario: Scenario) -> list[str]:
-    """`serve` with `model`; for a wrap scenario, `wrap` in front of its command when
-    recording, or of the fake agent serving the recording (`model` = replay:LOG)."""
+def agent_command(run: Run, models: Sequence[str], scenario: Scenario) -> list[str]:
+    """`serve` with `models` (the first the default); for a wrap scenario, `wrap` in
+    front of its command when recording, or of the fake agent serving the recording
+    (`models` = [replay:LOG])."""
     agent = [sys.executable, "-m", "acp_bridge"]
     if scenario.wrap:
-        if model.startswith("replay:"):
-            child = [*agent, "snapshot", "fake-agent", model.partition(":")[2]]
+        if models[0].startswith("replay:"):
+            child = [*agent, "snapshot", "fake-agent", models[0].partition(":")[2]]
         else:
             child = [arg.replace("{python}", sys.executable).replace("{scenario}", str(scenario.folder.resolve()))
                      .replace("{tmp}", str(run.root)) for arg in scenario.wrap]
         return [*agent, "wrap", "--store", str(run.store), "--backend", "jsonl", "--", *child]
-    command = [*agent, "serve", "--store", str(run.store), "--backend", "jsonl", "--model", model]
+    command = [*agent, "serve", "--store", str(run.store), "--backend", "jsonl"]
+    command += [arg for model in models for arg in ("--model", model)]
     if scenario.max_steps is not None:
         command += ["--max-steps", str(scenario.max_steps)]
     return command
@@ -226,9 +250,10 @@ async def drive(scenario: Scenario, run: Run, command: list[str], env: Mapping[s
 async def _step(agent: AgentProcess, step: Step, run: Run, tg: anyio.abc.TaskGroup) -> AgentProcess:
     args, sid = step.args, run.session_id
     if step.op == "initialize":
+        capabilities = args.get("clientCapabilities", {})
+        agent.serves_terminal = isinstance(capabilities, dict) and capabilities.get("terminal") is True
         answer = await agent.request("initialize", {
-            "protocolVersion": 1, "clientCapabilities": args.get("clientCapabilities", {}),
-            "clientInfo": CLIENT_INFO})
+            "protocolVersion": 1, "clientCapabilities": capabilities, "clientInfo": CLIENT_INFO})
     elif step.op == "new_session":
         params: dict[str, Any] = {"cwd": str(run.workspace), "mcpServers": []}
         if "additionalDirectories" in args:
@@ -275,8 +300,11 @@ def agent_env(base: Mapping[str, str], scenario: Scenario, *, offline: bool) -> 
     offline (a check must not reach a model), plus the scenario's own."""
     env = {k: v for k, v in base.items() if not (offline and k.startswith("OPENAI_"))}
     env.pop("ACP_BRIDGE_MODEL", None)
+    env.pop(REPLAY_MODELS_ENV, None)
     env.update(scenario.env, PYTHONUNBUFFERED="1")
     if offline:
         env["ACP_BRIDGE_REPLAY_CHECK"] = scenario.check
+        if scenario.model:  # the replay is offered as the models recorded, with their flags
+            env[REPLAY_MODELS_ENV] = " ".join(scenario.model)
     return env
 

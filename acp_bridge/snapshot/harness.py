@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ class Replayed:
     stderr: str
 
 
-def run_scenario(scenario: Scenario, model: str, *, offline: bool,
+def run_scenario(scenario: Scenario, model: Sequence[str], *, offline: bool,
                  environ: Mapping[str, str] | None = None) -> tuple[Replayed, bytes]:
     """Run `scenario` with `model` in a fresh temporary folder (its `workspace/` copied
     in as the session cwd). Returns the normalized surfaces and the raw session log,
@@ -102,17 +102,21 @@ def _first(group: BaseExceptionGroup[Any]) -> BaseException | None:
     return None
 
 
-def record(folder: Path, *, model: str | None = None, environ: Mapping[str, str] | None = None) -> Replayed:
-    """Run the scenario against a real model; write `session.jsonl` and `traffic.jsonl`
-    (and drop a `replayed.jsonl` of an earlier recording, which no longer applies). With
-    overrides, or for a wrap scenario, the goldens are then written by a replay."""
+def record(folder: Path, *, model: str | Sequence[str] | None = None,
+           environ: Mapping[str, str] | None = None) -> Replayed:
+    """Run the scenario against a real model (or several: the agent offers them all, the
+    first the default); write `session.jsonl` and `traffic.jsonl` (and drop a
+    `replayed.jsonl` of an earlier recording, which no longer applies). With overrides,
+    or for a wrap scenario, the goldens are then written by a replay."""
     scenario = load_scenario(folder)
-    spec = model or scenario.model or ("wrapped" if scenario.wrap else None)
-    if not spec:
+    given = [model] if isinstance(model, str) else list(model or ())
+    specs = given or list(scenario.model) or (["wrapped"] if scenario.wrap else [])
+    if not specs:
         raise ScenarioError(f"{folder}: no model to record with: pass --model or set \"model\" in the scenario")
-    if spec.startswith("replay:"):
-        raise ScenarioError(f"{folder}: record with a real model, not {spec} (check replays)")
-    replayed, raw = run_scenario(scenario, spec, offline=False, environ=environ)
+    for spec in specs:
+        if spec.startswith("replay:"):
+            raise ScenarioError(f"{folder}: record with a real model, not {spec} (check replays)")
+    replayed, raw = run_scenario(scenario, specs, offline=False, environ=environ)
     scenario.path(RECORDING_FILE).write_bytes(raw)
     scenario.path(TRAFFIC_FILE).write_bytes(dump_lines(replayed.traffic))
     scenario.path(REPLAYED_FILE).unlink(missing_ok=True)
@@ -130,38 +134,13 @@ def replay(folder: Path, *, environ: Mapping[str, str] | None = None) -> Replaye
     recording = scenario.path(RECORDING_FILE)
     if not recording.is_file():
         raise ScenarioError(f"{folder}: no {RECORDING_FILE}: record it first (acp-bridge snapshot record {folder})")
-    return run_scenario(scenario, replay_spec(scenario, recording.resolve()), offline=True, environ=environ)[0]
+    return run_scenario(scenario, [replay_spec(scenario, recording.resolve())], offline=True, environ=environ)[0]
 
 
 def replay_spec(scenario: Scenario, recording: Path) -> str:
-    """`replay:RECORDING`, with the flags (acp_bridge.models.catalog) of the model it was
-    recorded with (the scenario's, else the recording's first `turn/start.model`): what
-    a model takes (images, a reasoning effort) shapes the agent's answers, which the
-    replay must give as the recorded model did."""
-    from acp_bridge.models import ModelSpecError
-    from acp_bridge.models.catalog import parse_spec
-
-    recorded = scenario.model or _first_model(recording)
-    if recorded is None:
-        return f"replay:{recording}"
-    try:
-        entry = parse_spec(recorded)
-    except ModelSpecError:
-        return f"replay:{recording}"
-    flags = [f for f, on in (("images", entry.images), ("reasoning", entry.reasoning)) if on]
-    return f"replay:{recording}" + (f"#{','.join(flags)}" if flags else "")
-
-
-def _first_model(recording: Path) -> str | None:
-    with open(recording, "rb") as f:
-        for line in f:
-            if b'"turn/start"' in line:
-                try:
-                    model = orjson.loads(line)["data"].get("model")
-                except (orjson.JSONDecodeError, KeyError, AttributeError):
-                    return None
-                return model if isinstance(model, str) else None
-    return None
+    """`replay:RECORDING`: the path whole (a `replay:` spec takes no flags). The models
+    it is offered as, with their flags, come from the scenario (`agent_env`)."""
+    return f"replay:{recording}"
 
 
 def check(folder: Path, *, update: bool = False, environ: Mapping[str, str] | None = None) -> Replayed:

@@ -11,7 +11,8 @@
        {"op": "load"},     {"op": "resume"},    {"op": "close"},
        {"op": "restart"}   (the agent exits at end of input and starts again, same store)
      ],
-     "model"?: "openai:gpt-4o-mini",   (what `record` uses unless --model says)
+     "model"?: "openai:gpt-4o-mini",   (what `record` uses unless --model says; a list
+                                        offers several, the first the default)
      "wrap"?: ["COMMAND", "ARG", ...],  (record `acp-bridge wrap -- COMMAND...` instead of
                                          serve; `{python}` is this Python, `{scenario}` this
                                          folder, `{tmp}` the run's temporary folder; check
@@ -76,7 +77,7 @@ class Step:
 class Scenario:
     folder: Path
     steps: tuple[Step, ...]
-    model: str | None = None
+    model: tuple[str, ...] = ()  # the model specs to record with, the first the default
     env: dict[str, str] = field(default_factory=dict)
     check: str = "strict"
     max_steps: int | None = None
@@ -122,13 +123,15 @@ def load_scenario(folder: Path) -> Scenario:
     max_steps = doc.get("maxSteps")
     if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
         raise bad("maxSteps must be a positive integer")
-    model = doc.get("model")
-    if model is not None and not isinstance(model, str):
-        raise bad("model must be a model spec string")
+    model = doc.get("model", [])
+    model = [model] if isinstance(model, str) else model
+    if not (isinstance(model, list) and all(isinstance(m, str) and m for m in model)) \
+            or ("model" in doc and not model):
+        raise bad("model must be a model spec, or a non-empty list of them (the first the default)")
     wrap = doc.get("wrap", [])
     if not (isinstance(wrap, list) and all(isinstance(a, str) for a in wrap)) or ("wrap" in doc and not wrap):
         raise bad("wrap must be the wrapped agent's command line: a non-empty list of strings")
-    return Scenario(folder, steps, model, dict(env), doc.get("check", "strict"), max_steps, tuple(wrap))
+    return Scenario(folder, steps, tuple(model), dict(env), doc.get("check", "strict"), max_steps, tuple(wrap))
 
 
 def _step(number: int, entry: Any, bad: Any) -> Step:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from acp_bridge.snapshot import check, record
+from acp_bridge.snapshot import check, load_scenario, record
 from tests.support.sse_server import (
     Reply,
     SSEServer,
@@ -85,6 +85,15 @@ REPLIES: dict[str, list[Reply]] = {
         tool_reply(("call_edit", "write_file", '{"path": "out.txt", "content": "x"}')),
         text_reply("Stopped", " as asked."),
     ],
+    "client_terminal": [
+        tool_reply(("call_wc", "run_command", '{"command": "wc -l < notes.txt && pwd"}')),
+        text_reply("notes.txt has", " two lines."),
+    ],
+    "model_switch": [
+        text_reply("Fast", " answer."),
+        thinking_reply(["Thinking ", "hard."], ["Strong", " answer."]),
+        text_reply("Fast", " again."),
+    ],
     "load_after_restart": [
         tool_reply(("call_ls", "list_dir", '{"path": "."}')),
         text_reply("One file:", " notes.txt."),
@@ -109,7 +118,9 @@ def record_all(names: list[str], root: Path = RECORDED) -> None:
             server.push(*REPLIES[name])
             env = dict(os.environ, OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-loopback-test",
                        ACP_BRIDGE_OPENAI_ATTEMPTS="1")
-            record(root / name, model=MODEL, environ=env)
+            # The scenario's own models (several for a model switch), else MODEL.
+            own = load_scenario(root / name).model
+            record(root / name, model=None if own else MODEL, environ=env)
         print(f"recorded {name}")
     for name, source in DERIVED.items():
         if name in names or source in names:
