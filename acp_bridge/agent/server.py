@@ -91,6 +91,24 @@ class Agent:
         }
         return {name: _checked(name, fn) for name, fn in table.items()}
 
+    def inline(self) -> dict[str, Callable[[Any], None]]:
+        """Notifications the connection's reader handles itself, as it reads them: a
+        `session/cancel` takes effect before the reader takes the next message (the
+        client's `cancelled` answer to a permission request, which ACP has it send
+        right after), so the cancel wins however the two are read (docs/protocol.md)."""
+        return {"session/cancel": self.cancel_now}
+
+    def cancel_now(self, params: Any) -> None:
+        if not isinstance(params, dict):
+            log.info("session/cancel ignored: params must be an object")
+            return
+        try:
+            check_params("session/cancel", params)
+        except RpcError as exc:  # a notification: nobody to answer
+            log.info("session/cancel ignored: %s", exc.message)
+            return
+        self._cancel(params["sessionId"])
+
     async def serve(self, conn_factory: Callable[[Agent], Connection]) -> None:
         async with anyio.create_task_group() as tg:
             self._task_group = tg  # local commands run in it (LocalServices, on first use)
@@ -378,6 +396,9 @@ class Agent:
         return dict(answer)
 
     async def cancel(self, sessionId: str, **_: Any) -> None:
+        self._cancel(sessionId)  # a session/cancel sent as a request (with an id)
+
+    def _cancel(self, sessionId: str) -> None:
         live = self.sessions.get(sessionId)
         if live is None or not live.runner.cancel("session/cancel"):
             log.info("session/cancel for %s: no running prompt", sessionId)
