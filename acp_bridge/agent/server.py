@@ -239,6 +239,7 @@ class Agent:
     async def new_session(self, cwd: str, mcpServers: list[Any], additionalDirectories: list[str] | None = None,
                           **_: Any) -> dict[str, Any]:
         self._require_key(self.config.models[0])
+        self.model()  # a model that cannot be made fails here, before the store holds an empty session
         store = self.store()
         session_log = await anyio.to_thread.run_sync(
             lambda: store.create(cwd=cwd, additional_directories=additionalDirectories or (),
