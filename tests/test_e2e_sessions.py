@@ -488,7 +488,7 @@ async def test_a_model_that_cannot_be_made_leaves_no_empty_session(tmp_path: Pat
         script.unlink()
         with pytest.raises(AgentError) as err:
             await agent.new_session(work)
-        assert (err.value.code, err.value.data["code"]) == (-32603, "model_spec")
+        assert (err.value.code, err.value.data) == (-32603, {"code": "model_spec"})
         assert (await agent.request("session/list", {}))["sessions"] == []
     assert agent.returncode == 0
 
