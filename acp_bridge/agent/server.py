@@ -163,6 +163,19 @@ class Agent:
                                                   backend=self.config.backend)
         return self._models[entry.spec]
 
+    def context_window_of(self, spec: str) -> int | None:
+        """The context window of the model `spec` names (a turn's `turn/start.model`):
+        the model's own if this process made it, else as it would be made; a `replay:`
+        model's is known only once made: the default model's then."""
+        made = self._models.get(spec)
+        if made is not None:
+            return made.context_window
+        if spec.startswith("replay:"):
+            return self.model().context_window
+        from acp_bridge.models.windows import context_window_of
+
+        return context_window_of(spec)
+
     def _require_key(self, entry: ModelEntry) -> None:
         auth.require_key(entry, auth.method_ids(self.config.models, self.client_capabilities), self._models)
 
@@ -258,7 +271,7 @@ class Agent:
 
         from acp_bridge.agent.replay import ReplayEncoder
 
-        encoder = ReplayEncoder(sessionId, self.model().context_window)
+        encoder = ReplayEncoder(sessionId, self.model().context_window, self.context_window_of)
         live, report = await self._open(sessionId, (encoder, send))
         mcp = await live.connect_mcp(mcpServers, self._tasks())
         return {**self._state(live), "_meta": {"acpBridge": {**self._open_meta(live, report), **mcp}}}
