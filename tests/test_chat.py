@@ -223,7 +223,18 @@ def test_wrap_starts_acp_bridge_wrap_with_the_command_after_the_dashes() -> None
                                    "--backend", "sqlite", "--", "agent", "--model", "x", "--", "-m"]
 
 
+def test_seed_fresh_is_passed_to_the_wrapper() -> None:
+    parser = argparse.ArgumentParser(prog="acp-bridge")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["chat", "--wrap", "--seed-fresh", "--store", "s"])
+    args.wrapped = ["agent", "--seed-fresh"]  # the agent's own, as is
+    assert wrap_problem(args) is None
+    assert agent_command(args) == [sys.executable, "-m", "acp_bridge", "wrap", "--store", "s", "--seed-fresh",
+                                   "--", "agent", "--seed-fresh"]
+
+
 @pytest.mark.parametrize(("argv", "problem"), [
+    (["--seed-fresh"], "--seed-fresh is the wrapper's: it is only taken with --wrap"),
     (["--wrap"], "--wrap needs the agent's command after --"),
     (["--wrap", "--"], "--wrap needs the agent's command after --"),
     (["--", "agent"], "a command after -- is only taken with --wrap"),

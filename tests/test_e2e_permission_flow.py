@@ -13,13 +13,16 @@ included), so the permission request's `toolCall` must not carry `pending` again
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
+from tests.support.logs import loaded_events
 
 pytestmark = pytest.mark.anyio
 
@@ -116,3 +119,73 @@ async def test_a_session_cancel_during_the_permission_reports_the_call_not_run(t
     text = failed["content"][0]["content"]["text"]
     assert "before it ran" in text and "running" not in text
     assert agent.returncode == 0
+
+
+ROUNDS = 12
+
+
+def _wire_shape(messages: list[Any]) -> list[Any]:
+    """What the agent sent for one round, ids and times left out."""
+    shape: list[Any] = []
+    for message in messages:
+        if message.get("method") == "session/update":
+            update = dict(message["params"]["update"])
+            update.pop("toolCallId", None)
+            update.pop("rawInput", None)
+            update.get("_meta", {}).get("acpBridge", {}).pop("turn", None)
+            shape.append(update)
+        elif "method" in message:
+            shape.append({"method": message["method"]})
+        else:  # the prompt's answer: checked round by round
+            shape.append({"answer": message["result"]["stopReason"]})
+    return shape
+
+
+@pytest.mark.parametrize("cancel_first", [True, False], ids=["cancel-then-answer", "answer-then-cancel"])
+async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_turn_one_way(
+        tmp_path: Path, work: Path, cancel_first: bool) -> None:
+    # ACP tells a client to answer its open permission requests `cancelled` after it
+    # sends session/cancel: both arrive together. Whichever the agent's reader handles
+    # first, the session/cancel wins, no `$/cancel_request` goes out for a request the
+    # client has answered, and every round leaves the same wire and the same log.
+    steps = [{"toolCalls": [{"id": f"w{n}", "name": "write_file",
+                             "arguments": {"path": "out.txt", "content": "hi\n"}}]} for n in range(ROUNDS)]
+    model = write_script(tmp_path / "script.json", *steps)
+    store = tmp_path / "store"
+    policy = ClientPolicy(hang_permissions=True)  # the test answers, with the cancel
+    rounds: list[list[Any]] = []
+
+    def asked_times(count: int) -> Callable[[], bool]:
+        return lambda: len(policy.asked) == count
+
+    async with AgentProcess(store, model=model, policy=policy) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        for n in range(ROUNDS):
+            async with anyio.create_task_group() as tg:
+                answer = agent.prompt_soon(tg, sid, "write it")
+                await agent.wait_for(asked_times(n + 1))
+                start = len(agent.transcript)
+                (asked,) = [m for d, m in agent.transcript if d == "<-"
+                            and m.get("method") == "session/request_permission"][n:]
+                cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+                reply = {"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}}
+                pair = [cancel, reply] if cancel_first else [reply, cancel]
+                agent.transcript.extend(("->", m) for m in pair)
+                await agent.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
+            assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
+                "turn": n + 1, "reason": {"kind": "cancelled", "by": "session/cancel"}}}}, f"round {n}"
+            rounds.append(_wire_shape([m for d, m in agent.transcript[start:] if d == "<-"]))
+    assert agent.returncode == 0
+    assert not (work / "out.txt").exists()
+    first = rounds[0]
+    assert {"method": "$/cancel_request"} not in first
+    (failed,) = [u for u in first if u.get("status") == "failed"]
+    assert failed["content"][0]["content"]["text"] == "The tool call was cancelled (before it ran)."
+    assert "permission" not in failed.get("_meta", {}).get("acpBridge", {})
+    assert [r for r in rounds if r != first] == [], first
+    events = loaded_events(store, sid)
+    results = [e["data"] for e in events if e["type"] == "tool/result"]
+    assert len(results) == ROUNDS and not any("permission" in r for r in results)
+    ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
+    assert ends == [{"kind": "cancelled", "by": "session/cancel"}] * ROUNDS

@@ -478,6 +478,21 @@ async def test_list_with_cwd_filter_and_paging(tmp_path: Path) -> None:
     assert agent.returncode == 0
 
 
+async def test_a_model_that_cannot_be_made_leaves_no_empty_session(tmp_path: Path, work: Path) -> None:
+    # The script is there at start-up and gone before the first session/new: the model
+    # is made before the session's log, so the store keeps nothing of the failed request.
+    script = tmp_path / "script.json"
+    model = write_script(script, {"text": "hi"})
+    async with AgentProcess(tmp_path / "store", model=model) as agent:
+        await agent.initialize()
+        script.unlink()
+        with pytest.raises(AgentError) as err:
+            await agent.new_session(work)
+        assert (err.value.code, err.value.data) == (-32603, {"code": "model_spec"})
+        assert (await agent.request("session/list", {}))["sessions"] == []
+    assert agent.returncode == 0
+
+
 async def test_close_and_delete(tmp_path: Path, work: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()

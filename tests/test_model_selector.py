@@ -139,6 +139,31 @@ async def test_switch_is_recorded_survives_load_and_runs_the_next_turn(
     assert normalized(config_traffic(agent) + config_traffic(again), tmp_path) == snapshot_json
 
 
+def sizes(agent: AgentProcess, sid: str) -> list[int]:
+    return [u["size"] for u in agent.updates_of(sid) if u["sessionUpdate"] == "usage_update"]
+
+
+async def test_a_replayed_turn_shows_the_window_of_the_model_it_ran_on(tmp_path: Path, work: Path) -> None:
+    # Turn 1 on a script (200 000 tokens), turn 2 on echo (1 000 000). Loaded by agents
+    # whose default model is the other one, or that no longer offer the script, each
+    # turn's usage_update.size is the one it was streamed with.
+    script = write_script(tmp_path / "script.json", {"text": "one", "usage": {"inputTokens": 5, "outputTokens": 1}})
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=script, args=("--model", "echo")) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.prompt(sid, "hi")
+        await agent.request("session/set_config_option", {"sessionId": sid, "configId": "model", "value": "echo"})
+        await agent.prompt(sid, "hi again")
+    live = sizes(agent, sid)
+    assert live == [200_000, 1_000_000]
+    for models in (("echo", "--model", script), ("echo",)):
+        async with AgentProcess(store, model=models[0], args=models[1:]) as again:
+            await again.initialize()
+            await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+            assert sizes(again, sid) == live, models
+
+
 def config_traffic(agent: AgentProcess) -> list[tuple[str, Any]]:
     """The messages about config options: set requests, answers carrying options, updates."""
     def about_config(message: Any) -> bool:

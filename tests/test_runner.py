@@ -343,6 +343,44 @@ def test_a_reused_call_id_cancelled_before_it_ran_says_so(workdir: Path) -> None
                      "The tool call was cancelled (before it ran)."]
 
 
+@pytest.mark.parametrize("cancel_first", [True, False], ids=["cancel-then-answer", "answer-then-cancel"])
+@pytest.mark.parametrize("option", [None, "allow_once"], ids=["cancelled", "allowed"])
+def test_a_cancel_with_the_permission_answer_wins_in_either_order(workdir: Path, cancel_first: bool,
+                                                                  option: str | None) -> None:
+    # A session/cancel and the permission's answer taken in the same loop iteration, in
+    # either order (ACP clients answer `cancelled` right after their session/cancel):
+    # the cancel ends the turn, the answer is not recorded, the tool never runs.
+    ends: list[Event] = []
+    answered: list[anyio.Event] = []
+
+    class Held(Answers):
+        async def __call__(self, request: PermissionRequest) -> PermissionOutcome:
+            answered.append(anyio.Event())
+            await answered[0].wait()
+            return PermissionOutcome("cancelled") if option is None else PermissionOutcome("selected", option)
+
+    async def body(h: Harness) -> None:
+        def both() -> bool:
+            if cancel_first:
+                cancelled = h.runner.cancel("session/cancel")
+                answered[0].set()
+                return cancelled
+            answered[0].set()
+            return h.runner.cancel("session/cancel")
+
+        ends.append(await end_when(h, lambda: bool(answered), both))
+
+    h = harness_run(workdir, script(WRITE_B, {"text": "never"}), body, answers=Held())
+    assert ends[0]["data"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
+    assert shape(list(h.log.events)[2:]) == [
+        "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:cancelled",
+        "step/end", "end:cancelled"]
+    result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
+    assert "permission" not in result
+    assert result["content"][0]["text"] == "The tool call was cancelled (before it ran)."
+    assert not (workdir / "b.txt").exists()
+
+
 def test_permission_answered_cancelled_ends_the_turn(workdir: Path) -> None:
     async def body(h: Harness) -> None:
         end = await prompt(h, "go")

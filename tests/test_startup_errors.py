@@ -187,6 +187,38 @@ def test_demo_refuses_a_store_that_is_a_file(paths: Paths) -> None:
     check_refused(result, "acp-bridge demo", "--store: ", "is not a folder")
 
 
+@pytest.mark.parametrize("order", ["before", "after", "both"])
+def test_the_agents_options_may_come_before_serve(paths: Paths, order: str) -> None:
+    # `acp-bridge [options] serve [options]`: the same options either side (the
+    # agent's); one given on both sides takes its value after `serve`.
+    script = paths.root / "script.json"
+    write_script(script, {"text": "hi"})
+    mine = ["--store", str(paths.store), "--model", f"script:{script}"]
+    argv = {"before": [*mine, "serve"], "after": ["serve", *mine],
+            "both": ["--store", str(paths.folder), "--model", "echo", "serve", *mine]}[order]
+    result = run(argv, clean_env(), paths.root, "")
+    assert (result.returncode, result.stdout) == (0, ""), result.stderr
+    assert f": store {paths.store} (jsonl), model script:{script}\n" in result.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["--store", "{store}", "sessions"],
+    ["--store", "{store}", "sessions", "list"],
+    ["--backend", "sqlite", "chat", "--store", "{store}"],
+    ["--log-level", "info", "wrap", "--", "some-agent"],
+    ["--store", "{store}", "demo"],
+    ["--model", "echo", "setup", "zed"],
+])
+def test_options_before_another_subcommand_are_refused_in_one_line(paths: Paths, argv: list[str]) -> None:
+    # They are the agent's options: taken, they would be lost (or `sessions` would serve
+    # the agent on stdin). The line says where they go.
+    stdin = "".join(orjson.dumps(m).decode() + "\n" for m in NEW_SESSION)
+    result = run(paths.fill(argv), clean_env(), paths.root, stdin)
+    command = next(a for a in argv if not a.startswith(("-", "{")) and a not in ("sqlite", "info", "echo"))
+    check_refused(result, "acp-bridge", f"options before {command!r} are the agent's", f"acp-bridge {command} --help")
+    assert stored_sessions(paths.store) == []
+
+
 @pytest.mark.parametrize("debug", [["--log-level", "debug"], ["--log-level=debug"]])
 def test_the_debug_log_level_adds_the_traceback(paths: Paths, debug: list[str]) -> None:
     result = run(["serve", "--store", str(paths.store), *debug, "--model", f"script:{paths.missing_script}"],

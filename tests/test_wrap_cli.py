@@ -238,6 +238,24 @@ def test_chat_wrap_loads_the_wrapped_session(chats: Chats) -> None:
     assert cli(*store_args(chats.store, chats.kind), "show", chats.sid).out.count("\nTurn ") == 3
 
 
+def test_chat_wrap_seed_fresh_seeds_an_agent_that_cannot_load_the_session(chats: Chats) -> None:
+    # The agent runs on a store of its own that has never seen the session: the wrapper
+    # gives it a fresh session and, with --seed-fresh, the conversation so far first.
+    model = write_script(chats.root / "seeded.json", {"text": "OK"}, {"text": "Seeded and back."})
+    agent = [sys.executable, "-m", "acp_bridge", "serve", "--store", str(chats.root / "elsewhere"), "--model", model]
+    turns = cli(*store_args(chats.store, chats.kind), "show", chats.sid).out.count("\nTurn ")  # 2 or more
+    code, out, err = chats.run("wrapped", ["--wrap", "--seed-fresh", "--", *agent], (f"/load {chats.sid}", "again"))
+    assert code == 0, err
+    after = out.split(f"[loaded session {chats.sid}: {turns} turns, mode ask]\n", 1)[1]
+    assert after.startswith("[the wrapped agent: a fresh session (it could not restore its own; the replay above "
+                            f"is ours)]\n[the wrapped agent was sent the conversation so far: {turns} turns]\n"), after
+    assert "Seeded and back." in after
+    assert cli(*store_args(chats.store, chats.kind), "show", chats.sid).out.count("\nTurn ") == turns + 1
+    # Without the flag, the same agent gets no seed.
+    code, out, err = chats.run("wrapped", ["--wrap", "--", *agent], (f"/load {chats.sid}",))
+    assert code == 0 and "conversation so far" not in out, err
+
+
 def test_chat_wrap_reports_an_agent_that_cannot_start(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     proc = subprocess.run(

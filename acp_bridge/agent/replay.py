@@ -44,8 +44,11 @@ class ReplayEncoder:
     a replay is this loop once per stored event (tests/test_streamed_load.py pins the
     equivalence)."""
 
-    def __init__(self, session_id: str, context_window: int | None) -> None:
-        self.context = UpdateContext(replay=True, context_window=context_window)
+    def __init__(self, session_id: str, context_window: int | None,
+                 window_of: Callable[[str], int | None] | None = None) -> None:
+        # `window_of`: the window of the model a turn ran on (its `turn/start.model`),
+        # for `usage_update.size`; without it, every turn's is `context_window`.
+        self.context = UpdateContext(replay=True, context_window=context_window, window_of=window_of)
         self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
 
     def encode(self, block: list[Event], others: list[Event] | None = None) -> bytes:

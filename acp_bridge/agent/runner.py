@@ -109,7 +109,7 @@ class TurnRunner:
         self.context_roots = (cwd, *(Path(p) for p in header.get("additionalDirectories", [])))
         self._calls = ToolCalls(tools=tools, services=self.services, roots=self.context_roots,
                                 append=self._append, mode=lambda: self.mode, cancel=self.cancel,
-                                always_allowed=self.always_allowed, on_progress=on_progress)
+                                cancelled=self._cancelled, always_allowed=self.always_allowed, on_progress=on_progress)
         self._scope: anyio.CancelScope | None = None
         self._cancel_by: str | None = None
         self._stopping = False
@@ -151,6 +151,10 @@ class TurnRunner:
         self._cancel_by = self._cancel_by or by
         self._scope.cancel()
         return True
+
+    def _cancelled(self) -> bool:
+        """Whether the running turn was cancelled or stopped (it ends at its next await)."""
+        return self._scope is not None and self._scope.cancel_called
 
     async def prompt(self, content: list[Any]) -> Event:
         """Run one turn for `content` (ACP ContentBlocks). Returns its `turn/end`

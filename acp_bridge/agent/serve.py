@@ -48,7 +48,7 @@ def serve(args: argparse.Namespace) -> int:
     def connect(agent: Agent) -> Connection:
         return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof,
                           on_cancel_request=agent.on_cancel_request, error_for=to_rpc_error,
-                          before_write=agent.before_write)
+                          before_write=agent.before_write, inline=agent.inline())
 
     try:
         anyio.run(agent.serve, connect)

@@ -91,6 +91,24 @@ class Agent:
         }
         return {name: _checked(name, fn) for name, fn in table.items()}
 
+    def inline(self) -> dict[str, Callable[[Any], None]]:
+        """Notifications the connection's reader handles itself, as it reads them: a
+        `session/cancel` takes effect before the reader takes the next message (the
+        client's `cancelled` answer to a permission request, which ACP has it send
+        right after), so the cancel wins however the two are read (docs/protocol.md)."""
+        return {"session/cancel": self.cancel_now}
+
+    def cancel_now(self, params: Any) -> None:
+        if not isinstance(params, dict):
+            log.info("session/cancel ignored: params must be an object")
+            return
+        try:
+            check_params("session/cancel", params)
+        except RpcError as exc:  # a notification: nobody to answer
+            log.info("session/cancel ignored: %s", exc.message)
+            return
+        self._cancel(params["sessionId"])
+
     async def serve(self, conn_factory: Callable[[Agent], Connection]) -> None:
         async with anyio.create_task_group() as tg:
             self._task_group = tg  # local commands run in it (LocalServices, on first use)
@@ -144,6 +162,19 @@ class Agent:
             self._models[entry.spec] = load_model(entry, store_dir=self.config.store_dir,
                                                   backend=self.config.backend)
         return self._models[entry.spec]
+
+    def context_window_of(self, spec: str) -> int | None:
+        """The context window of the model `spec` names (a turn's `turn/start.model`):
+        the model's own if this process made it, else as it would be made; a `replay:`
+        model's is known only once made: the default model's then."""
+        made = self._models.get(spec)
+        if made is not None:
+            return made.context_window
+        if spec.startswith("replay:"):
+            return self.model().context_window
+        from acp_bridge.models.windows import context_window_of
+
+        return context_window_of(spec)
 
     def _require_key(self, entry: ModelEntry) -> None:
         auth.require_key(entry, auth.method_ids(self.config.models, self.client_capabilities), self._models)
@@ -221,6 +252,7 @@ class Agent:
     async def new_session(self, cwd: str, mcpServers: list[Any], additionalDirectories: list[str] | None = None,
                           **_: Any) -> dict[str, Any]:
         self._require_key(self.config.models[0])
+        self.model()  # a model that cannot be made fails here, before the store holds an empty session
         store = self.store()
         session_log = await anyio.to_thread.run_sync(
             lambda: store.create(cwd=cwd, additional_directories=additionalDirectories or (),
@@ -239,7 +271,7 @@ class Agent:
 
         from acp_bridge.agent.replay import ReplayEncoder
 
-        encoder = ReplayEncoder(sessionId, self.model().context_window)
+        encoder = ReplayEncoder(sessionId, self.model().context_window, self.context_window_of)
         live, report = await self._open(sessionId, (encoder, send))
         mcp = await live.connect_mcp(mcpServers, self._tasks())
         return {**self._state(live), "_meta": {"acpBridge": {**self._open_meta(live, report), **mcp}}}
@@ -378,6 +410,9 @@ class Agent:
         return dict(answer)
 
     async def cancel(self, sessionId: str, **_: Any) -> None:
+        self._cancel(sessionId)  # a session/cancel sent as a request (with an id)
+
+    def _cancel(self, sessionId: str) -> None:
         live = self.sessions.get(sessionId)
         if live is None or not live.runner.cancel("session/cancel"):
             log.info("session/cancel for %s: no running prompt", sessionId)

@@ -52,6 +52,9 @@ class ToolCalls:
     allowed for the session), shared, so an "allow always" answered here holds for every
     later step. `cancel` cancels the running turn: a cancelled permission request means
     the user stopped it (the turn ends `cancelled` by `session/request_permission`).
+    `cancelled` says whether the running turn was cancelled already (a session/cancel,
+    a session/close, the agent stopping): a permission answer that comes back after
+    that is not acted on (docs/protocol.md, "Cancellation").
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class ToolCalls:
         append: Append,
         mode: Callable[[], str],
         cancel: Callable[[str], bool],
+        cancelled: Callable[[], bool],
         always_allowed: set[str],
         on_progress: ProgressSink | None = None,
     ) -> None:
@@ -73,6 +77,7 @@ class ToolCalls:
         self._append = append
         self._mode = mode
         self._cancel = cancel
+        self._cancelled = cancelled
         self._always_allowed = always_allowed
         self._on_progress = on_progress
         # Calls of the current step whose tool was started, until their result. The
@@ -170,15 +175,22 @@ class ToolCalls:
             answer = await self._services.request_permission(PermissionRequest(
                 call_id=call.id, title=title, kind=kind, raw_input=arguments,
                 locations=locations, content=preview))
+            if self._cancelled():
+                # The turn was cancelled before this answer was acted on (a session/cancel
+                # read with it, before or after it): the cancel wins, the answer is not
+                # recorded, and the closers answer the call as not run. Raises here.
+                await anyio.sleep_forever()
             permission = {"outcome": answer.outcome}
             if answer.option_id is not None:
                 permission["optionId"] = answer.option_id
             if answer.outcome == "cancelled":
-                await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
-                    "The permission request was cancelled.", code="cancelled", name="Cancelled")), permission)
+                # This answer ends the turn from now on: a session/cancel read while its
+                # result is written changes neither the result nor the turn's `by`.
                 self._cancel("session/request_permission")
-                await anyio.lowlevel.checkpoint()
-                return
+                with anyio.CancelScope(shield=True):
+                    await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                        "The permission request was cancelled.", code="cancelled", name="Cancelled")), permission)
+                await anyio.sleep_forever()  # the turn's scope is cancelled: raises
             if answer.option_id == permissions.ALLOW_ALWAYS:
                 self._always_allowed.add(call.name)
             elif answer.option_id != permissions.ALLOW_ONCE:

@@ -35,7 +35,8 @@ as the protocol defines them rather than under `_meta`:
   the permission decision, if any, travels in `_meta.acpBridge.permission`;
 - `assistant/message` with usage -> `usage_update {used, size, _meta}`: `used` is
   the step's context (input + output + cache read/write tokens), `size` the usage's
-  `contextWindow` (a wrapped agent's own `size`), else the model's window, else
+  `contextWindow` (a wrapped agent's own `size`), else the window of the turn's model
+  (on replay: of its `turn/start.model`, `UpdateContext.window_of`), else
   DEFAULT_CONTEXT_WINDOW when the model does not say;
 - `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
   records there what no other event holds: plans, modes, commands, interim tool call
@@ -52,6 +53,7 @@ as the protocol defines them rather than under `_meta`:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -103,6 +105,8 @@ class UpdateState:
     """callId -> the model's tool-call block, from the turn's `assistant/message`s."""
     announced: set[str] = field(default_factory=set)
     """callIds a `tool_call` update has been produced for."""
+    window: int | None = None
+    """With `UpdateContext.window_of` (a replay): the window of the turn's model."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,9 @@ class UpdateContext:
     replay: bool
     context_window: int | None = None
     state: UpdateState = field(default_factory=UpdateState)
+    # A replay's: the window of the model a turn ran on, from its `turn/start.model`
+    # (a live stream's turns all run on the model of `context_window`).
+    window_of: Callable[[str], int | None] | None = None
 
 
 def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
@@ -124,6 +131,9 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
     if etype == TURN_START:
         ctx.state.calls.clear()
         ctx.state.announced.clear()
+        if ctx.window_of is not None:
+            model = data.get("model")
+            ctx.state.window = ctx.window_of(model) if isinstance(model, str) else ctx.context_window
         return []
     if etype == USER_MESSAGE:
         if not ctx.replay:
@@ -191,7 +201,8 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
     used = sum(int(usage.get(name) or 0) for name in _CONTEXT_TOKEN_FIELDS)
     size = usage.get("contextWindow")
     if type(size) is not int:
-        size = ctx.context_window if ctx.context_window is not None else DEFAULT_CONTEXT_WINDOW
+        window = ctx.state.window if ctx.window_of is not None else ctx.context_window
+        size = window if window is not None else DEFAULT_CONTEXT_WINDOW
     meta = {META_KEY: {"turn": data["turn"], "step": data["step"], "usage": usage}}
     return [{"sessionUpdate": "usage_update", "used": used, "size": size, "_meta": meta}]
 

@@ -32,8 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"acp-bridge {__version__}")
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="the stdio ACP agent (the default)")
-    for p in (parser, serve):
-        serve_options(p)
+    serve_options(parser)
+    serve_options(serve, given_only=True)  # `acp-bridge --model x serve` keeps the model
     # Listed for --help only: main() hands these to their own modules before parsing,
     # so their imports stay off the agent's start-up path.
     commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
@@ -81,7 +81,15 @@ def _run(raw: list[str]) -> int:
         from acp_bridge.cli.snapshot import main as snapshot_main
 
         return snapshot_main(raw[1:])
-    args = _parser().parse_args(raw)
+    parser = _parser()
+    args, unknown = parser.parse_known_args(raw)
+    if args.command not in (None, "serve") and raw[:1] != [args.command]:
+        # The options before a subcommand are the agent's: they would be lost, or taken
+        # for the agent (`acp-bridge --store X sessions` would serve the agent).
+        parser.error(f"options before {args.command!r} are the agent's (serve's): "
+                     f"give them after it (acp-bridge {args.command} --help)")
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "demo":
         from pathlib import Path
 

@@ -76,31 +76,35 @@ def wants_debug(argv: list[str]) -> bool:
 # --- the options ------------------------------------------------------------------------
 
 
-def store_options(p: argparse.ArgumentParser) -> None:
-    """The store options of every program that runs the agent."""
-    p.add_argument("--store", default=None,
+def store_options(p: argparse.ArgumentParser, default: object = None) -> None:
+    """The store options of every program that runs the agent (`default`: the value of
+    an option not given)."""
+    p.add_argument("--store", default=default,
                    help="session store folder (default: $ACP_BRIDGE_HOME, else $XDG_STATE_HOME/acp-bridge)")
     # The names are checked against session.DURABLE_BACKENDS when the program starts
     # (importing `session` to build --help would slow every start).
-    p.add_argument("--backend", default=None, metavar="NAME",
+    p.add_argument("--backend", default=default, metavar="NAME",
                    help=f"session store backend: jsonl, sqlite or postgres (default {DEFAULT_BACKEND}; $ACP_BRIDGE_BACKEND)")
 
 
-def log_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", default=None, metavar="LEVEL",
+def log_options(p: argparse.ArgumentParser, default: object = None) -> None:
+    p.add_argument("--log-level", default=default, metavar="LEVEL",
                    help=f"{', '.join(LOG_LEVELS)} (default {DEFAULT_LOG_LEVEL}; $ACP_BRIDGE_LOG_LEVEL)")
-    p.add_argument("--log-file", default=None, help="write logs to this file instead of stderr")
+    p.add_argument("--log-file", default=default, help="write logs to this file instead of stderr")
 
 
-def serve_options(p: argparse.ArgumentParser) -> None:
-    """The options of `acp-bridge serve` (and of `setup`, which writes them out)."""
-    store_options(p)
-    p.add_argument("--model", action="append", default=None,
+def serve_options(p: argparse.ArgumentParser, *, given_only: bool = False) -> None:
+    """The options of `acp-bridge serve` (and of `setup`, which writes them out).
+    `given_only` (the `serve` subcommand: `acp-bridge [options] serve [options]`): an
+    option not given after `serve` leaves what was given before it."""
+    unset = argparse.SUPPRESS if given_only else None
+    store_options(p, unset)
+    p.add_argument("--model", action="append", default=unset,
                    help="echo (default), script:PATH, openai:NAME, maybe with #images,reasoning; repeat it to "
                         "offer several (the first is the default; else $ACP_BRIDGE_MODEL)")
-    p.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS,
+    p.add_argument("--max-steps", type=int, default=argparse.SUPPRESS if given_only else DEFAULT_MAX_STEPS,
                    help=f"model calls per turn at most (default {DEFAULT_MAX_STEPS})")
-    log_options(p)
+    log_options(p, unset)
 
 
 # --- the checks -------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from acp_bridge.models.base import (
 )
 from acp_bridge.models.recording import CallError, RecordedCall, Recording, read_recording
 from acp_bridge.models.replay_overrides import Override, load_overrides, overrides_path
+from acp_bridge.models.windows import context_window_of
 from session.transcript import Message
 
 CHECK_ENV = "ACP_BRIDGE_REPLAY_CHECK"
@@ -196,21 +197,8 @@ def _shown(value: Any) -> str:
 
 
 def _window(model: str | None, env: Mapping[str, str]) -> int | None:
-    """The recorded model's context window (for `usage_update.size`), found as that
-    model finds it: `$ACP_BRIDGE_CONTEXT_WINDOW` first, then the model's own."""
+    """The recorded model's context window (for `usage_update.size`):
+    `$ACP_BRIDGE_CONTEXT_WINDOW` first, then the model's own."""
     if env.get("ACP_BRIDGE_CONTEXT_WINDOW", "").isdigit():
         return int(env["ACP_BRIDGE_CONTEXT_WINDOW"])
-    kind, _, name = (model or "").partition(":")
-    if kind == "openai":
-        from acp_bridge.models.openai_request import context_window
-
-        return context_window(name)
-    if kind == "echo":
-        from acp_bridge.models.echo import EchoModel
-
-        return EchoModel.context_window
-    if kind == "script":
-        from acp_bridge.models.script import ScriptModel
-
-        return ScriptModel.context_window
-    return None
+    return context_window_of(model, env)

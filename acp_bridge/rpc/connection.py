@@ -145,7 +145,9 @@ class Connection:
 
     async def request(self, method: str, params: Any) -> Any:
         """Ask the client; returns its result or raises ClientError. If the wait is
-        cancelled, the client is told with `$/cancel_request`."""
+        cancelled while the request is still open, the client is told with
+        `$/cancel_request`; not once its answer has been read (the two often come in
+        one read: a session/cancel and the `cancelled` answer ACP asks for after it)."""
         request_id = own_request_id(next(self._ids))
         done, slot = anyio.Event(), list[tuple[str, Any]]()
         self._pending[request_id] = (done, slot, method)
@@ -153,7 +155,8 @@ class Connection:
         try:
             await done.wait()
         except anyio.get_cancelled_exc_class():
-            self.notify("$/cancel_request", {"requestId": request_id})
+            if not done.is_set():
+                self.notify("$/cancel_request", {"requestId": request_id})
             raise
         finally:
             self._pending.pop(request_id, None)

@@ -27,6 +27,9 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wrap", action="store_true",
                    help="talk to the agent COMMAND given after `--`, through `acp-bridge wrap` (recorded "
                         "in the store); --model and --max-steps are then the wrapped agent's business")
+    p.add_argument("--seed-fresh", action="store_true",
+                   help="with --wrap: when the wrapped agent cannot restore a loaded session, send its fresh "
+                        "session the conversation so far (acp-bridge wrap --seed-fresh)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,6 +49,8 @@ def wrap_problem(args: argparse.Namespace) -> str | None:
     """Why `--wrap` and the command after `--` do not fit together, or None."""
     wrapped = getattr(args, "wrapped", None)
     if not args.wrap:
+        if getattr(args, "seed_fresh", False):
+            return "--seed-fresh is the wrapper's: it is only taken with --wrap"
         return None if wrapped is None else "a command after -- is only taken with --wrap"
     if not wrapped:
         return "--wrap needs the agent's command after --: acp-bridge chat --wrap -- COMMAND [ARGS...]"
@@ -68,8 +73,8 @@ def agent_env(args: argparse.Namespace) -> dict[str, str] | None:
 
 
 def agent_command(args: argparse.Namespace) -> list[str]:
-    """The child the chat starts: `acp-bridge serve`, or `acp-bridge wrap -- COMMAND`
-    (the same store options; `-m acp_bridge` so the chat's own interpreter runs it)."""
+    """The child the chat starts: `acp-bridge serve`, or `acp-bridge wrap [--seed-fresh]
+    -- COMMAND` (the same store options; `-m acp_bridge` so the chat's own interpreter runs it)."""
     wrap = bool(getattr(args, "wrap", False))
     command = [sys.executable, "-m", "acp_bridge", "wrap" if wrap else "serve"]
     store = None if _postgres(args) else args.store  # a connection string goes by agent_env
@@ -81,5 +86,5 @@ def agent_command(args: argparse.Namespace) -> list[str]:
         if value is not None:
             command += [flag, str(value)]
     if wrap:
-        command += ["--", *args.wrapped]
+        command += [*(["--seed-fresh"] if getattr(args, "seed_fresh", False) else []), "--", *args.wrapped]
     return command

@@ -388,9 +388,16 @@ class Chat:
         meta = (result.get("_meta") or {}).get("acpBridge") or {}
         mode = f", mode {self.mode}" if self.mode else ""
         self.write(self.render.line(f"[loaded session {sid}: {meta.get('turns', '?')} turns{mode}]"))
-        restored = (meta.get("wrapped") or {}).get("restored")
+        wrapped = meta.get("wrapped") or {}
+        restored = wrapped.get("restored")
         if restored:  # how the wrapper brought the wrapped agent's own context back
             self.write(self.render.line(f"[the wrapped agent: {RESTORED.get(restored, restored)}]"))
+        if wrapped.get("seeded") is True:  # chat --wrap --seed-fresh (docs/wrap.md)
+            self.write(self.render.line(f"[the wrapped agent was sent the conversation so far: "
+                                        f"{clean(str(wrapped.get('seedTurns', '?')))} turns]"))
+        elif isinstance(wrapped.get("seedError"), str):
+            self.write(self.render.line(f"[the wrapped agent could not be sent the conversation: "
+                                        f"{clean(wrapped['seedError'])}]"))
         repair = meta.get("repair") or {}
         if repair.get("repaired"):
             self.write(self.render.line(f"[the log was repaired: {orjson.dumps(repair).decode()}]"))
