@@ -115,7 +115,7 @@ def render(results: dict[str, Any]) -> str:
         rows.append([run["backend"], run["command"], run["code_tree"], f"{backend['events']:,}",
                      f"{backend['bytes'] / 1e6:,.0f}", f"{run['peak_mb']:,.1f}", f"{run['seconds']:,.1f}",
                      f"{run['out_bytes'] / 1e6:,.1f}", str(run["code"]),
-                     "PASS" if ok else ("FAIL" if run["code_tree"] == "ours" else "-")])
+                     "PASS" if ok else "FAIL"])
     headers = ["backend", "command", "code", "events", "store MB", "peak RSS MB", "seconds", "output MB",
                "exit", f"< {TARGET_MB} MB"]
     return table(headers, rows, left=3)

@@ -4,6 +4,8 @@ memory), and the wording of its states that both renderings share."""
 
 from __future__ import annotations
 
+import io
+
 from acp_bridge.cli.sessions.text import add_usage, local_time, one_line
 
 TYPE_CHECKING = False
@@ -38,8 +40,10 @@ class Step:
 
     def __init__(self, number: int) -> None:
         self.number = number
-        self.chunk_text: list[str] = []
-        self.chunk_reasoning: list[str] = []
+        # Streamed text, written on as it comes (a list of a million small strings would
+        # cost several times the text).
+        self.chunk_text = io.StringIO()
+        self.chunk_reasoning = io.StringIO()
         self.has_message = False
         self.reasoning: list[str] = []
         self.text: list[str] = []
@@ -49,13 +53,17 @@ class Step:
     @property
     def partial(self) -> bool:
         """Streamed text with no `assistant/message` after it (cut short)."""
-        return not self.has_message and bool(self.chunk_text or self.chunk_reasoning)
+        return not self.has_message and bool(self.chunk_text.tell() or self.chunk_reasoning.tell())
 
     def shown_reasoning(self) -> str:
-        return "".join(self.reasoning if self.has_message else self.chunk_reasoning).strip()
+        if self.has_message:
+            return "".join(self.reasoning).strip()
+        return self.chunk_reasoning.getvalue().strip()
 
     def shown_text(self) -> str:
-        return "".join(self.text if self.has_message else self.chunk_text).strip()
+        if self.has_message:
+            return "".join(self.text).strip()
+        return self.chunk_text.getvalue().strip()
 
 
 class Turn:
@@ -213,7 +221,7 @@ class TurnBuilder:
         elif etype == "assistant/chunk":
             chunk = data.get("chunk") or {}
             target = step.chunk_reasoning if chunk.get("type") == "reasoning" else step.chunk_text
-            target.append(str(chunk.get("text", "")))
+            target.write(str(chunk.get("text", "")))
         elif etype == "assistant/message":
             self._message(turn, step, data)
         elif etype == "tool/call":
@@ -229,7 +237,7 @@ class TurnBuilder:
 
     def _message(self, turn: Turn, step: Step, data: dict[str, Any]) -> None:
         step.has_message = True
-        step.chunk_text, step.chunk_reasoning = [], []  # the message has their text
+        step.chunk_text, step.chunk_reasoning = io.StringIO(), io.StringIO()  # the message has their text
         for block in data.get("content") or []:
             kind = block.get("type")
             if kind == "text":
