@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from acp_bridge.cli.sessions import progress
 from bench.sessions_memory import ROOT, run_command
@@ -106,3 +108,27 @@ def test_progress_only_for_output_to_a_file_with_stderr_at_a_terminal(tmp_path: 
     # Output to a file, stderr at a terminal: progress. The transcript on the terminal
     # itself, or no terminal to draw on: none.
     assert seen == ["True", "False", "False"]
+
+
+@given(st.lists(st.sampled_from(["a", "é", " ", "\t", "\n", "\r", "\r\n", "\x1b", "\x0b", "\x85", "\xa0", "  \n"]),
+                max_size=30).map("".join),
+       st.sampled_from(["", "      | ", "> "]), st.sampled_from([1, 2, 5, 1 << 16]))
+def test_long_text_is_printed_as_the_whole_text_would_be(text: str, pad: str, piece: int) -> None:
+    """`Lines` (a piece at a time, long lines in slices) prints what indenting the
+    cleaned, stripped text line by line prints."""
+    from acp_bridge.cli.safe_text import clean
+    from acp_bridge.cli.sessions import text as text_module
+
+    stripped = text.strip()
+    old = text_module.PIECE
+    text_module.PIECE = piece
+    try:
+        lines = text_module.Lines(text, pad, strip=True)
+        rstripped = text_module.Lines(text, pad, strip=True, rstrip=True)
+        assert bool(lines) == bool(stripped)
+        if stripped:
+            split = clean(stripped).split("\n")
+            assert "".join(lines.pieces()) == "".join(f"{x}\n" for x in text_module.indent(split, pad))
+            assert "".join(rstripped.pieces()) == "".join(f"{pad}{x}".rstrip() + "\n" for x in split)
+    finally:
+        text_module.PIECE = old

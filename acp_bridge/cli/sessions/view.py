@@ -55,15 +55,13 @@ class Step:
         """Streamed text with no `assistant/message` after it (cut short)."""
         return not self.has_message and bool(self.chunk_text.tell() or self.chunk_reasoning.tell())
 
+    # Unstripped (the renderings strip as they print: text.Lines); a one-part message
+    # is its own string, not a copy.
     def shown_reasoning(self) -> str:
-        if self.has_message:
-            return "".join(self.reasoning).strip()
-        return self.chunk_reasoning.getvalue().strip()
+        return "".join(self.reasoning) if self.has_message else self.chunk_reasoning.getvalue()
 
     def shown_text(self) -> str:
-        if self.has_message:
-            return "".join(self.text).strip()
-        return self.chunk_text.getvalue().strip()
+        return "".join(self.text) if self.has_message else self.chunk_text.getvalue()
 
 
 class Turn:
