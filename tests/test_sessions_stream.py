@@ -132,3 +132,28 @@ def test_long_text_is_printed_as_the_whole_text_would_be(text: str, pad: str, pi
             assert "".join(rstripped.pieces()) == "".join(f"{pad}{x}".rstrip() + "\n" for x in split)
     finally:
         text_module.PIECE = old
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_a_long_streamed_step_cut_short_is_shown_from_its_spool(tmp_path: Path, backend: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streamed text past the spool's memory goes to a temporary file: a step cut short
+    (no message) shows it all, and the file is closed (no ResourceWarning)."""
+    from acp_bridge.cli.sessions import view
+    from tests.test_sessions_cli import cli
+
+    monkeypatch.setattr(view, "SPOOL", 64)
+    store = SessionStore(open_backend(backend, tmp_path))
+    log = store.create(cwd="/w")
+    script = Script().text_turn("q1", "done before").start_turn("q2").start_step()
+    words = [f"word{i:04d} " for i in range(2_000)]
+    for word in words:
+        script.chunk(word)
+    log.extend(script.items)  # the agent dies here: turn 2 never ends
+    log.close()
+    store.close()
+    for command in (["show", log.id], ["export", log.id]):
+        res = cli("--store", str(tmp_path), "--backend", backend, *command)
+        assert res.code == 0, res.err
+        assert "".join(words).strip() in res.out
+        assert "partial" in res.out and "not yet repaired on disk" in res.out

@@ -96,10 +96,17 @@ class Walk(States):
                     done = builder.feed(event)
                     if done is not None:
                         open_turn = []
-                        yield self._done(done)
+                        try:
+                            yield self._done(done)
+                        finally:
+                            done.close()
                 if events:
                     last_event = events[-1]
             self.torn = with_size(splitter.finish(), stream)
+        except BaseException:  # damage, or the reader gone: the turn being read is dropped
+            if builder.turn is not None:
+                builder.turn.close()
+            raise
         finally:
             stream.close()
         self.owner, self.owner_pid = self._source.owner(sid)
@@ -115,7 +122,10 @@ class Walk(States):
             builder.on_disk = tracker.next_seq
             for closer in self.closers:
                 builder.feed(closer)
-        yield self._done(last)
+        try:
+            yield self._done(last)
+        finally:
+            last.close()
 
     def close(self) -> None:
         self._stream.close()
