@@ -30,11 +30,12 @@ HIJACK = "\u001b[2J\u001b[H\u001b]0;pwned-title\u0007"
 class Terminal:
     """One `acp-bridge chat` in a pseudo-terminal; everything it wrote is in `out`."""
 
-    def __init__(self, store: Path, work: Path, *args: str) -> None:
+    def __init__(self, store: Path, work: Path, *args: str, env_extra: dict[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
         # No terminal emulator answers here: the editor must not wait for a cursor report.
         env.update(TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1", PYTHONIOENCODING="utf-8")
         env.pop("NO_COLOR", None)
+        env.update(env_extra or {})
         self.store = store
         self.child = pexpect.spawn(
             sys.executable, ["-m", "acp_bridge", "chat", "--store", str(store), "--cwd", str(work), *args],
@@ -86,9 +87,9 @@ def terminals(tmp_path: Path) -> Iterator[list[Terminal]]:
         terminal.close()
 
 
-def start(terminals: list[Terminal], root: Path, *args: str) -> Terminal:
+def start(terminals: list[Terminal], root: Path, *args: str, env_extra: dict[str, str] | None = None) -> Terminal:
     (root / "work").mkdir(exist_ok=True)
-    terminal = Terminal(root / "store", root / "work", *args)
+    terminal = Terminal(root / "store", root / "work", *args, env_extra=env_extra)
     terminals.append(terminal)
     return terminal
 
@@ -177,6 +178,17 @@ def test_escape_sequences_from_the_model_and_a_command_are_shown_escaped(
     # ...each is shown escaped: thought, text, and the command's output.
     assert out.count(b"\\x1b[2J\\x1b[H\\x1b]0;pwned-title\\x07") == 2
     assert b"a\\x1b[2Jb\\x1b]0;cmd-title\\x07c" in out
+    assert b"\x1b[2mhmm" in out  # thoughts dimmed: the chat's own style passes
+
+
+def test_no_color_at_a_terminal(tmp_path: Path, terminals: list[Terminal]) -> None:
+    model = write_script(tmp_path / "script.json", {"thinking": "pondering", "text": "answer"})
+    t = start(terminals, tmp_path, "--model", model, env_extra={"NO_COLOR": "1"})
+    t.line("go")
+    t.expect("answer")
+    t.line("/quit")
+    assert t.finish() == 0
+    assert b"(thinking) pondering" in t.out and b"\x1b[2m" not in t.out
 
 
 # --- start-up stays lean -------------------------------------------------------------------

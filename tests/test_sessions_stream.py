@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from acp_bridge.cli.sessions import progress
 from bench.sessions_memory import ROOT, run_command
@@ -106,3 +108,52 @@ def test_progress_only_for_output_to_a_file_with_stderr_at_a_terminal(tmp_path: 
     # Output to a file, stderr at a terminal: progress. The transcript on the terminal
     # itself, or no terminal to draw on: none.
     assert seen == ["True", "False", "False"]
+
+
+@given(st.lists(st.sampled_from(["a", "é", " ", "\t", "\n", "\r", "\r\n", "\x1b", "\x0b", "\x85", "\xa0", "  \n"]),
+                max_size=30).map("".join),
+       st.sampled_from(["", "      | ", "> "]), st.sampled_from([1, 2, 5, 1 << 16]))
+def test_long_text_is_printed_as_the_whole_text_would_be(text: str, pad: str, piece: int) -> None:
+    """`Lines` (a piece at a time, long lines in slices) prints what indenting the
+    cleaned, stripped text line by line prints."""
+    from acp_bridge.cli.safe_text import clean
+    from acp_bridge.cli.sessions import text as text_module
+
+    stripped = text.strip()
+    old = text_module.PIECE
+    text_module.PIECE = piece
+    try:
+        lines = text_module.Lines(text, pad, strip=True)
+        rstripped = text_module.Lines(text, pad, strip=True, rstrip=True)
+        assert bool(lines) == bool(stripped)
+        if stripped:
+            split = clean(stripped).split("\n")
+            assert "".join(lines.pieces()) == "".join(f"{x}\n" for x in text_module.indent(split, pad))
+            assert "".join(rstripped.pieces()) == "".join(f"{pad}{x}".rstrip() + "\n" for x in split)
+    finally:
+        text_module.PIECE = old
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_a_long_streamed_step_cut_short_is_shown_from_its_spool(tmp_path: Path, backend: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streamed text past the spool's memory goes to a temporary file: a step cut short
+    (no message) shows it all, and the file is closed (no ResourceWarning)."""
+    from acp_bridge.cli.sessions import view
+    from tests.test_sessions_cli import cli
+
+    monkeypatch.setattr(view, "SPOOL", 64)
+    store = SessionStore(open_backend(backend, tmp_path))
+    log = store.create(cwd="/w")
+    script = Script().text_turn("q1", "done before").start_turn("q2").start_step()
+    words = [f"word{i:04d} " for i in range(2_000)]
+    for word in words:
+        script.chunk(word)
+    log.extend(script.items)  # the agent dies here: turn 2 never ends
+    log.close()
+    store.close()
+    for command in (["show", log.id], ["export", log.id]):
+        res = cli("--store", str(tmp_path), "--backend", backend, *command)
+        assert res.code == 0, res.err
+        assert "".join(words).strip() in res.out
+        assert "partial" in res.out and "not yet repaired on disk" in res.out

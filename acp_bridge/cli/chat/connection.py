@@ -1,5 +1,6 @@
-"""The connection side of `acp-bridge chat`: one line reader over stdin, and the JSON-RPC
-loop with the agent child (its updates printed in the order they arrive). The methods
+"""The connection side of `acp-bridge chat`: one line reader over stdin, the JSON-RPC
+loop with the agent child (its updates printed in the order they arrive), and the relay
+of the child's stderr. The methods
 the chat serves for the agent are in client_methods.py; request keys, our request ids,
 error codes and error answers are the JSON-RPC core's (acp_bridge.rpc.protocol).
 """
@@ -17,6 +18,7 @@ import anyio
 import anyio.abc
 import orjson
 
+from acp_bridge.cli.safe_text import clean
 from acp_bridge.rpc.protocol import (
     INTERNAL_ERROR,
     REQUEST_CANCELLED,
@@ -72,6 +74,26 @@ class LineInput:
                 continue
             except OSError:  # the terminal went away
                 return b""
+
+
+async def relay_stderr(process: anyio.abc.Process) -> None:
+    """The agent's stderr (its log, or a wrapped agent's anything) to ours, a line at a
+    time with control characters escaped: it is not the agent's to run on the terminal."""
+    assert process.stderr is not None
+    pending = b""
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        async for chunk in process.stderr:
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            if len(pending) > 65536:  # no newline in sight: show what came so far
+                lines.append(pending)
+                pending = b""
+            for line in lines:
+                sys.stderr.write(clean(line.decode("utf-8", "replace")) + "\n")
+            sys.stderr.flush()
+    if pending:
+        sys.stderr.write(clean(pending.decode("utf-8", "replace")) + "\n")
+        sys.stderr.flush()
 
 
 def error_message(exc: ClientError) -> str:

@@ -43,7 +43,13 @@ from acp_bridge import __version__
 from acp_bridge.cli.chat.client_methods import ANSWERS, CANCELLED, ClientMethods, option_for
 from acp_bridge.cli.chat.command_line import agent_command, agent_env, split_wrapped, wrap_problem
 from acp_bridge.cli.chat.command_line import options as add_options
-from acp_bridge.cli.chat.connection import AgentConnection, AgentGone, LineInput, error_message
+from acp_bridge.cli.chat.connection import (
+    AgentConnection,
+    AgentGone,
+    LineInput,
+    error_message,
+    relay_stderr,
+)
 from acp_bridge.cli.chat.render import DIM, RESET, Renderer, sessions_table
 from acp_bridge.cli.safe_text import clean, guarded
 from acp_bridge.cli.startup import agent_settings
@@ -173,7 +179,7 @@ class Chat:
             methods = ClientMethods(tg, self._permission)
             self._conn = AgentConnection(process, self._on_notification, methods.serve)
             tg.start_soon(self._read, tg)
-            tg.start_soon(self._relay_stderr, process)
+            tg.start_soon(relay_stderr, process)
             if threading.current_thread() is threading.main_thread():
                 tg.start_soon(self._signals)
             try:
@@ -205,25 +211,6 @@ class Chat:
         if not self._closing:
             self._lost = True
             self._scope.cancel()
-
-    async def _relay_stderr(self, process: anyio.abc.Process) -> None:
-        """The agent's stderr (its log, or a wrapped agent's anything) to ours, a line at
-        a time with control characters escaped: it is not ours to run on the terminal."""
-        assert process.stderr is not None
-        pending = b""
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            async for chunk in process.stderr:
-                lines = (pending + chunk).split(b"\n")
-                pending = lines.pop()
-                if len(pending) > 65536:  # no newline in sight: show what came so far
-                    lines.append(pending)
-                    pending = b""
-                for line in lines:
-                    sys.stderr.write(clean(line.decode("utf-8", "replace")) + "\n")
-                sys.stderr.flush()
-        if pending:
-            sys.stderr.write(clean(pending.decode("utf-8", "replace")) + "\n")
-            sys.stderr.flush()
 
     async def _signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT) as signals:

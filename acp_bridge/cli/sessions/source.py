@@ -141,8 +141,9 @@ def resolve_id(source: Source, given: str) -> str:
 # for a session of hundreds of megabytes (19 MB of peak RSS to list a 60 MB session,
 # which had taken 145 MB). `summarize` reads a log a block at a time, checks it as a
 # load would (the torn-tail rule and the invariants: a log the agent would refuse is
-# listed as damaged), and keeps only the last turn's events, the count of the turns
-# before it, their tokens and the session's first prompt (its title).
+# listed as damaged), and keeps only the last turn's events (its chunks aside: their text
+# is not listed), the count of the turns before it, their tokens and the session's
+# first prompt (its title).
 
 
 class Summary:
@@ -160,7 +161,7 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
     """Raises SessionCorruptError, worded as `SessionStore.load` words it."""
     from session import InvariantError, InvariantTracker
     from session.backends.base import title_from_content
-    from session.events import ASSISTANT_MESSAGE, TURN_START, USER_MESSAGE
+    from session.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TURN_START, USER_MESSAGE
     from session.loading import invariant_corruption
     from session.scan import TailSplitter
 
@@ -171,6 +172,7 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
     usage_last: dict[str, int] = {}
     turns = 0
     seen_prompt = False
+    last_chunk: Event | None = None
     for block in blocks:
         events = splitter.feed(block)
         try:
@@ -186,6 +188,9 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
                 continue
             if not turns:  # a wrapped agent's updates before its first turn: no turn's
                 continue
+            if etype == ASSISTANT_CHUNK:  # `list` shows no text; a streamed step may be huge
+                last_chunk = event
+                continue
             out.last_turn.append(event)
             if etype == ASSISTANT_MESSAGE:
                 usage = event["data"].get("usage")
@@ -195,6 +200,8 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
             elif etype == USER_MESSAGE and not seen_prompt:
                 seen_prompt = True
                 out.first_title = title_from_content(event["data"].get("content"))
+    if last_chunk is not None and out.last_turn and last_chunk["seq"] > out.last_turn[-1]["seq"]:
+        out.last_turn.append(last_chunk)  # the log's last event: closers continue its seq
     out.torn = splitter.finish()
     out.earlier_turns = turns - 1 if out.last_turn else turns
     out.earlier_usage = {k: v - usage_last.get(k, 0) for k, v in usage_all.items()}

@@ -8,7 +8,7 @@ from acp_bridge.cli.safe_text import clean
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
     from typing import Any
 
 # show: how much of a tool's result to print without --full.
@@ -153,3 +153,65 @@ def indent(lines: Iterable[str], pad: str) -> list[str]:
     return [pad + line if line else pad.rstrip() for line in lines]
 
 
+
+
+# --- long text, a piece at a time ------------------------------------------------------
+#
+# A model's answer can be tens of megabytes (one long streamed step). `Lines` prints it
+# as `indent(clean(text.strip()).split("\n"), pad)` would, without those copies of the
+# whole text: line by line, a long line in slices, each cleaned on its own (`clean`
+# works character by character; its "\r\n" -> "\n" is done by dropping the "\r" that
+# ends a line).
+
+PIECE = 1 << 16  # characters per slice of a long line
+
+
+def _kept_space(ch: str) -> bool:
+    """Whitespace that `clean` leaves as it is (so `str.rstrip` after it would strip)."""
+    code = ord(ch)
+    return ch.isspace() and (code == 0x09 or 0x20 <= code < 0x7F or code > 0x9F)
+
+
+class Lines:
+    """`text` as lines, each after `pad`, cleaned; `strip` drops leading and trailing
+    whitespace first, `rstrip` each line's trailing whitespace after (an empty line
+    is `pad.rstrip()`, as `indent` writes it)."""
+
+    __slots__ = ("end", "pad", "rstrip", "start", "text")
+
+    def __init__(self, text: str, pad: str = "", *, strip: bool = False, rstrip: bool = False) -> None:
+        start, end = 0, len(text)
+        if strip:
+            while start < end and text[start].isspace():
+                start += 1
+            while end > start and text[end - 1].isspace():
+                end -= 1
+        self.text, self.start, self.end, self.pad, self.rstrip = text, start, end, pad, rstrip
+
+    def __bool__(self) -> bool:
+        return self.end > self.start
+
+    def pieces(self) -> Iterator[str]:
+        """The lines, each ending with a newline, in pieces of at most about PIECE."""
+        text, pos, end = self.text, self.start, self.end
+        while True:
+            stop = text.find("\n", pos, end)
+            last = stop < 0
+            line_end = end if last else stop
+            if not last and line_end > pos and text[line_end - 1] == "\r":
+                line_end -= 1  # "\r\n" ends the line, as clean's replace makes it
+            if self.rstrip:
+                while line_end > pos and _kept_space(text[line_end - 1]):
+                    line_end -= 1
+            if line_end == pos:
+                yield self.pad.rstrip() + "\n"
+            else:
+                head = True
+                for at in range(pos, line_end, PIECE):
+                    piece = clean(text[at:min(at + PIECE, line_end)])
+                    yield (self.pad + piece) if head else piece
+                    head = False
+                yield "\n"
+            if last:
+                return
+            pos = stop + 1

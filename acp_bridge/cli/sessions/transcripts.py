@@ -4,8 +4,9 @@ jsonl` is the stored form, copied a piece at a time: `Source.raw_chunks`.)"""
 
 from __future__ import annotations
 
-from acp_bridge.cli.safe_text import clean
 from acp_bridge.cli.sessions.text import (
+    PIECE,
+    Lines,
     blocks_text,
     cut,
     diff_summary,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from acp_bridge.cli.sessions.source import Source
     from acp_bridge.cli.sessions.walk import Walk
 
+    Line = str | Lines  # a line, or long text printed a piece at a time
+
 # show: how much of a tool's arguments to print without --full.
 SHOW_ARG_CHARS = 200
 
@@ -59,19 +62,39 @@ def markdown_chunks(walk: Walk, source: Source) -> Iterator[str]:
                    lambda turn: _turn_markdown(walk, turn), lambda: _markdown_tail(walk))
 
 
-def _chunks(walk: Walk, head: Callable[[], list[str]], body: Callable[[Turn], list[str]],
+def _chunks(walk: Walk, head: Callable[[], list[str]], body: Callable[[Turn], list[Line]],
             tail: Callable[[], list[str]]) -> Iterator[str]:
     started = False
     for turn in walk.turns():
         lines = body(turn)
         if not started:
             started = True
-            lines = head() + lines
-        yield "\n".join(lines) + "\n"
-    lines = tail()
+            lines = [*head(), *lines]
+        yield from _pieces(lines)
+    end: list[Line] = [*tail()]
     if not started:
-        lines = head() + lines
-    yield "\n".join(lines) + "\n"
+        end = [*head(), *end]
+    yield from _pieces(end)
+
+
+def _pieces(lines: list[Line]) -> Iterator[str]:
+    """The text of `lines`, in pieces of about 64 KB: short lines joined, long text
+    (`Lines`) a piece at a time."""
+    batch: list[str] = []
+    size = 0
+    for line in lines:
+        if isinstance(line, str):
+            batch.append(line)
+            size += len(line)
+            if size < PIECE:
+                continue
+        if batch:
+            yield "\n".join(batch) + "\n"
+            batch, size = [], 0
+        if isinstance(line, Lines):
+            yield from line.pieces()
+    if batch:
+        yield "\n".join(batch) + "\n"
 
 
 def _show_head(walk: Walk, source: Source) -> list[str]:
@@ -95,8 +118,8 @@ def _show_head(walk: Walk, source: Source) -> list[str]:
     return out + [f"  {name:<8} {value}" for name, value in fields]
 
 
-def _turn_text(walk: Walk, turn: Turn, full: bool) -> list[str]:
-    out = ["", f"Turn {turn.number} — {walk.turn_status(turn)}", f"  {turn_info(turn)}"]
+def _turn_text(walk: Walk, turn: Turn, full: bool) -> list[Line]:
+    out: list[Line] = ["", f"Turn {turn.number} — {walk.turn_status(turn)}", f"  {turn_info(turn)}"]
     out += ["", "  User:"]
     out += indent(blocks_text(turn.prompt).split("\n"), "    ")
     for step in turn.steps:
@@ -127,17 +150,15 @@ def _show_tail(walk: Walk) -> list[str]:
     return [*out, "", f"Total tokens: {token_text(walk.usage)}"]
 
 
-def _step_text(step: Step, turn: Turn, full: bool) -> list[str]:
-    out: list[str] = []
+def _step_text(step: Step, turn: Turn, full: bool) -> list[Line]:
+    out: list[Line] = []
     partial = " (partial: streamed, cut short)" if step.partial else ""
-    reasoning = step.shown_reasoning()
+    reasoning = Lines(step.shown_reasoning(), "      | ", strip=True)
     if reasoning:
-        out.append(f"    Thinking{partial}:")
-        out += indent(clean(reasoning).split("\n"), "      | ")
-    text = step.shown_text()
+        out += [f"    Thinking{partial}:", reasoning]
+    text = Lines(step.shown_text(), "      ", strip=True)
     if text:
-        out.append(f"    Assistant{partial}:")
-        out += indent(clean(text).split("\n"), "      ")
+        out += [f"    Assistant{partial}:", text]
     for tool in step.tools:
         out += _tool_text(tool, turn, full)
     if not (reasoning or text or step.tools):
@@ -225,8 +246,8 @@ def _markdown_head(walk: Walk, source: Source) -> list[str]:
     return out + [f"- **{name}**: {value}" for name, value in items]
 
 
-def _turn_markdown(walk: Walk, turn: Turn) -> list[str]:
-    out = ["", f"## Turn {turn.number} — {_md_escape(walk.turn_status(turn))}", "",
+def _turn_markdown(walk: Walk, turn: Turn) -> list[Line]:
+    out: list[Line] = ["", f"## Turn {turn.number} — {_md_escape(walk.turn_status(turn))}", "",
            f"*{_md_escape(turn_info(turn))}*", "", "### User", ""]
     out += blocks_text(turn.prompt).split("\n")
     for step in turn.steps:
@@ -259,17 +280,15 @@ def _markdown_tail(walk: Walk) -> list[str]:
     return [*out, "", f"**Total tokens:** {token_text(walk.usage)}"]
 
 
-def _step_markdown(step: Step, turn: Turn) -> list[str]:
-    out: list[str] = []
+def _step_markdown(step: Step, turn: Turn) -> list[Line]:
+    out: list[Line] = []
     partial = " (partial: streamed, cut short)" if step.partial else ""
-    reasoning = step.shown_reasoning()
+    reasoning = Lines(step.shown_reasoning(), "> ", strip=True, rstrip=True)
     if reasoning:
-        out += ["", f"> **Thinking{partial}:**", ">"]
-        out += [f"> {line}".rstrip() for line in clean(reasoning).split("\n")]
-    text = step.shown_text()
+        out += ["", f"> **Thinking{partial}:**", ">", reasoning]
+    text = Lines(step.shown_text(), strip=True)
     if text:
-        out += ["", f"**Assistant{partial}:**", ""]
-        out += clean(text).split("\n")
+        out += ["", f"**Assistant{partial}:**", "", text]
     for tool in step.tools:
         out += ["", f"**Tool** `{one_line(tool.name).replace('`', '')}`"
                     + (f" ({_md_escape(one_line(tool.kind))})" if tool.kind else "")

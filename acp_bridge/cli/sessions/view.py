@@ -32,14 +32,51 @@ class Tool:
         self.result_on_disk = True
 
 
+SPOOL = 4 << 20  # characters of streamed text kept in memory; more go to a temporary file
+
+
+class Spool:
+    """A step's streamed text, as it comes: in memory up to SPOOL characters, beyond in
+    an unlinked temporary file. A model may stream tens of MB in one step, and the
+    `assistant/message` after it (which has the same text) nearly always makes it
+    unneeded: only a step cut short shows it. `close` lets it go."""
+
+    __slots__ = ("_file", "size")
+
+    def __init__(self) -> None:
+        self._file: Any = None
+        self.size = 0
+
+    def write(self, text: str) -> None:
+        if self._file is None:
+            import tempfile
+
+            self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (closed by close())
+                SPOOL, mode="w+", encoding="utf-8", errors="surrogatepass")
+        self._file.write(text)
+        self.size += len(text)
+
+    def value(self) -> str:
+        if self._file is None:
+            return ""
+        self._file.seek(0)
+        return str(self._file.read())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.size = 0
+
+
 class Step:
     __slots__ = ("chunk_reasoning", "chunk_text", "has_message", "number", "reasoning", "text",
                  "tools", "usage")
 
     def __init__(self, number: int) -> None:
         self.number = number
-        self.chunk_text: list[str] = []
-        self.chunk_reasoning: list[str] = []
+        self.chunk_text = Spool()
+        self.chunk_reasoning = Spool()
         self.has_message = False
         self.reasoning: list[str] = []
         self.text: list[str] = []
@@ -49,13 +86,15 @@ class Step:
     @property
     def partial(self) -> bool:
         """Streamed text with no `assistant/message` after it (cut short)."""
-        return not self.has_message and bool(self.chunk_text or self.chunk_reasoning)
+        return not self.has_message and bool(self.chunk_text.size or self.chunk_reasoning.size)
 
+    # Unstripped (the renderings strip as they print: text.Lines); a one-part message
+    # is its own string, not a copy.
     def shown_reasoning(self) -> str:
-        return "".join(self.reasoning if self.has_message else self.chunk_reasoning).strip()
+        return "".join(self.reasoning) if self.has_message else self.chunk_reasoning.value()
 
     def shown_text(self) -> str:
-        return "".join(self.text if self.has_message else self.chunk_text).strip()
+        return "".join(self.text) if self.has_message else self.chunk_text.value()
 
 
 class Turn:
@@ -73,6 +112,12 @@ class Turn:
         self.ended_at: int | None = None
         self.end_on_disk = True
         self.usage: dict[str, int] = {}
+
+    def close(self) -> None:
+        """Let go of the steps' streamed text (a temporary file, past SPOOL)."""
+        for step in self.steps:
+            step.chunk_text.close()
+            step.chunk_reasoning.close()
 
 
 class States:
@@ -213,7 +258,7 @@ class TurnBuilder:
         elif etype == "assistant/chunk":
             chunk = data.get("chunk") or {}
             target = step.chunk_reasoning if chunk.get("type") == "reasoning" else step.chunk_text
-            target.append(str(chunk.get("text", "")))
+            target.write(str(chunk.get("text", "")))
         elif etype == "assistant/message":
             self._message(turn, step, data)
         elif etype == "tool/call":
@@ -229,7 +274,8 @@ class TurnBuilder:
 
     def _message(self, turn: Turn, step: Step, data: dict[str, Any]) -> None:
         step.has_message = True
-        step.chunk_text, step.chunk_reasoning = [], []  # the message has their text
+        step.chunk_text.close()  # the message has their text
+        step.chunk_reasoning.close()
         for block in data.get("content") or []:
             kind = block.get("type")
             if kind == "text":

@@ -63,7 +63,7 @@ class Walk(States):
         """Every turn, in order, each once it is complete (the last one at the end)."""
         from session import InvariantError, InvariantTracker
         from session.backends.base import title_from_content, with_size
-        from session.events import TURN_START, USER_MESSAGE
+        from session.events import ASSISTANT_CHUNK, TURN_START, USER_MESSAGE
         from session.loading import invariant_corruption
         from session.repair import interrupted_turn_closers
         from session.scan import TailSplitter
@@ -72,7 +72,8 @@ class Walk(States):
         splitter = TailSplitter(sid, stream.locate)
         tracker = InvariantTracker(session_id=sid)
         builder = TurnBuilder(keep=False)
-        open_turn: list[Event] = []  # the events of the turn being read (for its closers)
+        open_turn: list[Event] = []  # the turn being read, for its closers (chunks aside)
+        last_event: Event | None = None  # the closers continue its seq
         read = 0
         try:
             for block in stream.blocks():
@@ -90,12 +91,22 @@ class Walk(States):
                         open_turn = []
                     if etype == USER_MESSAGE and self.title is None:
                         self.title = title_from_content(event["data"].get("content"))
-                    open_turn.append(event)
+                    if etype != ASSISTANT_CHUNK:  # the closers need no chunk (the builder has their text)
+                        open_turn.append(event)
                     done = builder.feed(event)
                     if done is not None:
                         open_turn = []
-                        yield self._done(done)
+                        try:
+                            yield self._done(done)
+                        finally:
+                            done.close()
+                if events:
+                    last_event = events[-1]
             self.torn = with_size(splitter.finish(), stream)
+        except BaseException:  # damage, or the reader gone: the turn being read is dropped
+            if builder.turn is not None:
+                builder.turn.close()
+            raise
         finally:
             stream.close()
         self.owner, self.owner_pid = self._source.owner(sid)
@@ -105,11 +116,17 @@ class Walk(States):
         if self.owner == "live":  # shown as far as it is on disk
             self.running = True
         else:
+            if last_event is not None and open_turn[-1] is not last_event:
+                open_turn.append(last_event)
             self.closers = interrupted_turn_closers(open_turn)
             builder.on_disk = tracker.next_seq
             for closer in self.closers:
                 builder.feed(closer)
-        yield self._done(last)
+        try:
+            yield self._done(last)
+        finally:
+            last.close()
 
     def close(self) -> None:
         self._stream.close()
+
