@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -54,6 +54,9 @@ from acp_bridge.cli.chat.render import DIM, RESET, Renderer, sessions_table
 from acp_bridge.cli.safe_text import clean, guarded
 from acp_bridge.cli.startup import agent_settings
 from acp_bridge.rpc.protocol import ClientError
+
+if TYPE_CHECKING:
+    from acp_bridge.cli.chat.editor import LineEditor
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
 AGENT_EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
@@ -128,7 +131,7 @@ class Chat:
         # The line editor at a terminal, made when the first line is read (the agent has
         # created the store folder by then: the history lives in it).
         self.editing = editor_wanted()
-        self._editor: Any = None
+        self._editor: LineEditor | None = None
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         self.render = Renderer(color=color, cwd=self.cwd)
         self.sid: str | None = None
@@ -248,7 +251,7 @@ class Chat:
         lead, cut, message = prompt.rpartition("\n")
         self.write(lead + cut)
         try:
-            return await self._editor.readline(message, question=question)  # type: ignore[no-any-return]
+            return await self._editor.readline(message, question=question)
         finally:
             self.render.line_closed()
 

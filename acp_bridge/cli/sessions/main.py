@@ -18,7 +18,7 @@ Decisions (DESIGN.md section 6 leaves the details open):
   the turns before it and their tokens (`acp_bridge.cli.sessions.source.summarize`);
   `show` and `export --format md` read the log once and print each turn when it is
   complete (`walk.py`: the summary comes after the turns; docs/chat.md); `export
-  --format jsonl` copies the stored form a piece at a time. About 22 MB of peak RSS for
+  --format jsonl` copies the stored form a piece at a time. 18-26 MB of peak RSS for
   a 1M-event session on either backend (bench/sessions_memory.py). SQLite is opened
   with `mode=ro` (SQLite may leave its empty `-wal`/`-shm` side files, with the database
   file's mode; the database itself is not written). `SessionStore.load` is never called:
