@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import importlib.util
 import itertools
 import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -145,6 +147,43 @@ def _server_user() -> str | None:
     raise RuntimeError("running as root and no unprivileged user (postgres, nobody) to run PostgreSQL as")
 
 
+def _others_can_run(tool: Path) -> bool:
+    """Whether a user other than the owner can reach and run `tool`: every folder above
+    it searchable by others, the file executable by them."""
+    path = tool.resolve()
+    if not path.exists() or not path.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(folder.stat().st_mode & stat.S_IXOTH for folder in path.parents)
+
+
+def _shared_copy(install: Path) -> Path:
+    """The PostgreSQL install (bin/, lib/, share/) copied where the unprivileged server
+    user can run it: a clone in a private folder (`mktemp -d` is 0700, as .ci/run's is)
+    has its virtual environment out of that user's reach. The copy keeps the wheel's
+    layout (`pgserver/pginstall` beside `pgserver.libs`: the binaries find their
+    libraries by a relative RPATH). One copy per install path and version, kept in /tmp
+    and reused; made in a temporary folder, then renamed into place."""
+    key = hashlib.sha1(f"{install.resolve()}:{(install / 'bin' / 'postgres').stat().st_mtime_ns}".encode())
+    target = Path("/tmp") / f"acp-pg-install-{key.hexdigest()[:16]}"
+    inside = Path(install.parent.name) / install.name  # pgserver/pginstall
+    if (target / inside / "bin" / "initdb").exists():
+        return target / inside
+    staging = Path(tempfile.mkdtemp(prefix="acp-pg-install-", dir="/tmp"))
+    try:
+        tree = staging / "install"
+        shutil.copytree(install, tree / inside, symlinks=True)
+        libs = install.parent.parent / f"{install.parent.name}.libs"  # auditwheel's folder
+        if libs.is_dir():
+            shutil.copytree(libs, tree / libs.name, symlinks=True)
+        for folder in (tree, tree / inside.parent):
+            os.chmod(folder, 0o755)
+        with contextlib.suppress(OSError):  # another run made it first: use theirs
+            os.rename(tree, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target / inside
+
+
 def start_server(*, fsync: bool = False) -> PgServer:
     """Init and start a server in a new temporary folder (fsync off for the tests: they
     check what reaches the server, not what survives a power cut; the bench keeps it)."""
@@ -152,6 +191,8 @@ def start_server(*, fsync: bool = False) -> PgServer:
     if bin_dir is None:
         raise FileNotFoundError(missing_reason())
     user = _server_user()
+    if user is not None and not _others_can_run(bin_dir / "initdb"):
+        bin_dir = _shared_copy(bin_dir.parent) / "bin"
     # Another user must reach the folder: /tmp, not a private $TMPDIR, when we are root.
     root = Path(tempfile.mkdtemp(prefix="acp-pg-", dir="/tmp" if user and os.path.isdir("/tmp") else None))
     server = PgServer(bin_dir, root, _free_port(), user, fsync)
