@@ -36,7 +36,7 @@ from session import (
 from session.backends.base import read_stored
 from session.backends.postgres import PostgresBackend
 from session.backends.postgres_conninfo import problem, redact, scrub, shown
-from session.backends.postgres_read import PostgresStream
+from session.backends.postgres_stream import PostgresStream
 from tests.support.logs import Script, write
 from tests.support.pg_server import PASSWORD, PgServer
 
@@ -519,7 +519,7 @@ def test_durability_points_wait_at_least_as_long_as_the_server_asks(pg_dsn: str)
     """A server (or database) set to `synchronous_commit = remote_apply`, as with a
     synchronous standby, keeps that level at the durability points; anything weaker
     ("off", "local") is raised to "on"."""
-    from session.backends.postgres_read import durable_level
+    from session.backends.postgres_connect import durable_level
 
     assert [durable_level(v) for v in ("off", "local", "remote_write", "on", "remote_apply", None)] == \
         ["on", "on", "on", "on", "remote_apply", "on"]
@@ -541,7 +541,7 @@ def test_link_defaults_unless_the_string_says_otherwise(pg_server: PgServer, pg_
     """A silent network cut must not hang a write for the TCP default of many minutes:
     keepalives and a TCP user timeout are set unless the connection string sets its own;
     a string libpq cannot parse is refused without quoting it back."""
-    from session.backends.postgres_read import connect
+    from session.backends.postgres_connect import connect
 
     dbname = pg_database.split("?")[0].rsplit("/", 1)[1]
     defaults = connect(pg_server.tcp_dsn(dbname), purpose="test")

@@ -15,8 +15,9 @@ from typing import Any
 import anyio
 import pytest
 
-from acp_bridge.agent import runner as runner_module
+from acp_bridge.agent import turn_writer
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.agent.turn_writer import TurnWriter
 from acp_bridge.models import Finish, ModelChunk, ModelRequest, TextDelta
 from acp_bridge.models.echo import EchoModel
 from acp_bridge.models.script import ScriptModel
@@ -121,20 +122,20 @@ def test_big_commits_and_commits_beside_other_turns_go_to_a_worker_thread(
 ) -> None:
     calls = fsync_threads(monkeypatch)
     log = jsonl_store[0].create(cwd=str(tmp_path))
-    words = " ".join(["w"] * (runner_module.INLINE_SYNC_EVENTS + 10))
+    words = " ".join(["w"] * (turn_writer.INLINE_SYNC_EVENTS + 10))
     model = EchoModel()
 
     async def main() -> None:
         runner = TurnRunner(log, model, None)  # type: ignore[arg-type]
         await runner.prompt([{"type": "text", "text": words}])  # a step of 74 chunks
-        TurnRunner.running_turns += 1  # as if a turn of another session were running
+        TurnWriter.running_turns += 1  # as if a turn of another session were running
         try:
             await runner.prompt([{"type": "text", "text": "hi"}])
         finally:
-            TurnRunner.running_turns -= 1
+            TurnWriter.running_turns -= 1
 
     anyio.run(main)
     assert len(calls) == 2
     assert all(ident != threading.get_ident() for ident, _ in calls)
-    assert TurnRunner.running_turns == 0
+    assert TurnWriter.running_turns == 0
     log.close()

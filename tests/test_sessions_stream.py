@@ -139,10 +139,10 @@ def test_a_long_streamed_step_cut_short_is_shown_from_its_spool(tmp_path: Path, 
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Streamed text past the spool's memory goes to a temporary file: a step cut short
     (no message) shows it all, and the file is closed (no ResourceWarning)."""
-    from acp_bridge.cli.sessions import view
+    from acp_bridge.cli.sessions import turns
     from tests.test_sessions_cli import cli
 
-    monkeypatch.setattr(view, "SPOOL", 64)
+    monkeypatch.setattr(turns, "SPOOL", 64)
     store = SessionStore(open_backend(backend, tmp_path))
     log = store.create(cwd="/w")
     script = Script().text_turn("q1", "done before").start_turn("q2").start_step()

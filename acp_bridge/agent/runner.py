@@ -2,7 +2,7 @@
 
 Every fact goes through the session log first and is then handed to `on_event` (the
 ACP layer turns events into `session/update`s), so what a client sees is what the log
-holds. The turn runs inside a cancel scope: `cancel(by)` ends it promptly as
+holds (acp_bridge.agent.turn_writer writes them). The turn runs inside a cancel scope: `cancel(by)` ends it promptly as
 `cancelled`; cancellation from outside (the agent is stopping) closes it as
 `interrupted` with cause `shutdown`, using the same closers as crash repair. A failed
 write of the log ends the turn with what the log kept (`_store_failed`).
@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
 import anyio
 
 from acp_bridge.agent import permissions
 from acp_bridge.agent.errors import PromptInProgressError
 from acp_bridge.agent.tool_calls import DurableFirstServices, ProgressSink, ToolCalls
-from acp_bridge.agent.turn_close import StepText, TranscriptMarks, closing_items, step_content
+from acp_bridge.agent.turn_close import StepText, closing_items, step_content
+from acp_bridge.agent.turn_writer import EventSink, TurnWriter
 from acp_bridge.models import (
     Finish,
     Model,
@@ -33,7 +33,7 @@ from acp_bridge.models import (
     UsageChunk,
 )
 from acp_bridge.tools.base import ClientServices, Tool
-from session import DURABLE_TYPES, Event, SessionLog, StoreIOError, reason
+from session import Event, SessionLog, StoreIOError, reason
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -48,24 +48,12 @@ from session.events import (
 from session.transcript import Transcript
 
 logger = logging.getLogger("acp_bridge.agent.runner")
-EventSink = Callable[[Event], Awaitable[None]]
 DEFAULT_MAX_STEPS = 50
-STREAM_YIELD_S = 0.002
-# A durable commit of at most this many pending events runs on the event loop when no
-# other turn is running in the process: the fdatasync of a few small records (~0.3 ms
-# here) costs less than the worker-thread round trip it would otherwise need, and there
-# is nobody else's stream to hold up. Bigger commits (the end of a long streamed step:
-# tens of ms) and commits while other turns run go to a worker thread.
-INLINE_SYNC_EVENTS = 64
-
-_T = TypeVar("_T")
 _DELTAS = (TextDelta, ReasoningDelta)
 
 
 class TurnRunner:
     """Runs the turns of one session, one at a time."""
-
-    running_turns: ClassVar[int] = 0  # turns running in this process, all sessions
 
     def __init__(
         self,
@@ -89,11 +77,9 @@ class TurnRunner:
         self.effort = effort
         self._turn_model, self._turn_effort = model, effort
         self._recording = anyio.Lock()  # held while a `config/set` is written
-        self.services: ClientServices = DurableFirstServices(services, self._sync)
         self.mode = mode
         self.max_steps = max_steps
-        self._on_event = on_event
-        # Both are kept in step with the log by _extend. A caller that streamed the log
+        # Both are kept in step with the log by the writer. A caller that streamed the log
         # (session/load keeps only the last turn in memory) hands them in; otherwise
         # they are derived from the events the log holds.
         if always_allowed is None:
@@ -103,19 +89,19 @@ class TurnRunner:
             transcript = Transcript()
             transcript.feed_all(log.events)
         self.transcript = transcript
-        self._yielded_at = 0.0
+        self._writer = TurnWriter(log, transcript, on_event)
+        self.services: ClientServices = DurableFirstServices(services, self._writer.sync)
         header = log.header
         cwd = Path(header["cwd"])
         self.context_roots = (cwd, *(Path(p) for p in header.get("additionalDirectories", [])))
         self._calls = ToolCalls(tools=tools, services=self.services, roots=self.context_roots,
-                                append=self._append, mode=lambda: self.mode, cancel=self.cancel,
+                                append=self._writer.append, mode=lambda: self.mode, cancel=self.cancel,
                                 cancelled=self._cancelled, always_allowed=self.always_allowed, on_progress=on_progress)
         self._scope: anyio.CancelScope | None = None
         self._cancel_by: str | None = None
         self._stopping = False
         self._step: StepText | None = None
         self._finished: anyio.Event | None = None  # set when the running turn's prompt returns
-        self._marks = TranscriptMarks()  # a failed write rolls the transcript back with the log
         # The end reason of a turn a failed write left open on disk (the log could not
         # take its closers either): it is closed with it before the next prompt or
         # when the session closes, so the log records what the prompt was answered.
@@ -165,7 +151,7 @@ class TurnRunner:
         scope = self._scope = anyio.CancelScope()
         finished = self._finished = anyio.Event()
         self._cancel_by, self._stopping = None, False
-        TurnRunner.running_turns += 1
+        TurnWriter.running_turns += 1
         leftover = self._left_open is not None
         try:
             return await self._turn(content, scope)
@@ -176,7 +162,7 @@ class TurnRunner:
                 last = await self._store_failed(exc)
             return last
         finally:
-            TurnRunner.running_turns -= 1
+            TurnWriter.running_turns -= 1
             self._scope = None
             self._step = None
             self._finished = None
@@ -196,7 +182,7 @@ class TurnRunner:
                                  "model": self.model.name}
         if self.effort is not None:
             start["thoughtLevel"] = self.effort
-        await self._extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
+        await self._writer.extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
         end: Reason | None = None
         try:
             with scope:
@@ -232,7 +218,7 @@ class TurnRunner:
         Part of the turn durable: it is closed as `error {code: "store_io"}` and answered
         from that `turn/end`; otherwise (or if the closers fail too: `_left_open`) `exc`
         is the answer."""
-        self._marks.rewind(self.transcript, self.log.tracker.next_seq)
+        self._writer.marks.rewind(self.transcript, self.log.tracker.next_seq)
         if not self.log.tracker.in_turn:
             raise exc
         if self._left_open is None:
@@ -241,7 +227,7 @@ class TurnRunner:
         try:
             return await self._close_failed()
         except StoreIOError:
-            self._marks.rewind(self.transcript, self.log.tracker.next_seq)
+            self._writer.marks.rewind(self.transcript, self.log.tracker.next_seq)
             raise exc from None
 
     async def _close_failed(self) -> Event:
@@ -271,7 +257,7 @@ class TurnRunner:
             end = await self._run_step(turn, step)
             if end is not None:
                 return end
-            await self._append(STEP_END, {"turn": turn, "step": step})
+            await self._writer.append(STEP_END, {"turn": turn, "step": step})
             self._step = None
             if step >= self.max_steps:
                 return reason("max_steps", limit=self.max_steps)
@@ -281,13 +267,13 @@ class TurnRunner:
         if self.log.tracker.step_open:
             items.append((STEP_END, {"turn": turn, "step": self.log.tracker.step}))
         items.append((TURN_END, {"turn": turn, "reason": end}))
-        events = await self._extend(items)
+        events = await self._writer.extend(items)
         return events[-1]
 
     async def _run_step(self, turn: int, number: int) -> Reason | None:
         """One model call and its tools. Returns the turn's end reason if the turn
         ends with this step (the step is then still open), else None."""
-        await self._append(STEP_START, {"turn": turn, "step": number})
+        await self._writer.append(STEP_START, {"turn": turn, "step": number})
         await self._before_model()
         step = self._step = StepText(number)
         request = ModelRequest(list(self.transcript.messages), self._calls.specs(), self._turn_effort,
@@ -295,6 +281,7 @@ class TurnRunner:
         calls: list[ToolCallChunk] = []
         usage: Any = None
         finish: Finish | None = None
+        streamed = self._writer.streamed
         try:
             async with contextlib.aclosing(self._turn_model.stream(request)) as stream:  # type: ignore[type-var]
                 async for chunk in stream:
@@ -305,8 +292,8 @@ class TurnRunner:
                         else:
                             kind = "reasoning"
                             step.reasoning.append(chunk.text)
-                        await self._streamed(ASSISTANT_CHUNK, {"turn": turn, "step": number,
-                                                               "chunk": {"type": kind, "text": chunk.text}})
+                        await streamed(ASSISTANT_CHUNK, {"turn": turn, "step": number,
+                                                      "chunk": {"type": kind, "text": chunk.text}})
                     elif isinstance(chunk, ToolCallChunk):
                         calls.append(chunk)
                     elif isinstance(chunk, UsageChunk):
@@ -327,7 +314,7 @@ class TurnRunner:
         if usage is not None:
             data["usage"] = usage
         if content or usage is not None:
-            await self._append(ASSISTANT_MESSAGE, data)
+            await self._writer.append(ASSISTANT_MESSAGE, data)
         step.message_written = True
         if finish.reason == "error":
             fields: dict[str, Any] = {"step": number, "message": finish.message or "model error"}
@@ -351,14 +338,14 @@ class TurnRunner:
             data: dict[str, Any] = {"configId": config_id, "value": value}
             if self.log.tracker.in_turn:  # left open by a failed write
                 data["turn"] = self.log.tracker.turn
-            await self._append(CONFIG_SET, data)
-            await self._sync()  # acknowledged: durable before the answer
+            await self._writer.append(CONFIG_SET, data)
+            await self._writer.sync()  # acknowledged: durable before the answer
 
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
         step, answer unanswered calls, close the step."""
         items = closing_items(self.log.tracker, self._step, end, verb, ran=self._calls.ran)
-        events = await self._extend(items)
+        events = await self._writer.extend(items)
         return events[-1]
 
     async def _shutdown_closers(self) -> list[Event]:
@@ -366,7 +353,7 @@ class TurnRunner:
         closers = await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(not_run=not_run))
         for event in closers:
             self.transcript.feed(event)
-            await self._emit(event)
+            await self._writer.emit(event)
         return closers
 
     async def _before_model(self) -> None:
@@ -378,57 +365,6 @@ class TurnRunner:
         to the OS, which keeps it through a kill -9 of the agent, and its fsync comes at
         the step's durability point, the same commit as the step's end."""
         if getattr(self._turn_model, "external", True):
-            await self._sync()
+            await self._writer.sync()
         elif self.log.pending:
             self.log.flush()
-
-    async def _sync(self) -> None:
-        if self.log.pending:
-            await self._durably(0, self.log.sync)
-
-    async def _durably(self, adding: int, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run `fn` (a durable commit of the pending events plus `adding` more) on the
-        event loop if it is small and no other turn runs (INLINE_SYNC_EVENTS), else in
-        a worker thread so the other sessions' streams go on meanwhile."""
-        if TurnRunner.running_turns <= 1 and self.log.pending + adding <= INLINE_SYNC_EVENTS:
-            return fn(*args)
-        if self.log.buffered:
-            # Handed to the OS here, on the loop (their updates may be queued): the thread
-            # then writes only events nothing was sent for, so the sender never waits
-            # for its fsync (agent.server's `before_write`).
-            self.log.flush()
-        return await anyio.to_thread.run_sync(fn, *args)
-
-    async def _append(self, etype: str, data: dict[str, Any]) -> Event:
-        return (await self._extend([(etype, data)]))[0]
-
-    async def _extend(self, items: list[tuple[str, dict[str, Any]]]) -> list[Event]:
-        if any(etype in DURABLE_TYPES for etype, _ in items):
-            events = await self._durably(len(items), self.log.extend, items)
-        else:
-            events = self.log.extend(items)
-        for event in events:
-            self._marks.feed(self.transcript, event)
-            await self._emit(event)
-        await self._pace()
-        return events
-
-    async def _streamed(self, etype: str, data: dict[str, Any]) -> None:
-        """`_append` for the events a model streams (`assistant/chunk`: not a durability
-        point, nothing the transcript keeps), on the shortest path: one per chunk."""
-        event = self.log.append(etype, data)
-        if self._on_event is not None:
-            await self._on_event(event)
-        await self._pace()
-
-    async def _pace(self) -> None:
-        # A model that never waits (echo, a script) would otherwise keep the writer from
-        # running until the step ends: let it send what is queued every few ms.
-        now = time.monotonic()  # the event loop's clock (anyio.current_time), read directly
-        if now - self._yielded_at > STREAM_YIELD_S:
-            self._yielded_at = now
-            await anyio.lowlevel.checkpoint()
-
-    async def _emit(self, event: Event) -> None:
-        if self._on_event is not None:
-            await self._on_event(event)

@@ -10,7 +10,8 @@ import anyio
 
 from acp_bridge import __version__
 from acp_bridge.agent.errors import to_rpc_error
-from acp_bridge.agent.server import Agent, Config
+from acp_bridge.agent.open_sessions import Config
+from acp_bridge.agent.server import Agent
 from acp_bridge.models.catalog import parse_specs
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.transport import FdLineReader, FdWriter

@@ -2,7 +2,8 @@
 
 Sessions live in the store; a session is *live* in this process once `session/new`,
 `session/load` or `session/resume` has opened it (this process then owns its log) and
-until `session/close`, `session/delete` or the end of stdin. Everything a turn does
+until `session/close`, `session/delete` or the end of stdin (acp_bridge.agent.open_sessions
+holds the live ones, and opens and closes them). Everything a turn does
 reaches the client through the event -> update mapping (acp_bridge.agent.live), and each
 prompt is answered from its durable `turn/end` (acp_bridge.agent.settlement).
 
@@ -14,11 +15,8 @@ needed (DESIGN.md section 1).
 from __future__ import annotations
 
 import functools
-import gc
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -26,42 +24,23 @@ import anyio.abc
 
 from acp_bridge import __version__
 from acp_bridge.agent import auth, permissions, settings
-from acp_bridge.agent.errors import PromptInProgressError, to_rpc_error
+from acp_bridge.agent.errors import to_rpc_error
 from acp_bridge.agent.listing import list_page
+from acp_bridge.agent.open_sessions import Config, OpenSessions, open_meta
 from acp_bridge.agent.params import MCP_TRANSPORTS, check_params
 from acp_bridge.agent.settlement import TurnFailed, settle
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
 from acp_bridge.rpc.connection import Connection, current_request_id
 from acp_bridge.rpc.protocol import RpcError, invalid_params, request_key
-from session import (
-    SessionLog,
-    SessionNotFoundError,
-    SessionStore,
-    StoreIOError,
-    open_backend,
-    validate_session_id,
-)
-from session.repair import RepairReport
-from session.transcript import Transcript, history_budget
+from session import SessionLog, SessionNotFoundError, StoreIOError, validate_session_id
 
 if TYPE_CHECKING:
     from acp_bridge.agent.live import LiveSession
-    from acp_bridge.agent.replay import ReplayEncoder, Send
-    from acp_bridge.models import Model
-    from acp_bridge.tools.local import LocalServices
 
 log = logging.getLogger("acp_bridge.agent.server")
 
 PROTOCOL_VERSION = 1
-
-
-@dataclass(frozen=True)
-class Config:
-    store_dir: Path | str  # a folder, or a PostgreSQL connection string
-    backend: str = "jsonl"
-    models: tuple[ModelEntry, ...] = (ModelEntry("echo"),)  # the first is the default
-    max_steps: int = 50
 
 
 class Agent:
@@ -69,13 +48,12 @@ class Agent:
         self.config = config
         self.conn: Connection | None = None
         self.client_capabilities: dict[str, Any] = {}
-        self.sessions: dict[str, LiveSession] = {}
-        self._store: SessionStore | None = None
-        self._models: dict[str, Model] = {}  # spec -> the model, made on first use
-        self._local: LocalServices | None = None
-        self._task_group: anyio.abc.TaskGroup | None = None
+        self.opened = OpenSessions(config)  # the live sessions, the store, the models
         self._prompts: dict[tuple[str, Any], str] = {}  # running prompt request ids -> session id
-        self._frozen = False
+
+    @property
+    def sessions(self) -> dict[str, LiveSession]:
+        return self.opened.live
 
     # --- wiring ----------------------------------------------------------------------
 
@@ -111,16 +89,13 @@ class Agent:
 
     async def serve(self, conn_factory: Callable[[Agent], Connection]) -> None:
         async with anyio.create_task_group() as tg:
-            self._task_group = tg  # local commands run in it (LocalServices, on first use)
+            self.opened.task_group = tg  # local commands run in it (LocalServices, on first use)
             self.conn = conn_factory(self)
             try:
                 await self.conn.serve()
             finally:
                 with anyio.CancelScope(shield=True):
-                    for sid in list(self.sessions):
-                        await self.sessions.pop(sid).close()
-                    if self._store is not None:
-                        self._store.close()
+                    await self.opened.close_all()
                 tg.cancel_scope.cancel()  # local commands die with the connection
 
     def before_write(self) -> Awaitable[None] | None:
@@ -148,36 +123,9 @@ class Agent:
             return False
         return self.sessions[sid].runner.cancel("$/cancel_request")
 
-    def store(self) -> SessionStore:
-        if self._store is None:
-            self._store = SessionStore(open_backend(self.config.backend, self.config.store_dir))
-        return self._store
-
-    def model(self, entry: ModelEntry | None = None) -> Model:
-        """The model of `entry` (default: the first configured), made once per process."""
-        entry = entry or self.config.models[0]
-        if entry.spec not in self._models:
-            from acp_bridge.models import load_model
-
-            self._models[entry.spec] = load_model(entry, store_dir=self.config.store_dir,
-                                                  backend=self.config.backend)
-        return self._models[entry.spec]
-
-    def context_window_of(self, spec: str) -> int | None:
-        """The context window of the model `spec` names (a turn's `turn/start.model`):
-        the model's own if this process made it, else as it would be made; a `replay:`
-        model's is known only once made: the default model's then."""
-        made = self._models.get(spec)
-        if made is not None:
-            return made.context_window
-        if spec.startswith("replay:"):
-            return self.model().context_window
-        from acp_bridge.models.windows import context_window_of
-
-        return context_window_of(spec)
-
     def _require_key(self, entry: ModelEntry) -> None:
-        auth.require_key(entry, auth.method_ids(self.config.models, self.client_capabilities), self._models)
+        auth.require_key(entry, auth.method_ids(self.config.models, self.client_capabilities),
+                         self.opened.made_models)
 
     def _state(self, live: LiveSession) -> dict[str, Any]:
         return settings.session_state(live.runner.mode, self.config.models, live.choice)
@@ -186,38 +134,8 @@ class Agent:
         assert self.conn is not None
         return self.conn
 
-    def _activate(self, session_log: SessionLog, *, transcript: Transcript | None = None,
-                  always_allowed: set[str] | None = None) -> LiveSession:
-        from acp_bridge.agent.live import make_live
-
-        if self._local is None:
-            from acp_bridge.tools.local import LocalServices
-
-            assert self._task_group is not None
-            self._local = LocalServices(task_group=self._task_group)
-        if not self._frozen:
-            # What is imported and built by now lives as long as the process: keep it
-            # out of every later full collection.
-            gc.freeze()
-            self._frozen = True
-        choice = settings.stored_choice(session_log.events, self.config.models)
-        live = make_live(session_log, conn=self._connection(), model=self.model(choice.model), choice=choice,
-                         capabilities=self.client_capabilities, local=self._local,
-                         max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed)
-        self.sessions[session_log.id] = live
-        return live
-
     def _update(self, sid: str, update: dict[str, Any]) -> None:
         self._connection().notify_update(sid, update)
-
-    def _live(self, sid: str) -> LiveSession:
-        validate_session_id(sid)
-        live = self.sessions.get(sid)
-        if live is None:
-            raise SessionNotFoundError(
-                f"session {sid} is not open in this agent: use session/load or session/resume",
-                session_id=sid)
-        return live
 
     # --- methods ---------------------------------------------------------------------
 
@@ -246,19 +164,19 @@ class Agent:
         if methodId not in offered:
             raise invalid_params(f"unknown authentication method {methodId!r}: this agent offers "
                                  f"{', '.join(offered) or 'none'}", field="methodId")
-        await auth.authenticate(self.config.models, offered, self._models)
+        await auth.authenticate(self.config.models, offered, self.opened.made_models)
         return {}
 
     async def new_session(self, cwd: str, mcpServers: list[Any], additionalDirectories: list[str] | None = None,
                           **_: Any) -> dict[str, Any]:
         self._require_key(self.config.models[0])
-        self.model()  # a model that cannot be made fails here, before the store holds an empty session
-        store = self.store()
+        self.opened.model()  # a model that cannot be made fails here, before the store holds an empty session
+        store = self.opened.store()
         session_log = await anyio.to_thread.run_sync(
             lambda: store.create(cwd=cwd, additional_directories=additionalDirectories or (),
                                  keep_history=False))
-        live = self._activate(session_log)
-        mcp = await live.connect_mcp(mcpServers, self._tasks())
+        live = self.opened.activate(session_log, self._connection(), self.client_capabilities)
+        mcp = await live.connect_mcp(mcpServers, self.opened.tasks())
         return {"sessionId": session_log.id, **self._state(live),
                 **({"_meta": {"acpBridge": mcp}} if mcp else {})}
 
@@ -271,43 +189,19 @@ class Agent:
 
         from acp_bridge.agent.replay import ReplayEncoder
 
-        encoder = ReplayEncoder(sessionId, self.model().context_window, self.context_window_of)
-        live, report = await self._open(sessionId, (encoder, send))
-        mcp = await live.connect_mcp(mcpServers, self._tasks())
-        return {**self._state(live), "_meta": {"acpBridge": {**self._open_meta(live, report), **mcp}}}
+        encoder = ReplayEncoder(sessionId, self.opened.model().context_window, self.opened.context_window_of)
+        live, report = await self.opened.open(sessionId, (encoder, send), conn, self.client_capabilities)
+        mcp = await live.connect_mcp(mcpServers, self.opened.tasks())
+        return {**self._state(live), "_meta": {"acpBridge": {**open_meta(live, report), **mcp}}}
 
     async def resume_session(self, sessionId: str, mcpServers: list[Any] | None = None,
                              **_: Any) -> dict[str, Any]:
-        live, report = await self._open(sessionId, None)
-        mcp = await live.connect_mcp(mcpServers, self._tasks())
-        return {**self._state(live), "_meta": {"acpBridge": {**self._open_meta(live, report), **mcp}}}
-
-    def _tasks(self) -> anyio.abc.TaskGroup:
-        assert self._task_group is not None  # set by serve() before any request
-        return self._task_group
-
-    async def _open(self, sid: str, replay: tuple[ReplayEncoder, Send] | None) -> tuple[LiveSession, RepairReport]:
-        from acp_bridge.agent.replay import open_stored, replay_stored
-
-        validate_session_id(sid)
-        live = self.sessions.get(sid)
-        if live is not None:  # already ours: nothing to repair
-            if live.runner.running:
-                raise PromptInProgressError(sid)
-            if replay is not None:
-                await replay_stored(self.store(), live.log, *replay)
-            return live, RepairReport()
-        opened = await open_stored(self.store(), sid, budget=history_budget(self.model().context_window),
-                                   replay=replay)
-        live = self._activate(opened.log, transcript=opened.transcript, always_allowed=opened.always_allowed)
-        return live, opened.report
-
-    @staticmethod
-    def _open_meta(live: LiveSession, report: RepairReport) -> dict[str, Any]:
-        return {"repair": report.to_meta(), "turns": live.log.tracker.turn, "events": live.log.tracker.next_seq}
+        live, report = await self.opened.open(sessionId, None, self._connection(), self.client_capabilities)
+        mcp = await live.connect_mcp(mcpServers, self.opened.tasks())
+        return {**self._state(live), "_meta": {"acpBridge": {**open_meta(live, report), **mcp}}}
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **_: Any) -> dict[str, Any]:
-        store = self.store()
+        store = self.opened.store()
         sessions = await anyio.to_thread.run_sync(lambda: store.list(cwd=cwd))
         return list_page(sessions, cursor)
 
@@ -316,33 +210,27 @@ class Agent:
         live = self.sessions.get(sessionId)
         if live is None:
             # Not open here: closing is idempotent for a stored session.
-            if not any(s["id"] == sessionId for s in await anyio.to_thread.run_sync(self.store().list)):
+            if not any(s["id"] == sessionId for s in await anyio.to_thread.run_sync(self.opened.store().list)):
                 raise SessionNotFoundError(f"session {sessionId} not found", session_id=sessionId)
             return {}
-        await self._shut(sessionId, live)
+        await self.opened.shut(sessionId, live)
         return {}
-
-    async def _shut(self, sid: str, live: LiveSession) -> None:
-        live.runner.cancel("session/close")
-        await live.runner.wait_idle()
-        self.sessions.pop(sid, None)
-        await live.close()
 
     async def delete_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
         validate_session_id(sessionId)
         live = self.sessions.get(sessionId)
         if live is not None:
-            await self._shut(sessionId, live)
-        await anyio.to_thread.run_sync(self.store().delete, sessionId)
+            await self.opened.shut(sessionId, live)
+        await anyio.to_thread.run_sync(self.opened.store().delete, sessionId)
         return {}
 
     async def set_mode(self, sessionId: str, modeId: str, **_: Any) -> dict[str, Any]:
-        self._set_mode(self._live(sessionId), sessionId, modeId, "modeId")
+        self._set_mode(self.opened.get(sessionId), sessionId, modeId, "modeId")
         return {}
 
     async def set_config_option(self, sessionId: str, configId: str, value: Any = None,
                                 **_: Any) -> dict[str, Any]:
-        live = self._live(sessionId)
+        live = self.opened.get(sessionId)
         if configId == "mode":
             self._set_mode(live, sessionId, value, "value")
         elif configId == settings.MODEL_OPTION:
@@ -366,7 +254,7 @@ class Agent:
             raise invalid_params(f"unknown model {value!r}: use one of "
                                  f"{', '.join(m.spec for m in self.config.models)}", field="value")
         self._require_key(entry)
-        model = self.model(entry)  # a model that cannot be made fails here, before the log changes
+        model = self.opened.model(entry)  # a model that cannot be made fails here, before the log changes
         await live.runner.record_setting(settings.MODEL_OPTION, entry.spec)
         live.switch(model, settings.choice_for(entry, live.choice.effort))
         self._options_changed(live, sid)
@@ -385,7 +273,7 @@ class Agent:
         self._options_changed(live, sid)
 
     async def prompt(self, sessionId: str, prompt: list[Any], **_: Any) -> dict[str, Any]:
-        live = self._live(sessionId)
+        live = self.opened.get(sessionId)
         if has_images(prompt):
             if not live.choice.model.images:
                 raise invalid_params(

@@ -20,7 +20,8 @@ in progress with StoreIOError; the next write reconnects, takes the locks back a
 checks through the owners row that no other agent held a session meanwhile (one that
 did is lost to this agent: its writes fail until it is loaded again). The owned
 session (appends, rollback, repair) is in session.backends.postgres_session; reading
-(the row stream, the read-only `PostgresReader`) in session.backends.postgres_read.
+in session.backends.postgres_stream (the row stream) and postgres_read (the read-only
+`PostgresReader`); connecting, errors and the lock key in postgres_connect.
 """
 
 from __future__ import annotations
@@ -43,16 +44,13 @@ from session.backends.base import (
     read_whole,
     validate_session_id,
 )
-from session.backends.postgres_conninfo import shown
-from session.backends.postgres_read import (
+from session.backends.postgres_connect import (
     DURABLE_LEVEL,
     HOST,
     HUNG_UP,
     LOCK_HOLDER,
     SCHEMA_VERSION,
     UPDATED_AT,
-    PostgresReader,
-    PostgresStream,
     connect,
     lock_holder_args,
     lock_key,
@@ -62,12 +60,15 @@ from session.backends.postgres_read import (
     set_durable,
     store_error,
 )
+from session.backends.postgres_conninfo import shown
+from session.backends.postgres_read import PostgresReader
 from session.backends.postgres_session import (
     OwnedPostgresStream,
     PostgresSession,
     json_text,
     text_column,
 )
+from session.backends.postgres_stream import PostgresStream
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.log import now_ms

@@ -15,7 +15,8 @@ import orjson
 import psycopg
 
 from session.backends.base import Encoded, check_batch_seqs, title_from_content
-from session.backends.postgres_read import PostgresStream, store_error
+from session.backends.postgres_connect import store_error
+from session.backends.postgres_stream import PostgresStream
 from session.errors import StoreIOError
 from session.events import USER_MESSAGE, Header
 from session.log import now_ms

@@ -14,10 +14,11 @@ from pathlib import Path
 import orjson
 
 from session.backends.base import SessionPeek, validate_session_id
+from session.backends.event_rows import as_bytes, raw_pieces, row_events
 from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
-from session.events import EVENT_TYPES, Event, Header
+from session.events import Event, Header
 from session.files import LockTable, Owner, lock_file
-from session.scan import Damage, check_event_shape, parse_header
+from session.scan import Damage, parse_header
 
 SCHEMA_VERSION = 1
 # A session's `updatedAt`: the time of its last event (an index seek on the events key),
@@ -108,37 +109,6 @@ class SqliteStream:
         if self._db is not None:
             self._db.close()
             self._db = None
-
-
-def row_events(rows: list[tuple[int, str, int, bytes | str]]) -> list[Event | Damage]:
-    """`row_event` of each row, inlined for the common case (a load is this loop)."""
-    loads, types = orjson.loads, EVENT_TYPES
-    out: list[Event | Damage] = []
-    append = out.append
-    for row in rows:
-        seq, etype, stamp, data = row
-        if etype in types and type(seq) is int and type(stamp) is int:
-            try:
-                parsed = loads(data)
-            except (orjson.JSONDecodeError, TypeError):
-                append(row_event(row))  # says what is wrong
-                continue
-            if type(parsed) is dict:
-                append({"type": etype, "seq": seq, "time": stamp, "data": parsed})
-                continue
-        append(row_event(row))
-    return out
-
-
-def row_event(row: tuple[int, str, int, bytes | str]) -> Event | Damage:
-    seq, etype, stamp, data = row
-    try:
-        parsed = orjson.loads(data)
-    except (orjson.JSONDecodeError, TypeError) as exc:
-        return Damage(f"{etype} row data is not valid JSON ({exc})")
-    return check_event_shape({"type": etype, "seq": seq, "time": stamp, "data": parsed})
-
-
 
 
 def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
@@ -310,24 +280,14 @@ class SqliteReader:
 
     def _raw_rows(self, db: sqlite3.Connection, sid: str, header_blob: bytes) -> Iterator[bytes]:
         try:
-            yield _as_bytes(header_blob) + b"\n"
+            yield as_bytes(header_blob) + b"\n"
             with damage_as_corrupt(self.path, sid):
                 cursor = db.execute(
                     "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
                     (sid,),
                 )
-                lines: list[bytes] = []
-                size = 0
-                while rows := cursor.fetchmany(64):  # pieces bounded in bytes, as in blocks()
-                    for seq, etype, stamp, data in rows:
-                        lines.append(b'{"type":%s,"seq":%d,"time":%d,"data":%s}\n' % (
-                            orjson.dumps(etype), seq, stamp, _as_bytes(data)))
-                        size += len(lines[-1])
-                    if size >= SqliteStream.BLOCK_BYTES:
-                        yield b"".join(lines)
-                        lines, size = [], 0
-                if lines:
-                    yield b"".join(lines)
+                # pieces bounded in bytes, as in blocks()
+                yield from raw_pieces(lambda: cursor.fetchmany(64), SqliteStream.BLOCK_BYTES)
         finally:
             db.execute("ROLLBACK")
 
@@ -338,9 +298,3 @@ class SqliteReader:
         if self._db is not None:
             self._db.close()
             self._db = None
-
-
-def _as_bytes(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    return b"" if value is None else str(value).encode("utf-8")

@@ -19,10 +19,8 @@ from acp_bridge.cli.sessions.text import (
     token_text,
     unified,
 )
+from acp_bridge.cli.sessions.turns import Step, Tool, Turn
 from acp_bridge.cli.sessions.view import (
-    Step,
-    Tool,
-    Turn,
     result_mark,
     tool_diffs,
     turn_info,

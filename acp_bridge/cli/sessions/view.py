@@ -1,10 +1,12 @@
 """A session's turns as a person reads them, for `acp-bridge sessions`: the view model
 built from a stored log (with the crash-repair closers of an unrepaired turn applied in
-memory), and the wording of its states that both renderings share."""
+memory), and the wording of its states that both renderings share. The turns themselves
+are built in acp_bridge.cli.sessions.turns."""
 
 from __future__ import annotations
 
 from acp_bridge.cli.sessions.text import add_usage, local_time, one_line
+from acp_bridge.cli.sessions.turns import Tool, Turn, TurnBuilder
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,109 +17,6 @@ if TYPE_CHECKING:
     from session import Owner
     from session.events import Event
     from session.scan import TornTail
-
-
-class Tool:
-    __slots__ = ("arguments", "call_id", "kind", "name", "result", "result_on_disk", "started",
-                 "title")
-
-    def __init__(self, call_id: str, name: str, arguments: Any) -> None:
-        self.call_id = call_id
-        self.name = name
-        self.arguments = arguments  # an object (from tool/call) or JSON text (the block)
-        self.title: str | None = None
-        self.kind: str | None = None
-        self.started = False
-        self.result: dict[str, Any] | None = None
-        self.result_on_disk = True
-
-
-SPOOL = 4 << 20  # characters of streamed text kept in memory; more go to a temporary file
-
-
-class Spool:
-    """A step's streamed text, as it comes: in memory up to SPOOL characters, beyond in
-    an unlinked temporary file. A model may stream tens of MB in one step, and the
-    `assistant/message` after it (which has the same text) nearly always makes it
-    unneeded: only a step cut short shows it. `close` lets it go."""
-
-    __slots__ = ("_file", "size")
-
-    def __init__(self) -> None:
-        self._file: Any = None
-        self.size = 0
-
-    def write(self, text: str) -> None:
-        if self._file is None:
-            import tempfile
-
-            self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (closed by close())
-                SPOOL, mode="w+", encoding="utf-8", errors="surrogatepass")
-        self._file.write(text)
-        self.size += len(text)
-
-    def value(self) -> str:
-        if self._file is None:
-            return ""
-        self._file.seek(0)
-        return str(self._file.read())
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        self.size = 0
-
-
-class Step:
-    __slots__ = ("chunk_reasoning", "chunk_text", "has_message", "number", "reasoning", "text",
-                 "tools", "usage")
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.chunk_text = Spool()
-        self.chunk_reasoning = Spool()
-        self.has_message = False
-        self.reasoning: list[str] = []
-        self.text: list[str] = []
-        self.tools: list[Tool] = []
-        self.usage: dict[str, int] = {}
-
-    @property
-    def partial(self) -> bool:
-        """Streamed text with no `assistant/message` after it (cut short)."""
-        return not self.has_message and bool(self.chunk_text.size or self.chunk_reasoning.size)
-
-    # Unstripped (the renderings strip as they print: text.Lines); a one-part message
-    # is its own string, not a copy.
-    def shown_reasoning(self) -> str:
-        return "".join(self.reasoning) if self.has_message else self.chunk_reasoning.value()
-
-    def shown_text(self) -> str:
-        return "".join(self.text) if self.has_message else self.chunk_text.value()
-
-
-class Turn:
-    __slots__ = ("end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
-                 "started_at", "steps", "usage")
-
-    def __init__(self, number: int, started_at: int, data: dict[str, Any]) -> None:
-        self.number = number
-        self.started_at = started_at
-        self.mode: str | None = data.get("mode")
-        self.model: str | None = data.get("model")
-        self.prompt: list[Any] = []
-        self.steps: list[Step] = []
-        self.reason: dict[str, Any] | None = None
-        self.ended_at: int | None = None
-        self.end_on_disk = True
-        self.usage: dict[str, int] = {}
-
-    def close(self) -> None:
-        """Let go of the steps' streamed text (a temporary file, past SPOOL)."""
-        for step in self.steps:
-            step.chunk_text.close()
-            step.chunk_reasoning.close()
 
 
 class States:
@@ -210,96 +109,6 @@ def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[Turn]:
     for event in events:
         builder.feed(event)
     return builder.turns
-
-
-class TurnBuilder:
-    """Turns built one event at a time (`show` and `export` stream a log through one):
-    `feed` returns a turn when its `turn/end` completes it. Events of seq `on_disk` and
-    later are the in-memory closers of an unrepaired turn. Streamed chunks are let go
-    once the step's `assistant/message` is in: a turn costs its text, not its events."""
-
-    def __init__(self, *, on_disk: int | None = None, keep: bool = True) -> None:
-        self.on_disk = on_disk  # None: every event so far is on disk
-        self.keep = keep  # keep every turn in `turns` (else only the current one)
-        self.turns: list[Turn] = []
-        self.turn: Turn | None = None
-        self.count = 0
-        self._step: Step | None = None
-        self._tools: dict[str, Tool] = {}
-
-    def _stored(self, seq: int) -> bool:
-        return self.on_disk is None or seq < self.on_disk
-
-    def feed(self, event: Event) -> Turn | None:
-        etype, data = event["type"], event["data"]
-        turn, step = self.turn, self._step
-        if etype == "turn/start":
-            self.count += 1
-            self.turn = Turn(int(data.get("turn", self.count)), event["time"], data)
-            if not self.keep:
-                self.turns.clear()
-            self.turns.append(self.turn)
-            self._step, self._tools = None, {}
-        elif turn is None:
-            pass  # outside a turn: the invariant check refuses such logs
-        elif etype == "user/message":
-            turn.prompt.extend(data.get("content") or [])
-        elif etype == "step/start":
-            self._step = Step(int(data.get("step", len(turn.steps) + 1)))
-            turn.steps.append(self._step)
-        elif etype == "turn/end":
-            turn.reason = data.get("reason") or {}
-            turn.ended_at = event["time"]
-            turn.end_on_disk = self._stored(event["seq"])
-            self.turn = self._step = None
-            return turn
-        elif step is None:
-            pass
-        elif etype == "assistant/chunk":
-            chunk = data.get("chunk") or {}
-            target = step.chunk_reasoning if chunk.get("type") == "reasoning" else step.chunk_text
-            target.write(str(chunk.get("text", "")))
-        elif etype == "assistant/message":
-            self._message(turn, step, data)
-        elif etype == "tool/call":
-            tool = _tool_of(self._tools, step, data)
-            tool.name = str(data.get("name", tool.name))
-            tool.arguments = data.get("arguments", tool.arguments)
-            tool.title, tool.kind, tool.started = data.get("title"), data.get("kind"), True
-        elif etype == "tool/result":
-            tool = _tool_of(self._tools, step, data)
-            tool.result = data
-            tool.result_on_disk = self._stored(event["seq"])
-        return None
-
-    def _message(self, turn: Turn, step: Step, data: dict[str, Any]) -> None:
-        step.has_message = True
-        step.chunk_text.close()  # the message has their text
-        step.chunk_reasoning.close()
-        for block in data.get("content") or []:
-            kind = block.get("type")
-            if kind == "text":
-                step.text.append(str(block.get("text", "")))
-            elif kind == "reasoning":
-                step.reasoning.append(str(block.get("text", "")))
-            elif kind == "tool-call":
-                call = Tool(str(block.get("id")), str(block.get("name")), block.get("arguments"))
-                self._tools[call.call_id] = call
-                step.tools.append(call)
-        usage = data.get("usage")
-        if isinstance(usage, dict):
-            add_usage(step.usage, usage)
-            add_usage(turn.usage, usage)
-
-
-def _tool_of(tools: dict[str, Tool], step: Step, data: dict[str, Any]) -> Tool:
-    """The call a tool/call or tool/result names (one without a call block is added)."""
-    call_id = str(data.get("callId"))
-    tool = tools.get(call_id)
-    if tool is None:
-        tool = tools[call_id] = Tool(call_id, str(data.get("name", "?")), None)
-        step.tools.append(tool)
-    return tool
 
 
 def reason_text(reason: dict[str, Any], *, long: bool) -> str:

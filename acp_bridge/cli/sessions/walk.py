@@ -15,7 +15,8 @@ open turn without a live owner is closed in memory with the crash-repair closers
 from __future__ import annotations
 
 from acp_bridge.cli.sessions.text import add_usage
-from acp_bridge.cli.sessions.view import States, Turn, TurnBuilder
+from acp_bridge.cli.sessions.turns import Turn, TurnBuilder
+from acp_bridge.cli.sessions.view import States
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
