@@ -101,6 +101,19 @@ def picture() -> list[types.ContentBlock]:
                 uri="file:///notes.txt", mime_type="text/plain", text="resource text"))]
 
 
+def grown(text: str) -> str:
+    """A tool that exists once `grow` was called."""
+    return f"grown: {text}"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add the tool `grown` and tell the client that the tool list changed."""
+    server.add_tool(grown)
+    await ctx.session.send_tool_list_changed()
+    return "grew a tool"
+
+
 def main() -> None:
     global pid_file
     parser = argparse.ArgumentParser()
