@@ -152,9 +152,14 @@ class Chat:
         """Everything the chat prints goes here, and is guarded: any control character
         left in it (from the agent, a tool, a log) is shown escaped; only the chat's own
         styling passes (the renderer cleans what it formats; this is the backstop)."""
-        if text:
-            sys.stdout.write(guarded(text, (DIM, RESET)))
-            sys.stdout.flush()
+        if not text:
+            return
+        shown = guarded(text, (DIM, RESET))
+        if self._editor is not None and self._editor.write_above(shown):
+            self.render.open = False  # written on lines of its own, above the line being read
+            return
+        sys.stdout.write(shown)
+        sys.stdout.flush()
 
     def error(self, text: str) -> None:
         self.write(self.render.newline())
@@ -250,6 +255,7 @@ class Chat:
             self._editor = LineEditor(history_for(store))
         lead, cut, message = prompt.rpartition("\n")
         self.write(lead + cut)
+        self.render.open = False  # the editor's line: what arrives meanwhile is written above it
         try:
             return await self._editor.readline(message, question=question)
         finally:
