@@ -169,6 +169,8 @@ def test_agent_output_during_a_question_is_printed_above_it(tmp_path: Path, term
     t.out += t.child.before + t.child.after
     redrawn = t.out.rpartition(b"LATE PART TWO")[2]
     assert b"\n" in redrawn.partition(b"[r]eject")[0]
+    t.expect("LATE LOG LINE")  # the agent's stderr, relayed: above the question too
+    t.child.expect_exact("[r]eject", timeout=5)
     t.send("y\r")
     t.line("/quit")
     assert t.finish() == 0

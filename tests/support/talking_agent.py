@@ -1,7 +1,8 @@
 """An ACP agent that talks while its permission question waits: on `session/prompt` it
 asks for permission, and once the file named by $TALKING_AGENT_GO exists (the test
 creates it when the question is on the screen) it sends two message chunks, one that
-ends its line and one that does not, before the answer comes. For
+ends its line and one that does not, and then writes a line to stderr, before the
+answer comes. For
 tests/test_chat_terminal.py (output during a question is printed above it).
 
     TALKING_AGENT_GO=/tmp/go python tests/support/talking_agent.py
@@ -42,6 +43,8 @@ def talk_when_told() -> None:
         time.sleep(0.02)
     chunk("LATE LINE ONE\n")
     chunk("LATE PART TWO")
+    time.sleep(0.5)  # then its log says something (relayed by the wrapper and the chat)
+    print("LATE LOG LINE", file=sys.stderr, flush=True)
 
 
 def main() -> None:

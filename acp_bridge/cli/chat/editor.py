@@ -29,7 +29,7 @@ import os
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 from prompt_toolkit import PromptSession
@@ -156,17 +156,19 @@ class LineEditor:
                 while self._above:
                     await self._above.pop(0)
 
-    def write_above(self, text: str) -> bool:
+    def write_above(self, text: str, stream: TextIO | None = None) -> bool:
         """While a line is read: print `text` above it, on lines of its own, and draw
         the line being edited again below (prompt_toolkit's `run_in_terminal`), so
         that output arriving during a question does not garble it. False when no line
-        is being read: the caller prints `text` itself."""
+        is being read: the caller prints `text` itself. To stdout unless `stream`."""
         if self._reading is None or not self._reading.app.is_running:
             return False
 
+        out = stream or sys.stdout
+
         def show() -> None:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-            sys.stdout.flush()
+            out.write(text if text.endswith("\n") else text + "\n")
+            out.flush()
 
         self._above.append(run_in_terminal(show, in_executor=False))
         return True

@@ -143,6 +143,11 @@ class Chat(SlashCommands):
         sys.stdout.write(shown)
         sys.stdout.flush()
 
+    def _stderr_above(self, text: str) -> bool:
+        """The agent's stderr while the editor reads: above its line, if stderr is the
+        terminal too (else it goes to stderr as always)."""
+        return self._editor is not None and os.isatty(2) and self._editor.write_above(text, sys.stderr)
+
     def error(self, text: str) -> None:
         self.write(self.render.newline())
         print(f"acp-bridge chat: {clean(text)}", file=sys.stderr, flush=True)
@@ -169,7 +174,7 @@ class Chat(SlashCommands):
             methods = ClientMethods(tg, self._permission)
             self._conn = AgentConnection(process, self._on_notification, methods.serve)
             tg.start_soon(self._read, tg)
-            tg.start_soon(relay_stderr, process)
+            tg.start_soon(relay_stderr, process, self._stderr_above)
             if threading.current_thread() is threading.main_thread():
                 tg.start_soon(self._signals)
             try:
