@@ -1,6 +1,7 @@
 """A stdio MCP server for the MCP tests, built on the official SDK: tools that crash
 the server, hang, return an image or a resource, and report the server's pid (and start
-a grandchild in its process group, so the tests can see that a whole group dies).
+a grandchild in its process group, so the tests can see that a whole group dies), and
+one (`grow`) that adds a tool and sends `notifications/tools/list_changed`.
 
 Run as `python tests/support/mcp_test_server.py [--pid-file PATH] [--http PORT | --sse PORT]`
 (stdio by default; over HTTP on 127.0.0.1). The pid file gets
