@@ -153,6 +153,29 @@ def test_ctrl_c_clears_cancels_and_quits(tmp_path: Path, terminals: list[Termina
     assert not (tmp_path / "work" / "x.txt").exists()
 
 
+def test_agent_output_during_a_question_is_printed_above_it(tmp_path: Path, terminals: list[Terminal]) -> None:
+    go = tmp_path / "go"
+    agent = Path(__file__).parent / "support" / "talking_agent.py"
+    t = start(terminals, tmp_path, "--wrap", "--", sys.executable, str(agent),
+              env_extra={"TALKING_AGENT_GO": str(go)})
+    t.line("do it")
+    t.expect("[r]eject")  # the editor's line: it is reading the answer
+    go.touch()  # now the agent talks
+    t.expect("LATE LINE ONE")
+    t.expect("LATE PART TWO")
+    # The question is drawn again below what came, on a line of its own: before, the
+    # text was written into the question's line and the question was not seen again.
+    t.child.expect_exact("[r]eject", timeout=5)
+    t.out += t.child.before + t.child.after
+    redrawn = t.out.rpartition(b"LATE PART TWO")[2]
+    assert b"\n" in redrawn.partition(b"[r]eject")[0]
+    t.expect("LATE LOG LINE")  # the agent's stderr, relayed: above the question too
+    t.child.expect_exact("[r]eject", timeout=5)
+    t.send("y\r")
+    t.line("/quit")
+    assert t.finish() == 0
+
+
 def test_escape_sequences_from_the_model_and_a_command_are_shown_escaped(
         tmp_path: Path, terminals: list[Terminal]) -> None:
     model = write_script(

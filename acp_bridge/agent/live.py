@@ -84,6 +84,8 @@ class LiveSession:
         roots = [Path(header["cwd"]), *(Path(p) for p in header.get("additionalDirectories", []))]
         mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group)
         self.mcp = mcp
+        # A server's tools/list_changed: the next step is offered its new list.
+        mcp.on_change = lambda: self.runner.set_tools([*ALL_TOOLS, *mcp.tools])
         await mcp.start()
         self.runner.set_tools([*ALL_TOOLS, *mcp.tools])
         return {"mcpServers": mcp.status()}

@@ -109,7 +109,7 @@ class ToolCalls:
                 self._specs = tool_specs()
             else:
                 self._specs = [{"name": t.name, "description": t.description, "parameters": t.parameters}
-                               for t in self._tools.values()]
+                               for t in self._tools.values() if not getattr(t, "holds_prefix", False)]
         return self._specs
 
     def _tool(self, name: str) -> Tool | None:
@@ -117,7 +117,12 @@ class ToolCalls:
             from acp_bridge.tools import get_tool
 
             return get_tool(name)
-        return self._tools.get(name)
+        tool = self._tools.get(name)
+        if tool is None:  # a tool not offered that answers for its name as a prefix
+            # (tools/mcp_servers.py: the tools of an MCP server that did not start)
+            tool = next((t for t in self._tools.values()
+                         if getattr(t, "holds_prefix", False) and name.startswith(t.name)), None)
+        return tool
 
     async def run_all(self, turn: int, step: int, calls: Sequence[ToolCallChunk]) -> Reason | None:
         """Run a step's calls in order. Returns the turn's end reason if a tool broke

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from acp_bridge.tools.base import JSON, ToolContext, ToolKind, ToolOutcome, ToolPlan
+from acp_bridge.tools.base import JSON, ToolContext, ToolError, ToolKind, ToolOutcome, ToolPlan
 from acp_bridge.tools.mcp_spec import (
     CALL_TIMEOUT_ENV,
     DEFAULT_CALL_TIMEOUT_S,
@@ -65,6 +65,29 @@ class McpTool:
         return tool_outcome(self.server.name, self.remote_name, result)
 
 
+class McpUnavailable:
+    """Stands for the tools of a server that did not start: not offered to the model,
+    it answers a call of any `prefix__...` name (agent/tool_calls.py `holds_prefix`)
+    with an error that names the server and why, not a bare `unknown_tool`."""
+
+    kind: ToolKind = "other"
+    holds_prefix = True
+
+    def __init__(self, prefix: str, failure: str) -> None:
+        self.name = f"{prefix}__"
+        self.failure = failure
+        self.description = failure
+        self.parameters: Mapping[str, JSON] = {"type": "object"}
+
+    async def plan(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolPlan:
+        raise ToolError(f"{self.failure}; its tools are not available in this session", code="mcp_unavailable",
+                        name="McpServerError")
+
+    async def run(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolOutcome:
+        await self.plan(arguments, ctx)
+        raise AssertionError("unreachable: plan() refuses every call")
+
+
 class McpServers:
     """The MCP servers of one session: started together, their tools, stopped together.
     Each connection is owned by a task of `task_group` (tools/mcp_session.py)."""
@@ -76,8 +99,11 @@ class McpServers:
         self._roots = tuple(roots)
         self._task_group = task_group
         self.servers: list[McpServer] = []
-        self.tools: list[McpTool] = []
+        self.tools: list[McpTool | McpUnavailable] = []
         self.missing: str | None = None  # why no server could be started at all
+        self._prefixes = server_prefixes([s.name for s in self.specs])
+        # Told when `tools` changed after start (a server's notifications/tools/list_changed).
+        self.on_change: Callable[[], None] | None = None
 
     @classmethod
     def from_acp(cls, servers: Sequence[Mapping[str, Any]], *, cwd: Path, roots: Sequence[Path],
@@ -97,19 +123,35 @@ class McpServers:
             self.missing = (f"cannot be started: the MCP SDK is not installed (no module {exc.name!r}); "
                             "install it: pip install mcp")
             log.warning("%d MCP server(s) not started: %s", len(self.specs), self.missing)
+            self.tools = [McpUnavailable(prefix, f"MCP server {spec.name!r} {self.missing}")
+                          for prefix, spec in zip(self._prefixes, self.specs, strict=True)]
             return
         start_timeout = timeout_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT_S)
         call_timeout = timeout_from_env(CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT_S)
         self.servers = [McpServer(spec, cwd=self._cwd, roots=self._roots, task_group=self._task_group,
-                                  start_timeout=start_timeout, call_timeout=call_timeout)
+                                  start_timeout=start_timeout, call_timeout=call_timeout,
+                                  on_tools=self._tools_changed)
                         for spec in self.specs]
         async with anyio.create_task_group() as tg:
             for server in self.servers:
                 tg.start_soon(server.start)
-        self.tools = []
-        for prefix, server in zip(server_prefixes([s.name for s in self.specs]), self.servers, strict=True):
+        for server in self.servers:
             if server.failure is not None:
                 log.warning("%s", server.failure)
+        self._offer()
+
+    def _tools_changed(self, server: McpServer) -> None:
+        log.info("MCP server %r changed its tools: %s", server.name, [t["name"] for t in server.tools])
+        self._offer()
+        if self.on_change is not None:
+            self.on_change()
+
+    def _offer(self) -> None:
+        """`tools` from each server's current list (a server that did not start: its stand-in)."""
+        self.tools = []
+        for prefix, server in zip(self._prefixes, self.servers, strict=True):
+            if not server.tools and server.failure is not None:
+                self.tools.append(McpUnavailable(prefix, server.failure))
             names: set[str] = set()
             for remote in server.tools:
                 name = tool_name(prefix, remote["name"])
@@ -126,7 +168,8 @@ class McpServers:
         out: list[dict[str, Any]] = []
         for server in self.servers:
             entry: dict[str, Any] = {"name": server.name,
-                                     "tools": [t.name for t in self.tools if t.server is server]}
+                                     "tools": [t.name for t in self.tools
+                                               if isinstance(t, McpTool) and t.server is server]}
             if server.failure is not None:
                 entry["error"] = server.failure
             out.append(entry)

@@ -11,14 +11,10 @@ context managers (which hold anyio task groups) happen in that one task, as anyi
 structured concurrency requires; other tasks (a turn's tool call) only send requests
 through the session.
 
-The process: like a local command (tools/local_terminal.py) it runs behind the gate in
-its own process group, listed with the process's watchdog (tools/reaper.py) before it
-may run, so it dies with the agent however the agent dies (SIGKILL included). The gate
-here keeps stdin (the MCP channel): the line that opens it is read by the gate's `read`
-(a shell reads a pipe a byte at a time), so the server sees only MCP messages. On
-close, as the MCP spec says: stdin is closed, then SIGTERM, then SIGKILL of the group.
-Its environment is the SDK's safe default (HOME, PATH, ...) plus the `env` the client
-gave: the agent's own secrets (an API key) are not handed to third-party servers.
+The transport (a stdio server behind the gate in its own process group, stopped the MCP
+way; the SDK's HTTP clients) is tools/mcp_transport.py. When the server says its tools
+changed (`notifications/tools/list_changed`) the owner task's helper reads the list
+again and tells tools/mcp_servers.py, which offers the model the new list.
 
 Over HTTP (`http`: streamable HTTP, `sse`) the SDK's own client transports carry the
 messages, with the client's headers; there is no process to own, and the owner task
@@ -31,16 +27,8 @@ carry the spec's secrets (tools/mcp_spec.py `redact`).
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import errno
 import logging
-import os
-import signal
-import subprocess
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,168 +36,18 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp.client.session import ClientRequestContext, ClientSession
-from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
 from acp_bridge import __version__
 from acp_bridge.tools.base import ToolError
-from acp_bridge.tools.local_terminal import check_program
 from acp_bridge.tools.mcp_spec import McpServerSpec, redact, shown_url, unavailable
-from acp_bridge.tools.reaper import REAPER
+from acp_bridge.tools.mcp_transport import STOP_GRACE_S, Link, exited, open_transport
 
 log = logging.getLogger("acp_bridge.tools.mcp")
 # The SDK logs its transports' failures itself (tracebacks that may hold a URL with its
 # credentials) through Python's last-resort handler, i.e. our stderr: kept quiet. What a
 # failure means reaches the log and the client through our own messages, redacted.
 logging.getLogger("mcp").addHandler(logging.NullHandler())
-
-# The gate of tools/local_terminal.py, keeping stdin: the server reads MCP from it.
-GATE = 'IFS= read -r _ || exit 125; exec "$@"'
-STOP_GRACE_S = 1.0  # after stdin closes, and again after SIGTERM
-STDERR_TAIL = 2000  # characters of the server's stderr kept for error messages
-
-
-@dataclass
-class _Link:
-    """The running process (None over HTTP) and what its pipes said."""
-
-    process: anyio.abc.Process | None
-    stdout_closed: anyio.Event = field(default_factory=anyio.Event)
-    stderr: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
-
-    def why_gone(self) -> str:
-        if self.process is None:
-            return "closed the connection"
-        code = self.process.returncode
-        if code is None:
-            said = "closed its output"
-        elif code < 0:
-            said = f"was killed by signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
-        else:
-            said = f"exited with code {code}"
-        tail = " | ".join(self.stderr)[-STDERR_TAIL:]
-        return f"{said}{f' (stderr: {tail})' if tail else ''}"
-
-
-@asynccontextmanager
-async def open_transport(spec: McpServerSpec, cwd: Path) -> AsyncIterator[tuple[_Link, Any, Any]]:
-    """The SDK's streams to the server: stdio behind our gate, or the SDK's own HTTP
-    transports (streamable HTTP, SSE) with the client's headers."""
-    if spec.transport == "stdio":
-        async with gated_stdio(spec, cwd) as opened:
-            yield opened
-        return
-    from mcp.client.sse import sse_client
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    headers = dict(spec.headers)
-    if spec.transport == "sse":
-        async with sse_client(spec.url, headers=headers) as (reader, writer):
-            yield _Link(None), reader, writer
-    else:
-        async with create_mcp_http_client(headers=headers) as client, \
-                streamable_http_client(spec.url, http_client=client) as (reader, writer):
-            yield _Link(None), reader, writer
-
-
-@asynccontextmanager
-async def gated_stdio(spec: McpServerSpec, cwd: Path) -> AsyncIterator[tuple[_Link, Any, Any]]:
-    """Spawn the server behind the gate and bridge its pipes to the SDK's streams."""
-    env = {**get_default_environment(), **dict(spec.env)}
-    REAPER.ensure_running()
-    if not cwd.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "the session's folder is not a directory", str(cwd))
-    check_program(spec.command, cwd, env.get("PATH"))
-    process = await anyio.open_process(
-        ["/bin/sh", "-c", GATE, "acp-bridge-mcp", spec.command, *spec.args], cwd=cwd, env=env,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    REAPER.watch(process.pid)
-    link = _Link(process)
-    try:
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-        await process.stdin.send(b"\n")  # listed with the reaper: the gate may open
-        to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-
-        async def read_stdout() -> None:
-            assert process.stdout is not None
-            buffer = b""
-            async with to_session:
-                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                    async for chunk in process.stdout:
-                        *lines, buffer = (buffer + chunk).split(b"\n")
-                        for line in lines:
-                            if line.strip():
-                                await to_session.send(_parse(line))
-            link.stdout_closed.set()
-
-        async def write_stdin() -> None:
-            assert process.stdin is not None
-            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                async with from_session:
-                    async for message in from_session:
-                        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                        await process.stdin.send(data.encode() + b"\n")
-
-        async def read_stderr() -> None:
-            assert process.stderr is not None
-            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                async for chunk in process.stderr:
-                    for line in chunk.decode(errors="replace").splitlines():
-                        if line.strip():
-                            link.stderr.append(line.strip()[-STDERR_TAIL:])
-                            log.debug("MCP server %s: %s", spec.name, line)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read_stdout)
-            tg.start_soon(write_stdin)
-            tg.start_soon(read_stderr)
-            try:
-                yield link, from_server, to_server
-            finally:
-                tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await _stop(process)
-
-
-def _parse(line: bytes) -> SessionMessage | Exception:
-    try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except ValueError as exc:  # the session reports it; the connection goes on
-        return exc
-
-
-async def _stop(process: anyio.abc.Process) -> None:
-    """Close stdin, then SIGTERM, then SIGKILL the group; reap; unlist it."""
-    try:
-        if process.stdin is not None:
-            with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await process.stdin.aclose()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if await _exited(process, STOP_GRACE_S):
-                break
-            _kill_group(process.pid, sig)
-        _kill_group(process.pid, signal.SIGKILL)  # children it left in its group
-        with anyio.move_on_after(STOP_GRACE_S):
-            await process.aclose()
-    finally:
-        REAPER.forget(process.pid)
-
-
-async def _exited(process: anyio.abc.Process, within: float) -> bool:
-    with anyio.move_on_after(within):
-        while process.returncode is None:
-            await anyio.sleep(0.01)
-    return process.returncode is not None
-
-
-def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
 
 def _reason(exc: BaseException, command: str = "") -> str:
     """A failure in words: the first leaf of an exception group, with its type."""
@@ -227,8 +65,10 @@ def _reason(exc: BaseException, command: str = "") -> str:
 class _Connection:
     """One run of the server (a restart is a new connection)."""
 
-    def __init__(self, spec: McpServerSpec, cwd: Path, roots: Sequence[Path]) -> None:
+    def __init__(self, spec: McpServerSpec, cwd: Path, roots: Sequence[Path],
+                 on_tools: Callable[[list[dict[str, Any]]], None]) -> None:
         self.spec = spec
+        self.on_tools = on_tools  # told each list read after notifications/tools/list_changed
         self.cwd = cwd
         self.roots = roots
         self.session: ClientSession | None = None
@@ -237,6 +77,32 @@ class _Connection:
         self.gone = anyio.Event()
         self.stopped = False  # asked to stop: `gone` soon
         self._scope = anyio.CancelScope()
+        self._tools_changed = anyio.Event()  # the server said so; not read yet
+        self.tools_current = anyio.Event()  # no change said that is not read (or failed to be)
+        self.tools_current.set()
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            if self.tools_current.is_set():
+                self.tools_current = anyio.Event()
+            self._tools_changed.set()
+
+    async def _follow_tools(self, session: ClientSession, timeout: float) -> None:
+        """Read the tool list again each time the server says it changed."""
+        while True:
+            await self._tools_changed.wait()
+            self._tools_changed = anyio.Event()
+            try:
+                with anyio.fail_after(timeout):
+                    tools = await _all_tools(session)
+            except Exception as exc:  # the old list stays; a call will say what is wrong
+                log.warning("MCP server %r: its changed tool list could not be read: %s", self.spec.name,
+                            redact(_reason(exc), self.spec))
+            else:
+                self.tools = tools
+                self.on_tools(tools)
+            if not self._tools_changed.is_set():
+                self.tools_current.set()
 
     async def _list_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
         return types.ListRootsResult(roots=[types.Root(uri=root.as_uri(), name=root.name)  # type: ignore[arg-type]
@@ -246,11 +112,11 @@ class _Connection:
         """The owner task (see the module docstring). Never raises but cancellation:
         a failure is kept in `failure`."""
         started = False
-        link: _Link | None = None
+        link: Link | None = None
         try:
             with self._scope:
                 async with open_transport(self.spec, self.cwd) as (link, reader, writer), ClientSession(
-                        reader, writer, list_roots_callback=self._list_roots,
+                        reader, writer, list_roots_callback=self._list_roots, message_handler=self._on_message,
                         client_info=types.Implementation(name="acp-bridge", version=__version__)) as session:
                     try:
                         with anyio.fail_after(start_timeout):
@@ -262,9 +128,12 @@ class _Connection:
                     self.session = session
                     started = True
                     task_status.started()
-                    await link.stdout_closed.wait()  # over HTTP: until stopped
+                    async with anyio.create_task_group() as follow:
+                        follow.start_soon(self._follow_tools, session, start_timeout)
+                        await link.stdout_closed.wait()  # over HTTP: until stopped
+                        follow.cancel_scope.cancel()
                     if link.process is not None:
-                        await _exited(link.process, STOP_GRACE_S)  # so that we can say how it ended
+                        await exited(link.process, STOP_GRACE_S)  # so that we can say how it ended
                     self.failure = link.why_gone()
         except Exception as exc:
             if link is not None and link.stdout_closed.is_set():
@@ -300,7 +169,7 @@ class McpServer:
     """A server of a session: its current connection, calls, restart, close."""
 
     def __init__(self, spec: McpServerSpec, *, cwd: Path, roots: Sequence[Path], task_group: anyio.abc.TaskGroup,
-                 start_timeout: float, call_timeout: float) -> None:
+                 start_timeout: float, call_timeout: float, on_tools: Callable[[McpServer], None]) -> None:
         self.spec = spec
         self.name = spec.name
         self._cwd = cwd
@@ -312,6 +181,12 @@ class McpServer:
         self._starting: anyio.Event | None = None
         self._closed = False
         self.tools: list[dict[str, Any]] = []
+        self._on_tools = on_tools  # told when `tools` changed after the first start
+
+    def _new_tools(self, tools: list[dict[str, Any]]) -> None:
+        if tools != self.tools:
+            self.tools = tools
+            self._on_tools(self)
 
     @property
     def failure(self) -> str | None:
@@ -328,11 +203,15 @@ class McpServer:
             return
         self._starting = anyio.Event()
         try:
-            conn = _Connection(self.spec, self._cwd, self._roots)
+            first = self._conn is None
+            conn = _Connection(self.spec, self._cwd, self._roots, self._new_tools)
             self._conn = conn
             await self._task_group.start(conn.run, self._start_timeout)
             if conn.failure is None:
-                self.tools = conn.tools
+                if first:
+                    self.tools = conn.tools
+                else:  # started again: its list may have changed meanwhile
+                    self._new_tools(conn.tools)
         finally:
             self._starting.set()
             self._starting = None
@@ -374,6 +253,10 @@ class McpServer:
         except Exception as exc:  # the transport failed (over HTTP: the server went away)
             raise ToolError(f"MCP server {self.name!r}: {tool} failed: {redact(_reason(exc), self.spec)[:300]}",
                             code="mcp_error", name="McpServerError") from None
+        # A call that changed the server's tools (it said so before answering): the
+        # model's next step is offered the new list.
+        with anyio.move_on_after(self._start_timeout):
+            await conn.tools_current.wait()
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def close(self) -> None:

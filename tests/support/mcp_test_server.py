@@ -1,6 +1,7 @@
 """A stdio MCP server for the MCP tests, built on the official SDK: tools that crash
 the server, hang, return an image or a resource, and report the server's pid (and start
-a grandchild in its process group, so the tests can see that a whole group dies).
+a grandchild in its process group, so the tests can see that a whole group dies), and
+one (`grow`) that adds a tool and sends `notifications/tools/list_changed`.
 
 Run as `python tests/support/mcp_test_server.py [--pid-file PATH] [--http PORT | --sse PORT]`
 (stdio by default; over HTTP on 127.0.0.1). The pid file gets
@@ -99,6 +100,19 @@ def picture() -> list[types.ContentBlock]:
             types.ImageContent(type="image", data=PNG, mime_type="image/png"),
             types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
                 uri="file:///notes.txt", mime_type="text/plain", text="resource text"))]
+
+
+def grown(text: str) -> str:
+    """A tool that exists once `grow` was called."""
+    return f"grown: {text}"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add the tool `grown` and tell the client that the tool list changed."""
+    server.add_tool(grown)
+    await ctx.session.send_tool_list_changed()
+    return "grew a tool"
 
 
 def main() -> None:

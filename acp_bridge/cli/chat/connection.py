@@ -76,9 +76,10 @@ class LineInput:
                 return b""
 
 
-async def relay_stderr(process: anyio.abc.Process) -> None:
+async def relay_stderr(process: anyio.abc.Process, above: Callable[[str], bool] | None = None) -> None:
     """The agent's stderr (its log, or a wrapped agent's anything) to ours, a line at a
-    time with control characters escaped: it is not the agent's to run on the terminal."""
+    time with control characters escaped: it is not the agent's to run on the terminal.
+    `above` may take the lines instead (True: it wrote them above the line being edited)."""
     assert process.stderr is not None
     pending = b""
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -88,9 +89,10 @@ async def relay_stderr(process: anyio.abc.Process) -> None:
             if len(pending) > 65536:  # no newline in sight: show what came so far
                 lines.append(pending)
                 pending = b""
-            for line in lines:
-                sys.stderr.write(clean(line.decode("utf-8", "replace")) + "\n")
-            sys.stderr.flush()
+            text = "".join(clean(line.decode("utf-8", "replace")) + "\n" for line in lines)
+            if text and not (above is not None and above(text)):
+                sys.stderr.write(text)
+                sys.stderr.flush()
     if pending:
         sys.stderr.write(clean(pending.decode("utf-8", "replace")) + "\n")
         sys.stderr.flush()

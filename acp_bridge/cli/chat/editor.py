@@ -6,11 +6,14 @@ What it gives a person (docs/chat.md, "Typing"):
 
 - cursor movement and the usual Emacs keys (Left/Right, Home/End, Ctrl-A/E/K/U/W, Alt-B/F);
 - history across runs: Up/Down and Ctrl-R over the prompts of earlier chats, kept in
-  `chat_history` in the store folder (mode 0600: prompts may hold anything); answers to
-  permission questions are not kept;
+  `chat_history` in the store folder (mode 0600: prompts may hold anything), the newest
+  1,000 within 1 MB (trimmed when the chat starts); answers to permission questions
+  are not kept;
 - multi-line prompts: Alt-Enter (or Esc then Enter) starts a new line, Enter sends;
 - pastes of any length, newlines included, arrive whole (bracketed paste): the
   terminal's line discipline, which cuts a line at 4,095 bytes, is not in the way;
+- output that arrives while a line is read (the agent's, during a permission question)
+  is printed above the line, which is drawn again below it (`LineEditor.write_above`);
 - Ctrl-C clears a line that has text; on an empty line it quits (as a Ctrl-C while idle
   always did), and while a permission question waits it cancels the prompt; Ctrl-D on
   an empty line ends the input.
@@ -24,15 +27,54 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+import anyio
 from prompt_toolkit import PromptSession
+from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 HISTORY_FILE = "chat_history"
+# The history keeps the newest prompts within both limits, trimmed when a chat starts:
+# enough for Up and Ctrl-R, and a file that does not grow with every prompt ever typed.
+HISTORY_ENTRIES = 1000
+HISTORY_BYTES = 1_000_000
+
+
+def trim_history(path: Path, *, entries: int = HISTORY_ENTRIES, size: int = HISTORY_BYTES) -> None:
+    """Keep the newest `entries` prompts of the history file at `path` that fit in
+    `size` bytes (FileHistory's format: each prompt is a `# time` line, then its lines
+    each after a `+`). Rewritten whole (mode 0600, replaced at once) only when over."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    groups: list[bytes] = []
+    for line in data.split(b"\n"):
+        if line.startswith(b"#") or not groups:
+            groups.append(b"")
+        if line:
+            groups[-1] += line + b"\n"
+    kept: list[bytes] = []
+    total = 0
+    for group in reversed(groups):
+        if not group.strip() or (group.startswith(b"#") and b"\n+" not in group):
+            continue  # a stray line, or a time with no prompt
+        if len(kept) == entries or total + len(group) + 1 > size:
+            break
+        kept.append(b"\n" + group)
+        total += len(group) + 1
+    trimmed = b"".join(reversed(kept))
+    if len(trimmed) >= len(data):
+        return
+    spare = path.with_name(path.name + ".trim")
+    with open(os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        f.write(trimmed)
+    os.replace(spare, path)
 
 
 class PrivateHistory(FileHistory):
@@ -43,6 +85,10 @@ class PrivateHistory(FileHistory):
         super().__init__(str(path))
         self.path = path
         self.failed = False
+        try:
+            trim_history(path)
+        except OSError as exc:
+            print(f"acp-bridge chat: the prompt history could not be trimmed: {exc}", file=sys.stderr)
 
     def store_string(self, string: str) -> None:
         if self.failed:
@@ -73,6 +119,8 @@ class LineEditor:
                                   "enable_history_search": False}
         self._prompts: PromptSession[str] = PromptSession(history=history, **common)
         self._answers: PromptSession[str] = PromptSession(history=InMemoryHistory(), **common)
+        self._reading: PromptSession[str] | None = None
+        self._above: list[Awaitable[None]] = []  # writes above the line, not yet done
 
     def _keys(self) -> KeyBindings:
         keys = KeyBindings()
@@ -97,10 +145,33 @@ class LineEditor:
         Raises KeyboardInterrupt for Ctrl-C (on an empty line, or at a question)."""
         session = self._answers if question else self._prompts
         self._clear_first = not question
+        self._reading = session
         try:
             return await session.prompt_async(message, handle_sigint=False)
         except EOFError:
             return None
+        finally:
+            self._reading = None
+            with anyio.CancelScope(shield=True):  # what was written above comes before what follows
+                while self._above:
+                    await self._above.pop(0)
+
+    def write_above(self, text: str, stream: TextIO | None = None) -> bool:
+        """While a line is read: print `text` above it, on lines of its own, and draw
+        the line being edited again below (prompt_toolkit's `run_in_terminal`), so
+        that output arriving during a question does not garble it. False when no line
+        is being read: the caller prints `text` itself. To stdout unless `stream`."""
+        if self._reading is None or not self._reading.app.is_running:
+            return False
+
+        out = stream or sys.stdout
+
+        def show() -> None:
+            out.write(text if text.endswith("\n") else text + "\n")
+            out.flush()
+
+        self._above.append(run_in_terminal(show, in_executor=False))
+        return True
 
 
 def _continuation(width: int, line_number: int, wrap_count: int) -> str:

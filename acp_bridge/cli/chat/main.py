@@ -25,7 +25,6 @@ reaches only this process.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import os
 import signal
@@ -37,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import orjson
 
 from acp_bridge import __version__
 from acp_bridge.cli.chat.client_methods import ANSWERS, CANCELLED, ClientMethods, option_for
 from acp_bridge.cli.chat.command_line import agent_command, agent_env, split_wrapped, wrap_problem
 from acp_bridge.cli.chat.command_line import options as add_options
+from acp_bridge.cli.chat.commands import SlashCommands
 from acp_bridge.cli.chat.connection import (
     AgentConnection,
     AgentGone,
@@ -50,7 +49,7 @@ from acp_bridge.cli.chat.connection import (
     error_message,
     relay_stderr,
 )
-from acp_bridge.cli.chat.render import DIM, RESET, Renderer, sessions_table
+from acp_bridge.cli.chat.render import DIM, RESET, Renderer
 from acp_bridge.cli.safe_text import clean, guarded
 from acp_bridge.cli.startup import agent_settings
 from acp_bridge.rpc.protocol import ClientError
@@ -60,23 +59,6 @@ if TYPE_CHECKING:
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
 AGENT_EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
-# `_meta.acpBridge.wrapped.restored` of a wrapped load (docs/wrap.md, Load), as shown.
-RESTORED = {"load": "its own session loaded", "resume": "its own session resumed",
-            "fresh": "a fresh session (it could not restore its own; the replay above is ours)"}
-HELP = """commands:
-  /sessions      list the stored sessions
-  /load ID       load a session (its history is replayed)
-  /mode NAME     set the session mode (ask, accept_edits, read_only)
-  /model [NAME]  show the models, or switch the session's model (the next prompt uses it)
-  /quit          leave (so does end of input)
-anything else is sent as a prompt ("//text" sends "/text").
-Ctrl-C cancels a running prompt; a second Ctrl-C (or one while idle) quits.
-"""
-EDITOR_HELP = """keys: Left/Right/Home/End move, Up/Down and Ctrl-R search earlier prompts,
-  Alt-Enter (or Esc Enter) starts a new line, Enter sends; pastes arrive whole;
-  Ctrl-C clears the line (on an empty line: quits), Ctrl-D on an empty line quits.
-"""
-
 # --- command line -------------------------------------------------------------------
 
 
@@ -120,7 +102,7 @@ async def _chat(args: argparse.Namespace) -> int:
     return await Chat(args).main()
 
 
-class Chat:
+class Chat(SlashCommands):
     """One chat: the agent process, the connection, the input loop, Ctrl-C."""
 
     def __init__(self, args: argparse.Namespace) -> None:
@@ -152,9 +134,19 @@ class Chat:
         """Everything the chat prints goes here, and is guarded: any control character
         left in it (from the agent, a tool, a log) is shown escaped; only the chat's own
         styling passes (the renderer cleans what it formats; this is the backstop)."""
-        if text:
-            sys.stdout.write(guarded(text, (DIM, RESET)))
-            sys.stdout.flush()
+        if not text:
+            return
+        shown = guarded(text, (DIM, RESET))
+        if self._editor is not None and self._editor.write_above(shown):
+            self.render.open = False  # written on lines of its own, above the line being read
+            return
+        sys.stdout.write(shown)
+        sys.stdout.flush()
+
+    def _stderr_above(self, text: str) -> bool:
+        """The agent's stderr while the editor reads: above its line, if stderr is the
+        terminal too (else it goes to stderr as always)."""
+        return self._editor is not None and os.isatty(2) and self._editor.write_above(text, sys.stderr)
 
     def error(self, text: str) -> None:
         self.write(self.render.newline())
@@ -182,7 +174,7 @@ class Chat:
             methods = ClientMethods(tg, self._permission)
             self._conn = AgentConnection(process, self._on_notification, methods.serve)
             tg.start_soon(self._read, tg)
-            tg.start_soon(relay_stderr, process)
+            tg.start_soon(relay_stderr, process, self._stderr_above)
             if threading.current_thread() is threading.main_thread():
                 tg.start_soon(self._signals)
             try:
@@ -250,6 +242,7 @@ class Chat:
             self._editor = LineEditor(history_for(store))
         lead, cut, message = prompt.rpartition("\n")
         self.write(lead + cut)
+        self.render.open = False  # the editor's line: what arrives meanwhile is written above it
         try:
             return await self._editor.readline(message, question=question)
         finally:
@@ -264,11 +257,11 @@ class Chat:
                 "protocolVersion": 1, "clientCapabilities": CLIENT_CAPABILITIES,
                 "clientInfo": {"name": "acp-bridge-chat", "title": "acp-bridge chat", "version": __version__}})
             if self.args.load:
-                if not await self._load(self.args.load):
+                if not await self.load(self.args.load):
                     return 1
             else:
                 result = await conn.request("session/new", {"cwd": self.cwd, "mcpServers": []})
-                self._enter(str(result["sessionId"]), result)
+                self.enter(str(result["sessionId"]), result)
         except ClientError as exc:
             self.error(error_message(exc))
             return 1
@@ -286,21 +279,10 @@ class Chat:
             if not text:
                 continue
             if text.startswith("/") and not text.startswith("//"):
-                if not await self._command(text):
+                if not await self.command(text):
                     return 0
                 continue
             await self._prompt(text[1:] if text.startswith("//") else text)
-
-    def _enter(self, sid: str, state: Any) -> None:
-        """Make `sid` the current session, with the mode state of its answer."""
-        self.sid = sid
-        self.render.new_session()
-        options = state.get("configOptions") if isinstance(state, dict) else None
-        self.options = options if isinstance(options, list) else []
-        modes = state.get("modes") if isinstance(state, dict) else None
-        if isinstance(modes, dict):
-            self.mode = modes.get("currentModeId")
-            self.modes = [m["id"] for m in modes.get("availableModes", []) if isinstance(m, dict) and "id" in m]
 
     async def _prompt(self, text: str) -> None:
         self._prompting, self._cancel_sent = True, False
@@ -313,88 +295,6 @@ class Chat:
         finally:
             self._prompting = False
         self.write(self.render.answer(result))
-
-    async def _command(self, text: str) -> bool:
-        """Run a /command; False to quit."""
-        name, _, arg = text.partition(" ")
-        arg = arg.strip()
-        conn = self.conn()
-        try:
-            if name in ("/quit", "/exit"):
-                return False
-            if name == "/help":
-                self.write(self.render.newline() + HELP + (EDITOR_HELP if self.editing else ""))
-            elif name == "/sessions":
-                result = await conn.request("session/list", {})
-                self.write(self.render.newline() + sessions_table(result.get("sessions", []), self.sid))
-                if result.get("nextCursor"):
-                    self.write("(more sessions not shown)\n")
-            elif name == "/mode" and not arg:
-                self.write(self.render.line(f"mode {self.mode} (available: {', '.join(self.modes)})"))
-            elif name == "/mode":
-                await conn.request("session/set_mode", {"sessionId": self.sid, "modeId": arg})
-                self.mode = arg
-            elif name == "/model":
-                await self._model(arg)
-            elif name == "/load" and arg:
-                await self._load(arg)
-            else:
-                self.error(f"unknown command {text!r}\n{HELP}" if name != "/load" else "usage: /load ID")
-        except ClientError as exc:
-            self.error(error_message(exc))
-        return True
-
-    async def _model(self, arg: str) -> None:
-        """`/model`: list the models of the `model` config option; `/model NAME`: switch
-        to the one whose value or name is NAME."""
-        option = next((o for o in self.options if isinstance(o, dict) and o.get("id") == "model"), None)
-        if option is None:
-            self.error("this agent offers no model choice")
-            return
-        choices = [c for c in option.get("options", []) if isinstance(c, dict)]
-        if not arg:
-            lines = [f"{'*' if c.get('value') == option.get('currentValue') else ' '} {c.get('value')}"
-                     f"{'  (' + str(c['description']) + ')' if c.get('description') else ''}" for c in choices]
-            self.write("".join(self.render.line(text) for text in ["models (* current):", *lines]))
-            return
-        match = [c for c in choices if arg in (c.get("value"), c.get("name"))]
-        value = match[0].get("value") if len(match) == 1 else arg  # unknown: the agent says which exist
-        result = await self.conn().request("session/set_config_option",
-                                           {"sessionId": self.sid, "configId": "model", "value": value})
-        if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
-            self.options = result["configOptions"]
-        self.write(self.render.line(f"model {value}"))
-
-    async def _load(self, sid: str) -> bool:
-        previous = self.sid
-        self.render.new_session()
-        self.write(self.render.line(f"[loading session {sid}]"))
-        try:
-            result = await self.conn().request("session/load", {"sessionId": sid, "cwd": self.cwd, "mcpServers": []})
-        except ClientError as exc:
-            self.error(f"cannot load session {sid}: {error_message(exc)}")
-            return False
-        self._enter(sid, result)
-        meta = (result.get("_meta") or {}).get("acpBridge") or {}
-        mode = f", mode {self.mode}" if self.mode else ""
-        self.write(self.render.line(f"[loaded session {sid}: {meta.get('turns', '?')} turns{mode}]"))
-        wrapped = meta.get("wrapped") or {}
-        restored = wrapped.get("restored")
-        if restored:  # how the wrapper brought the wrapped agent's own context back
-            self.write(self.render.line(f"[the wrapped agent: {RESTORED.get(restored, restored)}]"))
-        if wrapped.get("seeded") is True:  # chat --wrap --seed-fresh (docs/wrap.md)
-            self.write(self.render.line(f"[the wrapped agent was sent the conversation so far: "
-                                        f"{clean(str(wrapped.get('seedTurns', '?')))} turns]"))
-        elif isinstance(wrapped.get("seedError"), str):
-            self.write(self.render.line(f"[the wrapped agent could not be sent the conversation: "
-                                        f"{clean(wrapped['seedError'])}]"))
-        repair = meta.get("repair") or {}
-        if repair.get("repaired"):
-            self.write(self.render.line(f"[the log was repaired: {orjson.dumps(repair).decode()}]"))
-        if previous is not None and previous != sid:
-            with contextlib.suppress(ClientError):
-                await self.conn().request("session/close", {"sessionId": previous})
-        return True
 
     # --- what the agent sends --------------------------------------------------------
 

@@ -1,0 +1,150 @@
+"""The chat's `/commands` (`/help`, `/sessions`, `/mode`, `/model`, `/load`) and the
+session state they read and change (the current session, its mode and config options).
+
+A part of `main.Chat` (a base class: `Chat` gives it the connection and the output,
+`write`, `error`, `conn`), kept apart so that main.py holds the chat's lifetime, input
+and Ctrl-C, and this module what a person can ask for by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import orjson
+
+from acp_bridge.cli.chat.connection import AgentConnection, error_message
+from acp_bridge.cli.chat.render import Renderer, sessions_table
+from acp_bridge.cli.safe_text import clean
+from acp_bridge.rpc.protocol import ClientError
+
+# `_meta.acpBridge.wrapped.restored` of a wrapped load (docs/wrap.md, Load), as shown.
+RESTORED = {"load": "its own session loaded", "resume": "its own session resumed",
+            "fresh": "a fresh session (it could not restore its own; the replay above is ours)"}
+HELP = """commands:
+  /sessions      list the stored sessions
+  /load ID       load a session (its history is replayed)
+  /mode NAME     set the session mode (ask, accept_edits, read_only)
+  /model [NAME]  show the models, or switch the session's model (the next prompt uses it)
+  /quit          leave (so does end of input)
+anything else is sent as a prompt ("//text" sends "/text").
+Ctrl-C cancels a running prompt; a second Ctrl-C (or one while idle) quits.
+"""
+EDITOR_HELP = """keys: Left/Right/Home/End move, Up/Down and Ctrl-R search earlier prompts,
+  Alt-Enter (or Esc Enter) starts a new line, Enter sends; pastes arrive whole;
+  Ctrl-C clears the line (on an empty line: quits), Ctrl-D on an empty line quits.
+"""
+
+
+class SlashCommands:
+    """The /commands of `main.Chat` and the session state they keep."""
+
+    render: Renderer
+    editing: bool
+    cwd: str
+    sid: str | None
+    mode: str | None
+    modes: list[str]
+    options: list[Any]  # the session's configOptions, as the agent last sent them
+
+    def write(self, text: str) -> None:
+        raise NotImplementedError  # main.Chat
+
+    def error(self, text: str) -> None:
+        raise NotImplementedError  # main.Chat
+
+    def conn(self) -> AgentConnection:
+        raise NotImplementedError  # main.Chat
+
+    def enter(self, sid: str, state: Any) -> None:
+        """Make `sid` the current session, with the mode state of its answer."""
+        self.sid = sid
+        self.render.new_session()
+        options = state.get("configOptions") if isinstance(state, dict) else None
+        self.options = options if isinstance(options, list) else []
+        modes = state.get("modes") if isinstance(state, dict) else None
+        if isinstance(modes, dict):
+            self.mode = modes.get("currentModeId")
+            self.modes = [m["id"] for m in modes.get("availableModes", []) if isinstance(m, dict) and "id" in m]
+
+    async def command(self, text: str) -> bool:
+        """Run a /command; False to quit."""
+        name, _, arg = text.partition(" ")
+        arg = arg.strip()
+        conn = self.conn()
+        try:
+            if name in ("/quit", "/exit"):
+                return False
+            if name == "/help":
+                self.write(self.render.newline() + HELP + (EDITOR_HELP if self.editing else ""))
+            elif name == "/sessions":
+                result = await conn.request("session/list", {})
+                self.write(self.render.newline() + sessions_table(result.get("sessions", []), self.sid))
+                if result.get("nextCursor"):
+                    self.write("(more sessions not shown)\n")
+            elif name == "/mode" and not arg:
+                self.write(self.render.line(f"mode {self.mode} (available: {', '.join(self.modes)})"))
+            elif name == "/mode":
+                await conn.request("session/set_mode", {"sessionId": self.sid, "modeId": arg})
+                self.mode = arg
+            elif name == "/model":
+                await self.choose_model(arg)
+            elif name == "/load" and arg:
+                await self.load(arg)
+            else:
+                self.error(f"unknown command {text!r}\n{HELP}" if name != "/load" else "usage: /load ID")
+        except ClientError as exc:
+            self.error(error_message(exc))
+        return True
+
+    async def choose_model(self, arg: str) -> None:
+        """`/model`: list the models of the `model` config option; `/model NAME`: switch
+        to the one whose value or name is NAME."""
+        option = next((o for o in self.options if isinstance(o, dict) and o.get("id") == "model"), None)
+        if option is None:
+            self.error("this agent offers no model choice")
+            return
+        choices = [c for c in option.get("options", []) if isinstance(c, dict)]
+        if not arg:
+            lines = [f"{'*' if c.get('value') == option.get('currentValue') else ' '} {c.get('value')}"
+                     f"{'  (' + str(c['description']) + ')' if c.get('description') else ''}" for c in choices]
+            self.write("".join(self.render.line(text) for text in ["models (* current):", *lines]))
+            return
+        match = [c for c in choices if arg in (c.get("value"), c.get("name"))]
+        value = match[0].get("value") if len(match) == 1 else arg  # unknown: the agent says which exist
+        result = await self.conn().request("session/set_config_option",
+                                           {"sessionId": self.sid, "configId": "model", "value": value})
+        if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
+            self.options = result["configOptions"]
+        self.write(self.render.line(f"model {value}"))
+
+    async def load(self, sid: str) -> bool:
+        previous = self.sid
+        self.render.new_session()
+        self.write(self.render.line(f"[loading session {sid}]"))
+        try:
+            result = await self.conn().request("session/load", {"sessionId": sid, "cwd": self.cwd, "mcpServers": []})
+        except ClientError as exc:
+            self.error(f"cannot load session {sid}: {error_message(exc)}")
+            return False
+        self.enter(sid, result)
+        meta = (result.get("_meta") or {}).get("acpBridge") or {}
+        mode = f", mode {self.mode}" if self.mode else ""
+        self.write(self.render.line(f"[loaded session {sid}: {meta.get('turns', '?')} turns{mode}]"))
+        wrapped = meta.get("wrapped") or {}
+        restored = wrapped.get("restored")
+        if restored:  # how the wrapper brought the wrapped agent's own context back
+            self.write(self.render.line(f"[the wrapped agent: {RESTORED.get(restored, restored)}]"))
+        if wrapped.get("seeded") is True:  # chat --wrap --seed-fresh (docs/wrap.md)
+            self.write(self.render.line(f"[the wrapped agent was sent the conversation so far: "
+                                        f"{clean(str(wrapped.get('seedTurns', '?')))} turns]"))
+        elif isinstance(wrapped.get("seedError"), str):
+            self.write(self.render.line(f"[the wrapped agent could not be sent the conversation: "
+                                        f"{clean(wrapped['seedError'])}]"))
+        repair = meta.get("repair") or {}
+        if repair.get("repaired"):
+            self.write(self.render.line(f"[the log was repaired: {orjson.dumps(repair).decode()}]"))
+        if previous is not None and previous != sid:
+            with contextlib.suppress(ClientError):
+                await self.conn().request("session/close", {"sessionId": previous})
+        return True

@@ -1,0 +1,82 @@
+"""An ACP agent that talks while its permission question waits: on `session/prompt` it
+asks for permission, and once the file named by $TALKING_AGENT_GO exists (the test
+creates it when the question is on the screen) it sends two message chunks, one that
+ends its line and one that does not, and then writes a line to stderr, before the
+answer comes. For
+tests/test_chat_terminal.py (output during a question is printed above it).
+
+    TALKING_AGENT_GO=/tmp/go python tests/support/talking_agent.py
+
+Plain JSON-RPC over stdio, one message per line; enough of ACP for `acp-bridge wrap`
+and `acp-bridge chat`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SID = "talking-session-1"
+LOCK = threading.Lock()
+
+
+def send(message: dict[str, Any]) -> None:
+    with LOCK:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+def chunk(text: str) -> None:
+    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": SID, "update": {
+        "sessionUpdate": "agent_message_chunk", "messageId": "m1", "content": {"type": "text", "text": text}}}})
+
+
+def talk_when_told() -> None:
+    go = Path(os.environ["TALKING_AGENT_GO"])
+    deadline = time.monotonic() + 30
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    chunk("LATE LINE ONE\n")
+    chunk("LATE PART TWO")
+    time.sleep(0.5)  # then its log says something (relayed by the wrapper and the chat)
+    print("LATE LOG LINE", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    pending_prompt: Any = None
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        method, rid = message.get("method"), message.get("id")
+        if method is None:  # the answer to the permission question: the turn ends
+            send({"jsonrpc": "2.0", "id": pending_prompt, "result": {"stopReason": "end_turn"}})
+            continue
+        if method == "initialize":
+            result: Any = {"protocolVersion": 1, "agentCapabilities": {"loadSession": False},
+                           "agentInfo": {"name": "talking", "version": "1"}}
+        elif method == "session/new":
+            result = {"sessionId": SID}
+        elif method == "session/prompt":
+            pending_prompt = rid
+            send({"jsonrpc": "2.0", "id": 900, "method": "session/request_permission", "params": {
+                "sessionId": SID, "toolCall": {"toolCallId": "t1", "title": "touch the file", "kind": "edit"},
+                "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"},
+                            {"optionId": "no", "name": "Reject", "kind": "reject_once"}]}})
+            threading.Thread(target=talk_when_told, daemon=True).start()
+            continue
+        elif rid is None:
+            continue
+        else:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "not here"}})
+            continue
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+if __name__ == "__main__":
+    main()
