@@ -106,3 +106,32 @@ async def test_the_editors_cancel_wins_over_its_permission_answer_in_either_orde
     assert [e["data"]["reason"] for e in child_events if e["type"] == "turn/end"] == [
         {"kind": "cancelled", "by": "session/cancel"}] * ROUNDS
     assert not any("permission" in e["data"] for e in child_events if e["type"] == "tool/result")
+
+
+async def test_a_cancel_with_the_permission_unanswered_cancels_it_at_the_editor_under_our_id(
+        tmp_path: Path, work: Path) -> None:
+    # The editor cancels and never answers: the permission request it holds is
+    # cancelled with one `$/cancel_request` naming the id the wrapper gave it, and the
+    # turn ends by the cancel. (The child numbers its requests as the wrapper does, so
+    # the child's own id would look the same here: that it is not passed on is pinned
+    # by the test above, where the editor answered.)
+    model = write_script(tmp_path / "script.json", {"toolCalls": [
+        {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]})
+    policy = ClientPolicy(hang_permissions=True)
+    async with WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner-store", model),
+                              policy=policy) as editor:
+        await editor.initialize()
+        sid = await editor.new_session(work)
+        async with anyio.create_task_group() as tg:
+            answer = editor.prompt_soon(tg, sid, "write it")
+            await editor.wait_for(lambda: bool(policy.asked))
+            await editor.notify("session/cancel", {"sessionId": sid})
+        await editor.wait_for(lambda: any(m.get("method") == "$/cancel_request"
+                                          for d, m in editor.transcript if d == "<-"))
+        await anyio.sleep(0.2)  # a second one, if any, would be on its way by now
+    (asked,) = [m for d, m in editor.transcript if d == "<-" and m.get("method") == "session/request_permission"]
+    cancels = [m["params"] for d, m in editor.transcript if d == "<-" and m.get("method") == "$/cancel_request"]
+    assert cancels == [{"requestId": asked["id"]}]
+    assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
+    assert not (work / "out.txt").exists()
+    assert editor.returncode == 0
