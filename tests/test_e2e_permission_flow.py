@@ -194,10 +194,11 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
     assert ends == [{"kind": "cancelled", "by": by}] * ROUNDS
 
 
-async def test_a_cancel_request_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, work: Path) -> None:
-    # The reader handles `$/cancel_request` itself only for a request in flight; one
-    # read with its prompt, whose task has not started, is left to a task that runs
-    # after the prompt's has: the prompt still ends cancelled.
+@pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])
+async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, work: Path, by: str) -> None:
+    # The reader handles a cancel itself only for a prompt already running; one read
+    # with its prompt, whose task has not started, is left to a task that runs after
+    # the prompt's has: the prompt still ends cancelled, by that cancel.
     model = write_script(tmp_path / "script.json", WRITE)
     policy = ClientPolicy(hang_permissions=True)
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
@@ -205,10 +206,11 @@ async def test_a_cancel_request_in_the_write_of_its_prompt_cancels_it(tmp_path: 
         sid = await agent.new_session(work)
         prompt = {"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
                   "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write it"}]}}
-        cancel = {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "p"}}
+        cancel = {"jsonrpc": "2.0", "method": by,
+                  "params": {"sessionId": sid} if by == "session/cancel" else {"requestId": "p"}}
         agent._requested["p"] = "session/prompt"  # its answer is schema-checked as a prompt's
         await agent.send_raw(orjson.dumps(prompt) + b"\n" + orjson.dumps(cancel) + b"\n")
         await agent.wait_for(lambda: any(d == "<-" and m.get("id") == "p" for d, m in agent.transcript))
         (answer,) = [m for d, m in agent.transcript if d == "<-" and m.get("id") == "p"]
-    assert answer["result"]["stopReason"] == "cancelled"
+    assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": by}
     assert not (work / "out.txt").exists()

@@ -107,16 +107,22 @@ class Agent:
             return False
         return self._connection().cancel_incoming(params["requestId"])
 
-    def cancel_now(self, params: Any) -> None:
+    def cancel_now(self, params: Any) -> bool | None:
         if not isinstance(params, dict):
             log.info("session/cancel ignored: params must be an object")
-            return
+            return None
         try:
             check_params("session/cancel", params)
         except RpcError as exc:  # a notification: nobody to answer
             log.info("session/cancel ignored: %s", exc.message)
-            return
+            return None
+        live = self.sessions.get(params["sessionId"])
+        if live is None or not live.runner.running:
+            # Left to a task, as any notification: a prompt read in the same write has
+            # not started yet, and its task runs first.
+            return False
         self._cancel(params["sessionId"])
+        return None
 
     async def serve(self, conn_factory: Callable[[Agent], Connection]) -> None:
         async with anyio.create_task_group() as tg:
