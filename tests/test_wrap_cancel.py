@@ -135,3 +135,31 @@ async def test_a_cancel_with_the_permission_unanswered_cancels_it_at_the_editor_
     assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
     assert not (work / "out.txt").exists()
     assert editor.returncode == 0
+
+
+@pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])
+async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, work: Path, by: str) -> None:
+    # A cancel read with its prompt, before the prompt's task has started, is left to
+    # a task (that runs after the prompt's has): the prompt still ends cancelled by it,
+    # and nothing is written.
+    model = write_script(tmp_path / "script.json", {"toolCalls": [
+        {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]})
+    policy = ClientPolicy(hang_permissions=True)
+    async with WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner-store", model),
+                              policy=policy) as editor:
+        await editor.initialize()
+        sid = await editor.new_session(work)
+        prompt = {"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
+                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write it"}]}}
+        cancel = {"jsonrpc": "2.0", "method": by,
+                  "params": {"sessionId": sid} if by == "session/cancel" else {"requestId": "p"}}
+        editor._requested["p"] = "session/prompt"  # its answer is schema-checked as a prompt's
+        await editor.send_raw(orjson.dumps(prompt) + b"\n" + orjson.dumps(cancel) + b"\n")
+        await editor.wait_for(lambda: any(d == "<-" and m.get("id") == "p" for d, m in editor.transcript))
+        (answer,) = [m for d, m in editor.transcript if d == "<-" and m.get("id") == "p"]
+    assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": by}
+    # The editor is not asked about a turn it cancelled (a permission request the child
+    # makes after our session/cancel is answered `cancelled` by the wrapper).
+    assert policy.asked == []
+    assert not (work / "out.txt").exists()
+    assert editor.returncode == 0
