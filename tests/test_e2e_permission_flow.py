@@ -142,12 +142,14 @@ def _wire_shape(messages: list[Any]) -> list[Any]:
 
 
 @pytest.mark.parametrize("cancel_first", [True, False], ids=["cancel-then-answer", "answer-then-cancel"])
+@pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])
 async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_turn_one_way(
-        tmp_path: Path, work: Path, cancel_first: bool) -> None:
+        tmp_path: Path, work: Path, cancel_first: bool, by: str) -> None:
     # ACP tells a client to answer its open permission requests `cancelled` after it
     # sends session/cancel: both arrive together. Whichever the agent's reader handles
-    # first, the session/cancel wins, no `$/cancel_request` goes out for a request the
-    # client has answered, and every round leaves the same wire and the same log.
+    # first, the cancel wins, no `$/cancel_request` goes out for a request the client
+    # has answered, and every round leaves the same wire and the same log. The same
+    # for a client that cancels the prompt by its request id (`$/cancel_request`).
     steps = [{"toolCalls": [{"id": f"w{n}", "name": "write_file",
                              "arguments": {"path": "out.txt", "content": "hi\n"}}]} for n in range(ROUNDS)]
     model = write_script(tmp_path / "script.json", *steps)
@@ -163,18 +165,19 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
         sid = await agent.new_session(work)
         for n in range(ROUNDS):
             async with anyio.create_task_group() as tg:
-                answer = agent.prompt_soon(tg, sid, "write it")
+                answer = agent.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
                 await agent.wait_for(asked_times(n + 1))
                 start = len(agent.transcript)
                 (asked,) = [m for d, m in agent.transcript if d == "<-"
                             and m.get("method") == "session/request_permission"][n:]
-                cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+                cancel = {"jsonrpc": "2.0", "method": by, "params": {"sessionId": sid} if by == "session/cancel"
+                          else {"requestId": f"prompt-{n}"}}
                 reply = {"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}}
                 pair = [cancel, reply] if cancel_first else [reply, cancel]
                 agent.transcript.extend(("->", m) for m in pair)
                 await agent.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
             assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
-                "turn": n + 1, "reason": {"kind": "cancelled", "by": "session/cancel"}}}}, f"round {n}"
+                "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
             rounds.append(_wire_shape([m for d, m in agent.transcript[start:] if d == "<-"]))
     assert agent.returncode == 0
     assert not (work / "out.txt").exists()
@@ -188,4 +191,26 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
     results = [e["data"] for e in events if e["type"] == "tool/result"]
     assert len(results) == ROUNDS and not any("permission" in r for r in results)
     ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
-    assert ends == [{"kind": "cancelled", "by": "session/cancel"}] * ROUNDS
+    assert ends == [{"kind": "cancelled", "by": by}] * ROUNDS
+
+
+@pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])
+async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, work: Path, by: str) -> None:
+    # The reader handles a cancel itself only for a prompt already running; one read
+    # with its prompt, whose task has not started, is left to a task that runs after
+    # the prompt's has: the prompt still ends cancelled, by that cancel.
+    model = write_script(tmp_path / "script.json", WRITE)
+    policy = ClientPolicy(hang_permissions=True)
+    async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        prompt = {"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
+                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write it"}]}}
+        cancel = {"jsonrpc": "2.0", "method": by,
+                  "params": {"sessionId": sid} if by == "session/cancel" else {"requestId": "p"}}
+        agent._requested["p"] = "session/prompt"  # its answer is schema-checked as a prompt's
+        await agent.send_raw(orjson.dumps(prompt) + b"\n" + orjson.dumps(cancel) + b"\n")
+        await agent.wait_for(lambda: any(d == "<-" and m.get("id") == "p" for d, m in agent.transcript))
+        (answer,) = [m for d, m in agent.transcript if d == "<-" and m.get("id") == "p"]
+    assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": by}
+    assert not (work / "out.txt").exists()

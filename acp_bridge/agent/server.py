@@ -32,7 +32,7 @@ from acp_bridge.agent.settlement import TurnFailed, settle
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
 from acp_bridge.rpc.connection import Connection, current_request_id
-from acp_bridge.rpc.protocol import RpcError, invalid_params, request_key
+from acp_bridge.rpc.protocol import RpcError, invalid_params, is_id, request_key
 from session import SessionLog, SessionNotFoundError, StoreIOError, validate_session_id
 
 if TYPE_CHECKING:
@@ -69,23 +69,38 @@ class Agent:
         }
         return {name: _checked(name, fn) for name, fn in table.items()}
 
-    def inline(self) -> dict[str, Callable[[Any], None]]:
+    def inline(self) -> dict[str, Callable[[Any], bool | None]]:
         """Notifications the connection's reader handles itself, as it reads them: a
-        `session/cancel` takes effect before the reader takes the next message (the
-        client's `cancelled` answer to a permission request, which ACP has it send
-        right after), so the cancel wins however the two are read (docs/protocol.md)."""
-        return {"session/cancel": self.cancel_now}
+        `session/cancel` or `$/cancel_request` takes effect before the reader takes the
+        next message (the client's `cancelled` answer to a permission request, which ACP
+        has it send right after), so the cancel wins however the two are read
+        (docs/protocol.md)."""
+        return {"session/cancel": self.cancel_now, "$/cancel_request": self.cancel_request_now}
 
-    def cancel_now(self, params: Any) -> None:
+    def cancel_request_now(self, params: Any) -> bool:
+        """`$/cancel_request` of a request in flight, in the reader. False (a task then
+        handles it, as any notification) for anything else: a request read in the same
+        write, whose task has not started yet, is cancelled there once it has."""
+        if not isinstance(params, dict) or not is_id(params.get("requestId")):
+            return False
+        return self._connection().cancel_incoming(params["requestId"])
+
+    def cancel_now(self, params: Any) -> bool | None:
         if not isinstance(params, dict):
             log.info("session/cancel ignored: params must be an object")
-            return
+            return None
         try:
             check_params("session/cancel", params)
         except RpcError as exc:  # a notification: nobody to answer
             log.info("session/cancel ignored: %s", exc.message)
-            return
+            return None
+        live = self.sessions.get(params["sessionId"])
+        if live is None or not live.runner.running:
+            # Left to a task, as any notification: a prompt read in the same write has
+            # not started yet, and its task runs first.
+            return False
         self._cancel(params["sessionId"])
+        return None
 
     async def serve(self, conn_factory: Callable[[Agent], Connection]) -> None:
         async with anyio.create_task_group() as tg:

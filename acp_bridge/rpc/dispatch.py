@@ -4,7 +4,7 @@ library's public API only.
 Importing `jsonrpcserver` runs its package `__init__`, which loads jsonschema and an
 http.server we never use (~55 ms and ~6 MB of RSS here). So the connection imports this
 module in a worker thread after the `initialize` answer is queued
-(acp_bridge.rpc.connection, `_import_dispatcher`), never on the start-up path.
+(acp_bridge.rpc.incoming, `_import_dispatcher`), never on the start-up path.
 
 Each request is answered by `jsonrpcserver.dispatch_to_serializable`, with its public
 `deserializer=` and `validator=` hooks: our messages are parsed already, and the

@@ -29,8 +29,8 @@ import anyio.abc
 from acp_bridge.agent.errors import PromptInProgressError
 from acp_bridge.agent.params import check_params
 from acp_bridge.agent.server import hand_off_in_threads
-from acp_bridge.rpc.connection import Connection, current_request_id
-from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError, request_key
+from acp_bridge.rpc.connection import Connection, Inline, current_request_id
+from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError, is_id, request_key
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.link import ChildLink, obj
 from acp_bridge.wrap.seed import quiet_while_seeding, seed
@@ -80,6 +80,28 @@ class WrapAgent:
             "session/cancel": self.cancel, "$/cancel_request": self.cancel_request,
         }
         return {name: _checked(name, fn) for name, fn in table.items()}
+
+    def inline(self) -> dict[str, Inline]:
+        """The editor's cancels, handled in its connection's reader as they are read:
+        a cancel takes effect before the permission answer read behind it (or with
+        it), so what is recorded and passed on does not depend on which task runs
+        first (docs/wrap.md, "Cancel and a permission answer"). What they cannot act on
+        at once (no running prompt yet) goes to a task, as any notification."""
+        return {"session/cancel": self.cancel_now, "$/cancel_request": self.cancel_request_now}
+
+    def cancel_now(self, params: Any) -> bool:
+        if not isinstance(params, dict) or not isinstance(params.get("sessionId"), str):
+            return False  # the task's params check answers for it
+        ws = self.sessions.ours.get(params["sessionId"])
+        if ws is None or ws.recorder is None:
+            return False
+        self._cancel_turn(ws, "session/cancel", params)
+        return True
+
+    def cancel_request_now(self, params: Any) -> bool:
+        if not isinstance(params, dict) or not is_id(params.get("requestId")):
+            return False
+        return self._editor().cancel_incoming(params["requestId"])
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Spawn the child (OSError if it cannot be)."""
@@ -197,10 +219,17 @@ class WrapAgent:
                 f"session {sid} is not open in this agent: use session/load or session/resume", session_id=sid)
         return ws
 
-    def _cancel_turn(self, ws: WrappedSession, by: str) -> None:
+    def _cancel_turn(self, ws: WrappedSession, by: str, params: dict[str, Any] | None = None) -> None:
+        """The editor cancelled `ws`'s running turn: the child is told (`params`: the
+        editor's session/cancel, passed on as it came), and the child's permission
+        requests waiting on the editor stop waiting (answered `cancelled`, without
+        recording; `$/cancel_request` to the editor for one it has not answered)."""
         ws.cancelled_by = ws.cancelled_by or by
+        ws.cancelling = True
+        for scope in ws.asking:
+            scope.cancel()
         if self.link is not None and ws.child_sid is not None and ws.generation == self.link.generation:
-            self.link.notify("session/cancel", {"sessionId": ws.child_sid})
+            self.link.notify("session/cancel", {**(params or {}), "sessionId": ws.child_sid})
 
     # --- the editor's methods --------------------------------------------------------
 
@@ -311,9 +340,7 @@ class WrapAgent:
         if ws is None or ws.recorder is None:
             log.info("session/cancel for %s: no running prompt", sessionId)
             return
-        ws.cancelled_by = ws.cancelled_by or "session/cancel"
-        if self.link is not None and ws.child_sid is not None and ws.generation == self.link.generation:
-            self.link.notify("session/cancel", {**rest, "sessionId": ws.child_sid})
+        self._cancel_turn(ws, "session/cancel", {**rest, "sessionId": sessionId})
 
     async def cancel_request(self, requestId: Any, **_: Any) -> None:
         if not self._editor().cancel_incoming(requestId):

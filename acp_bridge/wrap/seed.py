@@ -22,7 +22,7 @@ import anyio
 
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
-from acp_bridge.wrap.link import ChildLink, obj
+from acp_bridge.wrap.link import ChildLink, obj, permission_cancelled
 from acp_bridge.wrap.sessions import SessionMap, WrappedSession
 from session import SessionStore
 from session.events import Event
@@ -157,7 +157,7 @@ def quiet_while_seeding(fallback_for: Callable[[ChildLink], Fallback],
             if not is_request:
                 return None
             if method == "session/request_permission":
-                return {"outcome": {"outcome": "cancelled"}}
+                return permission_cancelled()
             raise RpcError(INTERNAL_ERROR, f"{method} is not available while acp-bridge seeds the session",
                            {"code": "seeding"})
 

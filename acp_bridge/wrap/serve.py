@@ -35,7 +35,7 @@ def serve(args: argparse.Namespace) -> int:
     def connect(agent: WrapAgent) -> Connection:
         return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof,
                           on_cancel_request=agent.on_cancel_request, error_for=to_rpc_error,
-                          before_write=agent.before_write, fallback=agent.forward)
+                          before_write=agent.before_write, fallback=agent.forward, inline=agent.inline())
 
     async def main() -> int:
         async with anyio.create_task_group() as tg:

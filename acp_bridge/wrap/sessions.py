@@ -45,6 +45,10 @@ class WrappedSession:
     mode: str | None = None  # the child's current mode, as it last said
     recorder: TurnRecorder | None = None  # the running turn's
     cancelled_by: str | None = None  # how the editor cancelled the running turn
+    # The editor cancelled the running turn (session/cancel, $/cancel_request, close):
+    # the child's permission requests of the turn are answered `cancelled` (docs/wrap.md).
+    cancelling: bool = False
+    asking: set[anyio.CancelScope] = field(default_factory=set)  # its permission requests at the editor
     stopping: anyio.CancelScope | None = None  # the running prompt's wait on the child
     restoring: bool = False  # the child is replaying to us (or seeded): kept from the editor
     seeding: bool = False  # the wrapper's own seed prompt runs (acp_bridge.wrap.seed)

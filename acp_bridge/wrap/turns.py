@@ -43,7 +43,7 @@ async def run_prompt(ws: WrappedSession, prompt: list[Any], rest: dict[str, Any]
     if ws.recorder is not None:
         raise PromptInProgressError(ws.id)
     recorder = TurnRecorder(ws.log.tracker.turn + 1, agent=agent, mode=ws.mode)
-    ws.recorder, ws.cancelled_by = recorder, None
+    ws.recorder, ws.cancelled_by, ws.cancelling = recorder, None, False
     result: dict[str, Any] = {}
     try:
         link, child_sid = await child_session(ws)  # a dead child is restarted first

@@ -10,24 +10,28 @@
 - Its requests (`session/request_permission`, `fs/*`, `terminal/*`, extension methods)
   are re-issued to the editor with our ids once the log is durable (a permission, a
   file write or a command may be the last thing before a crash), and answered back
-  with the editor's result or error. A permission's outcome is recorded on the turn.
+  with the editor's result or error. A permission's outcome is recorded on the turn,
+  unless the editor cancelled the turn before its answer was acted on: the child is
+  then answered `cancelled` and nothing is recorded (docs/wrap.md, "Cancel and a
+  permission answer").
   If the child dies meanwhile, the request to the editor is cancelled
   (`$/cancel_request`).
-- Its other notifications go to the editor as they are, the session id mapped.
+- Its other notifications go to the editor as they are, the session id mapped (not its
+  `$/cancel_request`, which names its own id: acp_bridge.wrap.link handles it).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
 
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import ChildLink, relayed
+from acp_bridge.wrap.link import ChildLink, permission_cancelled, relayed
 from acp_bridge.wrap.record import wrapped_update
 from acp_bridge.wrap.sessions import SessionMap, WrappedSession
 
@@ -112,19 +116,39 @@ class ChildSide:
         if not is_request:
             editor.notify(method, out)
             return None
-        if ws is not None and not ws.log.closed:
-            # Durable before the editor acts on it (docs/wrap.md, DESIGN.md section 3).
-            await anyio.to_thread.run_sync(ws.log.sync)
 
         async def ask() -> Any:
+            if ws is not None and not ws.log.closed:
+                # Durable before the editor acts on it (docs/wrap.md, DESIGN.md section 3).
+                await anyio.to_thread.run_sync(ws.log.sync)
             try:
                 return await editor.request(method, out)
             except ClientError as exc:
                 raise relayed(exc) from None
 
-        result = await link.guarded(ask)
-        if method == "session/request_permission" and ws is not None:
-            self._permission(ws, params, result)
+        if method == "session/request_permission" and ws is not None and ws.recorder is not None:
+            return await self._ask_permission(ws, link, params, ask)
+        return await link.guarded(ask)
+
+    async def _ask_permission(self, ws: WrappedSession, link: ChildLink, params: dict[str, Any],
+                              ask: Callable[[], Awaitable[Any]]) -> Any:
+        """A permission request of the running turn: the editor's answer, recorded,
+        unless the editor cancelled the turn before that answer was acted on (its
+        cancel read first, or in the same read: the reader handles it at once, and
+        this task runs after). The child is then answered `cancelled`, as ACP has a
+        client answer the permission requests of a cancelled turn, and nothing is
+        recorded: the cancel wins, as in our own agent (docs/wrap.md)."""
+        if ws.cancelling:
+            return permission_cancelled()
+        with anyio.CancelScope() as scope:
+            ws.asking.add(scope)
+            try:
+                result = await link.guarded(ask)
+            finally:
+                ws.asking.discard(scope)
+        if scope.cancelled_caught or ws.cancelling:
+            return permission_cancelled()
+        self._permission(ws, params, result)
         return result
 
     @staticmethod
