@@ -183,14 +183,14 @@ async def test_a_server_that_cannot_start_is_named_and_the_session_goes_on(tmp_p
 
 async def test_a_server_that_never_answers_initialize_times_out(tmp_path: Path, work: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACP_BRIDGE_MCP_START_TIMEOUT", "1")
+    monkeypatch.setenv("ACP_BRIDGE_MCP_START_TIMEOUT", "0.3")  # short: the suite waits it out
     pid_file = tmp_path / "pid"
     mute = {"name": "mute", "command": "/bin/sh", "args": ["-c", f"echo $$ > {pid_file}; exec sleep 600"], "env": []}
     async with AgentProcess(tmp_path / "store") as agent:
         with anyio.fail_after(15):
             _, result = await open_session(agent, work, mute)
         (status,) = result["_meta"]["acpBridge"]["mcpServers"]
-        assert status["error"] == "MCP server 'mute' did not start within 1 s"
+        assert status["error"] == "MCP server 'mute' did not start within 0.3 s"
         assert wait_gone([int(pid_file.read_text())]) == []  # not left running
 
 
@@ -214,7 +214,7 @@ async def test_a_crash_mid_call_is_a_tool_error_and_the_next_call_starts_it_agai
 
 async def test_a_frozen_server_times_out_and_the_session_goes_on(tmp_path: Path, work: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACP_BRIDGE_MCP_CALL_TIMEOUT", "1")
+    monkeypatch.setenv("ACP_BRIDGE_MCP_CALL_TIMEOUT", "0.3")  # short: the suite waits it out
     model = write_script(tmp_path / "m.json", call("f", "t__freeze"), {"text": "frozen"}, {"text": "next turn"})
     async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=["allow_once"])) as agent:
         sid, _ = await open_session(agent, work, test_server())
@@ -222,7 +222,7 @@ async def test_a_frozen_server_times_out_and_the_session_goes_on(tmp_path: Path,
             assert (await agent.prompt(sid, "freeze"))["stopReason"] == "end_turn"
         assert (await agent.prompt(sid, "still there?"))["stopReason"] == "end_turn"
     data = result_of(loaded_events(tmp_path / "store", sid), "f")
-    assert data["isError"] and text_of(data) == "MCP server 't' did not answer freeze within 1 s"
+    assert data["isError"] and text_of(data) == "MCP server 't' did not answer freeze within 0.3 s"
     assert data["error"]["code"] == "mcp_timeout"
 
 
