@@ -13,7 +13,6 @@ included), so the permission request's `toolCall` must not carry `pending` again
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import orjson
 import pytest
 
 from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
+from tests.support.cancel_race import asked_times, permission_rounds_script, wire_shape
 from tests.support.logs import loaded_events
 
 pytestmark = pytest.mark.anyio
@@ -124,23 +124,6 @@ async def test_a_session_cancel_during_the_permission_reports_the_call_not_run(t
 ROUNDS = 12
 
 
-def _wire_shape(messages: list[Any]) -> list[Any]:
-    """What the agent sent for one round, ids and times left out."""
-    shape: list[Any] = []
-    for message in messages:
-        if message.get("method") == "session/update":
-            update = dict(message["params"]["update"])
-            update.pop("toolCallId", None)
-            update.pop("rawInput", None)
-            update.get("_meta", {}).get("acpBridge", {}).pop("turn", None)
-            shape.append(update)
-        elif "method" in message:
-            shape.append({"method": message["method"]})
-        else:  # the prompt's answer: checked round by round
-            shape.append({"answer": message["result"]["stopReason"]})
-    return shape
-
-
 @pytest.mark.parametrize("cancel_first", [True, False], ids=["cancel-then-answer", "answer-then-cancel"])
 @pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])
 async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_turn_one_way(
@@ -150,15 +133,10 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
     # first, the cancel wins, no `$/cancel_request` goes out for a request the client
     # has answered, and every round leaves the same wire and the same log. The same
     # for a client that cancels the prompt by its request id (`$/cancel_request`).
-    steps = [{"toolCalls": [{"id": f"w{n}", "name": "write_file",
-                             "arguments": {"path": "out.txt", "content": "hi\n"}}]} for n in range(ROUNDS)]
-    model = write_script(tmp_path / "script.json", *steps)
+    model = permission_rounds_script(tmp_path / "script.json", ROUNDS)
     store = tmp_path / "store"
     policy = ClientPolicy(hang_permissions=True)  # the test answers, with the cancel
     rounds: list[list[Any]] = []
-
-    def asked_times(count: int) -> Callable[[], bool]:
-        return lambda: len(policy.asked) == count
 
     async with AgentProcess(store, model=model, policy=policy) as agent:
         await agent.initialize()
@@ -166,7 +144,7 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
         for n in range(ROUNDS):
             async with anyio.create_task_group() as tg:
                 answer = agent.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
-                await agent.wait_for(asked_times(n + 1))
+                await agent.wait_for(asked_times(policy, n + 1))
                 start = len(agent.transcript)
                 (asked,) = [m for d, m in agent.transcript if d == "<-"
                             and m.get("method") == "session/request_permission"][n:]
@@ -178,7 +156,7 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
                 await agent.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
             assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
                 "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
-            rounds.append(_wire_shape([m for d, m in agent.transcript[start:] if d == "<-"]))
+            rounds.append(wire_shape([m for d, m in agent.transcript[start:] if d == "<-"]))
     assert agent.returncode == 0
     assert not (work / "out.txt").exists()
     first = rounds[0]

@@ -13,7 +13,6 @@ request it answered. Every round leaves the same wire and the same two logs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +21,13 @@ import orjson
 import pytest
 
 from tests.support.acp_client import ClientPolicy, write_script
+from tests.support.cancel_race import asked_times, permission_rounds_script, wire_shape
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess, serve_command
 
 pytestmark = pytest.mark.anyio
 
 ROUNDS = 6
-
-
-def wire_shape(messages: list[Any]) -> list[Any]:
-    """What the wrapper sent the editor in one round, ids and per-turn values left out."""
-    shape: list[Any] = []
-    for message in messages:
-        if message.get("method") == "session/update":
-            update = dict(message["params"]["update"])
-            for varying in ("toolCallId", "rawInput", "_meta"):
-                update.pop(varying, None)
-            shape.append(update)
-        elif "method" in message:
-            shape.append({"method": message["method"]})
-        else:
-            shape.append({"answer": message.get("result", {}).get("stopReason")})
-    return shape
 
 
 def stored_sessions(store: Path) -> list[str]:
@@ -54,15 +38,10 @@ def stored_sessions(store: Path) -> list[str]:
 @pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])
 async def test_the_editors_cancel_wins_over_its_permission_answer_in_either_order(
         tmp_path: Path, work: Path, cancel_first: bool, by: str) -> None:
-    steps = [{"toolCalls": [{"id": f"w{n}", "name": "write_file",
-                             "arguments": {"path": "out.txt", "content": "hi\n"}}]} for n in range(ROUNDS)]
-    model = write_script(tmp_path / "script.json", *steps)
+    model = permission_rounds_script(tmp_path / "script.json", ROUNDS)
     inner = tmp_path / "inner-store"
     policy = ClientPolicy(hang_permissions=True)  # the test answers, with the cancel
     rounds: list[list[Any]] = []
-
-    def asked_times(count: int) -> Callable[[], bool]:
-        return lambda: len(policy.asked) == count
 
     async with WrappedProcess(tmp_path / "store", serve_command(inner, model), policy=policy) as editor:
         await editor.initialize()
@@ -70,7 +49,7 @@ async def test_the_editors_cancel_wins_over_its_permission_answer_in_either_orde
         for n in range(ROUNDS):
             async with anyio.create_task_group() as tg:
                 answer = editor.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
-                await editor.wait_for(asked_times(n + 1))
+                await editor.wait_for(asked_times(policy, n + 1))
                 start = len(editor.transcript)
                 (asked,) = [m for d, m in editor.transcript if d == "<-"
                             and m.get("method") == "session/request_permission"][n:]
@@ -85,7 +64,7 @@ async def test_the_editors_cancel_wins_over_its_permission_answer_in_either_orde
                 await editor.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
             assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
                 "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
-            rounds.append(wire_shape([m for d, m in editor.transcript[start:] if d == "<-"]))
+            rounds.append(wire_shape([m for d, m in editor.transcript[start:] if d == "<-"], drop_meta=True))
     assert editor.returncode == 0
     assert not (work / "out.txt").exists()
     first = rounds[0]
