@@ -10,7 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 
-class SessionError(Exception):
+class AcpBridgeError(Exception):
+    """The base of every error acp-bridge raises on purpose. It is defined here, in the
+    lowest layer, so that the persistence layer's family shares it; the whole tree is
+    documented, and the rest of it defined, in acp_bridge/errors.py."""
+
+
+class SessionError(AcpBridgeError):
     """Base of every error raised by `session/`."""
 
     code: str = "session_error"

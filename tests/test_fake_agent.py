@@ -136,8 +136,12 @@ def test_settings_and_unknown_methods_are_answered_with_json_rpc_errors(tmp_path
         assert option["error"]["code"] == -32602 and "the recording has mode, model" in option["error"]["message"]
         value, _ = client.request("session/set_config_option", {"sessionId": sid, "configId": "mode", "value": "x"})
         assert value["error"]["data"]["field"] == "value"
-        gone, _ = client.request("session/prompt", {"sessionId": "nope", "prompt": text("hi")})
-        assert gone["error"]["code"] == -32002
+        gone, _ = client.request("session/prompt", {"sessionId": "0a0b0c0d-0000-4000-8000-00000000dead",
+                                                    "prompt": text("hi")})
+        assert gone["error"]["code"] == -32002 and "is not open in the fake agent" in gone["error"]["message"]
+        # A malformed id is refused as the agent refuses it (one host: issue 22).
+        bad, _ = client.request("session/prompt", {"sessionId": "nope", "prompt": text("hi")})
+        assert bad["error"]["code"] == -32602 and bad["error"]["data"]["field"] == "sessionId"
         closed, _ = client.request("session/close", {"sessionId": sid})
         assert closed["result"] == {}
     finally:
@@ -152,3 +156,27 @@ def test_an_option_kind_is_read_from_its_id() -> None:
     theirs = permission_options({"outcome": "selected", "optionId": "deny-forever"})
     assert len(theirs) == 4 and theirs[-1] == {"optionId": "deny-forever", "name": "deny-forever",
                                                "kind": "reject_always"}  # ours have none of its kind
+
+
+def test_a_second_prompt_while_one_runs_is_refused_as_the_agent_refuses_it(tmp_path: Path) -> None:
+    # One host (issue 22): the fake agent said -32602 here, our agent -32001.
+    client = FakeAgentClient(RECORDED / "cancel" / "session.jsonl")
+    try:
+        client.request("initialize", {"protocolVersion": 1})
+        new, _ = client.request("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        sid = new["result"]["sessionId"]
+        client.send({"jsonrpc": "2.0", "id": "first", "method": "session/prompt",
+                     "params": {"sessionId": sid, "prompt": text("Count to ten, slowly.")}})
+        # The recorded turn was cancelled by the client: it streams, then waits for a cancel.
+        second, seen = client.request("session/prompt", {"sessionId": sid, "prompt": text("Write out.txt")})
+        assert second["error"]["code"] == -32001 and second["error"]["data"]["code"] == "prompt_in_progress"
+        assert not any(m.get("id") == "first" for m in seen)  # the first is still running
+        again, _ = client.request("session/load", {"sessionId": sid, "cwd": str(tmp_path), "mcpServers": []})
+        assert again["error"]["code"] == -32001
+        client.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+        assert client.proc.stdout is not None
+        while (message := orjson.loads(client.proc.stdout.readline())).get("id") != "first":
+            pass
+        assert message["result"]["stopReason"] == "cancelled"
+    finally:
+        assert client.close() == 0

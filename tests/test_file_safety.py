@@ -23,6 +23,7 @@ import pytest
 
 from acp_bridge.agent.client_services import AcpClientServices
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.errors import ToolError
 from acp_bridge.models.script import ScriptModel
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.tools.base import (
@@ -31,7 +32,6 @@ from acp_bridge.tools.base import (
     PermissionRequest,
     Tool,
     ToolContext,
-    ToolError,
     ToolOutcome,
 )
 from acp_bridge.tools.files import EditFile, ReadFile, WriteFile

@@ -12,7 +12,7 @@ import anyio
 import orjson
 import pytest
 
-from acp_bridge.agent.errors import to_rpc_error
+from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.connection import Connection, current_request_id
 from acp_bridge.rpc.protocol import UPDATE_HEAD, RpcError, invalid_params, valid_envelope
 
@@ -302,9 +302,13 @@ async def test_dispatch_answers_as_jsonrpcserver_does(message: Any) -> None:
 
 
 async def needs_session(**params: Any) -> Any:
-    from acp_bridge.agent.params import check_params
+    from acp_bridge.host.errors import to_rpc_error
+    from acp_bridge.host.params import check_params
 
-    check_params("session/close", params)
+    try:
+        check_params("session/close", params)
+    except Exception as exc:
+        raise to_rpc_error(exc) from None  # as a host's connection converts it
     return "closed"
 
 
@@ -355,9 +359,13 @@ async def test_a_request_whose_id_can_be_read_is_answered_with_it(message: Any, 
 @pytest.mark.anyio
 async def test_initialize_with_null_params_is_checked_before_jsonrpcserver_loads() -> None:
     async def initialize(**params: Any) -> Any:
-        from acp_bridge.agent.params import check_params
+        from acp_bridge.host.errors import to_rpc_error
+        from acp_bridge.host.params import check_params
 
-        check_params("initialize", params)
+        try:
+            check_params("initialize", params)
+        except Exception as exc:
+            raise to_rpc_error(exc) from None  # as a host's connection converts it
         return {"protocolVersion": 1}
 
     conn, reader, writer = connection({"initialize": initialize})

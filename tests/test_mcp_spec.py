@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from acp_bridge.agent import permissions
-from acp_bridge.agent.params import check_params
-from acp_bridge.rpc.protocol import RpcError
+from acp_bridge.errors import InvalidParamsError
+from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.params import check_params
+from acp_bridge.tools import permissions
 from acp_bridge.tools.mcp_spec import (
     McpServerSpec,
     acp_block,
@@ -116,9 +117,9 @@ def test_what_the_schema_accepts_the_params_check_accepts(server: dict[str, Any]
 def test_what_the_schema_refuses_the_params_check_refuses(server: dict[str, Any]) -> None:
     with pytest.raises(Exception):  # noqa: B017  (the schema validator's own error type)
         validate_def("McpServer", server)
-    with pytest.raises(RpcError) as caught:
+    with pytest.raises(InvalidParamsError) as caught:
         check_params("session/new", {"cwd": "/w", "mcpServers": [server]})
-    assert caught.value.code == -32602
+    assert to_rpc_error(caught.value).code == -32602
 
 
 @pytest.mark.parametrize(("mode", "fresh", "always"), [("ask", "ask", "allow"), ("accept_edits", "ask", "allow"),

@@ -15,10 +15,11 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from acp_bridge.agent.settings import choice_for, config_options
-from acp_bridge.agent.updates import UpdateContext, updates_for
-from acp_bridge.models import ModelSpecError
+from acp_bridge.agent.engine import config_options
+from acp_bridge.errors import ModelSpecError
+from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.models.catalog import ModelEntry, parse_spec, parse_specs
+from acp_bridge.models.options import choice_for
 from session import Event, check_invariants
 from session.errors import InvariantError
 from session.repair import interrupted_turn_closers

@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from acp_bridge.content import blocks_text
+from acp_bridge.errors import ModelSpecError
 from acp_bridge.models import (
     Finish,
     ModelChunk,
     ModelRequest,
-    ModelSpecError,
     ReasoningDelta,
     TextDelta,
     ToolCallChunk,

@@ -320,7 +320,7 @@ def test_load_streams_in_bounded_blocks(pg_dsn: str, monkeypatch: pytest.MonkeyP
 
 
 def test_list_pages_through_thousands_of_sessions(pg_dsn: str) -> None:
-    from acp_bridge.agent.listing import LIST_PAGE, list_page
+    from acp_bridge.host.listing import LIST_PAGE, list_page
 
     store = SessionStore(open_backend("postgres", pg_dsn))
     store.create(cwd="/w").close()  # the schema

@@ -15,10 +15,10 @@ import anyio
 import orjson
 import pytest
 
+from acp_bridge.errors import ModelSpecError
 from acp_bridge.models import (
     Finish,
     ModelRequest,
-    ModelSpecError,
     ReasoningDelta,
     TextDelta,
     ToolCallChunk,

@@ -12,7 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from acp_bridge.models import ModelSpecError, load_model
+from acp_bridge.errors import ModelSpecError
+from acp_bridge.models import load_model
 from acp_bridge.models.catalog import ModelEntry, parse_spec
 from acp_bridge.models.recording import read_recording
 from acp_bridge.models.replay import ReplayModel

@@ -12,10 +12,10 @@ import anyio
 import orjson
 import pytest
 
-from acp_bridge.agent.errors import PromptInProgressError
 from acp_bridge.agent.runner import TurnRunner
 from acp_bridge.agent.tool_calls import ProgressSink
-from acp_bridge.agent.updates import SessionUpdate, UpdateContext, updates_for
+from acp_bridge.errors import PromptInProgressError
+from acp_bridge.host.updates import SessionUpdate, UpdateContext, updates_for
 from acp_bridge.models import Model
 from acp_bridge.models.echo import EchoModel
 from acp_bridge.models.script import ScriptModel
@@ -234,7 +234,7 @@ def test_permission_outcome_recorded_and_always_remembered(workdir: Path) -> Non
     assert request.kind == "edit" and request.content[0]["type"] == "diff"
     # Remembered across a reload too (recovered from the log).
     loaded = h.store.load(h.log.id)
-    from acp_bridge.agent import permissions
+    from acp_bridge.tools import permissions
 
     assert permissions.remembered_always(loaded.log.events) == {"write_file"}
     loaded.log.close()

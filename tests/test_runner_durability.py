@@ -17,7 +17,6 @@ import pytest
 
 from acp_bridge.agent import turn_writer
 from acp_bridge.agent.runner import TurnRunner
-from acp_bridge.agent.turn_writer import TurnWriter
 from acp_bridge.models import Finish, ModelChunk, ModelRequest, TextDelta
 from acp_bridge.models.echo import EchoModel
 from acp_bridge.models.script import ScriptModel
@@ -128,14 +127,14 @@ def test_big_commits_and_commits_beside_other_turns_go_to_a_worker_thread(
     async def main() -> None:
         runner = TurnRunner(log, model, None)  # type: ignore[arg-type]
         await runner.prompt([{"type": "text", "text": words}])  # a step of 74 chunks
-        TurnWriter.running_turns += 1  # as if a turn of another session were running
+        runner.tuning.running_turns += 1  # as if a turn of another session were running
         try:
             await runner.prompt([{"type": "text", "text": "hi"}])
         finally:
-            TurnWriter.running_turns -= 1
+            runner.tuning.running_turns -= 1
+        assert runner.tuning.running_turns == 0
 
     anyio.run(main)
     assert len(calls) == 2
     assert all(ident != threading.get_ident() for ident, _ in calls)
-    assert TurnWriter.running_turns == 0
     log.close()

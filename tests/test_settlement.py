@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from acp_bridge.agent.settlement import PromptAnswer, Settlement, TurnFailed, settle
+from acp_bridge.host.settlement import PromptAnswer, Settlement, TurnFailed, settle
 from acp_bridge.rpc.protocol import RpcError
 from session import Event
 from session.events import REASON_KINDS, Reason, reason

@@ -17,15 +17,8 @@ import orjson
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from acp_bridge.snapshot import (
-    ScenarioError,
-    SnapshotMismatch,
-    check,
-    load_scenario,
-    record,
-    replay,
-    scenario_folders,
-)
+from acp_bridge.errors import ScenarioError, SnapshotMismatch
+from acp_bridge.snapshot import check, load_scenario, record, replay, scenario_folders
 from acp_bridge.snapshot.driver import agent_env
 from acp_bridge.snapshot.harness import replay_spec
 from acp_bridge.snapshot.normalize import normalize_log, normalize_traffic

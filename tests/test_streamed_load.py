@@ -112,8 +112,8 @@ def test_read_stream_of_a_live_session(store: SessionStore) -> None:
 def test_replay_encoder_is_notify_update_byte_for_byte() -> None:
     import orjson
 
-    from acp_bridge.agent.replay import ReplayEncoder
-    from acp_bridge.agent.updates import UpdateContext, updates_for
+    from acp_bridge.host.replay import ReplayEncoder
+    from acp_bridge.host.updates import UpdateContext, updates_for
     from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
     from tests.support.logs import events_of
 
@@ -139,7 +139,8 @@ async def test_open_stored_restores_gc_and_switch_interval(store: SessionStore) 
     import gc
     import sys
 
-    from acp_bridge.agent.replay import open_stored
+    from acp_bridge.host.replay import open_stored
+    from acp_bridge.host.tuning import ProcessTuning
 
     sid, _ = open_turn_log(store)
     interval = sys.getswitchinterval()
@@ -150,15 +151,15 @@ async def test_open_stored_restores_gc_and_switch_interval(store: SessionStore) 
         assert not gc.isenabled() and sys.getswitchinterval() < interval  # tuned meanwhile
         sent.append(payload)
 
-    from acp_bridge.agent.replay import ReplayEncoder
+    from acp_bridge.host.replay import ReplayEncoder
 
-    opened = await open_stored(store, sid, budget=1 << 20, replay=(ReplayEncoder(sid, None), send))
+    opened = await open_stored(store, sid, sink=None, replay=(ReplayEncoder(sid, None), send), tuning=ProcessTuning())
     opened.log.close()
     assert sent and gc.isenabled() and sys.getswitchinterval() == interval
     # And after a refused load (the session is now locked by nobody; damage it).
     tamper.replace_event(store.backend, sid, 3, b"{}")
     with pytest.raises(SessionCorruptError):
-        await open_stored(store, sid, budget=1 << 20, replay=None)
+        await open_stored(store, sid, sink=None, replay=None, tuning=ProcessTuning())
     assert gc.isenabled() and sys.getswitchinterval() == interval
 
 

@@ -15,16 +15,9 @@ from typing import Any
 import anyio
 import pytest
 
+from acp_bridge.errors import ToolError
 from acp_bridge.tools import ALL_TOOLS, get_tool, tool_specs
-from acp_bridge.tools.base import (
-    JSON,
-    ExitStatus,
-    TerminalOutput,
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolOutcome,
-)
+from acp_bridge.tools.base import JSON, ExitStatus, TerminalOutput, Tool, ToolContext, ToolOutcome
 from acp_bridge.tools.command import RunCommand
 from acp_bridge.tools.files import MAX_DIR_ENTRIES, EditFile, ListDir, ReadFile, WriteFile
 from acp_bridge.tools.local import LocalServices

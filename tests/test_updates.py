@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from acp_bridge.agent.updates import (
+from acp_bridge.host.updates import (
     DEFAULT_CONTEXT_WINDOW,
     UpdateContext,
     call_progress,

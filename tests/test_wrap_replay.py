@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.wrap.record import Item, TurnRecorder, wrapped_update
 from session import Event, check_invariants, derive_messages, interrupted_turn_closers
 from session.repair import interrupted_text

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from acp_bridge.agent.errors import AuthRequiredError
+from acp_bridge.errors import AuthRequiredError
 from acp_bridge.models.base import Model
 from acp_bridge.models.catalog import ModelEntry
 

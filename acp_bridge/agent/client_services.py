@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from acp_bridge.agent import permissions
+from acp_bridge.errors import ToolError
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.protocol import ClientError
+from acp_bridge.tools import permissions
 from acp_bridge.tools.base import (
     ExitStatus,
     NotTextError,
@@ -22,7 +23,6 @@ from acp_bridge.tools.base import (
     PermissionRequest,
     Terminal,
     TerminalOutput,
-    ToolError,
 )
 from acp_bridge.tools.local import LocalServices
 

@@ -3,7 +3,7 @@ what the turn does to the client.
 
 The agent makes a stored session live on `session/new`, `session/load` and
 `session/resume`. From then on every event the runner writes is mapped to
-`session/update`s (acp_bridge.agent.updates) the moment it is in the log, a running
+`session/update`s (acp_bridge.host.updates) the moment it is in the log, a running
 tool's interim output goes out as `tool_call_update`s, and the first prompt names the
 session (`session_info_update`). The MCP servers the client passes are connected with
 it (`LiveSession.connect_mcp`; acp_bridge.tools.mcp_servers) and stopped when it closes. This module is imported with the first session, not
@@ -13,21 +13,23 @@ the local machine's services with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio.abc
 
-from acp_bridge.agent import permissions
 from acp_bridge.agent.client_services import AcpClientServices
-from acp_bridge.agent.listing import iso_time
 from acp_bridge.agent.runner import TurnRunner
-from acp_bridge.agent.settings import Choice
-from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.host.engine import TurnEnd
+from acp_bridge.host.listing import iso_time
+from acp_bridge.host.tuning import Tuning
+from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.models import Model
+from acp_bridge.models.options import Choice
 from acp_bridge.rpc.connection import Connection
+from acp_bridge.tools import permissions
 from acp_bridge.tools.local import LocalServices
 from session import SessionLog
 from session.backends.base import title_from_content
@@ -38,14 +40,30 @@ if TYPE_CHECKING:
     from acp_bridge.tools.mcp_servers import McpServers
 
 
+Admit = Callable[["LiveSession", list[Any]], list[Any]]
+"""The prompt as the session's model can take it, or an error (the agent's checks)."""
+
+
 @dataclass
 class LiveSession:
+    """One live session of our agent: the host's `Turns` of it."""
+
     log: SessionLog
     runner: TurnRunner
     choice: Choice
     ctx: UpdateContext
+    admit: Admit
     mcp: McpServers | None = None  # the MCP servers the client passed, connected
     mcp_given: list[Any] = field(default_factory=list)  # as the client passed them
+
+    async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
+        return TurnEnd(await self.runner.prompt(self.admit(self, prompt)))
+
+    def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
+        return self.runner.cancel(by)
+
+    def stop(self) -> None:
+        self.runner.stop()
 
     def switch(self, model: Model, choice: Choice) -> None:
         """Run the next turn with `model` at `choice` (recorded by the caller)."""
@@ -53,7 +71,7 @@ class LiveSession:
         self.runner.model, self.runner.effort = model, choice.effort
         self.ctx = replace(self.ctx, context_window=model.context_window)
 
-    async def close(self) -> None:
+    async def close(self, *, stopping: bool = False) -> None:
         """Close the log, then stop the session's MCP servers."""
         try:
             await self.runner.close()
@@ -108,9 +126,11 @@ def make_live(
     choice: Choice,
     capabilities: dict[str, Any],
     local: LocalServices,
+    admit: Admit,
     max_steps: int,
     transcript: Transcript | None = None,
     always_allowed: set[str] | None = None,
+    tuning: Tuning | None = None,
 ) -> LiveSession:
     """The live session of an opened log: a runner whose events reach the client over
     `conn`. `transcript` and `always_allowed` come from a streamed load (which keeps
@@ -134,8 +154,9 @@ def make_live(
         transcript = Transcript(budget=history_budget(model.context_window))
     runner = TurnRunner(session_log, model, services, mode=last_mode(session_log.events), max_steps=max_steps,
                         on_event=on_event, on_progress=on_progress, transcript=transcript,
-                        always_allowed=always_allowed, effort=choice.effort)
+                        always_allowed=always_allowed, effort=choice.effort, tuning=tuning)
     # `on_event` reads `live.ctx`: a model switch replaces it (`LiveSession.switch`).
-    live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window))
+    live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window),
+                       admit)
     return live
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import anyio
 
-from acp_bridge.agent import permissions
-from acp_bridge.agent.errors import PromptInProgressError
 from acp_bridge.agent.tool_calls import DurableFirstServices, ProgressSink, ToolCalls
 from acp_bridge.agent.turn_close import StepText, closing_items, step_content
 from acp_bridge.agent.turn_writer import EventSink, TurnWriter
+from acp_bridge.errors import PromptInProgressError
+from acp_bridge.host.tuning import Tuning
 from acp_bridge.models import (
     Finish,
     Model,
@@ -32,6 +32,7 @@ from acp_bridge.models import (
     ToolCallChunk,
     UsageChunk,
 )
+from acp_bridge.tools import permissions
 from acp_bridge.tools.base import ClientServices, Tool
 from session import Event, SessionLog, StoreIOError, reason
 from session.events import (
@@ -69,6 +70,7 @@ class TurnRunner:
         transcript: Transcript | None = None,
         always_allowed: set[str] | None = None,
         effort: str | None = None,
+        tuning: Tuning | None = None,
     ) -> None:
         self.log = log
         # The model and reasoning effort of the next turn (a switch never reaches a turn
@@ -89,7 +91,10 @@ class TurnRunner:
             transcript = Transcript()
             transcript.feed_all(log.events)
         self.transcript = transcript
-        self._writer = TurnWriter(log, transcript, on_event)
+        # The process's policy (the turns it runs, all sessions); a runner of its own
+        # gets its own, neutral one.
+        self.tuning = tuning or Tuning()
+        self._writer = TurnWriter(log, transcript, on_event, self.tuning)
         self.services: ClientServices = DurableFirstServices(services, self._writer.sync)
         header = log.header
         cwd = Path(header["cwd"])
@@ -151,7 +156,7 @@ class TurnRunner:
         scope = self._scope = anyio.CancelScope()
         finished = self._finished = anyio.Event()
         self._cancel_by, self._stopping = None, False
-        TurnWriter.running_turns += 1
+        self.tuning.running_turns += 1
         leftover = self._left_open is not None
         try:
             return await self._turn(content, scope)
@@ -162,7 +167,7 @@ class TurnRunner:
                 last = await self._store_failed(exc)
             return last
         finally:
-            TurnWriter.running_turns -= 1
+            self.tuning.running_turns -= 1
             self._scope = None
             self._step = None
             self._finished = None

@@ -1,31 +1,18 @@
-"""`acp-bridge serve`: wire the stdio transport, the connection and the agent."""
+"""`acp-bridge serve`: our agent's engine behind the host, on stdio."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
-import anyio
-
 from acp_bridge import __version__
-from acp_bridge.agent.errors import to_rpc_error
-from acp_bridge.agent.open_sessions import Config
-from acp_bridge.agent.server import Agent
+from acp_bridge.agent.engine import AgentEngine, Config
+from acp_bridge.agent.live import LiveSession
+from acp_bridge.host.host import Host, StoreSpec
+from acp_bridge.host.stdio import configure_logging, serve_stdio
+from acp_bridge.host.tuning import ProcessTuning
 from acp_bridge.models.catalog import parse_specs
-from acp_bridge.rpc.connection import Connection
-from acp_bridge.rpc.transport import FdLineReader, FdWriter
 from session import shown_store, store_location
-
-
-def configure_logging(log_file: str | None, level: str) -> None:
-    """Our logs to `log_file` or stderr (never stdout: it carries protocol messages)."""
-    handler: logging.Handler = (logging.FileHandler(log_file) if log_file
-                                else logging.StreamHandler(sys.stderr))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("acp_bridge")
-    root.addHandler(handler)
-    root.setLevel(level.upper())
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -43,19 +30,6 @@ def serve(args: argparse.Namespace) -> int:
     # One line on stderr, never stdout (stdout carries protocol messages only).
     print(f"acp-bridge {__version__}: store {shown_store(config.store_dir)} ({config.backend}), "
           f"model {', '.join(m.spec for m in models)}", file=sys.stderr, flush=True)
-    reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
-    agent = Agent(config)
-
-    def connect(agent: Agent) -> Connection:
-        return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof,
-                          on_cancel_request=agent.on_cancel_request, error_for=to_rpc_error,
-                          before_write=agent.before_write, inline=agent.inline())
-
-    try:
-        anyio.run(agent.serve, connect)
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        reader.close()
-        writer.close()
-    return 0
+    host: Host[LiveSession] = Host(AgentEngine(config), StoreSpec(config.store_dir, config.backend),
+                                   tuning=ProcessTuning())
+    return serve_stdio(host)

@@ -16,9 +16,10 @@ from typing import Any
 import anyio
 import orjson
 
-from acp_bridge.agent import permissions
-from acp_bridge.agent.updates import SessionUpdate, call_progress
+from acp_bridge.errors import ToolError, ToolMachineryError
+from acp_bridge.host.updates import SessionUpdate, call_progress
 from acp_bridge.models import ToolCallChunk
+from acp_bridge.tools import permissions
 from acp_bridge.tools.base import (
     ClientServices,
     PermissionOutcome,
@@ -26,7 +27,6 @@ from acp_bridge.tools.base import (
     Terminal,
     Tool,
     ToolContext,
-    ToolError,
     ToolKind,
     ToolOutcome,
 )
@@ -38,10 +38,6 @@ ProgressSink = Callable[[SessionUpdate], Awaitable[None]]
 running tool's interim content."""
 Append = Callable[[str, dict[str, Any]], Awaitable[Event]]
 """Appends one event to the session log (the runner's, which also streams it)."""
-
-
-class ToolMachineryError(Exception):
-    """A tool failed in a way the model cannot act on: the step fails."""
 
 
 class ToolCalls:

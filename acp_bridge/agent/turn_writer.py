@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
 from acp_bridge.agent.turn_close import TranscriptMarks
+from acp_bridge.host.tuning import Tuning
 from session import DURABLE_TYPES, Event, SessionLog
 from session.transcript import Transcript
 
@@ -34,11 +35,10 @@ _T = TypeVar("_T")
 class TurnWriter:
     """The writer of one session's log for its turns (acp_bridge.agent.runner)."""
 
-    # Turns running in this process, all sessions (counted by TurnRunner.prompt).
-    running_turns: ClassVar[int] = 0
-
-    def __init__(self, log: SessionLog, transcript: Transcript, on_event: EventSink | None) -> None:
+    def __init__(self, log: SessionLog, transcript: Transcript, on_event: EventSink | None,
+                 tuning: Tuning) -> None:
         self.log = log
+        self.tuning = tuning  # counts the turns running in the process (TurnRunner.prompt)
         self.transcript = transcript
         self.on_event = on_event
         self.marks = TranscriptMarks()  # a failed write rolls the transcript back with the log
@@ -53,7 +53,7 @@ class TurnWriter:
         """Run `fn` (a durable commit of the pending events plus `adding` more) on the
         event loop if it is small and no other turn runs (INLINE_SYNC_EVENTS), else in
         a worker thread so the other sessions' streams go on meanwhile."""
-        if TurnWriter.running_turns <= 1 and self.log.pending + adding <= INLINE_SYNC_EVENTS:
+        if self.tuning.running_turns <= 1 and self.log.pending + adding <= INLINE_SYNC_EVENTS:
             return fn(*args)
         if self.log.buffered:
             # Handed to the OS here, on the loop (their updates may be queued): the thread

@@ -13,7 +13,6 @@ import sys
 
 from acp_bridge import __version__
 from acp_bridge.cli.startup import (
-    ConfigError,
     OneLineParser,
     agent_settings,
     check_writable_store,
@@ -23,6 +22,7 @@ from acp_bridge.cli.startup import (
     store_options,
     wants_debug,
 )
+from acp_bridge.errors import ConfigError
 
 SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login", "snapshot")
 

@@ -34,7 +34,8 @@ def main(argv: list[str]) -> int:
 
         return serve(args.log)
 
-    from acp_bridge.snapshot import ScenarioError, SnapshotMismatch, check, record, scenario_folders
+    from acp_bridge.errors import ScenarioError, SnapshotMismatch
+    from acp_bridge.snapshot import check, record, scenario_folders
 
     folders = [folder for given in args.dirs for folder in scenario_folders(given)]
     if not folders:

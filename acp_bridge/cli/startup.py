@@ -23,6 +23,8 @@ import os
 import sys
 import typing
 
+from acp_bridge.errors import ConfigError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,15 +35,6 @@ DEFAULT_BACKEND = "jsonl"
 DEFAULT_LOG_LEVEL = "warning"
 DEFAULT_MAX_STEPS = 50
 EXIT_CONFIG = 2
-
-
-class ConfigError(Exception):
-    """A start-up value that cannot work: the option it came from, and why."""
-
-    def __init__(self, option: str, problem: str) -> None:
-        super().__init__(f"{option}: {problem}")
-        self.option = option
-        self.problem = problem
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -211,7 +204,7 @@ def check_models(args: argparse.Namespace, store: Path | str, backend: str) -> l
     """The models `--model` (repeated) names, else `$ACP_BRIDGE_MODEL`, else echo: each
     checked, and the list as a whole (no model twice). `store` and `backend` are where a
     `replay:` model finds a recording named by session id."""
-    from acp_bridge.models import ModelSpecError
+    from acp_bridge.errors import ModelSpecError
     from acp_bridge.models.catalog import parse_specs
 
     given = getattr(args, "model", None)
@@ -232,7 +225,8 @@ def check_models(args: argparse.Namespace, store: Path | str, backend: str) -> l
 
 
 def check_model(spec: str, option: str, store: Path | str | None = None, backend: str = DEFAULT_BACKEND) -> str:
-    from acp_bridge.models import ModelSpecError, check_spec
+    from acp_bridge.errors import ModelSpecError
+    from acp_bridge.models import check_spec
 
     try:
         check_spec(spec, store_dir=store, backend=backend)

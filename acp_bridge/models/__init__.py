@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from acp_bridge.errors import ModelSpecError
 from acp_bridge.models.base import (
     Finish,
     FinishReason,
     Model,
     ModelChunk,
     ModelRequest,
-    ModelSpecError,
     ReasoningDelta,
     TextDelta,
     ToolCallChunk,

@@ -15,11 +15,6 @@ from typing import Any, Literal, Protocol
 from session.events import Usage
 from session.transcript import Message
 
-
-class ModelSpecError(ValueError):
-    """A `--model` spec that names no model we can make."""
-
-
 FinishReason = Literal["stop", "tool_calls", "max_tokens", "refusal", "error"]
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from acp_bridge.models.base import ModelSpecError
+from acp_bridge.errors import ModelSpecError
 
 NEEDS_ARG: Final[Mapping[str, str]] = {
     "script": "script:PATH needs the path of a model script",

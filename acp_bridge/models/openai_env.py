@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from acp_bridge.models.base import ModelSpecError
+from acp_bridge.errors import ModelSpecError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # The variables that configure the provider, secrets excluded: `acp-bridge setup` copies

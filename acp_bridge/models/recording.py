@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from acp_bridge.content import has_images
-from acp_bridge.models.base import ModelSpecError
+from acp_bridge.errors import ModelSpecError
 from session import (
     Event,
     Header,

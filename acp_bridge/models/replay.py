@@ -27,11 +27,11 @@ from typing import Any
 import anyio
 import orjson
 
+from acp_bridge.errors import ModelSpecError
 from acp_bridge.models.base import (
     Finish,
     ModelChunk,
     ModelRequest,
-    ModelSpecError,
     ReasoningDelta,
     TextDelta,
     ToolCallChunk,

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from acp_bridge.models.base import ModelSpecError
+from acp_bridge.errors import ModelSpecError
 from acp_bridge.models.catalog import ModelEntry, parse_spec
 from acp_bridge.models.recording import Recording, read_recording
 

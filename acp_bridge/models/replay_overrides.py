@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from acp_bridge.models.base import ModelSpecError
+from acp_bridge.errors import ModelSpecError
 from acp_bridge.models.recording import CallError, Recording
 
 OVERRIDES_ENV = "ACP_BRIDGE_REPLAY_OVERRIDES"

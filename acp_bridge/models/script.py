@@ -20,12 +20,12 @@ from typing import Any, get_args
 import anyio
 import orjson
 
+from acp_bridge.errors import ModelSpecError
 from acp_bridge.models.base import (
     Finish,
     FinishReason,
     ModelChunk,
     ModelRequest,
-    ModelSpecError,
     ReasoningDelta,
     TextDelta,
     ToolCallChunk,

@@ -1,6 +1,6 @@
 """The context window of a model named by its spec (`turn/start.model`), found as the
 model finds it but without making it: no script read, no httpx imported. It gives
-`usage_update.size` for a turn replayed from a log (acp_bridge.agent.replay) and a
+`usage_update.size` for a turn replayed from a log (acp_bridge.host.replay) and a
 `replay:` model's window (that of the model it recorded).
 """
 

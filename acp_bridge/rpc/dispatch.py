@@ -96,7 +96,7 @@ class JsonRpcDispatcher:
 
     def wrap(self, fn: Handler, error_for: ErrorMapper) -> Method:
         """A jsonrpcserver method around one of our handlers: params by name only, our
-        errors converted by `error_for` (the one place: acp_bridge.agent.errors)."""
+        errors converted by `error_for` (the one place: acp_bridge.host.errors)."""
 
         async def method(*args: Any, **params: Any) -> Any:
             if args:

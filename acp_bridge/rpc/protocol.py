@@ -69,7 +69,7 @@ def invalid_params(message: str, **data: Any) -> RpcError:
 
 def internal_error(exc: BaseException) -> RpcError:
     """The error response for an exception no layer above knows: the connection's
-    default `ErrorMapper` (the agent brings its own, acp_bridge.agent.errors)."""
+    default `ErrorMapper` (the agent brings its own, acp_bridge.host.errors)."""
     if isinstance(exc, RpcError):
         return exc
     return RpcError(INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}", {"code": "internal"})

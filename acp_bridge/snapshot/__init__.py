@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acp_bridge.snapshot.harness import Replayed, SnapshotMismatch, check, record, replay
-from acp_bridge.snapshot.scenario import Scenario, ScenarioError, load_scenario
+from acp_bridge.errors import ScenarioError, SnapshotMismatch
+from acp_bridge.snapshot.harness import Replayed, check, record, replay
+from acp_bridge.snapshot.scenario import Scenario, load_scenario
 
 __all__ = [
     "Replayed",

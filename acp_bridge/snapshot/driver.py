@@ -21,9 +21,10 @@ import anyio.abc
 import orjson
 
 from acp_bridge.cli.chat.client_methods import ClientMethods
+from acp_bridge.errors import ScenarioError
 from acp_bridge.models.replay_models import MODELS_ENV as REPLAY_MODELS_ENV
 from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
-from acp_bridge.snapshot.scenario import Scenario, ScenarioError, Step
+from acp_bridge.snapshot.scenario import Scenario, Step
 
 Traffic = list[tuple[str, Any]]  # ("->" client to agent | "<-" agent to client, message)
 REQUEST_TIMEOUT = 30.0  # seconds a step's request may take

@@ -22,11 +22,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from acp_bridge.agent import permissions, settings
-from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.host.updates import UpdateContext, updates_for
+from acp_bridge.models import options
 from acp_bridge.models.catalog import ModelEntry
 from acp_bridge.models.recording import ReadLog, derive_calls
 from acp_bridge.models.replay_models import stand_ins
+from acp_bridge.tools import permissions
 from session import Event
 from session.events import CONFIG_SET, TOOL_CALL, TURN_END, TURN_START, WRAPPED_UPDATE
 
@@ -105,8 +106,9 @@ def _our_options(log: ReadLog, source: str, mode: str) -> list[dict[str, Any]]:
     recording = derive_calls(source, log.header, log.events)
     models = [ModelEntry(e.spec, images=e.images, reasoning=e.reasoning) for e in stand_ins(recording, {})]
     effort = next((e["data"]["value"] for e in log.events
-                   if e["type"] == CONFIG_SET and e["data"].get("configId") == settings.THOUGHT_OPTION), None)
-    return settings.config_options(mode, models, settings.choice_for(models[0], effort))
+                   if e["type"] == CONFIG_SET and e["data"].get("configId") == options.THOUGHT_OPTION), None)
+    return [*permissions.mode_state(mode)["configOptions"],
+            *options.model_options(models, options.choice_for(models[0], effort))]
 
 
 def permission_request(recording: FakeRecording, sid: str, result: dict[str, Any]) -> dict[str, Any]:

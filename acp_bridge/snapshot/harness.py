@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 import orjson
 
+from acp_bridge.errors import ScenarioError, SnapshotMismatch
 from acp_bridge.snapshot.driver import Run, agent_command, agent_env, drive
 from acp_bridge.snapshot.normalize import dump_lines, normalize_log, normalize_traffic, scrub_paths
 from acp_bridge.snapshot.scenario import (
@@ -33,16 +34,11 @@ from acp_bridge.snapshot.scenario import (
     TRAFFIC_FILE,
     WORKSPACE_DIR,
     Scenario,
-    ScenarioError,
     load_scenario,
 )
 
 CWD_TOKEN = "<cwd>"
 DIFF_LINES = 120  # lines of a diff shown in an error at most
-
-
-class SnapshotMismatch(AssertionError):
-    """A check whose traffic or re-persisted log differs from the golden."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ from typing import Any
 
 import orjson
 
+from acp_bridge.errors import ScenarioError
+
 SCENARIO_FILE = "scenario.json"
 RECORDING_FILE = "session.jsonl"  # the recorded log: the replay's source
 OVERRIDES_FILE = "session.overrides.json"  # models.replay_overrides: beside the recording
@@ -61,10 +63,6 @@ _OPS: dict[str, frozenset[str]] = {
     "restart": frozenset(),
 }
 _TOP = frozenset({"steps", "model", "env", "check", "maxSteps", "description", "wrap"})
-
-
-class ScenarioError(ValueError):
-    """A scenario folder or file that cannot be run, or a run that went wrong."""
 
 
 @dataclass(frozen=True)

@@ -14,20 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from acp_bridge.errors import ToolError
+
 ToolKind = Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"]
 JSON = Any
-
-
-class ToolError(Exception):
-    """An expected failure the model should see as an error result (bad arguments,
-    missing file, path outside the roots, mismatch, timeout...). `code` is a short
-    machine-readable word recorded in `tool/result.error`."""
-
-    def __init__(self, message: str, *, code: str = "tool_error", name: str = "ToolError") -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.name = name
 
 
 class NotTextError(ToolError):

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import anyio
 
+from acp_bridge.errors import ToolError
 from acp_bridge.tools.base import (
     JSON,
     ExitStatus,
     Terminal,
     TerminalOutput,
     ToolContext,
-    ToolError,
     ToolKind,
     ToolOutcome,
     ToolPlan,

@@ -22,15 +22,8 @@ from typing import Any
 
 import anyio.to_thread
 
-from acp_bridge.tools.base import (
-    JSON,
-    NotTextError,
-    ToolContext,
-    ToolError,
-    ToolKind,
-    ToolOutcome,
-    ToolPlan,
-)
+from acp_bridge.errors import ToolError
+from acp_bridge.tools.base import JSON, NotTextError, ToolContext, ToolKind, ToolOutcome, ToolPlan
 from acp_bridge.tools.paths import display_path, resolve_in_roots
 
 MAX_READ_BYTES = 256 * 1024

@@ -25,7 +25,8 @@ from pathlib import Path
 import anyio.abc
 import anyio.to_thread
 
-from acp_bridge.tools.base import NotTextError, ToolError
+from acp_bridge.errors import ToolError
+from acp_bridge.tools.base import NotTextError
 from acp_bridge.tools.local_terminal import LocalTerminal, start_terminal
 
 # A NUL byte in the first 8 KiB makes a file binary, as git and grep decide it.

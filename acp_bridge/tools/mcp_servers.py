@@ -21,7 +21,8 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from acp_bridge.tools.base import JSON, ToolContext, ToolError, ToolKind, ToolOutcome, ToolPlan
+from acp_bridge.errors import ToolError
+from acp_bridge.tools.base import JSON, ToolContext, ToolKind, ToolOutcome, ToolPlan
 from acp_bridge.tools.mcp_spec import (
     CALL_TIMEOUT_ENV,
     DEFAULT_CALL_TIMEOUT_S,

@@ -39,7 +39,7 @@ from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.shared.exceptions import MCPError
 
 from acp_bridge import __version__
-from acp_bridge.tools.base import ToolError
+from acp_bridge.errors import ToolError
 from acp_bridge.tools.mcp_spec import McpServerSpec, redact, shown_url, unavailable
 from acp_bridge.tools.mcp_transport import STOP_GRACE_S, Link, exited, open_transport
 

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from acp_bridge.tools.base import JSON, ToolError, ToolOutcome
+from acp_bridge.errors import ToolError
+from acp_bridge.tools.base import JSON, ToolOutcome
 
 log = logging.getLogger("acp_bridge.tools.mcp")
 

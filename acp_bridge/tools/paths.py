@@ -27,7 +27,8 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-from acp_bridge.tools.base import ToolContext, ToolError
+from acp_bridge.errors import ToolError
+from acp_bridge.tools.base import ToolContext
 
 PathKind = Literal["file", "dir"]
 

@@ -4,12 +4,12 @@ A link lives as long as one child process: it serves the child's requests and
 notifications (the proxy's handlers, as the connection's fallback and inline
 notifications), carries our requests to it, and sees it die. When the child dies (its
 stdout ends, or the process exits), every request still waiting on it (an editor's
-request we passed on) fails with `ChildDiedError`, and every request of the child still
+request we passed on) fails with `AgentExitedError`, and every request of the child still
 waiting on the editor is cancelled, which tells the editor with `$/cancel_request`
 (rpc.Connection.request does that for a cancelled wait). A restart makes a new link.
 
-Errors the child answers are passed on unchanged: `relayed` makes them the `RpcError`
-the editor gets (acp_bridge.agent.errors.to_rpc_error passes an RpcError through).
+Errors the child answers are `ClientError`s, passed on unchanged: to_rpc_error
+(acp_bridge.host.errors) answers the editor with the child's error as it came.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 
 import anyio
 
-from acp_bridge.agent.errors import to_rpc_error
+from acp_bridge.errors import AgentExitedError
+from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
-from acp_bridge.rpc.protocol import INTERNAL_ERROR, ClientError, RpcError, is_id
+from acp_bridge.rpc.protocol import is_id
 from acp_bridge.wrap.child import ChildAgent
 
 log = logging.getLogger("acp_bridge.wrap.link")
@@ -31,16 +32,6 @@ T = TypeVar("T")
 
 DRAIN_S = 2.0  # how long the child gets to read what is queued for it before a close
 EOF_S = 2.0  # how long its stdout may stay open after its group was killed
-
-
-class ChildDiedError(RpcError):
-    """The wrapped agent exited while a request was waiting on it (or before it was
-    sent): -32603 with `data.code` "agent_exited". The next request restarts it."""
-
-    def __init__(self, status: int | None) -> None:
-        how = "exited" if status is None else f"exited with status {status}"
-        super().__init__(INTERNAL_ERROR, f"the wrapped agent {how}; it is restarted at the next request",
-                         {"code": "agent_exited", "status": status})
 
 
 def obj(value: Any) -> dict[str, Any]:
@@ -53,14 +44,6 @@ def permission_cancelled() -> dict[str, Any]:
     """The answer to a `session/request_permission` of a turn that was cancelled (ACP's
     outcome for it), given the child by the wrapper itself."""
     return {"outcome": {"outcome": "cancelled"}}
-
-
-def relayed(exc: ClientError) -> RpcError:
-    """The peer's error answer, to be answered as is to the other side."""
-    error = exc.error
-    code = error.get("code")
-    data: Any = error.get("data")
-    return RpcError(code if type(code) is int else INTERNAL_ERROR, str(error.get("message", "")), data)
 
 
 class ChildLink:
@@ -131,28 +114,22 @@ class ChildLink:
             log.debug("the wrapped agent's $/cancel_request for %r: no such request in flight", request_id)
 
     async def call(self, method: str, params: Any) -> Any:
-        """Our request to the child: its result, its error as `relayed`, or
-        ChildDiedError if it dies first."""
-        return await self.guarded(lambda: self._request(method, params))
-
-    async def _request(self, method: str, params: Any) -> Any:
-        try:
-            return await self.conn.request(method, params)
-        except ClientError as exc:
-            raise relayed(exc) from None
+        """Our request to the child: its result, ClientError for its error answer, or
+        AgentExitedError if it dies first."""
+        return await self.guarded(lambda: self.conn.request(method, params))
 
     async def guarded(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run `work` (a wait on the child, or a wait for the editor on the child's
-        behalf), cancelled if the child dies: ChildDiedError then."""
+        behalf), cancelled if the child dies: AgentExitedError then."""
         if self.dead.is_set():
-            raise ChildDiedError(self.status)
+            raise AgentExitedError(self.status)
         with anyio.CancelScope() as scope:
             self._waiting.add(scope)
             try:
                 return await work()
             finally:
                 self._waiting.discard(scope)
-        raise ChildDiedError(self.status)
+        raise AgentExitedError(self.status)
 
     def notify(self, method: str, params: Any) -> None:
         if self.alive:

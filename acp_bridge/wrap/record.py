@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import orjson
 
-from acp_bridge.agent.settlement import TURN_FAILED
+from acp_bridge.host.settlement import TURN_FAILED
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,

@@ -1,7 +1,7 @@
 """Seeding a fresh child session with the transcript (`acp-bridge wrap --seed-fresh`).
 
 When the wrapped agent cannot load or resume a session of ours (the restore ended
-`fresh`, acp_bridge.wrap.sessions), its new session knows nothing of the conversation.
+`fresh`, acp_bridge.wrap.restore), its new session knows nothing of the conversation.
 With `--seed-fresh` the wrapper sends it one `session/prompt` of its own: a text block
 with a short preface and the conversation as text (per turn, the user's prompt and the
 agent's final text, from our log's model transcript, the last whole turns that fit
@@ -20,8 +20,10 @@ from typing import Any, Final
 
 import anyio
 
+from acp_bridge.errors import AgentExitedError, RequestRefusedError
+from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.connection import Fallback
-from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
+from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.wrap.link import ChildLink, obj, permission_cancelled
 from acp_bridge.wrap.sessions import SessionMap, WrappedSession
 from session import SessionStore
@@ -126,10 +128,11 @@ async def seed(ws: WrappedSession, link: ChildLink, store: SessionStore) -> dict
     try:
         result = await link.call("session/prompt", params)
         done = True
-    except RpcError as exc:  # ChildDiedError included
+    except (ClientError, AgentExitedError) as exc:
         done = True
-        log.warning("session %s: the wrapped agent failed the seed prompt: %s", ws.id, exc.message)
-        return {**out, "seeded": False, "seedError": exc.message}
+        why = to_rpc_error(exc).message
+        log.warning("session %s: the wrapped agent failed the seed prompt: %s", ws.id, why)
+        return {**out, "seeded": False, "seedError": why}
     finally:
         ws.restoring = ws.seeding = False
         if not done:  # our wait was cancelled (the editor cancelled the load): stop it
@@ -158,8 +161,8 @@ def quiet_while_seeding(fallback_for: Callable[[ChildLink], Fallback],
                 return None
             if method == "session/request_permission":
                 return permission_cancelled()
-            raise RpcError(INTERNAL_ERROR, f"{method} is not available while acp-bridge seeds the session",
-                           {"code": "seeding"})
+            raise RequestRefusedError(f"{method} is not available while acp-bridge seeds the session",
+                                      code="seeding")
 
         return fallback
 

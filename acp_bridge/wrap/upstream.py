@@ -30,8 +30,7 @@ from typing import Any, Final
 import anyio
 
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
-from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import ChildLink, permission_cancelled, relayed
+from acp_bridge.wrap.link import ChildLink, permission_cancelled
 from acp_bridge.wrap.record import wrapped_update
 from acp_bridge.wrap.sessions import SessionMap, WrappedSession
 
@@ -121,10 +120,7 @@ class ChildSide:
             if ws is not None and not ws.log.closed:
                 # Durable before the editor acts on it (docs/wrap.md, DESIGN.md section 3).
                 await anyio.to_thread.run_sync(ws.log.sync)
-            try:
-                return await editor.request(method, out)
-            except ClientError as exc:
-                raise relayed(exc) from None
+            return await editor.request(method, out)  # its error is relayed as it came (ClientError)
 
         if method == "session/request_permission" and ws is not None and ws.recorder is not None:
             return await self._ask_permission(ws, link, params, ask)

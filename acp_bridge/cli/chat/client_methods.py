@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from acp_bridge.errors import ToolError
 from acp_bridge.rpc.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -25,7 +26,7 @@ from acp_bridge.rpc.protocol import (
     RESOURCE_NOT_FOUND,
     RpcError,
 )
-from acp_bridge.tools.base import ExitStatus, ToolError
+from acp_bridge.tools.base import ExitStatus
 from acp_bridge.tools.local import read_text, write_text
 from acp_bridge.tools.local_terminal import LocalTerminal, start_terminal
 

@@ -12,15 +12,15 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from acp_bridge.rpc.protocol import invalid_params
+from acp_bridge.errors import InvalidParamsError
 
-Check = Callable[[Any, str], None]  # raises RpcError naming the field
+Check = Callable[[Any, str], None]  # raises InvalidParamsError naming the field
 
 
 def _type(name: str, test: Callable[[Any], bool]) -> Check:
     def check(value: Any, field: str) -> None:
         if not test(value):
-            raise invalid_params(
+            raise InvalidParamsError(
                 f"invalid params: {field} must be {name}, not {_describe(value)}",
                 field=field,
                 expected=name,
@@ -49,7 +49,7 @@ OPT_OBJECT = _type("an object or null", lambda v: v is None or isinstance(v, dic
 def absolute_path(value: Any, field: str) -> None:
     STRING(value, field)
     if not os.path.isabs(value) or "\x00" in value:
-        raise invalid_params(f"invalid params: {field} must be an absolute path", field=field)
+        raise InvalidParamsError(f"invalid params: {field} must be an absolute path", field=field)
 
 
 def array_of(item: Check) -> Check:
@@ -75,19 +75,19 @@ def content_block(value: Any, field: str) -> None:
     OBJECT(value, field)
     kind = value.get("type")
     if kind not in _BLOCK_FIELDS:
-        raise invalid_params(
+        raise InvalidParamsError(
             f"invalid params: {field}.type must be one of {', '.join(_BLOCK_FIELDS)}",
             field=f"{field}.type",
         )
     for name, check in _BLOCK_FIELDS[kind].items():
         if name not in value:
-            raise invalid_params(f"invalid params: {field}.{name} is required", field=f"{field}.{name}")
+            raise InvalidParamsError(f"invalid params: {field}.{name} is required", field=f"{field}.{name}")
         check(value[name], f"{field}.{name}")
     if kind == "resource":
         resource = value["resource"]
         STRING(resource.get("uri"), f"{field}.resource.uri")
         if not isinstance(resource.get("text"), str) and not isinstance(resource.get("blob"), str):
-            raise invalid_params(
+            raise InvalidParamsError(
                 f"invalid params: {field}.resource needs text or blob", field=f"{field}.resource"
             )
 
@@ -111,9 +111,9 @@ def _too_deep(value: Any, limit: int) -> bool:
 def prompt_blocks(value: Any, field: str) -> None:
     array_of(content_block)(value, field)
     if not value:
-        raise invalid_params(f"invalid params: {field} must not be empty", field=field)
+        raise InvalidParamsError(f"invalid params: {field} must not be empty", field=field)
     if _too_deep(value, MAX_DEPTH):
-        raise invalid_params(f"invalid params: {field} nests deeper than {MAX_DEPTH} levels", field=field)
+        raise InvalidParamsError(f"invalid params: {field} nests deeper than {MAX_DEPTH} levels", field=field)
 
 
 def _fields(value: Any, field: str, spec: Mapping[str, tuple[Check, bool]]) -> None:
@@ -121,7 +121,7 @@ def _fields(value: Any, field: str, spec: Mapping[str, tuple[Check, bool]]) -> N
     for name, (check, required) in spec.items():
         if name not in value:
             if required:
-                raise invalid_params(f"invalid params: {field}.{name} is required", field=f"{field}.{name}")
+                raise InvalidParamsError(f"invalid params: {field}.{name} is required", field=f"{field}.{name}")
             continue
         check(value[name], f"{field}.{name}")
 
@@ -138,7 +138,7 @@ MCP_TRANSPORTS = ("stdio", "http", "sse")  # what agentCapabilities.mcpCapabilit
 def _http_url(value: Any, field: str) -> None:
     STRING(value, field)
     if not value.startswith(("http://", "https://")):
-        raise invalid_params(f"invalid params: {field} must be an http:// or https:// URL", field=field)
+        raise InvalidParamsError(f"invalid params: {field} must be an http:// or https:// URL", field=field)
 
 
 def mcp_server(value: Any, field: str) -> None:
@@ -148,10 +148,10 @@ def mcp_server(value: Any, field: str) -> None:
     OBJECT(value, field)
     kind = value.get("type", "stdio")
     if kind not in ("stdio", "http", "sse"):
-        raise invalid_params(f"invalid params: {field}.type must be http, sse or absent (stdio)",
+        raise InvalidParamsError(f"invalid params: {field}.type must be http, sse or absent (stdio)",
                              field=f"{field}.type")
     if kind not in MCP_TRANSPORTS:
-        raise invalid_params(f"invalid params: {field}: MCP servers over {kind} are not supported "
+        raise InvalidParamsError(f"invalid params: {field}: MCP servers over {kind} are not supported "
                              f"(agentCapabilities.mcpCapabilities.{kind} is false)", field=f"{field}.type")
     if kind != "stdio":
         _fields(value, field, {"name": (STRING, True), "url": (_http_url, True), "headers": (_pairs, True)})
@@ -162,7 +162,7 @@ def mcp_server(value: Any, field: str) -> None:
         required = ("name", "command")
     for name in required:
         if not value[name].strip() or "\x00" in value[name]:
-            raise invalid_params(f"invalid params: {field}.{name} must be a non-empty string",
+            raise InvalidParamsError(f"invalid params: {field}.{name} must be a non-empty string",
                                  field=f"{field}.{name}")
 
 
@@ -171,7 +171,7 @@ def mcp_servers(value: Any, field: str) -> None:
     seen: set[str] = set()
     for index, server in enumerate(value):
         if server["name"] in seen:
-            raise invalid_params(f"invalid params: {field}[{index}].name {server['name']!r} is used twice",
+            raise InvalidParamsError(f"invalid params: {field}[{index}].name {server['name']!r} is used twice",
                                  field=f"{field}[{index}].name")
         seen.add(server["name"])
 
@@ -203,13 +203,13 @@ SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
 
 
 def check_params(method: str, params: Mapping[str, Any]) -> None:
-    """Raise RpcError(-32602) naming the first field of `params` that breaks `method`'s
+    """Raise InvalidParamsError (-32602) naming the first field of `params` that breaks `method`'s
     definition. `_meta` must be an object or null wherever it appears."""
     spec = SPECS.get(method, {})
     for name, (check, required) in spec.items():
         if name not in params:
             if required:
-                raise invalid_params(f"invalid params: {name} is required", field=name)
+                raise InvalidParamsError(f"invalid params: {name} is required", field=name)
             continue
         if params[name] is None and not required and name not in ("clientInfo", "cwd", "cursor"):
             continue  # an optional field sent as null counts as absent

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from acp_bridge.rpc.protocol import invalid_params
+from acp_bridge.errors import InvalidParamsError
 from session.backends.base import SessionSummary
 
 LIST_PAGE = 50
@@ -55,11 +55,11 @@ def encode_cursor(position: tuple[int, str]) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[int, str]:
-    """The position in `cursor`; RpcError(-32602) if it is not one we made."""
+    """The position in `cursor`; InvalidParamsError if it is not one we made."""
     try:
         value = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
         if isinstance(value, list) and len(value) == 2 and type(value[0]) is int and isinstance(value[1], str):
             return value[0], value[1]
     except (ValueError, orjson.JSONDecodeError):
         pass
-    raise invalid_params("invalid cursor: pass back the nextCursor of a previous answer", field="cursor")
+    raise InvalidParamsError("invalid cursor: pass back the nextCursor of a previous answer", field="cursor")

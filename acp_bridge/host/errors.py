@@ -1,15 +1,26 @@
-"""The agent's failures as JSON-RPC errors: the one place where domain errors become
-error responses (the connection is handed `to_rpc_error`).
+"""Domain errors as JSON-RPC errors: the one function where they become error
+responses (every connection a host or an engine makes is handed `to_rpc_error`).
 
-Handlers raise `RpcError` directly for protocol problems, or let domain errors (the
-`session.SessionError` family, a prompt already running) propagate; `to_rpc_error`
-turns each family into a code, a message a person can act on, and `data` a program can
-read (`data.code` is always a stable word).
+Handlers let domain errors propagate (acp_bridge.errors: the `AcpBridgeError` tree);
+`to_rpc_error` turns each into a code, a message a person can act on, and `data` a
+program can read (`data.code` is always a stable word). An `RpcError` (the connection's
+own) passes through; anything else is a bug: -32603 `internal`.
 """
 
 from __future__ import annotations
 
-from acp_bridge.models import ModelSpecError
+from typing import Any
+
+from acp_bridge.errors import (
+    AuthRequiredError,
+    InvalidParamsError,
+    ModelSpecError,
+    PromptInProgressError,
+    ReplayError,
+    RequestRefusedError,
+    TurnFailedError,
+    WrappedAgentError,
+)
 from acp_bridge.rpc.protocol import (
     AUTH_REQUIRED,
     INTERNAL_ERROR,
@@ -17,6 +28,7 @@ from acp_bridge.rpc.protocol import (
     RESOURCE_NOT_FOUND,
     SESSION_BUSY,
     SESSION_DAMAGED,
+    ClientError,
     RpcError,
     internal_error,
 )
@@ -30,29 +42,14 @@ from session.errors import (
 )
 
 
-class PromptInProgressError(Exception):
-    """A session's prompt is still running: raised by the turn runner for a second
-    prompt, and by the agent for a load or resume of that session (-32001)."""
-
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id} is already running a prompt; cancel it or wait")
-        self.session_id = session_id
-
-
-class AuthRequiredError(Exception):
-    """The session's model needs a key that is not there, or the provider refused the
-    one there is (-32000, ACP's `auth_required`). The message names the variable or the
-    command to run, never a key."""
-
-    def __init__(self, message: str, methods: list[str]) -> None:
-        super().__init__(message)
-        self.methods = methods
-
-
 def to_rpc_error(exc: BaseException) -> RpcError:
     """The error response for any exception a handler lets out."""
     if isinstance(exc, RpcError):
         return exc
+    if isinstance(exc, InvalidParamsError):
+        return RpcError(INVALID_PARAMS, exc.message, {"code": "invalid_params", **exc.data})
+    if isinstance(exc, TurnFailedError):
+        return RpcError(exc.code, exc.message, exc.data)
     if isinstance(exc, SessionError):
         data = exc.data()
         if isinstance(exc, SessionNotFoundError):
@@ -74,4 +71,21 @@ def to_rpc_error(exc: BaseException) -> RpcError:
         return RpcError(AUTH_REQUIRED, str(exc), {"code": "auth_required", "authMethods": exc.methods})
     if isinstance(exc, PromptInProgressError):
         return RpcError(SESSION_BUSY, str(exc), {"code": "prompt_in_progress", "sessionId": exc.session_id})
+    if isinstance(exc, WrappedAgentError):
+        return RpcError(INTERNAL_ERROR, exc.message, {"code": exc.code, **exc.data})
+    if isinstance(exc, RequestRefusedError):
+        return RpcError(INTERNAL_ERROR, exc.message, {"code": exc.code})
+    if isinstance(exc, ClientError):
+        return relayed(exc)
+    if isinstance(exc, ReplayError):
+        return RpcError(INTERNAL_ERROR, exc.message, {"code": exc.code, "recording": exc.recording})
     return internal_error(exc)
+
+
+def relayed(exc: ClientError) -> RpcError:
+    """The peer's error answer, to be answered as it came to the other side (what a
+    wrapped agent or the editor said: its code, message and data)."""
+    error = exc.error
+    code = error.get("code")
+    data: Any = error.get("data")
+    return RpcError(code if type(code) is int else INTERNAL_ERROR, str(error.get("message", "")), data)

@@ -1,5 +1,6 @@
 """A session's settings beyond the mode: its model and, for a model that takes a
-reasoning effort, its thought level (ACP session config options). Pure.
+reasoning effort, its thought level (ACP session config options). Pure. The mode's own
+option is acp_bridge.tools.permissions' (`mode_state`); our agent lists it first.
 
 The configured models (`--model`, repeated; the first is the default) are offered as
 the `model` option (category `model`); a model that takes a reasoning effort adds the
@@ -14,7 +15,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from acp_bridge.agent.permissions import mode_state
 from acp_bridge.models.catalog import DEFAULT_EFFORT, EFFORT_LEVELS, ModelEntry, find
 from session.events import CONFIG_SET, TURN_START, Event
 
@@ -61,18 +61,12 @@ def thought_option(effort: str) -> dict[str, Any]:
                         for level in EFFORT_LEVELS]}
 
 
-def config_options(mode: str, models: Sequence[ModelEntry], choice: Choice) -> list[dict[str, Any]]:
-    """Every config option of a session: mode, model, and thought level where it applies."""
-    options: list[dict[str, Any]] = mode_state(mode)["configOptions"]
-    options.append(model_option(models, choice.model))
+def model_options(models: Sequence[ModelEntry], choice: Choice) -> list[dict[str, Any]]:
+    """The model option, and the thought level where it applies."""
+    options = [model_option(models, choice.model)]
     if choice.effort is not None:
         options.append(thought_option(choice.effort))
     return options
-
-
-def session_state(mode: str, models: Sequence[ModelEntry], choice: Choice) -> dict[str, Any]:
-    """`modes` and `configOptions`, as the answers of session/new, load and resume carry them."""
-    return {**mode_state(mode), "configOptions": config_options(mode, models, choice)}
 
 
 def stored_choice(events: Iterable[Event], models: Sequence[ModelEntry]) -> Choice:

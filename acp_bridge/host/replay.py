@@ -3,8 +3,9 @@
 `session/load` must replay every event of a log that can be far larger than memory
 (issue 8: a 500 MB log under 200 MB of RSS), so nothing here holds the log. In a
 worker thread, each block is read, parsed and checked (`SessionStore.loading`), fed to
-what a live session needs (the model transcript, bounded by the model's context window,
-and the tools allowed always) and encoded as `session/update` lines; the event loop
+what the engine's live session keeps (a `LoadSink`: our agent's model transcript,
+bounded by the model's context window, and the tools allowed always) and encoded as
+`session/update` lines; the event loop
 writes them and waits for the client to read (`Connection.drain`) before the next block
 is read. What the log keeps in memory afterwards is its last turn (see `SessionLoad`).
 
@@ -16,25 +17,25 @@ before replaying it would read it twice; damage in the committed part of a log i
 
 from __future__ import annotations
 
-import gc
-import sys
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 import anyio
 import orjson
 
-from acp_bridge.agent.permissions import RememberedAlways
-from acp_bridge.agent.updates import UpdateContext, updates_for
+from acp_bridge.host.engine import S, Send
+from acp_bridge.host.tuning import Tuning
+from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
 from session import SessionLog, SessionStore
 from session.events import ASSISTANT_CHUNK, Event
 from session.repair import RepairReport
 from session.scan import TailSplitter
-from session.transcript import Transcript
 
-Send = Callable[[bytes], Awaitable[None]]
-"""Write already-encoded notification lines to the client (and wait for it to read)."""
+if TYPE_CHECKING:
+    from acp_bridge.host.host import Host
+
 
 
 class ReplayEncoder:
@@ -75,60 +76,65 @@ class ReplayEncoder:
         return b"".join(parts)
 
 
+class LoadSink(Protocol):
+    """What a live session keeps of its whole log (the model transcript, the tools
+    allowed always), fed every event but the text chunks as a load reads them."""
+
+    def feed(self, event: Event) -> None: ...
+
+
 @dataclass
 class Opened:
     log: SessionLog
     report: RepairReport
-    transcript: Transcript
-    always_allowed: set[str]
+    sink: LoadSink | None
 
 
 async def open_stored(
-    store: SessionStore, session_id: str, *, budget: int,
-    replay: tuple[ReplayEncoder, Send] | None,
+    store: SessionStore, session_id: str, *, sink: LoadSink | None,
+    replay: tuple[ReplayEncoder, Send] | None, tuning: Tuning,
 ) -> Opened:
     """Load (and repair) a stored session for this process; with `replay`, every
     block of its events (the repair closers included) is encoded in the worker thread
     and sent. Raises the SessionError family; ownership is released if the load does
     not complete."""
     load = store.loading(session_id)
-    transcript = Transcript(budget=budget)
-    always = RememberedAlways()
     blocks = iter(load)
     assert isinstance(blocks, Generator)
     encode = replay[0].encode if replay is not None else None
 
     def step() -> bytes | None:
-        # The transcript and the tools allowed always are only touched here until the
-        # load is over, one step at a time, so the worker thread may feed them.
+        # The sink is only touched here until the load is over, one step at a time, so
+        # the worker thread may feed it.
         block = next(blocks, None)
         if block is None:
             return None
-        others: list[Event] = []  # chunks (most events) concern neither transcript nor always
+        others: list[Event] = []  # chunks (most events) concern no sink
         if encode is not None:
-            payload = encode(block, others)
+            payload = encode(block, others if sink is not None else None)
         else:
             payload = b""
-            others = [event for event in block if event["type"] != ASSISTANT_CHUNK]
-        for event in others:
-            transcript.feed(event)
-            always.feed(event)
+            if sink is not None:
+                others = [event for event in block if event["type"] != ASSISTANT_CHUNK]
+        if sink is not None:
+            for event in others:
+                sink.feed(event)
         return payload
 
     done = False
-    _load_started()
+    tuning.load_started()
     try:
         while (payload := await anyio.to_thread.run_sync(step)) is not None:
             if replay is not None:
                 await replay[1](payload)
         done = True
     finally:
-        _load_ended()
+        tuning.load_ended()
         if not done:  # closing the generator releases the session
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(blocks.close)
     assert load.loaded is not None
-    return Opened(load.loaded.log, load.loaded.report, transcript, always.tools)
+    return Opened(load.loaded.log, load.loaded.report, sink)
 
 
 async def replay_stored(store: SessionStore, log: SessionLog, encoder: ReplayEncoder, send: Send) -> None:
@@ -153,35 +159,29 @@ async def replay_stored(store: SessionStore, log: SessionLog, encoder: ReplayEnc
         await anyio.to_thread.run_sync(stream.close)
 
 
-# While loads run, the process is tuned for them (and put back after the last one):
-# - A load allocates a few objects per event, which die young but in bulk: the cyclic
-#   collector would run full collections over everything the agent holds (measured: up
-#   to half of a block's parse time). Nothing a load makes is cyclic, so collection
-#   waits until no load is running.
-# - The worker thread parses while the event loop writes what it made; the loop waits
-#   for the GIL up to the switch interval (5 ms) each time, long enough for the client
-#   to drain the pipe and sit idle. Switching more often keeps the pipe fed (measured:
-#   the long-session replay went from 0.58 to 0.77 of the bare loop's rate).
-LOAD_SWITCH_INTERVAL = 0.0005  # seconds
-_loads_running = 0
-_saved: tuple[bool, float] = (True, 0.005)  # gc enabled, switch interval
+class StoredOpener(Generic[S]):
+    """`Engine.open_session` for an engine whose sessions are in the host's store: a
+    live session replayed from what its log has written, or a stored one loaded
+    (repaired, replayed through the engine's `encoder`, fed to its `sink`) and made live
+    by `adopt`. One copy for every engine with a store."""
 
+    def __init__(self, host: Host[S], *, encoder: Callable[[str], ReplayEncoder],
+                 sink: Callable[[], LoadSink | None], adopt: Callable[[Opened], S]) -> None:
+        self._host = host
+        self._encoder = encoder
+        self._sink = sink
+        self._adopt = adopt
 
-def _load_started() -> None:
-    global _loads_running, _saved
-    if _loads_running == 0:
-        _saved = (gc.isenabled(), sys.getswitchinterval())
-        gc.disable()
-        sys.setswitchinterval(min(_saved[1], LOAD_SWITCH_INTERVAL))
-    _loads_running += 1
-
-
-def _load_ended() -> None:
-    global _loads_running
-    if _loads_running:
-        _loads_running -= 1
-        if _loads_running == 0:
-            enabled, interval = _saved
-            sys.setswitchinterval(interval)
-            if enabled:
-                gc.enable()
+    async def __call__(self, session_id: str, params: Mapping[str, Any], send: Send | None,
+                       live: S | None) -> tuple[S, RepairReport]:
+        store = self._host.store()
+        if live is not None:  # already ours: nothing to repair
+            if send is not None:
+                assert live.log is not None
+                await replay_stored(store, live.log, self._encoder(session_id), send)
+            return live, RepairReport()
+        replay = (self._encoder(session_id), send) if send is not None else None
+        opened = await open_stored(store, session_id, sink=self._sink(), replay=replay, tuning=self._host.tuning)
+        session = self._adopt(opened)
+        self._host.add(session_id, session)
+        return session, opened.report

@@ -1,0 +1,283 @@
+"""Our own agent as an engine of the host (acp_bridge.host): its turns are the turn
+runner's (acp_bridge.agent.runner), with our models and tools.
+
+What only this engine has: `initialize` (our capabilities), `authenticate` (the key of
+an `openai:` model), the modes (`session/set_mode`, or the `mode` config option) and the
+other config options (model, thought level). A session is made live with its runner,
+its client services and its MCP servers (acp_bridge.agent.live); a stored one is loaded
+with the model transcript and the tools allowed always rebuilt as it is replayed.
+
+The turn machinery (runner, client services, tools, models) is imported on first use,
+in the handlers that need it: `initialize` is answered before any of it is needed
+(DESIGN.md section 1).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from acp_bridge import __version__
+from acp_bridge.agent import auth
+from acp_bridge.content import compact_images, has_images
+from acp_bridge.errors import InvalidParamsError
+from acp_bridge.host.engine import OpenAnswer
+from acp_bridge.host.host import Host
+from acp_bridge.host.params import MCP_TRANSPORTS
+from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
+from acp_bridge.models import options
+from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
+from acp_bridge.rpc.connection import Fallback
+from acp_bridge.rpc.protocol import Handler
+from acp_bridge.tools import permissions
+from session import Event, SessionLog
+from session.repair import RepairReport
+from session.transcript import Transcript, history_budget
+
+if TYPE_CHECKING:
+    from acp_bridge.agent.live import LiveSession
+    from acp_bridge.host.engine import Send
+    from acp_bridge.models import Model
+    from acp_bridge.tools.local import LocalServices
+
+log = logging.getLogger("acp_bridge.agent")
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Config:
+    store_dir: Path | str  # a folder, or a PostgreSQL connection string
+    backend: str = "jsonl"
+    models: tuple[ModelEntry, ...] = (ModelEntry("echo"),)  # the first is the default
+    max_steps: int = 50
+
+
+class KeptOfLog:
+    """What a live session keeps of its whole log, rebuilt as a load reads it: the
+    model transcript (bounded by the model's context window) and the tools allowed
+    always."""
+
+    def __init__(self, budget: int) -> None:
+        self.transcript = Transcript(budget=budget)
+        self.always = permissions.RememberedAlways()
+
+    def feed(self, event: Event) -> None:
+        self.transcript.feed(event)
+        self.always.feed(event)
+
+
+class AgentEngine:
+    label = "this agent"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.client_capabilities: dict[str, Any] = {}
+        self.made_models: dict[str, Model] = {}  # spec -> the model, made on first use
+        self._local: LocalServices | None = None
+        self._host: Host[LiveSession] | None = None
+        self._opener: StoredOpener[LiveSession] | None = None
+
+    # --- the engine ------------------------------------------------------------------
+
+    def methods(self) -> dict[str, Handler]:
+        return {"initialize": self.initialize, "authenticate": self.authenticate,
+                "session/set_mode": self.set_mode, "session/set_config_option": self.set_config_option}
+
+    def fallback(self) -> Fallback | None:
+        return None
+
+    async def start(self, host: Host[LiveSession]) -> None:
+        self._host = host
+        self._opener = StoredOpener(host, encoder=self._encoder, sink=self._kept, adopt=self._adopt)
+
+    async def aclose(self) -> None:
+        pass
+
+    @property
+    def host(self) -> Host[LiveSession]:
+        assert self._host is not None  # set by `start`, before any request
+        return self._host
+
+    def model(self, entry: ModelEntry | None = None) -> Model:
+        """The model of `entry` (default: the first configured), made once per process."""
+        entry = entry or self.config.models[0]
+        if entry.spec not in self.made_models:
+            from acp_bridge.models import load_model
+
+            self.made_models[entry.spec] = load_model(entry, store_dir=self.config.store_dir,
+                                                      backend=self.config.backend)
+        return self.made_models[entry.spec]
+
+    def context_window_of(self, spec: str) -> int | None:
+        """The context window of the model `spec` names (a turn's `turn/start.model`):
+        the model's own if this process made it, else as it would be made; a `replay:`
+        model's is known only once made: the default model's then."""
+        made = self.made_models.get(spec)
+        if made is not None:
+            return made.context_window
+        if spec.startswith("replay:"):
+            return self.model().context_window
+        from acp_bridge.models.windows import context_window_of
+
+        return context_window_of(spec)
+
+    def _require_key(self, entry: ModelEntry) -> None:
+        auth.require_key(entry, auth.method_ids(self.config.models, self.client_capabilities), self.made_models)
+
+    def _state(self, live: LiveSession) -> dict[str, Any]:
+        """`modes` and `configOptions`, as the answers of session/new, load and resume
+        carry them."""
+        return {**permissions.mode_state(live.runner.mode), "configOptions": self._options(live)}
+
+    def _options(self, live: LiveSession) -> list[dict[str, Any]]:
+        """Every config option of a session: mode, model, and thought level where it applies."""
+        return config_options(live.runner.mode, self.config.models, live.choice)
+
+    # --- opening sessions ------------------------------------------------------------
+
+    def _activate(self, session_log: SessionLog, *, transcript: Transcript | None = None,
+                  always_allowed: set[str] | None = None) -> LiveSession:
+        """Make `session_log` (just created or opened) a live session of the host."""
+        from acp_bridge.agent.live import make_live
+
+        if self._local is None:
+            from acp_bridge.tools.local import LocalServices
+
+            self._local = LocalServices(task_group=self.host.task_group)
+        choice = options.stored_choice(session_log.events, self.config.models)
+        live = make_live(session_log, conn=self.host.peer, model=self.model(choice.model), choice=choice,
+                         capabilities=self.client_capabilities, local=self._local, admit=self._admit,
+                         max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed,
+                         tuning=self.host.tuning)
+        self.host.add(session_log.id, live)
+        return live
+
+    def _encoder(self, session_id: str) -> ReplayEncoder:
+        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of)
+
+    def _kept(self) -> KeptOfLog:
+        return KeptOfLog(history_budget(self.model().context_window))
+
+    def _adopt(self, opened: Opened) -> LiveSession:
+        kept = opened.sink
+        assert isinstance(kept, KeptOfLog)
+        return self._activate(opened.log, transcript=kept.transcript, always_allowed=kept.always.tools)
+
+    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        self._require_key(self.config.models[0])
+        self.model()  # a model that cannot be made fails here, before the store holds an empty session
+        session_log = await self.host.create_log(cwd=params["cwd"], additional=params.get("additionalDirectories"))
+        live = self._activate(session_log)
+        mcp = await live.connect_mcp(params.get("mcpServers"), self.host.task_group)
+        return {"sessionId": session_log.id, **self._state(live),
+                **({"_meta": {"acpBridge": mcp}} if mcp else {})}
+
+    async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
+                           live: LiveSession | None) -> tuple[LiveSession, RepairReport]:
+        assert self._opener is not None
+        return await self._opener(session_id, params, send, live)
+
+    async def attach(self, session: LiveSession, params: Mapping[str, Any]) -> OpenAnswer:
+        mcp = await session.connect_mcp(params.get("mcpServers"), self.host.task_group)
+        return OpenAnswer(self._state(session), ours=mcp)
+
+    def _admit(self, live: LiveSession, prompt: list[Any]) -> list[Any]:
+        """A prompt the session's model can take, as it is run (the same image twice is
+        stored once); InvalidParamsError or AuthRequiredError if it cannot."""
+        if has_images(prompt):
+            if not live.choice.model.images:
+                raise InvalidParamsError(
+                    f"this session's model {live.choice.model.spec} does not take images: switch to one that "
+                    f"does ({', '.join(m.spec for m in self.config.models if m.images) or 'none is configured'})"
+                    " or send text", field="prompt")
+            prompt = compact_images(prompt)
+        self._require_key(live.choice.model)
+        return prompt
+
+    # --- the methods only this engine has --------------------------------------------
+
+    async def initialize(self, protocolVersion: int, clientCapabilities: dict[str, Any] | None = None,
+                         **_: Any) -> dict[str, Any]:
+        self.client_capabilities = clientCapabilities or {}
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": True,
+                # Announced once, before a session picks its model: images are offered when
+                # any configured model takes them; a prompt with images for the session's
+                # current model that does not is refused (-32602, `_admit`).
+                "promptCapabilities": {"image": any(m.images for m in self.config.models), "audio": False,
+                                       "embeddedContext": True},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {},
+                                        "additionalDirectories": {}},
+                "mcpCapabilities": {"http": "http" in MCP_TRANSPORTS, "sse": "sse" in MCP_TRANSPORTS},
+            },
+            "authMethods": auth.auth_methods(self.config.models, self.client_capabilities),
+            "agentInfo": {"name": "acp-bridge", "title": "acp-bridge", "version": __version__},
+        }
+
+    async def authenticate(self, methodId: str, **_: Any) -> dict[str, Any]:
+        offered = auth.method_ids(self.config.models, self.client_capabilities)
+        if methodId not in offered:
+            raise InvalidParamsError(f"unknown authentication method {methodId!r}: this agent offers "
+                                     f"{', '.join(offered) or 'none'}", field="methodId")
+        await auth.authenticate(self.config.models, offered, self.made_models)
+        return {}
+
+    async def set_mode(self, sessionId: str, modeId: str, **_: Any) -> dict[str, Any]:
+        self._set_mode(self.host.session(sessionId), sessionId, modeId, "modeId")
+        return {}
+
+    async def set_config_option(self, sessionId: str, configId: str, value: Any = None,
+                                **_: Any) -> dict[str, Any]:
+        live = self.host.session(sessionId)
+        if configId == "mode":
+            self._set_mode(live, sessionId, value, "value")
+        elif configId == options.MODEL_OPTION:
+            await self._set_model(live, sessionId, value)
+        elif configId == options.THOUGHT_OPTION and live.choice.effort is not None:
+            if value not in EFFORT_LEVELS:
+                raise InvalidParamsError(f"unknown thought level {value!r}: use one of {', '.join(EFFORT_LEVELS)}",
+                                         field="value")
+            await live.runner.record_setting(configId, value)
+            live.switch(live.runner.model, options.choice_for(live.choice.model, value))
+            self._options_changed(live, sessionId)
+        else:
+            ids = [o["id"] for o in self._options(live)]
+            raise InvalidParamsError(f"unknown config option {configId!r}: this session has {', '.join(ids)}",
+                                     field="configId")
+        return {"configOptions": self._options(live)}
+
+    async def _set_model(self, live: LiveSession, sid: str, value: Any) -> None:
+        entry = find(self.config.models, value)
+        if entry is None:
+            raise InvalidParamsError(f"unknown model {value!r}: use one of "
+                                     f"{', '.join(m.spec for m in self.config.models)}", field="value")
+        self._require_key(entry)
+        model = self.model(entry)  # a model that cannot be made fails here, before the log changes
+        await live.runner.record_setting(options.MODEL_OPTION, entry.spec)
+        live.switch(model, options.choice_for(entry, live.choice.effort))
+        self._options_changed(live, sid)
+
+    def _options_changed(self, live: LiveSession, sid: str) -> None:
+        self.host.peer.notify_update(sid, {"sessionUpdate": "config_option_update",
+                                           "configOptions": self._options(live)})
+
+    def _set_mode(self, live: LiveSession, sid: str, mode: Any, field_name: str) -> None:
+        if mode not in permissions.MODES:
+            raise InvalidParamsError(f"unknown mode {mode!r}: use one of {', '.join(permissions.MODES)}",
+                                     field=field_name)
+        live.runner.mode = mode
+        # The mode and the `mode` config option are one setting: tell the client both.
+        self.host.peer.notify_update(sid, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
+        self._options_changed(live, sid)
+
+
+def config_options(mode: str, models: tuple[ModelEntry, ...] | list[ModelEntry],
+                   choice: options.Choice) -> list[dict[str, Any]]:
+    """Every config option of our agent's session: the mode's, then the model's."""
+    return [*permissions.mode_state(mode)["configOptions"], *options.model_options(models, choice)]

@@ -1,0 +1,190 @@
+"""Every error acp-bridge raises on purpose, in one place (as httpx's `_exceptions.py`).
+
+One base, `AcpBridgeError` (defined in session/errors.py, the lowest layer, so that the
+persistence layer's family shares it):
+
+    AcpBridgeError
+    ├── SessionError            the session log and store (session/errors.py): not found,
+    │                           locked, corrupt, version, store I/O, invalid id, ...
+    ├── RpcError                a JSON-RPC error response the connection itself makes
+    │                           (acp_bridge.rpc.protocol: a broken envelope, bad params)
+    ├── PeerError               the other side answered one of our requests with an error
+    │                           (acp_bridge.rpc.protocol.ClientError)
+    ├── InvalidParamsError      a request's params that its method cannot take
+    ├── PromptInProgressError   a session's prompt is still running
+    ├── AuthRequiredError       the session's model needs a key it does not have
+    ├── TurnFailedError         a prompt whose turn ended `error` (its answer)
+    ├── WrappedAgentError       `acp-bridge wrap`'s child misbehaved:
+    │   ├── AgentExitedError        it exited while a request waited on it
+    │   ├── AgentStartError         it cannot be (re)started
+    │   └── AgentProtocolError      it answered something ACP does not allow
+    ├── RequestRefusedError     a request we do not serve now (the wrapped agent's while
+    │                           acp-bridge seeds its session)
+    ├── ReplayError             the fake agent's recording cannot serve a prompt
+    ├── ModelSpecError          a `--model` spec that names no model we can make
+    ├── ConfigError             a start-up value that cannot work (option, problem)
+    ├── ToolError               a tool call the model should see fail
+    │   └── NotTextError            a file that is not UTF-8 text
+    ├── ToolMachineryError      a tool failed in a way the model cannot act on
+    ├── ScenarioError           a snapshot scenario that cannot be run
+    └── SnapshotMismatch        a snapshot check that found differences
+
+Domain code raises these, never wire errors; each becomes a JSON-RPC error in one
+function, acp_bridge.host.errors.to_rpc_error (codes and `data.code` words:
+docs/protocol.md, "Errors"). Errors a wrapped agent answers are passed on as they came
+(`PeerError` keeps the peer's error object whole).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from session.errors import AcpBridgeError
+
+__all__ = [
+    "AcpBridgeError",
+    "AgentExitedError",
+    "AgentProtocolError",
+    "AgentStartError",
+    "AuthRequiredError",
+    "ConfigError",
+    "InvalidParamsError",
+    "ModelSpecError",
+    "PromptInProgressError",
+    "ReplayError",
+    "RequestRefusedError",
+    "ScenarioError",
+    "SnapshotMismatch",
+    "ToolError",
+    "ToolMachineryError",
+    "TurnFailedError",
+    "WrappedAgentError",
+]
+
+
+class InvalidParamsError(AcpBridgeError):
+    """A request's params that its method cannot take (-32602): `data` says more to a
+    program (`field`: the param)."""
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class PromptInProgressError(AcpBridgeError):
+    """A session's prompt is still running: a second prompt, or a load or resume of
+    that session (-32001)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} is already running a prompt; cancel it or wait")
+        self.session_id = session_id
+
+
+class AuthRequiredError(AcpBridgeError):
+    """The session's model needs a key that is not there, or the provider refused the
+    one there is (-32000, ACP's `auth_required`). The message names the variable or the
+    command to run, never a key."""
+
+    def __init__(self, message: str, methods: list[str]) -> None:
+        super().__init__(message)
+        self.methods = methods
+
+
+class TurnFailedError(AcpBridgeError):
+    """The answer of a prompt whose persisted `turn/end` says `error`: the JSON-RPC
+    `code`, `message` and `data` settlement gave it (acp_bridge.host.settlement)."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class WrappedAgentError(AcpBridgeError):
+    """`acp-bridge wrap`'s child agent misbehaved (-32603 with `data.code`)."""
+
+    code = "agent_error"
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class AgentExitedError(WrappedAgentError):
+    """The wrapped agent exited while a request was waiting on it (or before it was
+    sent). The next request restarts it."""
+
+    code = "agent_exited"
+
+    def __init__(self, status: int | None) -> None:
+        how = "exited" if status is None else f"exited with status {status}"
+        super().__init__(f"the wrapped agent {how}; it is restarted at the next request", status=status)
+        self.status = status
+
+
+class AgentStartError(WrappedAgentError):
+    code = "agent_start"
+
+
+class AgentProtocolError(WrappedAgentError):
+    code = "agent_protocol"
+
+
+class RequestRefusedError(AcpBridgeError):
+    """A request we do not serve now (-32603); `code` is the stable word."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class ReplayError(AcpBridgeError):
+    """A recording that cannot serve a prompt (the fake agent): past its end, or a prompt
+    that differs from the recorded one. `code` is the stable word."""
+
+    def __init__(self, message: str, *, code: str, recording: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.recording = recording
+
+
+class ModelSpecError(AcpBridgeError, ValueError):
+    """A `--model` spec that names no model we can make."""
+
+
+class ConfigError(AcpBridgeError):
+    """A start-up value that cannot work: the option it came from, and why."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"{option}: {problem}")
+        self.option = option
+        self.problem = problem
+
+
+class ToolError(AcpBridgeError):
+    """An expected failure the model should see as an error result (bad arguments,
+    missing file, path outside the roots, mismatch, timeout...). `code` is a short
+    machine-readable word recorded in `tool/result.error`."""
+
+    def __init__(self, message: str, *, code: str = "tool_error", name: str = "ToolError") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.name = name
+
+
+class ToolMachineryError(AcpBridgeError):
+    """A tool failed in a way the model cannot act on: the step fails."""
+
+
+class ScenarioError(AcpBridgeError, ValueError):
+    """A scenario folder or file that cannot be run, or a run that went wrong."""
+
+
+class SnapshotMismatch(AcpBridgeError, AssertionError):
+    """A check whose traffic or re-persisted log differs from the golden."""

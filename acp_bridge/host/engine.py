@@ -1,0 +1,78 @@
+"""What the host needs of whatever runs its sessions' turns (docs/architecture.md):
+each live session's `Turns`; the `Engine` itself is in acp_bridge.host.host.
+
+The host (acp_bridge.host.host) serves every ACP session the same way, whatever runs
+its turns: the store and the table of live sessions, the session methods, the params
+checks, replay on load, log before send, one prompt at a time, cancel routing, and the
+answer of every prompt settled from its persisted `turn/end`. What differs is an
+`Engine` (how sessions are opened, and the methods only it has: `initialize`, modes,
+config options) and, per live session, its `Turns` (how one prompt becomes a turn):
+
+- our own agent (acp_bridge.agent.engine): the turn runner, models and tools;
+- `acp-bridge wrap` (acp_bridge.wrap.engine): the turn is the wrapped agent's, recorded;
+- `acp-bridge snapshot fake-agent` (acp_bridge.snapshot.fake_agent): recorded turns
+  served again.
+
+A new engine is one class and its sessions' `Turns`, not a fourth host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from session import Event, SessionLog
+
+Send = Callable[[bytes], Awaitable[None]]
+"""Write already-encoded notification lines to the client (and wait for it to read)."""
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """How a prompt's turn ended: its `turn/end`, persisted before this is returned
+    (the answer is settled from it), and what the engine adds to the answer (a wrapped
+    agent's own fields and `_meta`; the host's `stopReason` and `_meta.acpBridge` win)."""
+
+    end: Event
+    answer: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpenAnswer:
+    """The answer of a `session/load` or `session/resume`, as the engine makes it: its
+    fields, other `_meta` members (a wrapped agent's own), and what it adds to
+    `_meta.acpBridge` after the host's report of the load."""
+
+    fields: Mapping[str, Any]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    ours: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Turns(Protocol):
+    """One live session's turns. The host calls `prompt` one at a time (a second prompt
+    is refused before it gets here) and `cancel` or `stop` while it runs."""
+
+    @property
+    def log(self) -> SessionLog | None:
+        """The session's log (None: an engine that keeps no log, the fake agent)."""
+
+    async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
+        """Run one turn; its durable `turn/end`. `params`: the request's other fields."""
+
+    def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
+        """Cancel the running turn, which then ends as `cancelled {by}` (`params`: the
+        client's `session/cancel`, for an engine that passes it on). False if the
+        engine has no turn to cancel (for `$/cancel_request`: the request's task is
+        then cancelled instead, -32800)."""
+
+    def stop(self) -> None:
+        """The host is stopping (stdin closed): end the running turn, if any, as
+        `interrupted {cause: "shutdown"}`; `prompt` still returns its `turn/end`."""
+
+    async def close(self, *, stopping: bool) -> None:
+        """The session ends here: `session/close` or `session/delete` (`stopping`
+        False), or the host is stopping. No turn runs. Its log is closed."""
+
+
+S = TypeVar("S", bound=Turns)

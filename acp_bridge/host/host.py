@@ -1,0 +1,391 @@
+"""`Host`: every ACP session served the same way, whatever runs its turns.
+
+The host owns what every session needs: the store and the table of live sessions (a
+session is live in this process once `session/new`, `session/load` or `session/resume`
+has opened it, and until `session/close`, `session/delete` or the end of stdin); those
+methods and `session/list`; the params check of every method (acp_bridge.host.params);
+replay on load (one send, waiting for the client to read: memory stays bounded); the
+log-before-send barrier; one prompt at a time per session; cancel routing; and the
+answer of every prompt, settled from its persisted `turn/end`
+(acp_bridge.host.settlement). What runs the turns is an `Engine` and its sessions'
+`Turns` (acp_bridge.host.engine).
+
+Every failure a handler lets out becomes one JSON-RPC error in one place
+(acp_bridge.host.errors.to_rpc_error, which the connection is handed).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol
+
+import anyio
+import anyio.abc
+
+from acp_bridge.errors import PromptInProgressError, TurnFailedError
+from acp_bridge.host.engine import OpenAnswer, S, Send, TurnEnd
+from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.listing import list_page
+from acp_bridge.host.params import check_params
+from acp_bridge.host.settlement import TurnFailed, settle
+from acp_bridge.host.tuning import Tuning
+from acp_bridge.rpc.connection import Connection, Fallback, current_request_id
+from acp_bridge.rpc.protocol import Handler, is_id, request_key
+from acp_bridge.rpc.transport import FdLineReader, FdWriter
+from session import (
+    SessionLog,
+    SessionNotFoundError,
+    SessionStore,
+    StoreIOError,
+    open_backend,
+    validate_session_id,
+)
+from session.events import WrappedInfo
+from session.repair import RepairReport
+
+log = logging.getLogger("acp_bridge.host")
+
+
+class Engine(Protocol[S]):
+    """What runs a host's sessions (one per process). Sessions live in the host's store
+    (which also serves `session/list`, `session/resume` and `session/delete`), or, for a
+    host without one, are kept by the engine for the process (the fake agent serves a
+    recording)."""
+
+    label: str  # how messages name it: "this agent", "the fake agent"
+
+    def methods(self) -> Mapping[str, Handler]:
+        """The ACP methods only this engine has (`initialize`, `authenticate`, modes,
+        config options), each taking the params as keywords (checked by the host)."""
+
+    def fallback(self) -> Fallback | None:
+        """What answers the methods nobody serves (the wrapper passes them on)."""
+
+    async def start(self, host: Host[S]) -> None:
+        """Before the first message is read (the wrapper spawns its child: OSError if it
+        cannot)."""
+
+    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`session/new`: a new session (its log made with `Host.create_log`), made live
+        with `Host.add`, and the answer."""
+
+    async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
+                           live: S | None) -> tuple[S, RepairReport | None]:
+        """`session/load` (`send`: where its replay goes) or `session/resume` of
+        `session_id`: the live session `live` if it is live here already (no prompt
+        runs), else the stored one made live; and what opening it repaired (None: an
+        engine without a store to repair). Engines with a store use
+        `acp_bridge.host.stored.StoredOpener`."""
+
+    async def attach(self, session: S, params: Mapping[str, Any]) -> OpenAnswer:
+        """After a load or resume (of a stored session, or of one live already): take
+        the client's params for it (cwd, MCP servers) and make the answer."""
+
+    async def aclose(self) -> None:
+        """The host has stopped and every session is closed."""
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """Where a host's sessions are stored: a folder, or a PostgreSQL connection string."""
+
+    location: Path | str
+    backend: str = "jsonl"
+
+
+class Host(Generic[S]):
+    """Serve `engine`'s sessions over one connection (`run`). `store` None: the engine
+    keeps its sessions for the process (no list, resume or delete)."""
+
+    def __init__(self, engine: Engine[S], store: StoreSpec | None, *, tuning: Tuning | None = None) -> None:
+        self.engine = engine
+        self.tuning = tuning or Tuning()
+        self._spec = store
+        self._store: SessionStore | None = None
+        self._live: dict[str, S] = {}
+        self._prompting: dict[str, anyio.Event] = {}  # session id -> set when its prompt returns
+        self._prompts: dict[tuple[str, Any], S] = {}  # running prompt request ids -> session
+        self._conn: Connection | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # --- what engines use --------------------------------------------------------------
+
+    @property
+    def peer(self) -> Connection:
+        """The client's connection."""
+        assert self._conn is not None  # made in `run`, before any message is read
+        return self._conn
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        """Where engines run what lives as long as the host (local commands, a child)."""
+        assert self._tg is not None
+        return self._tg
+
+    def store(self) -> SessionStore:
+        if self._store is None:
+            assert self._spec is not None, "this host keeps no store"
+            self._store = SessionStore(open_backend(self._spec.backend, self._spec.location))
+        return self._store
+
+    async def create_log(self, *, cwd: str, additional: list[str] | None,
+                         wrapped: WrappedInfo | None = None) -> SessionLog:
+        """A new session in the store, owned by this process (its log keeps only its last
+        turn in memory: a session may stream for hours)."""
+        store = self.store()
+        return await anyio.to_thread.run_sync(lambda: store.create(
+            cwd=cwd, additional_directories=additional or (), keep_history=False, wrapped=wrapped))
+
+    def add(self, session_id: str, session: S) -> None:
+        """`session` is live here from now on."""
+        self._live[session_id] = session
+        self.tuning.first_session()
+
+    def session(self, session_id: str) -> S:
+        """The live session `session_id`; SessionNotFoundError if it is not live here."""
+        validate_session_id(session_id)
+        session = self._live.get(session_id)
+        if session is None:
+            raise self._not_live(session_id)
+        return session
+
+    def find(self, session_id: Any) -> S | None:
+        return self._live.get(session_id) if isinstance(session_id, str) else None
+
+    def sessions(self) -> Iterator[tuple[str, S]]:
+        return iter(list(self._live.items()))
+
+    def prompting(self, session_id: str) -> bool:
+        """Whether a prompt of `session_id` is being answered."""
+        return session_id in self._prompting
+
+    async def send_replay(self, payload: bytes) -> None:
+        """Encoded `session/update` lines of a replay, to the client at its own pace."""
+        self.peer.send_raw(payload)
+        await self.peer.drain()
+
+    # --- serving -----------------------------------------------------------------------
+
+    async def run(self, reader: FdLineReader, writer: FdWriter) -> None:
+        """Start the engine, then serve the client until its input ends; every session
+        is closed before this returns. OSError if the engine cannot start."""
+        failed: OSError | None = None
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                await self.engine.start(self)
+            except OSError as exc:
+                failed = exc
+            else:
+                self._conn = Connection(
+                    reader, writer, self.methods(), on_eof=self._on_eof, on_cancel_request=self._on_cancel_request,
+                    error_for=to_rpc_error, before_write=self._before_write, fallback=self.engine.fallback(),
+                    inline={"session/cancel": self._cancel_now, "$/cancel_request": self._cancel_request_now})
+                try:
+                    await self._conn.serve()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._close_all()
+            tg.cancel_scope.cancel()  # what the engine started dies with the connection
+        if failed is not None:
+            raise failed
+
+    def methods(self) -> dict[str, Handler]:
+        table: dict[str, Handler] = {
+            "session/new": self.new_session, "session/load": self.load_session,
+            "session/close": self.close_session, "session/prompt": self.prompt,
+            "session/cancel": self.cancel, "$/cancel_request": self.cancel_request,
+        }
+        if self._spec is not None:
+            table.update({"session/resume": self.resume_session, "session/list": self.list_sessions,
+                          "session/delete": self.delete_session})
+        table.update(self.engine.methods())
+        return {name: _checked(name, fn) for name, fn in table.items()}
+
+    def _before_write(self) -> Awaitable[None] | None:
+        """Called before each write to the client: every live log hands its buffered
+        events to the OS first, so an update never reaches the client before the event
+        it shows (DESIGN.md section 3). One log write per write to stdout, however many
+        chunks it carries. A log a worker thread is writing at this moment (a durable
+        commit) is waited for in a thread rather than on the event loop."""
+        busy: list[SessionLog] = []
+        for session in self._live.values():
+            session_log = session.log
+            if session_log is not None and session_log.buffered and not session_log.hand_off(wait=False):
+                busy.append(session_log)
+        return _hand_off_in_threads(busy) if busy else None
+
+    async def _on_eof(self) -> None:
+        """stdin closed: every running turn ends as interrupted (shutdown) and its prompt
+        is answered before the process exits."""
+        for session in self._live.values():
+            session.stop()
+
+    async def _close_all(self) -> None:
+        for session_id in list(self._live):
+            await self._live.pop(session_id).close(stopping=True)
+        await self.engine.aclose()
+        if self._store is not None:
+            self._store.close()
+
+    # --- the session methods -----------------------------------------------------------
+
+    async def new_session(self, **params: Any) -> dict[str, Any]:
+        return await self.engine.new_session(params)
+
+    async def load_session(self, sessionId: str, **params: Any) -> dict[str, Any]:
+        return await self._open(sessionId, params, replay=True)
+
+    async def resume_session(self, sessionId: str, **params: Any) -> dict[str, Any]:
+        return await self._open(sessionId, params, replay=False)
+
+    async def _open(self, sid: str, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
+        validate_session_id(sid)
+        live = self._live.get(sid)
+        if live is not None and sid in self._prompting:
+            raise PromptInProgressError(sid)
+        session, report = await self.engine.open_session(sid, params, self.send_replay if replay else None, live)
+        opened = await self.engine.attach(session, params)
+        answer = dict(opened.fields)
+        ours = dict(opened.ours)
+        if report is not None:
+            assert session.log is not None  # a stored session
+            tracker = session.log.tracker
+            ours = {"repair": report.to_meta(), "turns": tracker.turn, "events": tracker.next_seq, **ours}
+        if ours or opened.meta:
+            answer["_meta"] = {**opened.meta, "acpBridge": ours}
+        return answer
+
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **_: Any) -> dict[str, Any]:
+        store = self.store()
+        sessions = await anyio.to_thread.run_sync(lambda: store.list(cwd=cwd))
+        return list_page(sessions, cursor)
+
+    async def close_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
+        validate_session_id(sessionId)
+        session = self._live.get(sessionId)
+        if session is None:
+            # Not open here: closing is idempotent for a stored session.
+            if self._spec is None:
+                raise self._not_live(sessionId)
+            if not any(s["id"] == sessionId for s in await anyio.to_thread.run_sync(self.store().list)):
+                raise SessionNotFoundError(f"session {sessionId} not found", session_id=sessionId)
+            return {}
+        await self._shut(sessionId, session)
+        return {}
+
+    async def delete_session(self, sessionId: str, **_: Any) -> dict[str, Any]:
+        validate_session_id(sessionId)
+        session = self._live.get(sessionId)
+        if session is not None:
+            await self._shut(sessionId, session)
+        await anyio.to_thread.run_sync(self.store().delete, sessionId)
+        return {}
+
+    async def _shut(self, sid: str, session: S) -> None:
+        """End the live session `sid`: its running turn cancelled (by session/close) and
+        answered, then the session closed."""
+        done = self._prompting.get(sid)
+        if done is not None:
+            session.cancel("session/close", None)
+            await done.wait()
+        self._live.pop(sid, None)
+        await session.close(stopping=False)
+
+    def _not_live(self, sid: str) -> SessionNotFoundError:
+        hint = "session/load or session/resume" if self._spec is not None else "session/new or session/load"
+        return SessionNotFoundError(f"session {sid} is not open in {self.engine.label}: use {hint}", session_id=sid)
+
+    # --- prompts and cancels -----------------------------------------------------------
+
+    async def prompt(self, sessionId: str, prompt: list[Any], **rest: Any) -> dict[str, Any]:
+        session = self.session(sessionId)
+        if sessionId in self._prompting:
+            raise PromptInProgressError(sessionId)
+        done = self._prompting[sessionId] = anyio.Event()
+        key = request_key(current_request_id.get())
+        self._prompts[key] = session
+        try:
+            turn = await session.prompt(prompt, rest)
+        except StoreIOError as exc:
+            # A full or failing disk, not a bug: one line in the log, not a traceback.
+            log.warning("%s", exc.message)
+            raise
+        finally:
+            self._prompts.pop(key, None)
+            del self._prompting[sessionId]
+            done.set()
+        return answer_of(turn)
+
+    def _cancel_now(self, params: Any) -> bool | None:
+        """`session/cancel` in the connection's reader, as it is read: it takes effect
+        before the reader takes the next message (the client's `cancelled` answer to a
+        permission request, which ACP has it send right after), so the cancel wins
+        however the two are read (docs/protocol.md). Left to a task (False) when no
+        prompt runs yet: a prompt read in the same write has not started, and its task
+        runs first."""
+        if not isinstance(params, dict):
+            log.info("session/cancel ignored: params must be an object")
+            return None
+        try:
+            check_params("session/cancel", params)
+        except Exception as exc:  # a notification: nobody to answer
+            log.info("session/cancel ignored: %s", to_rpc_error(exc).message)
+            return None
+        session = self._live.get(params["sessionId"])
+        if session is None or params["sessionId"] not in self._prompting:
+            return False
+        session.cancel("session/cancel", params)
+        return None
+
+    async def cancel(self, sessionId: str, **rest: Any) -> None:
+        session = self._live.get(sessionId)
+        if session is None or sessionId not in self._prompting:
+            log.info("session/cancel for %s: no running prompt", sessionId)
+            return
+        session.cancel("session/cancel", {**rest, "sessionId": sessionId})
+
+    def _cancel_request_now(self, params: Any) -> bool:
+        if not isinstance(params, dict) or not is_id(params.get("requestId")):
+            return False
+        return self.peer.cancel_incoming(params["requestId"])
+
+    async def cancel_request(self, requestId: Any, **_: Any) -> None:
+        if not self.peer.cancel_incoming(requestId):
+            log.info("$/cancel_request for %r: no such request in flight", requestId)
+
+    def _on_cancel_request(self, rid: Any) -> bool:
+        session = self._prompts.get(request_key(rid))
+        return session is not None and session.cancel("$/cancel_request", None)
+
+
+def answer_of(turn: TurnEnd) -> dict[str, Any]:
+    """The prompt's answer: settled from the persisted `turn/end` (its `stopReason` and
+    `_meta.acpBridge`), after what the engine adds; a failed turn is an error."""
+    settled = settle(turn.end)
+    if isinstance(settled, TurnFailed):
+        raise TurnFailedError(settled.code, settled.message, dict(settled.data))
+    answer = {k: v for k, v in turn.answer.items() if k not in ("stopReason", "_meta")}
+    meta = turn.answer.get("_meta")
+    answer["stopReason"] = settled["stopReason"]
+    answer["_meta"] = {**(meta if isinstance(meta, dict) else {}), **settled["_meta"]}
+    return answer
+
+
+async def _hand_off_in_threads(logs: list[SessionLog]) -> None:
+    for session_log in logs:
+        await anyio.to_thread.run_sync(functools.partial(session_log.hand_off, wait=True))
+
+
+def _checked(method: str, fn: Callable[..., Awaitable[Any]]) -> Handler:
+    """`fn` behind the params check of `method` (-32602 naming the field)."""
+    async def handler(**params: Any) -> Any:
+        check_params(method, params)
+        return await fn(**params)
+
+    return handler
+

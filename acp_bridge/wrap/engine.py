@@ -1,0 +1,241 @@
+"""`acp-bridge wrap` as an engine of the host: an ACP agent to the editor, an ACP client
+to the wrapped agent.
+
+Two connections: the editor's, the host's (acp_bridge.host), and the child's over its
+pipes (acp_bridge.wrap.link, its handlers in acp_bridge.wrap.upstream). The session
+methods that are about our log are the host's, answered as for our own agent
+(`session/load`, `session/resume`, `session/list`, `session/close`, `session/delete`);
+`session/new` and `session/prompt` are the child's, recorded on the way
+(acp_bridge.wrap.sessions); everything else the editor sends (`authenticate`,
+`session/set_mode`, `session/set_config_option`, extension and unknown methods) is
+passed on as it is (`forward`), with the session id mapped, and answered with the
+child's answer.
+
+The child is spawned at start-up and restarted at the next request after it died
+(sessions are then restored on the new run, acp_bridge.wrap.restore). The child's own
+errors are relayed unchanged (acp_bridge.host.errors.relayed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from acp_bridge.errors import AgentStartError
+from acp_bridge.host.engine import OpenAnswer, Send
+from acp_bridge.host.host import Host
+from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
+from acp_bridge.rpc.connection import Fallback
+from acp_bridge.rpc.protocol import ClientError, Handler
+from acp_bridge.wrap.child import ChildAgent
+from acp_bridge.wrap.link import ChildLink, obj
+from acp_bridge.wrap.restore import Restored, new_session_id, restore
+from acp_bridge.wrap.seed import quiet_while_seeding, seed
+from acp_bridge.wrap.sessions import SessionMap, WrappedSession
+from acp_bridge.wrap.upstream import ChildSide
+from session.events import WrappedInfo
+from session.repair import RepairReport
+
+log = logging.getLogger("acp_bridge.wrap")
+
+
+@dataclass(frozen=True)
+class WrapConfig:
+    store_dir: Path | str  # a folder, or a PostgreSQL connection string
+    command: list[str]
+    backend: str = "jsonl"
+    grace: float = 2.0  # seconds the child gets to exit after its stdin closed
+    env: dict[str, str] | None = field(default=None)
+    seed_fresh: bool = False  # seed a fresh child session with the transcript (wrap/seed.py)
+
+
+class WrapEngine:
+    label = "this agent"
+
+    def __init__(self, config: WrapConfig) -> None:
+        self.config = config
+        self.child = ChildAgent(config.command, env=config.env, grace=config.grace)
+        self.children = SessionMap()
+        self.side = ChildSide(self.children, lambda: self.host.peer)
+        self.link: ChildLink | None = None
+        self.init_params: dict[str, Any] | None = None
+        self.child_caps: dict[str, Any] = {}
+        self.child_info: dict[str, Any] | None = None
+        self._starting = anyio.Lock()
+        self._host: Host[WrappedSession] | None = None
+        self._opener: StoredOpener[WrappedSession] | None = None
+
+    # --- the engine ------------------------------------------------------------------
+
+    def methods(self) -> dict[str, Handler]:
+        return {"initialize": self.initialize}
+
+    def fallback(self) -> Fallback:
+        return self.forward
+
+    async def start(self, host: Host[WrappedSession]) -> None:
+        """Spawn the child (OSError if it cannot be)."""
+        self._host = host
+        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None), sink=lambda: None,
+                                    adopt=self._adopt)
+        await self._new_link()
+
+    async def aclose(self) -> None:
+        if self.link is not None:
+            await self.link.close()
+
+    @property
+    def host(self) -> Host[WrappedSession]:
+        assert self._host is not None  # set by `start`, before any request
+        return self._host
+
+    @property
+    def agent_name(self) -> str:
+        name = (self.child_info or {}).get("name")
+        return name if isinstance(name, str) else Path(self.config.command[0]).name
+
+    # --- the child -------------------------------------------------------------------
+
+    async def _new_link(self) -> ChildLink:
+        if self.link is not None:
+            await self.link.close()
+        await self.child.start(self.host.task_group)
+        link = ChildLink(self.child, fallback_for=quiet_while_seeding(self.side.fallback_for, self.children),
+                         inline=self.side.inline())
+        self.host.task_group.start_soon(link.run)
+        self.link = link
+        return link
+
+    async def ensure_link(self) -> ChildLink:
+        """The child's connection, restarted (and initialized again) if it died."""
+        link = self.link
+        if link is not None and link.running:  # the usual case: no lock, no checkpoint
+            return link
+        async with self._starting:
+            link = self.link
+            if link is not None and link.running:
+                return link
+            log.warning("the wrapped agent is not running: restarting it")
+            try:
+                link = await self._new_link()
+            except OSError as exc:
+                raise AgentStartError(f"the wrapped agent cannot be started: {exc}") from None
+            if self.init_params is not None:
+                self._took_init(await link.call("initialize", self.init_params))
+            return link
+
+    async def child_session(self, ws: WrappedSession) -> tuple[ChildLink, str]:
+        """The child's session for `ws` on its current run (restored if stale)."""
+        link = await self.ensure_link()
+        if ws.child_sid is None or ws.generation != link.generation:
+            await self._restore(ws, link)
+        assert ws.child_sid is not None
+        return link, ws.child_sid
+
+    async def _restore(self, ws: WrappedSession, link: ChildLink) -> tuple[Restored, dict[str, Any], dict[str, Any]]:
+        """`restore`, then (with `--seed-fresh`, when it ended fresh) the seed prompt:
+        how, the child's answer, and what the seed adds to `_meta.acpBridge.wrapped`."""
+        restored, result = await restore(ws, link, self.child_caps, self.children)
+        self.side.adopt(ws)
+        seeded: dict[str, Any] = {}
+        if restored == "fresh" and self.config.seed_fresh:
+            seeded = await seed(ws, link, self.host.store())
+        return restored, result, seeded
+
+    def tell_cancel(self, ws: WrappedSession, params: Mapping[str, Any] | None) -> None:
+        link = self.link
+        if link is not None and ws.child_sid is not None and ws.generation == link.generation:
+            link.notify("session/cancel", {**(params or {}), "sessionId": ws.child_sid})
+
+    async def close_child_session(self, ws: WrappedSession) -> None:
+        link = self.link
+        if (link is not None and link.alive and ws.child_sid is not None and ws.generation == link.generation
+                and isinstance(self.child_caps.get("sessionCapabilities"), dict)
+                and self.child_caps["sessionCapabilities"].get("close") is not None):
+            try:
+                await link.call("session/close", {"sessionId": ws.child_sid})
+            except ClientError as exc:
+                log.info("the wrapped agent did not close session %s: %s", ws.child_sid, exc)
+
+    def forget(self, ws: WrappedSession) -> None:
+        self.children.remove(ws)
+
+    def _took_init(self, answer: Any) -> dict[str, Any]:
+        result = dict(obj(answer))
+        self.child_caps = dict(obj(result.get("agentCapabilities")))
+        info = result.get("agentInfo")
+        self.child_info = info if isinstance(info, dict) else None
+        return result
+
+    # --- sessions --------------------------------------------------------------------
+
+    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        link = await self.ensure_link()
+        cwd, mcp = params["cwd"], params["mcpServers"]
+        rest = {k: v for k, v in params.items() if k not in ("cwd", "mcpServers")}
+        result = await link.call("session/new", {**rest, "cwd": cwd, "mcpServers": mcp})
+        child_sid = new_session_id(result)
+        extra = params.get("additionalDirectories")
+        additional = extra if isinstance(extra, list) else None
+        wrapped: WrappedInfo = {"command": list(self.config.command), "sessionId": child_sid}
+        if self.child_info is not None:
+            wrapped["agentInfo"] = self.child_info
+        session_log = await self.host.create_log(cwd=cwd, additional=additional, wrapped=wrapped)
+        ws = WrappedSession(self, session_log, cwd, list(mcp), additional)
+        self.host.add(ws.id, ws)
+        self.children.bind(ws, child_sid, link.generation)
+        ws.took_state(result)
+        self.side.adopt(ws)
+        return {**result, "sessionId": ws.id}
+
+    def _adopt(self, opened: Opened) -> WrappedSession:
+        header = opened.log.header
+        return WrappedSession(self, opened.log, header["cwd"], [], header.get("additionalDirectories"))
+
+    async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
+                           live: WrappedSession | None) -> tuple[WrappedSession, RepairReport]:
+        assert self._opener is not None
+        return await self._opener(session_id, params, send, live)
+
+    async def attach(self, session: WrappedSession, params: Mapping[str, Any]) -> OpenAnswer:
+        session.cwd, session.mcp_servers = params["cwd"], params.get("mcpServers") or []
+        extra = params.get("additionalDirectories")
+        if isinstance(extra, list):
+            session.additional_directories = extra
+        link = await self.ensure_link()
+        restored, result, seeded = await self._restore(session, link)
+        fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
+        return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": {"restored": restored, **seeded}})
+
+    # --- the editor's other methods --------------------------------------------------
+
+    async def initialize(self, **params: Any) -> dict[str, Any]:
+        link = await self.ensure_link()
+        self.init_params = params
+        result = self._took_init(await link.call("initialize", params))
+        caps = dict(self.child_caps)
+        caps["loadSession"] = True
+        caps["sessionCapabilities"] = {**obj(caps.get("sessionCapabilities")),
+                                       "list": {}, "resume": {}, "close": {}, "delete": {}}
+        result["agentCapabilities"] = caps
+        meta = obj(result.get("_meta"))
+        ours = obj(meta.get("acpBridge"))
+        result["_meta"] = {**meta, "acpBridge": {**ours, "wrapped": {"agentInfo": self.child_info}}}
+        return result
+
+    async def forward(self, method: str, params: Any, is_request: bool) -> Any:
+        """Any other method of the editor: passed on, the session id mapped."""
+        link = await self.ensure_link()
+        ws = self.host.find(params.get("sessionId")) if isinstance(params, dict) else None
+        if ws is not None:
+            link, child_sid = await self.child_session(ws)
+            params = {**params, "sessionId": child_sid}
+        if not is_request:
+            link.notify(method, params)
+            return None
+        return await link.call(method, params)
