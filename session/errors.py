@@ -13,7 +13,10 @@ from typing import Any
 class AcpBridgeError(Exception):
     """The base of every error acp-bridge raises on purpose. It is defined here, in the
     lowest layer, so that the persistence layer's family shares it; the whole tree is
-    documented, and the rest of it defined, in acp_bridge/errors.py."""
+    documented, and the rest of it defined, in acp_bridge/errors.py. `bug`: the error
+    says our code is wrong (its traceback is logged), not that the world is."""
+
+    bug: bool = False
 
 
 class SessionError(AcpBridgeError):
@@ -74,18 +77,21 @@ class EventDataError(SessionError):
     """Event data that is not JSON (names the event type); nothing was written."""
 
     code = "event_data"
+    bug = True
 
 
 class InvariantError(SessionError):
     """An append or a log that breaks the log invariants (a programming error)."""
 
     code = "invariant"
+    bug = True
 
 
 class SequenceError(SessionError):
     """A batch handed to a backend whose seqs do not continue the log."""
 
     code = "sequence"
+    bug = True
 
 
 class StoreIOError(SessionError):

@@ -55,7 +55,7 @@ def test_settle(name: str, why: Reason, expected: Settlement) -> None:
     answer = settle(turn_end(3, why))
     assert answer == expected
     if isinstance(answer, TurnFailed):
-        # As the agent answers it (acp_bridge.agent.server raises this RpcError).
+        # As the agent answers it (acp_bridge.host.host raises TurnFailedError, converted to this RpcError).
         error = RpcError(answer.code, answer.message, dict(answer.data)).to_json()
         assert error == {"code": answer.code, "message": answer.message, "data": dict(answer.data)}
         validate_def("Error", error)

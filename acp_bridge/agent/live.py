@@ -81,7 +81,7 @@ class LiveSession:
                 self.mcp = None
 
     async def connect_mcp(self, servers: list[Any] | None, task_group: anyio.abc.TaskGroup) -> dict[str, Any]:
-        """Connect the MCP servers the client passed (checked by agent.params) and offer
+        """Connect the MCP servers the client passed (checked by host.params) and offer
         their tools with the built-in ones, replacing the servers of an earlier open.
         Returns `{"mcpServers": [...]}` for the answer's `_meta.acpBridge` (empty without
         servers). The SDK is imported only if there are servers."""

@@ -58,7 +58,7 @@ class TurnWriter:
         if self.log.buffered:
             # Handed to the OS here, on the loop (their updates may be queued): the thread
             # then writes only events nothing was sent for, so the sender never waits
-            # for its fsync (agent.server's `before_write`).
+            # for its fsync (the host's `before_write`).
             self.log.flush()
         return await anyio.to_thread.run_sync(fn, *args)
 

@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 from jsonrpcserver import Error, InvalidParams, Success, dispatch_to_serializable
 
-from acp_bridge.rpc.protocol import INTERNAL_ERROR, ErrorMapper, Handler, RpcError, valid_envelope
+from acp_bridge.rpc.protocol import INTERNAL_ERROR, ErrorMapper, Handler, is_bug, valid_envelope
 
 log = logging.getLogger("acp_bridge.rpc.connection")
 
@@ -76,7 +76,7 @@ class Answered:
 def _error(exc: Exception, error_for: ErrorMapper) -> Any:
     """The jsonrpcserver Error result for a handler's exception."""
     error = error_for(exc)
-    if error.code == INTERNAL_ERROR and not isinstance(exc, RpcError):
+    if error.code == INTERNAL_ERROR and is_bug(exc):
         log.exception("handler failed")
     return Error(error.code, error.message, error.data)
 

@@ -31,6 +31,7 @@ from acp_bridge.rpc.protocol import (
     envelope_error,
     error_response,
     invalid_params,
+    is_bug,
     is_id,
     request_key,
     valid_envelope,
@@ -141,7 +142,7 @@ class Incoming:
             result = await fallback(message["method"], message.get("params"), is_request)
         except Exception as exc:
             error = self._error_for(exc)
-            if error.code == INTERNAL_ERROR and not isinstance(exc, RpcError):
+            if error.code == INTERNAL_ERROR and is_bug(exc):
                 log.exception("passing on %s failed", message["method"])
             if not is_request:
                 log.info("notification %s failed: %s", message["method"], error.message)

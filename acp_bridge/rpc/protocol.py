@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from acp_bridge.errors import AcpBridgeError
+
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
@@ -60,6 +62,14 @@ class ClientError(Exception):
 
 
 ErrorMapper = Callable[[BaseException], RpcError]
+
+
+def is_bug(exc: BaseException) -> bool:
+    """Whether a failure says our code is wrong, so its traceback is logged: anything
+    but an RpcError and the expected failures of the AcpBridgeError family."""
+    if isinstance(exc, RpcError):
+        return False
+    return not isinstance(exc, AcpBridgeError) or exc.bug
 Handler = Callable[..., Awaitable[Any]]  # a method: takes the request's params as keywords
 
 

@@ -46,7 +46,7 @@ class McpTool:
     """A tool of an MCP server, as the runner sees any tool (acp_bridge.tools.base.Tool)."""
 
     # An MCP tool's effects are unknown to us (its annotations are hints the spec calls
-    # untrusted), so it asks for permission like a command (agent/permissions.py).
+    # untrusted), so it asks for permission like a command (tools/permissions.py).
     kind: ToolKind = "other"
 
     def __init__(self, server: McpServer, remote: Mapping[str, Any], name: str) -> None:

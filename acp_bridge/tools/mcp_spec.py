@@ -65,7 +65,7 @@ class McpServerSpec:
 
     @classmethod
     def from_acp(cls, value: Mapping[str, Any]) -> McpServerSpec:
-        """From a checked ACP McpServer object (agent/params.py checked its shape)."""
+        """From a checked ACP McpServer object (host/params.py checked its shape)."""
         transport = value.get("type", "stdio")
         if transport != "stdio":
             return cls(value["name"], transport=transport, url=value["url"],
