@@ -26,6 +26,7 @@ persistence layer's family shares it):
     ├── ToolError               a tool call the model should see fail
     │   └── NotTextError            a file that is not UTF-8 text
     ├── ToolMachineryError      a tool failed in a way the model cannot act on
+    ├── AmbiguousIdError        a session id prefix more than one stored id starts with
     ├── ScenarioError           a snapshot scenario that cannot be run
     └── SnapshotMismatch        a snapshot check that found differences
 
@@ -46,6 +47,7 @@ __all__ = [
     "AgentExitedError",
     "AgentProtocolError",
     "AgentStartError",
+    "AmbiguousIdError",
     "AuthRequiredError",
     "ConfigError",
     "InvalidParamsError",
@@ -180,6 +182,10 @@ class ToolError(AcpBridgeError):
 
 class ToolMachineryError(AcpBridgeError):
     """A tool failed in a way the model cannot act on: the step fails."""
+
+
+class AmbiguousIdError(AcpBridgeError):
+    """A session id prefix that more than one stored id starts with."""
 
 
 class ScenarioError(AcpBridgeError, ValueError):

@@ -5,9 +5,7 @@ runs block by block in `session.loading.SessionLoad`.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from uuid import uuid4
 
 from session.backends.base import Backend, SessionSummary, validate_session_id
@@ -15,17 +13,6 @@ from session.events import SESSION_FORMAT_VERSION, Header, WrappedInfo
 from session.invariants import InvariantTracker
 from session.loading import LoadedSession, SessionLoad
 from session.log import SessionLog, now_ms
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class SessionStore:
@@ -75,9 +62,8 @@ class SessionStore:
         event in memory (see `loading` for a load that does not). Raises the
         SessionError family: not found, locked, version, corrupt, invariant."""
         load = self.loading(session_id, keep_history=True)
-        with _gc_paused():  # parsing allocates many small dicts that are never garbage
-            for _ in load:
-                pass
+        for _ in load:
+            pass
         assert load.loaded is not None
         return load.loaded
 

@@ -163,6 +163,30 @@ async def test_open_stored_restores_gc_and_switch_interval(store: SessionStore) 
     assert gc.isenabled() and sys.getswitchinterval() == interval
 
 
+@pytest.mark.anyio
+async def test_a_load_with_the_neutral_policy_changes_no_process_state(store: SessionStore) -> None:
+    # Domain code never tunes the process itself (issue 22): only the policy `serve`
+    # hands in does (test above); the default one counts and changes nothing.
+    import gc
+    import sys
+
+    from acp_bridge.host.replay import ReplayEncoder, open_stored
+    from acp_bridge.host.tuning import Tuning
+
+    sid, _ = open_turn_log(store)
+    interval = sys.getswitchinterval()
+    tuning = Tuning()
+    seen: list[tuple[bool, float, int]] = []
+
+    async def send(payload: bytes) -> None:
+        seen.append((gc.isenabled(), sys.getswitchinterval(), tuning.loads_running))
+
+    opened = await open_stored(store, sid, sink=None, replay=(ReplayEncoder(sid, None), send), tuning=tuning)
+    opened.log.close()
+    assert seen and all(s == (True, interval, 1) for s in seen)
+    assert tuning.loads_running == 0
+
+
 def test_a_created_log_without_history_keeps_its_last_turn(store: SessionStore) -> None:
     log = store.create(cwd="/w", keep_history=False)
     written = write(log, Script().text_turn("one").tool_turn().text_turn("three"))

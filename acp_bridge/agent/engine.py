@@ -25,12 +25,11 @@ from acp_bridge.agent import auth
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.errors import InvalidParamsError
 from acp_bridge.host.engine import OpenAnswer
-from acp_bridge.host.host import Host
+from acp_bridge.host.host import EngineBase, Host
 from acp_bridge.host.params import MCP_TRANSPORTS
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.models import options
 from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
-from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import Handler
 from acp_bridge.tools import permissions
 from session import Event, SessionLog
@@ -70,7 +69,7 @@ class KeptOfLog:
         self.always.feed(event)
 
 
-class AgentEngine:
+class AgentEngine(EngineBase["LiveSession"]):
     label = "this agent"
 
     def __init__(self, config: Config) -> None:
@@ -78,7 +77,6 @@ class AgentEngine:
         self.client_capabilities: dict[str, Any] = {}
         self.made_models: dict[str, Model] = {}  # spec -> the model, made on first use
         self._local: LocalServices | None = None
-        self._host: Host[LiveSession] | None = None
         self._opener: StoredOpener[LiveSession] | None = None
 
     # --- the engine ------------------------------------------------------------------
@@ -87,20 +85,9 @@ class AgentEngine:
         return {"initialize": self.initialize, "authenticate": self.authenticate,
                 "session/set_mode": self.set_mode, "session/set_config_option": self.set_config_option}
 
-    def fallback(self) -> Fallback | None:
-        return None
-
     async def start(self, host: Host[LiveSession]) -> None:
-        self._host = host
+        await super().start(host)
         self._opener = StoredOpener(host, encoder=self._encoder, sink=self._kept, adopt=self._adopt)
-
-    async def aclose(self) -> None:
-        pass
-
-    @property
-    def host(self) -> Host[LiveSession]:
-        assert self._host is not None  # set by `start`, before any request
-        return self._host
 
     def model(self, entry: ModelEntry | None = None) -> Model:
         """The model of `entry` (default: the first configured), made once per process."""

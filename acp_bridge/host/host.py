@@ -89,6 +89,27 @@ class Engine(Protocol[S]):
         """The host has stopped and every session is closed."""
 
 
+class EngineBase(Generic[S]):
+    """What every engine does alike: it keeps the host it was started by (`host`), and
+    has no fallback and nothing to close unless it says otherwise."""
+
+    _host: Host[S] | None = None
+
+    @property
+    def host(self) -> Host[S]:
+        assert self._host is not None  # set by `start`, before any request
+        return self._host
+
+    async def start(self, host: Host[S]) -> None:
+        self._host = host
+
+    def fallback(self) -> Fallback | None:
+        return None
+
+    async def aclose(self) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class StoreSpec:
     """Where a host's sessions are stored: a folder, or a PostgreSQL connection string."""

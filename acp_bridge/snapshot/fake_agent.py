@@ -38,7 +38,7 @@ import anyio
 from acp_bridge import __version__
 from acp_bridge.errors import InvalidParamsError, ReplayError
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
-from acp_bridge.host.host import Host
+from acp_bridge.host.host import EngineBase, Host
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.models.recording import ReadLog
 from acp_bridge.models.replay import CHECK_ENV, RECORD_AGAIN, same_up_to_cwd
@@ -114,7 +114,7 @@ class FakeSession:
         self.cancelled.set()
 
 
-class FakeAgent:
+class FakeAgent(EngineBase[FakeSession]):
     label = "the fake agent"
 
     def __init__(self, log: ReadLog, source: str, *, check: bool = True) -> None:
@@ -124,7 +124,6 @@ class FakeAgent:
         self.check = check
         self.turns = self.recording.turns
         self.between = self.recording.between
-        self._host: Host[FakeSession] | None = None
 
     # --- the engine ------------------------------------------------------------------
 
@@ -134,17 +133,6 @@ class FakeAgent:
 
     def fallback(self) -> Fallback:
         return self.unknown
-
-    async def start(self, host: Host[FakeSession]) -> None:
-        self._host = host
-
-    async def aclose(self) -> None:
-        pass
-
-    @property
-    def host(self) -> Host[FakeSession]:
-        assert self._host is not None  # set by `start`, before any request
-        return self._host
 
     async def unknown(self, method: str, params: Any, is_request: bool) -> Any:
         """A method the fake agent does not serve: -32601 for a request, saying what it

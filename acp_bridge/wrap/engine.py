@@ -28,7 +28,7 @@ import anyio
 
 from acp_bridge.errors import AgentStartError
 from acp_bridge.host.engine import OpenAnswer, Send
-from acp_bridge.host.host import Host
+from acp_bridge.host.host import EngineBase, Host
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import ClientError, Handler
@@ -54,7 +54,7 @@ class WrapConfig:
     seed_fresh: bool = False  # seed a fresh child session with the transcript (wrap/seed.py)
 
 
-class WrapEngine:
+class WrapEngine(EngineBase[WrappedSession]):
     label = "this agent"
 
     def __init__(self, config: WrapConfig) -> None:
@@ -67,7 +67,6 @@ class WrapEngine:
         self.child_caps: dict[str, Any] = {}
         self.child_info: dict[str, Any] | None = None
         self._starting = anyio.Lock()
-        self._host: Host[WrappedSession] | None = None
         self._opener: StoredOpener[WrappedSession] | None = None
 
     # --- the engine ------------------------------------------------------------------
@@ -80,7 +79,7 @@ class WrapEngine:
 
     async def start(self, host: Host[WrappedSession]) -> None:
         """Spawn the child (OSError if it cannot be)."""
-        self._host = host
+        await super().start(host)
         self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None), sink=lambda: None,
                                     adopt=self._adopt)
         await self._new_link()
@@ -88,11 +87,6 @@ class WrapEngine:
     async def aclose(self) -> None:
         if self.link is not None:
             await self.link.close()
-
-    @property
-    def host(self) -> Host[WrappedSession]:
-        assert self._host is not None  # set by `start`, before any request
-        return self._host
 
     @property
     def agent_name(self) -> str:

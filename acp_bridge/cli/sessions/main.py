@@ -179,9 +179,10 @@ def run(args: argparse.Namespace) -> int:
     backend, root = reader_settings(args)
     from acp_bridge.cli.sessions.listing import list_text
     from acp_bridge.cli.sessions.progress import Progress
-    from acp_bridge.cli.sessions.source import AmbiguousIdError, Source, resolve_id
+    from acp_bridge.cli.sessions.source import Source, resolve_id
     from acp_bridge.cli.sessions.transcripts import markdown_chunks, show_chunks
     from acp_bridge.cli.sessions.walk import Walk
+    from acp_bridge.errors import AmbiguousIdError
     from session import (
         InvalidSessionIdError,
         SessionError,

@@ -8,6 +8,7 @@ resolved here too (full ids, or unique prefixes)."""
 from __future__ import annotations
 
 from acp_bridge.cli.sessions.text import add_usage
+from acp_bridge.errors import AmbiguousIdError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,10 +20,6 @@ if TYPE_CHECKING:
 
 # A session id prefix must be at least this long (as with git).
 MIN_PREFIX = 4
-
-
-class AmbiguousIdError(Exception):
-    """A session id prefix that more than one stored id starts with."""
 
 
 class Stored:
