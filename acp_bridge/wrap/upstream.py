@@ -32,8 +32,8 @@ import anyio
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.wrap.link import ChildLink, permission_cancelled, relayed
-from acp_bridge.wrap.record import wrapped_update
 from acp_bridge.wrap.sessions import SessionMap, WrappedSession
+from session.items import wrapped_update
 
 log = logging.getLogger("acp_bridge.wrap.upstream")
 
