@@ -21,15 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
-from session.events import (
-    INTERRUPTED_CODE,
-    AssistantBlock,
-    PermissionRecord,
-    Reason,
-    ToolError,
-)
+from session.events import INTERRUPTED_CODE, AssistantBlock, PermissionRecord, Reason, ToolError
 from session.invariants import InvariantTracker
 from session.items import Item, assistant_message, step_end, tool_result, turn_end
 
@@ -71,13 +65,11 @@ class Interrupted:
     cause: Literal["crash", "shutdown"] = "crash"
     not_run: Collection[str] = ()
 
+    partial: ClassVar[Sequence[AssistantBlock]] = ()  # what the step streamed is in its chunks
+
     @property
     def reason(self) -> Reason:
         return {"kind": "interrupted", "cause": self.cause}
-
-    @property
-    def partial(self) -> Sequence[AssistantBlock]:
-        return ()  # what the step streamed is in its chunks; nobody is left to say more
 
     def answer(self, call: Unanswered) -> tuple[str, ToolError]:
         ran = call.started and call.call_id not in self.not_run
