@@ -123,7 +123,7 @@ def closers(turn: OpenTurn | None, ending: Ending) -> list[Item]:
     items: list[Item] = []
     if step is not None and ending.partial:
         items.append(assistant_message(number, step, list(ending.partial)))
-    for call in turn.calls:
+    for call in turn.calls:  # all of the open step: a step ends only once its calls have results
         text, error = ending.answer(call)
         items.append(tool_result(number, call.step, call.call_id, content=[{"type": "text", "text": text}],
                                  is_error=True, error=error, permission=call.permission))
