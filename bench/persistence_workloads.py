@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 
 from bench.common import CWD, VOCABULARY
+from session.events import EventType
 
-Item = tuple[str, dict[str, Any]]
+Item = tuple[EventType, dict[str, Any]]
 
 CHUNKS_STEP1 = 50
 CHUNKS_STEP2 = 20

@@ -14,8 +14,9 @@ import orjson
 from bench import pg_store
 from bench.common import CWD, FIXED_TIME, VOCABULARY
 from session import SessionStore, open_backend
+from session.events import EventType
 
-Item = tuple[str, dict[str, Any]]
+Item = tuple[EventType, dict[str, Any]]
 
 MB = 1_000_000
 CHUNKS_PER_TURN = 50  # load fixtures: 25 chunks, a tool call and its result, then 25 chunks

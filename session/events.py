@@ -1,7 +1,8 @@
 """The session event vocabulary (DESIGN.md section 2).
 
 Events are plain dicts typed as TypedDicts: they go to and from JSON many times per
-turn, and a dict is what orjson reads and writes fastest. Nothing here does I/O.
+turn, and a dict is what orjson reads and writes fastest. The data shape of each event
+type, and its constructor, are in session.items. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ JSON = Any
 
 
 class Event(TypedDict):
-    type: str
+    type: EventType
     seq: int
     time: int
     data: dict[str, JSON]
@@ -163,45 +164,6 @@ class Reason(TypedDict, total=False):
     code: str
     retryable: bool
     cause: str
-
-
-# Per-type data shapes, for readers and for the constructors below.
-
-
-class TurnStartData(TypedDict):
-    turn: int
-    trigger: dict[str, JSON]
-    mode: NotRequired[str]
-    model: NotRequired[str]
-    thoughtLevel: NotRequired[str]  # the reasoning effort, for a model that takes one
-
-
-class ConfigSetData(TypedDict):
-    """`config/set`: the session config option `configId` now has `value`. `turn`
-    names the open turn; it is absent between turns."""
-
-    turn: NotRequired[int]
-    configId: str
-    value: str
-
-
-class WrappedUpdateData(TypedDict):
-    """`wrapped/update`: `update` is an ACP SessionUpdate as the wrapped agent sent it
-    (without its sessionId). `turn` names the open turn; it is absent between turns."""
-
-    turn: NotRequired[int]
-    update: dict[str, JSON]
-
-
-class ToolResultData(TypedDict):
-    turn: int
-    step: int
-    callId: str
-    content: list[JSON]
-    isError: bool
-    error: NotRequired[ToolError]
-    display: NotRequired[list[JSON]]
-    permission: NotRequired[PermissionRecord]
 
 
 def reason(kind: ReasonKind, **fields: JSON) -> Reason:

@@ -43,9 +43,11 @@ _CHUNK_TYPES = ("text", "reasoning")
 
 @dataclass
 class OpenCall:
-    """A tool call of the open turn: the step it was asked in, and how far it got."""
+    """A tool call of the open turn: the step it was asked in, its tool (the closers
+    word a result with it), and how far it got."""
 
     step: int
+    name: str
     started: bool = False
     answered: bool = False
 
@@ -144,7 +146,7 @@ class InvariantTracker:
             step=self.step,
             step_open=self.step_open,
             calls={
-                cid: OpenCall(call.step, call.started, call.answered)
+                cid: OpenCall(call.step, call.name, call.started, call.answered)
                 for cid, call in self.calls.items()
             },
         )
@@ -293,7 +295,7 @@ class InvariantTracker:
             self.step_open = False
         elif etype == ASSISTANT_MESSAGE:
             for block in tool_calls_of(data):
-                self.calls[block["id"]] = OpenCall(step=self.step)
+                self.calls[block["id"]] = OpenCall(self.step, block.get("name", "?"))
         elif etype == TOOL_CALL:
             self.calls[data["callId"]].started = True
         elif etype == TOOL_RESULT:

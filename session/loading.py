@@ -68,7 +68,7 @@ class SessionLoad:
                 kept = _keep(kept, events, everything=self.keep_history)
                 yield events
             torn = with_size(splitter.finish(), stream)
-            closers = interrupted_turn_closers(kept)
+            closers = interrupted_turn_closers(tracker, time=kept[-1]["time"] if kept else 0)
             tracker.feed_all(closers)
             stream.close()
             handle = stream.session(tracker.next_seq - len(closers), torn)

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import threading
 import time as _time
-from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Final, Literal
 
 import orjson
 
 from session.backends.base import BackendSession, Encoded
+from session.closers import Interrupted, closers, open_turn
 from session.errors import EventDataError, SessionClosedError, StoreIOError
-from session.events import STEP_END, TOOL_CALL, TURN_END, TURN_START, Event, Header
+from session.events import STEP_END, TOOL_CALL, TURN_END, TURN_START, Event, EventType, Header
 from session.invariants import InvariantTracker, OpenCall
-from session.repair import interrupted_turn_closers
+from session.items import Item
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable.
@@ -129,11 +130,11 @@ class SessionLog:
         events a worker thread appends are not counted while it writes them."""
         return len(self._unwritten)
 
-    def append(self, etype: str, data: dict[str, Any]) -> Event:
+    def append(self, etype: EventType, data: Mapping[str, Any]) -> Event:
         """Append one event; durable before return if its type is a durability point."""
         return self.extend([(etype, data)])[0]
 
-    def extend(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
+    def extend(self, items: Iterable[Item]) -> list[Event]:
         """Append events in order with one durability point at most (if any of them is
         a durable type). Raises InvariantError or EventDataError, appending none of
         them; StoreIOError if a write fails (this one, or an earlier hand-off): the log
@@ -142,7 +143,7 @@ class SessionLog:
         with self._lock:
             return self._extend(items)
 
-    def _extend(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
+    def _extend(self, items: Iterable[Item]) -> list[Event]:
         self._check_open()
         self._raise_failure()
         stamp = self._clock()
@@ -155,7 +156,8 @@ class SessionLog:
         batch: list[Encoded] = []
         try:
             for etype, data in items:
-                event: Event = {"type": etype, "seq": tracker.next_seq, "time": stamp, "data": data}
+                # An item's data is one of session.items' TypedDicts: a dict at run time.
+                event: Event = {"type": etype, "seq": tracker.next_seq, "time": stamp, "data": data}  # type: ignore[typeddict-item]
                 encoded = encode(event)
                 tracker.feed(event)
                 batch.append(encoded)
@@ -251,18 +253,16 @@ class SessionLog:
         self._tracker = _copy(durable)
         self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, []
 
-    def close_interrupted(self, *, cause: str = "shutdown", not_run: Collection[str] = ()) -> list[Event]:
+    def close_interrupted(
+        self, *, cause: Literal["crash", "shutdown"] = "shutdown", not_run: Collection[str] = ()
+    ) -> list[Event]:
         """Close an open turn with the interrupted closers (the agent is stopping
-        mid-turn) and make it durable; `not_run` names calls known not to have run (see
-        `interrupted_turn_closers`). Returns the events as logged ([] if no turn is
-        open): `extend` stamps its own time, which may be a tick later than the one the
-        closers were computed with."""
+        mid-turn, or the agent it wraps died) and make it durable; `not_run` names calls
+        known not to have run (see `closers.Interrupted`). Returns the events as logged
+        ([] if no turn is open)."""
         with self._lock:
-            closers = interrupted_turn_closers(self._events, cause=cause, time=self._clock(),  # type: ignore[arg-type]
-                                               not_run=not_run)
-            if not closers:
-                return []
-            return self._extend([(c["type"], c["data"]) for c in closers])
+            items = closers(open_turn(self._tracker), Interrupted(cause, not_run))
+            return self._extend(items) if items else []
 
     def close(self) -> None:
         """Flush durably and release ownership. Idempotent. A failed write that was
@@ -292,7 +292,7 @@ class SessionLog:
         self.close()
 
 
-def _single(items: Iterable[tuple[str, dict[str, Any]]]) -> bool:
+def _single(items: Iterable[Item]) -> bool:
     return isinstance(items, list | tuple) and len(items) == 1
 
 

@@ -33,7 +33,6 @@ from session import (
     StoreReader,
     check_invariants,
     derive_messages,
-    interrupted_turn_closers,
     open_backend,
     open_reader,
 )
@@ -43,7 +42,7 @@ from session.log import FLUSH_EVENTS, encode
 from session.transcript import unanswered_calls
 from tests.conftest import BACKEND_KINDS
 from tests.support import tamper
-from tests.support.logs import Script, write
+from tests.support.logs import Script, closers_of, write
 
 
 @pytest.fixture(params=(*BACKEND_KINDS, "postgres"))
@@ -186,7 +185,7 @@ def test_repair_leaves_calls_of_a_closed_step_alone(store: SessionStore) -> None
 def test_repair_matches_the_pure_closers(store: SessionStore) -> None:
     script = Script().tool_turn().start_turn().start_step().message("x", calls=("z",))
     sid, written = crash_with(store, script)
-    expected = interrupted_turn_closers(written)
+    expected = closers_of(written)
     loaded = store.load(sid)
     assert loaded.log.events[len(written) :] == expected
     loaded.log.close()

@@ -10,10 +10,10 @@ import pytest
 
 from session import Event, InvariantError, check_invariants, reason
 from session.events import REASON_KINDS, reason_problem
-from tests.support.logs import Script, events_of
+from tests.support.logs import Item, Script, events_of
 
 
-def synthetic(call_id: str, step: int, turn: int = 1) -> tuple[str, dict[str, Any]]:
+def synthetic(call_id: str, step: int, turn: int = 1) -> Item:
     return (
         "tool/result",
         {"turn": turn, "step": step, "callId": call_id, "content": [], "isError": True,
@@ -21,7 +21,7 @@ def synthetic(call_id: str, step: int, turn: int = 1) -> tuple[str, dict[str, An
     )
 
 
-def wrapped(turn: int | None = None, update: Any = None) -> tuple[str, dict[str, Any]]:
+def wrapped(turn: int | None = None, update: Any = None) -> Item:
     """A `wrapped/update` item: inside turn `turn`, or between turns when None."""
     data: dict[str, Any] = {"update": update if update is not None else
                             {"sessionUpdate": "plan", "entries": []}}

@@ -26,7 +26,7 @@ class Sub(dict[str, Any]):
 def open_step(**state: Any) -> InvariantTracker:
     """A tracker inside turn 2, step 3, at seq 10 (or as `state` says)."""
     tracker = InvariantTracker(session_id="s", next_seq=10, turn=2, in_turn=True, step=3, step_open=True,
-                               calls={"c1": OpenCall(step=3)})
+                               calls={"c1": OpenCall(step=3, name="read_file")})
     for key, value in state.items():
         setattr(tracker, key, value)
     return tracker

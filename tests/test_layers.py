@@ -281,7 +281,8 @@ PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.hos
                 "acp_bridge.wrap.record", "acp_bridge.snapshot.normalize",
                 "acp_bridge.host.updates", "acp_bridge.tools.permissions", "session.events",
                 "acp_bridge.models.base", "acp_bridge.models.catalog", "acp_bridge.models.options",
-                "session.invariants", "session.repair", "session.transcript", "session.scan")
+                "session.invariants", "session.repair", "session.transcript", "session.scan",
+                "session.items", "session.closers")
 PURE_STDLIB = frozenset({"__future__", "collections", "collections.abc", "dataclasses", "enum",
                          "functools", "itertools", "math", "re", "typing", "orjson"})
 

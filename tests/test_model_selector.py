@@ -22,11 +22,10 @@ from acp_bridge.models.catalog import ModelEntry, parse_spec, parse_specs
 from acp_bridge.models.options import choice_for
 from session import Event, check_invariants
 from session.errors import InvariantError
-from session.repair import interrupted_turn_closers
 from session.transcript import derive_messages
 from tests.support.acp_client import AgentError, AgentProcess, normalized, write_script
 from tests.support.acp_schema import validate_def
-from tests.support.logs import Script, events_of, loaded_events
+from tests.support.logs import Script, closers_of, events_of, loaded_events
 from tests.support.sse_server import SSEServer, text_reply
 from tests.test_chat import run_chat
 
@@ -264,11 +263,11 @@ def test_config_set_invariants_and_repair() -> None:
     events = events_of(ok)
     tracker = check_invariants(events)
     assert tracker.in_turn  # the log ends inside turn 2, after a config/set inside it
-    closers = interrupted_turn_closers(events)
+    closers = closers_of(events)
     assert [e["type"] for e in closers] == ["step/end", "turn/end"]
     check_invariants([*events, *closers], closed=True)
     closed = events_of(Script().text_turn().add("config/set", dict(model)))
-    assert interrupted_turn_closers(closed) == []  # a setting after the last turn/end leaves nothing open
+    assert closers_of(closed) == []  # a setting after the last turn/end leaves nothing open
     bad = [
         (Script().text_turn().add("config/set", {"turn": 1, **model}), "between turns it names no turn"),
         (Script().start_turn().add("config/set", dict(model)), "names turn None, the open turn is 1"),

@@ -21,14 +21,13 @@ from session import (
     SessionStore,
     check_invariants,
     derive_messages,
-    interrupted_turn_closers,
     open_backend,
 )
+from session.closers import interrupted_text
 from session.events import INTERRUPTED_CODE, REASON_KINDS, is_synthetic_result
-from session.repair import interrupted_text
 from session.transcript import Message, unanswered_calls
 from tests.support.log_strategies import valid_logs
-from tests.support.logs import Script, write
+from tests.support.logs import Script, closers_of, write
 from tests.support.strategies import characters
 
 BACKEND_KINDS = ("memory", "jsonl", "sqlite")
@@ -194,12 +193,12 @@ def test_generated_logs_are_valid(events: list[Event]) -> None:
     assert tracker.next_seq == len(events)
     assert [e["seq"] for e in events] == list(range(len(events)))
     assert all(a["time"] <= b["time"] for a, b in pairwise(events))
-    assert interrupted_turn_closers(events) == []
+    assert closers_of(events) == []
     check_transcript(events, derive_messages(events))
 
 
 def _features(events: list[Event]) -> set[str]:
-    seen = {e["type"] for e in events}
+    seen: set[str] = {e["type"] for e in events}
     for e in events:
         data = e["data"]
         if e["type"] == "turn/end":
@@ -268,11 +267,11 @@ def test_generator_covers_the_vocabulary() -> None:
 def test_closers_repair_every_prefix(events: list[Event]) -> None:
     for k in range(len(events) + 1):
         prefix = events[:k]
-        closers = interrupted_turn_closers(prefix)
+        closers = closers_of(prefix)
         check_closers(prefix, closers)
         repaired = prefix + closers
         check_invariants(repaired, closed=True)
-        assert interrupted_turn_closers(repaired) == []
+        assert closers_of(repaired) == []
         check_transcript(repaired, derive_messages(repaired))
 
 
@@ -282,11 +281,11 @@ def test_closers_are_pure(events: list[Event], data: st.DataObject) -> None:
     k = data.draw(st.integers(0, len(events)), label="cut")
     prefix = events[:k]
     snapshot = copy.deepcopy(prefix)
-    first = interrupted_turn_closers(prefix)
+    first = closers_of(prefix)
     assert prefix == snapshot
-    assert interrupted_turn_closers(prefix) == first
+    assert closers_of(prefix) == first
     stamp = data.draw(st.integers(0, 2**42), label="time")
-    shutdown = interrupted_turn_closers(prefix, cause="shutdown", time=stamp)
+    shutdown = closers_of(prefix, cause="shutdown", time=stamp)
     assert len(shutdown) == len(first)
     assert all(c["time"] == stamp for c in shutdown)
     if shutdown:
@@ -303,7 +302,7 @@ def test_closers_are_pure(events: list[Event], data: st.DataObject) -> None:
 def test_store_load_repairs_any_cut(kind: str, events: list[Event], data: st.DataObject) -> None:
     k = data.draw(st.integers(0, len(events)), label="cut")
     prefix = events[:k]
-    closers = interrupted_turn_closers(prefix)
+    closers = closers_of(prefix)
     clock = Clock()
     with store_of(kind, clock) as store:
         sid = write_events(store, clock, prefix)
@@ -353,7 +352,7 @@ def test_store_shutdown_closes_any_cut(kind: str, events: list[Event], data: st.
             log.append(event["type"], event["data"])
         clock.now = (prefix[-1]["time"] if prefix else 0) + 5
         closers = log.close_interrupted()
-        assert closers == interrupted_turn_closers(prefix, cause="shutdown", time=clock.now)
+        assert closers == closers_of(prefix, cause="shutdown", time=clock.now)
         assert list(log.events) == prefix + closers
         log.close()
         loaded = store.load(log.id)

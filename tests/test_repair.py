@@ -4,23 +4,22 @@ each must get, plus a snapshot of a repaired JSONL file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-from session import SessionStore, check_invariants, derive_messages, interrupted_turn_closers
+from session import SessionStore, check_invariants, derive_messages
 from session.backends.jsonl import JsonlBackend
+from session.closers import interrupted_text
 from session.events import WrappedInfo
-from session.repair import interrupted_text
 from session.transcript import unanswered_calls
-from tests.support.logs import Script, events_of, write
+from tests.support.logs import Item, Script, closers_of, events_of, write
 
 CRASH = {"kind": "interrupted", "cause": "crash"}
 
 
-def result(call_id: str, step: int, started: bool, turn: int = 1) -> tuple[str, dict[str, Any]]:
+def result(call_id: str, step: int, started: bool, turn: int = 1) -> Item:
     return (
         "tool/result",
         {"turn": turn, "step": step, "callId": call_id,
@@ -31,14 +30,14 @@ def result(call_id: str, step: int, started: bool, turn: int = 1) -> tuple[str, 
 
 PLAN = {"sessionUpdate": "plan", "entries": [{"content": "read", "priority": "high",
                                               "status": "pending"}]}
-WRAPPED = ("wrapped/update", {"update": PLAN})
+WRAPPED: Item = ("wrapped/update", {"update": PLAN})
 
 
-def wrapped_in(turn: int) -> tuple[str, dict[str, Any]]:
+def wrapped_in(turn: int) -> Item:
     return ("wrapped/update", {"turn": turn, "update": PLAN})
 
 
-CASES: list[tuple[str, Script, list[tuple[str, dict[str, Any]]]]] = [
+CASES: list[tuple[str, Script, list[Item]]] = [
     ("empty log", Script(), []),
     ("closed log", Script().text_turn(), []),
     ("closed after a tool turn", Script().tool_turn(), []),
@@ -78,9 +77,9 @@ CASES: list[tuple[str, Script, list[tuple[str, dict[str, Any]]]]] = [
 
 
 @pytest.mark.parametrize(("name", "script", "expected"), CASES, ids=[c[0] for c in CASES])
-def test_closers(name: str, script: Script, expected: list[tuple[str, dict[str, Any]]]) -> None:
+def test_closers(name: str, script: Script, expected: list[Item]) -> None:
     events = events_of(script)
-    closers = interrupted_turn_closers(events)
+    closers = closers_of(events)
     assert [(c["type"], c["data"]) for c in closers] == expected
     if events:
         assert [c["seq"] for c in closers] == list(range(len(events), len(events) + len(closers)))
@@ -92,7 +91,7 @@ def test_closers(name: str, script: Script, expected: list[tuple[str, dict[str, 
 
 def test_shutdown_cause_and_clock() -> None:
     events = events_of(Script().start_turn().start_step())
-    closers = interrupted_turn_closers(events, cause="shutdown", time=99_999)
+    closers = closers_of(events, cause="shutdown", time=99_999)
     assert closers[-1]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
     assert {c["time"] for c in closers} == {99_999}
 
@@ -100,7 +99,7 @@ def test_shutdown_cause_and_clock() -> None:
 def test_pure_no_mutation() -> None:
     events = events_of(Script().start_turn().start_step().message("m", calls=("a",)))
     before = orjson.dumps(events)
-    interrupted_turn_closers(events)
+    closers_of(events)
     assert orjson.dumps(events) == before
 
 

@@ -31,13 +31,12 @@ from session import (
     SessionVersionError,
     check_invariants,
     derive_messages,
-    interrupted_turn_closers,
 )
 from session.backends.jsonl import JsonlBackend
 from session.backends.memory import MemoryBackend
 from session.backends.sqlite import DB_NAME, SqliteBackend
 from session.transcript import unanswered_calls
-from tests.support.logs import Script, write
+from tests.support.logs import Script, closers_of, write
 
 # How many final records of the log are cut at every byte offset; the rest of the file
 # is cut at the edges and in the middle of each line. Every cut costs a few fsyncs (a
@@ -169,7 +168,7 @@ def expected_after_cut(log: JsonlLog, k: int) -> tuple[list[Event], list[Event],
     complete = sum(1 for end in log.ends if end <= k)
     boundary = log.ends[complete - 1] if complete else log.header_end
     prefix = log.events[:complete]
-    return prefix, interrupted_turn_closers(prefix), boundary, k - boundary
+    return prefix, closers_of(prefix), boundary, k - boundary
 
 
 def check_cut(store: SessionStore, path: Path, log: JsonlLog, k: int) -> None:
@@ -358,7 +357,7 @@ def test_jsonl_damage_of_the_last_turn_end_line_is_a_torn_tail(tmp_path: Path) -
     log.path.write_bytes(log.content[:start] + b'{"broken\n')
     loaded = SessionStore(JsonlBackend(log.root)).load(log.sid)
     prefix = log.events[:-1]
-    closers = interrupted_turn_closers(prefix)
+    closers = closers_of(prefix)
     assert [c["type"] for c in closers] == ["turn/end"]
     assert comparable(list(loaded.log.events)) == comparable(prefix + closers)
     assert loaded.report.torn_records == 1
@@ -377,7 +376,7 @@ def test_jsonl_garbage_after_last_turn_end_is_cut(
     log.path.write_bytes(log.content + garbage)
     store = SessionStore(JsonlBackend(log.root))
     loaded = store.load(log.sid)
-    closers = interrupted_turn_closers(log.events)
+    closers = closers_of(log.events)
     assert_cut_and_final(store, log.sid, loaded, log.events + closers, garbage, 1)
 
 
@@ -394,7 +393,7 @@ def test_jsonl_seq_gap_after_last_turn_end_is_cut(tmp_path: Path) -> None:
     store = SessionStore(JsonlBackend(log.root))
     loaded = store.load(log.sid)
     prefix = log.events[:gap]
-    closers = interrupted_turn_closers(prefix)
+    closers = closers_of(prefix)
     assert [c["type"] for c in closers] == ["turn/end"]
     assert_cut_and_final(store, log.sid, loaded, prefix + closers, damaged[start:], len(log.events) - gap - 1)
 
@@ -408,7 +407,7 @@ def test_jsonl_garbage_line_then_more_lines_after_last_turn_end_is_cut(tmp_path:
     store = SessionStore(JsonlBackend(log.root))
     loaded = store.load(log.sid)
     prefix = log.events[:bad]
-    closers = interrupted_turn_closers(prefix)
+    closers = closers_of(prefix)
     assert [c["type"] for c in closers] == ["step/end", "turn/end"]
     assert_cut_and_final(store, log.sid, loaded, prefix + closers, b'{"broken\n' + log.content[end:],
                          len(log.events) - bad)
@@ -574,7 +573,7 @@ def test_sqlite_damaged_last_row_is_cut(
         )
     events, report, kept = load_sqlite(built)
     prefix = built.events[:last]
-    closers = interrupted_turn_closers(prefix)
+    closers = closers_of(prefix)
     assert [c["type"] for c in closers] == expected_closers
     assert comparable(events) == comparable(prefix + closers)
     if variant == "open":
@@ -645,7 +644,7 @@ def test_sqlite_seq_gap_after_last_turn_end_is_cut(tmp_path: Path) -> None:
         db.execute("DELETE FROM events WHERE session_id = ? AND seq = ?", (built.sid, gap))
     events, report, kept = load_sqlite(built)
     prefix = built.events[:gap]
-    closers = interrupted_turn_closers(prefix)
+    closers = closers_of(prefix)
     assert [c["type"] for c in closers] == ["turn/end"]
     assert comparable(events) == comparable(prefix + closers)
     assert report.torn_records == len(built.events) - gap - 1
@@ -745,7 +744,7 @@ def test_memory_damaged_last_record_is_cut(variant: str) -> None:
     backend.stored[sid].records[-1] = b'{"broken'
     loaded = store.load(sid)
     prefix = events[:-1]
-    closers = interrupted_turn_closers(prefix)
+    closers = closers_of(prefix)
     assert closers
     got = list(loaded.log.events)
     assert comparable(got) == comparable(prefix + closers)

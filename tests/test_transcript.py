@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from session import derive_messages, interrupted_turn_closers
+from session import derive_messages
 from session.transcript import Transcript, history_budget, unanswered_calls
-from tests.support.logs import Script, events_of
+from tests.support.logs import Script, closers_of, events_of
 
 
 def user(text: str) -> dict[str, Any]:
@@ -64,7 +64,7 @@ def test_prompt_blocks_are_kept_verbatim() -> None:
 def test_interrupted_calls_are_answered_after_repair() -> None:
     events = events_of(Script().start_turn("go").start_step().message("m", calls=("a", "b")).call("a"))
     assert unanswered_calls(derive_messages(events)) == ["a", "b"]
-    repaired = events + interrupted_turn_closers(events)
+    repaired = events + closers_of(events)
     messages = derive_messages(repaired)
     assert unanswered_calls(messages) == []
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool"]

@@ -18,15 +18,15 @@ from acp_bridge.host.updates import (
     updates_for,
 )
 from session import Event
-from session.repair import interrupted_turn_closers
+from session.events import EventType
 from tests.support.acp_schema import validate_def
-from tests.support.logs import Script, events_of
+from tests.support.logs import Script, closers_of, events_of
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots"
 RUNNER_LOG = SNAPSHOTS / "test_runner" / "test_multi_step_tool_turn_log_snapshot.json"
 
 
-def ev(etype: str, **data: Any) -> Event:
+def ev(etype: EventType, **data: Any) -> Event:
     return {"type": etype, "seq": 0, "time": 0, "data": data}
 
 
@@ -348,7 +348,7 @@ def test_repaired_turn_replays_as_it_streamed() -> None:
     script = Script().text_turn().start_turn("go").start_step().chunk("working")
     script.message("working", calls=("c1", "c2")).call("c1")
     events = events_of(script)
-    events += interrupted_turn_closers(events)
+    events += closers_of(events)
     streamed, replayed = live_and_replay(events)
     assert without_prompt(replayed) == streamed
     c1, c2, notice = streamed[-3:]
@@ -388,7 +388,7 @@ def test_interrupted_turn_notice_comes_last_and_replays_as_streamed() -> None:
     # replay sees the partial text, then why it stopped, after everything else.
     script = Script().start_turn("go").start_step().chunk("half a sen")
     events = events_of(script)
-    events += interrupted_turn_closers(events)
+    events += closers_of(events)
     streamed, replayed = live_and_replay(events)
     assert without_prompt(replayed) == streamed
     texts = [(u["messageId"], u["content"]["text"]) for u in replayed if u["sessionUpdate"] == "agent_message_chunk"]

@@ -6,13 +6,14 @@ random update streams and the replay."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from acp_bridge.wrap.record import Item, TurnRecorder, wrapped_update
+from acp_bridge.wrap.record import TurnRecorder
 from session import SessionStore, check_invariants
 from session.backends.memory import MemoryBackend
+from session.items import Item, step_end, step_start, wrapped_update
 from tests.support.acp_updates import (
     ALLOW,
     MODE,
@@ -72,8 +73,8 @@ def result(cid: str, step: int = 1, output: str = "one\ntwo\n", error: bool = Fa
                             "display": shown(output), **more})
 
 
-def step(n: int, edge: str) -> Item:
-    return (f"step/{edge}", {"turn": 1, "step": n})
+def step(n: int, edge: Literal["start", "end"]) -> Item:
+    return step_start(1, n) if edge == "start" else step_end(1, n)
 
 
 def end(kind: str, **fields: Any) -> Item:
@@ -251,7 +252,7 @@ def test_open_and_the_order_of_calls() -> None:
 
 def test_a_session_of_turns_with_updates_between_them() -> None:
     first = TurnRecorder(1, agent="a")
-    items = [wrapped_update({"sessionUpdate": "available_commands_update", "availableCommands": []})]
+    items: list[Item] = [wrapped_update({"sessionUpdate": "available_commands_update", "availableCommands": []})]
     items += first.prompt(PROMPT) + first.update(text("hi")) + first.answer({"stopReason": "end_turn"})
     items += first.update(PLAN)  # late: between turns
     second = TurnRecorder(2, agent="a")

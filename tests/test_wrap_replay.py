@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acp_bridge.host.updates import UpdateContext, updates_for
-from acp_bridge.wrap.record import Item, TurnRecorder, wrapped_update
-from session import Event, check_invariants, derive_messages, interrupted_turn_closers
-from session.repair import interrupted_text
+from acp_bridge.wrap.record import TurnRecorder
+from session import Event, check_invariants, derive_messages
+from session.closers import interrupted_text
+from session.items import Item, wrapped_update
 from session.transcript import unanswered_calls
 from tests.support.acp_schema import validate_def
 from tests.support.acp_updates import (
@@ -30,6 +31,7 @@ from tests.support.acp_updates import (
     text,
     thought,
 )
+from tests.support.logs import closers_of
 
 CALL_IDS = ["c1", "c2", "c3"]
 GHOST = "ghost"  # never announced: its updates are kept as they came
@@ -97,7 +99,7 @@ CLOSING_TEXTS = (
 
 
 def _events(items: list[Item]) -> list[Event]:
-    return [{"type": t, "seq": i, "time": 1_000 + i, "data": d} for i, (t, d) in enumerate(items)]
+    return [{"type": t, "seq": i, "time": 1_000 + i, "data": dict(d)} for i, (t, d) in enumerate(items)]
 
 
 def _end(recorder: TurnRecorder, end: str) -> list[Item]:
@@ -136,7 +138,7 @@ def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data:
     events = _events(items)
     if end == "crash":
         assert recorder.open
-        events += interrupted_turn_closers(events)
+        events += closers_of(events)
     else:
         assert not recorder.open
     late = _draw_update(data, data.draw(OP_KINDS.filter(lambda o: o != "permission")), announced)

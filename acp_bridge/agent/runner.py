@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 from acp_bridge.agent.tool_calls import DurableFirstServices, ProgressSink, ToolCalls
-from acp_bridge.agent.turn_close import StepText, closing_items, step_content
+from acp_bridge.agent.turn_close import StepText, partial_answer, step_content
 from acp_bridge.agent.turn_writer import EventSink, TurnWriter
 from acp_bridge.errors import PromptInProgressError
 from acp_bridge.host.tuning import Tuning
@@ -35,16 +35,19 @@ from acp_bridge.models import (
 from acp_bridge.tools import permissions
 from acp_bridge.tools.base import ClientServices, Tool
 from session import Event, SessionLog, StoreIOError, reason
-from session.events import (
-    ASSISTANT_CHUNK,
-    ASSISTANT_MESSAGE,
-    CONFIG_SET,
-    STEP_END,
-    STEP_START,
-    TURN_END,
-    TURN_START,
-    USER_MESSAGE,
-    Reason,
+from session.closers import EndedEarly, closers, open_turn
+from session.events import Reason, Usage
+from session.items import (
+    ChunkKind,
+    Item,
+    assistant_chunk,
+    assistant_message,
+    config_set,
+    step_end,
+    step_start,
+    turn_end,
+    turn_start,
+    user_message,
 )
 from session.transcript import Transcript
 
@@ -183,11 +186,10 @@ class TurnRunner:
                 await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
         turn = self.log.tracker.turn + 1
         self._turn_model, self._turn_effort = self.model, self.effort
-        start: dict[str, Any] = {"turn": turn, "trigger": {"kind": "prompt"}, "mode": self.mode,
-                                 "model": self.model.name}
-        if self.effort is not None:
-            start["thoughtLevel"] = self.effort
-        await self._writer.extend([(TURN_START, start), (USER_MESSAGE, {"turn": turn, "content": content})])
+        await self._writer.extend([
+            turn_start(turn, trigger={"kind": "prompt"}, mode=self.mode, model=self.model.name,
+                       thought_level=self.effort),
+            user_message(turn, content)])
         end: Reason | None = None
         try:
             with scope:
@@ -262,43 +264,43 @@ class TurnRunner:
             end = await self._run_step(turn, step)
             if end is not None:
                 return end
-            await self._writer.append(STEP_END, {"turn": turn, "step": step})
+            await self._writer.append(step_end(turn, step))
             self._step = None
             if step >= self.max_steps:
                 return reason("max_steps", limit=self.max_steps)
 
     async def _end_turn(self, turn: int, end: Reason) -> Event:
-        items: list[tuple[str, dict[str, Any]]] = []
+        items: list[Item] = []
         if self.log.tracker.step_open:
-            items.append((STEP_END, {"turn": turn, "step": self.log.tracker.step}))
-        items.append((TURN_END, {"turn": turn, "reason": end}))
+            items.append(step_end(turn, self.log.tracker.step))
+        items.append(turn_end(turn, end))
         events = await self._writer.extend(items)
         return events[-1]
 
     async def _run_step(self, turn: int, number: int) -> Reason | None:
         """One model call and its tools. Returns the turn's end reason if the turn
         ends with this step (the step is then still open), else None."""
-        await self._writer.append(STEP_START, {"turn": turn, "step": number})
+        await self._writer.append(step_start(turn, number))
         await self._before_model()
         step = self._step = StepText(number)
         request = ModelRequest(list(self.transcript.messages), self._calls.specs(), self._turn_effort,
                                turn=turn, step=number, cwd=str(self.context_roots[0]))
         calls: list[ToolCallChunk] = []
-        usage: Any = None
+        usage: Usage | None = None
         finish: Finish | None = None
         streamed = self._writer.streamed
         try:
             async with contextlib.aclosing(self._turn_model.stream(request)) as stream:  # type: ignore[type-var]
                 async for chunk in stream:
                     if isinstance(chunk, _DELTAS):
+                        kind: ChunkKind
                         if isinstance(chunk, TextDelta):
                             kind = "text"
                             step.text.append(chunk.text)
                         else:
                             kind = "reasoning"
                             step.reasoning.append(chunk.text)
-                        await streamed(ASSISTANT_CHUNK, {"turn": turn, "step": number,
-                                                      "chunk": {"type": kind, "text": chunk.text}})
+                        await streamed(assistant_chunk(turn, number, kind, chunk.text))
                     elif isinstance(chunk, ToolCallChunk):
                         calls.append(chunk)
                     elif isinstance(chunk, UsageChunk):
@@ -315,11 +317,8 @@ class TurnRunner:
         if finish.reason not in ("stop", "tool_calls"):
             calls = []  # cut off, refused or failed: its tool calls are not trusted
         content = step_content(step, calls)
-        data: dict[str, Any] = {"turn": turn, "step": number, "content": content}
-        if usage is not None:
-            data["usage"] = usage
         if content or usage is not None:
-            await self._writer.append(ASSISTANT_MESSAGE, data)
+            await self._writer.append(assistant_message(turn, number, content, usage))
         step.message_written = True
         if finish.reason == "error":
             fields: dict[str, Any] = {"step": number, "message": finish.message or "model error"}
@@ -340,17 +339,16 @@ class TurnRunner:
         if self._scope is not None:
             raise PromptInProgressError(self.log.id)
         async with self._recording:  # a prompt that comes meanwhile waits for it (`_turn`)
-            data: dict[str, Any] = {"configId": config_id, "value": value}
-            if self.log.tracker.in_turn:  # left open by a failed write
-                data["turn"] = self.log.tracker.turn
-            await self._writer.append(CONFIG_SET, data)
+            tracker = self.log.tracker
+            # Inside the turn a failed write left open, or between turns.
+            await self._writer.append(config_set(config_id, value, tracker.turn if tracker.in_turn else None))
             await self._writer.sync()  # acknowledged: durable before the answer
 
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
         step, answer unanswered calls, close the step."""
-        items = closing_items(self.log.tracker, self._step, end, verb, ran=self._calls.ran)
-        events = await self._writer.extend(items)
+        ending = EndedEarly(end, verb, self._calls.ran, partial_answer(self._step))
+        events = await self._writer.extend(closers(open_turn(self.log.tracker), ending))
         return events[-1]
 
     async def _shutdown_closers(self) -> list[Event]:

@@ -31,12 +31,13 @@ from acp_bridge.tools.base import (
     ToolOutcome,
 )
 from session import Event, reason
-from session.events import TOOL_CALL, TOOL_RESULT, Reason
+from session.events import PermissionRecord, Reason
+from session.items import Item, tool_call, tool_result
 
 ProgressSink = Callable[[SessionUpdate], Awaitable[None]]
 """Where the live-only `tool_call_update`s of a call go (no event records them): a
 running tool's interim content."""
-Append = Callable[[str, dict[str, Any]], Awaitable[Event]]
+Append = Callable[[Item], Awaitable[Event]]
 """Appends one event to the session log (the runner's, which also streams it)."""
 
 
@@ -157,15 +158,13 @@ class ToolCalls:
         except ToolError as exc:
             problem = exc
             kind = tool.kind if tool is not None else "other"
-        data: dict[str, Any] = {"turn": turn, "step": step, "callId": call.id, "name": call.name,
-                                "arguments": arguments, "title": title, "kind": kind}
-        if locations:
-            data["locations"] = locations
-        await self._append(TOOL_CALL, data)  # durable before anyone is asked or anything runs
+        # Durable before anyone is asked or anything runs.
+        await self._append(tool_call(turn, step, call.id, name=call.name, arguments=arguments, title=title,
+                                     kind=kind, locations=locations))
         if problem is not None or tool is None:
             await self.result(turn, step, call.id, ToolOutcome.failure(problem or ToolError("no tool")))
             return
-        permission: dict[str, Any] | None = None
+        permission: PermissionRecord | None = None
         mode = self._mode()
         decision = permissions.decide(mode, kind, call.name, self._always_allowed)
         if decision == "deny":
@@ -221,18 +220,14 @@ class ToolCalls:
         return progress
 
     async def result(self, turn: int, step: int, call_id: str, outcome: ToolOutcome,
-                     permission: dict[str, Any] | None = None) -> None:
+                     permission: PermissionRecord | None = None) -> None:
         """Write the `tool/result` of a call."""
         self._ran.discard(call_id)
-        data: dict[str, Any] = {"turn": turn, "step": step, "callId": call_id,
-                                "content": outcome.content, "isError": outcome.is_error}
-        if outcome.error is not None:
-            data["error"] = dict(outcome.error)
-        if outcome.display:
-            data["display"] = outcome.display
-        if permission is not None:
-            data["permission"] = permission
-        await self._append(TOOL_RESULT, data)
+        error = outcome.error
+        await self._append(tool_result(
+            turn, step, call_id, content=outcome.content, is_error=outcome.is_error,
+            error=None if error is None else {"name": error["name"], "code": error["code"]},
+            display=outcome.display, permission=permission))
 
 
 class DurableFirstServices:

@@ -1,21 +1,16 @@
 """How the turn runner ends a turn early, kept apart from the runner's main path: the
-events that close an open turn (a cancel, a failed step, a failed write of the log),
-the partial answer of a step cut off, and the rollback of the model transcript when
-a failed write drops events from the log. Pure: no I/O.
+partial answer of a step cut off (its closers are session.closers'), and the rollback
+of the model transcript when a failed write drops events from the log. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from acp_bridge.models import ToolCallChunk
-from session import Event, InvariantTracker
-from session.events import ASSISTANT_MESSAGE, STEP_END, TOOL_RESULT, TURN_END, TURN_START, Reason
+from session import Event
+from session.events import TURN_START, AssistantBlock
 from session.transcript import Transcript
-
-Item = tuple[str, dict[str, Any]]
 
 
 @dataclass
@@ -28,9 +23,9 @@ class StepText:
     message_written: bool = False
 
 
-def step_content(step: StepText, calls: list[ToolCallChunk]) -> list[dict[str, Any]]:
+def step_content(step: StepText, calls: list[ToolCallChunk]) -> list[AssistantBlock]:
     """The `assistant/message` content of a step: reasoning, text, then tool calls."""
-    content: list[dict[str, Any]] = []
+    content: list[AssistantBlock] = []
     if step.reasoning:
         content.append({"type": "reasoning", "text": "".join(step.reasoning)})
     if step.text:
@@ -40,29 +35,12 @@ def step_content(step: StepText, calls: list[ToolCallChunk]) -> list[dict[str, A
     return content
 
 
-def closing_items(tracker: InvariantTracker, step: StepText | None, end: Reason, verb: str, *,
-                  ran: Callable[[str], bool]) -> list[Item]:
-    """The events that close the open turn with `end`: the partial answer of an
-    unfinished step (if `step` has one), a failed result per unanswered call ("The tool
-    call {verb} (while it was running)" if `ran(call_id)` says its tool was started,
-    "(before it ran)" otherwise), the step's end, the turn's end."""
-    turn = tracker.turn
-    items: list[Item] = []
-    if tracker.step_open:
-        if step is not None and not step.message_written and (step.text or step.reasoning):
-            items.append((ASSISTANT_MESSAGE, {"turn": turn, "step": tracker.step,
-                                              "content": step_content(step, [])}))
-        for call_id in tracker.unanswered():
-            how = "while it was running" if ran(call_id) else "before it ran"
-            code = "cancelled" if end["kind"] == "cancelled" else end["kind"]
-            items.append((TOOL_RESULT, {
-                "turn": turn, "step": tracker.calls[call_id].step, "callId": call_id,
-                "content": [{"type": "text", "text": f"The tool call {verb} ({how})."}],
-                "isError": True, "error": {"name": "Cancelled" if code == "cancelled" else "Error",
-                                           "code": code}}))
-        items.append((STEP_END, {"turn": turn, "step": tracker.step}))
-    items.append((TURN_END, {"turn": turn, "reason": end}))
-    return items
+def partial_answer(step: StepText | None) -> list[AssistantBlock]:
+    """What a step cut off streamed that no `assistant/message` holds: the closers write
+    it first, so the log keeps the answer the client was shown."""
+    if step is None or step.message_written or not (step.text or step.reasoning):
+        return []
+    return step_content(step, [])
 
 
 class TranscriptMarks:

@@ -10,7 +10,7 @@ roll it back with the log when a write fails: acp_bridge.agent.turn_close).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -18,6 +18,7 @@ import anyio
 from acp_bridge.agent.turn_close import TranscriptMarks
 from acp_bridge.host.tuning import Tuning
 from session import DURABLE_TYPES, Event, SessionLog
+from session.items import Item
 from session.transcript import Transcript
 
 EventSink = Callable[[Event], Awaitable[None]]
@@ -62,10 +63,10 @@ class TurnWriter:
             self.log.flush()
         return await anyio.to_thread.run_sync(fn, *args)
 
-    async def append(self, etype: str, data: dict[str, Any]) -> Event:
-        return (await self.extend([(etype, data)]))[0]
+    async def append(self, item: Item) -> Event:
+        return (await self.extend((item,)))[0]
 
-    async def extend(self, items: list[tuple[str, dict[str, Any]]]) -> list[Event]:
+    async def extend(self, items: Sequence[Item]) -> list[Event]:
         if any(etype in DURABLE_TYPES for etype, _ in items):
             events = await self.durably(len(items), self.log.extend, items)
         else:
@@ -76,10 +77,10 @@ class TurnWriter:
         await self.pace()
         return events
 
-    async def streamed(self, etype: str, data: dict[str, Any]) -> None:
+    async def streamed(self, item: Item) -> None:
         """`append` for the events a model streams (`assistant/chunk`: not a durability
         point, nothing the transcript keeps), on the shortest path: one per chunk."""
-        event = self.log.append(etype, data)
+        event = self.log.extend((item,))[0]
         if self.on_event is not None:
             await self.on_event(event)
         await self.pace()

@@ -127,15 +127,17 @@ def read_log(source: str, *, store_dir: Path | str | None = None, backend: str =
                     "is offered as come from $ACP_BRIDGE_REPLAY_MODELS)") if "#" in source else ""
             raise ModelSpecError(f"replay:{source}: no such session log file, and not a session id{hint}")
         sid = stored.header["id"]
+        tracker = InvariantTracker(session_id=sid)
         try:
-            InvariantTracker(session_id=sid).feed_stored(stored.events)
+            tracker.feed_stored(stored.events)
         except InvariantError as exc:
             raise invariant_corruption(sid, exc, stored.locate) from None
     except SessionError as exc:
         raise ModelSpecError(f"replay:{source}: {exc.message}") from None
     except OSError as exc:
         raise ModelSpecError(f"replay:{source}: cannot read it: {exc.strerror or exc}") from None
-    closers = interrupted_turn_closers(stored.events)
+    events = stored.events
+    closers = interrupted_turn_closers(tracker, time=events[-1]["time"] if events else 0)
     torn = stored.torn.records if stored.torn else 0
     return ReadLog(stored.header, [*stored.events, *closers], torn, len(closers))
 

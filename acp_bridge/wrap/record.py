@@ -34,24 +34,29 @@ from typing import Any, Final
 import orjson
 
 from acp_bridge.host.settlement import TURN_FAILED
+from session.closers import OpenTurn, Unanswered, Unreported, closers
 from session.events import (
-    ASSISTANT_CHUNK,
-    ASSISTANT_MESSAGE,
     CANCELLED_BY,
-    STEP_END,
-    STEP_START,
-    TOOL_CALL,
-    TOOL_RESULT,
-    TURN_END,
-    TURN_START,
-    USER_MESSAGE,
-    WRAPPED_UPDATE,
+    AssistantBlock,
+    PermissionRecord,
     Reason,
     ReasonKind,
+    Usage,
     reason,
 )
-
-Item = tuple[str, dict[str, Any]]
+from session.items import (
+    ChunkKind,
+    Item,
+    assistant_chunk,
+    assistant_message,
+    step_end,
+    step_start,
+    tool_call,
+    tool_result,
+    turn_start,
+    user_message,
+    wrapped_update,
+)
 
 # ACP StopReason -> turn/end reason kind and fields (DESIGN.md section 5, read
 # backwards). A wrapped agent's `max_turn_requests` names no limit, hence `limit: null`;
@@ -88,28 +93,20 @@ _CALL_FIELDS: Final = frozenset({"sessionUpdate", "toolCallId", "title", "kind",
 _RESULT_FIELDS: Final = frozenset({"sessionUpdate", "toolCallId", "status", "content"})
 
 
-def wrapped_update(update: dict[str, Any], turn: int | None = None) -> Item:
-    """The `wrapped/update` item for `update`: inside `turn`, or between turns (None)."""
-    data: dict[str, Any] = {"update": update}
-    if turn is not None:
-        data["turn"] = turn
-    return (WRAPPED_UPDATE, data)
-
-
 @dataclass
 class _Call:
     step: int
+    name: str
     content: list[Any] | None = None  # the latest ToolCallContent: updates replace it
-    permission: dict[str, Any] | None = None
+    permission: PermissionRecord | None = None
     answered: bool = False
 
 
 @dataclass
 class _Step:
     number: int
-    pending: list[list[Any]] = field(default_factory=list)  # [kind, [texts]] since the last message
+    pending: list[tuple[ChunkKind, list[str]]] = field(default_factory=list)  # (kind, texts) since the last message
     calls: list[str] = field(default_factory=list)
-
 
 
 class TurnRecorder:
@@ -137,11 +134,8 @@ class TurnRecorder:
         if self._started:
             raise RuntimeError(f"turn {self.turn} was already prompted")
         self._started = True
-        start: dict[str, Any] = {"turn": self.turn, "trigger": {"kind": "prompt"}}
-        if self.mode is not None:
-            start["mode"] = self.mode
-        start["model"] = self.agent
-        return [(TURN_START, start), (USER_MESSAGE, {"turn": self.turn, "content": content})]
+        return [turn_start(self.turn, trigger={"kind": "prompt"}, mode=self.mode, model=self.agent),
+                user_message(self.turn, content)]
 
     def update(self, update: dict[str, Any]) -> list[Item]:
         """The items for one `session/update` of the wrapped agent (its `update`)."""
@@ -164,8 +158,7 @@ class TurnRecorder:
         elif kind == "usage_update" and self._step is not None:
             # At once, in a message of its own: the editor is shown the update as it
             # comes, so its event must be in the log first (log before send).
-            return [(ASSISTANT_MESSAGE, {"turn": self.turn, "step": self._step.number, "content": [],
-                                         "usage": _usage(update)})]
+            return [assistant_message(self.turn, self._step.number, [], _usage(update))]
         return [wrapped_update(update, self.turn)]
 
     def permission(self, tool_call: dict[str, Any], outcome: dict[str, Any]) -> list[Item]:
@@ -176,7 +169,7 @@ class TurnRecorder:
         if not self.open or not isinstance(call_id, str):
             return []
         value = outcome.get("outcome")
-        record: dict[str, Any] = {"outcome": value if isinstance(value, str) else "unknown"}
+        record: PermissionRecord = {"outcome": value if isinstance(value, str) else "unknown"}
         if isinstance(outcome.get("optionId"), str):
             record["optionId"] = outcome["optionId"]
         items = [] if call_id in self._calls else self._new_call(call_id, tool_call)
@@ -232,7 +225,7 @@ class TurnRecorder:
             raise RuntimeError(f"turn {self.turn} ended before it was prompted")
         return not self._ended
 
-    def _chunk(self, kind: str, text: str) -> list[Item]:
+    def _chunk(self, kind: ChunkKind, text: str) -> list[Item]:
         items: list[Item] = []
         step = self._step
         if step is not None and step.calls and all(self._calls[c].answered for c in step.calls):
@@ -244,45 +237,44 @@ class TurnRecorder:
         if pending and pending[-1][0] == kind:
             pending[-1][1].append(text)
         else:
-            pending.append([kind, [text]])
-        items.append((ASSISTANT_CHUNK, {"turn": self.turn, "step": step.number,
-                                        "chunk": {"type": kind, "text": text}}))
+            pending.append((kind, [text]))
+        items.append(assistant_chunk(self.turn, step.number, kind, text))
         return items
 
     def _open_step(self, items: list[Item]) -> _Step:
         self._steps += 1
         self._step = _Step(self._steps)
-        items.append((STEP_START, {"turn": self.turn, "step": self._steps}))
+        items.append(step_start(self.turn, self._steps))
         return self._step
 
-    def _message(self, step: _Step, calls: list[dict[str, Any]]) -> Item | None:
-        """The step's `assistant/message` of what it streamed since its last one, plus
-        `calls`, or None if there is nothing to say."""
-        content: list[dict[str, Any]] = [{"type": kind, "text": "".join(texts)} for kind, texts in step.pending]
-        content += calls
-        if not content:
-            return None
+    @staticmethod
+    def _streamed(step: _Step) -> list[AssistantBlock]:
+        """What the step streamed since its last message, as message content (taken)."""
+        content: list[AssistantBlock] = [
+            {"type": "text", "text": "".join(texts)} if kind == "text" else {"type": "reasoning", "text": "".join(texts)}
+            for kind, texts in step.pending]
         step.pending = []
-        return (ASSISTANT_MESSAGE, {"turn": self.turn, "step": step.number, "content": content})
+        return content
 
-    def _close_step(self, end: Reason | None = None) -> list[Item]:
-        step = self._step
-        if step is None:
-            return []
-        items: list[Item] = []
-        message = self._message(step, [])
-        if message is not None:
-            items.append(message)
-        for call_id in step.calls:
-            if not self._calls[call_id].answered:  # only at the turn's end
-                items.append(self._unfinished(call_id, end))
-        items.append((STEP_END, {"turn": self.turn, "step": step.number}))
-        self._step = None
-        return items
+    def _close_step(self) -> list[Item]:
+        """The agent went back to its model: the open step's calls all have results."""
+        step, self._step = self._step, None
+        assert step is not None
+        content = self._streamed(step)
+        message = [assistant_message(self.turn, step.number, content)] if content else []
+        return [*message, step_end(self.turn, step.number)]
 
     def _close(self, end: Reason) -> list[Item]:
         self._ended = True
-        return [*self._close_step(end), (TURN_END, {"turn": self.turn, "reason": end})]
+        step, self._step = self._step, None
+        if step is None:
+            return closers(OpenTurn(self.turn, None), Unreported(end))
+        # The agent ended the turn without a final status for these calls.
+        open_calls = [(cid, self._calls[cid]) for cid in step.calls if not self._calls[cid].answered]
+        for _, call in open_calls:
+            call.answered = True
+        unanswered = [Unanswered(cid, call.step, call.name, True, call.permission) for cid, call in open_calls]
+        return closers(OpenTurn(self.turn, step.number, unanswered), Unreported(end, self._streamed(step)))
 
     # --- tool calls ----------------------------------------------------------------
 
@@ -291,20 +283,19 @@ class TurnRecorder:
         step = self._step if self._step is not None else self._open_step(items)
         raw_input = call.get("rawInput")
         arguments = raw_input if raw_input is not None else {}
-        kind = call.get("kind") if isinstance(call.get("kind"), str) else "other"
-        title = call.get("title") if isinstance(call.get("title"), str) and call.get("title") else None
+        given_kind, given_title = call.get("kind"), call.get("title")
+        kind = given_kind if isinstance(given_kind, str) else "other"
+        title = given_title if isinstance(given_title, str) and given_title else None
         name = title or kind
-        block = {"type": "tool-call", "id": call_id, "name": name, "arguments": orjson.dumps(arguments).decode()}
-        message = self._message(step, [block])
-        assert message is not None  # it holds the block
-        items.append(message)
-        data: dict[str, Any] = {"turn": self.turn, "step": step.number, "callId": call_id, "name": name,
-                                "arguments": arguments, "title": title or name, "kind": kind}
-        if isinstance(call.get("locations"), list) and call["locations"]:
-            data["locations"] = call["locations"]
-        items.append((TOOL_CALL, data))
+        block: AssistantBlock = {"type": "tool-call", "id": call_id, "name": name,
+                                 "arguments": orjson.dumps(arguments).decode()}
+        items.append(assistant_message(self.turn, step.number, [*self._streamed(step), block]))
+        locations = call.get("locations")
+        items.append(tool_call(self.turn, step.number, call_id, name=name, arguments=arguments,
+                               title=title or name, kind=kind,
+                               locations=locations if isinstance(locations, list) else None))
         step.calls.append(call_id)
-        self._calls[call_id] = record = _Call(step.number)
+        self._calls[call_id] = record = _Call(step.number, name)
         if isinstance(call.get("content"), list):
             record.content = call["content"]
         if call.get("status") in FINAL_STATUSES:  # announced already done
@@ -334,43 +325,19 @@ class TurnRecorder:
         call = self._calls[call_id]
         call.answered = True
         display = call.content or []
-        data: dict[str, Any] = {
-            "turn": self.turn, "step": call.step, "callId": call_id,
-            "content": [c["content"] for c in display if isinstance(c, dict) and c.get("type") == "content"
-                        and isinstance(c.get("content"), dict)],
-            "isError": update.get("status") == "failed",
-        }
-        if display:
-            data["display"] = display
-        if call.permission is not None:
-            data["permission"] = call.permission
-        return (TOOL_RESULT, data)
-
-    def _unfinished(self, call_id: str, end: Reason | None) -> Item:
-        # The agent ended the turn without a final status for the call, as our own agent
-        # closes a call it will not finish. Never the crash repair's `interrupted` code.
-        call = self._calls[call_id]
-        call.answered = True
-        cancelled = end is not None and end.get("kind") == "cancelled"
-        text = ("The tool call was cancelled before the agent reported its outcome." if cancelled
-                else "The agent ended the turn without reporting this tool call's outcome.")
-        data: dict[str, Any] = {
-            "turn": self.turn, "step": call.step, "callId": call_id,
-            "content": [{"type": "text", "text": text}], "isError": True,
-            "error": {"name": "Cancelled", "code": "cancelled"} if cancelled
-            else {"name": "Unfinished", "code": "unfinished"},
-        }
-        if call.permission is not None:
-            data["permission"] = call.permission
-        return (TOOL_RESULT, data)
+        return tool_result(
+            self.turn, call.step, call_id,
+            content=[c["content"] for c in display if isinstance(c, dict) and c.get("type") == "content"
+                     and isinstance(c.get("content"), dict)],
+            is_error=update.get("status") == "failed", display=display, permission=call.permission)
 
 
-def _usage(update: dict[str, Any]) -> dict[str, Any]:
+def _usage(update: dict[str, Any]) -> Usage:
     """ACP `usage_update` -> `usage`: `used` (the tokens in context) is the step's input,
     as ACP does not split it, and `size` the window, so the replay's `usage_update`
     (used = input + output) shows the same two numbers. Its `cost` is not kept."""
     used, size = update.get("used"), update.get("size")
-    usage: dict[str, Any] = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
+    usage: Usage = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
     if type(size) is int:
         usage["contextWindow"] = size
     return usage

@@ -31,8 +31,8 @@ import anyio
 
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.wrap.link import ChildLink, permission_cancelled
-from acp_bridge.wrap.record import wrapped_update
 from acp_bridge.wrap.sessions import SessionMap, WrappedSession
+from session.items import wrapped_update
 
 log = logging.getLogger("acp_bridge.wrap.upstream")
 

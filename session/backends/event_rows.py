@@ -29,7 +29,8 @@ def row_events(rows: list[Row]) -> list[Event | Damage]:
                 append(row_event(row))  # says what is wrong
                 continue
             if type(parsed) is dict:
-                append({"type": etype, "seq": seq, "time": stamp, "data": parsed})
+                # `etype` is one of EVENT_TYPES (checked above): an EventType.
+                append({"type": etype, "seq": seq, "time": stamp, "data": parsed})  # type: ignore[arg-type]
                 continue
         append(row_event(row))
     return out

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from acp_bridge.wrap.record import Item
 from session import Event, SessionStore, check_invariants, derive_messages
 from session.backends.memory import MemoryBackend
+from session.items import Item
 from session.transcript import unanswered_calls
 from tests.support.logs import write
 

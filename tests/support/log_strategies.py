@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 
 from session import Event
 from session.events import INTERRUPTED_CODE
+from tests.support.logs import Item
 from tests.support.strategies import (
     BOOL,
     SHORT,
     TEXT,
     Draw,
-    Item,
     block_kinds,
     call_id_bases,
     cancelled_by,

@@ -3,14 +3,25 @@ follow the invariants, and helpers to write them through a SessionLog."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
-from session import Event, SessionLog, SessionStore, open_backend
+from session import (
+    Event,
+    SessionLog,
+    SessionStore,
+    check_invariants,
+    interrupted_turn_closers,
+    open_backend,
+)
+from session.events import EventType
+from session.items import Item as SessionItem
 
-Item = tuple[str, dict[str, Any]]
+Item = tuple[EventType, dict[str, Any]]
+"""A `session.items.Item` whose data is a plain dict, for tests to build and tamper with."""
 
 
 class Script:
@@ -21,7 +32,7 @@ class Script:
         self.turn = first_turn - 1
         self.step = 0
 
-    def add(self, etype: str, data: dict[str, Any]) -> Script:
+    def add(self, etype: EventType, data: dict[str, Any]) -> Script:
         self.items.append((etype, data))
         return self
 
@@ -93,7 +104,7 @@ class Script:
         return self.end_turn()
 
 
-def write(log: SessionLog, script: Script | list[Item]) -> list[Event]:
+def write(log: SessionLog, script: Script | Sequence[SessionItem]) -> list[Event]:
     items = script.items if isinstance(script, Script) else script
     return [log.append(etype, data) for etype, data in items]
 
@@ -104,6 +115,14 @@ def events_of(script: Script, start_seq: int = 0, time: int = 1_000) -> list[Eve
         {"type": etype, "seq": start_seq + i, "time": time + i, "data": data}
         for i, (etype, data) in enumerate(script.items)
     ]
+
+
+def closers_of(events: Sequence[Event], *, cause: Literal["crash", "shutdown"] = "crash",
+               time: int | None = None) -> list[Event]:
+    """The closers crash repair appends to the log `events` (from seq 0; checked), stamped
+    `time`, by default the last event's, as a load stamps them."""
+    stamp = time if time is not None else events[-1]["time"] if events else 0
+    return interrupted_turn_closers(check_invariants(events), time=stamp, cause=cause)
 
 
 def loaded_events(store: Path, sid: str, backend: str = "jsonl") -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from session.events import CANCELLED_BY, INTERRUPTED_CODE, REASON_KINDS
 
-Item = tuple[str, dict[str, Any]]
 Draw = st.DrawFn
 
 # --- JSON values -------------------------------------------------------------------

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from pathlib import Path
 
-    from session import Event, Header, Owner, SessionPeek
+    from session import Event, Header, InvariantTracker, Owner, SessionPeek
     from session.scan import Damage, Locate, TornTail
 
 # A session id prefix must be at least this long (as with git).
@@ -26,15 +26,18 @@ class Stored:
     """One session as stored, read without ownership; `torn` is what loading would cut."""
 
     __slots__ = ("earlier_turns", "earlier_usage", "events", "header", "id", "locate", "title",
-                 "torn", "updated", "where")
+                 "torn", "tracker", "updated", "where")
 
     def __init__(
         self, sid: str, header: Header, events: list[Event], torn: TornTail | None,
         updated: int, title: str | None, where: str, locate: Locate,
         earlier_turns: int = 0, earlier_usage: dict[str, int] | None = None,
+        tracker: InvariantTracker | None = None,
     ) -> None:
         # `events` is every stored event, or (a summary, for `list`) the last turn's,
-        # with the number of turns before it and their tokens.
+        # with the number of turns before it and their tokens. `tracker` is where the
+        # log stands once checked (a summary is; a whole read, by `view.check_stored`).
+        self.tracker = tracker
         self.earlier_turns = earlier_turns
         self.earlier_usage = earlier_usage or {}
         self.id = sid
@@ -84,7 +87,8 @@ class Source:
             stream.close()
         title = stream.title or summary.first_title
         return Stored(sid, stream.header, summary.last_turn, torn, stream.updated, title,
-                      stream.where, stream.locate, summary.earlier_turns, summary.earlier_usage)
+                      stream.where, stream.locate, summary.earlier_turns, summary.earlier_usage,
+                      summary.tracker)
 
     def raw_chunks(self, sid: str) -> Iterator[bytes]:
         """The stored form (`export --format jsonl`), a piece at a time."""
@@ -144,9 +148,10 @@ def resolve_id(source: Source, given: str) -> str:
 
 
 class Summary:
-    __slots__ = ("earlier_turns", "earlier_usage", "first_title", "last_turn", "torn")
+    __slots__ = ("earlier_turns", "earlier_usage", "first_title", "last_turn", "torn", "tracker")
 
-    def __init__(self) -> None:
+    def __init__(self, tracker: InvariantTracker) -> None:
+        self.tracker = tracker  # where the log stands: the closers of an open last turn read it
         self.last_turn: list[Event] = []  # events since the last turn/start
         self.earlier_turns = 0
         self.earlier_usage: dict[str, int] = {}
@@ -164,7 +169,7 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
 
     splitter = TailSplitter(sid, locate)
     tracker = InvariantTracker(session_id=sid)
-    out = Summary()
+    out = Summary(tracker)
     usage_all: dict[str, int] = {}
     usage_last: dict[str, int] = {}
     turns = 0
@@ -198,7 +203,7 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
                 seen_prompt = True
                 out.first_title = title_from_content(event["data"].get("content"))
     if last_chunk is not None and out.last_turn and last_chunk["seq"] > out.last_turn[-1]["seq"]:
-        out.last_turn.append(last_chunk)  # the log's last event: closers continue its seq
+        out.last_turn.append(last_chunk)  # the log's last event: the closers take its time
     out.torn = splitter.finish()
     out.earlier_turns = turns - 1 if out.last_turn else turns
     out.earlier_usage = {k: v - usage_last.get(k, 0) for k, v in usage_all.items()}

@@ -69,11 +69,13 @@ class View(States):
         events = stored.events
         self.closers: list[Event] = []
         self.running = False
-        if events and _ends_open(events):
+        tracker = stored.tracker
+        assert tracker is not None, "a view is of a checked log (Source.summary, check_stored)"
+        if tracker.in_turn:
             if self.owner == "live":
                 self.running = True
             else:
-                self.closers = interrupted_turn_closers(events)
+                self.closers = interrupted_turn_closers(tracker, time=events[-1]["time"])
         on_disk = events[-1]["seq"] + 1 if events else 0  # events may be the last turn only
         self.turns = _build_turns([*events, *self.closers], on_disk=on_disk)
         self.turn_count = stored.earlier_turns + len(self.turns)
@@ -86,14 +88,9 @@ class View(States):
         return self.turns[-1] if self.turns else None
 
 
-def _ends_open(events: list[Event]) -> bool:
-    from session.repair import open_turn_start
-
-    return open_turn_start(events) is not None
-
-
 def check_stored(stored: Stored) -> None:
-    """Refuse, as `load` does, a log that breaks the invariants (SessionCorruptError)."""
+    """Refuse, as `load` does, a log that breaks the invariants (SessionCorruptError);
+    else keep where it stands (`stored.tracker`), for its view."""
     from session import InvariantError, InvariantTracker
     from session.loading import invariant_corruption
 
@@ -102,6 +99,7 @@ def check_stored(stored: Stored) -> None:
         tracker.feed_all(stored.events)
     except InvariantError as exc:  # the same error, word for word, as SessionStore.load
         raise invariant_corruption(stored.id, exc, stored.locate) from None
+    stored.tracker = tracker
 
 
 def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[Turn]:

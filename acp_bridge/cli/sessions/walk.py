@@ -64,7 +64,7 @@ class Walk(States):
         """Every turn, in order, each once it is complete (the last one at the end)."""
         from session import InvariantError, InvariantTracker
         from session.backends.base import title_from_content, with_size
-        from session.events import ASSISTANT_CHUNK, TURN_START, USER_MESSAGE
+        from session.events import USER_MESSAGE
         from session.loading import invariant_corruption
         from session.repair import interrupted_turn_closers
         from session.scan import TailSplitter
@@ -73,8 +73,7 @@ class Walk(States):
         splitter = TailSplitter(sid, stream.locate)
         tracker = InvariantTracker(session_id=sid)
         builder = TurnBuilder(keep=False)
-        open_turn: list[Event] = []  # the turn being read, for its closers (chunks aside)
-        last_event: Event | None = None  # the closers continue its seq
+        last_event: Event | None = None  # the closers take its time
         read = 0
         try:
             for block in stream.blocks():
@@ -87,16 +86,10 @@ class Walk(States):
                 if self._progress is not None:
                     self._progress(read)
                 for event in events:
-                    etype = event["type"]
-                    if etype == TURN_START:
-                        open_turn = []
-                    if etype == USER_MESSAGE and self.title is None:
+                    if event["type"] == USER_MESSAGE and self.title is None:
                         self.title = title_from_content(event["data"].get("content"))
-                    if etype != ASSISTANT_CHUNK:  # the closers need no chunk (the builder has their text)
-                        open_turn.append(event)
                     done = builder.feed(event)
                     if done is not None:
-                        open_turn = []
                         try:
                             yield self._done(done)
                         finally:
@@ -117,9 +110,8 @@ class Walk(States):
         if self.owner == "live":  # shown as far as it is on disk
             self.running = True
         else:
-            if last_event is not None and open_turn[-1] is not last_event:
-                open_turn.append(last_event)
-            self.closers = interrupted_turn_closers(open_turn)
+            assert last_event is not None  # a turn was read
+            self.closers = interrupted_turn_closers(tracker, time=last_event["time"])
             builder.on_disk = tracker.next_seq
             for closer in self.closers:
                 builder.feed(closer)

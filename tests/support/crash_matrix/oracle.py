@@ -11,8 +11,9 @@ from typing import Any, cast
 
 import orjson
 
-from session import Event, check_invariants, derive_messages, interrupted_turn_closers
+from session import Event, check_invariants, derive_messages
 from session.transcript import unanswered_calls
+from tests.support.logs import closers_of
 
 from .scenarios import KillPoint, Scenario
 
@@ -54,7 +55,7 @@ class Run:
 
     @property
     def interrupted_turn(self) -> int | None:
-        closers = interrupted_turn_closers(self.pre_events)
+        closers = closers_of(self.pre_events)
         return int(closers[-1]["data"]["turn"]) if closers else None
 
 
@@ -188,7 +189,7 @@ def check_final(run: Run, final_raw: Raw, final_events: list[Event]) -> None:
     if not is_prefix(run.pre_good, final_raw):
         run.fail("what was on disk before the load is not kept byte for byte (JSONL lines / SQLite rows)")
     pre = run.pre_events
-    closers = interrupted_turn_closers(pre)
+    closers = closers_of(pre)
     if final_events[: len(pre)] != pre:
         run.fail("the events before the load changed")
     got = final_events[len(pre) : len(pre) + len(closers)]

@@ -9,8 +9,9 @@ from typing import Any
 
 import orjson
 
-from session import SessionStore, interrupted_turn_closers, open_backend
+from session import SessionStore, open_backend
 from tests.support.acp_client import AgentProcess
+from tests.support.logs import closers_of
 
 from .kill import MatrixAgent
 from .oracle import Run, check_final, read_raw
@@ -45,7 +46,7 @@ async def _load_one(agent: AgentProcess, run: Run, *, wrapped: bool = False) -> 
         return
     run.loaded_over_wire = True
     meta = run.load_meta = response["result"]["_meta"]["acpBridge"]
-    closers = interrupted_turn_closers(run.pre_events)
+    closers = closers_of(run.pre_events)
     repair = meta["repair"]
     expected = {"interruptedTurn": run.interrupted_turn, "closers": len(closers),
                 "syntheticResults": sum(1 for c in closers if c["type"] == "tool/result"),

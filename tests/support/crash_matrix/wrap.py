@@ -41,7 +41,8 @@ import anyio
 import anyio.to_thread
 import orjson
 
-from session import Event, interrupted_turn_closers
+from session import Event
+from tests.support.logs import closers_of
 from tests.support.processes import wait_gone
 from tests.support.wrapped import command_line
 
@@ -234,7 +235,7 @@ def check_cut_turns(run: Run) -> None:
         if end["data"]["reason"] != {"kind": "interrupted", "cause": "crash"}:
             run.fail(f"turn {turn} ends {end['data']['reason']}, expected interrupted by a crash")
         tail = _without_time(events[: end_at + 1])
-        if not any(_without_time(interrupted_turn_closers(events[:k])) == tail[k:]
+        if not any(_without_time(closers_of(events[:k])) == tail[k:]
                    for k in range(starts.get(turn, 0) + 1, end_at + 1)):
             run.fail(f"the cut turn {turn} is not closed with exactly the crash closers: "
                      f"{[e['type'] for e in events[starts.get(turn, 0):end_at + 1]][-6:]}")

@@ -1,0 +1,216 @@
+"""The `(event type, data)` items that producers hand to the log: one constructor per
+event type, its data typed by that type's TypedDict. Pure.
+
+`SessionLog.extend` takes items, stamps them with seq and time and checks them against
+the invariants; these constructors only build them. Each writes its keys in one fixed
+order, the order the log's JSON holds them in (recorded logs and snapshots compare the
+bytes), and leaves an optional field out rather than writing null. No checks here: the
+chunk constructor runs once per streamed chunk, and the invariants check at append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, NotRequired, TypedDict
+
+from session.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    CONFIG_SET,
+    JSON,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    WRAPPED_UPDATE,
+    AssistantBlock,
+    EventType,
+    PermissionRecord,
+    Reason,
+    ToolError,
+    Usage,
+)
+
+Item = tuple[EventType, Mapping[str, JSON]]
+"""An event before the log stamps it: its type and its data (one of the TypedDicts below)."""
+
+ChunkKind = Literal["text", "reasoning"]
+
+
+class TurnStartData(TypedDict):
+    turn: int
+    trigger: dict[str, JSON]
+    mode: NotRequired[str]
+    model: NotRequired[str]
+    thoughtLevel: NotRequired[str]  # the reasoning effort, for a model that takes one
+
+
+class UserMessageData(TypedDict):
+    turn: int
+    content: list[JSON]  # ACP ContentBlocks, as the client sent them
+
+
+class StepData(TypedDict):
+    """`step/start` and `step/end`."""
+
+    turn: int
+    step: int
+
+
+class Chunk(TypedDict):
+    type: ChunkKind
+    text: str
+
+
+class AssistantChunkData(TypedDict):
+    turn: int
+    step: int
+    chunk: Chunk
+
+
+class AssistantMessageData(TypedDict):
+    turn: int
+    step: int
+    content: list[AssistantBlock]
+    usage: NotRequired[Usage]
+
+
+class ToolCallData(TypedDict):
+    turn: int
+    step: int
+    callId: str
+    name: str
+    arguments: JSON  # parsed, or the model's text where it is not JSON
+    title: str
+    kind: str
+    locations: NotRequired[list[JSON]]
+
+
+class ToolResultData(TypedDict):
+    turn: int
+    step: int
+    callId: str
+    content: list[JSON]
+    isError: bool
+    error: NotRequired[ToolError]
+    display: NotRequired[list[JSON]]
+    permission: NotRequired[PermissionRecord]
+
+
+class TurnEndData(TypedDict):
+    turn: int
+    reason: Reason
+
+
+class WrappedUpdateData(TypedDict):
+    """`wrapped/update`: `update` is an ACP SessionUpdate as the wrapped agent sent it
+    (without its sessionId). `turn` names the open turn; it is absent between turns."""
+
+    update: dict[str, JSON]
+    turn: NotRequired[int]
+
+
+class ConfigSetData(TypedDict):
+    """`config/set`: the session config option `configId` now has `value`. `turn`
+    names the open turn; it is absent between turns."""
+
+    configId: str
+    value: str
+    turn: NotRequired[int]
+
+
+def turn_start(
+    turn: int, *, trigger: dict[str, JSON], mode: str | None = None, model: str | None = None,
+    thought_level: str | None = None,
+) -> tuple[Literal["turn/start"], TurnStartData]:
+    data: TurnStartData = {"turn": turn, "trigger": trigger}
+    if mode is not None:
+        data["mode"] = mode
+    if model is not None:
+        data["model"] = model
+    if thought_level is not None:
+        data["thoughtLevel"] = thought_level
+    return (TURN_START, data)
+
+
+def user_message(turn: int, content: list[JSON]) -> tuple[Literal["user/message"], UserMessageData]:
+    return (USER_MESSAGE, {"turn": turn, "content": content})
+
+
+def step_start(turn: int, step: int) -> tuple[Literal["step/start"], StepData]:
+    return (STEP_START, {"turn": turn, "step": step})
+
+
+def step_end(turn: int, step: int) -> tuple[Literal["step/end"], StepData]:
+    return (STEP_END, {"turn": turn, "step": step})
+
+
+def assistant_chunk(
+    turn: int, step: int, kind: ChunkKind, text: str
+) -> tuple[Literal["assistant/chunk"], AssistantChunkData]:
+    return (ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": {"type": kind, "text": text}})
+
+
+def assistant_message(
+    turn: int, step: int, content: list[AssistantBlock], usage: Usage | None = None
+) -> tuple[Literal["assistant/message"], AssistantMessageData]:
+    data: AssistantMessageData = {"turn": turn, "step": step, "content": content}
+    if usage is not None:
+        data["usage"] = usage
+    return (ASSISTANT_MESSAGE, data)
+
+
+def tool_call(
+    turn: int, step: int, call_id: str, *, name: str, arguments: JSON, title: str, kind: str,
+    locations: list[JSON] | None = None,
+) -> tuple[Literal["tool/call"], ToolCallData]:
+    """`locations` is left out when there are none."""
+    data: ToolCallData = {"turn": turn, "step": step, "callId": call_id, "name": name,
+                          "arguments": arguments, "title": title, "kind": kind}
+    if locations:
+        data["locations"] = locations
+    return (TOOL_CALL, data)
+
+
+def tool_result(
+    turn: int, step: int, call_id: str, *, content: list[JSON], is_error: bool,
+    error: ToolError | None = None, display: list[JSON] | None = None,
+    permission: PermissionRecord | None = None,
+) -> tuple[Literal["tool/result"], ToolResultData]:
+    """`display` is left out when there is none (an empty one says nothing either)."""
+    data: ToolResultData = {"turn": turn, "step": step, "callId": call_id, "content": content,
+                            "isError": is_error}
+    if error is not None:
+        data["error"] = error
+    if display:
+        data["display"] = display
+    if permission is not None:
+        data["permission"] = permission
+    return (TOOL_RESULT, data)
+
+
+def turn_end(turn: int, reason: Reason) -> tuple[Literal["turn/end"], TurnEndData]:
+    return (TURN_END, {"turn": turn, "reason": reason})
+
+
+def wrapped_update(
+    update: dict[str, JSON], turn: int | None = None
+) -> tuple[Literal["wrapped/update"], WrappedUpdateData]:
+    """Inside `turn`, or between turns (None)."""
+    data: WrappedUpdateData = {"update": update}
+    if turn is not None:
+        data["turn"] = turn
+    return (WRAPPED_UPDATE, data)
+
+
+def config_set(
+    config_id: str, value: str, turn: int | None = None
+) -> tuple[Literal["config/set"], ConfigSetData]:
+    """Inside `turn` (one a failed write left open), or between turns (None)."""
+    data: ConfigSetData = {"configId": config_id, "value": value}
+    if turn is not None:
+        data["turn"] = turn
+    return (CONFIG_SET, data)
