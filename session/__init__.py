@@ -6,39 +6,92 @@ Nothing in this package knows about ACP or JSON-RPC.
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from session.backends.base import (
-    Backend,
-    SessionPeek,
-    SessionSummary,
-    StoreReader,
-    is_session_id,
-    validate_session_id,
-)
-from session.errors import (
-    EventDataError,
-    InvalidSessionIdError,
-    InvariantError,
-    SequenceError,
-    SessionClosedError,
-    SessionCorruptError,
-    SessionError,
-    SessionExistsError,
-    SessionLockedError,
-    SessionNotFoundError,
-    SessionVersionError,
-    StoreIOError,
-)
-from session.events import SESSION_FORMAT_VERSION, Event, Header, reason
-from session.files import Owner
-from session.invariants import InvariantTracker, check_invariants
-from session.loading import LoadedSession, SessionLoad
-from session.log import DURABLE_TYPES, SessionLog
-from session.repair import RepairReport, interrupted_turn_closers
-from session.store import SessionStore
-from session.transcript import Message, derive_messages
+if TYPE_CHECKING:
+    from session.backends.base import (
+        Backend,
+        SessionPeek,
+        SessionSummary,
+        StoreReader,
+        is_session_id,
+        validate_session_id,
+    )
+    from session.errors import (
+        EventDataError,
+        InvalidSessionIdError,
+        InvariantError,
+        SequenceError,
+        SessionClosedError,
+        SessionCorruptError,
+        SessionError,
+        SessionExistsError,
+        SessionLockedError,
+        SessionNotFoundError,
+        SessionVersionError,
+        StoreIOError,
+    )
+    from session.events import SESSION_FORMAT_VERSION, Event, Header, reason
+    from session.files import Owner
+    from session.invariants import InvariantTracker, check_invariants
+    from session.loading import LoadedSession, SessionLoad
+    from session.log import DURABLE_TYPES, SessionLog
+    from session.repair import RepairReport, interrupted_turn_closers
+    from session.store import SessionStore
+    from session.transcript import Message, derive_messages
+
+# Each public name is imported from its module on first use (PEP 562), so that a module
+# needing one piece (the error types, for acp_bridge.errors and the JSON-RPC core; the
+# vocabulary) does not load the store, the log and the backends with it.
+_ON_FIRST_USE = {
+    "Backend": "session.backends.base",
+    "DURABLE_TYPES": "session.log",
+    "Event": "session.events",
+    "EventDataError": "session.errors",
+    "Header": "session.events",
+    "InvalidSessionIdError": "session.errors",
+    "InvariantError": "session.errors",
+    "InvariantTracker": "session.invariants",
+    "LoadedSession": "session.loading",
+    "Message": "session.transcript",
+    "Owner": "session.files",
+    "RepairReport": "session.repair",
+    "SESSION_FORMAT_VERSION": "session.events",
+    "SequenceError": "session.errors",
+    "SessionClosedError": "session.errors",
+    "SessionCorruptError": "session.errors",
+    "SessionError": "session.errors",
+    "SessionExistsError": "session.errors",
+    "SessionLoad": "session.loading",
+    "SessionLockedError": "session.errors",
+    "SessionLog": "session.log",
+    "SessionNotFoundError": "session.errors",
+    "SessionPeek": "session.backends.base",
+    "SessionStore": "session.store",
+    "SessionSummary": "session.backends.base",
+    "SessionVersionError": "session.errors",
+    "StoreIOError": "session.errors",
+    "StoreReader": "session.backends.base",
+    "check_invariants": "session.invariants",
+    "derive_messages": "session.transcript",
+    "interrupted_turn_closers": "session.repair",
+    "is_session_id": "session.backends.base",
+    "reason": "session.events",
+    "validate_session_id": "session.backends.base",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
 
 BACKENDS = ("jsonl", "sqlite", "postgres", "memory")
 # The backends whose sessions outlive the process: the ones the command line offers

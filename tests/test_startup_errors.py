@@ -245,8 +245,10 @@ def test_a_missing_openai_key_is_not_a_start_up_error(paths: Paths) -> None:
 def test_checking_an_openai_spec_stays_off_httpx() -> None:
     """The start-up check of `openai:` reads its settings without importing httpx (the
     agent's start-up path stays lean; httpx comes with the first model call's session),
-    and the command line's own module imports nothing of the store before a command runs."""
-    code = ("import sys; import acp_bridge.cli.main; lean = 'session' not in sys.modules; "
+    and the command line's own module imports nothing of the store before a command runs
+    (the error types, acp_bridge.errors over session.errors, are all it takes of it)."""
+    code = ("import sys; import acp_bridge.cli.main; "
+            "lean = {m for m in sys.modules if m.split('.')[0] == 'session'} <= {'session', 'session.errors'}; "
             "from acp_bridge.models import check_spec; check_spec('openai:gpt-4o', {}); "
             "sys.exit(0 if lean and 'httpx' not in sys.modules else 1)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30, env=clean_env())
