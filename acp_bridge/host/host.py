@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol
@@ -176,13 +176,6 @@ class Host(Generic[S]):
 
     def find(self, session_id: Any) -> S | None:
         return self._live.get(session_id) if isinstance(session_id, str) else None
-
-    def sessions(self) -> Iterator[tuple[str, S]]:
-        return iter(list(self._live.items()))
-
-    def prompting(self, session_id: str) -> bool:
-        """Whether a prompt of `session_id` is being answered."""
-        return session_id in self._prompting
 
     async def send_replay(self, payload: bytes) -> None:
         """Encoded `session/update` lines of a replay, to the client at its own pace."""
