@@ -32,20 +32,21 @@ ALLOWED: dict[str, frozenset[str]] = {
                                    "acp_bridge.tools", "session"}),
     "acp_bridge.wrap": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.agent",
                                   "acp_bridge.models", "acp_bridge.tools", "session"}),
-    "acp_bridge.cli": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models",
-                                 "acp_bridge.tools", "acp_bridge.snapshot", "session"}),
+    # The client side of ACP (an agent child's connection, the fs/terminal it serves).
+    "acp_bridge.client": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.tools"}),
+    "acp_bridge.cli": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models", "acp_bridge.tools",
+                                 "acp_bridge.client", "acp_bridge.snapshot", "session"}),
     # The snapshot harness runs the agent only as a subprocess, as an editor does.
     "acp_bridge.snapshot": frozenset({"acp_bridge", "acp_bridge.rpc", "acp_bridge.models",
-                                      "acp_bridge.tools", "session"}),
+                                      "acp_bridge.tools", "acp_bridge.client", "session"}),
     "acp_bridge.__main__": frozenset({"acp_bridge.cli"}),
 }
 # The agent is run by the CLI through its one entry, never taken apart.
 CLI_MAY_RUN = frozenset({"acp_bridge.agent.serve", "acp_bridge.wrap.serve"})
 # The snapshot harness's fake agent serves a recording with the agent's pure mappings.
-# Its client serves `terminal/*` with the chat's client side (one copy of the client).
 SNAPSHOT_MAY_USE = frozenset({"acp_bridge.agent.updates", "acp_bridge.agent.settlement",
                               "acp_bridge.agent.permissions", "acp_bridge.agent.settings",
-                              "acp_bridge.agent.params", "acp_bridge.cli.chat.client_methods"})
+                              "acp_bridge.agent.params"})
 
 
 @dataclass(frozen=True)

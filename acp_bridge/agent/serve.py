@@ -47,8 +47,7 @@ def serve(args: argparse.Namespace) -> int:
     agent = Agent(config)
 
     def connect(agent: Agent) -> Connection:
-        return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof,
-                          on_cancel_request=agent.on_cancel_request, error_for=to_rpc_error,
+        return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof, error_for=to_rpc_error,
                           before_write=agent.before_write, inline=agent.inline())
 
     try:

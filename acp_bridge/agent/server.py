@@ -31,8 +31,9 @@ from acp_bridge.agent.params import MCP_TRANSPORTS, check_params
 from acp_bridge.agent.settlement import TurnFailed, settle
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
-from acp_bridge.rpc.connection import Connection, current_request_id
-from acp_bridge.rpc.protocol import RpcError, invalid_params, is_id, request_key
+from acp_bridge.rpc import on_cancel
+from acp_bridge.rpc.connection import Connection
+from acp_bridge.rpc.protocol import RpcError, invalid_params
 from session import SessionLog, SessionNotFoundError, StoreIOError, validate_session_id
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ class Agent:
         self.conn: Connection | None = None
         self.client_capabilities: dict[str, Any] = {}
         self.opened = OpenSessions(config)  # the live sessions, the store, the models
-        self._prompts: dict[tuple[str, Any], str] = {}  # running prompt request ids -> session id
 
     @property
     def sessions(self) -> dict[str, LiveSession]:
@@ -65,25 +65,16 @@ class Agent:
             "session/close": self.close_session, "session/delete": self.delete_session,
             "session/set_mode": self.set_mode, "session/set_config_option": self.set_config_option,
             "session/prompt": self.prompt, "session/cancel": self.cancel,
-            "$/cancel_request": self.cancel_request,
         }
         return {name: _checked(name, fn) for name, fn in table.items()}
 
     def inline(self) -> dict[str, Callable[[Any], bool | None]]:
         """Notifications the connection's reader handles itself, as it reads them: a
-        `session/cancel` or `$/cancel_request` takes effect before the reader takes the
-        next message (the client's `cancelled` answer to a permission request, which ACP
-        has it send right after), so the cancel wins however the two are read
-        (docs/protocol.md)."""
-        return {"session/cancel": self.cancel_now, "$/cancel_request": self.cancel_request_now}
-
-    def cancel_request_now(self, params: Any) -> bool:
-        """`$/cancel_request` of a request in flight, in the reader. False (a task then
-        handles it, as any notification) for anything else: a request read in the same
-        write, whose task has not started yet, is cancelled there once it has."""
-        if not isinstance(params, dict) or not is_id(params.get("requestId")):
-            return False
-        return self._connection().cancel_incoming(params["requestId"])
+        `session/cancel` takes effect before the reader takes the next message (the
+        client's `cancelled` answer to a permission request, which ACP has it send
+        right after), so the cancel wins however the two are read (docs/protocol.md).
+        rpc does the same for `$/cancel_request`, through the prompt's `on_cancel`."""
+        return {"session/cancel": self.cancel_now}
 
     def cancel_now(self, params: Any) -> bool | None:
         if not isinstance(params, dict):
@@ -131,12 +122,6 @@ class Agent:
         prompt is answered before the process exits."""
         for live in self.sessions.values():
             live.runner.stop()
-
-    def on_cancel_request(self, rid: Any) -> bool:
-        sid = self._prompts.get(request_key(rid))
-        if sid is None or sid not in self.sessions:
-            return False
-        return self.sessions[sid].runner.cancel("$/cancel_request")
 
     def _require_key(self, entry: ModelEntry) -> None:
         auth.require_key(entry, auth.method_ids(self.config.models, self.client_capabilities),
@@ -297,16 +282,15 @@ class Agent:
                     " or send text", field="prompt")
             prompt = compact_images(prompt)  # the same image twice is stored once
         self._require_key(live.choice.model)
-        key = request_key(current_request_id.get())
-        self._prompts[key] = sessionId
+        # A `$/cancel_request` of this prompt settles its turn as cancelled (False, and
+        # the request is cancelled, if no turn runs).
+        on_cancel(lambda: live.runner.cancel("$/cancel_request"))
         try:
             end = await live.runner.prompt(prompt)  # PromptInProgressError if one runs
         except StoreIOError as exc:
             # A full or failing disk, not a bug: one line in the log, not a traceback.
             log.warning("%s", exc.message)
             raise to_rpc_error(exc) from None
-        finally:
-            self._prompts.pop(key, None)
         answer = settle(end)
         if isinstance(answer, TurnFailed):
             raise RpcError(answer.code, answer.message, dict(answer.data))
@@ -319,10 +303,6 @@ class Agent:
         live = self.sessions.get(sessionId)
         if live is None or not live.runner.cancel("session/cancel"):
             log.info("session/cancel for %s: no running prompt", sessionId)
-
-    async def cancel_request(self, requestId: Any, **_: Any) -> None:
-        if not self._connection().cancel_incoming(requestId):
-            log.info("$/cancel_request for %r: no such request in flight", requestId)
 
 
 async def hand_off_in_threads(logs: list[SessionLog]) -> None:

@@ -82,8 +82,7 @@ class FakeAgent:
         table: dict[str, Callable[..., Awaitable[Any]]] = {
             "initialize": self.initialize, "session/new": self.new_session, "session/load": self.load_session,
             "session/prompt": self.prompt, "session/cancel": self.cancel, "session/set_mode": self.set_mode,
-            "session/set_config_option": self.set_config_option, "session/close": self.close_session,
-            "$/cancel_request": self.cancel_request}
+            "session/set_config_option": self.set_config_option, "session/close": self.close_session}
         return {name: _checked(name, fn) for name, fn in table.items()}
 
     async def unknown(self, method: str, params: Any, is_request: bool) -> Any:
@@ -91,7 +90,7 @@ class FakeAgent:
         serves; a notification is ignored."""
         if not is_request:
             return None
-        served = sorted(m for m in self.methods() if not m.startswith("$/"))
+        served = sorted(self.methods())
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method} (the fake agent serves {', '.join(served)})",
                        {"method": method})
 
@@ -198,9 +197,6 @@ class FakeAgent:
         session = self.sessions.get(sessionId)
         if session is not None:
             session.cancelled.set()
-
-    async def cancel_request(self, requestId: Any, **_: Any) -> None:
-        self._conn().cancel_incoming(requestId)
 
     def _session_id(self, sid: str) -> str:
         if sid not in self.sessions:

@@ -29,8 +29,9 @@ import anyio.abc
 from acp_bridge.agent.errors import PromptInProgressError
 from acp_bridge.agent.params import check_params
 from acp_bridge.agent.server import hand_off_in_threads
-from acp_bridge.rpc.connection import Connection, Inline, current_request_id
-from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError, is_id, request_key
+from acp_bridge.rpc import on_cancel
+from acp_bridge.rpc.connection import Connection, Inline
+from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.link import ChildLink, obj
 from acp_bridge.wrap.seed import quiet_while_seeding, seed
@@ -67,7 +68,6 @@ class WrapAgent:
         self.child_info: dict[str, Any] | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._starting = anyio.Lock()
-        self._prompts: dict[tuple[str, Any], WrappedSession] = {}
 
     # --- wiring ----------------------------------------------------------------------
 
@@ -77,7 +77,7 @@ class WrapAgent:
             "session/load": self.load_session, "session/resume": self.resume_session,
             "session/list": self.list_sessions, "session/close": self.close_session,
             "session/delete": self.delete_session, "session/prompt": self.prompt,
-            "session/cancel": self.cancel, "$/cancel_request": self.cancel_request,
+            "session/cancel": self.cancel,
         }
         return {name: _checked(name, fn) for name, fn in table.items()}
 
@@ -86,8 +86,9 @@ class WrapAgent:
         a cancel takes effect before the permission answer read behind it (or with
         it), so what is recorded and passed on does not depend on which task runs
         first (docs/wrap.md, "Cancel and a permission answer"). What they cannot act on
-        at once (no running prompt yet) goes to a task, as any notification."""
-        return {"session/cancel": self.cancel_now, "$/cancel_request": self.cancel_request_now}
+        at once (no running prompt yet) goes to a task, as any notification. rpc does
+        the same for `$/cancel_request`, through the prompt's `on_cancel`."""
+        return {"session/cancel": self.cancel_now}
 
     def cancel_now(self, params: Any) -> bool:
         if not isinstance(params, dict) or not isinstance(params.get("sessionId"), str):
@@ -97,11 +98,6 @@ class WrapAgent:
             return False
         self._cancel_turn(ws, "session/cancel", params)
         return True
-
-    def cancel_request_now(self, params: Any) -> bool:
-        if not isinstance(params, dict) or not is_id(params.get("requestId")):
-            return False
-        return self._editor().cancel_incoming(params["requestId"])
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Spawn the child (OSError if it cannot be)."""
@@ -137,15 +133,6 @@ class WrapAgent:
         for ws in self.sessions.ours.values():
             if ws.stopping is not None:
                 ws.stopping.cancel()
-
-    def on_cancel_request(self, rid: Any) -> bool:
-        """`$/cancel_request` of a running prompt: the child is asked to cancel the
-        turn (it answers `cancelled`, which settles the prompt)."""
-        ws = self._prompts.get(request_key(rid))
-        if ws is None or ws.recorder is None:
-            return False
-        self._cancel_turn(ws, "$/cancel_request")
-        return True
 
     def _editor(self) -> Connection:
         assert self.conn is not None
@@ -328,12 +315,16 @@ class WrapAgent:
 
     async def prompt(self, sessionId: str, prompt: list[Any], **rest: Any) -> dict[str, Any]:
         ws = self._session(sessionId)
-        key = request_key(current_request_id.get())
-        self._prompts[key] = ws
-        try:
-            return await run_prompt(ws, prompt, rest, child_session=self.child_session, agent=self.agent_name)
-        finally:
-            self._prompts.pop(key, None)
+        on_cancel(lambda: self._cancel_prompt(ws))
+        return await run_prompt(ws, prompt, rest, child_session=self.child_session, agent=self.agent_name)
+
+    def _cancel_prompt(self, ws: WrappedSession) -> bool:
+        """`$/cancel_request` of a running prompt: the child is asked to cancel the
+        turn (it answers `cancelled`, which settles the prompt)."""
+        if ws.recorder is None:
+            return False
+        self._cancel_turn(ws, "$/cancel_request")
+        return True
 
     async def cancel(self, sessionId: str, **rest: Any) -> None:
         ws = self.sessions.ours.get(sessionId)
@@ -341,10 +332,6 @@ class WrapAgent:
             log.info("session/cancel for %s: no running prompt", sessionId)
             return
         self._cancel_turn(ws, "session/cancel", {**rest, "sessionId": sessionId})
-
-    async def cancel_request(self, requestId: Any, **_: Any) -> None:
-        if not self._editor().cancel_incoming(requestId):
-            log.info("$/cancel_request for %r: no such request in flight", requestId)
 
     async def forward(self, method: str, params: Any, is_request: bool) -> Any:
         """Any other method of the editor: passed on, the session id mapped."""

@@ -33,8 +33,7 @@ def serve(args: argparse.Namespace) -> int:
     agent = WrapAgent(config)
 
     def connect(agent: WrapAgent) -> Connection:
-        return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof,
-                          on_cancel_request=agent.on_cancel_request, error_for=to_rpc_error,
+        return Connection(reader, writer, agent.methods(), on_eof=agent.on_eof, error_for=to_rpc_error,
                           before_write=agent.before_write, fallback=agent.forward, inline=agent.inline())
 
     async def main() -> int:
