@@ -6,7 +6,7 @@ identical to jsonrpcserver's own dispatch, byte for byte, and the stream adapter
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -17,54 +17,17 @@ from acp_bridge.agent.errors import to_rpc_error
 from acp_bridge.rpc import current_request_id
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.protocol import UPDATE_HEAD, RpcError, invalid_params, valid_envelope
+from tests.support.rpc_pipes import FakeReader, FakeWriter, line
 
 # jsonrpcserver 5 reads its schema with a deprecated importlib call when imported (so it
 # is imported inside the tests, and by the connection after its first message).
 pytestmark = pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")
 
 
-class FakeReader:
-    max_line = 1 << 20
-
-    def __init__(self) -> None:
-        self.send, self._receive = anyio.create_memory_object_stream[bytes](100)
-
-    async def lines(self) -> AsyncIterator[bytes]:
-        async with self._receive:
-            async for line in self._receive:
-                yield line
-
-
-class FakeWriter:
-    """Collects what is written; `gate` (when set) holds every write until it opens;
-    `broken` makes writes fail like a closed pipe."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.writes = 0
-        self.gate: anyio.Event | None = None
-        self.broken = False
-
-    async def write(self, data: bytes) -> None:
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.broken:
-            raise BrokenPipeError
-        self.data += data
-        self.writes += 1
-
-    def messages(self) -> list[Any]:
-        return [orjson.loads(line) for line in bytes(self.data).splitlines()]
-
-
 def connection(methods: dict[str, Callable[..., Any]] | None = None) -> tuple[Connection, FakeReader, FakeWriter]:
     reader, writer = FakeReader(), FakeWriter()
     conn = Connection(reader, writer, methods or {})
     return conn, reader, writer
-
-
-def line(message: Any) -> bytes:
-    return orjson.dumps(message)
 
 
 UPDATES: list[Any] = [
