@@ -15,7 +15,9 @@ of our methods keep the library's member order (see `response`).
 `initialize` is answered before jsonrpcserver is imported: its package loads jsonschema
 (~85 ms and ~10 MB of RSS) and an HTTP server we do not use (DESIGN.md section 1). The
 first `initialize` answer is queued at once, then the library is imported in a worker
-thread, ready for the first message it answers (a message before it imports it then).
+thread; a message before that imports it first. (Our methods do not need it any more:
+the wait is kept so that start-up, its memory and the answers' member order stay what
+they were; dropping it would answer `session/new` ~45 ms sooner.)
 
 `$/cancel_request` is ours, never a handler's (`cancel`): it cancels the named request's
 task, which is answered -32800, unless the handler registered a hook with `on_cancel`
@@ -123,10 +125,6 @@ class Incoming:
         self._error_for = error_for  # exceptions -> error responses (the agent's own)
         self._inflight: dict[tuple[str, Any], _Call] = {}  # request key -> the request being answered
         self._library: Callable[[Any], Any] | None = None  # jsonrpcserver, imported after initialize
-        # Nothing has been answered the library's way yet (see `response`): the first
-        # `initialize` is answered in JSON-RPC's member order, every method after it in
-        # the library's, as since the library answered them.
-        self._first = True
 
     def run_inline(self, message: Any) -> bool:
         """Handle an inline notification now (see `Inline`); False if `message` is not
@@ -171,12 +169,18 @@ class Incoming:
             fn, args, kwargs = self._fallback, (method, params, is_request), {}
         else:  # an unknown method, or a notification with params by position
             return await self._unserved(message)
-        direct = False
-        if fn is handler and self._first:  # (a fallback's answers were never the library's)
+        # The first `initialize` is answered before the library is loaded, in JSON-RPC's
+        # member order; any other method waits for it, and its answer keeps the
+        # library's member order (see `response`), as when the library built them. A
+        # fallback's answers were never the library's.
+        direct = load = False
+        if fn is handler and self._library is None:
             direct = is_request and not batched and method == "initialize"
-            self._first = False
+            load = not direct
         if not is_request:
             _current.set(None)  # a worker task serves one message after another
+            if load:
+                await self._load_library()
             result, error = await self._outcome(method, fn, args, kwargs)
             if error is not None:
                 log.info("notification %s failed: %s", method, error.message)
@@ -187,6 +191,8 @@ class Incoming:
         _current.set(call)
         try:
             with call.scope:
+                if load:
+                    await self._load_library()
                 result, error = await self._outcome(method, fn, args, kwargs)
         finally:
             self._inflight.pop(key, None)
@@ -214,7 +220,6 @@ class Incoming:
         """jsonrpcserver's answer to what none of ours serves, through its public
         `dispatch_to_serializable`: -32601 for an unknown method, -32600 (id null) for
         an invalid notification, nothing for a valid one."""
-        self._first = False
         library = self._library or await self._load_library()
         return library(message)
 
