@@ -107,3 +107,23 @@ for line in sys.stdin:
             await conn.request("session/new", {})
         assert raised.value.error == {"code": -32602, "message": "no"}
         assert await conn.stop(5) == 0
+
+
+async def test_an_answer_read_just_before_the_agent_exits_is_returned() -> None:
+    # The answer and the end of the agent's output come in one read: the answer counts.
+    code = r"""
+import json, sys
+m = json.loads(sys.stdin.readline())
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"last": True}}) + "\n")
+"""
+
+    async def serve(method: str, params: dict[str, Any]) -> Any:
+        raise RpcError(-32601, method)
+
+    for _ in range(5):
+        async with await anyio.open_process(python(code), **PIPES) as proc, anyio.create_task_group() as tg:
+            conn = AgentConnection(proc, serve)
+            tg.start_soon(conn.run)
+            with anyio.fail_after(10):
+                assert await conn.request("session/close", {}) == {"last": True}
+            assert await conn.stop(5) == 0

@@ -34,6 +34,10 @@ class AgentGone(Exception):
     """The agent exited (its stdout ended) before it answered."""
 
 
+def _gone() -> AgentGone:
+    return AgentGone("the agent has exited")
+
+
 def own_words(exc: BaseException) -> RpcError:
     """A client's error answer for a failure of one of its handlers: an RpcError as it
     is, anything else in the exception's own words (the agent hands them to the model,
@@ -60,7 +64,6 @@ class AgentConnection:
                                {}, fallback=self._fallback, inline=inline, error_for=error_for,
                                on_eof=self._ended, ids=ids)
         self.gone = anyio.Event()  # set when the agent's output ends
-        self._waiting: set[anyio.CancelScope] = set()
 
     async def run(self) -> None:
         """Read and answer the agent until its output ends."""
@@ -69,8 +72,7 @@ class AgentConnection:
     async def _ended(self) -> None:
         self.gone.set()
         self.conn.close_output()  # nothing more for an agent that has gone
-        for scope in list(self._waiting):
-            scope.cancel()
+        self.conn.fail_requests(_gone)
 
     async def _fallback(self, method: str, params: Any, is_request: bool) -> Any:
         if not is_request:
@@ -81,14 +83,8 @@ class AgentConnection:
         """Ask the agent: its result. ClientError if it answers with an error,
         AgentGone if its output ends first."""
         if self.gone.is_set():
-            raise AgentGone("the agent has exited")
-        with anyio.CancelScope() as scope:
-            self._waiting.add(scope)
-            try:
-                return await self.conn.request(method, params)
-            finally:
-                self._waiting.discard(scope)
-        raise AgentGone("the agent has exited")
+            raise _gone()
+        return await self.conn.request(method, params)
 
     def notify(self, method: str, params: Any) -> None:
         self.conn.notify(method, params)

@@ -138,7 +138,18 @@ class Connection:
         kind, value = slot[0]
         if kind == "error":
             raise ClientError(method, value)
+        if kind == "failed":
+            raise value()
         return value
+
+    def fail_requests(self, error: Callable[[], Exception]) -> None:
+        """Every request of ours still waiting for its answer raises `error()` (the
+        peer has gone: a client's agent exited), without a `$/cancel_request`; one
+        whose answer has been read still returns it."""
+        for done, slot in self._pending.values():
+            if not done.is_set():
+                slot.append(("failed", error))
+                done.set()
 
     def send_after_answer(self, message: Any) -> None:
         """Queue `message` to go out right after the answer of the request this task

@@ -83,7 +83,7 @@ class Tap:
             yield line
 
     async def write(self, data: bytes) -> None:
-        self.traffic.extend(("->", orjson.loads(line)) for line in data.splitlines())
+        self.traffic.extend(("->", orjson.loads(line)) for line in data.split(b"\n") if line)
         await self.writer.write(data)
 
 

@@ -2,15 +2,15 @@
 
 A link lives as long as one child process: it serves the child's requests and
 notifications (the proxy's handlers, as the connection's fallback and inline
-notifications), carries our requests to it, and sees it die. The child's
-`$/cancel_request` of a request it made of us is rpc's own: it names the child's id,
-never the editor's, so it is not passed on; it cancels that request's task, which
-cancels our request to the editor (a `$/cancel_request` with our id goes out if the
-editor has not answered yet). When the child dies (its
+notifications), carries our requests to it, and sees it die. When the child dies (its
 stdout ends, or the process exits), every request still waiting on it (an editor's
 request we passed on) fails with `ChildDiedError`, and every request of the child still
 waiting on the editor is cancelled, which tells the editor with `$/cancel_request`
 (rpc.Connection.request does that for a cancelled wait). A restart makes a new link.
+
+The child's own `$/cancel_request` of a request it made of us is rpc's: it names the
+child's id, never the editor's, so it is not passed on; it cancels that request's task,
+which cancels our request to the editor in the same way.
 
 Errors the child answers are passed on unchanged: `relayed` makes them the `RpcError`
 the editor gets (acp_bridge.agent.errors.to_rpc_error passes an RpcError through).
