@@ -15,9 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acp_bridge.cli.chat.client_methods import Terminals, read_text_file, write_text_file
 from acp_bridge.cli.chat.command_line import add_parser, agent_command, split_wrapped, wrap_problem
-from acp_bridge.cli.chat.connection import LineInput
 from acp_bridge.cli.chat.render import (
     DIM,
     RESET,
@@ -26,6 +24,8 @@ from acp_bridge.cli.chat.render import (
     diff_summary,
     sessions_table,
 )
+from acp_bridge.cli.chat.stdio import LineInput
+from acp_bridge.client.methods import Terminals, read_text_file, write_text_file
 from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
 from tests.support.acp_client import write_script
 

@@ -1,68 +1,33 @@
 """acp_bridge.rpc.connection.Connection in-process, over a fake line reader and writer:
 `notify_update` bytes, the write queue and `drain`, a client that stops reading,
-request tasks reused, and answers identical to jsonrpcserver's own dispatch."""
+request tasks reused, `$/cancel_request` and the cancel hook (`on_cancel`), answers
+identical to jsonrpcserver's own dispatch, byte for byte, and the stream adapters."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import orjson
 import pytest
 
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.rpc.connection import Connection, current_request_id
+from acp_bridge.rpc import current_request_id
+from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.protocol import UPDATE_HEAD, RpcError, invalid_params, valid_envelope
+from tests.support.rpc_pipes import FakeReader, FakeWriter, line
 
-# jsonrpcserver 5 reads its schema with a deprecated importlib call when imported (so it,
-# and acp_bridge.rpc.dispatch which imports it, are imported inside the tests).
+# jsonrpcserver 5 reads its schema with a deprecated importlib call when imported (so it
+# is imported inside the tests, and by the connection after its first message).
 pytestmark = pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")
-
-
-class FakeReader:
-    max_line = 1 << 20
-
-    def __init__(self) -> None:
-        self.send, self._receive = anyio.create_memory_object_stream[bytes](100)
-
-    async def lines(self) -> AsyncIterator[bytes]:
-        async with self._receive:
-            async for line in self._receive:
-                yield line
-
-
-class FakeWriter:
-    """Collects what is written; `gate` (when set) holds every write until it opens;
-    `broken` makes writes fail like a closed pipe."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.writes = 0
-        self.gate: anyio.Event | None = None
-        self.broken = False
-
-    async def write(self, data: bytes) -> None:
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.broken:
-            raise BrokenPipeError
-        self.data += data
-        self.writes += 1
-
-    def messages(self) -> list[Any]:
-        return [orjson.loads(line) for line in bytes(self.data).splitlines()]
 
 
 def connection(methods: dict[str, Callable[..., Any]] | None = None) -> tuple[Connection, FakeReader, FakeWriter]:
     reader, writer = FakeReader(), FakeWriter()
-    conn = Connection(cast(Any, reader), cast(Any, writer), methods or {})
+    conn = Connection(reader, writer, methods or {})
     return conn, reader, writer
-
-
-def line(message: Any) -> bytes:
-    return orjson.dumps(message)
 
 
 UPDATES: list[Any] = [
@@ -171,11 +136,11 @@ async def test_requests_run_concurrently_on_reused_tasks() -> None:
 
     async def quick(**_: Any) -> str:
         tasks.append(asyncio.current_task())
-        ids.append(current_request_id.get())
+        ids.append(current_request_id())
         return "quick"
 
     async def note(**_: Any) -> None:
-        ids.append(current_request_id.get())
+        ids.append(current_request_id())
 
     conn, reader, writer = connection({"hold": hold, "quick": quick, "note": note})
     async with anyio.create_task_group() as tg:
@@ -224,7 +189,7 @@ async def test_a_cancelled_request_finishes_its_shielded_clean_up() -> None:
         await reader.send.send(line({"jsonrpc": "2.0", "id": "l", "method": "load", "params": {}}))
         with anyio.fail_after(5):
             await started.wait()
-            assert conn.cancel_incoming("l")
+            await reader.send.send(line({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "l"}}))
             while not writer.messages():
                 await anyio.sleep(0.001)
         reader.send.close()
@@ -252,25 +217,30 @@ async def silent(**_: Any) -> None:
     return None
 
 
-DISPATCH_CASES: list[Any] = [
+async def no_data(**_: Any) -> Any:
+    raise RpcError(-32001, "busy")  # no data: the library's answer carries `"data": null`
+
+
+SERVED = {"ok": ok, "rpc_error": rpc_error, "crash": crash, "silent": silent, "no_data": no_data}
+
+# What the library answers as we do: messages with a valid envelope, and invalid
+# notifications (an invalid request whose id can be read is answered with its id by
+# us, before the library: see WITH_THE_ID).
+LIBRARY_CASES: list[Any] = [
     {"jsonrpc": "2.0", "id": 1, "method": "ok", "params": {"a": [1, {"b": None}]}},
     {"jsonrpc": "2.0", "id": "x", "method": "ok"},
     {"jsonrpc": "2.0", "id": 2, "method": "missing", "params": {}},
     {"jsonrpc": "2.0", "id": 3, "method": "rpc_error", "params": {}},
     {"jsonrpc": "2.0", "id": 4, "method": "crash", "params": {}},
     {"jsonrpc": "2.0", "id": 5, "method": "silent", "params": {}},
-    {"jsonrpc": "2.0", "id": 6, "method": "ok", "params": [1, 2]},
+    {"jsonrpc": "2.0", "id": 6, "method": "no_data", "params": {}},
+    {"jsonrpc": "2.0", "id": None, "method": "ok"},
     {"jsonrpc": "2.0", "method": "ok", "params": {}},
+    {"jsonrpc": "2.0", "method": "ok", "params": [1]},
     {"jsonrpc": "2.0", "method": "missing"},
     {"jsonrpc": "2.0", "method": "crash"},
-    {"jsonrpc": "1.0", "id": 7, "method": "ok"},
-    {"jsonrpc": "2.0", "id": 8, "method": "ok", "extra": 1},
-    {"jsonrpc": "2.0", "id": 9, "method": 5},
-    {"jsonrpc": "2.0", "id": 10, "method": "ok", "params": "text"},
-    {"jsonrpc": "2.0", "id": 1.5, "method": "ok"},
-    {"jsonrpc": "2.0", "id": None, "method": "ok"},
-    {"id": 11, "method": "ok"},
-    ["not", "an", "object"],
+    {"jsonrpc": "1.0", "method": "ok"},
+    {"jsonrpc": "2.0", "method": 5},
 ]
 
 
@@ -280,22 +250,85 @@ def _raise_unless_valid(message: Any) -> Any:
     return message
 
 
+def as_library_method(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """One of our handlers as a jsonrpcserver method, its errors mapped as the agent's."""
+    from jsonrpcserver import Error, InvalidParams, Success
+
+    async def method(*args: Any, **params: Any) -> Any:
+        if args:
+            return InvalidParams("params must be an object (by name), not an array")
+        try:
+            return Success(await fn(**params))
+        except Exception as exc:
+            error = to_rpc_error(exc)
+            return Error(error.code, error.message, error.data)
+
+    return method
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize("message", DISPATCH_CASES, ids=[orjson.dumps(m).decode()[:60] for m in DISPATCH_CASES])
-async def test_dispatch_answers_as_jsonrpcserver_does(message: Any) -> None:
+@pytest.mark.parametrize("message", LIBRARY_CASES, ids=[orjson.dumps(m).decode()[:60] for m in LIBRARY_CASES])
+async def test_answers_are_jsonrpcservers_byte_for_byte(message: Any) -> None:
     from jsonrpcserver import async_dispatch_to_serializable
 
-    from acp_bridge.rpc.dispatch import JsonRpcDispatcher
+    theirs = await async_dispatch_to_serializable(
+        "", methods={name: as_library_method(fn) for name, fn in SERVED.items()},
+        deserializer=lambda _: message, validator=_raise_unless_valid)
+    reader, writer = FakeReader(), FakeWriter()
+    conn = Connection(reader, writer, SERVED, error_for=to_rpc_error)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve)
+            await reader.send.send(line(message))
+            reader.send.close()
+    # The same members in the same order: the bytes clients have always seen.
+    assert bytes(writer.data) == (b"" if theirs is None else orjson.dumps(theirs) + b"\n")
 
-    rpc = JsonRpcDispatcher()
-    methods = {name: rpc.wrap(fn, to_rpc_error) for name, fn in
-               {"ok": ok, "rpc_error": rpc_error, "crash": crash, "silent": silent}.items()}
-    ours = await rpc.dispatch(methods, message)
-    theirs = await async_dispatch_to_serializable("", methods=methods, deserializer=lambda _: message,
-                                                  validator=_raise_unless_valid)
-    assert ours == theirs
-    if isinstance(message, dict) and message.get("method") == "rpc_error":
-        assert ours["error"]["code"] == RpcError(-32602, "").code
+
+@pytest.mark.anyio
+async def test_what_rpc_answers_itself_keeps_json_rpcs_member_order() -> None:
+    # The first initialize (before the library is loaded), a fallback's answers and a
+    # cancel: `jsonrpc, id, result|error`; a method once the library is loaded (a
+    # second initialize): the library's `jsonrpc, result, id`.
+    release = anyio.Event()
+
+    async def initialize(**_: Any) -> Any:
+        return {"protocolVersion": 1}
+
+    async def hang(**_: Any) -> Any:
+        await release.wait()
+
+    async def fallback(method: str, params: Any, is_request: bool) -> Any:
+        if method == "fails":
+            raise RpcError(-32601, "not here")
+        return {"passed": method}
+
+    reader, writer = FakeReader(), FakeWriter()
+    conn = Connection(reader, writer, {"initialize": initialize, "hang": hang}, fallback=fallback)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve)
+            for answers, message in [
+                    (1, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+                    (2, {"jsonrpc": "1.0", "method": "x"}),  # the library's own answer: it is loaded
+                    (3, {"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {}}),
+                    (4, {"jsonrpc": "2.0", "id": 4, "method": "other", "params": {}}),
+                    (5, {"jsonrpc": "2.0", "id": 5, "method": "fails", "params": {}}),
+                    (5, {"jsonrpc": "2.0", "id": 6, "method": "hang", "params": {}}),
+                    (6, {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 6}})]:
+                await reader.send.send(line(message))
+                while len(bytes(writer.data).splitlines()) < answers:
+                    await anyio.sleep(0.001)
+            reader.send.close()
+    assert bytes(writer.data).splitlines() == [
+        b'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1}}',
+        b'{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid request","data":'
+        b'"The request failed schema validation"},"id":null}',
+        b'{"jsonrpc":"2.0","result":{"protocolVersion":1},"id":3}',
+        b'{"jsonrpc":"2.0","id":4,"result":{"passed":"other"}}',
+        b'{"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"not here"}}',
+        b'{"jsonrpc":"2.0","id":6,"error":{"code":-32800,"message":"Request cancelled","data":{"code":"cancelled"}}}',
+    ]
 
 
 # --- every request whose id can be read is answered with that id -------------------------------

@@ -11,83 +11,74 @@ sends is untrusted text: every line is printed with its control characters escap
 
 from __future__ import annotations
 
-import itertools
-import os
-import select
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.abc
 import orjson
 
 from acp_bridge.cli.safe_text import clean
-from acp_bridge.rpc.protocol import own_request_id
+from acp_bridge.client.connection import AgentConnection, AgentGone
+from acp_bridge.rpc.protocol import ClientError
+
+EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
 
 
 class _Agent:
-    """A blocking, minimal ACP client around one agent process (the demo needs no more)."""
+    """One agent process and the client connection to it (the demo needs no more)."""
 
-    def __init__(self, store: Path, script: Path, cwd: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "acp_bridge", "serve", "--store", str(store), "--model", f"script:{script}"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd,
-        )
-        self._ids = itertools.count(1)
-        self._buffer = b""
-        self.marker: Path | None = None  # when set, stop waiting once this file exists
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.proc = process
+        self.conn = AgentConnection(process, self._permission, inline={"session/update": self._update})
 
-    def _line(self) -> bytes | None:
-        """The next line from the agent, or None if the marker appeared first."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            if self.marker is not None and self.marker.exists():
-                return None
-            ready, _, _ = select.select([fd], [], [], 0.05)
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise RuntimeError("the agent exited")
-                self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return line
+    @staticmethod
+    def _update(params: Any) -> None:
+        _show_update(params["update"])
 
-    def _send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(orjson.dumps(message) + b"\n")
-        self.proc.stdin.flush()
+    @staticmethod
+    async def _permission(method: str, params: dict[str, Any]) -> Any:
+        _end_line()
+        _say(f"      ? permission asked: {params['toolCall']['title']} -> you choose \"Allow once\"")
+        return {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
 
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        """Send a request and show what streams back until its answer (None if the
-        marker appeared first)."""
-        rid = own_request_id(next(self._ids))
-        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        while True:
-            line = self._line()
-            if line is None:
-                _end_line()
-                return None
-            message = orjson.loads(line)
-            if message.get("id") == rid and "method" not in message:
-                _end_line()
-                return dict(message)
-            if message.get("method") == "session/update":
-                _show_update(message["params"]["update"])
-            elif message.get("method") == "session/request_permission":
-                call = message["params"]["toolCall"]
-                _end_line()
-                _say(f"      ? permission asked: {call['title']} -> you choose \"Allow once\"")
-                self._send({"jsonrpc": "2.0", "id": message["id"],
-                            "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+    async def request(self, method: str, params: dict[str, Any], *, until: Path | None = None) -> Any:
+        """Send a request and show what streams back until its answer: its result (or
+        its error answer, `{"error": ...}`). With `until`, the agent is killed with
+        SIGKILL once that file exists, and None is returned (no answer was sent)."""
+        async with anyio.create_task_group() as tg:
+            if until is not None:
+                tg.start_soon(self._kill_at, until)
+            try:
+                result: Any = await self.conn.request(method, params)
+            except ClientError as exc:
+                result = {"error": exc.error}
+            except AgentGone:
+                result = None
+            tg.cancel_scope.cancel()
+        if result is None:
+            await self.proc.wait()  # killed: its exit status is known
+        _end_line()
+        return result
 
-    def close(self) -> int:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        return self.proc.wait(timeout=10)
+    async def _kill_at(self, marker: Path) -> None:
+        while not marker.exists():
+            await anyio.sleep(0.05)
+        self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+
+async def _start(tg: anyio.abc.TaskGroup, store: Path, script: Path, cwd: Path) -> _Agent:
+    process = await anyio.open_process(
+        [sys.executable, "-m", "acp_bridge", "serve", "--store", str(store), "--model", f"script:{script}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd)
+    agent = _Agent(process)
+    tg.start_soon(agent.conn.run)
+    return agent
 
 
 _inline: list[str] = []  # the kind of chunk being printed on the current line, if any
@@ -127,16 +118,19 @@ def _show_update(update: dict[str, Any]) -> None:
         _say(f"      title : {update.get('title')}")
 
 
-def _prompt(agent: _Agent, sid: str, text: str) -> dict[str, Any] | None:
+async def _prompt(agent: _Agent, sid: str, text: str, *, until: Path | None = None) -> None:
     _say(f"    > {text}")
-    answer = agent.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]})
-    if answer is not None:
-        result = answer.get("result", {})
+    result = await agent.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
+                                 until=until)
+    if result is not None:
         _say(f"      answer: stopReason={result.get('stopReason')} {result.get('_meta', {}).get('acpBridge')}")
-    return answer
 
 
 def run(store_dir: str | None = None) -> int:
+    return anyio.run(_run, store_dir)
+
+
+async def _run(store_dir: str | None) -> int:
     with tempfile.TemporaryDirectory(prefix="acp-bridge-demo-") as tmp:
         base = Path(store_dir or tmp)
         store, work = base / "store", base / "project"
@@ -155,37 +149,34 @@ def run(store_dir: str | None = None) -> int:
         second.write_bytes(orjson.dumps({"steps": [
             {"text": "The last run was interrupted by a crash; the log shows it. Shall I rerun the tests?"}]}))
 
-        _say(f"acp-bridge demo (store: {store})\n")
-        _say("1. An editor starts the agent and opens a session.")
-        agent = _Agent(store, first, work)
-        agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-        new = agent.request("session/new", {"cwd": str(work), "mcpServers": []})
-        assert new is not None
-        sid = new["result"]["sessionId"]
-        _say(f"    session {sid}\n")
-        _say("2. A plain answer, streamed word by word:")
-        _prompt(agent, sid, "hi")
-        _say("\n3. A tool call that needs your permission:")
-        _prompt(agent, sid, "write down what you are")
-        _say(f"    NOTES.md now says: {(work / 'NOTES.md').read_text().splitlines()[-1]!r}\n")
-        _say("4. A long command starts... and the agent is killed with SIGKILL mid-command.")
-        agent.marker = marker
-        _prompt(agent, sid, "run the tests")
-        agent.proc.send_signal(signal.SIGKILL)
-        agent.proc.wait()
-        _say(f"    agent {agent.proc.pid} killed (exit status {agent.proc.returncode}); no answer was sent.\n")
-        time.sleep(0.1)
+        async with anyio.create_task_group() as tg:
+            _say(f"acp-bridge demo (store: {store})\n")
+            _say("1. An editor starts the agent and opens a session.")
+            agent = await _start(tg, store, first, work)
+            await agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            new = await agent.request("session/new", {"cwd": str(work), "mcpServers": []})
+            sid = new["sessionId"]
+            _say(f"    session {sid}\n")
+            _say("2. A plain answer, streamed word by word:")
+            await _prompt(agent, sid, "hi")
+            _say("\n3. A tool call that needs your permission:")
+            await _prompt(agent, sid, "write down what you are")
+            _say(f"    NOTES.md now says: {(work / 'NOTES.md').read_text().splitlines()[-1]!r}\n")
+            _say("4. A long command starts... and the agent is killed with SIGKILL mid-command.")
+            await _prompt(agent, sid, "run the tests", until=marker)
+            _say(f"    agent {agent.proc.pid} killed (exit status {agent.proc.returncode}); no answer was sent.\n")
+            await anyio.sleep(0.1)
 
-        _say("5. The editor starts a new agent and loads the session; it replays everything:")
-        agent = _Agent(store, second, work)
-        agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-        loaded = agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
-        assert loaded is not None and "result" in loaded, loaded
-        repair = loaded["result"]["_meta"]["acpBridge"]["repair"]
-        _say(f"\n    repair report: {repair}")
-        _say("    The interrupted turn is kept and closed: its command is marked failed (it may have run).\n")
-        _say("6. And the conversation goes on:")
-        _prompt(agent, sid, "what happened?")
-        code = agent.close()
-        _say(f"\nDone: the agent exited with {code}. Nothing acknowledged was lost.")
+            _say("5. The editor starts a new agent and loads the session; it replays everything:")
+            agent = await _start(tg, store, second, work)
+            await agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            loaded = await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+            assert loaded is not None and "error" not in loaded, loaded
+            repair = loaded["_meta"]["acpBridge"]["repair"]
+            _say(f"\n    repair report: {repair}")
+            _say("    The interrupted turn is kept and closed: its command is marked failed (it may have run).\n")
+            _say("6. And the conversation goes on:")
+            await _prompt(agent, sid, "what happened?")
+            code = await agent.conn.stop(EXIT_WAIT)
+            _say(f"\nDone: the agent exited with {code}. Nothing acknowledged was lost.")
     return 0

@@ -33,9 +33,10 @@ from acp_bridge.host.listing import list_page
 from acp_bridge.host.params import check_params
 from acp_bridge.host.settlement import TurnFailed, settle
 from acp_bridge.host.tuning import Tuning
-from acp_bridge.rpc.connection import Connection, Fallback, current_request_id
-from acp_bridge.rpc.protocol import Handler, is_id, request_key
-from acp_bridge.rpc.transport import FdLineReader, FdWriter
+from acp_bridge.rpc.connection import Connection, Fallback
+from acp_bridge.rpc.incoming import on_cancel
+from acp_bridge.rpc.protocol import Handler
+from acp_bridge.rpc.transport import LineReader, Writer
 from session import (
     SessionLog,
     SessionNotFoundError,
@@ -129,7 +130,6 @@ class Host(Generic[S]):
         self._store: SessionStore | None = None
         self._live: dict[str, S] = {}
         self._prompting: dict[str, anyio.Event] = {}  # session id -> set when its prompt returns
-        self._prompts: dict[tuple[str, Any], S] = {}  # running prompt request ids -> session
         self._conn: Connection | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -184,7 +184,7 @@ class Host(Generic[S]):
 
     # --- serving -----------------------------------------------------------------------
 
-    async def run(self, reader: FdLineReader, writer: FdWriter) -> None:
+    async def run(self, reader: LineReader, writer: Writer) -> None:
         """Start the engine, then serve the client until its input ends; every session
         is closed before this returns. OSError if the engine cannot start."""
         failed: OSError | None = None
@@ -196,9 +196,9 @@ class Host(Generic[S]):
                 failed = exc
             else:
                 self._conn = Connection(
-                    reader, writer, self.methods(), on_eof=self._on_eof, on_cancel_request=self._on_cancel_request,
-                    error_for=to_rpc_error, before_write=self._before_write, fallback=self.engine.fallback(),
-                    inline={"session/cancel": self._cancel_now, "$/cancel_request": self._cancel_request_now})
+                    reader, writer, self.methods(), on_eof=self._on_eof, error_for=to_rpc_error,
+                    before_write=self._before_write, fallback=self.engine.fallback(),
+                    inline={"session/cancel": self._cancel_now})
                 try:
                     await self._conn.serve()
                 finally:
@@ -212,7 +212,7 @@ class Host(Generic[S]):
         table: dict[str, Handler] = {
             "session/new": self.new_session, "session/load": self.load_session,
             "session/close": self.close_session, "session/prompt": self.prompt,
-            "session/cancel": self.cancel, "$/cancel_request": self.cancel_request,
+            "session/cancel": self.cancel,
         }
         if self._spec is not None:
             table.update({"session/resume": self.resume_session, "session/list": self.list_sessions,
@@ -321,8 +321,10 @@ class Host(Generic[S]):
         if sessionId in self._prompting:
             raise PromptInProgressError(sessionId)
         done = self._prompting[sessionId] = anyio.Event()
-        key = request_key(current_request_id.get())
-        self._prompts[key] = session
+        # `$/cancel_request` of this request (rpc's to route) cancels the turn, which is
+        # then answered `cancelled`; an engine with no turn to cancel declines, and the
+        # request itself is cancelled (-32800).
+        on_cancel(lambda: session.cancel("$/cancel_request", None))
         try:
             turn = await session.prompt(prompt, rest)
         except StoreIOError as exc:
@@ -330,7 +332,6 @@ class Host(Generic[S]):
             log.warning("%s", exc.message)
             raise
         finally:
-            self._prompts.pop(key, None)
             del self._prompting[sessionId]
             done.set()
         return answer_of(turn)
@@ -362,19 +363,6 @@ class Host(Generic[S]):
             log.info("session/cancel for %s: no running prompt", sessionId)
             return
         session.cancel("session/cancel", {**rest, "sessionId": sessionId})
-
-    def _cancel_request_now(self, params: Any) -> bool:
-        if not isinstance(params, dict) or not is_id(params.get("requestId")):
-            return False
-        return self.peer.cancel_incoming(params["requestId"])
-
-    async def cancel_request(self, requestId: Any, **_: Any) -> None:
-        if not self.peer.cancel_incoming(requestId):
-            log.info("$/cancel_request for %r: no such request in flight", requestId)
-
-    def _on_cancel_request(self, rid: Any) -> bool:
-        session = self._prompts.get(request_key(rid))
-        return session is not None and session.cancel("$/cancel_request", None)
 
 
 def answer_of(turn: TurnEnd) -> dict[str, Any]:

@@ -1,19 +1,24 @@
 """One JSON-RPC 2.0 connection: a reader, a task per request, one writer.
 
+The same connection serves both sides of ACP: the agent over our stdio, the wrapper's
+link to its child, and a client of an agent child (acp_bridge.client). It reads from any
+`LineReader` and writes to any `Writer` (acp_bridge.rpc.transport).
+
 The reader parses each line and hands each request (or batch) to a task of its own, so
-`session/cancel` is read while a prompt runs; how a message is answered (jsonrpcserver's
-routing, the direct `initialize`, a proxy's `fallback`, `inline` notifications handled
-in the reader, in order) is acp_bridge.rpc.incoming's. Requests we make of the peer go
-through our own correlator here (ids `acp-bridge:N`, which no client id is mistaken
-for). Every outgoing message goes through one queue to one writer task
-(acp_bridge.rpc.outgoing): what is queued first is written first.
+`session/cancel` is read while a prompt runs; how a message is answered (our handlers,
+a proxy's `fallback`, `inline` notifications handled in the reader, in order,
+`$/cancel_request`, jsonrpcserver for what none of them serves) is
+acp_bridge.rpc.incoming's. Requests we make of the peer go through our own correlator
+here (ids `acp-bridge:N` by default, which no client id is mistaken for). Every
+outgoing message goes through one queue to one writer task (acp_bridge.rpc.outgoing):
+what is queued first is written first.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Final
 
 import anyio
@@ -29,16 +34,16 @@ from acp_bridge.rpc.protocol import (
     ErrorMapper,
     Handler,
     RpcError,
-    error_response,
     internal_error,
     is_id,
     is_response,
     own_request_id,
     request_key,
+    response,
 )
-from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
+from acp_bridge.rpc.transport import LineReader, TooLong, Writer
 
-__all__ = ["Connection", "Fallback", "Inline", "current_request_id"]
+__all__ = ["Connection", "Fallback", "Inline"]
 
 log = logging.getLogger("acp_bridge.rpc.connection")
 
@@ -70,28 +75,27 @@ class _Slot:
 
 class Connection:
     """Serve `methods` (name -> async handler taking the params as keywords) over a
-    line reader and a writer until the reader ends."""
+    line reader and a writer until the reader ends. `ids` gives the ids of our
+    requests (`acp-bridge:1`, `acp-bridge:2`, ... by default)."""
 
     def __init__(
         self,
-        reader: FdLineReader,
-        writer: FdWriter,
+        reader: LineReader,
+        writer: Writer,
         methods: Mapping[str, Handler],
         *,
         on_eof: Callable[[], Awaitable[None]] | None = None,
-        on_cancel_request: Callable[[Any], bool] | None = None,
         error_for: ErrorMapper = internal_error,
         before_write: BeforeWrite | None = None,
         fallback: Fallback | None = None,
         inline: Mapping[str, Inline] | None = None,
+        ids: Iterator[Any] | None = None,
     ) -> None:
         self._reader = reader
         self._on_eof = on_eof
         # Called before each write to the client (the agent's log hand-off).
         self._out = Outgoing(writer, before_write)
-        self._in = Incoming(methods, self._out.send, on_cancel_request=on_cancel_request, error_for=error_for,
-                            fallback=fallback, inline=inline)
-        self._inline = self._in.inline
+        self._in = Incoming(methods, self._out.send, error_for=error_for, fallback=fallback, inline=inline)
         # Sending is the queue's own: bound here, not wrapped, as `notify_update` runs
         # for every chunk streamed.
         self.send = self._out.send
@@ -99,8 +103,8 @@ class Connection:
         self.notify_update = self._out.notify_update
         self.send_raw = self._out.send_raw
         self.drain = self._out.drain
-        self._ids = itertools.count(1)
-        self._pending: dict[str, tuple[anyio.Event, list[Any], str]] = {}
+        self._ids = ids if ids is not None else map(own_request_id, itertools.count(1))
+        self._pending: dict[tuple[str, Any], tuple[anyio.Event, list[Any]]] = {}
         self._after: dict[Any, list[Any]] = {}  # request id -> messages to send after its answer
         self._active = 0  # requests (or batches) handed to a task and not finished
         self._workers: list[_Slot] = []  # idle worker tasks, waiting for a request
@@ -118,9 +122,10 @@ class Connection:
         cancelled while the request is still open, the client is told with
         `$/cancel_request`; not once its answer has been read (the two often come in
         one read: a session/cancel and the `cancelled` answer ACP asks for after it)."""
-        request_id = own_request_id(next(self._ids))
+        request_id = next(self._ids)
+        key = request_key(request_id)
         done, slot = anyio.Event(), list[tuple[str, Any]]()
-        self._pending[request_id] = (done, slot, method)
+        self._pending[key] = (done, slot)
         self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         try:
             await done.wait()
@@ -129,17 +134,28 @@ class Connection:
                 self.notify("$/cancel_request", {"requestId": request_id})
             raise
         finally:
-            self._pending.pop(request_id, None)
+            self._pending.pop(key, None)
         kind, value = slot[0]
         if kind == "error":
             raise ClientError(method, value)
+        if kind == "failed":
+            raise value()
         return value
+
+    def fail_requests(self, error: Callable[[], Exception]) -> None:
+        """Every request of ours still waiting for its answer raises `error()` (the
+        peer has gone: a client's agent exited), without a `$/cancel_request`; one
+        whose answer has been read still returns it."""
+        for done, slot in self._pending.values():
+            if not done.is_set():
+                slot.append(("failed", error))
+                done.set()
 
     def send_after_answer(self, message: Any) -> None:
         """Queue `message` to go out right after the answer of the request this task
         is handling (at once outside of one): what a recorded agent sent after it
         answered (the fake agent's updates between turns)."""
-        request_id = current_request_id.get()
+        request_id = current_request_id()
         if request_id is None:
             self.send(message)
         else:
@@ -174,7 +190,7 @@ class Connection:
 
     def _on_line(self, line: bytes | TooLong, tg: anyio.abc.TaskGroup) -> None:
         if isinstance(line, TooLong):
-            self.send(error_response(None, RpcError(INVALID_REQUEST, "message too large", {
+            self.send(response(None, error=RpcError(INVALID_REQUEST, "message too large", {
                 "code": "too_large", "size": line.size, "limit": self._reader.max_line})))
             return
         if not line.strip():
@@ -182,16 +198,17 @@ class Connection:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            self.send(error_response(None, RpcError(PARSE_ERROR, "Parse error", {"code": "parse_error", "detail": str(exc)})))
+            self.send(response(None, error=RpcError(PARSE_ERROR, "Parse error", {"code": "parse_error",
+                                                                                 "detail": str(exc)})))
             return
         if isinstance(message, list):
             if not message:
-                self.send(error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: empty batch")))
+                self.send(response(None, error=RpcError(INVALID_REQUEST, "Invalid Request: empty batch")))
                 return
             self._spawn(tg, self._batch(message))
         elif is_response(message):
             self._response(message)
-        elif self._inline and self._in.run_inline(message):
+        elif self._in.run_inline(message):  # `$/cancel_request` among them
             return
         else:
             self._spawn(tg, self._single(message))
@@ -228,11 +245,11 @@ class Connection:
             work = await slot.wait()
 
     def _response(self, message: dict[str, Any]) -> None:
-        entry = self._pending.get(message["id"]) if isinstance(message.get("id"), str) else None
+        entry = self._pending.get(request_key(message["id"])) if is_id(message["id"]) else None
         if entry is None:
-            log.debug("ignoring a response to unknown id %r", message.get("id"))
+            log.debug("ignoring a response to unknown id %r", message["id"])
             return
-        done, slot, _ = entry
+        done, slot = entry
         slot.append(("error", message["error"]) if "error" in message else ("result", message.get("result")))
         done.set()
 
@@ -260,9 +277,3 @@ class Connection:
         if answer is not None:
             self.send(answer)
         self._send_after(message)
-
-    def cancel_incoming(self, request_id: Any) -> bool:
-        """`$/cancel_request`: let the owner handle it (a prompt settles as cancelled),
-        else cancel the request's task, which then answers -32800. False if no request
-        of that id is being answered."""
-        return self._in.cancel(request_id)

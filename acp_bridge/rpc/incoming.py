@@ -1,23 +1,38 @@
-"""The answering side of a connection: how one message the peer sent is answered.
+"""The answering side of a connection: how one message the peer sent is answered, and
+how a request in flight is cancelled.
 
-`Incoming` routes one parsed request or notification: `initialize` is answered here
-without jsonrpcserver (nothing heavy before `initialize`, DESIGN.md section 1), then
-jsonrpcserver is imported in a worker thread and answers everything else through
-acp_bridge.rpc.dispatch; a proxy's `fallback` answers the methods it does not serve,
-without jsonrpcserver; `inline` notifications are handled at once, by the caller's
-task (the connection's reader). It keeps the cancel scope of every request being
-answered, so `$/cancel_request` can end it (-32800).
+One path answers every request. `answer` checks the envelope, finds what serves the
+method (our handler, or a proxy's `fallback` for a method we do not serve), calls it in
+one place (`_outcome`, where an exception becomes an error through `error_for`, the
+one place that happens), and builds the response in one place
+(acp_bridge.rpc.protocol.response). jsonrpcserver answers, through its public API,
+what nothing of ours serves: an unknown method (-32601) and an invalid notification
+(-32600, id null). It is not on the path of the methods we serve: its method lookup,
+signature check and result objects cost ~14 µs a request (bench/README.md), more than
+the rest of a small request, so the lookup of our methods is a dict's; the responses
+of our methods keep the library's member order (see `response`).
 
-jsonrpcserver is imported in a worker thread after the `initialize` answer is queued:
-its package loads jsonschema (~85 ms and ~10 MB of RSS) and an HTTP server we do not use.
+`initialize` is answered before jsonrpcserver is imported: its package loads jsonschema
+(~85 ms and ~10 MB of RSS) and an HTTP server we do not use (DESIGN.md section 1). The
+first `initialize` answer is queued at once, then the library is imported in a worker
+thread; a message before that imports it first. (Our methods do not need it any more:
+the wait is kept so that start-up, its memory and the answers' member order stay what
+they were; dropping it would answer `session/new` ~45 ms sooner.)
+
+`$/cancel_request` is ours, never a handler's (`cancel`): it cancels the named request's
+task, which is answered -32800, unless the handler registered a hook with `on_cancel`
+(a prompt settles as cancelled instead, answered by the handler). The reader handles it
+as it reads it (`run_inline`), so it takes effect before the next message; a request
+read in the same write whose task has not started yet is left to a task, which runs
+after that request's task has (it has registered its hook by then).
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from contextvars import ContextVar
+from typing import Any, Final
 
 import anyio
 
@@ -29,19 +44,17 @@ from acp_bridge.rpc.protocol import (
     Handler,
     RpcError,
     envelope_error,
-    error_response,
-    invalid_params,
     is_bug,
     is_id,
     request_key,
+    response,
     valid_envelope,
     without_null_params,
 )
 
-if TYPE_CHECKING:
-    from acp_bridge.rpc.dispatch import JsonRpcDispatcher, Method
-
 log = logging.getLogger("acp_bridge.rpc.connection")
+
+CANCEL_REQUEST: Final = "$/cancel_request"
 
 # A proxy's handler for the methods a connection does not serve itself: called with the
 # method, the params as sent and whether an answer is expected; returns the result.
@@ -50,32 +63,69 @@ Fallback = Callable[[str, Any, bool], Awaitable[Any]]
 # records and passes on in the order it came (a `session/update` stream, then the
 # answer that ends it), or a cancel that must take effect before the answer read
 # behind it, which a task per message would not guarantee. Returning False hands the
-# notification to a task, as any other (a `$/cancel_request` for a request read in
-# the same write, whose task has not started yet).
+# notification to a task, as any other (a `session/cancel` for a prompt read in the
+# same write, whose task has not started yet).
 Inline = Callable[[Any], bool | None]
+# What a `$/cancel_request` of the request calls instead of cancelling its task (see
+# `on_cancel`): True if it took the cancel.
+CancelHook = Callable[[], bool]
 
-# The id of the request a handler is serving: each request runs in its own task, so a
-# handler (the prompt) can learn its id for `$/cancel_request` without a parameter.
-current_request_id: contextvars.ContextVar[Any] = contextvars.ContextVar("current_request_id", default=None)
+
+class _Call:
+    """One request being answered: its id, its task's cancel scope, its cancel hook."""
+
+    __slots__ = ("hook", "id", "scope")
+
+    def __init__(self, request_id: Any) -> None:
+        self.id = request_id
+        self.scope = anyio.CancelScope()
+        self.hook: CancelHook | None = None
+
+    def cancel(self) -> None:
+        hook = self.hook
+        if hook is None or not hook():
+            self.scope.cancel()
+
+
+# The request the current task is answering (None for a notification): each request
+# runs in a task of its own, so a handler reaches its own request without a parameter.
+_current: ContextVar[_Call | None] = ContextVar("acp_bridge_rpc_request", default=None)
+
+
+def on_cancel(hook: CancelHook) -> None:
+    """Have a `$/cancel_request` of the request this handler serves call `hook` (in the
+    connection's reader) instead of cancelling the handler's task. If `hook` returns
+    False (it could not take the cancel: nothing is running to settle), the task is
+    cancelled and the request answered -32800, as without a hook. The last hook
+    registered counts; it lives as long as the request. Outside a request (a handler
+    serving a notification), nothing can name it: the hook is not kept."""
+    call = _current.get()
+    if call is not None:
+        call.hook = hook
+
+
+def current_request_id() -> Any:
+    """The id of the request the current task is answering (None outside of one)."""
+    call = _current.get()
+    return None if call is None else call.id
 
 
 class Incoming:
     """Answer the peer's requests and notifications with `methods` (name -> async
     handler taking the params as keywords), `fallback` and `inline`."""
 
-    def __init__(self, methods: Mapping[str, Handler], send: Callable[[Any], None], *,
-                 on_cancel_request: Callable[[Any], bool] | None = None, error_for: ErrorMapper,
+    def __init__(self, methods: Mapping[str, Handler], send: Callable[[Any], None], *, error_for: ErrorMapper,
                  fallback: Fallback | None = None, inline: Mapping[str, Inline] | None = None) -> None:
-        self._methods = dict(methods)
+        # `$/cancel_request` is rpc's own: as a request (with an id, answered null) or
+        # a notification a task handles (`run_inline` left it).
+        self._methods: dict[str, Handler] = {**methods, CANCEL_REQUEST: self._cancel_request}
         self._send = send
         # Without a fallback, unknown methods are jsonrpcserver's to answer (-32601).
         self._fallback = fallback
-        self.inline = dict(inline or {})
-        self._on_cancel_request = on_cancel_request
+        self.inline: dict[str, Inline] = {**(inline or {}), CANCEL_REQUEST: self._cancel_now}
         self._error_for = error_for  # exceptions -> error responses (the agent's own)
-        self._inflight: dict[Any, anyio.CancelScope] = {}  # request id -> its task's scope
-        self._rpc: JsonRpcDispatcher | None = None  # imported after initialize
-        self._rpc_methods: dict[str, Method] | None = None
+        self._inflight: dict[tuple[str, Any], _Call] = {}  # request key -> the request being answered
+        self._library: Callable[[Any], Any] | None = None  # jsonrpcserver, imported after initialize
 
     def run_inline(self, message: Any) -> bool:
         """Handle an inline notification now (see `Inline`); False if `message` is not
@@ -92,104 +142,134 @@ class Incoming:
         return True
 
     async def answer(self, message: Any, *, batched: bool = False) -> Any:
-        """The response to one request (None for a notification)."""
+        """The response to one message (None for a notification)."""
         if not isinstance(message, dict):
-            return error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object"))
+            return response(None, error=RpcError(INVALID_REQUEST, "Invalid Request: not an object"))
+        message = without_null_params(message)
         is_request = "id" in message
         if is_request:
             if not is_id(message["id"]):
-                return error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an "
+                return response(None, error=RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or an "
                                                      "integer", {"code": "invalid_id"}))
             # Every request whose id can be read is answered with it (a broken envelope,
-            # params that are not an object); notifications are jsonrpcserver's to answer.
+            # params that are not an object); invalid notifications are the library's.
             refused = envelope_error(message)
             if refused is not None:
-                return error_response(message["id"], refused)
-        message = without_null_params(message)
-        if not is_request and self.inline and self.run_inline(message):
+                return response(message["id"], error=refused)
+        elif not valid_envelope(message):
+            return await self._unserved(message)
+        if not is_request and self.run_inline(message):
             return None  # an inline notification inside a batch
-        key = request_key(message.get("id")) if is_request else None
-        scope = anyio.CancelScope()
-        if is_request:
-            self._inflight[key] = scope
-        # Set for every message: a worker task serves one request after another.
-        current_request_id.set(message.get("id") if is_request else None)
-        try:
-            with scope:
-                if (self._rpc is None and not batched and message.get("method") == "initialize"
-                        and message.get("jsonrpc") == "2.0" and is_request and is_id(message.get("id"))
-                        and "initialize" in self._methods):
-                    answer = await self._direct(message)
-                    await self._load_rpc()
-                    return answer
-                if (self._fallback is not None and message.get("method") not in self._methods
-                        and valid_envelope(message)):
-                    return await self._fall_back(self._fallback, message, is_request)
-                rpc, methods = await self._load_rpc()
-                return await rpc.dispatch(methods, message)
-            if scope.cancelled_caught and is_request:
-                return error_response(message.get("id"), RpcError(REQUEST_CANCELLED, "Request cancelled",
-                                                          {"code": "cancelled"}))
+        method: str = message["method"]
+        params = message.get("params")
+        handler = self._methods.get(method)
+        args: tuple[Any, ...]
+        if handler is not None and not isinstance(params, list):
+            fn, args, kwargs = handler, (), params or {}
+        elif handler is None and self._fallback is not None:
+            fn, args, kwargs = self._fallback, (method, params, is_request), {}
+        else:  # an unknown method, or a notification with params by position
+            return await self._unserved(message)
+        # The first `initialize` is answered before the library is loaded, in JSON-RPC's
+        # member order; any other method waits for it, and its answer keeps the
+        # library's member order (see `response`), as when the library built them. A
+        # fallback's answers were never the library's.
+        direct = load = False
+        if fn is handler and self._library is None:
+            direct = is_request and not batched and method == "initialize"
+            load = not direct
+        if not is_request:
+            _current.set(None)  # a worker task serves one message after another
+            if load:
+                await self._load_library()
+            result, error = await self._outcome(method, fn, args, kwargs)
+            if error is not None:
+                log.info("notification %s failed: %s", method, error.message)
             return None
-        finally:
-            if is_request:
-                self._inflight.pop(key, None)
-
-    async def _fall_back(self, fallback: Fallback, message: dict[str, Any], is_request: bool) -> Any:
-        """Answer a method we do not serve with the fallback's result or error, without
-        jsonrpcserver (a proxy passes such methods on, and every answer is the peer's)."""
+        request_id = message["id"]
+        key = request_key(request_id)
+        call = self._inflight[key] = _Call(request_id)
+        _current.set(call)
         try:
-            result = await fallback(message["method"], message.get("params"), is_request)
-        except Exception as exc:
+            with call.scope:
+                if load:
+                    await self._load_library()
+                result, error = await self._outcome(method, fn, args, kwargs)
+        finally:
+            self._inflight.pop(key, None)
+        if call.scope.cancelled_caught:
+            return response(request_id, error=RpcError(REQUEST_CANCELLED, "Request cancelled", {"code": "cancelled"}))
+        answer = response(request_id, result, error=error, library_order=fn is handler and not direct)
+        if direct:
+            self._send(answer)  # queued before the import that follows it
+            await self._load_library()
+            return None
+        return answer
+
+    async def _outcome(self, method: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> tuple[Any, RpcError | None]:
+        """Call the handler: (its result, None) or (None, the error its exception is)."""
+        try:
+            return await fn(*args, **kwargs), None
+        except Exception as exc:  # (a cancellation is not an Exception: it goes through)
             error = self._error_for(exc)
             if error.code == INTERNAL_ERROR and is_bug(exc):
-                log.exception("passing on %s failed", message["method"])
-            if not is_request:
-                log.info("notification %s failed: %s", message["method"], error.message)
-                return None
-            return error_response(message["id"], error)
-        return {"jsonrpc": "2.0", "id": message["id"], "result": result} if is_request else None
+                log.exception("%s failed", method)
+            return None, error
 
-    async def _direct(self, message: dict[str, Any]) -> dict[str, Any] | None:
-        """Answer a request without jsonrpcserver (only `initialize`, see the docstring).
-        A success is queued at once (before the import that follows); an error is
-        returned to be queued by the caller."""
-        params = message.get("params", {})
-        try:
-            if not isinstance(params, dict):
-                raise invalid_params("invalid params: params must be an object")
-            result = await self._methods[message["method"]](**params)
-        except Exception as exc:
-            return error_response(message.get("id"), self._error_for(exc))
-        # Queue the answer now, before the heavy import that follows it.
-        self._send({"jsonrpc": "2.0", "id": message.get("id"), "result": result})
-        return None
+    async def _unserved(self, message: Any) -> Any:
+        """jsonrpcserver's answer to what none of ours serves, through its public
+        `dispatch_to_serializable`: -32601 for an unknown method, -32600 (id null) for
+        an invalid notification, nothing for a valid one."""
+        library = self._library or await self._load_library()
+        return library(message)
 
-    async def _load_rpc(self) -> tuple[JsonRpcDispatcher, dict[str, Method]]:
-        if self._rpc is None or self._rpc_methods is None:
-            rpc = await anyio.to_thread.run_sync(_import_dispatcher)
-            if self._rpc is None or self._rpc_methods is None:  # not loaded meanwhile
-                self._rpc = rpc
-                self._rpc_methods = {name: rpc.wrap(fn, self._error_for) for name, fn in self._methods.items()}
-        return self._rpc, self._rpc_methods
+    async def _load_library(self) -> Callable[[Any], Any]:
+        if self._library is None:
+            self._library = await anyio.to_thread.run_sync(_import_library)
+        return self._library
 
     def cancel(self, request_id: Any) -> bool:
-        """`$/cancel_request`: let the owner handle it (a prompt settles as cancelled),
-        else cancel the request's task, which then answers -32800. False if no request
-        of that id is being answered."""
-        if self._on_cancel_request is not None and self._on_cancel_request(request_id):
-            return True
-        scope = self._inflight.get(request_key(request_id))
-        if scope is None:
+        """Cancel the request `request_id` if it is being answered: its hook (see
+        `on_cancel`), else its task (answered -32800). False if it is not."""
+        call = self._inflight.get(request_key(request_id)) if is_id(request_id) else None
+        if call is None:
             return False
-        scope.cancel()
+        call.cancel()
         return True
 
+    def _cancel_now(self, params: Any) -> bool:
+        """`$/cancel_request` in the reader. False (a task handles it, `_cancel_request`)
+        when no request of that id is being answered: one read in the same write, whose
+        task has not started yet, is cancelled there, once it has."""
+        return isinstance(params, dict) and self.cancel(params.get("requestId"))
 
-def _import_dispatcher() -> JsonRpcDispatcher:
+    async def _cancel_request(self, requestId: Any = None, **_: Any) -> None:
+        if not self.cancel(requestId):
+            log.info("$/cancel_request for %r: no such request in flight", requestId)
+
+
+def _as_is(message: Any) -> Any:
+    """jsonrpcserver's `deserializer` (the connection has parsed the line already)."""
+    return message
+
+
+def _checked(message: Any) -> Any:
+    """jsonrpcserver's `validator`: its request schema as `valid_envelope` checks it,
+    in plain Python (its jsonschema check costs ~40 µs). A failure becomes the
+    library's -32600 answer, whatever the exception says."""
+    if not valid_envelope(message):
+        raise ValueError("not a JSON-RPC 2.0 request")
+    return message
+
+
+def _import_library() -> Callable[[Any], Any]:
     """Import jsonrpcserver (and jsonschema behind it), in a worker thread: the one
     place it is imported, after `initialize` is answered. Python's import lock keeps
-    two first requests from importing it twice."""
-    from acp_bridge.rpc.dispatch import JsonRpcDispatcher
+    two first messages from importing it twice."""
+    from jsonrpcserver import dispatch_to_serializable
 
-    return JsonRpcDispatcher()
+    def unserved(message: Any) -> Any:
+        return dispatch_to_serializable(message, {}, deserializer=_as_is, validator=_checked)
+
+    return unserved

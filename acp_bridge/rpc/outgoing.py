@@ -31,7 +31,7 @@ import anyio
 import orjson
 
 from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
-from acp_bridge.rpc.transport import FdWriter
+from acp_bridge.rpc.transport import Writer
 
 log = logging.getLogger("acp_bridge.rpc.connection")
 
@@ -47,7 +47,7 @@ BeforeWrite = Callable[[], Awaitable[None] | None]
 class Outgoing:
     """The queue of messages for the client and the task (`run`) that writes them."""
 
-    def __init__(self, writer: FdWriter, before_write: BeforeWrite | None = None) -> None:
+    def __init__(self, writer: Writer, before_write: BeforeWrite | None = None) -> None:
         self._writer = writer
         self._before_write = before_write
         # Outgoing messages, encoded, in order. Unbounded (sending never waits), `drain`
@@ -59,6 +59,7 @@ class Outgoing:
         self._closed = False  # no more messages: the writer finishes the queue and ends
         self._broken = False  # the client stopped reading: messages are dropped
         self._prefixes: dict[str, bytes] = {}  # session id -> notification prefix
+        # A writer that can write without waiting (FdWriter) lets `send` write at once.
         self._write_now: Callable[[bytes], int] | None = getattr(writer, "write_now", None)
 
     def send(self, message: Any) -> None:

@@ -139,8 +139,25 @@ def is_response(message: Any) -> bool:
             and ("result" in message or "error" in message))
 
 
-def error_response(id_: Any, error: RpcError) -> dict[str, Any]:
-    """The error response to a request with `id_` (null if the id cannot be read)."""
+def response(id_: Any, result: Any = None, *, error: RpcError | None = None,
+             library_order: bool = False) -> dict[str, Any]:
+    """The response to a request with `id_` (null if the id cannot be read): its
+    `result`, or `error`. The one place a response is built.
+
+    Members come in JSON-RPC's order, `jsonrpc, id, result|error`, for what rpc has
+    always answered itself (`initialize` before jsonrpcserver is loaded, a proxy's
+    fallback, refused envelopes, cancels). With `library_order`, in the order
+    jsonrpcserver serializes them (`serialize_success`, `serialize_error`: `jsonrpc,
+    result|error, id`, and an error's `data` even when null), which every method's
+    answer has carried since the library answered them: the bytes on the wire stay
+    what clients have seen."""
+    if error is None:
+        if library_order:
+            return {"jsonrpc": "2.0", "result": result, "id": id_}
+        return {"jsonrpc": "2.0", "id": id_, "result": result}
+    if library_order:
+        return {"jsonrpc": "2.0", "error": {"code": error.code, "message": error.message, "data": error.data},
+                "id": id_}
     return {"jsonrpc": "2.0", "id": id_ if is_id(id_) else None, "error": error.to_json()}
 
 

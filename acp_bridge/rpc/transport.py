@@ -1,6 +1,12 @@
-"""Newline-delimited JSON over a pair of file descriptors (stdin/stdout).
+"""Newline-delimited JSON: what a connection reads and writes (`LineReader`, `Writer`),
+over a pair of file descriptors (stdin/stdout) or an anyio byte stream pair (a child
+process's stdout/stdin).
 
-Both descriptors are switched to non-blocking and waited on with anyio, so a client
+`Connection` takes any `LineReader` and `Writer` (typing protocols, as pygls takes its
+reader and writer), so one connection serves our stdio, the pipes of a wrapped agent
+and a client's agent child alike, and a wrapper of either can watch the traffic.
+
+The descriptors are switched to non-blocking and waited on with anyio, so a client
 that stops reading stalls only the writer task, never the event loop; their original
 mode is restored on close (a terminal shares it with the shell). There is no line
 length limit short of `max_line` (64 MiB by default): a longer line is skipped up to its
@@ -16,8 +22,10 @@ import os
 import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
+import anyio.abc
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 _READ_SIZE = 256 * 1024
@@ -30,7 +38,78 @@ class TooLong:
     size: int
 
 
-class FdLineReader:
+class LineReader(Protocol):
+    """What a connection reads: lines without their newline (a line over `max_line`
+    comes as `TooLong`), until the peer's output ends."""
+
+    max_line: int
+
+    def lines(self) -> AsyncIterator[bytes | TooLong]: ...
+
+
+class Writer(Protocol):
+    """What a connection writes to: whole messages, in order. A peer that stopped
+    reading raises BrokenPipeError (or ConnectionResetError). A writer may also have
+    `write_now(data) -> int`, writing what it takes without waiting (FdWriter): the
+    connection then writes a lone message at once (acp_bridge.rpc.outgoing)."""
+
+    async def write(self, data: bytes) -> None: ...
+
+
+class _Lines:
+    """`lines` over `_read` (a chunk of bytes, b"" at the end): the line splitting and
+    its length guard, one copy for every reader."""
+
+    max_line: int
+
+    async def _read(self) -> bytes:
+        raise NotImplementedError
+
+    def _ended(self) -> None:
+        """`lines` ended (EOF, an error, or its consumer stopped)."""
+
+    async def lines(self) -> AsyncIterator[bytes | TooLong]:
+        try:
+            buffer = bytearray()
+            skipping = 0  # bytes of an over-long line dropped so far
+            while True:
+                chunk = await self._read()
+                if not chunk:
+                    if skipping:
+                        yield TooLong(skipping + len(buffer))
+                    elif buffer.strip():
+                        yield bytes(buffer)  # a last line without newline still counts
+                    return
+                start = 0
+                while True:
+                    end = chunk.find(b"\n", start)
+                    if end < 0:
+                        break
+                    if skipping:
+                        yield TooLong(skipping + end - start)
+                        skipping = 0
+                    elif len(buffer) + end - start > self.max_line:
+                        yield TooLong(len(buffer) + end - start)
+                        buffer = bytearray()
+                    elif buffer:
+                        buffer += chunk[start:end]
+                        line, buffer = bytes(buffer), bytearray()
+                        yield line
+                    else:
+                        yield chunk[start:end]
+                    start = end + 1
+                rest = chunk[start:]
+                if skipping:
+                    skipping += len(rest)
+                elif len(buffer) + len(rest) > self.max_line:
+                    skipping, buffer = len(buffer) + len(rest), bytearray()
+                else:
+                    buffer += rest
+        finally:
+            self._ended()
+
+
+class FdLineReader(_Lines):
     """Lines (without the newline) from a file descriptor, until EOF."""
 
     def __init__(self, fd: int, *, max_line: int = DEFAULT_MAX_LINE) -> None:
@@ -125,45 +204,8 @@ class FdLineReader:
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self.fd)
 
-    async def lines(self) -> AsyncIterator[bytes | TooLong]:
-        try:
-            buffer = bytearray()
-            skipping = 0  # bytes of an over-long line dropped so far
-            while True:
-                chunk = await self._read()
-                if not chunk:
-                    if skipping:
-                        yield TooLong(skipping + len(buffer))
-                    elif buffer.strip():
-                        yield bytes(buffer)  # a last line without newline still counts
-                    return
-                start = 0
-                while True:
-                    end = chunk.find(b"\n", start)
-                    if end < 0:
-                        break
-                    if skipping:
-                        yield TooLong(skipping + end - start)
-                        skipping = 0
-                    elif len(buffer) + end - start > self.max_line:
-                        yield TooLong(len(buffer) + end - start)
-                        buffer = bytearray()
-                    elif buffer:
-                        buffer += chunk[start:end]
-                        line, buffer = bytes(buffer), bytearray()
-                        yield line
-                    else:
-                        yield chunk[start:end]
-                    start = end + 1
-                rest = chunk[start:]
-                if skipping:
-                    skipping += len(rest)
-                elif len(buffer) + len(rest) > self.max_line:
-                    skipping, buffer = len(buffer) + len(rest), bytearray()
-                else:
-                    buffer += rest
-        finally:
-            self._unregister()
+    def _ended(self) -> None:
+        self._unregister()
 
     def close(self) -> None:
         self._unregister()
@@ -219,3 +261,31 @@ class FdWriter:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.set_blocking(self.fd, self._was_blocking)
+
+
+class StreamLineReader(_Lines):
+    """Lines from an anyio byte stream (a child process's stdout), until it ends."""
+
+    def __init__(self, stream: anyio.abc.ByteReceiveStream, *, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self.stream = stream
+        self.max_line = max_line
+
+    async def _read(self) -> bytes:
+        try:
+            return await self.stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return b""
+
+
+class StreamWriter:
+    """Writes to an anyio byte stream (a child process's stdin); a stream closed or
+    broken under it is a BrokenPipeError, as for a pipe."""
+
+    def __init__(self, stream: anyio.abc.ByteSendStream) -> None:
+        self.stream = stream
+
+    async def write(self, data: bytes) -> None:
+        try:
+            await self.stream.send(data)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise BrokenPipeError(str(exc)) from exc

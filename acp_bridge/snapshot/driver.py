@@ -4,14 +4,16 @@ client saw it.
 
 The agent is only ever run as a process: the harness sees what an editor sees. As an
 editor does, the client serves `fs/*` (in the workspace copy) and `terminal/*` (the
-chat's own, acp_bridge.cli.chat.client_methods) to a scenario that advertises them.
+chat's own, acp_bridge.client.methods) to a scenario that advertises them. The
+connection is the chat's too (acp_bridge.client.connection), its traffic taken on the
+wire (`Tap`).
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,19 @@ import anyio
 import anyio.abc
 import orjson
 
-from acp_bridge.cli.chat.client_methods import ClientMethods
+from acp_bridge.client.connection import AgentConnection, AgentGone
+from acp_bridge.client.methods import ClientMethods
 from acp_bridge.errors import ScenarioError
 from acp_bridge.models.replay_models import MODELS_ENV as REPLAY_MODELS_ENV
-from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
+from acp_bridge.rpc.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+    ClientError,
+    RpcError,
+)
+from acp_bridge.rpc.transport import LineReader, StreamLineReader, StreamWriter, TooLong, Writer
 from acp_bridge.snapshot.scenario import Scenario, Step
 
 Traffic = list[tuple[str, Any]]  # ("->" client to agent | "<-" agent to client, message)
@@ -53,15 +64,37 @@ class Run:
         return self.store / "sessions" / f"{self.session_id}.jsonl"
 
 
+class Tap:
+    """The run's traffic, taken on the wire: every line the agent wrote, as it is read
+    (before the connection acts on it), and every message we send, as it is written."""
+
+    def __init__(self, traffic: Traffic, reader: LineReader, writer: Writer) -> None:
+        self.traffic = traffic
+        self.reader = reader
+        self.writer = writer
+        self.max_line = reader.max_line
+
+    async def lines(self) -> AsyncIterator[bytes | TooLong]:
+        async for line in self.reader.lines():
+            if isinstance(line, bytes) and line.strip():
+                try:
+                    self.traffic.append(("<-", orjson.loads(line)))
+                except orjson.JSONDecodeError:
+                    raise ScenarioError(f"the agent wrote a line that is not JSON on stdout: {line[:200]!r}") from None
+            yield line
+
+    async def write(self, data: bytes) -> None:
+        self.traffic.extend(("->", orjson.loads(line)) for line in data.split(b"\n") if line)
+        await self.writer.write(data)
+
+
 class AgentProcess:
-    """One agent process of a run, and the client loop talking to it."""
+    """One agent process of a run, and the client connection talking to it."""
 
     def __init__(self, run: Run, command: list[str], env: Mapping[str, str]) -> None:
         self.run = run
         self.command = command
         self.env = dict(env)
-        self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[anyio.Event, list[dict[str, Any]]]] = {}
         self.answers: list[str] = []  # permission answers left for the running prompt
         self.cancel_after: int | None = None  # updates of the running prompt before a cancel
         self.updates = 0
@@ -73,8 +106,13 @@ class AgentProcess:
         # `terminal/*` served as `acp-bridge chat` serves them: commands run here, in
         # the run's task group (none outlives the run).
         self.client = ClientMethods(tg, ask_permission=self._no_permission)
-        self.proc = await anyio.open_process(self.command, cwd=self.run.root, env=self.env)
-        tg.start_soon(self._read)
+        self.proc = proc = await anyio.open_process(self.command, cwd=self.run.root, env=self.env)
+        assert proc.stdout is not None and proc.stdin is not None
+        tap = Tap(self.run.traffic, StreamLineReader(proc.stdout), StreamWriter(proc.stdin))
+        # Our requests numbered 1, 2, 3, ... as an editor numbers them.
+        self.conn = AgentConnection(proc, self._answer, inline={"session/update": self._on_update},
+                                    error_for=_answers_or_fails, ids=itertools.count(1), reader=tap, writer=tap)
+        tg.start_soon(self.conn.run)
         tg.start_soon(self._read_stderr)
 
     async def _read_stderr(self) -> None:
@@ -82,116 +120,68 @@ class AgentProcess:
         async for chunk in self.proc.stderr:
             self._stderr += chunk
 
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        buffer = b""
-        async with anyio.create_task_group() as tg:
-            async for chunk in self.proc.stdout:
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    try:
-                        message = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        raise ScenarioError(f"the agent wrote a line that is not JSON on stdout: {line[:200]!r}") from None
-                    self.run.traffic.append(("<-", message))
-                    await self._on_message(message, tg)
-            for done, _ in self._pending.values():
-                done.set()  # the agent is gone: nobody will answer
+    def _on_update(self, _: Any) -> None:
+        self.updates += 1
+        if self.cancel_after is not None and self.updates >= self.cancel_after:
+            self.cancel_after = None
+            self.cancel()
 
-    async def _on_message(self, message: Any, tg: anyio.abc.TaskGroup) -> None:
-        if not isinstance(message, dict):
-            return
-        if "method" in message and "id" in message:
-            tg.start_soon(self._answer, message)
-        elif message.get("method") == "session/update":
-            self.updates += 1
-            if self.cancel_after is not None and self.updates >= self.cancel_after:
-                self.cancel_after = None
-                await self.cancel()
-        elif message.get("id") in self._pending:
-            done, slot = self._pending[message["id"]]
-            slot.append(message)
-            done.set()
-
-    async def _answer(self, request: dict[str, Any]) -> None:
-        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"]}
-        if request["method"] == "session/request_permission":
+    async def _answer(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "session/request_permission":
             answer = self.answers.pop(0) if self.answers else "cancelled"
             if answer == "cancel":
-                await self.cancel()
-            reply["result"] = {"outcome": _outcome(answer, request.get("params", {}))}
-        elif request["method"] in ("fs/read_text_file", "fs/write_text_file"):
-            reply.update(self._file(request["method"], request.get("params", {})))
-        elif request["method"].startswith("terminal/") and self.serves_terminal and self.client is not None:
-            params = request.get("params")
-            try:
-                reply["result"] = await self.client.serve(request["method"], params if isinstance(params, dict) else {})
-            except RpcError as exc:
-                reply["error"] = exc.to_json()
-        else:
-            reply["error"] = {"code": -32601, "message": f"the snapshot client serves no {request['method']}"}
-        await self.send(reply)
+                self.cancel()
+            return {"outcome": _outcome(answer, params)}
+        if method in ("fs/read_text_file", "fs/write_text_file"):
+            return self._file(method, params)
+        if method.startswith("terminal/") and self.serves_terminal and self.client is not None:
+            return await self.client.serve(method, params)
+        raise RpcError(METHOD_NOT_FOUND, f"the snapshot client serves no {method}")
 
     @staticmethod
     async def _no_permission(**_: Any) -> Any:
         raise RpcError(INTERNAL_ERROR, "the snapshot client answers permissions itself")  # never routed here
 
-    def _file(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _file(self, method: str, params: dict[str, Any]) -> Any:
         """The client's files, for a scenario that advertises `fs`: the session's own
         folder only (the workspace copy), as an editor serves its open project."""
         path = Path(str(params.get("path", "")))
         if not path.resolve().is_relative_to(self.run.workspace):
-            return {"error": {"code": -32602, "message": f"{path} is outside the workspace"}}
+            raise RpcError(INVALID_PARAMS, f"{path} is outside the workspace")
         try:
             if method == "fs/write_text_file":
                 path.write_text(str(params.get("content", "")), encoding="utf-8")
-                return {"result": {}}
+                return {}
             lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
         except OSError as exc:
-            return {"error": {"code": -32002, "message": f"{path}: {exc.strerror}"}}
+            raise RpcError(RESOURCE_NOT_FOUND, f"{path}: {exc.strerror}") from None
         except UnicodeDecodeError:
-            return {"error": {"code": -32602, "message": f"{path} is not UTF-8 text"}}
+            raise RpcError(INVALID_PARAMS, f"{path} is not UTF-8 text") from None
         start = max(int(params.get("line") or 1) - 1, 0)
         limit = params.get("limit")
-        return {"result": {"content": "".join(lines[start:start + limit] if limit else lines[start:])}}
+        return {"content": "".join(lines[start:start + limit] if limit else lines[start:])}
 
-    async def cancel(self) -> None:
+    def cancel(self) -> None:
         if self.run.session_id is not None:
-            await self.send({"jsonrpc": "2.0", "method": "session/cancel",
-                             "params": {"sessionId": self.run.session_id}})
+            self.conn.notify("session/cancel", {"sessionId": self.run.session_id})
 
-    async def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.run.traffic.append(("->", message))
-        try:
-            await self.proc.stdin.send(orjson.dumps(message) + b"\n")
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            raise ScenarioError(f"the agent is gone (could not send {message.get('method', 'an answer')})") from None
+    async def cancel_soon(self) -> None:
+        self.cancel()
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        rid = next(self._ids)
-        done, slot = anyio.Event(), list[dict[str, Any]]()
-        self._pending[rid] = (done, slot)
-        await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        """The agent's answer: `{"result": ...}` or `{"error": ...}`."""
         with anyio.move_on_after(REQUEST_TIMEOUT):
-            await done.wait()
-        del self._pending[rid]
-        if not slot:
-            if self.proc.returncode is not None or done.is_set():
-                raise ScenarioError(f"{method}: the agent exited without answering{self._stderr_tail()}")
-            raise ScenarioError(f"{method}: no answer in {REQUEST_TIMEOUT:.0f} s (a hang nothing cancelled?)")
-        return slot[0]
+            try:
+                return {"result": await self.conn.request(method, params)}
+            except ClientError as exc:
+                return {"error": exc.error}
+            except AgentGone:
+                raise ScenarioError(f"{method}: the agent exited without answering{self._stderr_tail()}") from None
+        raise ScenarioError(f"{method}: no answer in {REQUEST_TIMEOUT:.0f} s (a hang nothing cancelled?)")
 
     async def stop(self) -> int:
         """End its input and wait for it to exit (killed if it does not)."""
-        assert self.proc.stdin is not None
-        await self.proc.stdin.aclose()
-        with anyio.move_on_after(EXIT_TIMEOUT):
-            await self.proc.wait()
-        if self.proc.returncode is None:
-            self.proc.kill()
-        status = await self.proc.wait()
+        status = await self.conn.stop(EXIT_TIMEOUT)
         if self.client is not None:  # commands the agent left running die with it
             await self.client.terminals.close_all()
         self.run.stderr += self._stderr.decode(errors="replace")
@@ -200,6 +190,14 @@ class AgentProcess:
     def _stderr_tail(self) -> str:
         text = self._stderr.decode(errors="replace").strip()
         return f"; its stderr ends: {text[-500:]}" if text else ""
+
+
+def _answers_or_fails(exc: BaseException) -> RpcError:
+    """How the client answers a failure of its own: an RpcError is its answer; anything
+    else (a permission request without the option the scenario answers) ends the run."""
+    if isinstance(exc, RpcError):
+        return exc
+    raise exc
 
 
 def _outcome(answer: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -266,7 +264,7 @@ async def _step(agent: AgentProcess, step: Step, run: Run, tg: anyio.abc.TaskGro
         agent.answers = list(args.get("permissions", []))
         agent.updates, agent.cancel_after = 0, args.get("cancelAfterUpdates")
         if agent.cancel_after == 0:
-            tg.start_soon(agent.cancel)
+            tg.start_soon(agent.cancel_soon)  # right behind the prompt
         answer = await agent.request("session/prompt", {"sessionId": sid, "prompt": prompt})
         agent.cancel_after = None
         if not run.hold_expectations:

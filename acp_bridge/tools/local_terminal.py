@@ -2,7 +2,7 @@
 
 The one local terminal of the project: the agent runs `run_command` through it when the
 client has no `terminal/*` (tools/local.py), and `acp-bridge chat` serves the agent's
-`terminal/*` requests with it (cli/chat/client_methods.py).
+`terminal/*` requests with it (acp_bridge/client/methods.py).
 
 Lifetime: `start_terminal` starts, in a task group the caller owns, one owner task that
 spawns the process (in a new session, so it leads its own process group), pumps its

@@ -8,6 +8,10 @@ request we passed on) fails with `AgentExitedError`, and every request of the ch
 waiting on the editor is cancelled, which tells the editor with `$/cancel_request`
 (rpc.Connection.request does that for a cancelled wait). A restart makes a new link.
 
+The child's own `$/cancel_request` of a request it made of us is rpc's: it names the
+child's id, never the editor's, so it is not passed on; it cancels that request's task,
+which cancels our request to the editor in the same way.
+
 Errors the child answers are `ClientError`s, passed on unchanged: to_rpc_error
 (acp_bridge.host.errors) answers the editor with the child's error as it came.
 """
@@ -23,7 +27,6 @@ import anyio
 from acp_bridge.errors import AgentExitedError
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
-from acp_bridge.rpc.protocol import is_id
 from acp_bridge.wrap.child import ChildAgent
 
 log = logging.getLogger("acp_bridge.wrap.link")
@@ -53,8 +56,8 @@ class ChildLink:
                  inline: Mapping[str, Inline]) -> None:
         self.child = child
         self.generation = child.starts  # sessions restored on this run carry it
-        self.conn = Connection(child.reader, child.writer, {}, fallback=fallback_for(self),
-                               inline={**inline, "$/cancel_request": self._cancel_request}, error_for=to_rpc_error)
+        self.conn = Connection(child.reader, child.writer, {}, fallback=fallback_for(self), inline=inline,
+                               error_for=to_rpc_error)
         self.dead = anyio.Event()
         self.status: int | None = None
         self._waiting: set[anyio.CancelScope] = set()
@@ -101,17 +104,6 @@ class ChildLink:
         self.dead.set()
         for scope in list(self._waiting):
             scope.cancel()
-
-    def _cancel_request(self, params: Any) -> None:
-        """The child's `$/cancel_request` of a request it made of us: its id is the
-        child's, never the editor's, so it is not passed on. The request's task is
-        cancelled, which cancels our request to the editor (a `$/cancel_request` with
-        our id goes out if the editor has not answered yet). A request answered
-        already (the child cancelled its turn before it read our answer) is left as
-        it is."""
-        request_id = params.get("requestId") if isinstance(params, dict) else None
-        if not is_id(request_id) or not self.conn.cancel_incoming(request_id):
-            log.debug("the wrapped agent's $/cancel_request for %r: no such request in flight", request_id)
 
     async def call(self, method: str, params: Any) -> Any:
         """Our request to the child: its result, ClientError for its error answer, or

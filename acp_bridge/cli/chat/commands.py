@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from acp_bridge.cli.chat.connection import AgentConnection, error_message
 from acp_bridge.cli.chat.render import Renderer, sessions_table
 from acp_bridge.cli.safe_text import clean
+from acp_bridge.client.connection import AgentConnection
 from acp_bridge.rpc.protocol import ClientError
 
 # `_meta.acpBridge.wrapped.restored` of a wrapped load (docs/wrap.md, Load), as shown.
@@ -34,6 +34,11 @@ EDITOR_HELP = """keys: Left/Right/Home/End move, Up/Down and Ctrl-R search earli
   Alt-Enter (or Esc Enter) starts a new line, Enter sends; pastes arrive whole;
   Ctrl-C clears the line (on an empty line: quits), Ctrl-D on an empty line quits.
 """
+
+
+def error_message(exc: ClientError) -> str:
+    """What the agent said in its error answer, as the chat shows it."""
+    return str(exc.error.get("message", "error"))
 
 
 class SlashCommands:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import signal
 import subprocess
@@ -35,23 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.abc
 
 from acp_bridge import __version__
-from acp_bridge.cli.chat.client_methods import ANSWERS, CANCELLED, ClientMethods, option_for
 from acp_bridge.cli.chat.command_line import agent_command, agent_env, split_wrapped, wrap_problem
 from acp_bridge.cli.chat.command_line import options as add_options
-from acp_bridge.cli.chat.commands import SlashCommands
-from acp_bridge.cli.chat.connection import (
-    AgentConnection,
-    AgentGone,
-    LineInput,
-    error_message,
-    relay_stderr,
-)
+from acp_bridge.cli.chat.commands import SlashCommands, error_message
 from acp_bridge.cli.chat.render import DIM, RESET, Renderer
+from acp_bridge.cli.chat.stdio import LineInput, relay_stderr
 from acp_bridge.cli.safe_text import clean, guarded
 from acp_bridge.cli.startup import agent_settings
+from acp_bridge.client.connection import AgentConnection, AgentGone
+from acp_bridge.client.methods import ClientMethods
 from acp_bridge.rpc.protocol import ClientError
 
 if TYPE_CHECKING:
@@ -59,6 +54,11 @@ if TYPE_CHECKING:
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
 AGENT_EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
+# What a person may type to a permission question, and the option kind it picks.
+ANSWERS = {"a": "allow_once", "allow": "allow_once", "y": "allow_once", "yes": "allow_once",
+           "l": "allow_always", "always": "allow_always",
+           "r": "reject_once", "reject": "reject_once", "n": "reject_once", "no": "reject_once"}
+CANCELLED: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
 # --- command line -------------------------------------------------------------------
 
 
@@ -88,10 +88,23 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
+def option_for(kind: str, options: list[Any]) -> str | None:
+    """The optionId the agent offered for an answer of `kind`."""
+    wanted = [kind, "reject_always"] if kind == "reject_once" else [kind]
+    for want in wanted:
+        for option in options:
+            if isinstance(option, dict) and option.get("kind") == want and isinstance(option.get("optionId"), str):
+                return str(option["optionId"])
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     for stream in (sys.stdout, sys.stderr):  # an odd terminal encoding must not end the chat
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")
+    # The connection logs a handler's failure (answered to the agent as an error); the
+    # terminal is the person's: no log reaches it.
+    logging.getLogger("acp_bridge").addHandler(logging.NullHandler())
     try:
         return anyio.run(_chat, args)
     except KeyboardInterrupt:
@@ -172,8 +185,9 @@ class Chat(SlashCommands):
         code = 1
         async with anyio.create_task_group() as tg:
             methods = ClientMethods(tg, self._permission)
-            self._conn = AgentConnection(process, self._on_notification, methods.serve)
-            tg.start_soon(self._read, tg)
+            self._conn = conn = AgentConnection(process, methods.serve, inline={"session/update": self._on_update})
+            tg.start_soon(conn.run)
+            tg.start_soon(self._watch)
             tg.start_soon(relay_stderr, process, self._stderr_above)
             if threading.current_thread() is threading.main_thread():
                 tg.start_soon(self._signals)
@@ -187,12 +201,7 @@ class Chat(SlashCommands):
             finally:
                 with anyio.CancelScope(shield=True):
                     self._closing = True
-                    await self.conn().close()
-                    with anyio.move_on_after(AGENT_EXIT_WAIT):
-                        await process.wait()
-                    if process.returncode is None:
-                        process.kill()
-                        await process.wait()
+                    await conn.stop(AGENT_EXIT_WAIT)
                     await methods.terminals.close_all()
                     await process.aclose()
                 tg.cancel_scope.cancel()
@@ -201,8 +210,8 @@ class Chat(SlashCommands):
             return 1
         return code
 
-    async def _read(self, tg: anyio.abc.TaskGroup) -> None:
-        await self.conn().read_loop(tg)
+    async def _watch(self) -> None:
+        await self.conn().gone.wait()
         if not self._closing:
             self._lost = True
             self._scope.cancel()
@@ -217,11 +226,15 @@ class Chat(SlashCommands):
         if self._prompting and not self._cancel_sent:
             self._cancel_sent = True
             self.write(self.render.line("[cancelling: Ctrl-C again quits]"))
-            await self.conn().notify("session/cancel", {"sessionId": self.sid})
+            self.conn().notify("session/cancel", {"sessionId": self.sid})
             for scope in list(self._questions):
                 scope.cancel()
         else:
             self.write(self.render.newline())
+            # Quitting closes the agent's stdin, so a prompt still running ends as
+            # interrupted by that: the wait for its answer, cancelled below, is not
+            # also a `$/cancel_request` (nothing sent after this reaches the agent).
+            self.conn().close_output()
             self._scope.cancel()
 
     async def _ask(self, prompt: str, *, question: bool = False) -> str | None:
@@ -298,8 +311,9 @@ class Chat(SlashCommands):
 
     # --- what the agent sends --------------------------------------------------------
 
-    def _on_notification(self, method: str, params: Any) -> None:
-        if method == "session/update" and isinstance(params, dict) and isinstance(params.get("update"), dict):
+    def _on_update(self, params: Any) -> None:
+        """A `session/update`, shown as it is read (before the answer read after it)."""
+        if isinstance(params, dict) and isinstance(params.get("update"), dict):
             self.write(self.render.update(params["update"]))
 
     async def _permission(self, toolCall: dict[str, Any], options: list[Any], **_: Any) -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""What `acp-bridge chat` serves for the agent: `fs/*` and `terminal/*` as thin adapters
-over the local implementations the agent itself uses without a client
-(acp_bridge.tools.local, acp_bridge.tools.local_terminal), and the dispatch of the
-agent's requests to them and to the permission question (asked at the keyboard, by
-the chat). Files are written atomically and commands run in their own process groups,
-the same way whichever side runs them.
+"""What a client of an agent serves it: `fs/*` and `terminal/*` as thin adapters over the
+local implementations the agent itself uses without a client (acp_bridge.tools.local,
+acp_bridge.tools.local_terminal), and the dispatch of the agent's requests to them and
+to the client's permission question (`acp-bridge chat` asks it at the keyboard; the
+snapshot driver serves `terminal/*` from here too). Files are written atomically and
+commands run in their own process groups, the same way whichever side runs them.
 """
 
 from __future__ import annotations
@@ -31,23 +31,6 @@ from acp_bridge.tools.local import read_text, write_text
 from acp_bridge.tools.local_terminal import LocalTerminal, start_terminal
 
 Handler = Callable[..., Awaitable[Any]]
-
-# What a person may type to a permission question, and the option kind it picks.
-ANSWERS = {"a": "allow_once", "allow": "allow_once", "y": "allow_once", "yes": "allow_once",
-           "l": "allow_always", "always": "allow_always",
-           "r": "reject_once", "reject": "reject_once", "n": "reject_once", "no": "reject_once"}
-CANCELLED: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
-
-
-def option_for(kind: str, options: list[Any]) -> str | None:
-    """The optionId the agent offered for an answer of `kind`."""
-    wanted = [kind, "reject_always"] if kind == "reject_once" else [kind]
-    for want in wanted:
-        for option in options:
-            if isinstance(option, dict) and option.get("kind") == want and isinstance(option.get("optionId"), str):
-                return str(option["optionId"])
-    return None
-
 
 # --- fs/* ----------------------------------------------------------------------------
 
@@ -80,7 +63,7 @@ def exit_status_json(status: ExitStatus) -> dict[str, Any]:
 
 class Terminals:
     """ACP `terminal/*`: commands run here, each a `LocalTerminal` under an owner task in
-    the chat's task group (so none outlives the chat)."""
+    the client's task group (so none outlives the client)."""
 
     def __init__(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
@@ -137,8 +120,8 @@ class Terminals:
 
 
 class ClientMethods:
-    """The agent's requests to the chat, each to its handler with its params checked
-    against the handler's signature; `ask_permission` is the chat's question."""
+    """The agent's requests to the client, each to its handler with its params checked
+    against the handler's signature; `ask_permission` is the client's question."""
 
     def __init__(self, tg: anyio.abc.TaskGroup, ask_permission: Handler) -> None:
         self.terminals = terminals = Terminals(tg)
