@@ -6,10 +6,12 @@ persistence layer's family shares it):
     AcpBridgeError
     ├── SessionError            the session log and store (session/errors.py): not found,
     │                           locked, corrupt, version, store I/O, invalid id, ...
-    ├── RpcError                a JSON-RPC error response the connection itself makes
-    │                           (acp_bridge.rpc.protocol: a broken envelope, bad params)
-    ├── PeerError               the other side answered one of our requests with an error
-    │                           (acp_bridge.rpc.protocol.ClientError)
+    ├── RpcError                a JSON-RPC error response as it goes on the wire
+    │                           (acp_bridge.rpc.protocol: the connection's own refusals, and
+    │                           what `to_rpc_error` makes of every other error)
+    ├── ClientError             the other side answered one of our requests with an error
+    │                           (acp_bridge.rpc.protocol; its error object kept whole)
+    ├── AgentGone               the agent a client talks to exited before it answered
     ├── InvalidParamsError      a request's params that its method cannot take
     ├── PromptInProgressError   a session's prompt is still running
     ├── AuthRequiredError       the session's model needs a key it does not have
@@ -24,7 +26,7 @@ persistence layer's family shares it):
     ├── ModelSpecError          a `--model` spec that names no model we can make
     ├── ConfigError             a start-up value that cannot work (option, problem)
     ├── ToolError               a tool call the model should see fail
-    │   └── NotTextError            a file that is not UTF-8 text
+    │   └── NotTextError            a file that is not UTF-8 text (acp_bridge.tools.base)
     ├── ToolMachineryError      a tool failed in a way the model cannot act on
     ├── AmbiguousIdError        a session id prefix more than one stored id starts with
     ├── ScenarioError           a snapshot scenario that cannot be run
@@ -33,7 +35,7 @@ persistence layer's family shares it):
 Domain code raises these, never wire errors; each becomes a JSON-RPC error in one
 function, acp_bridge.host.errors.to_rpc_error (codes and `data.code` words:
 docs/protocol.md, "Errors"). Errors a wrapped agent answers are passed on as they came
-(`PeerError` keeps the peer's error object whole).
+(`ClientError` keeps the peer's error object whole: acp_bridge.host.errors.relayed).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from session.errors import AcpBridgeError
 __all__ = [
     "AcpBridgeError",
     "AgentExitedError",
+    "AgentGone",
     "AgentProtocolError",
     "AgentStartError",
     "AmbiguousIdError",
@@ -153,6 +156,10 @@ class ReplayError(AcpBridgeError):
         self.message = message
         self.code = code
         self.recording = recording
+
+
+class AgentGone(AcpBridgeError):
+    """The agent a client talks to exited (its stdout ended) before it answered."""
 
 
 class ModelSpecError(AcpBridgeError, ValueError):

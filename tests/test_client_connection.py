@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from acp_bridge.client.connection import AgentConnection, AgentGone
+from acp_bridge.client.connection import AgentConnection
+from acp_bridge.errors import AgentGone
 from acp_bridge.rpc import StreamLineReader, StreamWriter
 from acp_bridge.rpc.protocol import ClientError, RpcError
 from acp_bridge.rpc.transport import TooLong

@@ -23,7 +23,8 @@ import anyio.abc
 import orjson
 
 from acp_bridge.cli.safe_text import clean
-from acp_bridge.client.connection import AgentConnection, AgentGone
+from acp_bridge.client.connection import AgentConnection
+from acp_bridge.errors import AgentGone
 from acp_bridge.rpc.protocol import ClientError
 
 EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes

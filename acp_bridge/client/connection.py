@@ -20,6 +20,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
+from acp_bridge.errors import AgentGone
 from acp_bridge.rpc.connection import Connection, Inline
 from acp_bridge.rpc.protocol import INTERNAL_ERROR, ErrorMapper, RpcError
 from acp_bridge.rpc.transport import LineReader, StreamLineReader, StreamWriter, Writer
@@ -28,10 +29,6 @@ DRAIN_S: Final = 2.0  # how long what is queued for the agent may take to be wri
 
 # The client's handler of the agent's requests: the method and its params (an object).
 Serve = Callable[[str, dict[str, Any]], Awaitable[Any]]
-
-
-class AgentGone(Exception):
-    """The agent exited (its stdout ended) before it answered."""
 
 
 def _gone() -> AgentGone:

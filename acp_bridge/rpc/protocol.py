@@ -36,7 +36,7 @@ UPDATE_TAIL: Final = b"}}\n"
 OWN_ID_PREFIX: Final = "acp-bridge:"  # the ids of our requests to the client
 
 
-class RpcError(Exception):
+class RpcError(AcpBridgeError):
     """An error response: `code`, `message`, and `data` (a JSON object)."""
 
     def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
@@ -52,7 +52,7 @@ class RpcError(Exception):
         return error
 
 
-class ClientError(Exception):
+class ClientError(AcpBridgeError):
     """The peer answered one of our requests with an error."""
 
     def __init__(self, method: str, error: Any) -> None:

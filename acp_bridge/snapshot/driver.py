@@ -22,9 +22,9 @@ import anyio
 import anyio.abc
 import orjson
 
-from acp_bridge.client.connection import AgentConnection, AgentGone
+from acp_bridge.client.connection import AgentConnection
 from acp_bridge.client.methods import ClientMethods
-from acp_bridge.errors import ScenarioError
+from acp_bridge.errors import AgentGone, ScenarioError
 from acp_bridge.models.replay_models import MODELS_ENV as REPLAY_MODELS_ENV
 from acp_bridge.rpc.protocol import (
     INTERNAL_ERROR,

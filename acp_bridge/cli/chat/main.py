@@ -45,8 +45,9 @@ from acp_bridge.cli.chat.render import DIM, RESET, Renderer
 from acp_bridge.cli.chat.stdio import LineInput, relay_stderr
 from acp_bridge.cli.safe_text import clean, guarded
 from acp_bridge.cli.startup import agent_settings
-from acp_bridge.client.connection import AgentConnection, AgentGone
+from acp_bridge.client.connection import AgentConnection
 from acp_bridge.client.methods import ClientMethods
+from acp_bridge.errors import AgentGone
 from acp_bridge.rpc.protocol import ClientError
 
 if TYPE_CHECKING:
