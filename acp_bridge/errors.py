@@ -22,7 +22,7 @@ persistence layer's family shares it):
     │   └── AgentProtocolError      it answered something ACP does not allow
     ├── RequestRefusedError     a request we do not serve now (the wrapped agent's while
     │                           acp-bridge seeds its session)
-    ├── ReplayError             the fake agent's recording cannot serve a prompt
+    │   └── ReplayError             the fake agent's recording cannot serve a prompt
     ├── ModelSpecError          a `--model` spec that names no model we can make
     ├── ConfigError             a start-up value that cannot work (option, problem)
     ├── ToolError               a tool call the model should see fail
@@ -42,39 +42,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from session.errors import AcpBridgeError
-
-__all__ = [
-    "AcpBridgeError",
-    "AgentExitedError",
-    "AgentGone",
-    "AgentProtocolError",
-    "AgentStartError",
-    "AmbiguousIdError",
-    "AuthRequiredError",
-    "ConfigError",
-    "InvalidParamsError",
-    "ModelSpecError",
-    "PromptInProgressError",
-    "ReplayError",
-    "RequestRefusedError",
-    "ScenarioError",
-    "SnapshotMismatch",
-    "ToolError",
-    "ToolMachineryError",
-    "TurnFailedError",
-    "WrappedAgentError",
-]
+from session.errors import (
+    AcpBridgeError as AcpBridgeError,  # the base, re-exported: the tree is here
+)
 
 
 class InvalidParamsError(AcpBridgeError):
-    """A request's params that its method cannot take (-32602): `data` says more to a
-    program (`field`: the param)."""
-
-    def __init__(self, message: str, **data: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.data = data
+    """A request's params that its method cannot take (-32602; `details.field`: the
+    param)."""
 
 
 class PromptInProgressError(AcpBridgeError):
@@ -101,21 +76,14 @@ class TurnFailedError(AcpBridgeError):
     `code`, `message` and `data` settlement gave it (acp_bridge.host.settlement)."""
 
     def __init__(self, code: int, message: str, data: dict[str, Any]) -> None:
-        super().__init__(message)
+        super().__init__(message, **data)
         self.code = code
-        self.message = message
-        self.data = data
 
 
 class WrappedAgentError(AcpBridgeError):
     """`acp-bridge wrap`'s child agent misbehaved (-32603 with `data.code`)."""
 
     code = "agent_error"
-
-    def __init__(self, message: str, **data: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.data = data
 
 
 class AgentExitedError(WrappedAgentError):
@@ -139,23 +107,12 @@ class AgentProtocolError(WrappedAgentError):
 
 
 class RequestRefusedError(AcpBridgeError):
-    """A request we do not serve now (-32603); `code` is the stable word."""
-
-    def __init__(self, message: str, *, code: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
+    """A request we do not serve now (-32603; `details.code` is the stable word)."""
 
 
-class ReplayError(AcpBridgeError):
+class ReplayError(RequestRefusedError):
     """A recording that cannot serve a prompt (the fake agent): past its end, or a prompt
-    that differs from the recorded one. `code` is the stable word."""
-
-    def __init__(self, message: str, *, code: str, recording: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.recording = recording
+    that differs from the recorded one (`details`: `code`, `recording`)."""
 
 
 class AgentGone(AcpBridgeError):
@@ -182,7 +139,6 @@ class ToolError(AcpBridgeError):
 
     def __init__(self, message: str, *, code: str = "tool_error", name: str = "ToolError") -> None:
         super().__init__(message)
-        self.message = message
         self.code = code
         self.name = name
 

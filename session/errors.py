@@ -13,10 +13,16 @@ from typing import Any
 class AcpBridgeError(Exception):
     """The base of every error acp-bridge raises on purpose. It is defined here, in the
     lowest layer, so that the persistence layer's family shares it; the whole tree is
-    documented, and the rest of it defined, in acp_bridge/errors.py. `bug`: the error
-    says our code is wrong (its traceback is logged), not that the world is."""
+    documented, and the rest of it defined, in acp_bridge/errors.py. `message` is for a
+    person, `details` (JSON values) for a program; `bug`: the error says our code is
+    wrong (its traceback is logged), not that the world is."""
 
     bug: bool = False
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
 
 
 class SessionError(AcpBridgeError):
@@ -25,10 +31,8 @@ class SessionError(AcpBridgeError):
     code: str = "session_error"
 
     def __init__(self, message: str, *, session_id: str | None = None, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(message, **details)
         self.session_id = session_id
-        self.details = details
 
     def data(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code}

@@ -25,7 +25,7 @@ from acp_bridge.agent import auth
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.errors import InvalidParamsError
 from acp_bridge.host.engine import OpenAnswer
-from acp_bridge.host.host import EngineBase, Host
+from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.params import MCP_TRANSPORTS
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.models import options
@@ -69,7 +69,7 @@ class KeptOfLog:
         self.always.feed(event)
 
 
-class AgentEngine(EngineBase["LiveSession"]):
+class AgentEngine(Engine["LiveSession"]):
     label = "this agent"
 
     def __init__(self, config: Config) -> None:

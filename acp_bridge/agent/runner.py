@@ -109,7 +109,6 @@ class TurnRunner:
         self._cancel_by: str | None = None
         self._stopping = False
         self._step: StepText | None = None
-        self._finished: anyio.Event | None = None  # set when the running turn's prompt returns
         # The end reason of a turn a failed write left open on disk (the log could not
         # take its closers either): it is closed with it before the next prompt or
         # when the session closes, so the log records what the prompt was answered.
@@ -122,11 +121,6 @@ class TurnRunner:
     @property
     def running(self) -> bool:
         return self._scope is not None
-
-    async def wait_idle(self) -> None:
-        """Wait until the running turn, if any, has ended and `prompt` has returned."""
-        if self._finished is not None:
-            await self._finished.wait()
 
     def stop(self) -> bool:
         """The agent is stopping: end the running turn now, closed as `interrupted
@@ -157,7 +151,6 @@ class TurnRunner:
         if self._scope is not None:
             raise PromptInProgressError(self.log.id)
         scope = self._scope = anyio.CancelScope()
-        finished = self._finished = anyio.Event()
         self._cancel_by, self._stopping = None, False
         self.tuning.running_turns += 1
         leftover = self._left_open is not None
@@ -173,8 +166,6 @@ class TurnRunner:
             self.tuning.running_turns -= 1
             self._scope = None
             self._step = None
-            self._finished = None
-            finished.set()
 
     async def _turn(self, content: list[Any], scope: anyio.CancelScope) -> Event:
         async with self._recording:

@@ -16,7 +16,6 @@ from acp_bridge.errors import (
     InvalidParamsError,
     ModelSpecError,
     PromptInProgressError,
-    ReplayError,
     RequestRefusedError,
     TurnFailedError,
     WrappedAgentError,
@@ -47,9 +46,9 @@ def to_rpc_error(exc: BaseException) -> RpcError:
     if isinstance(exc, RpcError):
         return exc
     if isinstance(exc, InvalidParamsError):
-        return RpcError(INVALID_PARAMS, exc.message, {"code": "invalid_params", **exc.data})
+        return RpcError(INVALID_PARAMS, exc.message, {"code": "invalid_params", **exc.details})
     if isinstance(exc, TurnFailedError):
-        return RpcError(exc.code, exc.message, exc.data)
+        return RpcError(exc.code, exc.message, exc.details)
     if isinstance(exc, SessionError):
         data = exc.data()
         if isinstance(exc, SessionNotFoundError):
@@ -72,13 +71,11 @@ def to_rpc_error(exc: BaseException) -> RpcError:
     if isinstance(exc, PromptInProgressError):
         return RpcError(SESSION_BUSY, str(exc), {"code": "prompt_in_progress", "sessionId": exc.session_id})
     if isinstance(exc, WrappedAgentError):
-        return RpcError(INTERNAL_ERROR, exc.message, {"code": exc.code, **exc.data})
+        return RpcError(INTERNAL_ERROR, exc.message, {"code": exc.code, **exc.details})
     if isinstance(exc, RequestRefusedError):
-        return RpcError(INTERNAL_ERROR, exc.message, {"code": exc.code})
+        return RpcError(INTERNAL_ERROR, exc.message, dict(exc.details))
     if isinstance(exc, ClientError):
         return relayed(exc)
-    if isinstance(exc, ReplayError):
-        return RpcError(INTERNAL_ERROR, exc.message, {"code": exc.code, "recording": exc.recording})
     return internal_error(exc)
 
 

@@ -16,12 +16,13 @@ Every failure a handler lets out becomes one JSON-RPC error in one place
 
 from __future__ import annotations
 
+import abc
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol
+from typing import Any, Generic
 
 import anyio
 import anyio.abc
@@ -51,49 +52,13 @@ from session.repair import RepairReport
 log = logging.getLogger("acp_bridge.host")
 
 
-class Engine(Protocol[S]):
-    """What runs a host's sessions (one per process). Sessions live in the host's store
-    (which also serves `session/list`, `session/resume` and `session/delete`), or, for a
-    host without one, are kept by the engine for the process (the fake agent serves a
-    recording)."""
+class Engine(abc.ABC, Generic[S]):
+    """What runs a host's sessions (one per process): its ACP methods of its own, how a
+    session is made and opened, and each live session's `Turns`. Sessions live in the
+    host's store, or, for a host without one, are kept by the engine for the process
+    (the fake agent serves a recording)."""
 
     label: str  # how messages name it: "this agent", "the fake agent"
-
-    def methods(self) -> Mapping[str, Handler]:
-        """The ACP methods only this engine has (`initialize`, `authenticate`, modes,
-        config options), each taking the params as keywords (checked by the host)."""
-
-    def fallback(self) -> Fallback | None:
-        """What answers the methods nobody serves (the wrapper passes them on)."""
-
-    async def start(self, host: Host[S]) -> None:
-        """Before the first message is read (the wrapper spawns its child: OSError if it
-        cannot)."""
-
-    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """`session/new`: a new session (its log made with `Host.create_log`), made live
-        with `Host.add`, and the answer."""
-
-    async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
-                           live: S | None) -> tuple[S, RepairReport | None]:
-        """`session/load` (`send`: where its replay goes) or `session/resume` of
-        `session_id`: the live session `live` if it is live here already (no prompt
-        runs), else the stored one made live; and what opening it repaired (None: an
-        engine without a store to repair). Engines with a store use
-        `acp_bridge.host.stored.StoredOpener`."""
-
-    async def attach(self, session: S, params: Mapping[str, Any]) -> OpenAnswer:
-        """After a load or resume (of a stored session, or of one live already): take
-        the client's params for it (cwd, MCP servers) and make the answer."""
-
-    async def aclose(self) -> None:
-        """The host has stopped and every session is closed."""
-
-
-class EngineBase(Generic[S]):
-    """What every engine does alike: it keeps the host it was started by (`host`), and
-    has no fallback and nothing to close unless it says otherwise."""
-
     _host: Host[S] | None = None
 
     @property
@@ -102,13 +67,39 @@ class EngineBase(Generic[S]):
         return self._host
 
     async def start(self, host: Host[S]) -> None:
+        """Before the first message is read (the wrapper spawns its child: OSError if it
+        cannot)."""
         self._host = host
 
     def fallback(self) -> Fallback | None:
+        """What answers the methods nobody serves (the wrapper passes them on)."""
         return None
 
     async def aclose(self) -> None:
-        pass
+        """The host has stopped and every session is closed."""
+
+    @abc.abstractmethod
+    def methods(self) -> Mapping[str, Handler]:
+        """The ACP methods only this engine has (`initialize`, `authenticate`, modes,
+        config options), each taking the params as keywords (checked by the host)."""
+
+    @abc.abstractmethod
+    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`session/new`: a new session (its log made with `Host.create_log`), made live
+        with `Host.add`, and the answer."""
+
+    @abc.abstractmethod
+    async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
+                           live: S | None) -> tuple[S, RepairReport | None]:
+        """`session/load` (`send`: where its replay goes) or `session/resume` of
+        `session_id`: `live` if it is live here already (no prompt runs), else the stored
+        one made live; and what opening it repaired (None: nothing to repair, no store).
+        Engines with a store use `acp_bridge.host.replay.StoredOpener`."""
+
+    @abc.abstractmethod
+    async def attach(self, session: S, params: Mapping[str, Any]) -> OpenAnswer:
+        """After a load or resume: take the client's params for the session (cwd, MCP
+        servers) and make the answer."""
 
 
 @dataclass(frozen=True)

@@ -196,9 +196,6 @@ SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
                                                   lambda v: isinstance(v, str | bool)), True)},
     "session/prompt": {"sessionId": (STRING, True), "prompt": (prompt_blocks, True)},
     "session/cancel": {"sessionId": (STRING, True)},
-    "$/cancel_request": {"requestId": (_type("a string, number or null",
-                                             lambda v: v is None or (isinstance(v, str | int | float)
-                                             and not isinstance(v, bool))), True)},
 }
 
 

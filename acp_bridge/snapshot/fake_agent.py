@@ -38,7 +38,7 @@ import anyio
 from acp_bridge import __version__
 from acp_bridge.errors import InvalidParamsError, ReplayError
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
-from acp_bridge.host.host import EngineBase, Host
+from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.models.recording import ReadLog
 from acp_bridge.models.replay import CHECK_ENV, RECORD_AGAIN, same_up_to_cwd
@@ -114,7 +114,7 @@ class FakeSession:
         self.cancelled.set()
 
 
-class FakeAgent(EngineBase[FakeSession]):
+class FakeAgent(Engine[FakeSession]):
     label = "the fake agent"
 
     def __init__(self, log: ReadLog, source: str, *, check: bool = True) -> None:

@@ -12,7 +12,7 @@ passed on as it is (`forward`), with the session id mapped, and answered with th
 child's answer.
 
 The child is spawned at start-up and restarted at the next request after it died
-(sessions are then restored on the new run, acp_bridge.wrap.restore). The child's own
+(sessions are then restored on the new run, acp_bridge.wrap.sessions.restore). The child's own
 errors are relayed unchanged (acp_bridge.host.errors.relayed).
 """
 
@@ -28,15 +28,14 @@ import anyio
 
 from acp_bridge.errors import AgentStartError
 from acp_bridge.host.engine import OpenAnswer, Send
-from acp_bridge.host.host import EngineBase, Host
+from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import ClientError, Handler
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.link import ChildLink, obj
-from acp_bridge.wrap.restore import Restored, new_session_id, restore
 from acp_bridge.wrap.seed import quiet_while_seeding, seed
-from acp_bridge.wrap.sessions import SessionMap, WrappedSession
+from acp_bridge.wrap.sessions import Restored, SessionMap, WrappedSession, new_session_id, restore
 from acp_bridge.wrap.upstream import ChildSide
 from session.events import WrappedInfo
 from session.repair import RepairReport
@@ -54,7 +53,7 @@ class WrapConfig:
     seed_fresh: bool = False  # seed a fresh child session with the transcript (wrap/seed.py)
 
 
-class WrapEngine(EngineBase[WrappedSession]):
+class WrapEngine(Engine[WrappedSession]):
     label = "this agent"
 
     def __init__(self, config: WrapConfig) -> None:

@@ -1,7 +1,7 @@
 """Seeding a fresh child session with the transcript (`acp-bridge wrap --seed-fresh`).
 
 When the wrapped agent cannot load or resume a session of ours (the restore ended
-`fresh`, acp_bridge.wrap.restore), its new session knows nothing of the conversation.
+`fresh`, acp_bridge.wrap.sessions), its new session knows nothing of the conversation.
 With `--seed-fresh` the wrapper sends it one `session/prompt` of its own: a text block
 with a short preface and the conversation as text (per turn, the user's prompt and the
 agent's final text, from our log's model transcript, the last whole turns that fit

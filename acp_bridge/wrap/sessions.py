@@ -4,7 +4,12 @@ The editor sees our session ids (the log's); each maps to the wrapped agent's ow
 which is only valid on the run of the child that made it (`generation`, the child's
 `starts` when it was made). A session whose child id is stale (the child died and was
 restarted, or the session was just loaded from the store) is restored on the current
-run before anything is passed on for it (acp_bridge.wrap.restore).
+run before anything is passed on for it (`restore`, docs/wrap.md, "Load"): the child's
+own `session/load` if it advertises `loadSession` (its replay is kept from the editor:
+the editor has ours), else its `session/resume` if advertised, else a fresh
+`session/new`; the answer to our load or resume says which in
+`_meta.acpBridge.wrapped.restored`. With `wrap --seed-fresh`, a fresh session is then
+seeded with the transcript (acp_bridge.wrap.seed).
 
 A `WrappedSession` is the host's `Turns` of a wrapped session. One prompt opens a turn
 in our log (`TurnRecorder.prompt`), goes to the child under its session id, and while
@@ -25,20 +30,23 @@ one after it. That costs the loop one fsync per turn (and one per step end).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 
-from acp_bridge.errors import AgentExitedError
+from acp_bridge.errors import AgentExitedError, AgentProtocolError
 from acp_bridge.host.engine import TurnEnd
-from acp_bridge.host.errors import relayed
+from acp_bridge.host.errors import relayed, to_rpc_error
 from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.wrap.link import ChildLink
 from acp_bridge.wrap.record import TurnRecorder
 from session import SessionLog
 from session.events import TURN_END, Event
+
+log = logging.getLogger("acp_bridge.wrap.sessions")
 
 
 class Child(Protocol):
@@ -193,3 +201,48 @@ class SessionMap:
 
     def of_child(self, child_sid: Any) -> WrappedSession | None:
         return self.theirs.get(child_sid) if isinstance(child_sid, str) else None
+
+
+Restored = Literal["load", "resume", "fresh"]
+
+
+async def restore(ws: WrappedSession, link: ChildLink, caps: dict[str, Any],
+                  sessions: SessionMap) -> tuple[Restored, dict[str, Any]]:
+    """Give `ws` a session on the child's current run; which way, and the child's answer
+    (its modes, config options...). A child that refuses to load or resume its old
+    session gets a fresh one (it lost it): AgentExitedError and nothing else goes out."""
+    old = ws.stored_child_sid()
+    session_caps = caps.get("sessionCapabilities") or {}
+    ways: list[tuple[Restored, str]] = []
+    if old is not None and caps.get("loadSession") is True:
+        ways.append(("load", "session/load"))
+    if old is not None and isinstance(session_caps, dict) and session_caps.get("resume") is not None:
+        ways.append(("resume", "session/resume"))
+    for restored, method in ways:
+        assert old is not None
+        sessions.bind(ws, old, link.generation)
+        ws.restoring = restored == "load"
+        try:
+            result = await link.call(method, {**ws.session_params(), "sessionId": old})
+        except ClientError as exc:
+            log.info("the wrapped agent refused %s of %s (%s): trying the next way", method, old,
+                     to_rpc_error(exc).message)
+            continue
+        finally:
+            ws.restoring = False
+        ws.took_state(result)
+        return restored, result if isinstance(result, dict) else {}
+    result = await link.call("session/new", ws.session_params())
+    child_sid = new_session_id(result)
+    sessions.bind(ws, child_sid, link.generation)
+    ws.took_state(result)
+    log.info("session %s: a fresh session %s in the wrapped agent", ws.id, child_sid)
+    return "fresh", result
+
+
+def new_session_id(result: Any) -> str:
+    """The child's session id in its answer to `session/new`."""
+    if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
+        raise AgentProtocolError("the wrapped agent answered session/new without a sessionId")
+    child_sid: str = result["sessionId"]
+    return child_sid
