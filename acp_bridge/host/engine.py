@@ -1,20 +1,7 @@
-"""What the host needs of whatever runs its sessions' turns (docs/architecture.md):
-each live session's `Turns`; the `Engine` itself is in acp_bridge.host.host.
-
-The host (acp_bridge.host.host) serves every ACP session the same way, whatever runs
-its turns: the store and the table of live sessions, the session methods, the params
-checks, replay on load, log before send, one prompt at a time, cancel routing, and the
-answer of every prompt settled from its persisted `turn/end`. What differs is an
-`Engine` (how sessions are opened, and the methods only it has: `initialize`, modes,
-config options) and, per live session, its `Turns` (how one prompt becomes a turn):
-
-- our own agent (acp_bridge.agent.engine): the turn runner, models and tools;
-- `acp-bridge wrap` (acp_bridge.wrap.engine): the turn is the wrapped agent's, recorded;
-- `acp-bridge snapshot fake-agent` (acp_bridge.snapshot.fake_agent): recorded turns
-  served again.
-
-A new engine is one class and its sessions' `Turns`, not a fourth host.
-"""
+"""What the host needs of each live session, whatever runs its turns: its `Turns`
+(our agent's runner, the wrapped agent's turn, a recording's turn), and what those
+answer with. The `Engine` that makes sessions is in acp_bridge.host.host; the whole
+picture is docs/architecture.md, "The host, the engines and the one peer"."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
-"""`Host`: every ACP session served the same way, whatever runs its turns.
+"""`Host`: every ACP session served the same way, whatever runs its turns (the
+`Engine`, one per process, and each live session's `Turns`: acp_bridge.host.engine).
 
-The host owns what every session needs: the store and the table of live sessions (a
-session is live in this process once `session/new`, `session/load` or `session/resume`
-has opened it, and until `session/close`, `session/delete` or the end of stdin); those
-methods and `session/list`; the params check of every method (acp_bridge.host.params);
-replay on load (one send, waiting for the client to read: memory stays bounded); the
-log-before-send barrier; one prompt at a time per session; cancel routing; and the
-answer of every prompt, settled from its persisted `turn/end`
-(acp_bridge.host.settlement). What runs the turns is an `Engine` and its sessions'
-`Turns` (acp_bridge.host.engine).
-
-Every failure a handler lets out becomes one JSON-RPC error in one place
-(acp_bridge.host.errors.to_rpc_error, which the connection is handed).
+The host owns the store and the table of live sessions, the session methods, the params
+check of every method, replay on load, log before send, one prompt at a time, cancel
+routing, and the answer of every prompt settled from its persisted `turn/end`
+(docs/architecture.md). Every failure a handler lets out becomes one JSON-RPC error in
+one place (acp_bridge.host.errors.to_rpc_error, which the connection is handed).
 """
 
 from __future__ import annotations
