@@ -153,6 +153,16 @@ class PermissionRecord(TypedDict):
     optionId: NotRequired[str]
 
 
+class AgentError(TypedDict):
+    """A wrapped agent's JSON-RPC error answer to the prompt, as it sent it (its member
+    order kept, members JSON-RPC does not define dropped): the `error` reason keeps it
+    so that the prompt is answered, from the log, with that error again."""
+
+    code: int
+    message: str
+    data: NotRequired[JSON]  # any JSON value, null included; absent: it sent none
+
+
 class Reason(TypedDict, total=False):
     """`turn/end.reason`: `kind` plus the fields of that kind (DESIGN.md section 2)."""
 
@@ -163,6 +173,7 @@ class Reason(TypedDict, total=False):
     message: str
     code: str
     retryable: bool
+    agentError: AgentError
     cause: str
 
 
@@ -184,7 +195,7 @@ _REASON_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "max_steps": (frozenset({"limit"}), frozenset()),
     "refusal": (frozenset(), frozenset()),
     "cancelled": (frozenset({"by"}), frozenset()),
-    "error": (frozenset({"step", "message"}), frozenset({"code", "retryable"})),
+    "error": (frozenset({"step", "message"}), frozenset({"code", "retryable", "agentError"})),
     "interrupted": (frozenset({"cause"}), frozenset()),
 }
 
@@ -206,6 +217,19 @@ def reason_problem(value: JSON) -> str | None:
         return f"cancelled by {value['by']!r} is not one of {list(CANCELLED_BY)}"
     if kind == "interrupted" and value["cause"] not in INTERRUPT_CAUSES:
         return f"interrupted cause {value['cause']!r} is not one of {list(INTERRUPT_CAUSES)}"
+    if "agentError" in value:
+        return _agent_error_problem(value["agentError"])
+    return None
+
+
+def _agent_error_problem(error: JSON) -> str | None:
+    """Why `error` cannot be answered again as a JSON-RPC error object, or None."""
+    if not isinstance(error, dict):
+        return "agentError is not an object"
+    if type(error.get("code")) is not int or not isinstance(error.get("message"), str):
+        return "agentError needs an integer code and a string message"
+    if set(error) - {"code", "message", "data"}:
+        return f"agentError has unexpected {sorted(set(error) - {'code', 'message', 'data'})}"
     return None
 
 

@@ -355,7 +355,7 @@ def answer_of(turn: TurnEnd) -> dict[str, Any]:
     `_meta.acpBridge`), after what the engine adds; a failed turn is an error."""
     settled = settle(turn.end)
     if isinstance(settled, TurnFailed):
-        raise TurnFailedError(settled.code, settled.message, dict(settled.data))
+        raise TurnFailedError(settled.error)
     answer = {k: v for k, v in turn.answer.items() if k not in ("stopReason", "_meta")}
     meta = turn.answer.get("_meta")
     answer["stopReason"] = settled["stopReason"]

@@ -34,6 +34,7 @@ from typing import Any, Final
 import orjson
 
 from acp_bridge.host.settlement import TURN_FAILED
+from acp_bridge.rpc.protocol import error_object
 from session.closers import OpenTurn, Unanswered, Unreported, closers
 from session.events import (
     CANCELLED_BY,
@@ -191,22 +192,25 @@ class TurnRecorder:
         return self._close(reason(kind, **fields))
 
     def failed(self, error: dict[str, Any]) -> list[Item]:
-        """The wrapped agent's JSON-RPC error answer to the prompt."""
+        """The wrapped agent's JSON-RPC error answer to the prompt. The reason keeps it
+        whole (`agentError`: settlement answers the editor with it again, as it came) and,
+        for everything else that reads a reason, its words: `code` (`data.code` if a
+        string, else a word for the JSON-RPC code), `message`, `retryable`."""
         if not self._starts_end():
             return []
-        data = error.get("data")
+        sent = error_object(error)
+        data = sent.get("data")
         data = data if isinstance(data, dict) else {}
         code = data.get("code")
         if not isinstance(code, str):
-            number = error.get("code")
-            code = _ERROR_WORDS.get(number, OTHER_ERROR) if type(number) is int else OTHER_ERROR
-        message = error.get("message")
-        # Settlement prefixes "turn failed: " again: a wrapped acp-bridge (or any agent
-        # settling as we do) already said it, and the editor should read it once.
-        text = message.removeprefix(TURN_FAILED) if isinstance(message, str) else "the wrapped agent failed"
+            code = _ERROR_WORDS.get(sent["code"], OTHER_ERROR)
+        # An agent that settles as we do (a wrapped acp-bridge) starts its message so:
+        # the reason's message is what failed, as our own agent records it.
+        text = sent["message"].removeprefix(TURN_FAILED) or f"the wrapped agent failed ({sent['code']})"
         fields: dict[str, Any] = {"step": self._steps, "code": code, "message": text}
         if isinstance(data.get("retryable"), bool):
             fields["retryable"] = data["retryable"]
+        fields["agentError"] = sent
         return self._close(reason("error", **fields))
 
     def cancelled(self, by: str) -> list[Item]:

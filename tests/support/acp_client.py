@@ -101,6 +101,7 @@ class AgentProcess:
         self.cwd = cwd
         self.policy = policy or ClientPolicy()
         self.transcript: list[tuple[str, Any]] = []  # ("->" client to agent | "<-", message)
+        self.lines: list[bytes] = []  # what the agent wrote, line by line, as bytes
         self.updates: list[dict[str, Any]] = []  # session/update params, in order
         self.notifications_seen = anyio.Event()
         self._ids = itertools.count(1)
@@ -149,6 +150,7 @@ class AgentProcess:
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
+                self.lines.append(line)
                 message = orjson.loads(line)  # stdout carries protocol messages only
                 self.transcript.append(("<-", message))
                 self._on_message(message)
