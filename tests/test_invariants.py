@@ -235,6 +235,29 @@ CASES: list[tuple[str, Callable[[], list[Event]], str | None]] = [
         lambda: events_of(Script().start_turn().end_turn("cancelled", by="user")),
         "cancelled by 'user'",
     ),
+    (
+        "a wrapped agent's error that cannot be answered again",
+        lambda: events_of(Script().start_turn().end_turn(
+            "error", step=0, message="m", agentError={"code": "x", "message": "m"})),
+        "agentError needs an integer code and a string message",
+    ),
+    (
+        "a wrapped agent's error with members JSON-RPC does not define",
+        lambda: events_of(Script().start_turn().end_turn(
+            "error", step=0, message="m", agentError={"code": 1, "message": "m", "stack": "s"})),
+        "agentError has unexpected ['stack']",
+    ),
+    (
+        "a wrapped agent's error that is not an object",
+        lambda: events_of(Script().start_turn().end_turn("error", step=0, message="m", agentError=[1])),
+        "agentError is not an object",
+    ),
+    (
+        "agentError on a reason that is not an error",
+        lambda: events_of(Script().start_turn().end_turn(
+            "cancelled", by="session/cancel", agentError={"code": 1, "message": "m"})),
+        "has unexpected ['agentError']",
+    ),
 ]
 
 
@@ -267,6 +290,8 @@ REASONS: list[tuple[str, dict[str, Any]]] = [
     ("cancelled", {"by": "$/cancel_request"}),
     ("error", {"step": 0, "message": "no model"}),
     ("error", {"step": 2, "message": "boom", "code": "rate_limit", "retryable": True}),
+    ("error", {"step": 1, "message": "x", "code": "not_found",
+               "agentError": {"message": "x", "code": -32002, "data": None}}),  # a wrapped agent's, as sent
     ("interrupted", {"cause": "crash"}),
     ("interrupted", {"cause": "shutdown"}),
 ]
