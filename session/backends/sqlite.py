@@ -29,8 +29,8 @@ from session.backends.base import (
     SessionSummary,
     StoredLog,
     check_batch_seqs,
+    first_prompt_title,
     read_whole,
-    title_from_content,
     validate_session_id,
 )
 
@@ -45,7 +45,7 @@ from session.backends.sqlite_read import (
     schema_version_error,
 )
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
-from session.events import USER_MESSAGE, Header
+from session.events import Header
 from session.files import FILE_MODE, OwnerLock, lock_file, private_dir
 from session.scan import TornTail, parse_header
 
@@ -297,10 +297,7 @@ class SqliteSession:
         )
         title = None
         if not self._has_title:
-            for item in batch:
-                if item.event["type"] == USER_MESSAGE:
-                    title = title_from_content(item.event["data"].get("content"))
-                    break
+            title = next(filter(None, (first_prompt_title(item.event) for item in batch)), None)
         # The sessions row is written once more, for the title, and not at every batch:
         # a second table in each commit doubles the WAL pages a durable turn syncs.
         # `updatedAt` is read from the last event instead (UPDATED_AT).
