@@ -50,6 +50,7 @@ VALID: list[bytes] = [
     # Its member order, and text that is not ASCII, as it sent them.
     '{"message":"ünïcødé ✓ order kept","data":{"b":1,"a":[]},"code":-32001}'.encode(),
     b'{"code":4242,"message":"outside the reserved range","data":{"code":"mine","retryable":false}}',
+    b'{"code":-32099,"message":"a NUL \\u0000 inside","data":["\\u0000"]}',  # PostgreSQL text refuses NUL
 ]
 # Not a JSON-RPC error object as it stands: what the editor gets instead, the same for
 # a prompt as for any request the wrapper passes on (acp_bridge.rpc.protocol.error_object).
@@ -110,6 +111,10 @@ async def test_error_answers_pass_through_and_settle_again_from_the_log(tmp_path
             # it (or as FIXED says), in the envelope every prompt answer has.
             assert line == b'{"jsonrpc":"2.0","error":%s,"id":%d}' % (expected, response["id"]), sent
         live = agent.updates_of(sid)
+        # Any request the wrapper passes on is answered the same way: as the child sent it.
+        passed = await agent.request_raw("_error_agent/nothing", {"sessionId": sid})
+        assert answer_line(agent, passed["id"]) == (
+            b'{"jsonrpc":"2.0","id":%d,"error":{"code":-32601,"message":"no _error_agent/nothing here"}}' % passed["id"])
 
     _, events = stored_log(store, sid, kind)
     ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
