@@ -10,9 +10,10 @@ JSON-RPC errors: a wrapped agent's own error answer again, as it sent it, or our
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
+
+import orjson
 
 from acp_bridge.rpc.protocol import AUTH_REQUIRED, INTERNAL_ERROR
 from session.events import TURN_END, Event
@@ -85,7 +86,8 @@ def settle(turn_end: Event) -> Settlement:
     kind = reason.get("kind")
     if kind == "error":
         if "agentError" in reason:
-            return TurnFailed(copy.deepcopy(reason["agentError"]))  # the answer never aliases the event
+            # A copy (JSON in, JSON out): the answer never aliases the event.
+            return TurnFailed(orjson.loads(orjson.dumps(reason["agentError"])))
         data: TurnErrorData = {
             "turn": turn,
             "step": reason["step"],
