@@ -131,9 +131,13 @@ async def test_fast_agent_wrapped_survives_a_kill_of_the_wrapper(tmp_path: Path)
         assert third == {"stopReason": "end_turn",
                          "_meta": {"acpBridge": {"turn": 3, "reason": {"kind": "completed"}}}}
         assert texts(again.updates_of(sid), "agent_message_chunk")[-1] == "third"
+        # Named by its first prompt, past fast-agent's updates before it (its commands).
+        listed = await again.request("session/list", {})
+        assert [(s["sessionId"], s["title"]) for s in listed["sessions"]] == [(sid, "hello there")]
     _, events = stored_log(store, sid)
     check_invariants(events, closed=True)
     assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1, 2, 3]
+    assert events[0]["type"] == "wrapped/update" and "turn" not in events[0]["data"]
 
 
 def test_chat_wrap_and_sessions_show_with_fast_agent(tmp_path: Path) -> None:
