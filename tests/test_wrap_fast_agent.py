@@ -163,3 +163,37 @@ def test_chat_wrap_and_sessions_show_with_fast_agent(tmp_path: Path) -> None:
     assert re.search(r"\n  agent    fast-agent-acp \S+, wrapped \(its session \S+\)\n", show.stdout), show.stdout
     assert f"\n  command  {shlex.join(fast_agent_command(EXECUTABLE))}\n" in show.stdout
     assert "  User:\n    hello from chat\n" in show.stdout and "Turn 1 — completed" in show.stdout
+
+
+async def test_fast_agent_error_answer_passes_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fast-agent on a model that needs a key, with none, fails the prompt: -32603
+    "Internal error" with the explanation in `data`. Through the wrapper the editor gets
+    that error object, byte for byte, and our log holds it (issue 23, point 2)."""
+    assert EXECUTABLE is not None
+    import orjson
+
+    for name in [n for n in os.environ if n.endswith("_API_KEY")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no config or key of the user's
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "fastagent.config.yaml").write_text("llm_retries: 0\n")  # else it retries with backoff, 40 s
+    command = [EXECUTABLE, "--no-update-check", "acp", "--model", "sonnet"]
+    errors: list[bytes] = []
+    sid = ""
+    for agent in (AgentProcess(tmp_path / "unused", cwd=work), WrappedProcess(tmp_path / "store", command, cwd=work)):
+        if not isinstance(agent, WrappedProcess):
+            agent.command = command  # fast-agent itself, as the editor would run it
+        async with agent:
+            await initialize(agent)
+            sid = await agent.new_session(work)
+            answer = await agent.request_raw("session/prompt", {
+                "sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}, timeout=START)
+            assert "error" in answer, answer
+            errors.append(orjson.dumps(answer["error"]))
+    direct, wrapped = errors
+    assert wrapped == direct, (direct, wrapped)
+    assert b"Could not resolve authentication method" in direct  # the explanation, in its data
+    _, events = stored_log(tmp_path / "store", sid)
+    (end,) = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
+    assert orjson.dumps(end["agentError"]) == direct
