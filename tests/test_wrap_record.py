@@ -9,11 +9,19 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from acp_bridge.errors import TurnFailedError
+from acp_bridge.host.engine import TurnEnd
+from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.host import answer_of
+from acp_bridge.rpc.protocol import error_object
 from acp_bridge.wrap.record import TurnRecorder
 from session import SessionStore, check_invariants
 from session.backends.memory import MemoryBackend
 from session.items import Item, step_end, step_start, wrapped_update
+from tests.support.acp_schema import validate_def
 from tests.support.acp_updates import (
     ALLOW,
     MODE,
@@ -29,6 +37,7 @@ from tests.support.acp_updates import (
     thought,
 )
 from tests.support.logs import write
+from tests.support.strategies import json_values
 
 Op = tuple[Any, ...]
 
@@ -295,3 +304,25 @@ def test_a_crash_of_the_agent_mid_turn_is_closed_by_the_repair_closers() -> None
     assert [c["type"] for c in closers] == ["tool/result", "step/end", "turn/end"]
     check_invariants(list(log.events), closed=True)
     log.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(error=st.one_of(json_values(), st.fixed_dictionaries({}, optional={
+    "code": st.one_of(st.integers(-(2**40), 2**40), json_values(2)), "message": json_values(2),
+    "data": json_values(), "extra": json_values(2)})))
+def test_any_error_answer_is_recorded_and_answered_again(error: Any) -> None:
+    """Whatever a child sends as its error (untrusted), the turn is recorded within the
+    invariants and the settled answer is a valid JSON-RPC error: the agent's own, changed
+    only where it is not one (acp_bridge.rpc.protocol.error_object)."""
+    items = record([("failed", error)])
+    logged(items)
+    sent = items[-1][1]["reason"]["agentError"]
+    assert sent == error_object(error) and error_object(sent) == sent  # the rule is stable
+    with pytest.raises(TurnFailedError) as raised:
+        answer_of(TurnEnd({"type": "turn/end", "seq": 2, "time": 0, "data": items[-1][1]}))
+    answer = to_rpc_error(raised.value).to_json()
+    assert answer == sent
+    validate_def("Error", answer)
+    if isinstance(error, dict) and type(error.get("code")) is int and -(2**31) <= error["code"] < 2**31 \
+            and isinstance(error.get("message"), str):
+        assert answer == {k: v for k, v in error.items() if k != "extra"}  # a valid one: as it came
