@@ -319,7 +319,7 @@ def test_any_error_answer_is_recorded_and_answered_again(error: Any) -> None:
     sent = items[-1][1]["reason"]["agentError"]
     assert sent == error_object(error) and error_object(sent) == sent  # the rule is stable
     with pytest.raises(TurnFailedError) as raised:
-        answer_of(TurnEnd({"type": "turn/end", "seq": 2, "time": 0, "data": items[-1][1]}))
+        answer_of(TurnEnd({"type": "turn/end", "seq": 2, "time": 0, "data": dict(items[-1][1])}))
     answer = to_rpc_error(raised.value).to_json()
     assert answer == sent
     validate_def("Error", answer)
