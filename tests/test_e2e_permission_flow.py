@@ -7,8 +7,9 @@ A client keeps one status per tool call and sets it from every `tool_call`,
 `tool_call_update` and from the `toolCall` of a `session/request_permission` (a
 `ToolCallUpdate`). Applied in wire order, a call's status may only move forward:
 pending -> in_progress -> completed | failed. DESIGN.md maps a `tool/call` to `pending`
-then `in_progress` (the call is under way from its durable `tool/call`, its permission
-included), so the permission request's `toolCall` must not carry `pending` again.
+("awaiting approval") and moves it to `in_progress` once it may run: at once, or when
+its permission is granted; a call refused goes from `pending` to `failed`. The
+permission request's `toolCall` carries no status, so it never moves a call.
 """
 
 from __future__ import annotations
@@ -57,8 +58,7 @@ def assert_never_backwards(trail: list[tuple[str, str]]) -> None:
 @pytest.mark.parametrize(("answer", "expected", "written"), [
     ("allow_once", [("tool_call", "pending"), ("tool_call_update", "in_progress"),
                     ("tool_call_update", "completed")], True),
-    ("reject_once", [("tool_call", "pending"), ("tool_call_update", "in_progress"),
-                     ("tool_call_update", "failed")], False),
+    ("reject_once", [("tool_call", "pending"), ("tool_call_update", "failed")], False),
 ])
 async def test_a_permission_request_never_moves_a_call_back(tmp_path: Path, work: Path, answer: str,
                                                     expected: list[tuple[str, str]], written: bool) -> None:
@@ -86,7 +86,7 @@ async def test_a_permission_answered_cancelled_ends_the_turn_by_that_answer(tmp_
         assert answer == {"stopReason": "cancelled", "_meta": {"acpBridge": {
             "turn": 1, "reason": {"kind": "cancelled", "by": "session/request_permission"}}}}
         trail = status_trail(agent, "w1")
-        assert trail == [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("tool_call_update", "failed")]
+        assert trail == [("tool_call", "pending"), ("tool_call_update", "failed")]
         assert (await agent.prompt(sid, "go on"))["stopReason"] == "end_turn"
     assert not (work / "out.txt").exists()
     assert agent.returncode == 0
@@ -114,7 +114,7 @@ async def test_a_session_cancel_during_the_permission_reports_the_call_not_run(t
             await agent.wait_for(lambda: bool(policy.asked))
             await agent.notify("session/cancel", {"sessionId": sid})
     trail = status_trail(agent, "w1")
-    assert trail == [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("tool_call_update", "failed")]
+    assert trail == [("tool_call", "pending"), ("tool_call_update", "failed")]
     (failed,) = [u for u in agent.updates_of(sid) if u.get("status") == "failed"]
     text = failed["content"][0]["content"]["text"]
     assert "before it ran" in text and "running" not in text

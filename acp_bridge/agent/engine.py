@@ -127,7 +127,7 @@ class AgentEngine(Engine["LiveSession"]):
     # --- opening sessions ------------------------------------------------------------
 
     def _activate(self, session_log: SessionLog, *, transcript: Transcript | None = None,
-                  always_allowed: set[str] | None = None) -> LiveSession:
+                  always_allowed: set[permissions.Rule] | None = None) -> LiveSession:
         """Make `session_log` (just created or opened) a live session of the host."""
         from acp_bridge.agent.live import make_live
 
@@ -152,7 +152,7 @@ class AgentEngine(Engine["LiveSession"]):
     def _adopt(self, opened: Opened) -> LiveSession:
         kept = opened.sink
         assert isinstance(kept, KeptOfLog)
-        return self._activate(opened.log, transcript=kept.transcript, always_allowed=kept.always.tools)
+        return self._activate(opened.log, transcript=kept.transcript, always_allowed=kept.always.rules)
 
     async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
         self._require_key(self.config.models[0])
