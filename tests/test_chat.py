@@ -130,7 +130,9 @@ def test_read_only_mode_refuses_without_asking(first: First) -> None:
 
 
 def test_failed_turn_shows_the_error(first: First) -> None:
-    assert "> fail\n[error: turn failed: boom]\n" in first.out
+    # The agent's note of how the turn ended, said once (not again from the error answer).
+    assert "> fail\n[This turn failed: boom.]\n> " in first.out
+    assert "[error:" not in first.out
 
 
 def test_sessions_lists_the_session_and_quit_stops(first: First) -> None:
@@ -182,7 +184,7 @@ async def test_ctrl_c_cancels_then_a_second_quits(tmp_path: Path) -> None:
             await proc.stdin.send(b"long task\n")
             await until("Working on it")
             proc.send_signal(signal.SIGINT)
-            await until("[cancelled]\n")
+            await until("[This turn was cancelled: it was stopped before it finished.]\n")
             await proc.stdin.send(b"next\n")
             await until("After cancel.")
             await proc.stdin.send(b"third\n")
@@ -195,7 +197,8 @@ async def test_ctrl_c_cancels_then_a_second_quits(tmp_path: Path) -> None:
             assert await proc.wait() == 130
         assert not timer.cancelled_caught, out.decode()
     text = out.decode()
-    assert "> long task\n[session: long task]\nWorking on it \n[cancelling: Ctrl-C again quits]\n[cancelled]\n> next\nAfter cancel." in text
+    assert ("> long task\n[session: long task]\nWorking on it \n[cancelling: Ctrl-C again quits]\n"
+            "[This turn was cancelled: it was stopped before it finished.]\n> next\nAfter cancel.") in text
 
 
 def test_subcommand_options_pass_through_to_the_agent() -> None:
