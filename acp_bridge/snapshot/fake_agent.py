@@ -46,7 +46,14 @@ from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import METHOD_NOT_FOUND, ClientError, Handler, RpcError
 from acp_bridge.snapshot.fake_recording import FakeRecording, permission_request, read_fake
 from session import Event, SessionLog, SessionNotFoundError
-from session.events import TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT, TURN_END, USER_MESSAGE, WRAPPED_UPDATE
+from session.events import (
+    TOOL_CALL,
+    TOOL_PERMISSION,
+    TOOL_RESULT,
+    TURN_END,
+    USER_MESSAGE,
+    WRAPPED_UPDATE,
+)
 
 
 @dataclass(eq=False)
