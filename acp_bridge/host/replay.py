@@ -4,7 +4,7 @@
 (issue 8: a 500 MB log under 200 MB of RSS), so nothing here holds the log. In a
 worker thread, each block is read, parsed and checked (`SessionStore.loading`), fed to
 what the engine's live session keeps (a `LoadSink`: our agent's model transcript,
-bounded by the model's context window, and the tools allowed always) and encoded as
+bounded by the model's context window, and the "always allow" rules) and encoded as
 `session/update` lines; the event loop
 writes them and waits for the client to read (`Connection.drain`) before the next block
 is read. What the log keeps in memory afterwards is its last turn (see `SessionLoad`).
@@ -114,8 +114,8 @@ _NAMING = frozenset({USER_MESSAGE, WRAPPED_UPDATE})
 
 
 class LoadSink(Protocol):
-    """What a live session keeps of its whole log (the model transcript, the tools
-    allowed always), fed every event but the text chunks as a load reads them."""
+    """What a live session keeps of its whole log (the model transcript, the "always
+    allow" rules), fed every event but the text chunks as a load reads them."""
 
     def feed(self, event: Event) -> None: ...
 
