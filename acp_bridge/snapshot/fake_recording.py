@@ -90,7 +90,8 @@ def read_fake(log: ReadLog, source: str) -> FakeRecording:
                          if u.get("sessionUpdate") == "tool_call"), None)
             if call is not None:
                 out.calls[data["callId"]] = {k: v for k, v in call.items() if k not in ("sessionUpdate", "status")}
-            out.rules[data["callId"]] = permissions.always_rule(data["name"], data["kind"], data["arguments"])
+            if not out.wrapped:  # our agent's options were made per call; a wrapped agent's are not kept
+                out.rules[data["callId"]] = permissions.always_rule(data["name"], data["kind"], data["arguments"])
         elif etype == WRAPPED_UPDATE and isinstance(data.get("update"), dict):
             update = data["update"]
             if update.get("sessionUpdate") == "current_mode_update" and isinstance(update.get("currentModeId"), str) \
