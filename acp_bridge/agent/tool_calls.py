@@ -3,9 +3,10 @@
 Each call is planned, decided by the session's mode, written as a durable `tool/call`
 before anyone is asked or anything runs (`pending` when it does not run at once: it
 asks the client, or it is refused), let run by a durable `tool/permission` when the
-client's answer allows it, run, and answered by a `tool/result`. A failure the model can act on (bad
-arguments, an unknown tool, a refusal, the tool's own error) is a failed result and
-the turn goes on; a tool that breaks (an unexpected exception) fails the step.
+client's answer allows it, run, and answered by a `tool/result`. A failure the model
+can act on (bad arguments, an unknown tool, a refusal, a permission request that
+failed, the tool's own error) is a failed result and the turn goes on; a tool that
+breaks (an unexpected exception) fails the step.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ class ToolCalls:
     `mode` reads the session's mode when a call is decided (the client may change it
     while a step runs). `always_allowed` is the runner's set (the rules the user allowed
     always for the session: tools.permissions.Rule), shared, so an "allow always"
-    answered here holds for every later step. `cancel` cancels the running turn: a cancelled permission request means
-    the user stopped it (the turn ends `cancelled` by `session/request_permission`).
+    answered here holds for every later step. `cancel` cancels the running turn: a
+    cancelled permission request means the user stopped it (the turn ends `cancelled`
+    by `session/request_permission`).
     `cancelled` says whether the running turn was cancelled already (a session/cancel,
     a session/close, the agent stopping): a permission answer that comes back after
     that is not acted on (docs/protocol.md, "Cancellation").
