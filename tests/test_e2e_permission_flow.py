@@ -34,20 +34,7 @@ WRITE = {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
 
 def status_trail(agent: AgentProcess, call_id: str) -> list[tuple[str, str]]:
     """(where, status) for `call_id`, in wire order, as a client would apply them."""
-    trail = []
-    for direction, message in agent.transcript:
-        if direction != "<-" or "method" not in message:
-            continue
-        params = message["params"]
-        if message["method"] == "session/update":
-            update = params["update"]
-            if update.get("toolCallId") == call_id and "status" in update:
-                trail.append((update["sessionUpdate"], update["status"]))
-        elif message["method"] == "session/request_permission":
-            tool_call = params["toolCall"]
-            if tool_call["toolCallId"] == call_id and "status" in tool_call:
-                trail.append(("request_permission", tool_call["status"]))
-    return trail
+    return [(where, status) for where, status in agent.call_trail(call_id) if status is not None]
 
 
 def assert_never_backwards(trail: list[tuple[str, str]]) -> None:

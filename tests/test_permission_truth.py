@@ -42,19 +42,12 @@ def results(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def trail(agent: AgentProcess, call_id: str) -> list[str]:
     """The statuses a client applies to `call_id`, in wire order, with the permission
-    request where it came (`ask`)."""
+    request where it came (`ask`; its toolCall never sets a status)."""
     out = []
-    for direction, message in agent.transcript:
-        if direction != "<-" or "method" not in message:
-            continue
-        params = message["params"]
-        if message["method"] == "session/update":
-            update = params["update"]
-            if update.get("toolCallId") == call_id and "status" in update:
-                out.append(update["status"])
-        elif message["method"] == "session/request_permission" and params["toolCall"]["toolCallId"] == call_id:
-            assert "status" not in params["toolCall"]
-            out.append("ask")
+    for where, status in agent.call_trail(call_id):
+        if where == "request_permission":
+            assert status is None
+        out.append("ask" if where == "request_permission" else str(status))
     return out
 
 

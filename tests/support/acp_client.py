@@ -265,6 +265,23 @@ class AgentProcess:
     def updates_of(self, sid: str) -> list[dict[str, Any]]:
         return [u["update"] for u in self.updates if u["sessionId"] == sid]
 
+    def call_trail(self, call_id: str) -> list[tuple[str, str | None]]:
+        """What a client applies to the tool call `call_id`, in wire order: (the update's
+        kind, its status) for each update that sets one, and ("request_permission", the
+        status its `toolCall` gives, if any) for each permission request about it."""
+        trail: list[tuple[str, str | None]] = []
+        for direction, message in self.transcript:
+            if direction != "<-" or "method" not in message:
+                continue
+            params = message["params"]
+            if message["method"] == "session/update":
+                update = params["update"]
+                if update.get("toolCallId") == call_id and "status" in update:
+                    trail.append((update["sessionUpdate"], update["status"]))
+            elif message["method"] == "session/request_permission" and params["toolCall"]["toolCallId"] == call_id:
+                trail.append(("request_permission", params["toolCall"].get("status")))
+        return trail
+
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10) -> None:
         with anyio.fail_after(timeout):
             while not predicate():
