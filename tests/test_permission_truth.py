@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -99,6 +101,11 @@ async def test_a_failed_permission_request_is_recorded_as_failed_and_the_model_t
     (failed,) = [u for u in later.updates_of(sid) if u.get("status") == "failed"]
     assert failed["_meta"]["acpBridge"]["permission"] == record
     assert trail(later, "w1") == ["pending", "failed"]
+    # `sessions show` says what the client answered, not just that it was no option.
+    shown = subprocess.run([sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "show", sid],
+                           capture_output=True, text=True, check=True, timeout=30).stdout
+    words = " ".join(str(record[k]) for k in ("outcome", "code") if k in record)
+    assert f"permission: {words} ({record['message']})" in shown
 
 
 # --- "Always allow" covers what it says ----------------------------------------------------
