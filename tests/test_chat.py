@@ -102,6 +102,7 @@ def test_text_answer_and_thinking(first: First) -> None:
 def test_permission_allowed_writes_the_file(first: First) -> None:
     assert (first.work / "out.txt").read_text() == "hi\nthere\n"
     assert ("Writing. \n⚙ Write out.txt [pending]\n? Write out.txt (edit)\n    out.txt +2 -0 (new file)\n"
+            "    a[l]ways: Always allow all write_file calls\n"
             "  [a]llow once / allow a[l]ways / [r]eject: maybe\n"
             "  [a]llow once / allow a[l]ways / [r]eject: a\n"
             "  ✓ completed: out.txt +2 -0 (new file)\nWritten. \n") in first.out
@@ -286,6 +287,16 @@ def test_render_permission_and_diffs() -> None:
         {"type": "diff", "path": "/w/x.py", "oldText": "a\n", "newText": "a\nb\n"}]})
     assert question == "? Edit x.py (edit)\n    x.py +1 -0\n  [a]llow once / allow a[l]ways / [r]eject: "
     assert r.open and r.typed("a", echo=True) == "a\n" and not r.open
+    # What "always" allows, as the agent names it (a plain "Always allow" says nothing more).
+    options = [{"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+               {"optionId": "allow_always", "name": "Always allow `echo one`", "kind": "allow_always"}]
+    question = r.permission({"toolCallId": "d", "title": "Run echo one", "kind": "execute"}, options)
+    assert question == ("? Run echo one (execute)\n    a[l]ways: Always allow `echo one`\n"
+                        "  [a]llow once / allow a[l]ways / [r]eject: ")
+    plain = [{"optionId": "x", "name": "Always allow", "kind": "allow_always"}]
+    assert "a[l]ways:" not in r.permission({"toolCallId": "e", "title": "t"}, plain)
+    evil = [{"optionId": "x", "name": "Always \x1b[2Jallow", "kind": "allow_always"}]
+    assert "\x1b" not in r.permission({"toolCallId": "f", "title": "t"}, evil)
 
 
 def test_sessions_table() -> None:

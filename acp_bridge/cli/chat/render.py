@@ -198,14 +198,20 @@ class Renderer:
             return self.newline()
         return self.line(f"[error: {clean(message)}]")
 
-    def permission(self, tool_call: Mapping[str, Any]) -> str:
-        """The question for `session/request_permission`, ending in the choices."""
+    def permission(self, tool_call: Mapping[str, Any], options: Any = None) -> str:
+        """The question for `session/request_permission`, ending in the choices. The
+        agent's name for its "always" option is shown when it says more than "Always
+        allow" (acp-bridge names what it allows: a command, every call of a tool)."""
         tool_call = cleaned(tool_call)  # what the agent sends is never a terminal command
         title = tool_call.get("title") or "tool call"
         kind = tool_call.get("kind") or self._kinds.get(str(tool_call.get("toolCallId")), "other")
         text = self.line(f"? {title} ({kind})")
         for item in _diffs(tool_call.get("content")):
             text += self._text(f"    {diff_summary(item, self.cwd)}\n")
+        always = next((o.get("name") for o in options if isinstance(o, dict) and o.get("kind") == "allow_always"),
+                      None) if isinstance(options, list) else None
+        if isinstance(always, str) and always.strip() and always.strip().lower() != "always allow":
+            text += self._text(f"    a[l]ways: {clean(always)}\n")
         return text + self.choices()
 
     def choices(self) -> str:
