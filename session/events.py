@@ -29,6 +29,9 @@ WRAPPED_UPDATE: Final = "wrapped/update"
 # Another addition: a session setting the client changed (the model, the thought
 # level), recorded when it changes, so a load carries it on before any turn used it.
 CONFIG_SET: Final = "config/set"
+# Another: the client's answer that lets a `pending` tool call run, durable before it
+# runs, so a log tells a call that waited for its permission from one that may have run.
+TOOL_PERMISSION: Final = "tool/permission"
 
 EVENT_TYPES: Final = frozenset(
     {
@@ -43,6 +46,7 @@ EVENT_TYPES: Final = frozenset(
         TURN_END,
         WRAPPED_UPDATE,
         CONFIG_SET,
+        TOOL_PERMISSION,
     }
 )
 
@@ -58,6 +62,7 @@ EventType = Literal[
     "turn/end",
     "wrapped/update",
     "config/set",
+    "tool/permission",
 ]
 
 # The seven turn/end reason kinds: a closed set, one total mapping per consumer.
@@ -149,8 +154,15 @@ class ToolError(TypedDict):
 
 
 class PermissionRecord(TypedDict):
+    """The client's answer to a permission request: `selected` (with `optionId`),
+    `cancelled`, or, when it gave no usable answer, `error` (it answered with a
+    JSON-RPC error: its `code` and `message`) or `invalid` (an answer that is not one
+    of the options offered: `message` says what came)."""
+
     outcome: str
     optionId: NotRequired[str]
+    code: NotRequired[int]
+    message: NotRequired[str]
 
 
 class AgentError(TypedDict):

@@ -21,6 +21,7 @@ from session.events import (
     STEP_END,
     STEP_START,
     TOOL_CALL,
+    TOOL_PERMISSION,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -87,6 +88,10 @@ class ToolCallData(TypedDict):
     title: str
     kind: str
     locations: NotRequired[list[JSON]]
+    # The call does not start with this event: it waits for the client's permission
+    # (a `tool/permission` lets it run) or is refused before it runs (its failed
+    # `tool/result` follows). Absent: the call runs right after its `tool/call`.
+    pending: NotRequired[bool]
 
 
 class ToolResultData(TypedDict):
@@ -98,6 +103,16 @@ class ToolResultData(TypedDict):
     error: NotRequired[ToolError]
     display: NotRequired[list[JSON]]
     permission: NotRequired[PermissionRecord]
+
+
+class ToolPermissionData(TypedDict):
+    """`tool/permission`: the client's answer (`permission`) lets the `pending` call
+    `callId` run; written durably before it runs."""
+
+    turn: int
+    step: int
+    callId: str
+    permission: PermissionRecord
 
 
 class TurnEndData(TypedDict):
@@ -165,14 +180,22 @@ def assistant_message(
 
 def tool_call(
     turn: int, step: int, call_id: str, *, name: str, arguments: JSON, title: str, kind: str,
-    locations: list[JSON] | None = None,
+    locations: list[JSON] | None = None, pending: bool = False,
 ) -> tuple[Literal["tool/call"], ToolCallData]:
-    """`locations` is left out when there are none."""
+    """`locations` is left out when there are none, `pending` when it is false."""
     data: ToolCallData = {"turn": turn, "step": step, "callId": call_id, "name": name,
                           "arguments": arguments, "title": title, "kind": kind}
     if locations:
         data["locations"] = locations
+    if pending:
+        data["pending"] = True
     return (TOOL_CALL, data)
+
+
+def tool_permission(
+    turn: int, step: int, call_id: str, permission: PermissionRecord
+) -> tuple[Literal["tool/permission"], ToolPermissionData]:
+    return (TOOL_PERMISSION, {"turn": turn, "step": step, "callId": call_id, "permission": permission})
 
 
 def tool_result(

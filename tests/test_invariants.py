@@ -258,6 +258,59 @@ CASES: list[tuple[str, Callable[[], list[Event]], str | None]] = [
             "cancelled", by="session/cancel", agentError={"code": 1, "message": "m"})),
         "has unexpected ['agentError']",
     ),
+    (
+        "a pending call let run by its permission, then answered",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .grant("c").result("c").end_step().end_turn()),
+        None,
+    ),
+    (
+        "a pending call refused without a permission",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .result("c", error=True).end_step().end_turn()),
+        None,
+    ),
+    (
+        "a permission for a call that did not wait for one",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c").grant("c")),
+        "is not waiting for a permission",
+    ),
+    (
+        "a permission given twice",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .grant("c").grant("c")),
+        "is not waiting for a permission",
+    ),
+    (
+        "a permission before its tool/call",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).grant("c")),
+        "is not waiting for a permission",
+    ),
+    (
+        "a permission after its result",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .result("c", error=True).grant("c")),
+        "is not waiting for a permission",
+    ),
+    (
+        "a permission for a call of another step",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .result("c").end_step().start_step().grant("c")),
+        "is not a tool call of step 2",
+    ),
+    (
+        "a permission without an outcome",
+        lambda: changed(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                        .grant("c"), -1, data={"turn": 1, "step": 1, "callId": "c", "permission": {}}),
+        "permission must be an object with an outcome",
+    ),
+    (
+        "pending that is not true",
+        lambda: changed(Script().start_turn().start_step().message("m", calls=("c",)).call("c"), -1,
+                        data={**events_of(Script().start_turn().start_step().message("m", calls=("c",))
+                                          .call("c"))[-1]["data"], "pending": False}),
+        "pending must be true when present",
+    ),
 ]
 
 

@@ -133,8 +133,11 @@ async def test_error_answers_pass_through_and_settle_again_from_the_log(tmp_path
         loaded = await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         assert loaded["_meta"]["acpBridge"]["turns"] == len(CASES)
         replayed = again.updates_of(sid)
-    assert texts(replayed, "agent_message_chunk") == texts(live, "agent_message_chunk") == \
-        ["about to fail"] * len(CASES)
+    # Each turn's text, then the note that says it failed, live as on the reload.
+    assert texts(replayed, "agent_message_chunk") == texts(live, "agent_message_chunk")
+    shown = texts(live, "agent_message_chunk")
+    assert shown[0::2] == ["about to fail"] * len(CASES)
+    assert all(note.startswith("\n\n[This turn failed: ") for note in shown[1::2]) and len(shown) == 2 * len(CASES)
     _, after = stored_log(store, sid, kind)
     assert settled_again(after) == [expected for _, expected in CASES]
 

@@ -5,9 +5,9 @@ Made for sessions recorded by `acp-bridge wrap` (a third-party agent's turns, wi
 plans, modes and interim tool updates in `wrapped/update`), it serves any session log:
 each `session/prompt` of a session is answered from the recorded turn of the same
 number. The turn's events become `session/update`s through the agent's own mapping
-(acp_bridge.host.updates, as the live agent streamed them); a recorded tool result
-that carried a permission decision is preceded by a `session/request_permission` to the
-client (with the recorded call and the recorded agent's option where the log has it,
+(acp_bridge.host.updates, as the live agent streamed them); a recorded permission
+decision (a `tool/permission` that let the call run, else the call's `tool/result` that
+carried it) is preceded by a `session/request_permission` to the client (with the recorded call and the recorded agent's option where the log has it,
 acp_bridge.snapshot.fake_recording; the recorded decision is replayed whatever the
 answer); the answer is settled from the recorded `turn/end` (acp_bridge.host.settlement).
 A turn the client cancelled (`session/cancel`) streams what it had, then waits for the
@@ -46,7 +46,14 @@ from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import METHOD_NOT_FOUND, ClientError, Handler, RpcError
 from acp_bridge.snapshot.fake_recording import FakeRecording, permission_request, read_fake
 from session import Event, SessionLog, SessionNotFoundError
-from session.events import TOOL_CALL, TOOL_RESULT, TURN_END, USER_MESSAGE, WRAPPED_UPDATE
+from session.events import (
+    TOOL_CALL,
+    TOOL_PERMISSION,
+    TOOL_RESULT,
+    TURN_END,
+    USER_MESSAGE,
+    WRAPPED_UPDATE,
+)
 
 
 @dataclass(eq=False)
@@ -81,10 +88,13 @@ class FakeSession:
             raise agent.failed(number, "replay_mismatch", "the prompt differs from the recorded one")
         stream = events[:-1]
         merged: set[int] = set()  # wrapped/updates sent with the result before them
+        asked: set[str] = set()  # calls whose permission was asked (at their tool/permission)
         for index, event in enumerate(stream):
             if index in merged:
                 continue
-            if event["type"] == TOOL_RESULT and "permission" in event["data"]:
+            if event["type"] == TOOL_PERMISSION or (event["type"] == TOOL_RESULT and "permission" in event["data"]
+                                                     and event["data"]["callId"] not in asked):
+                asked.add(event["data"]["callId"])
                 await agent.ask(self.sid, event)
             extra = _extra_fields(event, stream[index + 1] if index + 1 < len(stream) else None)
             if extra is not None:
@@ -99,7 +109,7 @@ class FakeSession:
             await self.cancelled.wait()
         # What the recorded agent sent after this turn follows its answer.
         agent.send_all(self.sid, self.ctx, agent.between.get(number, []), after_answer=True)
-        return TurnEnd(end)
+        return TurnEnd(end, shown=False)
 
     def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
         if by == "$/cancel_request":

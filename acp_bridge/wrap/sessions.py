@@ -136,7 +136,7 @@ class WrappedSession:
                     await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="shutdown"))
         end = ends[-1]
         assert end["type"] == TURN_END, end
-        return TurnEnd(end, result)
+        return TurnEnd(end, result, shown=False)
 
     async def _ask(self, recorder: TurnRecorder, link: ChildLink, params: dict[str, Any],
                    result: dict[str, Any]) -> list[Event]:

@@ -29,6 +29,14 @@ CLIENT_CAPS_NONE: dict[str, Any] = {}
 CLIENT_CAPS_ALL: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
 
 
+class ClientErrorAnswer(Exception):
+    """Raised by a policy to answer the agent's request with this JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.error = {"code": code, "message": message}
+
+
 class AgentError(Exception):
     def __init__(self, error: dict[str, Any]) -> None:
         super().__init__(f"{error.get('code')}: {error.get('message')}")
@@ -41,7 +49,8 @@ class AgentError(Exception):
 class ClientPolicy:
     """How the client answers the agent's requests."""
 
-    permissions: list[str | None] = field(default_factory=list)  # optionIds; None = cancelled
+    # optionIds; None = cancelled; a dict = the result as given; an exception = that error answer
+    permissions: list[str | dict[str, Any] | ClientErrorAnswer | None] = field(default_factory=list)
     hang_permissions: bool = False  # never answer permission requests
     asked: list[dict[str, Any]] = field(default_factory=list)
     fs_calls: list[tuple[str, str]] = field(default_factory=list)
@@ -55,6 +64,10 @@ class ClientPolicy:
             option = self.permissions.pop(0) if self.permissions else "reject_once"
             if option is None:
                 return {"outcome": {"outcome": "cancelled"}}
+            if isinstance(option, ClientErrorAnswer):
+                raise option
+            if isinstance(option, dict):
+                return option
             return {"outcome": {"outcome": "selected", "optionId": option}}
         if method == "fs/read_text_file":
             self.fs_calls.append((method, params["path"]))
@@ -180,6 +193,8 @@ class AgentProcess:
             reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"], "result": result}
         except FileNotFoundError as exc:
             reply = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32002, "message": str(exc)}}
+        except ClientErrorAnswer as exc:
+            reply = {"jsonrpc": "2.0", "id": request["id"], "error": exc.error}
         await self.send(reply)
 
     async def send(self, message: Any) -> None:
@@ -251,6 +266,23 @@ class AgentProcess:
 
     def updates_of(self, sid: str) -> list[dict[str, Any]]:
         return [u["update"] for u in self.updates if u["sessionId"] == sid]
+
+    def call_trail(self, call_id: str) -> list[tuple[str, str | None]]:
+        """What a client applies to the tool call `call_id`, in wire order: (the update's
+        kind, its status) for each update that sets one, and ("request_permission", the
+        status its `toolCall` gives, if any) for each permission request about it."""
+        trail: list[tuple[str, str | None]] = []
+        for direction, message in self.transcript:
+            if direction != "<-" or "method" not in message:
+                continue
+            params = message["params"]
+            if message["method"] == "session/update":
+                update = params["update"]
+                if update.get("toolCallId") == call_id and "status" in update:
+                    trail.append((update["sessionUpdate"], update["status"]))
+            elif message["method"] == "session/request_permission" and params["toolCall"]["toolCallId"] == call_id:
+                trail.append(("request_permission", params["toolCall"].get("status")))
+        return trail
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10) -> None:
         with anyio.fail_after(timeout):

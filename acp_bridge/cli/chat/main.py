@@ -320,7 +320,7 @@ class Chat(SlashCommands):
     async def _permission(self, toolCall: dict[str, Any], options: list[Any], **_: Any) -> dict[str, Any]:
         if self._cancel_sent:  # the turn is being cancelled: no more questions
             return CANCELLED
-        prompt = self.render.permission(toolCall)
+        prompt = self.render.permission(toolCall, options)
         answer: str | None = None
         try:
             with anyio.CancelScope() as scope:
