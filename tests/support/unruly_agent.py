@@ -1,0 +1,94 @@
+"""A raw ACP agent that misbehaves on purpose, for tests/test_wrap_unruly.py (issue 23:
+`wrap` keeps its promise when the wrapped agent does not).
+
+    python tests/support/unruly_agent.py [--record FILE]
+
+What a prompt does is named by its text:
+
+- `stream N MS`: N message chunks (`c1 `, `c2 `...), one every MS milliseconds, then
+  `end_turn`, whatever comes meanwhile: it ignores `session/cancel` (as the SDK echo
+  agent and opencode did);
+- `hang`: it stops answering anything at all from then on (prompts, cancels, closes),
+  while it keeps reading its stdin;
+- anything else is echoed, one chunk per word, and answered `end_turn`.
+
+`--record FILE` appends every message it reads, one JSON line each, so a test can see
+what the wrapper sent it (its `session/cancel`). It offers `session/close`. Plain
+JSON-RPC over stdio, one message per line, only the standard library: it starts in a
+few tens of milliseconds, so tests can restart it many times.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+LOCK = threading.Lock()
+SESSIONS = itertools.count(1)
+
+
+def send(message: dict[str, Any]) -> None:
+    with LOCK:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+def chunk(sid: str, text: str) -> None:
+    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
+        "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}})
+
+
+def stream(rid: Any, sid: str, count: int, every_ms: int) -> None:
+    for n in range(1, count + 1):
+        time.sleep(every_ms / 1000)
+        chunk(sid, f"c{n} ")
+    send({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})
+
+
+def prompt_text(params: dict[str, Any]) -> str:
+    return " ".join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))
+
+
+def main() -> None:
+    record = sys.argv[sys.argv.index("--record") + 1] if "--record" in sys.argv else None
+    hung = False
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if record is not None:
+            with open(record, "a", encoding="utf-8") as out:
+                out.write(json.dumps(message) + "\n")
+        method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
+        if hung or method is None or rid is None:
+            continue  # answers, notifications (session/cancel: ignored), or nothing at all any more
+        if method == "initialize":
+            result: Any = {"protocolVersion": 1, "agentInfo": {"name": "unruly", "version": "1"},
+                           "agentCapabilities": {"loadSession": False, "sessionCapabilities": {"close": {}}}}
+        elif method == "session/new":
+            result = {"sessionId": f"unruly-{next(SESSIONS)}"}
+        elif method == "session/close":
+            result = {}
+        elif method == "session/prompt":
+            sid, words = params.get("sessionId", ""), prompt_text(params).split()
+            if words[:1] == ["hang"]:
+                hung = True
+                continue
+            if words[:1] == ["stream"]:
+                threading.Thread(target=stream, args=(rid, sid, int(words[1]), int(words[2])), daemon=True).start()
+                continue
+            for word in words:
+                chunk(sid, word + " ")
+            result = {"stopReason": "end_turn"}
+        else:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no {method} here"}})
+            continue
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+if __name__ == "__main__":
+    main()
