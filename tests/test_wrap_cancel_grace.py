@@ -22,6 +22,7 @@ import anyio
 import pytest
 
 from session import check_invariants
+from tests.support.acp_client import AgentProcess
 from tests.support.logs import loaded_events
 from tests.support.unruly import (
     agent_pids,
@@ -45,7 +46,7 @@ def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACP_BRIDGE_CANCEL_GRACE", str(GRACE))
 
 
-async def cancel_of(agent: WrappedProcess, tg: anyio.abc.TaskGroup, by: str, sid: str, prompt_id: str,
+async def cancel_of(agent: AgentProcess, tg: anyio.abc.TaskGroup, by: str, sid: str, prompt_id: str,
                     closed: dict[str, Any]) -> None:
     """The editor's cancel of the running prompt `prompt_id`, `by` the given message (a
     `session/close` is a request: its answer lands in `closed`, with its time)."""
@@ -83,7 +84,7 @@ async def test_a_cancel_the_child_ignores_is_answered_by_the_wrapper_within_the_
             assert closed["answer"]["result"] == {} and closed["at"] - cancelled_at <= BOUND
         await anyio.sleep(0.5)  # the child streams on meanwhile: none of it is shown
         assert len(agent.updates_of(sid)) == shown
-        child_sid = next(m["params"]["sessionId"] for m in read_by_agent(record) if m.get("method") == "session/new")
+        child_sid = next(m["params"]["sessionId"] for m in read_by_agent(record) if m.get("method") == "session/prompt")
         assert {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": child_sid}} in \
             read_by_agent(record)
         if by == "session/close":  # closed: the editor loads it again to go on

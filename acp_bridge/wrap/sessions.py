@@ -26,27 +26,48 @@ The turn's closing events are appended on the event loop, not in a worker thread
 the agent does: the child's updates are recorded in its connection's reader, and the
 turn's end must sit after every update that came before the answer and before every
 one after it. That costs the loop one fsync per turn (and one per step end).
+
+The editor's cancel is enforced (docs/wrap.md, "The cancel grace"): the child is sent
+`session/cancel`, and if it has not answered the prompt within the grace the wrapper
+closes the turn `cancelled {by, forced: true}` and the host answers it. The child
+session is then `stuck` (`SessionMap.stuck`) until the child answers that prompt: its
+updates, requests and notifications meanwhile are the old turn's and are dropped, and
+the session's next use takes the child back (restarted, or a fresh child session,
+acp_bridge.wrap.engine). A child that dies before it read the prompt (it was killed a
+moment before, and the prompt went to its pipe) is restarted and sent the prompt again
+(`RESENDS`): only a child that dies during the prompt closes the turn `interrupted`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import anyio
 
-from acp_bridge.errors import AgentExitedError, AgentProtocolError
+from acp_bridge.errors import (
+    AcpBridgeError,
+    AgentExitedError,
+    AgentProtocolError,
+    RequestRefusedError,
+)
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.errors import relayed, to_rpc_error
+from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import ChildLink
+from acp_bridge.wrap.link import Call, ChildLink, permission_cancelled
 from acp_bridge.wrap.record import TurnRecorder
 from session import SessionLog
 from session.events import TURN_END, Event
 
 log = logging.getLogger("acp_bridge.wrap.sessions")
+
+# Times a prompt is sent again to a restarted child that died without reading it (one
+# is what a kill just before the prompt takes; more, and the child cannot be run).
+RESENDS: Final = 2
 
 
 class Child(Protocol):
@@ -55,11 +76,19 @@ class Child(Protocol):
     @property
     def agent_name(self) -> str: ...
 
+    @property
+    def cancel_grace(self) -> float:
+        """Seconds the child has to answer a cancelled prompt before the wrapper does."""
+
     async def child_session(self, ws: WrappedSession) -> tuple[ChildLink, str]:
         """The child's session for `ws` on its current run (restored if stale)."""
 
     def tell_cancel(self, ws: WrappedSession, params: Mapping[str, Any] | None) -> None:
         """Pass the editor's cancel of `ws`'s running turn on to the child."""
+
+    def stuck(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
+        """`ws`'s child session `child_sid` still runs a turn the wrapper ended (`call`:
+        its prompt, not answered yet)."""
 
     async def close_child_session(self, ws: WrappedSession) -> None:
         """Close `ws`'s session in the child, if it can close sessions."""
@@ -87,6 +116,9 @@ class WrappedSession:
     cancelling: bool = False
     asking: set[anyio.CancelScope] = field(default_factory=set)  # its permission requests at the editor
     stopping: anyio.CancelScope | None = None  # the running prompt's wait on the child
+    cancel_at: float | None = None  # when the grace of the editor's cancel of the running turn ends
+    waiting: anyio.CancelScope | None = None  # the wait for the child's answer (its deadline: `cancel_at`)
+    close_by: float | None = None  # when a `session/close` of the running turn must be answered
     restoring: bool = False  # the child is replaying to us (or seeded): kept from the editor
     seeding: bool = False  # the wrapper's own seed prompt runs (acp_bridge.wrap.seed)
 
@@ -117,14 +149,14 @@ class WrappedSession:
     async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
         """Record and pass on one prompt; the turn's persisted end and the child's answer."""
         recorder = TurnRecorder(self.log.tracker.turn + 1, agent=self.child.agent_name, mode=self.mode)
-        self.recorder, self.cancelled_by, self.cancelling = recorder, None, False
+        self.recorder, self.cancelled_by, self.cancelling, self.cancel_at = recorder, None, False, None
         result: dict[str, Any] = {}
         try:
             link, child_sid = await self.child.child_session(self)  # a dead child is restarted first
             self.log.extend(recorder.prompt(prompt))
             with anyio.CancelScope() as scope:
                 self.stopping = scope
-                ends = await self._ask(recorder, link, {**params, "sessionId": child_sid, "prompt": prompt}, result)
+                ends = await self._run(recorder, link, child_sid, {**params, "prompt": prompt}, result)
             if scope.cancelled_caught:  # our stdin ended (`stop`)
                 ends = await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="shutdown"))
         finally:
@@ -138,12 +170,46 @@ class WrappedSession:
         assert end["type"] == TURN_END, end
         return TurnEnd(end, result)
 
-    async def _ask(self, recorder: TurnRecorder, link: ChildLink, params: dict[str, Any],
+    async def _run(self, recorder: TurnRecorder, link: ChildLink, child_sid: str, params: dict[str, Any],
                    result: dict[str, Any]) -> list[Event]:
+        """Send the prompt and wait for the child's answer: the events that closed the
+        turn. A child that died without reading a byte of the prompt never had it: it is
+        restarted and sent it again (`RESENDS` times at most)."""
+        for resend in range(RESENDS + 1):
+            if self.cancelled_by is not None and resend:  # cancelled while the child was down
+                return self.log.extend(recorder.cancelled(self.cancelled_by))
+            call = link.ask("session/prompt", {**params, "sessionId": child_sid})
+            if not await self._wait(call):
+                return self._forced(recorder, child_sid, call)
+            if not (isinstance(call.error, AgentExitedError) and call.unread) or resend == RESENDS:
+                break
+            log.warning("session %s: the wrapped agent died before it read the prompt of turn %d: sending it to "
+                        "the restarted agent", self.id, recorder.turn)
+            try:
+                link, child_sid = await self.child.child_session(self)
+            except AcpBridgeError as exc:  # it cannot be started again, or died again on the way
+                log.warning("session %s: %s", self.id, exc)
+                return await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="crash"))
+        return await self._answered(recorder, call, result)
+
+    async def _wait(self, call: Call) -> bool:
+        """Wait for the child's answer to `call`; False if the grace of the editor's
+        cancel ran out first (`cancel` moves the deadline)."""
+        with anyio.CancelScope(deadline=math.inf if self.cancel_at is None else self.cancel_at) as waiting:
+            self.waiting = waiting
+            try:
+                await call.done.wait()
+            finally:
+                self.waiting = None
+        return call.done.is_set()
+
+    async def _answered(self, recorder: TurnRecorder, call: Call, result: dict[str, Any]) -> list[Event]:
         """The child's answer to the prompt, recorded: the events that closed the turn."""
         try:
-            answer = await link.call("session/prompt", params)
+            answer = call.outcome()
         except AgentExitedError:
+            if call.unread and self.cancelled_by is not None:  # it never ran: the editor's cancel ends it
+                return self.log.extend(recorder.cancelled(self.cancelled_by))
             return await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="crash"))
         except ClientError as exc:
             return self.log.extend(recorder.failed(relayed(exc).to_json()))
@@ -156,15 +222,33 @@ class WrappedSession:
             items = recorder.answer(answer)
         return self.log.extend(items)
 
+    def _forced(self, recorder: TurnRecorder, child_sid: str, call: Call) -> list[Event]:
+        """The child did not answer the cancelled prompt within the grace: the turn ends
+        here, `cancelled {by, forced: true}`, and the child session is stuck until the
+        child answers (what it sends for it meanwhile is dropped). No await from here to
+        the turn's end: no update of the child's is recorded or shown in between."""
+        by = self.cancelled_by or "session/cancel"
+        log.warning("session %s: the wrapped agent did not answer the cancelled turn %d within %.3g s: "
+                    "answered `cancelled` by acp-bridge", self.id, recorder.turn, self.child.cancel_grace)
+        self.child.stuck(self, child_sid, call)
+        return self.log.extend(recorder.cancelled(by, forced=True))
+
     def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
         """The editor cancelled the running turn: the child is told (`params`: the
-        editor's session/cancel, passed on as it came), and the child's permission
-        requests waiting on the editor stop waiting (answered `cancelled`, without
-        recording; `$/cancel_request` to the editor for one it has not answered)."""
+        editor's session/cancel, passed on as it came), its grace starts (the first
+        cancel's), and the child's permission requests waiting on the editor stop
+        waiting (answered `cancelled`, without recording; `$/cancel_request` to the
+        editor for one it has not answered)."""
         if self.recorder is None:
             return False
         self.cancelled_by = self.cancelled_by or by
         self.cancelling = True
+        if self.cancel_at is None:
+            self.cancel_at = anyio.current_time() + self.child.cancel_grace
+            if self.waiting is not None:
+                self.waiting.deadline = self.cancel_at
+        if by == "session/close":
+            self.close_by = self.cancel_at
         for scope in self.asking:
             scope.cancel()
         self.child.tell_cancel(self, params)
@@ -184,10 +268,16 @@ class WrappedSession:
 
 
 class SessionMap:
-    """The child's session ids -> ours, for the sessions live here."""
+    """The child's session ids -> ours, for the sessions live here; and the child
+    sessions that are `stuck` on the child's current run."""
 
     def __init__(self) -> None:
         self.theirs: dict[str, WrappedSession] = {}
+        # Child session id -> the prompt of it whose answer the wrapper stopped waiting
+        # for (the cancel grace ran out). What the child sends for that session until it
+        # answers (for good, if a fresh session replaced it) is the old turn's: dropped.
+        self.stuck: dict[str, Call] = {}
+        self.dropped: dict[str, int] = {}  # stuck session -> messages of it dropped
 
     def bind(self, ws: WrappedSession, child_sid: str, generation: int) -> None:
         if ws.child_sid is not None and self.theirs.get(ws.child_sid) is ws:
@@ -202,6 +292,70 @@ class SessionMap:
     def of_child(self, child_sid: Any) -> WrappedSession | None:
         return self.theirs.get(child_sid) if isinstance(child_sid, str) else None
 
+    def is_stuck(self, child_sid: Any) -> bool:
+        return isinstance(child_sid, str) and child_sid in self.stuck
+
+    def drop(self, child_sid: Any, what: str) -> None:
+        """A message of a stuck child session, kept from the editor and the log."""
+        count = self.dropped[child_sid] = self.dropped.get(child_sid, 0) + 1
+        if count == 1:
+            log.info("the wrapped agent's session %s runs a turn acp-bridge ended: dropping its %s and what "
+                     "follows until it answers", child_sid, what)
+
+    def stick(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
+        """`ws`'s child session `child_sid` is stuck until the child answers `call`:
+        then it is in step again, if it is still `ws`'s."""
+        self.stuck[child_sid] = call
+
+        def late(done: Call) -> None:
+            if done.error is None:
+                log.info("session %s: the wrapped agent answered its cancelled turn late (%s): dropped, with %d "
+                         "message(s) before it", ws.id, done.result, self.dropped.get(child_sid, 0))
+            if self.stuck.get(child_sid) is done and self.theirs.get(child_sid) is ws and done.error is None:
+                del self.stuck[child_sid]
+                self.dropped.pop(child_sid, None)
+
+        call.late = late
+
+    def new_run(self) -> None:
+        """The child was restarted: nothing of the old run is stuck on the new one."""
+        for child_sid, count in self.dropped.items():
+            log.info("the wrapped agent's session %s: %d message(s) of a turn acp-bridge ended were dropped",
+                     child_sid, count)
+        self.stuck.clear()
+        self.dropped.clear()
+
+
+def kept_from_editor(fallback_for: Callable[[ChildLink], Fallback],
+                     sessions: SessionMap) -> Callable[[ChildLink], Fallback]:
+    """The child's requests and notifications for a session being seeded
+    (acp_bridge.wrap.seed), or for a stuck one (a turn the wrapper ended), never reach
+    the editor: a permission is answered `cancelled`, other requests refused,
+    notifications dropped. Everything else goes to `fallback_for`'s handler."""
+    def make(link: ChildLink) -> Fallback:
+        inner = fallback_for(link)
+
+        async def fallback(method: str, params: Any, is_request: bool) -> Any:
+            child_sid = params.get("sessionId") if isinstance(params, dict) else None
+            ws = sessions.of_child(child_sid)
+            if sessions.is_stuck(child_sid):
+                sessions.drop(child_sid, method)
+                code, why = "cancelled", "after acp-bridge ended the session's turn"
+            elif ws is not None and ws.seeding:
+                log.info("session %s: %s of the wrapped agent while seeding: kept from the editor", ws.id, method)
+                code, why = "seeding", "while acp-bridge seeds the session"
+            else:
+                return await inner(method, params, is_request)
+            if not is_request:
+                return None
+            if method == "session/request_permission":
+                return permission_cancelled()
+            raise RequestRefusedError(f"{method} is not available {why}", code=code)
+
+        return fallback
+
+    return make
+
 
 Restored = Literal["load", "resume", "fresh"]
 
@@ -212,6 +366,8 @@ async def restore(ws: WrappedSession, link: ChildLink, caps: dict[str, Any],
     (its modes, config options...). A child that refuses to load or resume its old
     session gets a fresh one (it lost it): AgentExitedError and nothing else goes out."""
     old = ws.stored_child_sid()
+    if sessions.is_stuck(old):  # it still runs a turn we ended: only a new one is ours
+        old = None
     session_caps = caps.get("sessionCapabilities") or {}
     ways: list[tuple[Restored, str]] = []
     if old is not None and caps.get("loadSession") is True:

@@ -64,6 +64,9 @@ class ChildSide:
             self._editor().notify("session/update", params)
             return
         child_sid = params.get("sessionId")
+        if self._sessions.is_stuck(child_sid):  # of a turn the wrapper ended (the cancel grace)
+            self._sessions.drop(child_sid, "updates")
+            return
         ws = self._sessions.of_child(child_sid)
         if ws is None:
             self._hold(child_sid, params)
