@@ -40,12 +40,16 @@ pytestmark = pytest.mark.anyio
 ROUNDS = 20
 
 
-@pytest.mark.parametrize("how", ["killed", "exits"])
+@pytest.mark.parametrize("how", ["killed", "exits", "left-its-group"])
 async def test_the_agent_behind_a_launcher_dies_with_it_and_is_silent_after(
         tmp_path: Path, work: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    # left-its-group: the agent is in a session of its own (setsid), out of reach of a
+    # group kill, and holds the child's pipes: it is found by them.
     exit_file = tmp_path / "exit-now"
     if how == "exits":
         monkeypatch.setenv("LAUNCHER_EXIT_ON", str(exit_file))
+    if how == "left-its-group":
+        monkeypatch.setenv("LAUNCHER_SETSID", "1")
     store = tmp_path / "store"
     async with WrappedProcess(store, unruly_command(launcher=True)) as agent:
         await agent.initialize()
@@ -55,10 +59,10 @@ async def test_the_agent_behind_a_launcher_dies_with_it_and_is_silent_after(
             answer = agent.prompt_soon(tg, sid, "stream 500 10")  # 5 s of chunks
             await agent.wait_for(lambda: len(chunks(agent, sid)) >= 5)
             died_at = time.monotonic()
-            if how == "killed":
-                os.kill(launcher, signal.SIGKILL)
-            else:
+            if how == "exits":
                 exit_file.touch()
+            else:
+                os.kill(launcher, signal.SIGKILL)
             await agent.wait_for(lambda: bool(answer), timeout=10)
             answered_at, shown = time.monotonic(), len(agent.updates_of(sid))
         # At once: not after a grace for its stdout to end, and not at the next request.

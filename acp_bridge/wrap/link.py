@@ -108,6 +108,7 @@ class ChildLink:
         self._waiting: set[anyio.CancelScope] = set()
         self._serving = anyio.CancelScope()
         self._ended = anyio.Event()
+        self._closing = False  # `close` stops it its own, gentler way
         self._tg: anyio.abc.TaskGroup | None = None
 
     @property
@@ -135,7 +136,7 @@ class ChildLink:
             finally:
                 self._mark_dead()
                 self.child.close_output()
-                if self.pid is not None:
+                if self.pid is not None and not self._closing:
                     self.child.kill(self.pid)  # its stdout ended: what is left of it goes too
                 self._ended.set()
                 tg.cancel_scope.cancel()
@@ -191,16 +192,18 @@ class ChildLink:
         if self._tg is None or self.dead.is_set():
             call.error, call.unread = AgentExitedError(self.status), True
             call.done.set()
-        else:
-            self._tg.start_soon(self._answer, call, params)
+            return call
+        # Where its bytes start in the child's stdin: after all that was written or
+        # queued before it. Queued here, at once: what the caller sends next (the
+        # editor's cancel, passed on) goes after it.
+        call.offset = self.writer.written + self.conn.queued_bytes
+        answer = self.conn.ask(method, params)
+        self._tg.start_soon(self._answer, call, answer)
         return call
 
-    async def _answer(self, call: Call, params: Any) -> None:
+    async def _answer(self, call: Call, answer: Awaitable[Any]) -> None:
         try:
-            # Where its bytes start in the child's stdin: after all that was written or
-            # queued before it (nothing runs between this and its queueing).
-            call.offset = self.writer.written + self.conn.queued_bytes
-            call.result = await self.call(call.method, params)
+            call.result = await self.guarded(lambda: answer)
         except Exception as exc:  # the child's error answer, its death
             call.error = exc
         except BaseException:  # the link's own end
@@ -239,9 +242,11 @@ class ChildLink:
         """Stop the child: what is queued for it is written (if it reads), then its
         stdin is closed and its process group stopped (ChildAgent.close; `grace`: how
         long it may take to exit first, the configured time by default). Shielded."""
+        self._closing = True
         with anyio.CancelScope(shield=True):
             drained = False
-            with anyio.move_on_after(DRAIN_S):
+            # Not for a child stopped at once (`grace` 0: it had its time already).
+            with anyio.move_on_after(DRAIN_S if grace is None else min(grace, DRAIN_S)):
                 await self.conn.drain(1)
                 drained = True
             # Nothing is written to its stdin after this: the descriptor can be closed.

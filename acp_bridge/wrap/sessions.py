@@ -176,7 +176,7 @@ class WrappedSession:
         turn. A child that died without reading a byte of the prompt never had it: it is
         restarted and sent it again (`RESENDS` times at most)."""
         for resend in range(RESENDS + 1):
-            if self.cancelled_by is not None and resend:  # cancelled while the child was down
+            if self.cancelled_by is not None:  # before the child had it (it was started, restored)
                 return self.log.extend(recorder.cancelled(self.cancelled_by))
             call = link.ask("session/prompt", {**params, "sessionId": child_sid})
             if not await self._wait(call):

@@ -31,7 +31,13 @@ def agent_pids(wrapper_pid: int) -> list[int]:
 
 
 def launcher_pids(wrapper_pid: int) -> list[int]:
-    return [p for p in descendants(wrapper_pid) if command_line(p)[1:2] == [str(LAUNCHER)]]
+    """The launchers the wrapper started (its own children only: a launcher's forks for a
+    moment carry its command line too)."""
+    try:
+        kids = Path(f"/proc/{wrapper_pid}/task/{wrapper_pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(p) for p in kids if command_line(int(p))[1:2] == [str(LAUNCHER)]]
 
 
 def one_agent(wrapper_pid: int) -> int:
