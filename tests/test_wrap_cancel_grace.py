@@ -14,6 +14,8 @@ the old prompt late.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,11 @@ async def test_a_cancel_the_child_ignores_is_answered_by_the_wrapper_within_the_
     check_invariants(events, closed=True)  # type: ignore[arg-type]
     assert turn_ends(events) == [{"kind": "cancelled", "by": by, "forced": True}, {"kind": "completed"}]
     assert between_turns(events) == []  # its late chunks are not kept between the turns either
+    if by == "session/cancel":
+        show = subprocess.run([sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "show", sid],
+                              capture_output=True, text=True, timeout=60, check=True)
+        assert "Turn 1 — cancelled (by session/cancel; the agent did not stop, acp-bridge ended the turn)" in \
+            show.stdout.splitlines(), show.stdout
 
 
 async def test_a_child_that_stops_answering_is_cancelled_closed_and_replaced(tmp_path: Path, work: Path) -> None:
