@@ -27,15 +27,11 @@ the agent does: the child's updates are recorded in its connection's reader, and
 turn's end must sit after every update that came before the answer and before every
 one after it. That costs the loop one fsync per turn (and one per step end).
 
-The editor's cancel is enforced (docs/wrap.md, "The cancel grace"): the child is sent
-`session/cancel`, and if it has not answered the prompt within the grace the wrapper
-closes the turn `cancelled {by, forced: true}` and the host answers it. The child
-session is then `stuck` (`SessionMap.stuck`) until the child answers that prompt: its
-updates, requests and notifications meanwhile are the old turn's and are dropped, and
-the session's next use takes the child back (restarted, or a fresh child session,
-acp_bridge.wrap.engine). A child that dies before it read the prompt (it was killed a
-moment before, and the prompt went to its pipe) is restarted and sent the prompt again
-(`RESENDS`): only a child that dies during the prompt closes the turn `interrupted`.
+A cancel is enforced (docs/wrap.md, "The cancel grace"): a child that has not answered
+within the grace gets its turn closed `cancelled {by, forced: true}` by the wrapper, and
+its session is `stuck` (`SessionMap.stuck`, its traffic dropped) until it answers. A
+child that died before it read the prompt is restarted and sent it again (`RESENDS`):
+only a child that dies during the prompt closes the turn `interrupted`.
 """
 
 from __future__ import annotations
@@ -87,8 +83,7 @@ class Child(Protocol):
         """Pass the editor's cancel of `ws`'s running turn on to the child."""
 
     def stuck(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
-        """`ws`'s child session `child_sid` still runs a turn the wrapper ended (`call`:
-        its prompt, not answered yet)."""
+        """`ws`'s child session still runs a turn the wrapper ended (`call`, unanswered)."""
 
     async def close_child_session(self, ws: WrappedSession) -> None:
         """Close `ws`'s session in the child, if it can close sessions."""
