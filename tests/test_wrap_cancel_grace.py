@@ -14,6 +14,8 @@ the old prompt late.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -189,5 +191,36 @@ async def test_with_another_prompt_running_the_stuck_session_gets_a_fresh_child_
     events = loaded_events(store, stuck)
     check_invariants(events, closed=True)  # type: ignore[arg-type]
     assert between_turns(events) == []
+    assert turn_ends(events) == [{"kind": "cancelled", "by": "session/cancel", "forced": True},
+                                 {"kind": "completed"}]
+
+
+async def test_a_cancel_while_the_child_is_restarted_is_enforced_too(tmp_path: Path, work: Path) -> None:
+    # The prompt restarts a dead child, which then answers nothing (not even initialize):
+    # the editor's cancel still ends the prompt within the grace, and the next prompt
+    # restarts the child again.
+    hang, store = tmp_path / "hang-now", tmp_path / "store"
+    async with WrappedProcess(store, unruly_command(hang_if=hang)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        hang.touch()
+        first = one_agent(agent.proc.pid)
+        os.kill(first, signal.SIGKILL)
+        async with anyio.create_task_group() as tg:
+            answer = agent.prompt_soon(tg, sid, "never reaches it")
+            await agent.wait_for(lambda: agent_pids(agent.proc.pid) not in ([], [first]), timeout=10)
+            await anyio.sleep(0.2)  # it is waiting on the new child's initialize
+            cancelled_at = time.monotonic()
+            await agent.notify("session/cancel", {"sessionId": sid})
+        assert time.monotonic() - cancelled_at <= BOUND
+        assert answer["result"]["_meta"]["acpBridge"]["reason"] == {
+            "kind": "cancelled", "by": "session/cancel", "forced": True}
+        hung = one_agent(agent.proc.pid)
+        hang.unlink()
+        again = await agent.prompt(sid, "now it does")
+        assert again["stopReason"] == "end_turn" and chunks(agent, sid)[-3:] == ["now ", "it ", "does "]
+        assert agent_pids(agent.proc.pid) != [hung]
+    events = loaded_events(store, sid)
+    check_invariants(events, closed=True)  # type: ignore[arg-type]
     assert turn_ends(events) == [{"kind": "cancelled", "by": "session/cancel", "forced": True},
                                  {"kind": "completed"}]

@@ -12,7 +12,7 @@ passed on as it is (`forward`), with the session id mapped, and answered with th
 child's answer.
 
 The child is spawned at start-up and restarted at the next request after it died
-(sessions are then restored on the new run, acp_bridge.wrap.sessions.restore). The child's own
+(sessions are then restored on the new run, acp_bridge.wrap.children.restore). The child's own
 errors are relayed unchanged (acp_bridge.host.errors.relayed).
 
 A child that still runs a turn the wrapper ended (it did not answer a cancelled prompt
@@ -39,16 +39,10 @@ from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import ClientError, Handler
 from acp_bridge.wrap.child import ChildAgent
+from acp_bridge.wrap.children import Restored, SessionMap, kept_from_editor, new_session_id, restore
 from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.seed import seed
-from acp_bridge.wrap.sessions import (
-    Restored,
-    SessionMap,
-    WrappedSession,
-    kept_from_editor,
-    new_session_id,
-    restore,
-)
+from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.upstream import ChildSide
 from session.events import WrappedInfo
 from session.repair import RepairReport
@@ -113,39 +107,43 @@ class WrapEngine(Engine[WrappedSession]):
     # --- the child -------------------------------------------------------------------
 
     async def _new_link(self, *, grace: float | None = None) -> ChildLink:
-        if self.link is not None:
-            await self.link.close(grace=grace)
-        self.children.new_run()
-        await self.child.start(self.host.task_group)
-        link = ChildLink(self.child, fallback_for=kept_from_editor(self.side.fallback_for, self.children),
-                         inline=self.side.inline())
-        await self.host.task_group.start(link.run)
-        self.link = link
+        # Whole or not at all: a spawned child always has its link (a cancel here
+        # would leave a process nobody reads).
+        with anyio.CancelScope(shield=True):
+            if self.link is not None:
+                await self.link.close(grace=grace)
+            self.children.new_run()
+            await self.child.start(self.host.task_group)
+            link = ChildLink(self.child, fallback_for=kept_from_editor(self.side.fallback_for, self.children),
+                             inline=self.side.inline())
+            await self.host.task_group.start(link.run)
+            self.link = link
         return link
 
     async def ensure_link(self, ws: WrappedSession | None = None) -> ChildLink:
         """The child's connection, restarted (and initialized again) if it died, or if
-        it runs a turn the wrapper ended and no other prompt (than `ws`'s) runs in it."""
+        it is overdue (it runs a turn the wrapper ended, or did not answer the wrapper
+        within a cancel's grace) and no other prompt (than `ws`'s) runs in it."""
         link = self.link
-        if link is not None and link.running and not self.children.stuck:  # the usual case: no lock, no checkpoint
-            return link
+        if link is not None and link.running and link.ready and not (self.children.stuck or link.overdue):
+            return link  # the usual case: no lock, no checkpoint
         async with self._starting:
             link = self.link
-            stuck = link is not None and link.running
-            if link is not None and link.running and (not self.children.stuck or self._busy(link, ws)):
-                return link
-            if stuck:
-                log.warning("the wrapped agent still runs %d turn(s) acp-bridge ended: restarting it",
-                            len(self.children.stuck))
-            else:
-                log.warning("the wrapped agent is not running: restarting it")
-            try:
-                # A stuck child is not waited for: it had its grace.
-                link = await self._new_link(grace=0 if stuck else None)
-            except OSError as exc:
-                raise AgentStartError(f"the wrapped agent cannot be started: {exc}") from None
-            if self.init_params is not None:
-                self._took_init(await link.call("initialize", self.init_params))
+            overdue = link is not None and link.running and bool(self.children.stuck or link.overdue)
+            if link is None or not link.running or (overdue and not self._busy(link, ws)):
+                if overdue:
+                    log.warning("the wrapped agent did not answer within the cancel grace: restarting it")
+                else:
+                    log.warning("the wrapped agent is not running: restarting it")
+                try:
+                    # An overdue child is not waited for: it had its grace.
+                    link = await self._new_link(grace=0 if overdue else None)
+                except OSError as exc:
+                    raise AgentStartError(f"the wrapped agent cannot be started: {exc}") from None
+            if not link.ready:  # a restart (or one whose `initialize` was given up)
+                if self.init_params is not None:
+                    self._took_init(await link.call("initialize", self.init_params))
+                link.ready = True
             return link
 
     def _busy(self, link: ChildLink, ws: WrappedSession | None) -> bool:
@@ -166,6 +164,19 @@ class WrapEngine(Engine[WrappedSession]):
 
     def stuck(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
         self.children.stick(ws, child_sid, call)
+
+    def overdue(self, ws: WrappedSession) -> None:
+        """The child did not answer what `ws`'s prompt needed first (its start, its
+        `initialize`, the session's restore) within a cancel's grace: it is restarted at
+        its next use, and what it says of `ws`'s half-restored session until then is
+        dropped."""
+        link = self.link
+        if link is None:
+            return
+        link.overdue = True
+        if ws.child_sid is not None and ws.generation == link.generation:
+            self.children.stuck[ws.child_sid] = Call("restore")  # never answered: until the restart
+        ws.generation = 0  # restored again at its next use
 
     async def _restore(self, ws: WrappedSession, link: ChildLink) -> tuple[Restored, dict[str, Any], dict[str, Any]]:
         """`restore`, then (with `--seed-fresh`, when it ended fresh) the seed prompt:

@@ -26,7 +26,7 @@ restarted child, acp_bridge.wrap.sessions).
 A prompt is asked with `ask`: the request runs in a task of the link's own, so the
 prompt may stop waiting for it (the editor cancelled it and the child did not answer
 within the cancel grace) while the child's late answer is still seen
-(acp_bridge.wrap.sessions, `SessionMap.stuck`).
+(acp_bridge.wrap.children, `SessionMap.stuck`).
 """
 
 from __future__ import annotations
@@ -103,6 +103,10 @@ class ChildLink:
                                inline=handlers, error_for=to_rpc_error)
         self.dead = anyio.Event()
         self.status: int | None = None
+        # Sent the editor's `initialize` again, or none was needed (the engine's to say).
+        self.ready = False
+        # Did not answer the wrapper within a cancel's grace: restarted at its next use.
+        self.overdue = False
         self._read: int | None = None  # bytes of its stdin the child had read when it died
         self._dropped = 0  # messages read after its death, dropped
         self._waiting: set[anyio.CancelScope] = set()

@@ -1,14 +1,15 @@
 """Seeding a fresh child session with the transcript (`acp-bridge wrap --seed-fresh`).
 
 When the wrapped agent cannot load or resume a session of ours (the restore ended
-`fresh`, acp_bridge.wrap.sessions), its new session knows nothing of the conversation.
+`fresh`, acp_bridge.wrap.children), its new session knows nothing of the conversation.
 With `--seed-fresh` the wrapper sends it one `session/prompt` of its own: a text block
 with a short preface and the conversation as text (per turn, the user's prompt and the
 agent's final text, from our log's model transcript, the last whole turns that fit
 `SEED_CHARS`). The exchange is the wrapper's: it is not recorded as a turn and not shown
 to the editor (the session is `restoring` and `seeding` meanwhile: the child's updates
 are dropped, a permission it asks for is answered `cancelled`, its other requests are
-refused, its notifications dropped: acp_bridge.wrap.sessions.kept_from_editor). Opt-in: it costs a model call of the wrapped agent.
+refused, its notifications dropped: acp_bridge.wrap.children.kept_from_editor). Opt-in: it
+costs a model call of the wrapped agent.
 """
 
 from __future__ import annotations

@@ -2,14 +2,7 @@
 
 The editor sees our session ids (the log's); each maps to the wrapped agent's own id,
 which is only valid on the run of the child that made it (`generation`, the child's
-`starts` when it was made). A session whose child id is stale (the child died and was
-restarted, or the session was just loaded from the store) is restored on the current
-run before anything is passed on for it (`restore`, docs/wrap.md, "Load"): the child's
-own `session/load` if it advertises `loadSession` (its replay is kept from the editor:
-the editor has ours), else its `session/resume` if advertised, else a fresh
-`session/new`; the answer to our load or resume says which in
-`_meta.acpBridge.wrapped.restored`. With `wrap --seed-fresh`, a fresh session is then
-seeded with the transcript (acp_bridge.wrap.seed).
+`starts` when it was made); a stale one is restored first (acp_bridge.wrap.children).
 
 A `WrappedSession` is the host's `Turns` of a wrapped session. One prompt opens a turn
 in our log (`TurnRecorder.prompt`), goes to the child under its session id, and while
@@ -29,32 +22,30 @@ one after it. That costs the loop one fsync per turn (and one per step end).
 
 A cancel is enforced (docs/wrap.md, "The cancel grace"): a child that has not answered
 within the grace gets its turn closed `cancelled {by, forced: true}` by the wrapper, and
-its session is `stuck` (`SessionMap.stuck`, its traffic dropped) until it answers. A
+its session is stuck (acp_bridge.wrap.children, its traffic dropped) until it answers. A
 child that died before it read the prompt is restarted and sent it again (`RESENDS`):
 only a child that dies during the prompt closes the turn `interrupted`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Protocol
 
 import anyio
 
 from acp_bridge.errors import (
     AcpBridgeError,
     AgentExitedError,
-    AgentProtocolError,
-    RequestRefusedError,
 )
 from acp_bridge.host.engine import TurnEnd
-from acp_bridge.host.errors import relayed, to_rpc_error
-from acp_bridge.rpc.connection import Fallback
+from acp_bridge.host.errors import relayed
 from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import Call, ChildLink, permission_cancelled
+from acp_bridge.wrap.link import Call, ChildLink
 from acp_bridge.wrap.record import TurnRecorder
 from session import SessionLog
 from session.events import TURN_END, Event
@@ -84,6 +75,9 @@ class Child(Protocol):
 
     def stuck(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
         """`ws`'s child session still runs a turn the wrapper ended (`call`, unanswered)."""
+
+    def overdue(self, ws: WrappedSession) -> None:
+        """The child did not answer what `ws`'s prompt needed first within the grace."""
 
     async def close_child_session(self, ws: WrappedSession) -> None:
         """Close `ws`'s session in the child, if it can close sessions."""
@@ -147,11 +141,14 @@ class WrappedSession:
         self.recorder, self.cancelled_by, self.cancelling, self.cancel_at = recorder, None, False, None
         result: dict[str, Any] = {}
         try:
-            link, child_sid = await self.child.child_session(self)  # a dead child is restarted first
+            reached = await self._reach()  # a dead child is restarted first
             self.log.extend(recorder.prompt(prompt))
             with anyio.CancelScope() as scope:
                 self.stopping = scope
-                ends = await self._run(recorder, link, child_sid, {**params, "prompt": prompt}, result)
+                if reached is None:
+                    ends = self._forced(recorder, None)
+                else:
+                    ends = await self._run(recorder, *reached, {**params, "prompt": prompt}, result)
             if scope.cancelled_caught:  # our stdin ended (`stop`)
                 ends = await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="shutdown"))
         finally:
@@ -175,28 +172,45 @@ class WrappedSession:
                 return self.log.extend(recorder.cancelled(self.cancelled_by))
             call = link.ask("session/prompt", {**params, "sessionId": child_sid})
             if not await self._wait(call):
-                return self._forced(recorder, child_sid, call)
+                return self._forced(recorder, (child_sid, call))
             if not (isinstance(call.error, AgentExitedError) and call.unread) or resend == RESENDS:
                 break
             log.warning("session %s: the wrapped agent died before it read the prompt of turn %d: sending it to "
                         "the restarted agent", self.id, recorder.turn)
             try:
-                link, child_sid = await self.child.child_session(self)
+                reached = await self._reach()
             except AcpBridgeError as exc:  # it cannot be started again, or died again on the way
                 log.warning("session %s: %s", self.id, exc)
                 return await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="crash"))
+            if reached is None:
+                return self._forced(recorder, None)
+            link, child_sid = reached
         return await self._answered(recorder, call, result)
+
+    async def _reach(self) -> tuple[ChildLink, str] | None:
+        """The child's session for the prompt (the child restarted and the session
+        restored if need be); None if the grace of the editor's cancel ran out first."""
+        with self._grace():
+            return await self.child.child_session(self)
+        return None
 
     async def _wait(self, call: Call) -> bool:
         """Wait for the child's answer to `call`; False if the grace of the editor's
-        cancel ran out first (`cancel` moves the deadline)."""
+        cancel ran out first."""
+        with self._grace():
+            await call.done.wait()
+        return call.done.is_set()
+
+    @contextlib.contextmanager
+    def _grace(self) -> Iterator[anyio.CancelScope]:
+        """A wait on the child that ends at the grace of the editor's cancel (`cancel`
+        moves its deadline)."""
         with anyio.CancelScope(deadline=math.inf if self.cancel_at is None else self.cancel_at) as waiting:
             self.waiting = waiting
             try:
-                await call.done.wait()
+                yield waiting
             finally:
                 self.waiting = None
-        return call.done.is_set()
 
     async def _answered(self, recorder: TurnRecorder, call: Call, result: dict[str, Any]) -> list[Event]:
         """The child's answer to the prompt, recorded: the events that closed the turn."""
@@ -217,15 +231,19 @@ class WrappedSession:
             items = recorder.answer(answer)
         return self.log.extend(items)
 
-    def _forced(self, recorder: TurnRecorder, child_sid: str, call: Call) -> list[Event]:
-        """The child did not answer the cancelled prompt within the grace: the turn ends
-        here, `cancelled {by, forced: true}`, and the child session is stuck until the
-        child answers (what it sends for it meanwhile is dropped). No await from here to
-        the turn's end: no update of the child's is recorded or shown in between."""
+    def _forced(self, recorder: TurnRecorder, stuck: tuple[str, Call] | None) -> list[Event]:
+        """The child did not answer the cancelled prompt (`stuck`: its session, the
+        call), or what the prompt needed first (None), within the grace: the turn ends
+        here, `cancelled {by, forced: true}`, and the child is taken back at its next
+        use. No await from here to the turn's end: no update of the child's is
+        recorded or shown in between."""
         by = self.cancelled_by or "session/cancel"
         log.warning("session %s: the wrapped agent did not answer the cancelled turn %d within %.3g s: "
                     "answered `cancelled` by acp-bridge", self.id, recorder.turn, self.child.cancel_grace)
-        self.child.stuck(self, child_sid, call)
+        if stuck is None:
+            self.child.overdue(self)
+        else:
+            self.child.stuck(self, *stuck)
         return self.log.extend(recorder.cancelled(by, forced=True))
 
     def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
@@ -260,140 +278,3 @@ class WrappedSession:
             await self.child.close_child_session(self)
         self.child.forget(self)
         await anyio.to_thread.run_sync(self.log.close)
-
-
-class SessionMap:
-    """The child's session ids -> ours, for the sessions live here; and the child
-    sessions that are `stuck` on the child's current run."""
-
-    def __init__(self) -> None:
-        self.theirs: dict[str, WrappedSession] = {}
-        # Child session id -> the prompt of it whose answer the wrapper stopped waiting
-        # for (the cancel grace ran out). What the child sends for that session until it
-        # answers (for good, if a fresh session replaced it) is the old turn's: dropped.
-        self.stuck: dict[str, Call] = {}
-        self.dropped: dict[str, int] = {}  # stuck session -> messages of it dropped
-
-    def bind(self, ws: WrappedSession, child_sid: str, generation: int) -> None:
-        if ws.child_sid is not None and self.theirs.get(ws.child_sid) is ws:
-            del self.theirs[ws.child_sid]
-        ws.child_sid, ws.generation = child_sid, generation
-        self.theirs[child_sid] = ws
-
-    def remove(self, ws: WrappedSession) -> None:
-        if ws.child_sid is not None and self.theirs.get(ws.child_sid) is ws:
-            del self.theirs[ws.child_sid]
-
-    def of_child(self, child_sid: Any) -> WrappedSession | None:
-        return self.theirs.get(child_sid) if isinstance(child_sid, str) else None
-
-    def is_stuck(self, child_sid: Any) -> bool:
-        return isinstance(child_sid, str) and child_sid in self.stuck
-
-    def drop(self, child_sid: Any, what: str) -> None:
-        """A message of a stuck child session, kept from the editor and the log."""
-        count = self.dropped[child_sid] = self.dropped.get(child_sid, 0) + 1
-        if count == 1:
-            log.info("the wrapped agent's session %s runs a turn acp-bridge ended: dropping its %s and what "
-                     "follows until it answers", child_sid, what)
-
-    def stick(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
-        """`ws`'s child session `child_sid` is stuck until the child answers `call`:
-        then it is in step again, if it is still `ws`'s."""
-        self.stuck[child_sid] = call
-
-        def late(done: Call) -> None:
-            if done.error is None:
-                log.info("session %s: the wrapped agent answered its cancelled turn late (%s): dropped, with %d "
-                         "message(s) before it", ws.id, done.result, self.dropped.get(child_sid, 0))
-            if self.stuck.get(child_sid) is done and self.theirs.get(child_sid) is ws and done.error is None:
-                del self.stuck[child_sid]
-                self.dropped.pop(child_sid, None)
-
-        call.late = late
-
-    def new_run(self) -> None:
-        """The child was restarted: nothing of the old run is stuck on the new one."""
-        for child_sid, count in self.dropped.items():
-            log.info("the wrapped agent's session %s: %d message(s) of a turn acp-bridge ended were dropped",
-                     child_sid, count)
-        self.stuck.clear()
-        self.dropped.clear()
-
-
-def kept_from_editor(fallback_for: Callable[[ChildLink], Fallback],
-                     sessions: SessionMap) -> Callable[[ChildLink], Fallback]:
-    """The child's requests and notifications for a session being seeded
-    (acp_bridge.wrap.seed), or for a stuck one (a turn the wrapper ended), never reach
-    the editor: a permission is answered `cancelled`, other requests refused,
-    notifications dropped. Everything else goes to `fallback_for`'s handler."""
-    def make(link: ChildLink) -> Fallback:
-        inner = fallback_for(link)
-
-        async def fallback(method: str, params: Any, is_request: bool) -> Any:
-            child_sid = params.get("sessionId") if isinstance(params, dict) else None
-            ws = sessions.of_child(child_sid)
-            if sessions.is_stuck(child_sid):
-                sessions.drop(child_sid, method)
-                code, why = "cancelled", "after acp-bridge ended the session's turn"
-            elif ws is not None and ws.seeding:
-                log.info("session %s: %s of the wrapped agent while seeding: kept from the editor", ws.id, method)
-                code, why = "seeding", "while acp-bridge seeds the session"
-            else:
-                return await inner(method, params, is_request)
-            if not is_request:
-                return None
-            if method == "session/request_permission":
-                return permission_cancelled()
-            raise RequestRefusedError(f"{method} is not available {why}", code=code)
-
-        return fallback
-
-    return make
-
-
-Restored = Literal["load", "resume", "fresh"]
-
-
-async def restore(ws: WrappedSession, link: ChildLink, caps: dict[str, Any],
-                  sessions: SessionMap) -> tuple[Restored, dict[str, Any]]:
-    """Give `ws` a session on the child's current run; which way, and the child's answer
-    (its modes, config options...). A child that refuses to load or resume its old
-    session gets a fresh one (it lost it): AgentExitedError and nothing else goes out."""
-    old = ws.stored_child_sid()
-    if sessions.is_stuck(old):  # it still runs a turn we ended: only a new one is ours
-        old = None
-    session_caps = caps.get("sessionCapabilities") or {}
-    ways: list[tuple[Restored, str]] = []
-    if old is not None and caps.get("loadSession") is True:
-        ways.append(("load", "session/load"))
-    if old is not None and isinstance(session_caps, dict) and session_caps.get("resume") is not None:
-        ways.append(("resume", "session/resume"))
-    for restored, method in ways:
-        assert old is not None
-        sessions.bind(ws, old, link.generation)
-        ws.restoring = restored == "load"
-        try:
-            result = await link.call(method, {**ws.session_params(), "sessionId": old})
-        except ClientError as exc:
-            log.info("the wrapped agent refused %s of %s (%s): trying the next way", method, old,
-                     to_rpc_error(exc).message)
-            continue
-        finally:
-            ws.restoring = False
-        ws.took_state(result)
-        return restored, result if isinstance(result, dict) else {}
-    result = await link.call("session/new", ws.session_params())
-    child_sid = new_session_id(result)
-    sessions.bind(ws, child_sid, link.generation)
-    ws.took_state(result)
-    log.info("session %s: a fresh session %s in the wrapped agent", ws.id, child_sid)
-    return "fresh", result
-
-
-def new_session_id(result: Any) -> str:
-    """The child's session id in its answer to `session/new`."""
-    if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
-        raise AgentProtocolError("the wrapped agent answered session/new without a sessionId")
-    child_sid: str = result["sessionId"]
-    return child_sid

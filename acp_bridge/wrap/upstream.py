@@ -30,8 +30,9 @@ from typing import Any, Final
 import anyio
 
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
+from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.link import ChildLink, permission_cancelled
-from acp_bridge.wrap.sessions import SessionMap, WrappedSession
+from acp_bridge.wrap.sessions import WrappedSession
 from session.items import wrapped_update
 
 log = logging.getLogger("acp_bridge.wrap.upstream")

@@ -19,9 +19,11 @@ UNRULY = HERE / "unruly_agent.py"
 LAUNCHER = HERE / "launcher.sh"
 
 
-def unruly_command(record: Path | None = None, *, launcher: bool = False) -> list[str]:
-    """The unruly agent (what it reads appended to `record`), maybe behind the launcher."""
-    agent = [sys.executable, str(UNRULY), *(["--record", str(record)] if record is not None else [])]
+def unruly_command(record: Path | None = None, *, launcher: bool = False, hang_if: Path | None = None) -> list[str]:
+    """The unruly agent (what it reads appended to `record`; hung from the start if
+    `hang_if` exists then), maybe behind the launcher."""
+    agent = [sys.executable, str(UNRULY), *(["--record", str(record)] if record is not None else []),
+             *(["--hang-if", str(hang_if)] if hang_if is not None else [])]
     return ["/bin/sh", str(LAUNCHER), *agent] if launcher else agent
 
 

@@ -1,7 +1,7 @@
 """A raw ACP agent that misbehaves on purpose, for tests/test_wrap_unruly.py (issue 23:
 `wrap` keeps its promise when the wrapped agent does not).
 
-    python tests/support/unruly_agent.py [--record FILE]
+    python tests/support/unruly_agent.py [--record FILE] [--hang-if FILE]
 
 What a prompt does is named by its text:
 
@@ -13,7 +13,8 @@ What a prompt does is named by its text:
 - anything else is echoed, one chunk per word, and answered `end_turn`.
 
 `--record FILE` appends every message it reads, one JSON line each, so a test can see
-what the wrapper sent it (its `session/cancel`). It offers `session/close`. Plain
+what the wrapper sent it (its `session/cancel`); `--hang-if FILE`: if FILE exists when it
+starts, it answers nothing at all, `initialize` included. It offers `session/close`. Plain
 JSON-RPC over stdio, one message per line, only the standard library: it starts in a
 few tens of milliseconds, so tests can restart it many times.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import sys
 import threading
 import time
@@ -55,7 +57,7 @@ def prompt_text(params: dict[str, Any]) -> str:
 
 def main() -> None:
     record = sys.argv[sys.argv.index("--record") + 1] if "--record" in sys.argv else None
-    hung = False
+    hung = "--hang-if" in sys.argv and os.path.exists(sys.argv[sys.argv.index("--hang-if") + 1])
     for line in sys.stdin:
         if not line.strip():
             continue
