@@ -180,17 +180,22 @@ class ChildAgent:
         except OSError:
             return None
 
-    def kill_pipe_holders(self) -> list[int]:
-        """SIGKILL every other process that holds one of the child's pipes (a descendant
-        that left its group and outlived it, keeping its stdout open); their pids.
-        Linux (/proc); blocking: run it in a worker thread."""
+    def pipes(self) -> set[str]:
+        """Its stdin and stdout pipes as /proc names them (`pipe:[INODE]`)."""
         inodes = set()
         for fd in (self._stdin, self._stdout):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     inodes.add(f"pipe:[{os.fstat(fd).st_ino}]")
+        return inodes
+
+    @staticmethod
+    def kill_pipe_holders(pipes: set[str]) -> list[int]:
+        """SIGKILL every other process that holds one of `pipes` (a descendant that left
+        its group and outlived it, keeping its stdout open); their pids. Linux (/proc);
+        blocking: run it in a worker thread."""
         killed: list[int] = []
-        for pid in _pipe_holders(inodes):
+        for pid in _pipe_holders(pipes):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)

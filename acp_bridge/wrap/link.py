@@ -32,7 +32,7 @@ within the cancel grace) while the child's late answer is still seen
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -155,9 +155,10 @@ class ChildLink:
         with anyio.move_on_after(EOF_S):
             await self._ended.wait()
         if not self._ended.is_set():
+            pipes = self.child.pipes()  # before the reader's end closes
             self._mark_dead()
             self._serving.cancel()
-            await anyio.to_thread.run_sync(self.child.kill_pipe_holders)
+            await anyio.to_thread.run_sync(self.child.kill_pipe_holders, pipes)
 
     def _mark_dead(self) -> None:
         if self.dead.is_set():
@@ -205,7 +206,7 @@ class ChildLink:
         self._tg.start_soon(self._answer, call, answer)
         return call
 
-    async def _answer(self, call: Call, answer: Awaitable[Any]) -> None:
+    async def _answer(self, call: Call, answer: Coroutine[Any, Any, Any]) -> None:
         try:
             call.result = await self.guarded(lambda: answer)
         except Exception as exc:  # the child's error answer, its death
@@ -214,6 +215,7 @@ class ChildLink:
             call.error = AgentExitedError(self.status)
             raise
         finally:
+            answer.close()  # never awaited if the child died first: no warning, nothing left
             if isinstance(call.error, AgentExitedError):
                 call.unread = call.offset is None or (self._read is not None and self._read <= call.offset)
             call.done.set()
