@@ -224,3 +224,24 @@ async def test_a_cancel_while_the_child_is_restarted_is_enforced_too(tmp_path: P
     check_invariants(events, closed=True)  # type: ignore[arg-type]
     assert turn_ends(events) == [{"kind": "cancelled", "by": "session/cancel", "forced": True},
                                  {"kind": "completed"}]
+
+
+async def test_what_the_child_asks_for_a_turn_the_wrapper_ended_never_reaches_the_editor(
+        tmp_path: Path, work: Path) -> None:
+    # After the forced end, the child still runs the old turn and asks a permission and
+    # a file read for it: the wrapper answers both itself (`cancelled`, and a refusal),
+    # and the editor is asked nothing.
+    record = tmp_path / "read.jsonl"
+    async with WrappedProcess(tmp_path / "store", unruly_command(record)) as agent:
+        await agent.initialize({"fs": {"readTextFile": True}})
+        sid = await agent.new_session(work)
+        async with anyio.create_task_group() as tg:
+            answer = agent.prompt_soon(tg, sid, "stream 150 10 120")  # asks at 1.2 s
+            await agent.wait_for(lambda: len(chunks(agent, sid)) >= 2)
+            await agent.notify("session/cancel", {"sessionId": sid})
+        assert answer["result"]["_meta"]["acpBridge"]["reason"]["forced"] is True
+        await agent.wait_for(lambda: {"perm", "fs"} <= {m.get("id") for m in read_by_agent(record)}, timeout=10)
+    answers = {m["id"]: m for m in read_by_agent(record) if m.get("id") in ("perm", "fs")}
+    assert answers["perm"]["result"] == {"outcome": {"outcome": "cancelled"}}
+    assert answers["fs"]["error"]["code"] == -32603 and answers["fs"]["error"]["data"]["code"] == "cancelled"
+    assert [m for d, m in agent.transcript if d == "<-" and "method" in m and "id" in m] == []

@@ -5,9 +5,11 @@
 
 What a prompt does is named by its text:
 
-- `stream N MS`: N message chunks (`c1 `, `c2 `...), one every MS milliseconds, then
+- `stream N MS [K]`: N message chunks (`c1 `, `c2 `...), one every MS milliseconds, then
   `end_turn`, whatever comes meanwhile: it ignores `session/cancel` (as the SDK echo
-  agent and opencode did);
+  agent and opencode did); with K, after chunk K it also asks a permission
+  (`session/request_permission`, id `perm`) and reads a file (`fs/read_text_file`, id
+  `fs`), and goes on without waiting for the answers;
 - `hang`: it stops answering anything at all from then on (prompts, cancels, closes),
   while it keeps reading its stdin;
 - anything else is echoed, one chunk per word, and answered `end_turn`.
@@ -44,10 +46,16 @@ def chunk(sid: str, text: str) -> None:
         "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}})
 
 
-def stream(rid: Any, sid: str, count: int, every_ms: int) -> None:
+def stream(rid: Any, sid: str, count: int, every_ms: int, ask_at: int | None) -> None:
     for n in range(1, count + 1):
         time.sleep(every_ms / 1000)
         chunk(sid, f"c{n} ")
+        if n == ask_at:
+            send({"jsonrpc": "2.0", "id": "perm", "method": "session/request_permission", "params": {
+                "sessionId": sid, "toolCall": {"toolCallId": "t1", "title": "late tool"},
+                "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}]}})
+            send({"jsonrpc": "2.0", "id": "fs", "method": "fs/read_text_file",
+                  "params": {"sessionId": sid, "path": "/etc/hostname"}})
     send({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})
 
 
@@ -81,7 +89,9 @@ def main() -> None:
                 hung = True
                 continue
             if words[:1] == ["stream"]:
-                threading.Thread(target=stream, args=(rid, sid, int(words[1]), int(words[2])), daemon=True).start()
+                ask_at = int(words[3]) if len(words) > 3 else None
+                threading.Thread(target=stream, args=(rid, sid, int(words[1]), int(words[2]), ask_at),
+                                 daemon=True).start()
                 continue
             for word in words:
                 chunk(sid, word + " ")
