@@ -247,7 +247,8 @@ def check_cut_turns(run: Run) -> None:
         if answer != want:
             run.fail(f"the cut turn {turn} was answered {run.answers.get(turn)}, expected {want}")
     # A prompt pending at the kill that no crash cut was answered by the child before it
-    # died (its answer was in the pipe): check_settlement holds it to its turn/end.
+    # died (its answer was in the pipe), or by the restarted child (the dead one never
+    # read it): check_settlement holds it to its turn/end.
 
 
 # --- phase B: a new wrapper around a new child loads every session ---------------------
