@@ -43,6 +43,17 @@ pytestmark = pytest.mark.anyio
 
 GRACE = 0.5
 BOUND = GRACE + 1.5  # the answer's deadline after the cancel, on a loaded machine
+FORCED = {"kind": "cancelled", "by": "session/cancel", "forced": True}
+COMPLETED = {"kind": "completed"}
+
+
+def ends_of(store: Path, sid: str) -> list[dict[str, Any]]:
+    """How each turn of the wrapper's log of `sid` ended (the log checked whole, and
+    nothing kept between its turns: the late turn's traffic is dropped)."""
+    events = loaded_events(store, sid)
+    check_invariants(events, closed=True)  # type: ignore[arg-type]
+    assert between_turns(events) == []
+    return turn_ends(events)
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +94,7 @@ async def test_a_cancel_the_child_ignores_is_answered_by_the_wrapper_within_the_
             answered_at, shown = time.monotonic(), len(agent.updates_of(sid))
         assert GRACE * 0.8 <= answered_at - cancelled_at <= BOUND, answered_at - cancelled_at
         assert answer["result"]["stopReason"] == "cancelled"
-        assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": by, "forced": True}
+        assert answer["result"]["_meta"]["acpBridge"]["reason"] == {**FORCED, "by": by}
         if by == "session/close":
             assert closed["answer"]["result"] == {} and closed["at"] - cancelled_at <= BOUND
         await anyio.sleep(0.5)  # the child streams on meanwhile: none of it is shown
@@ -99,10 +110,7 @@ async def test_a_cancel_the_child_ignores_is_answered_by_the_wrapper_within_the_
         assert [u["content"]["text"] for u in agent.updates_of(sid)[before:]
                 if u["sessionUpdate"] == "agent_message_chunk"] == ["one ", "two "]
     assert agent.returncode == 0
-    events = loaded_events(store, sid)
-    check_invariants(events, closed=True)  # type: ignore[arg-type]
-    assert turn_ends(events) == [{"kind": "cancelled", "by": by, "forced": True}, {"kind": "completed"}]
-    assert between_turns(events) == []  # its late chunks are not kept between the turns either
+    assert ends_of(store, sid) == [{**FORCED, "by": by}, COMPLETED]  # its late chunks kept nowhere
     if by == "session/cancel":
         show = subprocess.run([sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "show", sid],
                               capture_output=True, text=True, timeout=60, check=True)
@@ -123,8 +131,7 @@ async def test_a_child_that_stops_answering_is_cancelled_closed_and_replaced(tmp
             cancelled_at = time.monotonic()
             await agent.notify("session/cancel", {"sessionId": sid})
         assert time.monotonic() - cancelled_at <= BOUND
-        assert answer["result"]["_meta"]["acpBridge"]["reason"] == {
-            "kind": "cancelled", "by": "session/cancel", "forced": True}
+        assert answer["result"]["_meta"]["acpBridge"]["reason"] == FORCED
         # It answers no session/close either: ours is answered within the same bound.
         closing_at = time.monotonic()
         assert await agent.request("session/close", {"sessionId": other}, timeout=10) == {}
@@ -133,10 +140,7 @@ async def test_a_child_that_stops_answering_is_cancelled_closed_and_replaced(tmp
         again = await agent.prompt(sid, "still there")
         assert again["stopReason"] == "end_turn" and chunks(agent, sid)[-2:] == ["still ", "there "]
         assert agent_pids(agent.proc.pid) != [hung]
-    events = loaded_events(store, sid)
-    check_invariants(events, closed=True)  # type: ignore[arg-type]
-    assert turn_ends(events) == [{"kind": "cancelled", "by": "session/cancel", "forced": True},
-                                 {"kind": "completed"}]
+    assert ends_of(store, sid) == [FORCED, COMPLETED]
 
 
 async def test_a_child_that_answers_late_is_in_step_again_and_its_late_turn_is_dropped(
@@ -158,10 +162,7 @@ async def test_a_child_that_answers_late_is_in_step_again_and_its_late_turn_is_d
         assert again["stopReason"] == "end_turn"
         assert [u["content"]["text"] for u in agent.updates_of(sid)[shown:]] == ["and ", "now "]
         assert agent_pids(agent.proc.pid) == [child]  # in step again: not restarted
-    events = loaded_events(store, sid)
-    check_invariants(events, closed=True)  # type: ignore[arg-type]
-    assert between_turns(events) == []
-    assert turn_ends(events)[1:] == [{"kind": "completed"}]
+    assert ends_of(store, sid)[1:] == [COMPLETED]
 
 
 async def test_with_another_prompt_running_the_stuck_session_gets_a_fresh_child_session(
@@ -188,11 +189,7 @@ async def test_with_another_prompt_running_the_stuck_session_gets_a_fresh_child_
         assert agent_pids(agent.proc.pid) == [child]
     news = [m for m in read_by_agent(record) if m.get("method") == "session/new"]
     assert len(news) == 3  # the stuck session's fresh one on the same child
-    events = loaded_events(store, stuck)
-    check_invariants(events, closed=True)  # type: ignore[arg-type]
-    assert between_turns(events) == []
-    assert turn_ends(events) == [{"kind": "cancelled", "by": "session/cancel", "forced": True},
-                                 {"kind": "completed"}]
+    assert ends_of(store, stuck) == [FORCED, COMPLETED]
 
 
 async def test_a_cancel_while_the_child_is_restarted_is_enforced_too(tmp_path: Path, work: Path) -> None:
@@ -213,17 +210,13 @@ async def test_a_cancel_while_the_child_is_restarted_is_enforced_too(tmp_path: P
             cancelled_at = time.monotonic()
             await agent.notify("session/cancel", {"sessionId": sid})
         assert time.monotonic() - cancelled_at <= BOUND
-        assert answer["result"]["_meta"]["acpBridge"]["reason"] == {
-            "kind": "cancelled", "by": "session/cancel", "forced": True}
+        assert answer["result"]["_meta"]["acpBridge"]["reason"] == FORCED
         hung = one_agent(agent.proc.pid)
         hang.unlink()
         again = await agent.prompt(sid, "now it does")
         assert again["stopReason"] == "end_turn" and chunks(agent, sid)[-3:] == ["now ", "it ", "does "]
         assert agent_pids(agent.proc.pid) != [hung]
-    events = loaded_events(store, sid)
-    check_invariants(events, closed=True)  # type: ignore[arg-type]
-    assert turn_ends(events) == [{"kind": "cancelled", "by": "session/cancel", "forced": True},
-                                 {"kind": "completed"}]
+    assert ends_of(store, sid) == [FORCED, COMPLETED]
 
 
 async def test_what_the_child_asks_for_a_turn_the_wrapper_ended_never_reaches_the_editor(
