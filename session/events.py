@@ -181,6 +181,9 @@ class Reason(TypedDict, total=False):
     kind: ReasonKind
     limit: int | None  # None: a wrapped agent hit a step limit it does not name
     by: str
+    # `cancelled` only, and only `true`: a wrapped agent did not answer the cancelled
+    # prompt within the cancel grace, and `acp-bridge wrap` ended the turn itself.
+    forced: bool
     step: int
     message: str
     code: str
@@ -206,7 +209,7 @@ _REASON_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "max_tokens": (frozenset(), frozenset()),
     "max_steps": (frozenset({"limit"}), frozenset()),
     "refusal": (frozenset(), frozenset()),
-    "cancelled": (frozenset({"by"}), frozenset()),
+    "cancelled": (frozenset({"by"}), frozenset({"forced"})),
     "error": (frozenset({"step", "message"}), frozenset({"code", "retryable", "agentError"})),
     "interrupted": (frozenset({"cause"}), frozenset()),
 }
@@ -227,6 +230,8 @@ def reason_problem(value: JSON) -> str | None:
         return f"reason {kind!r} has unexpected {sorted(keys - required - optional)}"
     if kind == "cancelled" and value["by"] not in CANCELLED_BY:
         return f"cancelled by {value['by']!r} is not one of {list(CANCELLED_BY)}"
+    if kind == "cancelled" and "forced" in value and value["forced"] is not True:
+        return f"cancelled forced {value['forced']!r} is not true (absent when the agent complied)"
     if kind == "interrupted" and value["cause"] not in INTERRUPT_CAUSES:
         return f"interrupted cause {value['cause']!r} is not one of {list(INTERRUPT_CAUSES)}"
     if "agentError" in value:

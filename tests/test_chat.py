@@ -237,8 +237,18 @@ def test_seed_fresh_is_passed_to_the_wrapper() -> None:
                                    "--", "agent", "--seed-fresh"]
 
 
+def test_the_cancel_grace_is_passed_to_the_wrapper() -> None:
+    parser = argparse.ArgumentParser(prog="acp-bridge")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["chat", "--wrap", "--cancel-grace", "1.5"])
+    args.wrapped = ["agent"]
+    assert wrap_problem(args) is None
+    assert agent_command(args) == [sys.executable, "-m", "acp_bridge", "wrap", "--cancel-grace", "1.5", "--", "agent"]
+
+
 @pytest.mark.parametrize(("argv", "problem"), [
     (["--seed-fresh"], "--seed-fresh is the wrapper's: it is only taken with --wrap"),
+    (["--cancel-grace", "2"], "--cancel-grace is the wrapper's: it is only taken with --wrap"),
     (["--wrap"], "--wrap needs the agent's command after --"),
     (["--wrap", "--"], "--wrap needs the agent's command after --"),
     (["--", "agent"], "a command after -- is only taken with --wrap"),

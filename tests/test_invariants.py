@@ -341,6 +341,7 @@ REASONS: list[tuple[str, dict[str, Any]]] = [
     ("cancelled", {"by": "session/cancel"}),
     ("cancelled", {"by": "session/close"}),
     ("cancelled", {"by": "$/cancel_request"}),
+    ("cancelled", {"by": "session/cancel", "forced": True}),  # the wrapper ended it (cancel grace)
     ("error", {"step": 0, "message": "no model"}),
     ("error", {"step": 2, "message": "boom", "code": "rate_limit", "retryable": True}),
     ("error", {"step": 1, "message": "x", "code": "not_found",
@@ -367,3 +368,11 @@ def test_reason_kinds_are_the_closed_set_of_seven() -> None:
         reason("max_steps")
     with pytest.raises(ValueError, match="unexpected"):
         reason("completed", limit=3)
+
+
+@pytest.mark.parametrize("forced", [False, None, 1, "yes"])
+def test_forced_is_only_ever_true(forced: Any) -> None:
+    # Absent when the agent complied: a stored `forced: false` would be a second spelling.
+    assert reason_problem({"kind": "cancelled", "by": "session/cancel", "forced": forced}) == (
+        f"cancelled forced {forced!r} is not true (absent when the agent complied)")
+    assert reason_problem({"kind": "completed", "forced": True}) == "reason 'completed' has unexpected ['forced']"

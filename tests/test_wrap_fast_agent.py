@@ -11,7 +11,8 @@ capabilities and agentInfo, its `stopReason`s, its streamed text), with our `_me
 each answer; every turn is in our log, closed and passing the invariants; a kill -9 of
 the wrapper takes fast-agent with it; a new wrapper loads the session, replaying both
 turns from our log (fast-agent's own replay is kept from the editor), and the next
-prompt works.
+prompt works; and a prompt sent just after fast-agent was killed restarts it and runs
+(issue 23).
 """
 
 from __future__ import annotations
@@ -197,3 +198,26 @@ async def test_fast_agent_error_answer_passes_through(tmp_path: Path, monkeypatc
     _, events = stored_log(tmp_path / "store", sid)
     (end,) = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
     assert orjson.dumps(end["agentError"]) == direct
+
+
+async def test_fast_agent_killed_just_before_a_prompt_is_restarted_and_runs_it(tmp_path: Path) -> None:
+    """Issue 23, point 4, as measured there with fast-agent (4 prompts of 4 lost at 0-20
+    ms after its death): each prompt sent 0-20 ms after a kill -9 of fast-agent restarts
+    it (restored by its own `session/load`) and is answered from its real run."""
+    assert EXECUTABLE is not None
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    async with WrappedProcess(store, fast_agent_command(EXECUTABLE), cwd=work) as agent:
+        await initialize(agent)
+        sid = await agent.new_session(work)
+        for n, delay in enumerate((0.0, 0.005, 0.01, 0.02), 1):
+            os.kill(fast_agent_pid(agent, EXECUTABLE), signal.SIGKILL)
+            await anyio.sleep(delay)
+            before = len(agent.updates_of(sid))
+            answer = await prompt(agent, sid, f"round {n}")
+            assert answer == {"stopReason": "end_turn",
+                              "_meta": {"acpBridge": {"turn": n, "reason": {"kind": "completed"}}}}, (n, answer)
+            assert texts(agent.updates_of(sid)[before:], "agent_message_chunk") == [f"round {n}"]
+    _, events = stored_log(store, sid)
+    check_invariants(events, closed=True)
+    assert [e["data"]["reason"] for e in events if e["type"] == "turn/end"] == [{"kind": "completed"}] * 4

@@ -213,14 +213,15 @@ class TurnRecorder:
         fields["agentError"] = sent
         return self._close(reason("error", **fields))
 
-    def cancelled(self, by: str) -> list[Item]:
+    def cancelled(self, by: str, *, forced: bool = False) -> list[Item]:
         """The editor cancelled (`by`: the ACP message that did) and the agent's answer
-        says nothing usable."""
+        says nothing usable; `forced`: it gave none within the cancel grace, and the
+        wrapper ended the turn itself."""
         if by not in CANCELLED_BY:
             raise ValueError(f"cancelled by {by!r} is not one of {list(CANCELLED_BY)}")
         if not self._starts_end():
             return []
-        return self._close(reason("cancelled", by=by))
+        return self._close(reason("cancelled", by=by, forced=True) if forced else reason("cancelled", by=by))
 
     # --- steps ---------------------------------------------------------------------
 

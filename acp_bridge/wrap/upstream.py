@@ -30,8 +30,9 @@ from typing import Any, Final
 import anyio
 
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
+from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.link import ChildLink, permission_cancelled
-from acp_bridge.wrap.sessions import SessionMap, WrappedSession
+from acp_bridge.wrap.sessions import WrappedSession
 from session.items import wrapped_update
 
 log = logging.getLogger("acp_bridge.wrap.upstream")
@@ -64,6 +65,9 @@ class ChildSide:
             self._editor().notify("session/update", params)
             return
         child_sid = params.get("sessionId")
+        if self._sessions.is_stuck(child_sid):  # of a turn the wrapper ended (the cancel grace)
+            self._sessions.drop(child_sid, "updates")
+            return
         ws = self._sessions.of_child(child_sid)
         if ws is None:
             self._hold(child_sid, params)

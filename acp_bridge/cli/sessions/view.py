@@ -131,7 +131,9 @@ def reason_text(reason: dict[str, Any], *, long: bool) -> str:
     if not long:
         return one_line(str(kind))
     if kind == "cancelled":
-        return f"cancelled (by {one_line(str(reason.get('by')))})"
+        # forced: a wrapped agent that did not stop within the cancel grace (docs/wrap.md).
+        forced = "; the agent did not stop, acp-bridge ended the turn" if reason.get("forced") is True else ""
+        return f"cancelled (by {one_line(str(reason.get('by')))}{forced})"
     if kind == "interrupted":
         return f"interrupted ({one_line(str(reason.get('cause')))})"
     if kind == "max_steps":

@@ -6,8 +6,9 @@ two targets.
   repaired at the next load (`interrupted {crash}`), as for our own agent.
 - `child`: the wrapped agent. The wrapper closes the cut turn at once with the crash
   closers and answers the pending prompt `cancelled` (`_meta.acpBridge.reason`
-  `{interrupted, crash}`); the next prompt, in the same wrapper, restarts the child
-  (it loads its own session back from its store) and must end `end_turn`; then the
+  `{interrupted, crash}`), unless the child died before it read the prompt: the
+  restarted child then runs it; the next prompt, in the same wrapper, restarts the child
+  if that did not (it loads its own session back from its store) and must end `end_turn`; then the
   wrapper is stopped normally (stdin EOF, exit 0), so its log ends between turns.
 
 The wrapped command is `/bin/sh -c` choosing the script and `exec`ing
@@ -123,7 +124,9 @@ async def run_a_wrap(run: Run, backend: str, store: Path, child_store: Path, scr
     if scenario.chunk_delay_ms:
         doc["chunkDelayMs"] = scenario.chunk_delay_ms
     script.write_bytes(orjson.dumps(doc))
-    after.write_bytes(orjson.dumps({"steps": [{"text": AFTER_TEXT}]}))
+    # Twice: a prompt the dead child never read is sent again to the restarted one
+    # (docs/wrap.md, "Restart, not loss"), before the prompt after the kill.
+    after.write_bytes(orjson.dumps({"steps": [{"text": AFTER_TEXT}] * 2}))
     child = child_command(child_store, backend, script, after=after, marker=scripts / f"a{run.index:04d}.started")
     policy = MatrixPolicy(scenario.permissions, point.n if point.kind == "permission" else None)
     before = file_state(run.work)
@@ -244,7 +247,8 @@ def check_cut_turns(run: Run) -> None:
         if answer != want:
             run.fail(f"the cut turn {turn} was answered {run.answers.get(turn)}, expected {want}")
     # A prompt pending at the kill that no crash cut was answered by the child before it
-    # died (its answer was in the pipe): check_settlement holds it to its turn/end.
+    # died (its answer was in the pipe), or by the restarted child (the dead one never
+    # read it): check_settlement holds it to its turn/end.
 
 
 # --- phase B: a new wrapper around a new child loads every session ---------------------
