@@ -79,7 +79,7 @@ class WrapEngine(Engine[WrappedSession]):
     async def start(self, host: Host[WrappedSession]) -> None:
         """Spawn the child (OSError if it cannot be)."""
         await super().start(host)
-        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None), sink=lambda: None,
+        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
                                     adopt=self._adopt)
         await self._new_link()
 

@@ -4,26 +4,27 @@ Pure: the proxy feeds it what passes between the editor and the wrapped agent an
 appends the `(event type, data)` items it returns, in order; it never does I/O. Every
 item sequence it returns keeps the log's invariants, whatever the agent sends.
 
-How the update stream becomes steps (docs/wrap.md, "Recording"):
+Two things are recorded of every turn (docs/wrap.md, "Recording"):
 
-- a step opens at the first message chunk, thought chunk or tool call of the turn, and
-  at the first message or thought chunk after the open step's tool calls all have
-  results (the agent went back to its model); a tool call never closes a step;
-- an `assistant/message` precedes each new tool call's `tool/call` (the invariants need
-  the call's block in a message of the step first): it holds what the step streamed
-  since its last message, then the call's block; what comes later goes to the step's
-  closing message;
-- a `usage_update` in a step is at once an empty-content `assistant/message` hosting
-  the usage (DESIGN.md's form for usage without content): the editor sees the update
-  when it comes, so its event cannot wait for the step's end (log before send);
-- a step closes, with that message, the synthetic results of calls still open (only at
-  the turn's end) and `step/end`, when the next step opens and at the turn's end.
+- what the editor was sent, each update once and at once (log before send), so that a
+  replay sends exactly that again: a text chunk as `assistant/chunk` (with `sent`, the
+  fields of the update its chunk does not hold), every other update as it came in a
+  `wrapped/update`;
+- what the agent said, for the transcript (`sessions show`, `--seed-fresh`, a model
+  reading the log): the step's `assistant/message`, each call's `tool/call` and
+  `tool/result`, the turn's usage, all `silent` (the editor was sent nothing for them:
+  their updates are the ones above). They are written when the step closes, not when
+  a call is announced: an agent announces a call, then tells its arguments, a better
+  title and its outcome in later updates, and the log keeps what it said last.
 
-What no event holds becomes `wrapped/update` (replayed as it came): plans, mode,
-config option, command and session info updates, extension updates, non-text message
-chunks, interim tool call updates, updates for a call the turn does not know, a repeated
-`tool_call` of a known call, a `usage_update` outside a step, and every update before
-`prompt` or after the turn ended (then between turns, naming no turn).
+Steps: a step opens at the first message chunk, thought chunk or tool call of the turn,
+and at the first message or thought chunk after the open step's calls all have a final
+status (the agent went back to its model); a tool call never closes a step. A call is
+known from its `tool_call`, or from the permission request that asked about it (some
+agents announce a call only there). The turn's usage is the agent's own: its prompt
+answer's `usage`, else the `_meta.usage` its updates carried, summed, else its last
+`usage_update` (context figures). A call with no final status at the turn's end gets
+a failed result from the closers (not silent: the replay says why it stopped).
 """
 
 from __future__ import annotations
@@ -86,26 +87,55 @@ OTHER_ERROR: Final = "agent_error"
 
 FINAL_STATUSES: Final = ("completed", "failed")
 
-# Fields of a ToolCall that `tool/call` (and its replay) carries; the rest of the
-# announcement is kept in a `wrapped/update` after it.
-_CALL_FIELDS: Final = frozenset({"sessionUpdate", "toolCallId", "title", "kind", "status", "rawInput", "locations"})
-# Fields of a final ToolCallUpdate that `tool/result` carries (content as its display).
-_RESULT_FIELDS: Final = frozenset({"sessionUpdate", "toolCallId", "status", "content"})
+# ACP's Usage (a PromptResponse's, an update's `_meta.usage`) -> ours.
+_USAGE_FIELDS: Final = (("inputTokens", "inputTokens"), ("outputTokens", "outputTokens"),
+                        ("cachedReadTokens", "cacheReadTokens"), ("cachedWriteTokens", "cacheWriteTokens"),
+                        ("thoughtTokens", "reasoningTokens"))
+_CHUNKS: Final[dict[str, ChunkKind]] = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
 
 
 @dataclass
 class _Call:
+    """A tool call of the turn, as the agent last announced it."""
+
     step: int
-    name: str
+    title: str | None = None
+    kind: str | None = None
+    raw_input: Any = None  # None: not given
+    locations: list[Any] | None = None
     content: list[Any] | None = None  # the latest ToolCallContent: updates replace it
+    failed: bool = False
     permission: PermissionRecord | None = None
-    answered: bool = False
+    answered: bool = False  # a final status came
+
+    @property
+    def name(self) -> str:
+        return self.title or self.kind or "tool"
+
+    def take(self, update: dict[str, Any], *, content: bool = True) -> None:
+        """What `update` (a ToolCall or ToolCallUpdate) says anew; a field left out or
+        null says nothing (ACP). `content` False: a permission request's, whose content
+        is the question, not the call's."""
+        title, kind, locations = update.get("title"), update.get("kind"), update.get("locations")
+        if isinstance(title, str) and title:
+            self.title = title
+        if isinstance(kind, str) and kind:
+            self.kind = kind
+        if update.get("rawInput") is not None:
+            self.raw_input = update["rawInput"]
+        if isinstance(locations, list):
+            self.locations = locations
+        if content and isinstance(update.get("content"), list):
+            self.content = update["content"]
+        if update.get("status") in FINAL_STATUSES:
+            self.answered, self.failed = True, update["status"] == "failed"
 
 
 @dataclass
 class _Step:
     number: int
-    pending: list[tuple[ChunkKind, list[str]]] = field(default_factory=list)  # (kind, texts) since the last message
+    # What the step said, in order: (kind, texts) runs and the ids of its calls.
+    said: list[tuple[ChunkKind, list[str]] | str] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
 
 
@@ -124,6 +154,8 @@ class TurnRecorder:
         self._step: _Step | None = None  # the open step
         self._steps = 0
         self._calls: dict[str, _Call] = {}
+        self._meta_usage: Usage | None = None  # the sum of the updates' `_meta.usage`
+        self._context: Usage | None = None  # the last usage_update's
 
     @property
     def open(self) -> bool:
@@ -144,27 +176,25 @@ class TurnRecorder:
         if not self.open:
             return [wrapped_update(update)]
         kind = update["sessionUpdate"]
-        if kind in ("agent_message_chunk", "agent_thought_chunk"):
+        chunk = _CHUNKS.get(kind)
+        if chunk is not None:
             content = update.get("content")
             if isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str):
-                return self._chunk("text" if kind == "agent_message_chunk" else "reasoning", content["text"])
-        elif kind == "tool_call":
-            call_id = update.get("toolCallId")
-            if isinstance(call_id, str) and call_id not in self._calls:
-                return self._new_call(call_id, update)
-            return self._call_update(update)  # a repeated announcement updates the call
-        elif kind == "tool_call_update":
+                return self._chunk(chunk, content["text"], update)
+        elif kind in ("tool_call", "tool_call_update"):
             return self._call_update(update)
-        elif kind == "usage_update" and self._step is not None:
-            # At once, in a message of its own: the editor is shown the update as it
-            # comes, so its event must be in the log first (log before send).
-            return [assistant_message(self.turn, self._step.number, [], _usage(update))]
+        elif kind == "usage_update":
+            used, size = update.get("used"), update.get("size")
+            self._context = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
+            if type(size) is int:
+                self._context["contextWindow"] = size
         return [wrapped_update(update, self.turn)]
 
     def permission(self, tool_call: dict[str, Any], outcome: dict[str, Any]) -> list[Item]:
         """The editor's answer (`outcome`) to the agent's permission request about
         `tool_call` (a ToolCallUpdate): it rides on the call's `tool/result`. A call the
-        turn does not know yet is recorded now, from the request's `toolCall`."""
+        turn does not know yet is known from now on, as the request describes it; the
+        request's content (the question asked) is not the call's."""
         call_id = tool_call.get("toolCallId")
         if not self.open or not isinstance(call_id, str):
             return []
@@ -172,9 +202,12 @@ class TurnRecorder:
         record: PermissionRecord = {"outcome": value if isinstance(value, str) else "unknown"}
         if isinstance(outcome.get("optionId"), str):
             record["optionId"] = outcome["optionId"]
-        items = [] if call_id in self._calls else self._new_call(call_id, tool_call)
-        call = self._calls[call_id]
-        if not call.answered:  # else too late: its result is written
+        items: list[Item] = []
+        call = self._calls.get(call_id)
+        if call is None:
+            call = self._new_call(call_id, items)
+            call.take({k: v for k, v in tool_call.items() if k != "status"}, content=False)
+        if not call.answered:  # else too late: the agent reported its outcome already
             call.permission = record
         return items
 
@@ -184,11 +217,12 @@ class TurnRecorder:
             return []
         stop = result.get("stopReason")
         known = _STOP_REASONS.get(stop) if isinstance(stop, str) else None
+        usage = acp_usage(result.get("usage"))
         if known is None:  # not an ACP stop reason: the turn cannot be said to have succeeded
             return self._close(reason("error", step=self._steps, code="invalid_answer",
-                                      message=f"the wrapped agent answered an unknown stopReason {stop!r}"))
+                                      message=f"the wrapped agent answered an unknown stopReason {stop!r}"), usage)
         kind, fields = known
-        return self._close(reason(kind, **fields))
+        return self._close(reason(kind, **fields), usage)
 
     def failed(self, error: dict[str, Any]) -> list[Item]:
         """The wrapped agent's JSON-RPC error answer to the prompt."""
@@ -218,6 +252,14 @@ class TurnRecorder:
             return []
         return self._close(reason("cancelled", by=by))
 
+    def known_calls(self) -> list[Item]:
+        """The open step's calls and text written out (message, calls, the results
+        that came), its calls without a final status left open: for a proxy that closes
+        the turn itself (the agent died: `SessionLog.close_interrupted` answers them)."""
+        if not self.open or self._step is None:
+            return []
+        return self._written(self._step)
+
     # --- steps ---------------------------------------------------------------------
 
     def _starts_end(self) -> bool:
@@ -225,21 +267,38 @@ class TurnRecorder:
             raise RuntimeError(f"turn {self.turn} ended before it was prompted")
         return not self._ended
 
-    def _chunk(self, kind: ChunkKind, text: str) -> list[Item]:
+    def _chunk(self, kind: ChunkKind, text: str, update: dict[str, Any]) -> list[Item]:
         items: list[Item] = []
         step = self._step
         if step is not None and step.calls and all(self._calls[c].answered for c in step.calls):
-            items += self._close_step()  # the agent went back to its model
-            step = None
+            items += self._written(step)  # the agent went back to its model
+            items.append(step_end(self.turn, step.number))
+            self._step = step = None
         if step is None:
             step = self._open_step(items)
-        pending = step.pending
-        if pending and pending[-1][0] == kind:
-            pending[-1][1].append(text)
+        said = step.said
+        last = said[-1] if said else None
+        if isinstance(last, tuple) and last[0] == kind:
+            last[1].append(text)
         else:
-            pending.append((kind, [text]))
-        items.append(assistant_chunk(self.turn, step.number, kind, text))
+            said.append((kind, [text]))
+        sent: dict[str, Any] | None = None
+        if len(update) != 2 or len(update["content"]) != 2:  # more than {sessionUpdate, content: {type, text}}
+            sent = {k: v for k, v in update.items() if k not in ("sessionUpdate", "content")}
+            if len(update["content"]) != 2:
+                sent["content"] = update["content"]
+            self._add_meta_usage(update.get("_meta"))
+        items.append(assistant_chunk(self.turn, step.number, kind, text, sent))
         return items
+
+    def _add_meta_usage(self, meta: Any) -> None:
+        usage = acp_usage(meta.get("usage")) if isinstance(meta, dict) else None
+        if usage is None:
+            return
+        total: dict[str, Any] = {**(self._meta_usage or {})}
+        for name, value in usage.items():
+            total[name] = total.get(name, 0) + value
+        self._meta_usage = total  # type: ignore[assignment]
 
     def _open_step(self, items: list[Item]) -> _Step:
         self._steps += 1
@@ -247,97 +306,101 @@ class TurnRecorder:
         items.append(step_start(self.turn, self._steps))
         return self._step
 
-    @staticmethod
-    def _streamed(step: _Step) -> list[AssistantBlock]:
-        """What the step streamed since its last message, as message content (taken)."""
-        content: list[AssistantBlock] = [
-            {"type": "text", "text": "".join(texts)} if kind == "text" else {"type": "reasoning", "text": "".join(texts)}
-            for kind, texts in step.pending]
-        step.pending = []
-        return content
+    def _written(self, step: _Step) -> list[Item]:
+        """The step's meaning, all silent: one message (its text and call blocks in the
+        order said), each call's `tool/call`, and the results of the calls that have a
+        final status. Taken: written once."""
+        content: list[AssistantBlock] = []
+        for part in step.said:
+            if isinstance(part, str):
+                call = self._calls[part]
+                arguments = call.raw_input if call.raw_input is not None else {}
+                content.append({"type": "tool-call", "id": part, "name": call.name,
+                                "arguments": orjson.dumps(arguments).decode()})
+            elif part[0] == "text":
+                content.append({"type": "text", "text": "".join(part[1])})
+            else:
+                content.append({"type": "reasoning", "text": "".join(part[1])})
+        step.said = []
+        items: list[Item] = [assistant_message(self.turn, step.number, content)] if content else []
+        for call_id in step.calls:
+            call = self._calls[call_id]
+            arguments = call.raw_input if call.raw_input is not None else {}
+            items.append(tool_call(self.turn, step.number, call_id, name=call.name, arguments=arguments,
+                                   title=call.name, kind=call.kind or "other", locations=call.locations,
+                                   silent=True))
+        for call_id in step.calls:
+            call = self._calls[call_id]
+            if call.answered:
+                display = call.content or []
+                items.append(tool_result(
+                    self.turn, step.number, call_id,
+                    content=[c["content"] for c in display if isinstance(c, dict) and c.get("type") == "content"
+                             and isinstance(c.get("content"), dict)],
+                    is_error=call.failed, display=display, permission=call.permission, silent=True))
+        step.calls = []
+        return items
 
-    def _close_step(self) -> list[Item]:
-        """The agent went back to its model: the open step's calls all have results."""
-        step, self._step = self._step, None
-        assert step is not None
-        content = self._streamed(step)
-        message = [assistant_message(self.turn, step.number, content)] if content else []
-        return [*message, step_end(self.turn, step.number)]
-
-    def _close(self, end: Reason) -> list[Item]:
+    def _close(self, end: Reason, usage: Usage | None = None) -> list[Item]:
         self._ended = True
         step, self._step = self._step, None
+        usage = usage or self._meta_usage or self._context
+        items: list[Item] = []
+        if step is None and usage is not None:  # a turn that said nothing still cost something
+            step = self._open_step(items)
+            self._step = None
         if step is None:
             return closers(OpenTurn(self.turn, None), Unreported(end))
         # The agent ended the turn without a final status for these calls.
         open_calls = [(cid, self._calls[cid]) for cid in step.calls if not self._calls[cid].answered]
+        items += self._written(step)
+        if usage is not None:
+            items.append(assistant_message(self.turn, step.number, [], usage, silent=True))
         for _, call in open_calls:
             call.answered = True
         unanswered = [Unanswered(cid, call.step, call.name, True, call.permission) for cid, call in open_calls]
-        return closers(OpenTurn(self.turn, step.number, unanswered), Unreported(end, self._streamed(step)))
+        return items + closers(OpenTurn(self.turn, step.number, unanswered), Unreported(end))
 
     # --- tool calls ----------------------------------------------------------------
 
-    def _new_call(self, call_id: str, call: dict[str, Any]) -> list[Item]:
-        items: list[Item] = []
+    def _new_call(self, call_id: str, items: list[Item]) -> _Call:
         step = self._step if self._step is not None else self._open_step(items)
-        raw_input = call.get("rawInput")
-        arguments = raw_input if raw_input is not None else {}
-        given_kind, given_title = call.get("kind"), call.get("title")
-        kind = given_kind if isinstance(given_kind, str) else "other"
-        title = given_title if isinstance(given_title, str) and given_title else None
-        name = title or kind
-        block: AssistantBlock = {"type": "tool-call", "id": call_id, "name": name,
-                                 "arguments": orjson.dumps(arguments).decode()}
-        items.append(assistant_message(self.turn, step.number, [*self._streamed(step), block]))
-        locations = call.get("locations")
-        items.append(tool_call(self.turn, step.number, call_id, name=name, arguments=arguments,
-                               title=title or name, kind=kind,
-                               locations=locations if isinstance(locations, list) else None))
+        step.said.append(call_id)
         step.calls.append(call_id)
-        self._calls[call_id] = record = _Call(step.number, name)
-        if isinstance(call.get("content"), list):
-            record.content = call["content"]
-        if call.get("status") in FINAL_STATUSES:  # announced already done
-            items.append(self._result(call_id, call))
-        extras = {k: v for k, v in call.items() if k not in _CALL_FIELDS and not (k == "content" and record.answered)}
-        if extras:
-            items.append(wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": call_id, **extras}, self.turn))
-        return items
+        call = self._calls[call_id] = _Call(step.number)
+        return call
 
     def _call_update(self, update: dict[str, Any]) -> list[Item]:
+        """A `tool_call` or `tool_call_update`: kept as it came, and what it says taken
+        into the call (a `tool_call` of a new id announces one). An update after the
+        call's final status still counts (an agent may send the output after it): the
+        call is written when its step closes. One for an id the turn does not know is
+        only kept."""
+        items: list[Item] = []
         call_id = update.get("toolCallId")
         call = self._calls.get(call_id) if isinstance(call_id, str) else None
-        if call is None or call.answered:  # unknown here, or done: replayed as it came
-            return [wrapped_update(update, self.turn)]
-        if isinstance(update.get("content"), list):
-            call.content = update["content"]
-        if update.get("status") not in FINAL_STATUSES:
-            return [wrapped_update(update, self.turn)]
-        items = [self._result(update["toolCallId"], update)]
-        extras = {k: v for k, v in update.items() if k not in _RESULT_FIELDS}
-        if extras:
-            items.append(wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": update["toolCallId"],
-                                         **extras}, self.turn))
+        if call is None and update["sessionUpdate"] == "tool_call" and isinstance(call_id, str):
+            call = self._new_call(call_id, items)
+        if call is not None and (self._step is None or call_id not in self._step.calls):
+            call = None  # a call of a step already written: nothing more can be said of it
+        items.append(wrapped_update(update, self.turn))
+        if call is not None:
+            call.take(update)
         return items
 
-    def _result(self, call_id: str, update: dict[str, Any]) -> Item:
-        call = self._calls[call_id]
-        call.answered = True
-        display = call.content or []
-        return tool_result(
-            self.turn, call.step, call_id,
-            content=[c["content"] for c in display if isinstance(c, dict) and c.get("type") == "content"
-                     and isinstance(c.get("content"), dict)],
-            is_error=update.get("status") == "failed", display=display, permission=call.permission)
 
-
-def _usage(update: dict[str, Any]) -> Usage:
-    """ACP `usage_update` -> `usage`: `used` (the tokens in context) is the step's input,
-    as ACP does not split it, and `size` the window, so the replay's `usage_update`
-    (used = input + output) shows the same two numbers. Its `cost` is not kept."""
-    used, size = update.get("used"), update.get("size")
-    usage: Usage = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
-    if type(size) is int:
-        usage["contextWindow"] = size
-    return usage
+def acp_usage(value: Any) -> Usage | None:
+    """ACP's Usage (`inputTokens`, `outputTokens`, `cachedReadTokens`, ...) as ours, or
+    None if `value` holds none of its counts."""
+    if not isinstance(value, dict):
+        return None
+    usage: dict[str, int] = {}
+    for theirs, ours in _USAGE_FIELDS:
+        count = value.get(theirs)
+        if type(count) is int and count >= 0:
+            usage[ours] = count
+    if not usage:
+        return None
+    usage.setdefault("inputTokens", 0)
+    usage.setdefault("outputTokens", 0)
+    return usage  # type: ignore[return-value]

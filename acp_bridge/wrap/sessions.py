@@ -126,6 +126,7 @@ class WrappedSession:
                 self.stopping = scope
                 ends = await self._ask(recorder, link, {**params, "sessionId": child_sid, "prompt": prompt}, result)
             if scope.cancelled_caught:  # our stdin ended (`stop`)
+                self.log.extend(recorder.known_calls())
                 ends = await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="shutdown"))
         finally:
             self.recorder, self.stopping = None, None
@@ -144,6 +145,7 @@ class WrappedSession:
         try:
             answer = await link.call("session/prompt", params)
         except AgentExitedError:
+            self.log.extend(recorder.known_calls())  # the crash closers answer its calls
             return await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="crash"))
         except ClientError as exc:
             return self.log.extend(recorder.failed(relayed(exc).to_json()))
