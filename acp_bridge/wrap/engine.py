@@ -36,7 +36,7 @@ from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.link import ChildLink, obj
 from acp_bridge.wrap.seed import quiet_while_seeding, seed
 from acp_bridge.wrap.sessions import Restored, SessionMap, WrappedSession, new_session_id, restore
-from acp_bridge.wrap.upstream import ChildSide
+from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
 from session.repair import RepairReport
 
@@ -222,7 +222,8 @@ class WrapEngine(Engine[WrappedSession]):
         return result
 
     async def forward(self, method: str, params: Any, is_request: bool) -> Any:
-        """Any other method of the editor: passed on, the session id mapped."""
+        """Any other method of the editor: passed on, the session id mapped both ways
+        (in the params, and in the result the child answers with)."""
         link = await self.ensure_link()
         ws = self.host.find(params.get("sessionId")) if isinstance(params, dict) else None
         if ws is not None:
@@ -231,4 +232,8 @@ class WrapEngine(Engine[WrappedSession]):
         if not is_request:
             link.notify(method, params)
             return None
-        return await link.call(method, params)
+        result = await link.call(method, params)
+        if ws is None:
+            return result
+        took_setting(ws, method, params, result)
+        return mapped_session(result, child_sid, ws.id)

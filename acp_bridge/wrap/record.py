@@ -38,6 +38,7 @@ from acp_bridge.host.settlement import TURN_FAILED
 from session.closers import OpenTurn, Unanswered, Unreported, closers
 from session.events import (
     CANCELLED_BY,
+    TOOL_RESULT,
     AssistantBlock,
     PermissionRecord,
     Reason,
@@ -359,7 +360,10 @@ class TurnRecorder:
         for _, call in open_calls:
             call.answered = True
         unanswered = [Unanswered(cid, call.step, call.name, True, call.permission) for cid, call in open_calls]
-        return items + closers(OpenTurn(self.turn, step.number, unanswered), Unreported(end))
+        # Their failed results tell the transcript; the editor was told nothing (the
+        # agent left the calls as they were), so neither is a replay.
+        return items + [(t, {**d, "silent": True}) if t == TOOL_RESULT else (t, d)
+                        for t, d in closers(OpenTurn(self.turn, step.number, unanswered), Unreported(end))]
 
     # --- tool calls ----------------------------------------------------------------
 

@@ -57,7 +57,9 @@ def _decide(last_kind: str, last_text: str, tools: list[dict[str, Any]]) -> tupl
 def _shell_tool(tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
     for tool in tools:
         spec = tool.get("function", tool)  # chat: {type, function: {...}}; responses: flat
-        name = spec.get("name") if isinstance(spec, dict) else None
+        if not isinstance(spec, dict):
+            continue
+        name = spec.get("name")
         if isinstance(name, str) and any(word in name.lower() for word in SHELL_WORDS):
             params = spec.get("parameters")
             return name, params if isinstance(params, dict) else {}

@@ -1,0 +1,190 @@
+"""`acp-bridge wrap` in front of real agents, offline: recordings of qwen-code, opencode
+and codex-acp talking to a client (tests/wrapped_agents/, made by
+tests/support/record_agent.py against a fake model) are played back by a raw child
+(tests/support/replay_child.py) behind a real wrapper, the editor's side of each
+recording sent through it. Then:
+
+- `session/load` replays exactly the `session/update`s the editor received live, in
+  order, with the same statuses (the prompts, which the editor typed, come in front of
+  their turns), from the process that recorded them and from a new one;
+- the log holds what the agent said: each call's arguments and title as last
+  announced, its result from the latest content it sent, the turn's usage as the agent
+  reported it, the mode the child has after a passed-through `session/set_mode`.
+
+Every expected value is read from the recording, none is written here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from acp_bridge.wrap.record import acp_usage
+from tests.support.acp_client import ClientPolicy
+from tests.support.logs import loaded_events
+from tests.support.wrapped import WrappedProcess
+
+pytestmark = pytest.mark.anyio
+
+FIXTURES = sorted((Path(__file__).parent / "wrapped_agents").glob("*.jsonl"))
+
+
+def replay_child(fixture: Path) -> list[str]:
+    return [sys.executable, "-m", "tests.support.replay_child", str(fixture)]
+
+
+def script(fixture: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in fixture.read_bytes().splitlines() if line.strip()]
+
+
+class Recorded:
+    """What a recording says, per prompt turn: the agent's updates, its permission
+    requests, its answer; and the client's requests in order."""
+
+    def __init__(self, entries: list[dict[str, Any]]) -> None:
+        self.requests = [e["msg"] for e in entries if e["from"] == "client" and "method" in e["msg"]]
+        self.permissions = [e["msg"]["result"]["outcome"].get("optionId") for e in entries
+                            if e["from"] == "client" and "method" not in e["msg"]
+                            and isinstance(e["msg"].get("result"), dict) and "outcome" in e["msg"]["result"]]
+        self.turns: list[dict[str, Any]] = []
+        prompts = {m["id"] for m in self.requests if m["method"] == "session/prompt"}
+        self.mode: str | None = None
+        modes: dict[Any, str] = {m["id"]: m["params"]["modeId"] for m in self.requests
+                                 if m["method"] == "session/set_mode"}
+        turn: dict[str, Any] | None = None
+        for entry in entries:
+            msg = entry["msg"]
+            if entry["from"] == "client" and msg.get("id") in prompts and "method" in msg:
+                turn = {"updates": [], "asked": [], "answer": None, "mode": self.mode}
+                self.turns.append(turn)
+            elif entry["from"] == "agent" and "method" not in msg and msg.get("id") in modes and "result" in msg:
+                self.mode = modes[msg["id"]]
+            elif entry["from"] == "agent" and msg.get("method") == "session/update" and turn is not None \
+                    and turn["answer"] is None:
+                turn["updates"].append(msg["params"]["update"])
+            elif entry["from"] == "agent" and msg.get("method") == "session/request_permission" and turn is not None:
+                turn["asked"].append(msg["params"]["toolCall"])
+            elif entry["from"] == "agent" and msg.get("id") in prompts and "method" not in msg and turn is not None:
+                turn["answer"] = msg.get("result")
+
+
+async def run_through_wrapper(fixture: Path, store: Path, work: Path, backend: str) -> tuple[str, list[Any], Recorded]:
+    """The editor's side of the recording sent through a wrapper: our session id and the
+    updates the editor received live."""
+    recorded = Recorded(script(fixture))
+    policy = ClientPolicy(permissions=list(recorded.permissions))
+    sid = theirs = ""
+    async with WrappedProcess(store, replay_child(fixture), backend=backend, policy=policy) as editor:
+        for request in recorded.requests:
+            params = dict(request.get("params") or {})
+            if params.get("sessionId") == theirs and theirs:
+                params["sessionId"] = sid
+            if "cwd" in params:
+                params["cwd"] = str(work)
+            result = await editor.request(request["method"], params)
+            if request["method"] == "session/new":
+                sid, theirs = result["sessionId"], next(
+                    e["msg"]["result"]["sessionId"] for e in script(fixture)
+                    if e["from"] == "agent" and isinstance(e["msg"].get("result"), dict)
+                    and "sessionId" in e["msg"]["result"])
+        live = editor.updates_of(sid)
+        # The same process replays the live session from what its log has written.
+        await editor.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        again = editor.updates_of(sid)[len(live):]
+    assert without_prompts(again) == live
+    return sid, live, recorded
+
+
+def without_prompts(replayed: list[Any]) -> list[Any]:
+    """The replay less the prompts (our `t{n}-user` chunks: live, the editor typed them)."""
+    return [u for u in replayed if not (u.get("sessionUpdate") == "user_message_chunk"
+                                       and str(u.get("messageId", "")).endswith("-user"))]
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])
+async def test_load_replays_what_the_editor_saw_live(fixture: Path, backend: str, tmp_path: Path) -> None:
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    sid, live, recorded = await run_through_wrapper(fixture, store, work, backend)
+    # Everything the agent sent during its turns reached the editor (and between them).
+    assert [u for turn in recorded.turns for u in turn["updates"]] == \
+        [u for u in live if u in [x for t in recorded.turns for x in t["updates"]]]
+    async with WrappedProcess(store, replay_child(fixture), backend=backend) as second:
+        await second.initialize()
+        await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        replayed = second.updates_of(sid)
+    assert without_prompts(replayed) == live
+    prompts = [u["content"]["text"] for u in replayed if u.get("sessionUpdate") == "user_message_chunk"]
+    assert prompts == [r["params"]["prompt"][0]["text"] for r in recorded.requests if r["method"] == "session/prompt"]
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])
+async def test_the_log_holds_what_the_agent_said(fixture: Path, tmp_path: Path) -> None:
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    sid, _, recorded = await run_through_wrapper(fixture, store, work, "jsonl")
+    events = loaded_events(store, sid)
+    for number, turn in enumerate(recorded.turns, start=1):
+        of_turn = [e for e in events if e["data"].get("turn") == number]
+        start = next(e for e in of_turn if e["type"] == "turn/start")
+        assert start["data"].get("mode") == (turn["mode"] or first_mode(fixture))
+        calls = said_of_calls(turn["updates"], turn["asked"])
+        logged = {e["data"]["callId"]: e["data"] for e in of_turn if e["type"] == "tool/call"}
+        results = {e["data"]["callId"]: e["data"] for e in of_turn if e["type"] == "tool/result"}
+        assert set(logged) >= set(calls)
+        for call_id, said in calls.items():
+            assert logged[call_id]["arguments"] == said.get("rawInput", {})
+            assert logged[call_id]["title"] == said.get("title", logged[call_id]["title"])
+            if said.get("status") in ("completed", "failed"):
+                assert results[call_id].get("display", []) == said.get("content", [])
+                assert results[call_id]["isError"] == (said["status"] == "failed")
+        usage = [e["data"]["usage"] for e in of_turn if e["type"] == "assistant/message" and "usage" in e["data"]]
+        assert usage == [expected_usage(turn)]
+
+
+def first_mode(fixture: Path) -> str | None:
+    new = next(e["msg"]["result"] for e in script(fixture) if e["from"] == "agent"
+               and isinstance(e["msg"].get("result"), dict) and "sessionId" in e["msg"]["result"])
+    modes = new.get("modes")
+    return modes.get("currentModeId") if isinstance(modes, dict) else None
+
+
+def said_of_calls(updates: list[dict[str, Any]], asked: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each call's fields as the agent last gave them (ACP: an update replaces the
+    fields it gives; null gives none); a permission request's description of a call
+    fills in what no update gave, but never its content (the question) or status."""
+    calls: dict[str, dict[str, Any]] = {}
+    for update in updates:
+        if update.get("sessionUpdate") in ("tool_call", "tool_call_update"):
+            calls.setdefault(update["toolCallId"], {}).update(
+                {k: v for k, v in update.items() if v is not None and k not in ("sessionUpdate", "toolCallId")})
+    for tool_call in asked:
+        said = calls.setdefault(tool_call["toolCallId"], {})
+        for key, value in tool_call.items():
+            if key not in ("toolCallId", "content", "status") and value is not None:
+                said.setdefault(key, value)
+    return calls
+
+
+def expected_usage(turn: dict[str, Any]) -> dict[str, Any] | None:
+    """The agent's own: its answer's, else its updates' `_meta.usage` summed, else its
+    last usage_update's figures."""
+    answered = acp_usage((turn["answer"] or {}).get("usage"))
+    if answered is not None:
+        return dict(answered)
+    total: dict[str, int] = {}
+    for update in turn["updates"]:
+        meta = acp_usage((update.get("_meta") or {}).get("usage"))
+        for name, count in (meta or {}).items():
+            total[name] = total.get(name, 0) + int(count)  # type: ignore[call-overload]
+    if total:
+        return total
+    contexts = [u for u in turn["updates"] if u.get("sessionUpdate") == "usage_update"]
+    if contexts:
+        return {"inputTokens": contexts[-1]["used"], "outputTokens": 0, "contextWindow": contexts[-1]["size"]}
+    return None
