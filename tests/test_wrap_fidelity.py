@@ -23,7 +23,6 @@ from typing import Any
 import orjson
 import pytest
 
-from acp_bridge.wrap.record import acp_usage
 from tests.support.acp_client import ClientPolicy
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess
@@ -72,9 +71,10 @@ class Recorded:
                 turn["answer"] = msg.get("result")
 
 
-async def run_through_wrapper(fixture: Path, store: Path, work: Path, backend: str) -> tuple[str, list[Any], Recorded]:
-    """The editor's side of the recording sent through a wrapper: our session id and the
-    updates the editor received live."""
+async def run_through_wrapper(fixture: Path, store: Path, work: Path,
+                              backend: str) -> tuple[str, list[Any], list[Any], Recorded]:
+    """The editor's side of the recording sent through a wrapper: our session id, the
+    updates the editor received live, and those a load in the same process replayed."""
     recorded = Recorded(script(fixture))
     policy = ClientPolicy(permissions=list(recorded.permissions))
     sid = theirs = ""
@@ -95,8 +95,7 @@ async def run_through_wrapper(fixture: Path, store: Path, work: Path, backend: s
         # The same process replays the live session from what its log has written.
         await editor.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         again = editor.updates_of(sid)[len(live):]
-    assert without_prompts(again) == live
-    return sid, live, recorded
+    return sid, live, again, recorded
 
 
 def without_prompts(replayed: list[Any]) -> list[Any]:
@@ -110,7 +109,8 @@ def without_prompts(replayed: list[Any]) -> list[Any]:
 async def test_load_replays_what_the_editor_saw_live(fixture: Path, backend: str, tmp_path: Path) -> None:
     store, work = tmp_path / "store", tmp_path / "work"
     work.mkdir()
-    sid, live, recorded = await run_through_wrapper(fixture, store, work, backend)
+    sid, live, again, recorded = await run_through_wrapper(fixture, store, work, backend)
+    assert without_prompts(again) == live
     # Everything the agent sent during its turns reached the editor (and between them).
     assert [u for turn in recorded.turns for u in turn["updates"]] == \
         [u for u in live if u in [x for t in recorded.turns for x in t["updates"]]]
@@ -127,7 +127,7 @@ async def test_load_replays_what_the_editor_saw_live(fixture: Path, backend: str
 async def test_the_log_holds_what_the_agent_said(fixture: Path, tmp_path: Path) -> None:
     store, work = tmp_path / "store", tmp_path / "work"
     work.mkdir()
-    sid, _, recorded = await run_through_wrapper(fixture, store, work, "jsonl")
+    sid, _, _, recorded = await run_through_wrapper(fixture, store, work, "jsonl")
     events = loaded_events(store, sid)
     for number, turn in enumerate(recorded.turns, start=1):
         of_turn = [e for e in events if e["data"].get("turn") == number]
@@ -171,6 +171,18 @@ def said_of_calls(updates: list[dict[str, Any]], asked: list[dict[str, Any]]) ->
     return calls
 
 
+# ACP's Usage names -> the log's.
+OUR_NAMES = {"inputTokens": "inputTokens", "outputTokens": "outputTokens", "cachedReadTokens": "cacheReadTokens",
+             "cachedWriteTokens": "cacheWriteTokens", "thoughtTokens": "reasoningTokens"}
+
+
+def acp_usage(value: Any) -> dict[str, int] | None:
+    if not isinstance(value, dict) or not any(name in value for name in OUR_NAMES):
+        return None
+    return {"inputTokens": 0, "outputTokens": 0,
+            **{ours: value[theirs] for theirs, ours in OUR_NAMES.items() if theirs in value}}
+
+
 def expected_usage(turn: dict[str, Any]) -> dict[str, Any] | None:
     """The agent's own: its answer's, else its updates' `_meta.usage` summed, else its
     last usage_update's figures."""
@@ -181,7 +193,7 @@ def expected_usage(turn: dict[str, Any]) -> dict[str, Any] | None:
     for update in turn["updates"]:
         meta = acp_usage((update.get("_meta") or {}).get("usage"))
         for name, count in (meta or {}).items():
-            total[name] = total.get(name, 0) + int(count)  # type: ignore[call-overload]
+            total[name] = total.get(name, 0) + count
     if total:
         return total
     contexts = [u for u in turn["updates"] if u.get("sessionUpdate") == "usage_update"]
