@@ -200,3 +200,32 @@ def expected_usage(turn: dict[str, Any]) -> dict[str, Any] | None:
     if contexts:
         return {"inputTokens": contexts[-1]["used"], "outputTokens": 0, "contextWindow": contexts[-1]["size"]}
     return None
+
+
+async def test_extension_methods_have_the_session_id_mapped_both_ways(tmp_path: Path) -> None:
+    """An editor's extension request names our session and gets the answer naming it
+    too (the child's own id never reaches the editor); the child's extension
+    notification reaches the editor naming ours."""
+    child_sid = "child-session-1"
+    entries = [
+        {"from": "client", "msg": {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}},
+        {"from": "agent", "msg": {"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": 1,
+                                                                        "agentCapabilities": {}}}},
+        {"from": "client", "msg": {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {}}},
+        {"from": "agent", "msg": {"jsonrpc": "2.0", "id": 2, "result": {"sessionId": child_sid}}},
+        {"from": "client", "msg": {"jsonrpc": "2.0", "id": 3, "method": "_acme/echo", "params": {}}},
+        {"from": "agent", "msg": {"jsonrpc": "2.0", "method": "_acme/note", "params": {"sessionId": child_sid}}},
+        {"from": "agent", "msg": {"jsonrpc": "2.0", "id": 3, "result": {"sessionId": child_sid, "ok": True}}},
+    ]
+    fixture = tmp_path / "extension.jsonl"
+    fixture.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in entries))
+    work = tmp_path / "work"
+    work.mkdir()
+    async with WrappedProcess(tmp_path / "store", replay_child(fixture)) as editor:
+        await editor.initialize()
+        sid = await editor.new_session(work)
+        assert sid != child_sid
+        assert await editor.request("_acme/echo", {"sessionId": sid}) == {"sessionId": sid, "ok": True}
+        await editor.wait_for(lambda: any(m.get("method") == "_acme/note" for d, m in editor.transcript if d == "<-"))
+        [note] = [m for d, m in editor.transcript if d == "<-" and m.get("method") == "_acme/note"]
+        assert note["params"] == {"sessionId": sid}
