@@ -99,6 +99,7 @@ CLOSING_TEXTS = (
     "The tool call was cancelled before the agent reported its outcome.",
     "The agent ended the turn without reporting this tool call's outcome.",
     *(interrupted_text(f"Do {cid} {word}", True) for cid in CALL_IDS for word in ["a", "b ", "\n", "é", "😀", ""]),
+    interrupted_text("Read a.txt", True),  # a call known from its permission request only
 )
 
 

@@ -17,14 +17,7 @@ Two things are recorded of every turn (docs/wrap.md, "Recording"):
   a call is announced: an agent announces a call, then tells its arguments, a better
   title and its outcome in later updates, and the log keeps what it said last.
 
-Steps: a step opens at the first message chunk, thought chunk or tool call of the turn,
-and at the first message or thought chunk after the open step's calls all have a final
-status (the agent went back to its model); a tool call never closes a step. A call is
-known from its `tool_call`, or from the permission request that asked about it (some
-agents announce a call only there). The turn's usage is the agent's own: its prompt
-answer's `usage`, else the `_meta.usage` its updates carried, summed, else its last
-`usage_update` (context figures). A call with no final status at the turn's end gets
-a failed result from the closers (not silent: the replay says why it stopped).
+Steps, the turn's usage and unfinished calls: docs/wrap.md, "How a turn is recorded".
 """
 
 from __future__ import annotations
@@ -88,10 +81,9 @@ OTHER_ERROR: Final = "agent_error"
 
 FINAL_STATUSES: Final = ("completed", "failed")
 
-# ACP's Usage (a PromptResponse's, an update's `_meta.usage`) -> ours.
 _USAGE_FIELDS: Final = (("inputTokens", "inputTokens"), ("outputTokens", "outputTokens"),
                         ("cachedReadTokens", "cacheReadTokens"), ("cachedWriteTokens", "cacheWriteTokens"),
-                        ("thoughtTokens", "reasoningTokens"))
+                        ("thoughtTokens", "reasoningTokens"))  # ACP's Usage -> ours
 _CHUNKS: Final[dict[str, ChunkKind]] = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
 
 

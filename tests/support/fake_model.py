@@ -67,7 +67,8 @@ def _shell_tool(tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | Non
 
 
 def _arguments(schema: dict[str, Any], command: str) -> dict[str, Any]:
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    given = schema.get("properties")
+    props: dict[str, Any] = given if isinstance(given, dict) else {}
     arguments: dict[str, Any] = {}
     for name in schema.get("required", []) or ["command"]:
         prop = props.get(name, {})

@@ -21,11 +21,12 @@ from typing import Any
 
 import orjson
 
-PLAIN = {"session/load": {}, "session/resume": {}, "session/close": {}, "session/set_mode": {}}
+PLAIN: dict[str, dict[str, Any]] = {"session/load": {}, "session/resume": {}, "session/close": {}, "session/set_mode": {}}
 
 
 def main(path: str) -> int:
-    script = [orjson.loads(line) for line in open(path, "rb") if line.strip()]
+    with open(path, "rb") as recording:
+        script = [orjson.loads(line) for line in recording if line.strip()]
     initialize = next(e["msg"] for e in script if e["from"] == "agent" and e["msg"].get("id") == 1)
     ids: dict[Any, Any] = {}  # recorded id of a client request -> the id it has now
     at = 0
