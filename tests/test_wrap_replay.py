@@ -43,7 +43,7 @@ STATUSES = [None, "pending", "in_progress", "completed", "failed"]
 ENDS = ["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "bogus", "failed",
         "cancel", "crash"]
 OP_KINDS = st.sampled_from(["text"] * 4 + ["thought"] * 2 + ["image", "plan", "mode", "usage"]
-                           + ["call"] * 3 + ["call_update"] * 4 + ["permission"] * 2)
+                           + ["call"] * 3 + ["call_update"] * 4 + ["permission"] * 2 + ["request"])
 WORDS = st.sampled_from(["a", "b ", "\n", "é", "😀", ""])
 
 
@@ -94,13 +94,24 @@ def _draw_update(data: st.DataObject, op: str, announced: list[str]) -> dict[str
 
 
 # What a call the agent never finished shows after the turn's end: closed by the
-# recorder (cancelled, or not), or by the crash repair (started: a tool/call exists).
-CLOSING_TEXTS = (
+# recorder (cancelled, or not), or by the crash repair (started: a tool/call exists),
+# which names the call as the log wrote it: by one of the titles (else kinds) it had.
+RECORDER_CLOSING = (
     "The tool call was cancelled before the agent reported its outcome.",
     "The agent ended the turn without reporting this tool call's outcome.",
-    *(interrupted_text(f"Do {cid} {word}", True) for cid in CALL_IDS for word in ["a", "b ", "\n", "é", "😀", ""]),
-    interrupted_text("Read a.txt", True),  # a call known from its permission request only
 )
+
+
+def _names(updates: list[dict[str, Any]], asked_ids: set[str]) -> dict[str, set[str]]:
+    """Per call id, every name the call had at some point of the turn."""
+    names: dict[str, set[str]] = {cid: {"tool"} for cid in [*CALL_IDS, "asked"]}
+    for cid in asked_ids:
+        names[cid] |= {"Read a.txt", "read"}  # tests.support.acp_updates.asked
+    for update in updates:
+        for field in ("title", "kind"):
+            if update.get("sessionUpdate") in ("tool_call", "tool_call_update") and update.get(field):
+                names.setdefault(update["toolCallId"], set()).add(update[field])
+    return names
 
 
 def _events(items: list[Item]) -> list[Event]:
@@ -125,14 +136,25 @@ def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data:
     sent: list[dict[str, Any]] = []  # what the editor was sent, live
     announced: list[str] = []
     permitted: set[str] = set()  # calls known from a permission request only
+    asked_ids: set[str] = set()  # calls a permission request was about
     for _ in range(data.draw(st.integers(0, 30), label="updates")):
         op = data.draw(OP_KINDS)
-        if op == "permission":
-            cid = data.draw(st.sampled_from([*announced, "asked"]))
+        if op in ("permission", "request"):
+            # As the proxy does: the turn's calls written before any request of the
+            # agent goes to the editor (a permission, a file, a terminal), so what
+            # the answer lets run has its tool/call on disk.
+            cid = data.draw(st.sampled_from([*announced, "asked"])) if op == "permission" else None
+            if cid is not None:
+                asked_ids.add(cid)
             if cid == "asked":
                 permitted.add(cid)
-            items += recorder.permission(asked(cid), data.draw(st.sampled_from([ALLOW, REJECT])))
+            items += recorder.asking(asked(cid) if cid is not None else None)
             check_invariants(_events(items))
+            on_disk = {d["callId"] for t, d in items if t == "tool/call"}
+            assert set(announced) | ({cid} if cid else set()) <= on_disk
+            if cid is not None:
+                items += recorder.permission(asked(cid), data.draw(st.sampled_from([ALLOW, REJECT])))
+                check_invariants(_events(items))
             continue
         update = _draw_update(data, op, announced)
         if op == "call" and update["toolCallId"] not in announced:
@@ -151,7 +173,7 @@ def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data:
         events += closers_of(events)
     else:
         assert not recorder.open
-    late = _draw_update(data, data.draw(OP_KINDS.filter(lambda o: o != "permission")), announced)
+    late = _draw_update(data, data.draw(OP_KINDS.filter(lambda o: o not in ("permission", "request"))), announced)
     if end != "crash":  # after the end, updates stand between turns
         assert recorder.update(late) == [wrapped_update(late)]
     check_invariants(events, closed=True)
@@ -170,8 +192,11 @@ def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data:
         assert closing.pop()["messageId"] == "t1-end"
     finished = {u["toolCallId"] for u in sent if u["sessionUpdate"] in ("tool_call", "tool_call_update")
                 and u.get("status") in ("completed", "failed")}
+    names = _names(sent, asked_ids)
     assert all(u["status"] == "failed" and u["rawOutput"]["error"]["code"] in ("unfinished", "cancelled", "interrupted")
-               and u["content"][0]["content"]["text"] in CLOSING_TEXTS for u in closing), closing
+               and u["content"][0]["content"]["text"] in {
+                   *RECORDER_CLOSING, *(interrupted_text(n, True) for n in names[u["toolCallId"]])}
+               for u in closing), closing
     # A closer's failed update only for a call the agent left open.
     assert {u["toolCallId"] for u in closing} <= set(announced) - finished | permitted
 

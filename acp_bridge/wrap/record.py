@@ -15,24 +15,23 @@ Two things are recorded of every turn (docs/wrap.md, "Recording"):
   `tool/result`, the turn's usage, all `silent` (the editor was sent nothing for them:
   their updates are the ones above). They are written when the step closes, not when
   a call is announced: an agent announces a call, then tells its arguments, a better
-  title and its outcome in later updates, and the log keeps what it said last.
+  title and its outcome in later updates, and the log keeps what it said last; but
+  before a request of the agent reaches the editor (`asking`), so that what it lets
+  run has its call on disk (acp_bridge/wrap/calls.py).
 
 Steps, the turn's usage and unfinished calls: docs/wrap.md, "How a turn is recorded".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
-
 from acp_bridge.host.settlement import TURN_FAILED
+from acp_bridge.wrap.calls import AnnouncedCall, Step, step_items
 from session.closers import OpenTurn, Unanswered, Unreported, closers
 from session.events import (
     CANCELLED_BY,
     TOOL_RESULT,
-    AssistantBlock,
     PermissionRecord,
     Reason,
     ReasonKind,
@@ -46,8 +45,6 @@ from session.items import (
     assistant_message,
     step_end,
     step_start,
-    tool_call,
-    tool_result,
     turn_start,
     user_message,
     wrapped_update,
@@ -79,57 +76,10 @@ _ERROR_WORDS: Final[dict[int, str]] = {
 OTHER_ERROR: Final = "agent_error"
 """The `code` of an error answer whose JSON-RPC code and data name no known word."""
 
-FINAL_STATUSES: Final = ("completed", "failed")
-
 _USAGE_FIELDS: Final = (("inputTokens", "inputTokens"), ("outputTokens", "outputTokens"),
                         ("cachedReadTokens", "cacheReadTokens"), ("cachedWriteTokens", "cacheWriteTokens"),
                         ("thoughtTokens", "reasoningTokens"))  # ACP's Usage -> ours
 _CHUNKS: Final[dict[str, ChunkKind]] = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
-
-
-@dataclass
-class _Call:
-    """A tool call of the turn, as the agent last announced it."""
-
-    step: int
-    title: str | None = None
-    kind: str | None = None
-    raw_input: Any = None  # None: not given
-    locations: list[Any] | None = None
-    content: list[Any] | None = None  # the latest ToolCallContent: updates replace it
-    failed: bool = False
-    permission: PermissionRecord | None = None
-    answered: bool = False  # a final status came
-
-    @property
-    def name(self) -> str:
-        return self.title or self.kind or "tool"
-
-    def take(self, update: dict[str, Any], *, content: bool = True) -> None:
-        """What `update` (a ToolCall or ToolCallUpdate) says anew; a field left out or
-        null says nothing (ACP). `content` False: a permission request's, whose content
-        is the question, not the call's."""
-        title, kind, locations = update.get("title"), update.get("kind"), update.get("locations")
-        if isinstance(title, str) and title:
-            self.title = title
-        if isinstance(kind, str) and kind:
-            self.kind = kind
-        if update.get("rawInput") is not None:
-            self.raw_input = update["rawInput"]
-        if isinstance(locations, list):
-            self.locations = locations
-        if content and isinstance(update.get("content"), list):
-            self.content = update["content"]
-        if update.get("status") in FINAL_STATUSES:
-            self.answered, self.failed = True, update["status"] == "failed"
-
-
-@dataclass
-class _Step:
-    number: int
-    # What the step said, in order: (kind, texts) runs and the ids of its calls.
-    said: list[tuple[ChunkKind, list[str]] | str] = field(default_factory=list)
-    calls: list[str] = field(default_factory=list)
 
 
 class TurnRecorder:
@@ -144,9 +94,9 @@ class TurnRecorder:
         self.mode = mode
         self._started = False
         self._ended = False
-        self._step: _Step | None = None  # the open step
+        self._step: Step | None = None  # the open step
         self._steps = 0
-        self._calls: dict[str, _Call] = {}
+        self._calls: dict[str, AnnouncedCall] = {}
         self._meta_usage: Usage | None = None  # the sum of the updates' `_meta.usage`
         self._context: Usage | None = None  # the last usage_update's
 
@@ -183,11 +133,28 @@ class TurnRecorder:
                 self._context["contextWindow"] = size
         return [wrapped_update(update, self.turn)]
 
+    def asking(self, tool_call: dict[str, Any] | None = None) -> list[Item]:
+        """The agent asks the editor something in this turn (a permission about
+        `tool_call`, a ToolCallUpdate; a file, a terminal): the open step is written as
+        far as it goes (its text and calls so far, silent), before the request is
+        passed on, so whatever the editor's answer lets run has its `tool/call` on disk
+        (docs/wrap.md, "Ordering and durability"). A call the turn does not know yet is
+        known from now on, as the request describes it (qwen-code and gemini-cli ask
+        before they announce). The calls keep taking their later updates for their results; their
+        arguments and title stay those known now."""
+        if not self.open:
+            return []
+        items: list[Item] = []
+        if tool_call is not None and isinstance(tool_call.get("toolCallId"), str):
+            self._asked_call(tool_call["toolCallId"], tool_call, items)
+        if self._step is not None:
+            items += self._written(self._step, results=False)
+        return items
+
     def permission(self, tool_call: dict[str, Any], outcome: dict[str, Any]) -> list[Item]:
         """The editor's answer (`outcome`) to the agent's permission request about
-        `tool_call` (a ToolCallUpdate): it rides on the call's `tool/result`. A call the
-        turn does not know yet is known from now on, as the request describes it; the
-        request's content (the question asked) is not the call's."""
+        `tool_call` (a ToolCallUpdate): it rides on the call's `tool/result` (a call the
+        turn does not know yet is known from now on, as in `asking`)."""
         call_id = tool_call.get("toolCallId")
         if not self.open or not isinstance(call_id, str):
             return []
@@ -196,10 +163,7 @@ class TurnRecorder:
         if isinstance(outcome.get("optionId"), str):
             record["optionId"] = outcome["optionId"]
         items: list[Item] = []
-        call = self._calls.get(call_id)
-        if call is None:
-            call = self._new_call(call_id, items)
-            call.take({k: v for k, v in tool_call.items() if k != "status"}, content=False)
+        call = self._asked_call(call_id, tool_call, items)
         if not call.answered:  # else too late: the agent reported its outcome already
             call.permission = record
         return items
@@ -269,12 +233,7 @@ class TurnRecorder:
             self._step = step = None
         if step is None:
             step = self._open_step(items)
-        said = step.said
-        last = said[-1] if said else None
-        if isinstance(last, tuple) and last[0] == kind:
-            last[1].append(text)
-        else:
-            said.append((kind, [text]))
+        step.say(kind, text)
         sent: dict[str, Any] | None = None
         if len(update) != 2 or len(update["content"]) != 2:  # more than {sessionUpdate, content: {type, text}}
             sent = {k: v for k, v in update.items() if k not in ("sessionUpdate", "content")}
@@ -293,46 +252,14 @@ class TurnRecorder:
             total[name] = total.get(name, 0) + value
         self._meta_usage = total  # type: ignore[assignment]
 
-    def _open_step(self, items: list[Item]) -> _Step:
+    def _open_step(self, items: list[Item]) -> Step:
         self._steps += 1
-        self._step = _Step(self._steps)
+        self._step = Step(self._steps)
         items.append(step_start(self.turn, self._steps))
         return self._step
 
-    def _written(self, step: _Step) -> list[Item]:
-        """The step's meaning, all silent: one message (its text and call blocks in the
-        order said), each call's `tool/call`, and the results of the calls that have a
-        final status. Taken: written once."""
-        content: list[AssistantBlock] = []
-        for part in step.said:
-            if isinstance(part, str):
-                call = self._calls[part]
-                arguments = call.raw_input if call.raw_input is not None else {}
-                content.append({"type": "tool-call", "id": part, "name": call.name,
-                                "arguments": orjson.dumps(arguments).decode()})
-            elif part[0] == "text":
-                content.append({"type": "text", "text": "".join(part[1])})
-            else:
-                content.append({"type": "reasoning", "text": "".join(part[1])})
-        step.said = []
-        items: list[Item] = [assistant_message(self.turn, step.number, content)] if content else []
-        for call_id in step.calls:
-            call = self._calls[call_id]
-            arguments = call.raw_input if call.raw_input is not None else {}
-            items.append(tool_call(self.turn, step.number, call_id, name=call.name, arguments=arguments,
-                                   title=call.name, kind=call.kind or "other", locations=call.locations,
-                                   silent=True))
-        for call_id in step.calls:
-            call = self._calls[call_id]
-            if call.answered:
-                display = call.content or []
-                items.append(tool_result(
-                    self.turn, step.number, call_id,
-                    content=[c["content"] for c in display if isinstance(c, dict) and c.get("type") == "content"
-                             and isinstance(c.get("content"), dict)],
-                    is_error=call.failed, display=display, permission=call.permission, silent=True))
-        step.calls = []
-        return items
+    def _written(self, step: Step, *, results: bool = True) -> list[Item]:
+        return step_items(self.turn, step, self._calls, results=results)
 
     def _close(self, end: Reason, usage: Usage | None = None) -> list[Item]:
         self._ended = True
@@ -359,11 +286,21 @@ class TurnRecorder:
 
     # --- tool calls ----------------------------------------------------------------
 
-    def _new_call(self, call_id: str, items: list[Item]) -> _Call:
+    def _new_call(self, call_id: str, items: list[Item]) -> AnnouncedCall:
         step = self._step if self._step is not None else self._open_step(items)
         step.said.append(call_id)
         step.calls.append(call_id)
-        call = self._calls[call_id] = _Call(step.number)
+        call = self._calls[call_id] = AnnouncedCall(step.number)
+        return call
+
+    def _asked_call(self, call_id: str, tool_call: dict[str, Any], items: list[Item]) -> AnnouncedCall:
+        """The call a permission request is about; one the turn does not know yet is
+        known from now on, as the request describes it (not its status: the request's
+        `pending` says nothing of the outcome; not its content: the question asked)."""
+        call = self._calls.get(call_id)
+        if call is None:
+            call = self._new_call(call_id, items)
+            call.take({k: v for k, v in tool_call.items() if k != "status"}, content=False)
         return call
 
     def _call_update(self, update: dict[str, Any]) -> list[Item]:

@@ -118,7 +118,9 @@ class ChildSide:
 
         async def ask() -> Any:
             if ws is not None and not ws.log.closed:
-                # Durable before the editor acts on it (docs/wrap.md, DESIGN.md section 3).
+                # Durable before the editor acts on it (docs/wrap.md, DESIGN.md section 3),
+                # the calls it may let run included (a failed write refuses the request).
+                self._asking(ws, method, params)
                 await anyio.to_thread.run_sync(ws.log.sync)
             result = await editor.request(method, out)  # its error is relayed as it came (ClientError)
             return mapped_session(result, ws.id, ws.child_sid) if ws is not None and ws.child_sid else result
@@ -147,6 +149,18 @@ class ChildSide:
             return permission_cancelled()
         self._permission(ws, params, result)
         return result
+
+    @staticmethod
+    def _asking(ws: WrappedSession, method: str, params: dict[str, Any]) -> None:
+        """The running turn's calls so far written, before the child's request goes to
+        the editor (TurnRecorder.asking)."""
+        recorder = ws.recorder
+        if recorder is None or not recorder.open:
+            return
+        tool_call = params.get("toolCall") if method == "session/request_permission" else None
+        items = recorder.asking(tool_call if isinstance(tool_call, dict) else None)
+        if items:
+            ws.log.extend(items)
 
     @staticmethod
     def _permission(ws: WrappedSession, params: dict[str, Any], result: Any) -> None:
