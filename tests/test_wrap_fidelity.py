@@ -24,6 +24,7 @@ import orjson
 import pytest
 
 from tests.support.acp_client import ClientPolicy
+from tests.support.acp_updates import without_prompts
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess
 
@@ -94,14 +95,8 @@ async def run_through_wrapper(fixture: Path, store: Path, work: Path,
         live = editor.updates_of(sid)
         # The same process replays the live session from what its log has written.
         await editor.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
-        again = editor.updates_of(sid)[len(live):]
+        again = editor.replayed(sid)
     return sid, live, again, recorded
-
-
-def without_prompts(replayed: list[Any]) -> list[Any]:
-    """The replay less the prompts (our `t{n}-user` chunks: live, the editor typed them)."""
-    return [u for u in replayed if not (u.get("sessionUpdate") == "user_message_chunk"
-                                       and str(u.get("messageId", "")).endswith("-user"))]
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
@@ -117,7 +112,7 @@ async def test_load_replays_what_the_editor_saw_live(fixture: Path, backend: str
     async with WrappedProcess(store, replay_child(fixture), backend=backend) as second:
         await second.initialize()
         await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
-        replayed = second.updates_of(sid)
+        replayed = second.replayed(sid)
     assert without_prompts(replayed) == live
     prompts = [u["content"]["text"] for u in replayed if u.get("sessionUpdate") == "user_message_chunk"]
     assert prompts == [r["params"]["prompt"][0]["text"] for r in recorded.requests if r["method"] == "session/prompt"]

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 
 from session import check_invariants
+from tests.support.acp_updates import without_prompts
 from tests.support.fake_model import respond
 from tests.support.logs import loaded_events
 from tests.support.sse_server import SSEServer
@@ -45,11 +45,6 @@ def config(url: str) -> str:
                               "options": {"baseURL": url, "apiKey": "dummy"},
                               "models": {"fake-model": {"name": "Fake model", "tool_call": True}}}},
         "model": "fake/fake-model", "autoupdate": False, "share": "disabled"}).decode()
-
-
-def without_prompts(replayed: list[Any]) -> list[Any]:
-    return [u for u in replayed if not (u.get("sessionUpdate") == "user_message_chunk"
-                                       and str(u.get("messageId", "")).endswith("-user"))]
 
 
 async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
@@ -83,7 +78,7 @@ async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
                                                 "clientInfo": {"name": "tests", "version": "0"}}, timeout=START)
             await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []},
                                  timeout=START)
-            replayed = second.updates_of(sid)
+            replayed = second.replayed(sid)
     assert without_prompts(replayed) == live
     events = loaded_events(store, sid)
     check_invariants(events, closed=True)  # type: ignore[arg-type]
