@@ -1,5 +1,5 @@
-"""`acp-bridge wrap` in front of real agents, offline: recordings of qwen-code, opencode
-and codex-acp talking to a client (tests/wrapped_agents/, made by
+"""`acp-bridge wrap` in front of real agents, offline: recordings of qwen-code, opencode,
+codex-acp and gemini-cli talking to a client (tests/wrapped_agents/, made by
 tests/support/record_agent.py against a fake model) are played back by a raw child
 (tests/support/replay_child.py) behind a real wrapper, the editor's side of each
 recording sent through it. Then:
@@ -42,8 +42,9 @@ def script(fixture: Path) -> list[dict[str, Any]]:
 
 
 class Recorded:
-    """What a recording says, per prompt turn: the agent's updates, its permission
-    requests, its answer; and the client's requests in order."""
+    """What a recording says, per prompt turn: the agent's updates, and those with its
+    permission requests in the order they came (`order`), its answer; and the
+    client's requests in order."""
 
     def __init__(self, entries: list[dict[str, Any]]) -> None:
         self.requests = [e["msg"] for e in entries if e["from"] == "client" and "method" in e["msg"]]
@@ -59,15 +60,16 @@ class Recorded:
         for entry in entries:
             msg = entry["msg"]
             if entry["from"] == "client" and msg.get("id") in prompts and "method" in msg:
-                turn = {"updates": [], "asked": [], "answer": None, "mode": self.mode}
+                turn = {"updates": [], "order": [], "answer": None, "mode": self.mode}
                 self.turns.append(turn)
             elif entry["from"] == "agent" and "method" not in msg and msg.get("id") in modes and "result" in msg:
                 self.mode = modes[msg["id"]]
             elif entry["from"] == "agent" and msg.get("method") == "session/update" and turn is not None \
                     and turn["answer"] is None:
                 turn["updates"].append(msg["params"]["update"])
+                turn["order"].append(("update", msg["params"]["update"]))
             elif entry["from"] == "agent" and msg.get("method") == "session/request_permission" and turn is not None:
-                turn["asked"].append(msg["params"]["toolCall"])
+                turn["order"].append(("asked", msg["params"]["toolCall"]))
             elif entry["from"] == "agent" and msg.get("id") in prompts and "method" not in msg and turn is not None:
                 turn["answer"] = msg.get("result")
 
@@ -128,7 +130,7 @@ async def test_the_log_holds_what_the_agent_said(fixture: Path, tmp_path: Path) 
         of_turn = [e for e in events if e["data"].get("turn") == number]
         start = next(e for e in of_turn if e["type"] == "turn/start")
         assert start["data"].get("mode") == (turn["mode"] or first_mode(fixture))
-        calls = said_of_calls(turn["updates"], turn["asked"])
+        calls = said_of_calls(turn["order"])
         logged = {e["data"]["callId"]: e["data"] for e in of_turn if e["type"] == "tool/call"}
         results = {e["data"]["callId"]: e["data"] for e in of_turn if e["type"] == "tool/result"}
         assert set(logged) >= set(calls)
@@ -149,20 +151,26 @@ def first_mode(fixture: Path) -> str | None:
     return modes.get("currentModeId") if isinstance(modes, dict) else None
 
 
-def said_of_calls(updates: list[dict[str, Any]], asked: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each call's fields as the agent last gave them (ACP: an update replaces the
-    fields it gives; null gives none); a permission request's description of a call
-    fills in what no update gave, but never its content (the question) or status."""
+def said_of_calls(order: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each call's fields as the log must hold them: as the agent last gave them (ACP: an
+    update replaces the fields it gives; null gives none), but a call announced before
+    a permission request of its turn keeps the title and input it had then (the log
+    writes it before the request reaches the editor); a request's description of a
+    call fills in what no update gave, never its content (the question) or status."""
     calls: dict[str, dict[str, Any]] = {}
-    for update in updates:
-        if update.get("sessionUpdate") in ("tool_call", "tool_call_update"):
-            calls.setdefault(update["toolCallId"], {}).update(
-                {k: v for k, v in update.items() if v is not None and k not in ("sessionUpdate", "toolCallId")})
-    for tool_call in asked:
-        said = calls.setdefault(tool_call["toolCallId"], {})
-        for key, value in tool_call.items():
-            if key not in ("toolCallId", "content", "status") and value is not None:
-                said.setdefault(key, value)
+    frozen: set[str] = set()
+    described = ("title", "kind", "rawInput", "locations")
+    for what, said in order:
+        if what == "update" and said.get("sessionUpdate") in ("tool_call", "tool_call_update"):
+            fields = calls.setdefault(said["toolCallId"], {})
+            fields.update({k: v for k, v in said.items() if v is not None and k not in ("sessionUpdate", "toolCallId")
+                           and not (said["toolCallId"] in frozen and k in described)})
+        elif what == "asked":
+            fields = calls.setdefault(said["toolCallId"], {})
+            for key, value in said.items():
+                if key not in ("toolCallId", "content", "status") and value is not None:
+                    fields.setdefault(key, value)
+            frozen |= set(calls)
     return calls
 
 
@@ -179,11 +187,16 @@ def acp_usage(value: Any) -> dict[str, int] | None:
 
 
 def expected_usage(turn: dict[str, Any]) -> dict[str, Any] | None:
-    """The agent's own: its answer's, else its updates' `_meta.usage` summed, else its
-    last usage_update's figures."""
-    answered = acp_usage((turn["answer"] or {}).get("usage"))
+    """The agent's own: its answer's (ACP's `usage`, else gemini-cli's `_meta.quota.
+    token_count`), else its updates' `_meta.usage` summed, else its last usage_update's
+    figures."""
+    answer = turn["answer"] or {}
+    answered = acp_usage(answer.get("usage"))
     if answered is not None:
         return dict(answered)
+    count = ((answer.get("_meta") or {}).get("quota") or {}).get("token_count")
+    if count is not None:
+        return {"inputTokens": count["input_tokens"], "outputTokens": count["output_tokens"]}
     total: dict[str, int] = {}
     for update in turn["updates"]:
         meta = acp_usage((update.get("_meta") or {}).get("usage"))

@@ -202,6 +202,12 @@ TABLE: list[tuple[str, list[Op], list[Item]]] = [
      [*start(), step(1, "start"), chunk("hi"), message(1, {**T, "text": "hi"}),
       usage(inputTokens=120, outputTokens=9, cacheReadTokens=4, reasoningTokens=2), step(1, "end"),
       end("completed")]),
+    ("gemini-cli's count in its answer's _meta.quota, when it has no usage",
+     [("update", text("hi")), ("answer", {"stopReason": "end_turn", "_meta": {"quota": {
+         "token_count": {"input_tokens": 240, "output_tokens": 30},
+         "model_usage": [{"model": "m", "token_count": {"input_tokens": 240, "output_tokens": 30}}]}}})],
+     [*start(), step(1, "start"), chunk("hi"), message(1, {**T, "text": "hi"}),
+      usage(inputTokens=240, outputTokens=30), step(1, "end"), end("completed")]),
     ("usage an answer holds even when the turn said nothing: a step hosts it",
      [("answer", {"stopReason": "end_turn", "usage": {"inputTokens": 5, "outputTokens": 0}})],
      [*start(), step(1, "start"), usage(inputTokens=5, outputTokens=0), step(1, "end"), end("completed")]),

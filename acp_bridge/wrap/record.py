@@ -174,7 +174,7 @@ class TurnRecorder:
             return []
         stop = result.get("stopReason")
         known = _STOP_REASONS.get(stop) if isinstance(stop, str) else None
-        usage = acp_usage(result.get("usage"))
+        usage = acp_usage(result.get("usage")) or quota_usage(result.get("_meta"))
         if known is None:  # not an ACP stop reason: the turn cannot be said to have succeeded
             return self._close(reason("error", step=self._steps, code="invalid_answer",
                                       message=f"the wrapped agent answered an unknown stopReason {stop!r}"), usage)
@@ -320,6 +320,16 @@ class TurnRecorder:
         if call is not None:
             call.take(update)
         return items
+
+
+def quota_usage(meta: Any) -> Usage | None:
+    """gemini-cli's count of the turn's tokens in its prompt answer's `_meta` (`quota.
+    token_count: {input_tokens, output_tokens}`: it sends no ACP `usage`), or None."""
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    count = quota.get("token_count") if isinstance(quota, dict) else None
+    if not isinstance(count, dict):
+        return None
+    return acp_usage({"inputTokens": count.get("input_tokens"), "outputTokens": count.get("output_tokens")})
 
 
 def acp_usage(value: Any) -> Usage | None:

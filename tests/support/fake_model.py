@@ -1,6 +1,8 @@
 """A model that decides by what it is asked, for real third-party agents run against
-127.0.0.1 (tests/support/record_agent.py): OpenAI Chat Completions (`/chat/completions`)
-and the Responses API (`/responses`), streamed as the real endpoints stream them.
+127.0.0.1 (tests/support/record_agent.py): OpenAI Chat Completions (`/chat/completions`),
+the Responses API (`/responses`) and the Gemini API (`models/M:streamGenerateContent`,
+`:generateContent`, `:countTokens`: gemini-cli with `GOOGLE_GEMINI_BASE_URL`), streamed
+as the real endpoints stream them.
 
 What it answers, read from the request:
 
@@ -34,8 +36,11 @@ def respond(request: Received) -> Reply:
         body = request.json
     except orjson.JSONDecodeError:
         body = {}
-    if request.path.rstrip("/").endswith("/responses"):
+    path = request.path.partition("?")[0].rstrip("/")
+    if path.endswith("/responses"):
         return _responses(body)
+    if ":" in path.rpartition("/")[2]:  # .../models/NAME:method
+        return _gemini(path.rpartition(":")[2], body)
     return _chat(body)
 
 
@@ -145,3 +150,59 @@ def _responses(body: dict[str, Any]) -> Reply:
     payloads = [f"event: {e['type']}\ndata: {orjson.dumps(e).decode()}" for e in events]
     return Reply(200, {"Content-Type": "text/event-stream"},
                  [p.encode() + b"\n\n" for p in payloads])
+
+
+# --- Gemini -----------------------------------------------------------------------------------
+
+GEMINI_USAGE = {"promptTokenCount": 120, "candidatesTokenCount": 9, "totalTokenCount": 129}
+
+
+def _gemini(method: str, body: dict[str, Any]) -> Reply:
+    if method == "countTokens":
+        return _json_reply({"totalTokens": 120})
+    contents = body.get("contents") or [{}]
+    last = contents[-1] if isinstance(contents[-1], dict) else {}
+    parts = last.get("parts") or []
+    outputs = [p["functionResponse"] for p in parts if isinstance(p, dict) and "functionResponse" in p]
+    if outputs:
+        response = outputs[0].get("response")
+        output = response.get("output") if isinstance(response, dict) else None
+        kind, text = "tool", output if isinstance(output, str) else orjson.dumps(response).decode()
+    else:
+        kind, text = "user", "\n".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    config = body.get("generationConfig") or {}
+    if config.get("responseMimeType") == "application/json":
+        # A side question of the agent's (which model, who speaks next): an answer that
+        # says nothing new, in the shape each of them reads.
+        reply = orjson.dumps({"reasoning": "fake", "next_speaker": "user", "model_choice": "flash"}).decode()
+        pieces: list[dict[str, Any]] = [{"candidates": [_candidate([{"text": reply}], "STOP")],
+                                         "usageMetadata": GEMINI_USAGE}]
+    else:
+        tools = [{"name": d.get("name"), "parameters": d.get("parametersJsonSchema") or d.get("parameters")}
+                 for t in body.get("tools") or [] if isinstance(t, dict)
+                 for d in t.get("functionDeclarations") or [] if isinstance(d, dict)]
+        said, what = _decide(kind, text, tools)
+        if said == "text":
+            pieces = [{"candidates": [_candidate([{"text": piece}])]} for piece in what]
+            pieces[-1] = {"candidates": [_candidate([{"text": what[-1]}], "STOP")], "usageMetadata": GEMINI_USAGE}
+        else:
+            name, arguments = what
+            pieces = [{"candidates": [_candidate([{"functionCall": {"name": name, "args": arguments}}], "STOP")],
+                       "usageMetadata": {**GEMINI_USAGE, "candidatesTokenCount": 21, "totalTokenCount": 141}}]
+    if method == "generateContent":  # not streamed: the pieces as one answer
+        whole = [part for piece in pieces for part in piece["candidates"][0]["content"]["parts"]]
+        return _json_reply({"candidates": [_candidate(whole, "STOP")], "usageMetadata": GEMINI_USAGE})
+    return Reply(200, {"Content-Type": "text/event-stream"},
+                 [b"data: " + orjson.dumps({**piece, "modelVersion": "fake-model"}) + b"\r\n\r\n"
+                  for piece in pieces])
+
+
+def _candidate(parts: list[dict[str, Any]], finish: str | None = None) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return candidate
+
+
+def _json_reply(value: Any) -> Reply:
+    return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(value)], chunked=False)
