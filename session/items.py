@@ -70,6 +70,10 @@ class AssistantChunkData(TypedDict):
     turn: int
     step: int
     chunk: Chunk
+    # A wrapped agent's chunk: the fields of its ACP update that `chunk` does not hold
+    # (its messageId, _meta; its content when that is more than a text block), so the
+    # replay sends back exactly what the editor was sent (docs/wrap.md, "Recording").
+    sent: NotRequired[dict[str, JSON]]
 
 
 class AssistantMessageData(TypedDict):
@@ -77,6 +81,7 @@ class AssistantMessageData(TypedDict):
     step: int
     content: list[AssistantBlock]
     usage: NotRequired[Usage]
+    silent: NotRequired[bool]  # see ToolCallData.silent
 
 
 class ToolCallData(TypedDict):
@@ -92,6 +97,11 @@ class ToolCallData(TypedDict):
     # (a `tool/permission` lets it run) or is refused before it runs (its failed
     # `tool/result` follows). Absent: the call runs right after its `tool/call`.
     pending: NotRequired[bool]
+    # True: the editor was sent no update for this event (a wrapped agent's turn keeps
+    # what it sent as `wrapped/update`s and chunks; this event is its meaning, for the
+    # transcript), so a replay sends none either. Also on `assistant/message` and
+    # `tool/result`.
+    silent: NotRequired[bool]
 
 
 class ToolResultData(TypedDict):
@@ -103,6 +113,7 @@ class ToolResultData(TypedDict):
     error: NotRequired[ToolError]
     display: NotRequired[list[JSON]]
     permission: NotRequired[PermissionRecord]
+    silent: NotRequired[bool]  # see ToolCallData.silent
 
 
 class ToolPermissionData(TypedDict):
@@ -164,23 +175,28 @@ def step_end(turn: int, step: int) -> tuple[Literal["step/end"], StepData]:
 
 
 def assistant_chunk(
-    turn: int, step: int, kind: ChunkKind, text: str
+    turn: int, step: int, kind: ChunkKind, text: str, sent: dict[str, JSON] | None = None
 ) -> tuple[Literal["assistant/chunk"], AssistantChunkData]:
+    """`sent` is left out when there is none."""
+    if sent:
+        return (ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": {"type": kind, "text": text}, "sent": sent})
     return (ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": {"type": kind, "text": text}})
 
 
 def assistant_message(
-    turn: int, step: int, content: list[AssistantBlock], usage: Usage | None = None
+    turn: int, step: int, content: list[AssistantBlock], usage: Usage | None = None, *, silent: bool = False
 ) -> tuple[Literal["assistant/message"], AssistantMessageData]:
     data: AssistantMessageData = {"turn": turn, "step": step, "content": content}
     if usage is not None:
         data["usage"] = usage
+    if silent:
+        data["silent"] = True
     return (ASSISTANT_MESSAGE, data)
 
 
 def tool_call(
     turn: int, step: int, call_id: str, *, name: str, arguments: JSON, title: str, kind: str,
-    locations: list[JSON] | None = None, pending: bool = False,
+    locations: list[JSON] | None = None, pending: bool = False, silent: bool = False,
 ) -> tuple[Literal["tool/call"], ToolCallData]:
     """`locations` is left out when there are none, `pending` when it is false."""
     data: ToolCallData = {"turn": turn, "step": step, "callId": call_id, "name": name,
@@ -189,6 +205,8 @@ def tool_call(
         data["locations"] = locations
     if pending:
         data["pending"] = True
+    if silent:
+        data["silent"] = True
     return (TOOL_CALL, data)
 
 
@@ -201,7 +219,7 @@ def tool_permission(
 def tool_result(
     turn: int, step: int, call_id: str, *, content: list[JSON], is_error: bool,
     error: ToolError | None = None, display: list[JSON] | None = None,
-    permission: PermissionRecord | None = None,
+    permission: PermissionRecord | None = None, silent: bool = False,
 ) -> tuple[Literal["tool/result"], ToolResultData]:
     """`display` is left out when there is none (an empty one says nothing either)."""
     data: ToolResultData = {"turn": turn, "step": step, "callId": call_id, "content": content,
@@ -212,6 +230,8 @@ def tool_result(
         data["display"] = display
     if permission is not None:
         data["permission"] = permission
+    if silent:
+        data["silent"] = True
     return (TOOL_RESULT, data)
 
 

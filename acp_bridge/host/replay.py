@@ -48,10 +48,13 @@ class ReplayEncoder:
     equivalence). After the last block, `title` names the session again."""
 
     def __init__(self, session_id: str, context_window: int | None,
-                 window_of: Callable[[str], int | None] | None = None) -> None:
+                 window_of: Callable[[str], int | None] | None = None, *, wrapped: bool = False) -> None:
         # `window_of`: the window of the model a turn ran on (its `turn/start.model`),
         # for `usage_update.size`; without it, every turn's is `context_window`.
-        self.context = UpdateContext(replay=True, context_window=context_window, window_of=window_of)
+        # `wrapped`: a wrapped agent's session (UpdateContext.wrapped).
+        self.context = UpdateContext(replay=True, context_window=context_window, window_of=window_of,
+                                     wrapped=wrapped)
+        self.wrapped = wrapped
         self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
         self._prompt_title: str | None = None  # the first prompt's, as the live stream named it
         self._agent_title: str | None = None  # the last a wrapped agent's session_info_update gave
@@ -60,7 +63,7 @@ class ReplayEncoder:
     def encode(self, block: list[Event], others: list[Event] | None = None) -> bytes:
         """The lines for `block`; its events other than chunks are also appended to
         `others` (the load feeds those to the transcript without a second pass)."""
-        prefix, context, dumps = self.prefix, self.context, orjson.dumps
+        prefix, context, dumps, wrapped = self.prefix, self.context, orjson.dumps, self.wrapped
         chunk_head = prefix + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
         parts: list[bytes] = []
         append = parts.append
@@ -69,9 +72,13 @@ class ReplayEncoder:
                 data = event["data"]
                 chunk = data["chunk"]
                 if chunk["type"] == "text":
-                    append(b'%s%s},"messageId":"t%ds%d"}}}\n' % (
-                        chunk_head, dumps(chunk["text"]), data["turn"], data["step"]))
-                    continue
+                    if not wrapped:
+                        append(b'%s%s},"messageId":"t%ds%d"}}}\n' % (
+                            chunk_head, dumps(chunk["text"]), data["turn"], data["step"]))
+                        continue
+                    if "sent" not in data:  # a wrapped agent's plain chunk, as it came
+                        append(b'%s%s}}}}\n' % (chunk_head, dumps(chunk["text"])))
+                        continue
             elif others is not None:
                 others.append(event)
             if event["type"] in _NAMING:

@@ -41,8 +41,12 @@ as the protocol defines them rather than under `_meta`:
   (on replay: of its `turn/start.model`, `UpdateContext.window_of`), else
   DEFAULT_CONTEXT_WINDOW when the model does not say;
 - `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
-  records there what no other event holds: plans, modes, commands, interim tool call
-  updates...), so live and replay send the same object;
+  records there every update of the agent but its text chunks: plans, modes, commands,
+  tool calls and their updates...), so live and replay send the same object;
+- a wrapped agent's session (`UpdateContext.wrapped`, docs/wrap.md "Replay"): its
+  chunks go without our messageId, with the fields the agent sent (`sent`); its
+  `silent` events (the meaning of what the agent sent, for the transcript) send
+  nothing, as the editor was sent nothing for them;
 - `turn/end` with any reason but `completed` -> one `agent_message_chunk` (messageId
   `t{turn}-end`, `_meta.acpBridge {turn, reason}`) saying in plain text how the turn
   ended and why (`end_notice`: interrupted, cancelled, failed, stopped at a limit or by
@@ -131,13 +135,16 @@ class UpdateContext:
     # A replay's: the window of the model a turn ran on, from its `turn/start.model`
     # (a live stream's turns all run on the model of `context_window`).
     window_of: Callable[[str], int | None] | None = None
+    # A wrapped agent's session (`acp-bridge wrap`): its chunks carry no messageId of
+    # ours, only what the agent sent (`sent`), as the editor was sent them live.
+    wrapped: bool = False
 
 
 def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
     """The `session/update` payloads for `event`, in order (often none)."""
     etype, data = event["type"], event["data"]
     if etype == ASSISTANT_CHUNK:  # most events of a log: tested first
-        return _assistant_chunk(data)
+        return _assistant_chunk(data, ctx.wrapped)
     if etype == TURN_START:
         ctx.state.calls.clear()
         ctx.state.announced.clear()
@@ -164,7 +171,10 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
         return [{"sessionUpdate": "tool_call_update", "toolCallId": data["callId"], "status": "in_progress",
                  "_meta": meta}]
     if etype == WRAPPED_UPDATE:
-        return [data["update"]]
+        update = data["update"]
+        if update.get("sessionUpdate") == "tool_call" and isinstance(update.get("toolCallId"), str):
+            ctx.state.announced.add(update["toolCallId"])  # the closers' result updates it
+        return [update]
     # step/start, step/end: nothing to show.
     return []
 
@@ -215,7 +225,7 @@ def _chunk(kind: str, content: Any, msg_id: str) -> SessionUpdate:
     return {"sessionUpdate": kind, "content": content, "messageId": msg_id}
 
 
-def _assistant_chunk(data: dict[str, Any]) -> list[SessionUpdate]:
+def _assistant_chunk(data: dict[str, Any], wrapped: bool) -> list[SessionUpdate]:
     chunk = data["chunk"]
     kind = chunk["type"]
     if kind == "text":
@@ -224,8 +234,13 @@ def _assistant_chunk(data: dict[str, Any]) -> list[SessionUpdate]:
         update = "agent_thought_chunk"
     else:  # not in the vocabulary; show nothing rather than fail a whole replay
         return []
-    msg_id = message_id(data["turn"], data["step"], kind)
-    return [{"sessionUpdate": update, "content": {"type": "text", "text": chunk["text"]}, "messageId": msg_id}]
+    shown: SessionUpdate = {"sessionUpdate": update, "content": {"type": "text", "text": chunk["text"]}}
+    sent = data.get("sent")
+    if isinstance(sent, dict):  # a wrapped agent's chunk, as it was sent
+        return [{**shown, **sent}]
+    if not wrapped:
+        shown["messageId"] = message_id(data["turn"], data["step"], kind)
+    return [shown]
 
 
 def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
@@ -234,7 +249,7 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
     for block in tool_calls_of(data):
         ctx.state.calls.setdefault(block["id"], block)
     usage = data.get("usage")
-    if not isinstance(usage, dict):
+    if not isinstance(usage, dict) or data.get("silent"):
         return []
     used = sum(int(usage.get(name) or 0) for name in _CONTEXT_TOKEN_FIELDS)
     size = usage.get("contextWindow")
@@ -246,6 +261,8 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
 
 
 def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+    if data.get("silent"):
+        return []
     call_id = data["callId"]
     ctx.state.announced.add(call_id)
     call: SessionUpdate = {
@@ -276,6 +293,8 @@ def _turn_end(data: dict[str, Any]) -> list[SessionUpdate]:
 
 
 def _tool_result(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+    if data.get("silent"):
+        return []
     call_id = data["callId"]
     is_error = bool(data["isError"])
     raw_output: dict[str, Any] = {"content": data["content"], "isError": is_error}

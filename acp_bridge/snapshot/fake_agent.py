@@ -70,6 +70,10 @@ class FakeSession:
     cancelled: anyio.Event = field(default_factory=anyio.Event)
     ctx: UpdateContext = field(default_factory=lambda: UpdateContext(replay=False))
 
+    def __post_init__(self) -> None:
+        # A wrapped agent's recording is sent as the agent sent it (UpdateContext.wrapped).
+        self.ctx = UpdateContext(replay=False, wrapped=self.agent.recording.wrapped)
+
     @property
     def log(self) -> SessionLog | None:
         return None
@@ -88,13 +92,22 @@ class FakeSession:
             raise agent.failed(number, "replay_mismatch", "the prompt differs from the recorded one")
         stream = events[:-1]
         merged: set[int] = set()  # wrapped/updates sent with the result before them
-        asked: set[str] = set()  # calls whose permission was asked (at their tool/permission)
+        asked: set[str] = set()  # calls whose permission was asked
+        # A wrapped agent's call whose outcome the log writes when its step closes
+        # (silent): its permission is asked before the update that gave its final status.
+        to_ask = {e["data"]["callId"]: e for e in stream if e["type"] == TOOL_RESULT
+                  and "permission" in e["data"] and e["data"].get("silent")}
         for index, event in enumerate(stream):
             if index in merged:
                 continue
-            if event["type"] == TOOL_PERMISSION or (event["type"] == TOOL_RESULT and "permission" in event["data"]
-                                                     and event["data"]["callId"] not in asked):
-                asked.add(event["data"]["callId"])
+            final = _final_of(event)
+            if final is not None and final in to_ask:
+                asked.add(final)
+                await agent.ask(self.sid, to_ask.pop(final))
+            data = event["data"]
+            if event["type"] == TOOL_PERMISSION or (event["type"] == TOOL_RESULT and "permission" in data
+                                                     and not data.get("silent") and data["callId"] not in asked):
+                asked.add(data["callId"])
                 await agent.ask(self.sid, event)
             extra = _extra_fields(event, stream[index + 1] if index + 1 < len(stream) else None)
             if extra is not None:
@@ -194,7 +207,7 @@ class FakeAgent(Engine[FakeSession]):
             session = self._open(session_id, params["cwd"])
             session.turn = asked
         session.cwd = params["cwd"]
-        ctx = UpdateContext(replay=True)
+        ctx = UpdateContext(replay=True, wrapped=self.recording.wrapped)
         self.send_all(session_id, ctx, self.between.get(0, []))
         for number in range(1, session.turn + 1):
             self.send_all(session_id, ctx, [*self.turns[number], *self.between.get(number, [])])
@@ -298,13 +311,25 @@ def _extra_fields(event: Event, following: Event | None) -> dict[str, Any] | Non
     """The fields `acp-bridge wrap` kept aside of a wrapped agent's final tool call update
     (rawOutput, _meta, ...: a `wrapped/update` right after its `tool/result`), to send
     with the result again as one update; None if `event` has none."""
-    if event["type"] != TOOL_RESULT or following is None or following["type"] != WRAPPED_UPDATE:
+    if event["type"] != TOOL_RESULT or following is None or following["type"] != WRAPPED_UPDATE \
+            or event["data"].get("silent"):
         return None
     update = following["data"].get("update")
     if not (isinstance(update, dict) and update.get("sessionUpdate") == "tool_call_update"
             and update.get("toolCallId") == event["data"]["callId"] and "status" not in update):
         return None
     return {k: v for k, v in update.items() if k not in ("sessionUpdate", "toolCallId")}
+
+
+def _final_of(event: Event) -> str | None:
+    """The call id a wrapped agent's update (a `wrapped/update`) gave its final status, or None."""
+    if event["type"] != WRAPPED_UPDATE:
+        return None
+    update = event["data"].get("update")
+    if isinstance(update, dict) and update.get("sessionUpdate") in ("tool_call", "tool_call_update") \
+            and update.get("status") in ("completed", "failed") and isinstance(update.get("toolCallId"), str):
+        return str(update["toolCallId"])
+    return None
 
 
 def serve(source: str) -> int:

@@ -85,7 +85,10 @@ def read_fake(log: ReadLog, source: str) -> FakeRecording:
             out.turns[turn].append(event)
         else:
             out.between.setdefault(turn, []).append(event)
-        if etype == TOOL_CALL:
+        if etype == TOOL_CALL and data.get("silent"):  # a wrapped agent's call, as it last described it
+            out.calls[data["callId"]] = {"title": data["title"], "kind": data["kind"], "rawInput": data["arguments"],
+                                         **({"locations": data["locations"]} if data.get("locations") else {})}
+        elif etype == TOOL_CALL:
             call = next((u for u in updates_for(event, UpdateContext(replay=True))
                          if u.get("sessionUpdate") == "tool_call"), None)
             if call is not None:

@@ -43,7 +43,7 @@ from acp_bridge.wrap.children import Restored, SessionMap, kept_from_editor, new
 from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
-from acp_bridge.wrap.upstream import ChildSide
+from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
 from session.repair import RepairReport
 
@@ -87,7 +87,7 @@ class WrapEngine(Engine[WrappedSession]):
     async def start(self, host: Host[WrappedSession]) -> None:
         """Spawn the child (OSError if it cannot be)."""
         await super().start(host)
-        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None), sink=lambda: None,
+        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
                                     adopt=self._adopt)
         await self._new_link()
 
@@ -281,7 +281,8 @@ class WrapEngine(Engine[WrappedSession]):
         return result
 
     async def forward(self, method: str, params: Any, is_request: bool) -> Any:
-        """Any other method of the editor: passed on, the session id mapped."""
+        """Any other method of the editor: passed on, the session id mapped both ways
+        (in the params, and in the result the child answers with)."""
         ws = self.host.find(params.get("sessionId")) if isinstance(params, dict) else None
         link = await self.ensure_link(ws)
         if ws is not None:
@@ -290,4 +291,8 @@ class WrapEngine(Engine[WrappedSession]):
         if not is_request:
             link.notify(method, params)
             return None
-        return await link.call(method, params)
+        result = await link.call(method, params)
+        if ws is None:
+            return result
+        took_setting(ws, method, params, result)
+        return mapped_session(result, child_sid, ws.id)

@@ -150,6 +150,7 @@ class WrappedSession:
                 else:
                     ends = await self._run(recorder, *reached, {**params, "prompt": prompt}, result)
             if scope.cancelled_caught:  # our stdin ended (`stop`)
+                self.log.extend(recorder.known_calls())
                 ends = await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="shutdown"))
         finally:
             self.recorder, self.stopping = None, None
@@ -219,6 +220,7 @@ class WrappedSession:
         except AgentExitedError:
             if call.unread and self.cancelled_by is not None:  # it never ran: the editor's cancel ends it
                 return self.log.extend(recorder.cancelled(self.cancelled_by))
+            self.log.extend(recorder.known_calls())  # the crash closers answer its calls
             return await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="crash"))
         except ClientError as exc:
             if self.cancelled_by is not None:

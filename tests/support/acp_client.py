@@ -284,6 +284,23 @@ class AgentProcess:
                 trail.append(("request_permission", params["toolCall"].get("status")))
         return trail
 
+    def replayed(self, sid: str) -> list[dict[str, Any]]:
+        """The updates for `sid` between the last `session/load` of it and that load's
+        answer: its replay, without what the agent sends live once loaded (opencode
+        sends its commands again right after its load)."""
+        load = next(m["id"] for d, m in reversed(self.transcript) if d == "->" and m.get("method") == "session/load"
+                    and (m.get("params") or {}).get("sessionId") == sid)
+        updates: list[dict[str, Any]] | None = None
+        for direction, message in self.transcript:
+            if direction == "->" and message.get("id") == load and message.get("method") == "session/load":
+                updates = []
+            elif updates is not None and direction == "<-" and message.get("id") == load and "method" not in message:
+                return updates
+            elif updates is not None and direction == "<-" and message.get("method") == "session/update" \
+                    and message["params"].get("sessionId") == sid:
+                updates.append(message["params"]["update"])
+        raise AssertionError(f"the session/load of {sid} was not answered")
+
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10) -> None:
         with anyio.fail_after(timeout):
             while not predicate():
