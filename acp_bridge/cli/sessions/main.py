@@ -2,7 +2,8 @@
 
     acp-bridge sessions [--store DIR|CONNINFO] [--backend jsonl|sqlite|postgres] list [--cwd DIR] [--json] [-n N]
     acp-bridge sessions show ID [--full]
-    acp-bridge sessions export ID [--format md|jsonl]
+    acp-bridge sessions export ID [--format md|html|jsonl]
+    acp-bridge sessions serve [--port N]
 
 `--store` and `--backend` are accepted before or after the subcommand; they default as
 for the agent (`$ACP_BRIDGE_HOME` / `$XDG_STATE_HOME/acp-bridge`, for postgres
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     _store_options(parser)
-    commands = parser.add_subparsers(dest="sessions_command", metavar="{list,show,export}")
+    commands = parser.add_subparsers(dest="sessions_command", metavar="{list,show,export,serve}")
     ls = commands.add_parser(
         "list", aliases=["ls"], help="stored sessions, newest first (the default)",
         description="Stored sessions, newest first: id, last update, turns, status of the "
@@ -152,8 +153,17 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     _store_options(export)
     export.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
-    export.add_argument("--format", choices=("md", "jsonl"), default="md",
-                        help="md (default): a Markdown transcript; jsonl: the stored lines")
+    export.add_argument("--format", choices=("md", "html", "jsonl"), default="md",
+                        help="md (default): a Markdown transcript; html: a self-contained web "
+                             "page (docs/html.md); jsonl: the stored lines")
+    serve = commands.add_parser(
+        "serve", help="a local read-only web page of the store (127.0.0.1, a token in its URL)",
+        description="Serve the session list and transcripts on 127.0.0.1 until Ctrl-C; the URL, "
+        "with its random token, is printed on stderr (docs/html.md).",
+    )
+    _store_options(serve)
+    serve.add_argument("--port", type=int, default=0, metavar="N",
+                       help="the port to listen on (default: a random free one)")
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
@@ -177,6 +187,11 @@ def run(args: argparse.Namespace) -> int:
     from acp_bridge.cli.startup import reader_settings
 
     backend, root = reader_settings(args)
+    command = getattr(args, "sessions_command", None) or "list"
+    if command == "serve":  # opens the store per request, in the server's threads
+        from acp_bridge.cli.sessions.serve import serve
+
+        return serve(backend, root, args)
     from acp_bridge.cli.sessions.listing import list_text
     from acp_bridge.cli.sessions.progress import Progress
     from acp_bridge.cli.sessions.source import Source, resolve_id
@@ -190,7 +205,6 @@ def run(args: argparse.Namespace) -> int:
     )
 
     source = Source(backend, root)
-    command = getattr(args, "sessions_command", None) or "list"
     progress = Progress(f"{PROG} {command}")
     try:
         if command in ("list", "ls"):
@@ -205,6 +219,13 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         walk = Walk(source, sid, lambda records: progress.set(records, "records"))
         try:
+            if command == "export" and args.format == "html":
+                from acp_bridge.cli.sessions.html import html_chunks
+
+                for chunk in html_chunks(walk, source):  # UTF-8, as the page declares
+                    _write_bytes(chunk.encode("utf-8", "replace"))
+                sys.stdout.buffer.flush()
+                return EXIT_OK
             chunks = show_chunks(walk, source, full=args.full) if command == "show" \
                 else markdown_chunks(walk, source)
             for chunk in chunks:
