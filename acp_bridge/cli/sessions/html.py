@@ -206,8 +206,8 @@ def _tool(tool: Tool, turn: Turn) -> list[Line]:
 
 def _diff(path: str, old: str | None, new: str) -> str:
     lines = []
-    for line in unified(path, old, new):
-        kind = "hunk" if line.startswith("@@") else "add" if line.startswith("+") else \
-            "del" if line.startswith("-") else "ctx"
+    for number, line in enumerate(unified(path, old, new)):
+        kind = "file" if number < 2 else "hunk" if line.startswith("@@") else \
+            "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
         lines.append(f'<span class="{kind}">{esc(line) or " "}</span>')
     return '<pre class="diff">' + "".join(lines) + "</pre>"

@@ -78,7 +78,7 @@ details.thinking{color:var(--muted);font-style:italic}
 pre.diff{white-space:pre;padding:.4rem 0}
 pre.diff span{display:block;padding:0 .8rem}
 pre.diff .add{background:var(--add)}pre.diff .del{background:var(--del)}
-pre.diff .hunk{background:var(--hunk);color:var(--muted)}
+pre.diff .hunk{background:var(--hunk);color:var(--muted)}pre.diff .file{font-weight:600}
 .end{margin:.8rem 0 0;font-weight:600}
 .note{border:1px solid var(--warn);border-radius:6px;padding:.5rem .8rem;margin:.6rem 0}
 .damage{border:1px solid var(--bad);color:var(--bad);border-radius:6px;padding:.5rem .8rem}

@@ -248,14 +248,11 @@ def make_handler(site: Site, port_of: Callable[[], int]) -> type[BaseHTTPRequest
     return Handler
 
 
-class _Stop(Exception):
-    pass
-
-
 def serve(backend: str, root: Path | str, args: argparse.Namespace) -> int:
     """Serve until SIGINT or SIGTERM. Returns the exit code."""
     import secrets
     import signal
+    import threading
     from http.server import ThreadingHTTPServer
 
     from session import shown_store
@@ -276,7 +273,10 @@ def serve(backend: str, root: Path | str, args: argparse.Namespace) -> int:
     holder[0] = server.server_address[1]
 
     def stop(signum: int, frame: object) -> None:
-        raise _Stop
+        # Not an exception raised into the loop, which could land anywhere (in the middle
+        # of starting a request's thread): the loop is asked to end, from a thread, since
+        # `shutdown` waits for it.
+        threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -284,8 +284,6 @@ def serve(backend: str, root: Path | str, args: argparse.Namespace) -> int:
           f"http://{HOST}:{holder[0]}/{site.token}/ (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
-    except _Stop:
-        pass
     finally:
         server.server_close()
     return 0
