@@ -79,6 +79,10 @@ Decisions (DESIGN.md section 6 leaves the details open):
   `{"type","seq","time","data"}` with the stored data bytes verbatim (the JSONL
   backend's line format).
 
+- **export --format html** and **serve**: the transcript as one self-contained web page,
+  and a local read-only server of the list and those pages (html.py, serve.py;
+  docs/html.md). The page is written as UTF-8 bytes whatever the locale (it says so).
+
 Only argparse, os and sys are imported at module level: `acp-bridge` builds its parser (and
 so calls `add_parser`) on every start, and the agent's start-up path stays lean. The
 rest is imported when a command runs.
@@ -106,8 +110,9 @@ def add_parser(subparsers: Any) -> None:
     """Add `sessions` (with list, show, export) to an argparse subparsers object."""
     parser = subparsers.add_parser(
         "sessions",
-        help="list, show and export stored sessions",
-        description="List stored sessions, show a transcript, export Markdown or raw events.",
+        help="list, show, export and serve stored sessions",
+        description="List stored sessions, show a transcript, export Markdown, HTML or raw "
+        "events, or serve them to a browser on 127.0.0.1.",
     )
     _configure(parser)
 
@@ -116,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     """`acp-bridge sessions ...` on its own: parse `argv` and run. Returns the exit code."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="List stored sessions, show a transcript, export Markdown or raw events.",
+        description="List stored sessions, show a transcript, export Markdown, HTML or raw "
+        "events, or serve them to a browser on 127.0.0.1.",
     )
     _configure(parser)
     try:
@@ -148,8 +154,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--full", action="store_true",
                       help="print tool arguments, results and diffs in full")
     export = commands.add_parser(
-        "export", help="a session as Markdown or as its raw stored events",
-        description="Write a session to stdout as Markdown, or as its stored JSONL lines.",
+        "export", help="a session as Markdown, as a web page or as its raw stored events",
+        description="Write a session to stdout as Markdown, as a self-contained HTML page, "
+        "or as its stored JSONL lines.",
     )
     _store_options(export)
     export.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")

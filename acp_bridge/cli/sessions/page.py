@@ -41,7 +41,7 @@ overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere;margin:.4rem 0}
 .md pre code{background:none;padding:0}
 .md blockquote{margin:.4rem 0;padding-left:.9rem;border-left:3px solid var(--line);color:var(--muted)}
 .md>:first-child{margin-top:0}.md>:last-child{margin-bottom:0}
-.md .table{overflow-x:auto}
+.table{overflow-x:auto}
 .md table{border-collapse:collapse}.md td,.md th{border:1px solid var(--line);padding:.2rem .5rem}
 .align-right{text-align:right}.align-center{text-align:center}.align-left{text-align:left}
 section.turn{border:1px solid var(--line);border-left:5px solid var(--muted);border-radius:8px;
@@ -87,8 +87,12 @@ table.sessions{border-collapse:collapse;width:100%;font-size:.9rem}
 table.sessions th,table.sessions td{text-align:left;padding:.35rem .5rem;
 border-bottom:1px solid var(--line);vertical-align:top}
 table.sessions td.num{text-align:right;white-space:nowrap}
-table.sessions td.title{overflow-wrap:anywhere}
+table.sessions td.title{overflow-wrap:anywhere;min-width:18rem}
 .list-status{font-weight:600}
+.list-status.st-completed{color:var(--ok)}.list-status.st-running{color:var(--run)}
+.list-status.st-cancelled,.list-status.st-max_tokens,.list-status.st-max_steps{color:var(--warn)}
+.list-status.st-error,.list-status.st-interrupted{color:var(--bad)}
+.list-status.st-refusal{color:var(--odd)}
 """
 
 

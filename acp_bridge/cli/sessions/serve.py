@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 
+from acp_bridge.cli.sessions.html import STATES
 from acp_bridge.cli.sessions.markup import esc
 from acp_bridge.cli.sessions.page import CSP_HEADER, FOOT, head
 
@@ -145,7 +146,7 @@ def not_found() -> Page:
 
 
 def _list_html(rows: list[Row], where: str) -> str:
-    from acp_bridge.cli.sessions.text import local_time, one_line, token_text
+    from acp_bridge.cli.sessions.text import cut, local_time, one_line, token_text
     from acp_bridge.cli.sessions.view import wrapped_agent
 
     out = [head("Sessions"), '<header class="page">', "<h1>Sessions</h1>",
@@ -154,29 +155,28 @@ def _list_html(rows: list[Row], where: str) -> str:
     if not rows:
         out.append('<p class="note">No sessions in this store.</p>')
     else:
-        out.append('<table class="sessions"><thead><tr><th>Title</th><th>Updated</th>'
-                   "<th>Turns</th><th>Last turn</th><th>Tokens in / out</th><th>Agent</th>"
-                   "<th>cwd</th></tr></thead><tbody>")
+        out.append('<div class="table"><table class="sessions"><thead><tr><th>Session</th>'
+                   "<th>Updated</th><th>Turns</th><th>Last turn</th><th>Tokens</th><th>Agent</th>"
+                   "</tr></thead><tbody>")
         for row in rows:
-            title = esc(one_line(row.title)) if row.title else "(untitled)"
-            link = f'<a href="session/{esc(row.id)}">{title}</a>'
+            title = esc(cut(one_line(row.title), 80)) if row.title else "(untitled)"
             updated = "?" if row.updated is None else esc(local_time(row.updated, seconds=False))
             wrapped = wrapped_agent(row.header)
-            agent = esc(wrapped.name) if wrapped is not None else "acp-bridge"
-            cwd = f'<span class="mono">{esc(str(row.header.get("cwd", "")))}</span>'
+            agent = esc(cut(wrapped.name, 40)) if wrapped is not None else "acp-bridge"
+            cwd = esc(cut(one_line(str(row.header.get("cwd", ""))), 60))
             if row.view is None:
                 cells = ["?", '<span class="list-status st-error">damaged</span>', ""]
             else:
                 status, text = row.view.status()
-                state = status if status in ("completed", "cancelled", "error", "interrupted",
-                                             "running") else "other"
+                state = status if status in STATES else "other"
                 cells = [str(row.view.turn_count),
                          f'<span class="list-status st-{state}">{esc(text)}</span>',
                          esc(token_text(row.view.usage))]
-            out.append(f'<tr><td class="title">{link}<div class="callid mono">{esc(row.id)}</div>'
-                       f'</td><td class="num">{updated}</td><td class="num">{cells[0]}</td>'
-                       f"<td>{cells[1]}</td><td>{cells[2]}</td><td>{agent}</td><td>{cwd}</td></tr>")
-        out.append("</tbody></table>")
+            out.append(f'<tr><td class="title"><a href="session/{esc(row.id)}">{title}</a>'
+                       f'<div class="callid mono">{esc(row.id[:8])} · {cwd}</div></td>'
+                       f'<td class="num">{updated}</td><td class="num">{cells[0]}</td>'
+                       f"<td>{cells[1]}</td><td>{cells[2]}</td><td>{agent}</td></tr>")
+        out.append("</tbody></table></div>")
     out += ["</main>", FOOT]
     return "\n".join(out)
 
