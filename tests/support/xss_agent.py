@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
+
+if __name__ == "__main__":  # run as a script: the repository on the path, for the helpers
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.hostile_agent import send, update  # (after the path is set)
 
 RUN = "document.title='PWNED'"
 MAKE = "document.body.appendChild(Object.assign(document.createElement('b'),{id:'pwned'}))"
@@ -57,15 +63,6 @@ MARKDOWN = "\n".join([
     f"| <img src=x onerror=\"{RUN}\"> | right |",
 ])
 SID = "xss-session-1"
-
-
-def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def update(sid: str, body: dict[str, Any]) -> None:
-    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": body}})
 
 
 def diff() -> dict[str, Any]:
