@@ -45,7 +45,7 @@ def stores(kind: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, d
     return root, ids
 
 
-def export(root: Path, kind: str, sid: str) -> str:
+def export(root: Path | str, kind: str, sid: str) -> str:
     proc = subprocess.run([*SESSIONS, "--store", str(root), "--backend", kind, "export", sid,
                            "--format", "html"], capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr.decode()

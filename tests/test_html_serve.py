@@ -28,6 +28,7 @@ from tests.support.html_sessions import (
     listening_sockets,
     parse_page,
 )
+from tests.support.pg_server import PgServer
 from tests.support.wrapped import WrappedProcess
 from tests.test_html_export import export, kind, stores
 from tests.test_sessions_cli import store_state
@@ -199,3 +200,28 @@ def test_damage_found_part_way_ends_the_page_with_it(tmp_path: Path, backend: st
         assert status == 500 and "cannot show this session" in body
         assert fetch(served.url)[0] == 200  # the list lists it as damaged
     assert served.returncode == 0
+
+
+def test_export_and_serve_over_postgres(pg_server: PgServer, pg_database: str, work: Path) -> None:
+    """The same pages from a PostgreSQL store (the hostile agent behind `wrap --backend
+    postgres`), its password shown nowhere."""
+    from tests.support.html_sessions import record_hostile
+    from tests.support.pg_server import PASSWORD
+
+    pg_server.emptied(pg_database)
+    ids = record_hostile(pg_database, "postgres", work)  # a DSN
+    dsn = pg_server.tcp_dsn(pg_database.split("?")[0].rsplit("/", 1)[1])
+    exported = export(dsn, "postgres", ids["wrapped"])
+    page = parse_page(exported)
+    assert [t.attrs["class"] for t in page.find_all("section", "turn")] == \
+        ["turn st-completed", "turn st-error", "turn st-cancelled"]
+    assert active_parts(page) == []
+    with Served(dsn, "postgres") as served:
+        status, _, listed = fetch(served.url)
+        assert status == 200 and listed.count('href="session/') == 2
+        status, _, shown = fetch(served.url + f"session/{ids['wrapped']}")
+        assert status == 200 and shown == exported.replace("<body>\n", f"<body>\n<nav>{BACK}</nav>", 1)
+        status, _, shown = fetch(served.url + f"session/{ids['crashed']}")
+        assert "interrupted (crash; not yet repaired on disk)" in shown
+    assert served.returncode == 0
+    assert PASSWORD not in listed + served.stderr and "***" in listed

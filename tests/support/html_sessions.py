@@ -18,7 +18,7 @@ XSS_AGENT = [sys.executable, str(Path(__file__).with_name("xss_agent.py"))]
 PROMPT = f"please look {TAGS}"
 
 
-async def _wrapped(store: Path, backend: str, cwd: Path) -> str:
+async def _wrapped(store: Path | str, backend: str, cwd: Path) -> str:
     """One wrapped session: a completed turn (an edit, allowed), a failed one, a
     cancelled one."""
     policy = ClientPolicy(permissions=["allow_once"])
@@ -37,7 +37,7 @@ async def _wrapped(store: Path, backend: str, cwd: Path) -> str:
         return sid
 
 
-async def _crashed(store: Path, backend: str, cwd: Path) -> str:
+async def _crashed(store: Path | str, backend: str, cwd: Path) -> str:
     """A wrapped session whose wrapper is killed (SIGKILL) inside its turn: open on
     disk, its owner gone (interrupted, not yet repaired)."""
     async with WrappedProcess(store, XSS_AGENT, backend=backend) as agent:
@@ -52,7 +52,7 @@ async def _crashed(store: Path, backend: str, cwd: Path) -> str:
         return sid
 
 
-def record_hostile(store: Path, backend: str, cwd: Path) -> dict[str, str]:
+def record_hostile(store: Path | str, backend: str, cwd: Path) -> dict[str, str]:
     """{"wrapped": id, "crashed": id}, recorded in `store`."""
     async def main() -> dict[str, str]:
         return {"wrapped": await _wrapped(store, backend, cwd),
@@ -170,7 +170,7 @@ class Served:
     `served.url` is the URL it printed (with its token). On leaving, it is stopped with
     SIGTERM and must exit 0; `served.stderr` is all it wrote there."""
 
-    def __init__(self, store: Path, backend: str, *args: str) -> None:
+    def __init__(self, store: Path | str, backend: str, *args: str) -> None:
         self.command = [sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store),
                         "--backend", backend, "serve", *args]
         self.url = ""
