@@ -225,3 +225,23 @@ def test_export_and_serve_over_postgres(pg_server: PgServer, pg_database: str, w
         assert "interrupted (crash; not yet repaired on disk)" in shown
     assert served.returncode == 0
     assert PASSWORD not in listed + served.stderr and "***" in listed
+
+
+def test_a_store_that_cannot_be_read_is_an_error_page_and_the_server_goes_on(tmp_path: Path) -> None:
+    from tests.support.logs import Script
+
+    store = SessionStore(open_backend("sqlite", tmp_path))
+    log = store.create(cwd="/w")
+    log.extend(Script().text_turn("before the damage").items)
+    log.close()
+    store.close()
+    with Served(tmp_path, "sqlite") as served:
+        assert "before the damage" in fetch(served.url)[2]
+        for side in tmp_path.glob("sessions.sqlite3*"):
+            side.write_bytes(b"this is not a database" * 100)
+        for _ in range(2):  # still serving after the first failure
+            status, headers, body = fetch(served.url)
+            assert status == 500 and "cannot read the store" in body
+            assert headers["content-security-policy"] == CSP_HEADER
+    assert served.returncode == 0
+    assert "file is not a database" in served.stderr and served.stderr.count(served.token) == 1

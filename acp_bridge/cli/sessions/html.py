@@ -14,7 +14,7 @@ line that stays visible), the diffs of edits (open); the turn's end and its toke
 
 from __future__ import annotations
 
-from acp_bridge.cli.sessions.markup import MARKDOWN_CHARS, HtmlLines, esc, markdown
+from acp_bridge.cli.sessions.markup import esc, model_text
 from acp_bridge.cli.sessions.page import FOOT, fields, head
 from acp_bridge.cli.sessions.text import (
     Lines,
@@ -139,24 +139,16 @@ def _step(step: Step, turn: Turn) -> list[Line]:
     reasoning = step.shown_reasoning()
     if reasoning.strip():
         out += [f"<details class=\"thinking\"><summary>Thinking{partial}</summary>",
-                *_text_markdown(reasoning), "</details>"]
+                *model_text(reasoning), "</details>"]
     text = step.shown_text()
     if text.strip():
-        out += [f'<div class="who">Assistant{partial}</div>', *_text_markdown(text)]
+        out += [f'<div class="who">Assistant{partial}</div>', *model_text(text)]
     for tool in step.tools:
         out += _tool(tool, turn)
     if not (reasoning.strip() or text.strip() or step.tools):
         out.append('<p class="info">(no output)</p>')
     out.append("</div>")
     return out
-
-
-def _text_markdown(text: str) -> list[Line]:
-    """A model's text as Markdown, or, past MARKDOWN_CHARS, as escaped text streamed a
-    piece at a time."""
-    if len(text) <= MARKDOWN_CHARS:
-        return [f'<div class="md">{markdown(text.strip())}</div>']
-    return ['<pre class="long">', HtmlLines(text, strip=True), "</pre>"]
 
 
 def _permission(result: dict[str, object]) -> str:

@@ -141,5 +141,13 @@ def _cell(renderer: object, tokens: list, idx: int, options: object, env: object
 
 
 def markdown(text: str) -> str:
-    """A model's Markdown as HTML (text already stripped by the caller, or not)."""
+    """A model's Markdown as HTML."""
     return str(_parser().render(visible(text)))
+
+
+def model_text(text: str) -> list[str | Lines]:
+    """A model's text (an answer, a thought) for a page: Markdown rendered, or, past
+    MARKDOWN_CHARS, escaped text in a `<pre>`, a piece at a time."""
+    if len(text) <= MARKDOWN_CHARS:
+        return [f'<div class="md">{markdown(text.strip())}</div>']
+    return ['<pre class="long">', HtmlLines(text, strip=True), "</pre>"]

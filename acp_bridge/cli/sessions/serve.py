@@ -216,7 +216,11 @@ def make_handler(site: Site, port_of: Callable[[], int]) -> type[BaseHTTPRequest
                 return
             route, _, rest = parts[2].partition("/")
             handler = ROUTES.get(route)
-            page = handler(site, rest) if handler is not None else not_found()
+            try:
+                page = handler(site, rest) if handler is not None else not_found()
+            except Exception as exc:  # a store that cannot be read: said, and the server goes on
+                print(f"{PROG}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                page = error_page(500, f"cannot read the store: {exc}")
             self._send(*page, "text/html", send_body)
 
         def _send(self, status: int, body: Iterator[str], kind: str, send_body: bool) -> None:
