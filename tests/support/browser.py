@@ -35,7 +35,11 @@ TIMEOUT = 20.0  # seconds for one DevTools answer or one page load
 def chromium() -> str:
     """The browser's path, or the test is skipped (failed, where it is required)."""
     given = os.environ.get("ACP_BRIDGE_TEST_CHROMIUM")
-    found = given or shutil.which("chromium") or shutil.which("chromium-browser")
+    if given:
+        if not os.access(given, os.X_OK):
+            pytest.fail(f"$ACP_BRIDGE_TEST_CHROMIUM={given} is not an executable")
+        return given
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found:
         return found
     reason = "headless Chromium is not installed (apt-get install -y chromium)"
@@ -66,10 +70,13 @@ class Browser:
             os.dup2(high_r, 3)
             os.dup2(high_w, 4)
 
+        # Its stderr (D-Bus complaints, mostly) to a file: a pipe nobody drains could fill
+        # and stop the browser.
+        self._log = Path(self._profile, "stderr.log").open("wb")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(
             [path, *FLAGS, f"--user-data-dir={self._profile}", "--remote-debugging-pipe",
              f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log,
             preexec_fn=child_fds, close_fds=False,  # dup2'd fds are inheritable; the
         )                                           # pipes' own ends (os.pipe) are not
         os.close(to_browser_r)
@@ -166,9 +173,7 @@ class Browser:
         return path
 
     def _stderr_tail(self) -> str:
-        if self.proc.poll() is None or self.proc.stderr is None:
-            return ""
-        return self.proc.stderr.read().decode(errors="replace")[-2000:]
+        return Path(self._profile, "stderr.log").read_bytes().decode(errors="replace")[-2000:]
 
     def close(self) -> None:
         with contextlib.suppress(BrowserError, OSError):
@@ -181,6 +186,5 @@ class Browser:
         for fd in (self._to_browser, self._from_browser):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+        self._log.close()
         shutil.rmtree(self._profile, ignore_errors=True)
