@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     # Listed for --help only: main() hands these to their own modules before parsing,
     # so their imports stay off the agent's start-up path.
     commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
-    commands.add_parser("sessions", help="list, show and export stored sessions")
+    commands.add_parser("sessions", help="list, show, export and serve stored sessions")
     commands.add_parser("login", help="store the API key of openai: models (checked first; file mode 0600)")
     commands.add_parser("wrap", help="record any ACP agent's turns: acp-bridge wrap [options] -- COMMAND [ARGS...]")
     commands.add_parser("setup", help="print an editor's settings entry for this agent: acp-bridge setup zed")
