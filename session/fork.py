@@ -28,7 +28,7 @@ from session.errors import ForkTurnError, InvariantError
 from session.events import SESSION_FORMAT_VERSION, TURN_START, Event, Header, WrappedInfo
 from session.invariants import InvariantTracker
 from session.loading import invariant_corruption
-from session.repair import interrupted_turn_closers
+from session.repair import RepairReport, interrupted_turn_closers, report_of
 from session.scan import TailSplitter
 
 
@@ -47,6 +47,12 @@ class ForkPlan:
     @property
     def events(self) -> int:
         return self.upto + len(self.closers)
+
+    @property
+    def report(self) -> RepairReport:
+        """What the fork repaired of the original (as its load would have: the original
+        is not repaired by a fork)."""
+        return report_of(self.closers)
 
 
 def plan_fork(stream: StoredStream, at_turn: int | None, running: Callable[[], bool]) -> ForkPlan:
