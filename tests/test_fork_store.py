@@ -6,33 +6,18 @@ copy that finds less than its plan published nowhere (docs/persistence.md, "Fork
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from session import Backend, SessionStore, StoreIOError, open_backend
+from session import SessionStore, StoreIOError
 from session.backends.base import read_stored
 from session.errors import ForkTurnError
 from session.events import Event
 from session.items import config_set
-from tests.conftest import BACKEND_KINDS
 from tests.support import tamper
 from tests.support.logs import Script, closers_of, write
-
-
-@pytest.fixture(params=(*BACKEND_KINDS, "postgres"))
-def backend_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def backend(backend_kind: str, store_dir: Path, request: pytest.FixtureRequest) -> Iterator[Backend]:
-    where = request.getfixturevalue("pg_dsn") if backend_kind == "postgres" else store_dir
-    b = open_backend(backend_kind, where)
-    yield b
-    b.close()
+from tests.test_contract import backend, backend_kind  # noqa: F401 (every backend, PostgreSQL too)
 
 
 def stored(store: SessionStore, sid: str) -> list[Event]:

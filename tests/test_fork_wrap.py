@@ -17,6 +17,7 @@ from session import check_invariants
 from tests.support.acp_client import AgentProcess
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess, serve_command
+from tests.test_fork_agent import fork
 
 pytestmark = pytest.mark.anyio
 
@@ -35,15 +36,6 @@ def ended(store: Path, sid: str) -> list[int]:
 
 def said(agent: AgentProcess, sid: str) -> str:
     return "".join(u["content"]["text"] for u in agent.updates_of(sid) if u["sessionUpdate"] == "agent_message_chunk")
-
-
-async def fork(agent: AgentProcess, sid: str, work: Path, **ours: Any) -> dict[str, Any]:
-    params: dict[str, Any] = {"sessionId": sid, "cwd": str(work), "mcpServers": []}
-    if ours:
-        params["_meta"] = {"acpBridge": ours}
-    result = await agent.request("session/fork", params)
-    assert isinstance(result, dict)
-    return result
 
 
 async def test_a_child_that_offers_fork_forks_its_session_with_ours(tmp_path: Path, work: Path) -> None:
