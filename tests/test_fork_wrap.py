@@ -22,6 +22,7 @@ from tests.test_fork_agent import fork
 pytestmark = pytest.mark.anyio
 
 SEED_AGENT = Path(__file__).resolve().parent / "support" / "wrap_seed_agent.py"
+BAD_FORK_AGENT = SEED_AGENT.with_name("bad_fork_agent.py")
 
 
 def header_of(store: Path, sid: str) -> dict[str, Any]:
@@ -102,3 +103,31 @@ async def test_a_child_without_fork_gets_a_fresh_session_seeded_with_the_fork(tm
     check_invariants(events, closed=True)  # type: ignore[arg-type]
     assert ended(store, fid) == [1, 2, 3] and ended(store, sid) == [1, 2]
     assert not any(PREFACE in json.dumps(e) for e in events)  # the seed is no turn of ours
+
+
+@pytest.mark.parametrize("mode", ["error", "no-id", "same-id", "not-object"])
+async def test_a_child_that_answers_its_fork_badly_gets_the_fork_emulated(
+        mode: str, tmp_path: Path, work: Path) -> None:
+    store, record = tmp_path / "store", tmp_path / "received.jsonl"
+    child = [sys.executable, str(BAD_FORK_AGENT), str(record), mode]
+    async with WrappedProcess(store, child) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.prompt(sid, "kept words")
+        forked = await fork(agent, sid, work)
+        fid = forked["sessionId"]
+        wrapped = forked["_meta"]["acpBridge"]["wrapped"]
+        assert (wrapped["forked"], wrapped["seeded"], wrapped["seedTurns"]) == ("emulated", True, 1)
+        assert isinstance(wrapped["forkError"], str) and wrapped["forkError"]
+        # The original's child session is still the original's alone; the fork has its own.
+        assert said(agent, sid) == "kept words "
+        await agent.prompt(fid, "fork words")
+        await agent.prompt(sid, "original words")
+        assert said(agent, fid) == "fork words "
+        assert said(agent, sid) == "kept words original words "
+    got = [json.loads(line) for line in record.read_text().splitlines()]
+    first, seed, in_fork, in_original = got
+    assert seed["sessionId"] != first["sessionId"] and seed["text"].startswith(PREFACE)
+    assert in_fork == {"sessionId": seed["sessionId"], "text": "fork words"}
+    assert in_original == {"sessionId": first["sessionId"], "text": "original words"}
+    assert ended(store, fid) == [1, 2] and ended(store, sid) == [1, 2]

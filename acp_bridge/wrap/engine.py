@@ -32,7 +32,7 @@ from typing import Any
 
 import anyio
 
-from acp_bridge.errors import AgentStartError
+from acp_bridge.errors import AgentProtocolError, AgentStartError
 from acp_bridge.host.engine import OpenAnswer, Send
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.host import Engine, Host
@@ -266,15 +266,10 @@ class WrapEngine(Engine[WrappedSession]):
             ask["_meta"] = meta
         result: dict[str, Any] | None = None
         if theirs is not None:
-            try:
-                result = obj(await link.call("session/fork", {**ask, "sessionId": theirs}))
-                child_sid = new_session_id(result, "session/fork")
-                self.side.drop_early(child_sid)
-            except ClientError as exc:  # it cannot fork that session (not on this run...): emulated
-                why = to_rpc_error(exc).message
-                log.info("the wrapped agent did not fork %s (%s): a fresh session, seeded", theirs, why)
-                result = None
-        if result is None:
+            result, why = await self._child_fork(link, {**ask, "sessionId": theirs})
+        if result is not None:
+            child_sid = result["sessionId"]
+        else:
             result = obj(await link.call("session/new", {"mcpServers": [], **ask}))
             child_sid = new_session_id(result)
         try:
@@ -294,6 +289,23 @@ class WrapEngine(Engine[WrappedSession]):
             ours.update(await seed(ws, link, self.host.store()))
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": ours})
+
+    async def _child_fork(self, link: ChildLink, ask: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        """The child's answer to its `session/fork` (its `sessionId` checked), or why
+        there is none: an error answer (it cannot fork that session: not on this run...),
+        or an answer that names no new session (none, or one of ours already: taking it
+        would mix two sessions' updates). Either way the fork is emulated."""
+        try:
+            result = obj(await link.call("session/fork", ask))
+            child_sid = new_session_id(result, "session/fork")
+            if child_sid == ask["sessionId"] or self.children.of_child(child_sid) is not None:
+                raise AgentProtocolError(f"the wrapped agent answered session/fork with a session it had: {child_sid}")
+        except (ClientError, AgentProtocolError) as exc:
+            why = to_rpc_error(exc).message
+            log.info("the wrapped agent did not fork %s (%s): a fresh session, seeded", ask["sessionId"], why)
+            return None, why
+        self.side.drop_early(child_sid)
+        return result, None
 
     def _child_source(self, source: str, plan: ForkPlan) -> str | None:
         """The child's session of `source` to fork in the child, if it can be: the child
