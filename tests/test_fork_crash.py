@@ -90,7 +90,9 @@ def test_a_kill_during_a_fork_leaves_the_original_whole_and_the_fork_whole_or_ab
             proc.wait(10)
             kills.append("timed")
         mid_copy = 0
-        for _ in range(2):  # as soon as its copy has begun
+        for attempt in range(8):  # as soon as its copy has begun, until a kill lands inside it
+            if mid_copy and attempt >= 2:
+                break
             before = {s["id"] for s in store.list()}
             with copy_began(kind, where) as began:
                 proc = fork_process(kind, where, sid)
