@@ -15,6 +15,7 @@ import pytest
 from acp_bridge.wrap.seed import PREFACE
 from session import check_invariants
 from tests.support.acp_client import AgentProcess
+from tests.support.acp_schema import validate_def
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess, serve_command
 from tests.test_fork_agent import fork
@@ -126,7 +127,10 @@ async def test_a_child_that_answers_its_fork_badly_gets_the_fork_emulated(
         assert said(agent, fid) == "fork words "
         assert said(agent, sid) == "kept words original words "
     got = [json.loads(line) for line in record.read_text().splitlines()]
-    first, seed, in_fork, in_original = got
+    first, asked, seed, in_fork, in_original = got
+    # What the wrapper asked of the child: the unstable schema's request, for its session.
+    validate_def("ForkSessionRequest", asked["fork"], unstable=True)
+    assert asked["fork"] == {"sessionId": first["sessionId"], "cwd": str(work), "mcpServers": []}
     assert seed["sessionId"] != first["sessionId"] and seed["text"].startswith(PREFACE)
     assert in_fork == {"sessionId": seed["sessionId"], "text": "fork words"}
     assert in_original == {"sessionId": first["sessionId"], "text": "original words"}

@@ -5,8 +5,9 @@ tests/test_fork_wrap.py (docs/wrap.md, "Fork": the wrapper emulates the fork the
 
 MODE is how it answers `session/fork`: `error` (-32603), `no-id` (a result without a
 `sessionId`), `same-id` (the id of the session it was asked to fork), `not-object` (a
-result that is a string). Prompts are echoed, one chunk per word, and each prompt's
-session and text recorded as a JSON line in RECORD. Plain JSON-RPC over stdio, only the
+result that is a string). Prompts are echoed, one chunk per word; each prompt's session
+and text, and each `session/fork`'s params (`{"fork": params}`), are recorded as a JSON
+line in RECORD. Plain JSON-RPC over stdio, only the
 standard library.
 """
 
@@ -48,6 +49,8 @@ def main() -> None:
         elif method == "session/new":
             result = {"sessionId": f"bad-{next(SESSIONS)}"}
         elif method == "session/fork":
+            with open(record, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"fork": params}) + "\n")
             send(fork_answer(mode, rid, params))
             continue
         elif method == "session/prompt":
