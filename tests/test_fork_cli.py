@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from session import SessionStore, open_backend
@@ -66,6 +67,11 @@ async def test_sessions_fork_prints_a_fork_that_loads(kind: str, tmp_path: Path,
     negative = run("sessions", "--store", str(store), "--backend", kind, "fork", sid, "--at-turn", "-1")
     assert negative.returncode == 2 and not negative.stdout
     assert len(sessions(store, kind)) == 3  # the original and its two forks: nothing of the refused ones
+    shown = run("sessions", "--store", str(store), "--backend", kind, "show", fid)
+    assert f"  forked   from {sid} at turn 2\n" in shown.stdout, shown.stdout
+    listed = orjson.loads(run("sessions", "--store", str(store), "--backend", kind, "list", "--json").stdout)
+    assert {s["id"]: s.get("forkedFrom") for s in listed} == {
+        sid: None, fid: {"sessionId": sid, "turn": 2}, whole: {"sessionId": sid, "turn": 4}}
     async with AgentProcess(store, backend=kind) as again:
         await again.initialize()
         loaded = await again.request("session/load", {"sessionId": fid, "cwd": str(work), "mcpServers": []})
