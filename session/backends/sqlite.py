@@ -29,10 +29,12 @@ from session.backends.base import (
     SessionSummary,
     StoredLog,
     check_batch_seqs,
+    event_line,
     read_whole,
     title_from_content,
     validate_session_id,
 )
+from session.backends.event_rows import Row
 
 # The store's file name and schema version, re-exported: tools and tests address them here.
 from session.backends.sqlite_read import DB_NAME as DB_NAME
@@ -44,6 +46,15 @@ from session.backends.sqlite_read import (
     damage_as_corrupt,
     schema_version_error,
 )
+from session.backends.sqlite_space import (
+    Reserve,
+    checkpoint,
+    give_back,
+    is_full,
+    orphan_ids,
+    purge_events,
+)
+from session.backends.sqlite_tail import TailFile, tail_lines_from, tail_path, tail_rows
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import USER_MESSAGE, Header
 from session.files import FILE_MODE, OwnerLock, lock_file, private_dir
@@ -91,12 +102,23 @@ class SqliteBackend:
         try:
             with damage_as_corrupt(self.path):  # a damaged store, as the reader says it
                 self.db.execute("PRAGMA busy_timeout = 10000")
+                # Before the first table: a new store gives freed pages back to the disk
+                # (session.backends.sqlite_space); an existing one keeps its setting.
+                self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self.db.execute("PRAGMA journal_mode = WAL")
                 self.db.execute("PRAGMA synchronous = NORMAL")
+                # Freed pages are not written again (Debian builds SQLite with secure
+                # delete on): a delete then costs a few WAL pages, not the session's size.
+                self.db.execute("PRAGMA secure_delete = FAST")
                 self._check_schema()
         except BaseException:
             self.db.close()
             raise
+        self.reserve = Reserve(self.root / f"{DB_NAME}-reserve")
+        self.reserve.restore()
+        with self._mutex:
+            for orphan in orphan_ids(self.db):  # a delete on a full disk left its events
+                purge_events(self.db, orphan)
 
     def _check_schema(self) -> None:
         # Read and create under one write lock: two processes opening a new store at
@@ -123,19 +145,30 @@ class SqliteBackend:
                 self.db.execute("BEGIN IMMEDIATE")
                 try:
                     yield self.db
+                    self.db.execute("COMMIT")
                 except BaseException:
-                    self.db.execute("ROLLBACK")
+                    self._abandon()
                     raise
-                self.db.execute("COMMIT")
             finally:
                 if full:
-                    self.db.execute("PRAGMA synchronous = NORMAL")
+                    with contextlib.suppress(sqlite3.Error):  # the failure, not this, is news
+                        self.db.execute("PRAGMA synchronous = NORMAL")
+
+    def _abandon(self) -> None:
+        """Roll back a transaction that failed. SQLite may have rolled it back itself
+        (a full disk or an I/O error during the commit): a ROLLBACK then fails with "no
+        transaction is active", which would hide the real cause, so it is asked first."""
+        if self.db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
 
     def create(self, header: Header) -> SqliteSession:
         sid = validate_session_id(header["id"])
         lock = OwnerLock.acquire(self._lock_path(sid), sid)
         try:
             with self.transaction(full=True) as db:
+                # Rows a delete on a full disk could not purge yet must not meet this id.
+                db.execute("DELETE FROM events WHERE session_id = ?", (sid,))
                 db.execute(
                     "INSERT INTO sessions (id, header, cwd, title, created_at, updated_at) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
@@ -152,7 +185,7 @@ class SqliteBackend:
             lock.release()
             raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
         except sqlite3.Error as exc:
-            lock.release()
+            lock.discard()  # the session was never made: no lock file of it stays
             raise _io_error(sid, "create the session", exc) from exc
         return SqliteSession(self, sid, lock, next_seq=0, has_title=header.get("title") is not None)
 
@@ -216,14 +249,40 @@ class SqliteBackend:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         lock = OwnerLock.acquire(self._lock_path(sid), sid)
         try:
-            with self.transaction(full=True) as db:
-                db.execute("DELETE FROM events WHERE session_id = ?", (sid,))
-                db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+            try:
+                with self.transaction(full=True) as db:
+                    db.execute("DELETE FROM events WHERE session_id = ?", (sid,))
+                    db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+            except sqlite3.Error as exc:
+                if not is_full(exc):
+                    raise _io_error(sid, "delete the session", exc) from exc
+                self._delete_on_full_disk(sid)
+            TailFile(tail_path(self.root, sid)).close(remove=True)
             lock.path.unlink(missing_ok=True)
-        except sqlite3.Error as exc:
-            raise _io_error(sid, "delete the session", exc) from exc
         finally:
             lock.release()
+        with self._mutex:
+            give_back(self.db)
+        self.reserve.restore()
+
+    def _delete_on_full_disk(self, sid: str) -> None:
+        """With the reserve's room: the session's row first (it is gone for every
+        reader), then its events a few rows a transaction (what a failure leaves is
+        purged when the store is next opened)."""
+        self.reserve.release()
+        try:
+            with self.transaction(full=True) as db:
+                db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        except sqlite3.Error as exc:
+            raise _io_error(sid, "delete the session", exc) from exc
+        with self._mutex:
+            purge_events(self.db, sid)
+
+    def after_full(self) -> None:
+        """A write failed for want of space: give the WAL's frames of the failed
+        transaction back to the disk (the session's tail needs the disk, not the WAL)."""
+        with self._mutex:
+            checkpoint(self.db, "TRUNCATE")
 
     def reader(self) -> SqliteReader:
         return SqliteReader(self.root)
@@ -237,6 +296,10 @@ class SqliteBackend:
 
 
 class SqliteSession:
+    """An owned session: streamed batches go to its tail file (session.backends.
+    sqlite_tail), durable ones into the database with the tail's events, in one
+    transaction; a failure cuts the tail back, which never needs space."""
+
     def __init__(
         self,
         backend: SqliteBackend,
@@ -244,48 +307,66 @@ class SqliteSession:
         lock: OwnerLock,
         next_seq: int,
         has_title: bool,
+        *,
+        kept: tuple[list[Row], int] = ([], 0),
+        torn_from: int | None = None,
     ) -> None:
         self.session_id = session_id
         self._backend = backend
         self._lock: OwnerLock | None = lock
         self._next_seq = next_seq
         self._durable_seq = next_seq
-        self._stale = False  # rows past the durable seq may remain after a failure
         self._has_title = has_title
+        self._tail = TailFile(tail_path(backend.root, session_id))
+        # The tail's events a previous owner left that the load found good (a log that
+        # ends with streamed events after its last turn/end): durable for the live log,
+        # rows at the next durable commit. `_tail_kept` is their size in the tail.
+        self._kept_rows, self._tail_kept = kept
+        self._torn_from = torn_from  # for repair: where the tail's torn lines start
+        self._streamed: list[Encoded] = []  # in the tail since the last durable point
+        self._stale = False  # the tail may hold lines past `_tail_kept` (a failed cut)
 
     def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
         check_batch_seqs(self.session_id, batch, self._next_seq)
-        sid = self.session_id
         try:
-            with self._backend.transaction(full=sync) as db:
-                if self._stale:
-                    db.execute(
-                        "DELETE FROM events WHERE session_id = ? AND seq >= ?",
-                        (sid, self._next_seq),
-                    )
-                self._insert(db, batch)
-            self._stale = False
-        except sqlite3.Error as exc:
-            # Back to the last durable point, as the live log is: rows committed since
-            # (streamed batches) go now, so no event the client is told was rolled back
-            # stays on disk; if even that fails, the next write (or close) deletes them.
-            self._next_seq, self._stale = self._durable_seq, True
-            self._drop_stale()
-            raise _io_error(sid, "sync the log" if sync else "write the log", exc,
+            if self._stale:  # a failed write could not be cut off: cut it before appending
+                self._tail.cut(self._tail_kept)
+                self._stale = False
+            if sync:
+                self._commit(batch)
+            elif batch:
+                self._tail.append(b"".join(map(event_line, batch)))
+                self._streamed.extend(batch)
+        except (sqlite3.Error, OSError) as exc:
+            self._roll_back()
+            if sync and is_full(exc):
+                self._backend.after_full()
+            raise _io_error(self.session_id, "sync the log" if sync else "write the log", exc,
                             durable_seq=self._durable_seq) from exc
         self._next_seq += len(batch)
         if sync:
             self._durable_seq = self._next_seq
 
-    def _drop_stale(self) -> None:
-        """Delete the rows past the durable seq a failed write left (best effort)."""
+    def _commit(self, batch: Sequence[Encoded]) -> None:
+        """The tail's events and `batch` as rows, durably, then the tail emptied."""
+        with self._backend.transaction(full=True) as db:
+            if self._kept_rows:
+                self._insert_rows(db, self._kept_rows)
+            self._insert(db, [*self._streamed, *batch])
+        self._kept_rows, self._tail_kept, self._streamed = [], 0, []
         try:
-            with self._backend.transaction(full=True) as db:
-                db.execute("DELETE FROM events WHERE session_id = ? AND seq >= ?",
-                           (self.session_id, self._durable_seq))
-        except sqlite3.Error:
-            return
-        self._stale = False
+            self._tail.cut(0)
+        except OSError:  # its lines are rows now (readers skip them); cut it later
+            self._stale = True
+
+    def _roll_back(self) -> None:
+        """Back to the last durable point: the tail's lines since are cut (a truncate,
+        which needs no space); the transaction that failed left nothing in the database."""
+        self._next_seq, self._streamed = self._durable_seq, []
+        try:
+            self._tail.cut(self._tail_kept)
+        except OSError:
+            self._stale = True
 
     def _insert(self, db: sqlite3.Connection, batch: Sequence[Encoded]) -> None:
         db.executemany(
@@ -311,6 +392,12 @@ class SqliteSession:
             )
             self._has_title = True
 
+    def _insert_rows(self, db: sqlite3.Connection, rows: Sequence[Row]) -> None:
+        db.executemany(
+            "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
+            [(self.session_id, *row) for row in rows],
+        )
+
     def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
         sid = self.session_id
         kept = None
@@ -318,23 +405,43 @@ class SqliteSession:
             with self._backend.transaction(full=True) as db:
                 if torn is not None:
                     cut = torn.where["seq"]
+                    stamp = time.time_ns() // 1_000_000
                     db.execute(
                         "INSERT INTO torn_events SELECT session_id, seq, type, time, data, ? "
                         "FROM events WHERE session_id = ? AND seq >= ?",
-                        (time.time_ns() // 1_000_000, sid, cut),
+                        (stamp, sid, cut),
                     )
                     db.execute("DELETE FROM events WHERE session_id = ? AND seq >= ?", (sid, cut))
+                    if self._torn_from is not None:  # the tail's lines from the damage on
+                        start = max(cut, self._kept_rows[-1][0] + 1 if self._kept_rows else cut)
+                        db.executemany(
+                            "INSERT INTO torn_events VALUES (?, ?, NULL, NULL, ?, ?)",
+                            [(sid, start + n, line, stamp) for n, line in
+                             enumerate(tail_lines_from(self._tail.path, self._torn_from))],
+                        )
                     kept = f"{self._backend.path}#torn_events"
+                if self._kept_rows:
+                    self._insert_rows(db, self._kept_rows)
                 self._insert(db, closers)
         except sqlite3.Error as exc:
             raise _io_error(sid, "repair the log", exc) from exc
+        self._kept_rows, self._tail_kept = [], 0
+        try:
+            self._tail.cut(0)
+        except OSError:
+            self._stale = True
         self._next_seq = self._durable_seq = (torn.index if torn else self._next_seq) + len(closers)
         return kept
 
     def close(self) -> None:
         if self._lock is not None:
-            if self._stale:
-                self._drop_stale()
+            # An empty tail goes; one still holding events (nothing made them durable)
+            # stays for the next load, as a crash would leave it.
+            with contextlib.suppress(OSError):
+                if self._stale:
+                    self._tail.cut(self._tail_kept)
+                    self._stale = False
+            self._tail.close(remove=self._tail.size() == 0)
             self._lock.release()
             self._lock = None
 
@@ -352,8 +459,14 @@ class OwnedSqliteStream(SqliteStream):
         if self.lock is None:
             raise RuntimeError("the stream was released")
         lock, self.lock = self.lock, None
+        good = torn.index if torn is not None else next_seq
+        kept = tail_rows(self.tail, self.rows_next, good) if good > self.rows_next else ([], 0)
+        torn_from = None  # where the tail's torn lines start, if it has any
+        if torn is not None:
+            torn_from = torn.where.get("tailOffset", self._tail_starts[0] if self._tail_starts else None)
         return SqliteSession(
-            self._backend, self.header["id"], lock, next_seq=next_seq, has_title=self._has_title
+            self._backend, self.header["id"], lock, next_seq=next_seq, has_title=self._has_title,
+            kept=kept, torn_from=torn_from,
         )
 
     def release(self) -> None:
@@ -365,7 +478,9 @@ class OwnedSqliteStream(SqliteStream):
 
 
 def _io_error(sid: str, what: str, exc: BaseException, *, durable_seq: int | None = None) -> StoreIOError:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    errno = {"errno": exc.errno} if isinstance(exc, OSError) and exc.errno else {}
     if durable_seq is None:
-        return StoreIOError(f"session {sid}: could not {what}: {exc}", session_id=sid)
-    return StoreIOError(f"session {sid}: could not {what}: {exc}; rolled back to seq {durable_seq}",
-                        session_id=sid, durableSeq=durable_seq)
+        return StoreIOError(f"session {sid}: could not {what}: {why}", session_id=sid, **errno)
+    return StoreIOError(f"session {sid}: could not {what}: {why}; rolled back to seq {durable_seq}",
+                        session_id=sid, durableSeq=durable_seq, **errno)
