@@ -47,6 +47,7 @@ from session.backends.sqlite_read import (
     schema_version_error,
 )
 from session.backends.sqlite_space import (
+    PAGE,
     Reserve,
     checkpoint,
     give_back,
@@ -103,8 +104,10 @@ class SqliteBackend:
             with damage_as_corrupt(self.path):  # a damaged store, as the reader says it
                 self.db.execute("PRAGMA busy_timeout = 10000")
                 # Before the first table: a new store gives freed pages back to the disk
-                # (session.backends.sqlite_space); an existing one keeps its setting.
-                self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                # (session.backends.sqlite_space); an existing one keeps its setting
+                # (and is not written to: the pragma writes even when nothing changes).
+                if self.db.execute("PRAGMA page_count").fetchone()[0] == 0:
+                    self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self.db.execute("PRAGMA journal_mode = WAL")
                 self.db.execute("PRAGMA synchronous = NORMAL")
                 # Freed pages are not written again (Debian builds SQLite with secure
@@ -116,6 +119,11 @@ class SqliteBackend:
             raise
         self.reserve = Reserve(self.root / f"{DB_NAME}-reserve")
         self.reserve.restore()
+        # The WAL is checkpointed before it outgrows half the reserve, and cut back to
+        # the reserve's size when it restarts: on a full disk, what a checkpoint must
+        # still copy into the database file fits in the reserve (sqlite_space).
+        self.db.execute(f"PRAGMA wal_autocheckpoint = {max(self.reserve.size // 2 // PAGE, 4)}")
+        self.db.execute(f"PRAGMA journal_size_limit = {self.reserve.size}")
         with self._mutex:
             for orphan in orphan_ids(self.db):  # a delete on a full disk left its events
                 purge_events(self.db, orphan)

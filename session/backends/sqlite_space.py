@@ -27,6 +27,7 @@ from session.files import FILE_MODE
 
 # SQLite's primary result code for a full disk.
 SQLITE_FULL = 13
+PAGE = 4096  # SQLite's default page size, which the store keeps
 RESERVE_MIN = 64 << 10
 RESERVE_MAX = 1 << 20
 # Rows deleted per transaction when a delete has to make do with the reserve's room.
