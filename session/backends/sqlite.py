@@ -56,7 +56,7 @@ from session.backends.sqlite_space import (
     purge_events,
 )
 from session.backends.sqlite_tail import TailFile, tail_lines_from, tail_path, tail_rows
-from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
+from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError, StoreUnavailableError
 from session.events import USER_MESSAGE, Header
 from session.files import FILE_MODE, OwnerLock, lock_file, private_dir
 from session.scan import TornTail, parse_header
@@ -114,6 +114,9 @@ class SqliteBackend:
                 # delete on): a delete then costs a few WAL pages, not the session's size.
                 self.db.execute("PRAGMA secure_delete = FAST")
                 self._check_schema()
+        except sqlite3.Error as exc:  # not damage (that is SessionCorruptError): the disk
+            self.db.close()
+            raise StoreUnavailableError(f"the session store {self.root} cannot be opened: {exc}") from exc
         except BaseException:
             self.db.close()
             raise
