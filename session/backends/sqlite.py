@@ -56,7 +56,12 @@ from session.backends.sqlite_space import (
     purge_events,
 )
 from session.backends.sqlite_tail import TailFile, tail_lines_from, tail_path, tail_rows
-from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError, StoreUnavailableError
+from session.errors import (
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreIOError,
+    StoreUnavailableError,
+)
 from session.events import USER_MESSAGE, Header
 from session.files import FILE_MODE, OwnerLock, lock_file, private_dir
 from session.scan import TornTail, parse_header
