@@ -17,7 +17,8 @@ import pytest
 from session import SessionStore, StoreIOError, check_invariants
 from session.backends import jsonl as jsonl_module
 from session.backends.jsonl import JsonlBackend
-from session.backends.sqlite import SqliteBackend, SqliteSession
+from session.backends.sqlite import SqliteBackend
+from session.backends.sqlite_session import SqliteSession
 from session.backends.sqlite_tail import TailFile, tail_path
 from session.log import FLUSH_EVENTS
 from tests.support.logs import Script, write
