@@ -22,7 +22,7 @@ FILE_MODE = 0o600
 
 
 # The folders the file backends keep under a store (checked at start-up if they exist).
-STORE_SUBDIRS = ("sessions", "locks", "torn")
+STORE_SUBDIRS = ("sessions", "locks", "torn", "tails")
 
 
 def private_dir(path: Path) -> Path:
