@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -518,6 +519,14 @@ async def test_close_and_delete(tmp_path: Path, work: Path) -> None:
         assert err.value.code == -32002
         listed = (await agent.request("session/list", {}))["sessions"]
         assert [s["sessionId"] for s in listed] == [sid]
+        # Deleting what is not there succeeds (ACP-DELETE-002): deleted already, or an id
+        # of the right shape that was never made. A malformed id is still refused.
+        assert await agent.request("session/delete", {"sessionId": doomed}) == {}
+        assert await agent.request("session/delete", {"sessionId": str(uuid.uuid4())}) == {}
+        with pytest.raises(AgentError) as err:
+            await agent.request("session/delete", {"sessionId": "../not-a-session"})
+        assert err.value.code == -32602
+        assert [s["sessionId"] for s in (await agent.request("session/list", {}))["sessions"]] == [sid]
     assert agent.returncode == 0
 
 

@@ -282,7 +282,10 @@ class Host(Generic[S]):
         session = self._live.get(sessionId)
         if session is not None:
             await self._shut(sessionId, session)
-        await anyio.to_thread.run_sync(self.store().delete, sessionId)
+        try:
+            await anyio.to_thread.run_sync(self.store().delete, sessionId)
+        except SessionNotFoundError:
+            pass  # never made, or deleted already: what was asked for is so (docs/protocol.md)
         return {}
 
     async def _shut(self, sid: str, session: S) -> None:
