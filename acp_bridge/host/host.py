@@ -10,6 +10,7 @@ one place (acp_bridge.host.errors.to_rpc_error, which the connection is handed).
 
 from __future__ import annotations
 
+import contextlib
 import abc
 import functools
 import logging
@@ -282,10 +283,9 @@ class Host(Generic[S]):
         session = self._live.get(sessionId)
         if session is not None:
             await self._shut(sessionId, session)
-        try:
+        # Never made, or deleted already: what was asked for is so (docs/protocol.md).
+        with contextlib.suppress(SessionNotFoundError):
             await anyio.to_thread.run_sync(self.store().delete, sessionId)
-        except SessionNotFoundError:
-            pass  # never made, or deleted already: what was asked for is so (docs/protocol.md)
         return {}
 
     async def _shut(self, sid: str, session: S) -> None:
