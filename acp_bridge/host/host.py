@@ -10,8 +10,8 @@ one place (acp_bridge.host.errors.to_rpc_error, which the connection is handed).
 
 from __future__ import annotations
 
-import contextlib
 import abc
+import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
