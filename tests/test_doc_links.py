@@ -97,3 +97,24 @@ def test_the_script_format_is_documented_here_and_linked() -> None:
     text = (ROOT / "docs" / "script-model.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `(\w+)` \|", text, re.M))
     assert documented == script._TOP_FIELDS | script._FIELDS
+
+
+def test_every_error_code_the_agent_answers_with_is_in_the_table() -> None:
+    # `data.code` is the stable word a program reads: each one the conversion point can
+    # answer with (the words it writes, and those of the session errors it passes on)
+    # is in docs/protocol.md's table of errors.
+    import session.errors
+
+    text = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    start = text.index("| code | when | `data.code` |")
+    table = text[start:text.index("\n\n", start)]
+    listed = set(re.findall(r"`(\w+)`", table))
+    written = set(re.findall(r'"code": "(\w+)"', (ROOT / "acp_bridge" / "host" / "errors.py").read_text()))
+    passed_on = {cls.code for cls in vars(session.errors).values()
+                 if isinstance(cls, type) and issubclass(cls, session.errors.SessionError)
+                 and cls is not session.errors.SessionError and not cls.bug}
+    # Never answered: ids are the agent's own (a new one is never taken), and a closed
+    # log is never written to by a request (the host forgets a session it closed).
+    passed_on -= {"session_exists", "session_closed"}
+    assert {"store_unavailable", "store_io"} <= written | passed_on
+    assert sorted((written | passed_on) - listed) == []
