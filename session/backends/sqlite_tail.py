@@ -26,7 +26,7 @@ from pathlib import Path
 
 import orjson
 
-from session.backends.event_rows import Row
+from session.backends.event_rows import Row, pieces
 from session.events import Event
 from session.files import FILE_MODE, write_all
 from session.scan import Damage, parse_events
@@ -128,22 +128,18 @@ def tail_records(path: Path, from_seq: int) -> Iterator[tuple[int, Event | Damag
 def tail_after(path: Path, from_seq: int, piece_bytes: int) -> Iterator[bytes]:
     """The tail's lines, as stored, from the first that does not stand before
     `from_seq`, joined in pieces of about `piece_bytes`."""
-    piece: list[bytes] = []
-    size = 0
-    started = False
-    for _, line in tail_lines(path):
-        if not started:
-            seq = _seq_of(line)
-            if seq is not None and seq < from_seq:
-                continue
-            started = True
-        piece.append(line)
-        size += len(line)
-        if size >= piece_bytes:
-            yield b"".join(piece)
-            piece, size = [], 0
-    if piece:
-        yield b"".join(piece)
+
+    def lines() -> Iterator[bytes]:
+        started = False
+        for _, line in tail_lines(path):
+            if not started:
+                seq = _seq_of(line)
+                if seq is not None and seq < from_seq:
+                    continue
+                started = True
+            yield line
+
+    return pieces(lines(), piece_bytes)
 
 
 def _seq_of(line: bytes) -> int | None:
