@@ -28,7 +28,7 @@ import orjson
 
 from session.backends.event_rows import Row, pieces
 from session.events import Event
-from session.files import FILE_MODE, write_all
+from session.files import FILE_MODE, private_dir, write_all
 from session.scan import Damage, parse_events
 
 TAILS_DIR = "tails"
@@ -60,8 +60,7 @@ class TailFile:
 
     def append(self, data: bytes) -> None:
         if self._fd < 0:
-            if not self.path.parent.is_dir():
-                self.path.parent.mkdir(mode=0o700, exist_ok=True)
+            private_dir(self.path.parent)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         write_all(self._fd, data)
 
