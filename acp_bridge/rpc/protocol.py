@@ -8,7 +8,6 @@ around them, in the way h11 keeps its protocol core apart from the sockets.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -137,16 +136,15 @@ def salvaged_id(line: bytes) -> Any:
 
 def _is_id_key(raw: bytes) -> bool:
     try:
-        return bool(json.loads(raw) == "id")
-    except ValueError:
+        return bool(orjson.loads(raw) == "id")
+    except orjson.JSONDecodeError:
         return False
 
 
 def _id_from(raw: bytes) -> Any:
     try:
-        value = json.loads(raw)
-        orjson.dumps(value)  # a lone surrogate in it could not be answered
-    except (ValueError, TypeError):
+        value = orjson.loads(raw)  # (a lone surrogate in it: no id that can be answered)
+    except orjson.JSONDecodeError:
         return None
     # An id of ours is the peer's answer to one of our requests, not a request to answer.
     if not is_id(value) or (isinstance(value, str) and value.startswith(OWN_ID_PREFIX)):
