@@ -131,7 +131,7 @@ async def test_cancel_mid_stream(tmp_path: Path, work: Path, snapshot_json: Any)
         assert max(update_indexes(agent, sid)) < answer_index(agent, "session/prompt")
         after = await agent.prompt(sid, "go on")
         assert after["stopReason"] == "end_turn" and after["_meta"]["acpBridge"]["turn"] == 2
-        assert chunks(agent, sid) == ["a ", "b ", "c ", "d ", "e ", "next ", "turn "]
+        assert chunks(agent, sid) == ["a ", "b ", "c ", "d ", "e", "next ", "turn"]
     assert agent.returncode == 0
     assert normalized(agent.transcript, tmp_path) == snapshot_json
 
@@ -223,7 +223,7 @@ async def test_error_steps_answer_json_rpc_errors(tmp_path: Path, work: Path) ->
         assert err.value.code == -32603
         assert err.value.message == "turn failed: slow down"
         assert err.value.data == {"turn": 1, "step": 1, "code": "rate_limit", "retryable": True}
-        assert chunks(agent, sid) == ["partial "]
+        assert chunks(agent, sid) == ["partial"]
         with pytest.raises(AgentError) as err:
             await agent.prompt(sid, "second")
         assert err.value.code == -32000
@@ -378,7 +378,7 @@ async def test_load_after_kill9_mid_stream_keeps_the_prompt(tmp_path: Path, work
         # its update reached stdout), then why the turn stopped there.
         *words, notice = [(u["messageId"], u["content"]["text"]) for u in agent2.updates_of(sid)
                           if u["sessionUpdate"] == "agent_message_chunk"]
-        assert words == [("t1s1", w) for w in ("a ", "b ", "c ")]
+        assert words == [("t1s1", w) for w in ("a ", "b ", "c")]
         assert notice == ("t1-end", "\n\n[This turn was interrupted: the agent stopped unexpectedly (crash) "
                                     "before it finished.]")
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] == 1
@@ -420,7 +420,7 @@ async def test_resume_answers_without_replay(tmp_path: Path, work: Path) -> None
         assert agent2.updates == []
         answer = await agent2.prompt(sid, "after restart")
         assert answer["stopReason"] == "end_turn" and answer["_meta"]["acpBridge"]["turn"] == 2
-        assert chunks(agent2, sid) == ["after ", "restart "]
+        assert chunks(agent2, sid) == ["after ", "restart"]
     assert agent2.returncode == 0
 
 
@@ -537,7 +537,7 @@ async def test_close_while_a_prompt_runs_cancels_it(tmp_path: Path, work: Path) 
         sid = await agent.new_session(work)
         async with anyio.create_task_group() as tg:
             running = start_prompt(tg, agent, sid, "long job")
-            await agent.wait_for(lambda: chunks(agent, sid) == ["working "])
+            await agent.wait_for(lambda: chunks(agent, sid) == ["working"])
             assert await agent.request("session/close", {"sessionId": sid}, timeout=5) == {}
             await running.wait()
         assert running.result == {"stopReason": "cancelled", "_meta": {"acpBridge": {
@@ -575,7 +575,7 @@ async def test_one_prompt_at_a_time_per_session(tmp_path: Path, work: Path) -> N
             await agent.notify("session/cancel", {"sessionId": sid_a})
             await running_a.wait()
         assert running_a.result["stopReason"] == "cancelled"
-        assert chunks(agent, sid_b) == ["session ", "b "]
+        assert chunks(agent, sid_b) == ["session ", "b"]
         # The refused prompt left no trace: session a's next turn is turn 2.
         assert (await agent.prompt(sid_a, "next"))["_meta"]["acpBridge"] == {"turn": 2, "reason": {"kind": "completed"}}
     assert agent.returncode == 0
@@ -603,14 +603,14 @@ async def test_stdin_closed_mid_turn(tmp_path: Path, work: Path) -> None:
     assert max(update_indexes(agent, sid)) < answer_index(agent, "session/prompt")
     shutdown_notice = "\n\n[This turn was interrupted: the agent was shut down before it finished.]"
     # Sent live too, last before the answer: the same mapping as the replay below.
-    assert chunks(agent, sid) == ["never ", "ends ", shutdown_notice]
+    assert chunks(agent, sid) == ["never ", "ends", shutdown_notice]
 
     async with AgentProcess(store) as later:
         await later.initialize()
         loaded = await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] is None
-        assert chunks(later, sid) == ["never ", "ends ", shutdown_notice]
+        assert chunks(later, sid) == ["never ", "ends", shutdown_notice]
         answer = await later.prompt(sid, "hello again")
         assert answer["_meta"]["acpBridge"] == {"turn": 2, "reason": {"kind": "completed"}}
     assert later.returncode == 0
