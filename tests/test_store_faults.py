@@ -199,3 +199,63 @@ def test_sqlite_a_tail_that_could_not_be_cut_is_cut_before_the_next_write(
     log.close()
     events = reloaded(store, log.id)
     assert events == expected and "lost" not in str(events)
+
+
+def _full() -> sqlite3.OperationalError:
+    exc = sqlite3.OperationalError("database or disk is full")
+    exc.sqlite_errorcode = 13  # SQLITE_FULL, as SQLite sets it
+    return exc
+
+
+@pytest.mark.parametrize("purged", [True, False], ids=["purged-at-once", "purged-at-next-open"])
+def test_sqlite_delete_on_a_full_disk_uses_the_reserve_and_purges_what_it_could_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, purged: bool
+) -> None:
+    # The one-transaction delete fails for space: the reserve is released, the session's
+    # row goes first (it is gone for every reader), then its events a few rows a
+    # transaction; the reserve is allocated again after. Events a failure leaves behind
+    # are purged when the store is next opened.
+    from session.backends import sqlite as sqlite_module
+
+    backend = SqliteBackend(tmp_path)
+    store = SessionStore(backend)
+    doomed, kept = store.create(cwd="/w"), store.create(cwd="/w")
+    for log in (doomed, kept):
+        for turn in range(1, 40):
+            write(log, Script(first_turn=turn).text_turn())
+        log.close()
+    assert backend.reserve.held
+    real = SqliteBackend.transaction
+    calls = {"n": 0}
+
+    def first_fails(self: SqliteBackend, *, full: bool) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise _full()
+        return real(self, full=full)
+
+    monkeypatch.setattr(SqliteBackend, "transaction", first_fails)
+    released: list[bool] = []
+    real_release = backend.reserve.release
+    def release() -> bool:
+        released.append(real_release())
+        return released[-1]
+
+    monkeypatch.setattr(backend.reserve, "release", release)
+    if not purged:
+        monkeypatch.setattr(sqlite_module, "purge_events", lambda db, sid: False)  # the disk stayed full
+    store.delete(doomed.id)
+    monkeypatch.undo()
+    assert released == [True] and backend.reserve.held  # released for the delete, then back
+    assert [s["id"] for s in store.list()] == [kept.id]
+    with sqlite3.connect(backend.path) as db:
+        left = db.execute("SELECT count(*) FROM events WHERE session_id = ?", (doomed.id,)).fetchone()[0]
+    # Purged a few rows a transaction, or (the purge "failed") left with no session to
+    # show them.
+    assert (left == 0) if purged else (left > 0)
+    backend.close()
+    reopened = SqliteBackend(tmp_path)  # purged when the store is next opened
+    with sqlite3.connect(reopened.path) as db:
+        counts = dict(db.execute("SELECT session_id, count(*) FROM events GROUP BY session_id").fetchall())
+    assert counts == {kept.id: len(Script().text_turn().items) * 39}
+    reopened.close()
