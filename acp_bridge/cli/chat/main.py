@@ -203,6 +203,8 @@ class Chat(SlashCommands):
                 with anyio.CancelScope(shield=True):
                     self._closing = True
                     await conn.stop(AGENT_EXIT_WAIT)
+                    if self._editor is not None:  # the last prompts, if the agent made the store since
+                        self._editor.history.keep()
                     await methods.terminals.close_all()
                     await process.aclose()
                 tg.cancel_scope.cancel()
