@@ -73,11 +73,13 @@ class AuthRequiredError(AcpBridgeError):
 
 class TurnFailedError(AcpBridgeError):
     """The answer of a prompt whose persisted `turn/end` says `error`: the JSON-RPC
-    `code`, `message` and `data` settlement gave it (acp_bridge.host.settlement)."""
+    error object settlement gave it (acp_bridge.host.settlement), `code`, `message` and
+    `data` if it has one (any JSON value: a wrapped agent's own), answered as it is."""
 
-    def __init__(self, code: int, message: str, data: dict[str, Any]) -> None:
-        super().__init__(message, **data)
-        self.code = code
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error["message"])
+        self.code: int = error["code"]
+        self.error = error
 
 
 class WrappedAgentError(AcpBridgeError):

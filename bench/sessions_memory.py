@@ -9,7 +9,7 @@ turns`; per turn: a prompt, 25 chunks, a message with a tool call, the call and 
 ~2 KB result, 25 more chunks, a message, 61 events), and/or as one turn whose one step
 streamed N - 6 chunks (`--shapes streaming`, bench/persistence.py's streaming case). Then each command runs as its own process, its stdout
 to /dev/null (`list`, `show`, `show --full`, `export --format md`, `export --format
-jsonl`), and its peak RSS is read from the kernel (VmHWM in /proc, at its exit) with its
+html`, `export --format jsonl`), and its peak RSS is read from the kernel (VmHWM in /proc, at its exit) with its
 wall time. The target: every command under 150 MB on both backends.
 
 --baseline DIR runs the same commands with another tree's code (DIR holds its
@@ -48,6 +48,7 @@ COMMANDS: dict[str, list[str]] = {
     "show": ["show", "{sid}"],
     "show --full": ["show", "{sid}", "--full"],
     "export md": ["export", "{sid}", "--format", "md"],
+    "export html": ["export", "{sid}", "--format", "html"],
     "export jsonl": ["export", "{sid}", "--format", "jsonl"],
 }
 

@@ -19,7 +19,7 @@ the text streamed since the step's last message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -35,7 +35,7 @@ class Unanswered:
     call_id: str
     step: int  # the step it was asked in
     name: str  # its tool
-    started: bool  # its `tool/call` was written
+    started: bool  # its tool may have run: its `tool/call` was written, and not held back
     permission: PermissionRecord | None = None  # the editor's answer, if it gave one
 
 
@@ -50,20 +50,19 @@ def open_turn(tracker: InvariantTracker) -> OpenTurn | None:
     """The open turn of the log `tracker` stands in, or None if it stands between turns."""
     if not tracker.in_turn:
         return None
-    calls = [Unanswered(cid, call.step, call.name, call.started)
+    calls = [Unanswered(cid, call.step, call.name, call.may_have_run)
              for cid, call in tracker.calls.items() if not call.answered]
     return OpenTurn(tracker.turn, tracker.step if tracker.step_open else None, calls)
 
 
 @dataclass(frozen=True)
 class Interrupted:
-    """Crash repair (`crash`), or the agent stopping mid-turn (`shutdown`). A `tool/call`
-    is written before its permission is asked, so the log alone cannot tell a call
-    waiting for its permission from one running (crash repair says "may have run"); an
-    agent stopping knows, and names the calls that never ran in `not_run`."""
+    """Crash repair (`crash`), or the agent stopping mid-turn (`shutdown`). A call "may
+    have run" once its `tool/call` is written, unless that said `pending` and no
+    `tool/permission` let it run since: the log tells a call waiting for its permission
+    (or refused) from one running, after a kill -9 as after a clean stop."""
 
     cause: Literal["crash", "shutdown"] = "crash"
-    not_run: Collection[str] = ()
 
     partial: ClassVar[Sequence[AssistantBlock]] = ()  # what the step streamed is in its chunks
 
@@ -72,24 +71,22 @@ class Interrupted:
         return {"kind": "interrupted", "cause": self.cause}
 
     def answer(self, call: Unanswered) -> tuple[str, ToolError]:
-        ran = call.started and call.call_id not in self.not_run
-        return interrupted_text(call.name, ran), {"name": "InterruptedError", "code": INTERRUPTED_CODE}
+        return interrupted_text(call.name, call.started), {"name": "InterruptedError", "code": INTERRUPTED_CODE}
 
 
 @dataclass(frozen=True)
 class EndedEarly:
     """The turn runner ends the turn with `reason` (a cancel, a failed step, a failed
-    write): "The tool call {verb} (while it was running)." where `ran(call_id)` says its
-    tool was started, "(before it ran)." otherwise; `partial` is the unfinished step's
-    answer so far."""
+    write): "The tool call {verb} (while it was running)." where the log says its tool
+    may have run (`Unanswered.started`), "(before it ran)." otherwise; `partial` is the
+    unfinished step's answer so far."""
 
     reason: Reason
     verb: str
-    ran: Callable[[str], bool]
     partial: Sequence[AssistantBlock] = ()
 
     def answer(self, call: Unanswered) -> tuple[str, ToolError]:
-        how = "while it was running" if self.ran(call.call_id) else "before it ran"
+        how = "while it was running" if call.started else "before it ran"
         kind = self.reason["kind"]
         return (f"The tool call {self.verb} ({how}).",
                 {"name": "Cancelled" if kind == "cancelled" else "Error", "code": kind})

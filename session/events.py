@@ -29,6 +29,9 @@ WRAPPED_UPDATE: Final = "wrapped/update"
 # Another addition: a session setting the client changed (the model, the thought
 # level), recorded when it changes, so a load carries it on before any turn used it.
 CONFIG_SET: Final = "config/set"
+# Another: the client's answer that lets a `pending` tool call run, durable before it
+# runs, so a log tells a call that waited for its permission from one that may have run.
+TOOL_PERMISSION: Final = "tool/permission"
 
 EVENT_TYPES: Final = frozenset(
     {
@@ -43,6 +46,7 @@ EVENT_TYPES: Final = frozenset(
         TURN_END,
         WRAPPED_UPDATE,
         CONFIG_SET,
+        TOOL_PERMISSION,
     }
 )
 
@@ -58,6 +62,7 @@ EventType = Literal[
     "turn/end",
     "wrapped/update",
     "config/set",
+    "tool/permission",
 ]
 
 # The seven turn/end reason kinds: a closed set, one total mapping per consumer.
@@ -149,8 +154,25 @@ class ToolError(TypedDict):
 
 
 class PermissionRecord(TypedDict):
+    """The client's answer to a permission request: `selected` (with `optionId`),
+    `cancelled`, or, when it gave no usable answer, `error` (it answered with a
+    JSON-RPC error: its `code` and `message`) or `invalid` (an answer that is not one
+    of the options offered: `message` says what came)."""
+
     outcome: str
     optionId: NotRequired[str]
+    code: NotRequired[int]
+    message: NotRequired[str]
+
+
+class AgentError(TypedDict):
+    """A wrapped agent's JSON-RPC error answer to the prompt, as it sent it (its member
+    order kept, members JSON-RPC does not define dropped): the `error` reason keeps it
+    so that the prompt is answered, from the log, with that error again."""
+
+    code: int
+    message: str
+    data: NotRequired[JSON]  # any JSON value, null included; absent: it sent none
 
 
 class Reason(TypedDict, total=False):
@@ -159,10 +181,14 @@ class Reason(TypedDict, total=False):
     kind: ReasonKind
     limit: int | None  # None: a wrapped agent hit a step limit it does not name
     by: str
+    # `cancelled` only, and only `true`: a wrapped agent did not answer the cancelled
+    # prompt within the cancel grace, and `acp-bridge wrap` ended the turn itself.
+    forced: bool
     step: int
     message: str
     code: str
     retryable: bool
+    agentError: AgentError
     cause: str
 
 
@@ -183,8 +209,8 @@ _REASON_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "max_tokens": (frozenset(), frozenset()),
     "max_steps": (frozenset({"limit"}), frozenset()),
     "refusal": (frozenset(), frozenset()),
-    "cancelled": (frozenset({"by"}), frozenset()),
-    "error": (frozenset({"step", "message"}), frozenset({"code", "retryable"})),
+    "cancelled": (frozenset({"by"}), frozenset({"forced"})),
+    "error": (frozenset({"step", "message"}), frozenset({"code", "retryable", "agentError"})),
     "interrupted": (frozenset({"cause"}), frozenset()),
 }
 
@@ -204,8 +230,23 @@ def reason_problem(value: JSON) -> str | None:
         return f"reason {kind!r} has unexpected {sorted(keys - required - optional)}"
     if kind == "cancelled" and value["by"] not in CANCELLED_BY:
         return f"cancelled by {value['by']!r} is not one of {list(CANCELLED_BY)}"
+    if kind == "cancelled" and "forced" in value and value["forced"] is not True:
+        return f"cancelled forced {value['forced']!r} is not true (absent when the agent complied)"
     if kind == "interrupted" and value["cause"] not in INTERRUPT_CAUSES:
         return f"interrupted cause {value['cause']!r} is not one of {list(INTERRUPT_CAUSES)}"
+    if "agentError" in value:
+        return _agent_error_problem(value["agentError"])
+    return None
+
+
+def _agent_error_problem(error: JSON) -> str | None:
+    """Why `error` cannot be answered again as a JSON-RPC error object, or None."""
+    if not isinstance(error, dict):
+        return "agentError is not an object"
+    if type(error.get("code")) is not int or not isinstance(error.get("message"), str):
+        return "agentError needs an integer code and a string message"
+    if set(error) - {"code", "message", "data"}:
+        return f"agentError has unexpected {sorted(set(error) - {'code', 'message', 'data'})}"
     return None
 
 

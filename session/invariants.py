@@ -25,6 +25,7 @@ from session.events import (
     STEP_END,
     STEP_START,
     TOOL_CALL,
+    TOOL_PERMISSION,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -37,19 +38,27 @@ from session.events import (
 )
 
 _BLOCK_TYPES = frozenset({"text", "reasoning", "tool-call"})
-_STEP_EVENTS = frozenset({ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TOOL_CALL, TOOL_RESULT, STEP_END})
+_STEP_EVENTS = frozenset({ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT, STEP_END})
 _CHUNK_TYPES = ("text", "reasoning")
 
 
 @dataclass
 class OpenCall:
     """A tool call of the open turn: the step it was asked in, its tool (the closers
-    word a result with it), and how far it got."""
+    word a result with it), and how far it got: `started` once its `tool/call` is
+    recorded, `held` while that `tool/call` said `pending` and no `tool/permission`
+    let it run (so it has not run), `answered` once it has a result."""
 
     step: int
     name: str
     started: bool = False
     answered: bool = False
+    held: bool = False
+
+    @property
+    def may_have_run(self) -> bool:
+        """Whether its tool may have run: recorded, and not held back."""
+        return self.started and not self.held
 
 
 @dataclass
@@ -146,7 +155,7 @@ class InvariantTracker:
             step=self.step,
             step_open=self.step_open,
             calls={
-                cid: OpenCall(call.step, call.name, call.started, call.answered)
+                cid: OpenCall(call.step, call.name, call.started, call.answered, call.held)
                 for cid, call in self.calls.items()
             },
         )
@@ -261,7 +270,16 @@ class InvariantTracker:
         if call is None or call.step != self.step:
             return f"callId {data.get('callId')!r} is not a tool call of step {self.step}"
         if etype == TOOL_CALL:
-            return f"tool call {data['callId']!r} already recorded" if call.started else None
+            if call.started:
+                return f"tool call {data['callId']!r} already recorded"
+            return "pending must be true when present" if data.get("pending", True) is not True else None
+        if etype == TOOL_PERMISSION:
+            if not call.held or call.answered:
+                return f"tool call {data['callId']!r} is not waiting for a permission (no pending tool/call)"
+            permission = data.get("permission")
+            if not isinstance(permission, dict) or not isinstance(permission.get("outcome"), str):
+                return "permission must be an object with an outcome"
+            return None
         # TOOL_RESULT
         if call.answered:
             return f"tool call {data['callId']!r} already has a result"
@@ -297,7 +315,10 @@ class InvariantTracker:
             for block in tool_calls_of(data):
                 self.calls[block["id"]] = OpenCall(self.step, block.get("name", "?"))
         elif etype == TOOL_CALL:
-            self.calls[data["callId"]].started = True
+            call = self.calls[data["callId"]]
+            call.started, call.held = True, "pending" in data
+        elif etype == TOOL_PERMISSION:
+            self.calls[data["callId"]].held = False
         elif etype == TOOL_RESULT:
             self.calls[data["callId"]].answered = True
 

@@ -21,6 +21,7 @@ from session.events import (
     STEP_END,
     STEP_START,
     TOOL_CALL,
+    TOOL_PERMISSION,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -69,6 +70,10 @@ class AssistantChunkData(TypedDict):
     turn: int
     step: int
     chunk: Chunk
+    # A wrapped agent's chunk: the fields of its ACP update that `chunk` does not hold
+    # (its messageId, _meta; its content when that is more than a text block), so the
+    # replay sends back exactly what the editor was sent (docs/wrap.md, "Recording").
+    sent: NotRequired[dict[str, JSON]]
 
 
 class AssistantMessageData(TypedDict):
@@ -76,6 +81,7 @@ class AssistantMessageData(TypedDict):
     step: int
     content: list[AssistantBlock]
     usage: NotRequired[Usage]
+    silent: NotRequired[bool]  # see ToolCallData.silent
 
 
 class ToolCallData(TypedDict):
@@ -87,6 +93,15 @@ class ToolCallData(TypedDict):
     title: str
     kind: str
     locations: NotRequired[list[JSON]]
+    # The call does not start with this event: it waits for the client's permission
+    # (a `tool/permission` lets it run) or is refused before it runs (its failed
+    # `tool/result` follows). Absent: the call runs right after its `tool/call`.
+    pending: NotRequired[bool]
+    # True: the editor was sent no update for this event (a wrapped agent's turn keeps
+    # what it sent as `wrapped/update`s and chunks; this event is its meaning, for the
+    # transcript), so a replay sends none either. Also on `assistant/message` and
+    # `tool/result`.
+    silent: NotRequired[bool]
 
 
 class ToolResultData(TypedDict):
@@ -98,6 +113,17 @@ class ToolResultData(TypedDict):
     error: NotRequired[ToolError]
     display: NotRequired[list[JSON]]
     permission: NotRequired[PermissionRecord]
+    silent: NotRequired[bool]  # see ToolCallData.silent
+
+
+class ToolPermissionData(TypedDict):
+    """`tool/permission`: the client's answer (`permission`) lets the `pending` call
+    `callId` run; written durably before it runs."""
+
+    turn: int
+    step: int
+    callId: str
+    permission: PermissionRecord
 
 
 class TurnEndData(TypedDict):
@@ -149,36 +175,51 @@ def step_end(turn: int, step: int) -> tuple[Literal["step/end"], StepData]:
 
 
 def assistant_chunk(
-    turn: int, step: int, kind: ChunkKind, text: str
+    turn: int, step: int, kind: ChunkKind, text: str, sent: dict[str, JSON] | None = None
 ) -> tuple[Literal["assistant/chunk"], AssistantChunkData]:
+    """`sent` is left out when there is none."""
+    if sent:
+        return (ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": {"type": kind, "text": text}, "sent": sent})
     return (ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": {"type": kind, "text": text}})
 
 
 def assistant_message(
-    turn: int, step: int, content: list[AssistantBlock], usage: Usage | None = None
+    turn: int, step: int, content: list[AssistantBlock], usage: Usage | None = None, *, silent: bool = False
 ) -> tuple[Literal["assistant/message"], AssistantMessageData]:
     data: AssistantMessageData = {"turn": turn, "step": step, "content": content}
     if usage is not None:
         data["usage"] = usage
+    if silent:
+        data["silent"] = True
     return (ASSISTANT_MESSAGE, data)
 
 
 def tool_call(
     turn: int, step: int, call_id: str, *, name: str, arguments: JSON, title: str, kind: str,
-    locations: list[JSON] | None = None,
+    locations: list[JSON] | None = None, pending: bool = False, silent: bool = False,
 ) -> tuple[Literal["tool/call"], ToolCallData]:
-    """`locations` is left out when there are none."""
+    """`locations` is left out when there are none, `pending` when it is false."""
     data: ToolCallData = {"turn": turn, "step": step, "callId": call_id, "name": name,
                           "arguments": arguments, "title": title, "kind": kind}
     if locations:
         data["locations"] = locations
+    if pending:
+        data["pending"] = True
+    if silent:
+        data["silent"] = True
     return (TOOL_CALL, data)
+
+
+def tool_permission(
+    turn: int, step: int, call_id: str, permission: PermissionRecord
+) -> tuple[Literal["tool/permission"], ToolPermissionData]:
+    return (TOOL_PERMISSION, {"turn": turn, "step": step, "callId": call_id, "permission": permission})
 
 
 def tool_result(
     turn: int, step: int, call_id: str, *, content: list[JSON], is_error: bool,
     error: ToolError | None = None, display: list[JSON] | None = None,
-    permission: PermissionRecord | None = None,
+    permission: PermissionRecord | None = None, silent: bool = False,
 ) -> tuple[Literal["tool/result"], ToolResultData]:
     """`display` is left out when there is none (an empty one says nothing either)."""
     data: ToolResultData = {"turn": turn, "step": step, "callId": call_id, "content": content,
@@ -189,6 +230,8 @@ def tool_result(
         data["display"] = display
     if permission is not None:
         data["permission"] = permission
+    if silent:
+        data["silent"] = True
     return (TOOL_RESULT, data)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time as _time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import orjson
@@ -24,13 +24,24 @@ import orjson
 from session.backends.base import BackendSession, Encoded
 from session.closers import Interrupted, closers, open_turn
 from session.errors import EventDataError, SessionClosedError, StoreIOError
-from session.events import STEP_END, TOOL_CALL, TURN_END, TURN_START, Event, EventType, Header
+from session.events import (
+    STEP_END,
+    TOOL_CALL,
+    TOOL_PERMISSION,
+    TURN_END,
+    TURN_START,
+    Event,
+    EventType,
+    Header,
+)
 from session.invariants import InvariantTracker, OpenCall
 from session.items import Item
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
-# the permission request and the tool run, so no tool runs without its call durable.
-DURABLE_TYPES: Final = frozenset({TOOL_CALL, STEP_END, TURN_END})
+# the permission request and the tool run, so no tool runs without its call durable;
+# `tool/permission` precedes the run of a call that waited for it, so a crash while it
+# runs is never taken for one while it waited.
+DURABLE_TYPES: Final = frozenset({TOOL_CALL, TOOL_PERMISSION, STEP_END, TURN_END})
 # Streamed events go to the OS (not fsync'd) once this many are buffered, so memory
 # stays bounded even when nothing is sent meanwhile (the sender's `hand_off` writes
 # them sooner, before their updates are sent).
@@ -253,15 +264,12 @@ class SessionLog:
         self._tracker = _copy(durable)
         self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, []
 
-    def close_interrupted(
-        self, *, cause: Literal["crash", "shutdown"] = "shutdown", not_run: Collection[str] = ()
-    ) -> list[Event]:
+    def close_interrupted(self, *, cause: Literal["crash", "shutdown"] = "shutdown") -> list[Event]:
         """Close an open turn with the interrupted closers (the agent is stopping
-        mid-turn, or the agent it wraps died) and make it durable; `not_run` names calls
-        known not to have run (see `closers.Interrupted`). Returns the events as logged
-        ([] if no turn is open)."""
+        mid-turn, or the agent it wraps died) and make it durable. Returns the events
+        as logged ([] if no turn is open)."""
         with self._lock:
-            items = closers(open_turn(self._tracker), Interrupted(cause, not_run))
+            items = closers(open_turn(self._tracker), Interrupted(cause))
             return self._extend(items) if items else []
 
     def close(self) -> None:
@@ -308,21 +316,21 @@ class _TrackerState:
     """What feeding a batch can change in a tracker, to put it back if the batch is
     refused: the scalar fields, the calls dict (replaced at `turn/start` and
     `turn/end`, added to by `assistant/message`) and each open call's flags (set by
-    `tool/call` and `tool/result`)."""
+    `tool/call`, `tool/permission` and `tool/result`)."""
 
     __slots__ = ("_calls", "_flags", "_scalars")
 
     def __init__(self, tracker: InvariantTracker) -> None:
         self._scalars = (tracker.next_seq, tracker.turn, tracker.in_turn, tracker.step, tracker.step_open)
         self._calls = tracker.calls
-        self._flags: list[tuple[str, OpenCall, bool, bool]] = [
-            (cid, call, call.started, call.answered) for cid, call in tracker.calls.items()]
+        self._flags: list[tuple[str, OpenCall, bool, bool, bool]] = [
+            (cid, call, call.started, call.answered, call.held) for cid, call in tracker.calls.items()]
 
     def restore(self, tracker: InvariantTracker) -> None:
         tracker.next_seq, tracker.turn, tracker.in_turn, tracker.step, tracker.step_open = self._scalars
         calls = self._calls
         calls.clear()
-        for cid, call, started, answered in self._flags:
-            call.started, call.answered = started, answered
+        for cid, call, started, answered, held in self._flags:
+            call.started, call.answered, call.held = started, answered, held
             calls[cid] = call
         tracker.calls = calls

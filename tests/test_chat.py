@@ -106,6 +106,7 @@ def test_text_answer_and_thinking(first: First) -> None:
 def test_permission_allowed_writes_the_file(first: First) -> None:
     assert (first.work / "out.txt").read_text() == "hi\nthere\n"
     assert ("Writing.\n⚙ Write out.txt [pending]\n? Write out.txt (edit)\n    out.txt +2 -0 (new file)\n"
+            "    a[l]ways: Always allow all write_file calls\n"
             "  [a]llow once / allow a[l]ways / [r]eject: maybe\n"
             "  [a]llow once / allow a[l]ways / [r]eject: a\n"
             "  ✓ completed: out.txt +2 -0 (new file)\nWritten.\n") in first.out
@@ -134,7 +135,9 @@ def test_read_only_mode_refuses_without_asking(first: First) -> None:
 
 
 def test_failed_turn_shows_the_error(first: First) -> None:
-    assert "> fail\n[error: turn failed: boom]\n" in first.out
+    # The agent's note of how the turn ended, said once (not again from the error answer).
+    assert "> fail\n[This turn failed: boom.]\n> " in first.out
+    assert "[error:" not in first.out
 
 
 def test_sessions_lists_the_session_and_quit_stops(first: First) -> None:
@@ -186,7 +189,7 @@ async def test_ctrl_c_cancels_then_a_second_quits(tmp_path: Path) -> None:
             await proc.stdin.send(b"long task\n")
             await until("Working on it")
             proc.send_signal(signal.SIGINT)
-            await until("[cancelled]\n")
+            await until("[This turn was cancelled: it was stopped before it finished.]\n")
             await proc.stdin.send(b"next\n")
             await until("After cancel.")
             await proc.stdin.send(b"third\n")
@@ -199,7 +202,8 @@ async def test_ctrl_c_cancels_then_a_second_quits(tmp_path: Path) -> None:
             assert await proc.wait() == 130
         assert not timer.cancelled_caught, out.decode()
     text = re.sub(r"\[new session [0-9a-f-]{36} \(mode ask\)\]\n", "", out.decode(), count=1)
-    assert "> long task\n[session: long task]\nWorking on it\n[cancelling: Ctrl-C again quits]\n[cancelled]\n> next\nAfter cancel." in text
+    assert ("> long task\n[session: long task]\nWorking on it\n[cancelling: Ctrl-C again quits]\n"
+            "[This turn was cancelled: it was stopped before it finished.]\n> next\nAfter cancel.") in text
 
 
 def test_subcommand_options_pass_through_to_the_agent() -> None:
@@ -237,8 +241,18 @@ def test_seed_fresh_is_passed_to_the_wrapper() -> None:
                                    "--", "agent", "--seed-fresh"]
 
 
+def test_the_cancel_grace_is_passed_to_the_wrapper() -> None:
+    parser = argparse.ArgumentParser(prog="acp-bridge")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["chat", "--wrap", "--cancel-grace", "1.5"])
+    args.wrapped = ["agent"]
+    assert wrap_problem(args) is None
+    assert agent_command(args) == [sys.executable, "-m", "acp_bridge", "wrap", "--cancel-grace", "1.5", "--", "agent"]
+
+
 @pytest.mark.parametrize(("argv", "problem"), [
     (["--seed-fresh"], "--seed-fresh is the wrapper's: it is only taken with --wrap"),
+    (["--cancel-grace", "2"], "--cancel-grace is the wrapper's: it is only taken with --wrap"),
     (["--wrap"], "--wrap needs the agent's command after --"),
     (["--wrap", "--"], "--wrap needs the agent's command after --"),
     (["--", "agent"], "a command after -- is only taken with --wrap"),
@@ -287,6 +301,16 @@ def test_render_permission_and_diffs() -> None:
         {"type": "diff", "path": "/w/x.py", "oldText": "a\n", "newText": "a\nb\n"}]})
     assert question == "? Edit x.py (edit)\n    x.py +1 -0\n  [a]llow once / allow a[l]ways / [r]eject: "
     assert r.open and r.typed("a", echo=True) == "a\n" and not r.open
+    # What "always" allows, as the agent names it (a plain "Always allow" says nothing more).
+    options = [{"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+               {"optionId": "allow_always", "name": "Always allow `echo one`", "kind": "allow_always"}]
+    question = r.permission({"toolCallId": "d", "title": "Run echo one", "kind": "execute"}, options)
+    assert question == ("? Run echo one (execute)\n    a[l]ways: Always allow `echo one`\n"
+                        "  [a]llow once / allow a[l]ways / [r]eject: ")
+    plain = [{"optionId": "x", "name": "Always allow", "kind": "allow_always"}]
+    assert "a[l]ways:" not in r.permission({"toolCallId": "e", "title": "t"}, plain)
+    evil = [{"optionId": "x", "name": "Always \x1b[2Jallow", "kind": "allow_always"}]
+    assert "\x1b" not in r.permission({"toolCallId": "f", "title": "t"}, evil)
 
 
 def test_sessions_table() -> None:

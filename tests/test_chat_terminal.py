@@ -139,13 +139,13 @@ def test_ctrl_c_clears_cancels_and_quits(tmp_path: Path, terminals: list[Termina
     t.line("typed but not sent\x03long task")  # Ctrl-C on a line with text clears it
     t.expect("Working on it")
     t.send("\x03")  # the agent is working: the terminal sends SIGINT
-    t.expect("[cancelled]")
+    t.expect("[This turn was cancelled: it was stopped before it finished.]")
     t.line("next")
     t.expect("After cancel.")
     t.line("write it")
     t.expect("[r]eject")  # the question (the editor is reading already)
     t.send("\x03")  # at the permission question: cancels the prompt
-    t.expect("[cancelled]")
+    t.expect("[This turn was cancelled: it was stopped before it finished.]")
     t.ready()
     t.send("\x03")  # idle, empty line: quits
     assert t.finish() == 130

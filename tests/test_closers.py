@@ -25,7 +25,7 @@ from session.items import Item
 from tests.support.logs import Script, events_of
 
 READ = Unanswered("a", 2, "read_file", started=True)
-ASKED = Unanswered("b", 2, "write_file", started=True)
+ASKED = Unanswered("b", 2, "write_file", started=False)  # its tool/call pending, no grant: waiting
 UNSTARTED = Unanswered("c", 2, "run", started=False)
 ALLOWED: PermissionRecord = {"outcome": "selected", "optionId": "allow-once"}
 ANSWERED = Unanswered("d", 2, "Edit a.txt", started=True, permission=ALLOWED)
@@ -37,10 +37,6 @@ FAILED = reason("error", step=2, message="RuntimeError: boom", code="internal")
 STORE = reason("error", step=2, message="disk full", code="store_io", retryable=True)
 SHUTDOWN = reason("interrupted", cause="shutdown")
 DONE = reason("completed")
-
-
-def ran(call_id: str) -> bool:
-    return call_id == "a"
 
 
 def failed(call_id: str, step: int, text: str, name: str, code: str, **more: Any) -> Item:
@@ -72,30 +68,31 @@ CASES: list[tuple[str, OpenTurn | None, Ending, list[Item]]] = [
     ("crash between steps", OpenTurn(3, None), Interrupted(), [end({"kind": "interrupted", "cause": "crash"})]),
     ("crash in a step without calls", OpenTurn(3, 2), Interrupted(),
      [STEP_END, end({"kind": "interrupted", "cause": "crash"})]),
-    ("crash: a written tool/call may have run", IN_STEP, Interrupted(),
-     [interrupted(READ, True), interrupted(ASKED, True), interrupted(UNSTARTED, False), STEP_END,
+    ("crash: a call that may have run, one waiting for its permission, one not written",
+     IN_STEP, Interrupted(),
+     [interrupted(READ, True), interrupted(ASKED, False), interrupted(UNSTARTED, False), STEP_END,
       end({"kind": "interrupted", "cause": "crash"})]),
-    ("shutdown knows the calls that never ran", IN_STEP, Interrupted("shutdown", not_run={"b"}),
+    ("shutdown says the same as a crash", IN_STEP, Interrupted("shutdown"),
      [interrupted(READ, True), interrupted(ASKED, False), interrupted(UNSTARTED, False), STEP_END,
       end({"kind": "interrupted", "cause": "shutdown"})]),
-    ("cancelled, with the partial answer first", IN_STEP, EndedEarly(CANCEL, "was cancelled", ran, PARTIAL),
+    ("cancelled, with the partial answer first", IN_STEP, EndedEarly(CANCEL, "was cancelled", PARTIAL),
      [("assistant/message", {"turn": 3, "step": 2, "content": PARTIAL}),
       failed("a", 2, "The tool call was cancelled (while it was running).", "Cancelled", "cancelled"),
       failed("b", 2, "The tool call was cancelled (before it ran).", "Cancelled", "cancelled"),
       failed("c", 2, "The tool call was cancelled (before it ran).", "Cancelled", "cancelled"),
       STEP_END, end(CANCEL)]),
-    ("a failed step", OpenTurn(3, 2, [READ]), EndedEarly(FAILED, "was not completed because the turn failed", ran),
+    ("a failed step", OpenTurn(3, 2, [READ]), EndedEarly(FAILED, "was not completed because the turn failed"),
      [failed("a", 2, "The tool call was not completed because the turn failed (while it was running).",
              "Error", "error"), STEP_END, end(FAILED)]),
     ("a failed write", OpenTurn(3, 2, [UNSTARTED]),
-     EndedEarly(STORE, "was not completed: the log could not be written", ran),
+     EndedEarly(STORE, "was not completed: the log could not be written"),
      [failed("c", 2, "The tool call was not completed: the log could not be written (before it ran).",
              "Error", "error"), STEP_END, end(STORE)]),
     ("a turn a failed write left open, found at the next prompt", OpenTurn(3, 2, [READ]),
-     EndedEarly(SHUTDOWN, "was interrupted", ran),
+     EndedEarly(SHUTDOWN, "was interrupted"),
      [failed("a", 2, "The tool call was interrupted (while it was running).", "Error", "interrupted"),
       STEP_END, end(SHUTDOWN)]),
-    ("the runner between steps: nothing to flush", OpenTurn(3, None), EndedEarly(CANCEL, "was cancelled", ran, PARTIAL),
+    ("the runner between steps: nothing to flush", OpenTurn(3, None), EndedEarly(CANCEL, "was cancelled", PARTIAL),
      [end(CANCEL)]),
     ("a wrapped agent's answer without the calls' outcome", OpenTurn(3, 2, [READ, ANSWERED]),
      Unreported(DONE, PARTIAL[1:]),
@@ -118,10 +115,13 @@ def test_closers(name: str, turn: OpenTurn | None, ending: Ending, expected: lis
 
 
 def test_open_turn_is_what_the_tracker_knows() -> None:
-    script = Script().text_turn().start_turn().start_step().message("m", calls=("x", "y", "z"))
-    script.call("x").result("x").call("y")
+    script = Script().text_turn().start_turn().start_step().message("m", calls=("x", "y", "w", "g", "z"))
+    script.call("x").result("x").call("y").call("w", pending=True).call("g", pending=True).grant("g")
     tracker = check_invariants(events_of(script))
+    # y ran at once, w waits for its permission, g was let run, z was never written.
     assert open_turn(tracker) == OpenTurn(2, 1, [Unanswered("y", 1, "read_file", True),
+                                                  Unanswered("w", 1, "read_file", False),
+                                                  Unanswered("g", 1, "read_file", True),
                                                   Unanswered("z", 1, "read_file", False)])
     assert open_turn(check_invariants(events_of(Script().text_turn()))) is None
 

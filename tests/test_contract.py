@@ -444,11 +444,11 @@ def test_delete(store: SessionStore) -> None:
 
 
 def test_durability_points(store: SessionStore) -> None:
-    assert DURABLE_TYPES == {"tool/call", "step/end", "turn/end"}
+    assert DURABLE_TYPES == {"tool/call", "tool/permission", "step/end", "turn/end"}
     log = store.create(cwd="/w")
     write(log, Script().start_turn().start_step().chunk("a").chunk("b"))
     assert log.pending == 5  # streamed events may wait in the buffer
-    write(log, Script().start_turn().start_step().message("m", calls=("c",)).items[-1:])
+    write(log, Script().start_turn().start_step().message("m", calls=("c", "d")).items[-1:])
     assert log.pending == 6
     log.append("tool/call", Script().start_turn().start_step().call("c").items[-1][1])
     assert log.pending == 0  # durable before the tool runs
@@ -456,6 +456,10 @@ def test_durability_points(store: SessionStore) -> None:
     assert log.pending == 1
     log.sync()
     assert log.pending == 0
+    log.append("tool/call", Script().start_turn().start_step().call("d", pending=True).items[-1][1])
+    assert log.pending == 0  # durable before the permission is asked
+    log.append("tool/permission", Script().start_turn().start_step().grant("d").items[-1][1])
+    assert log.pending == 0  # durable before the tool it lets run runs
     log.close()
 
 

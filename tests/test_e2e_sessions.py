@@ -131,7 +131,10 @@ async def test_cancel_mid_stream(tmp_path: Path, work: Path, snapshot_json: Any)
         assert max(update_indexes(agent, sid)) < answer_index(agent, "session/prompt")
         after = await agent.prompt(sid, "go on")
         assert after["stopReason"] == "end_turn" and after["_meta"]["acpBridge"]["turn"] == 2
-        assert chunks(agent, sid) == ["a ", "b ", "c ", "d ", "e", "next ", "turn"]
+        # The cancelled turn ends with its note, live as on every later load.
+        assert chunks(agent, sid) == ["a ", "b ", "c ", "d ", "e",
+                                      "\n\n[This turn was cancelled: it was stopped before it finished.]",
+                                      "next ", "turn"]
     assert agent.returncode == 0
     assert normalized(agent.transcript, tmp_path) == snapshot_json
 
@@ -159,8 +162,8 @@ async def test_cancel_mid_permission(tmp_path: Path, work: Path, snapshot_json: 
         assert running.result["stopReason"] == "cancelled"
         assert running.result["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
         assert not (work / "out.txt").exists()
-        # Waiting for its permission when cancelled: reported as not run.
-        assert statuses(agent.updates_of(sid)) == [("w1", "pending"), ("w1", "in_progress"), ("w1", "failed")]
+        # Waiting for its permission when cancelled: pending all along, reported as not run.
+        assert statuses(agent.updates_of(sid)) == [("w1", "pending"), ("w1", "failed")]
         (failed,) = [u for u in agent.updates_of(sid) if u.get("status") == "failed"]
         assert failed["rawOutput"]["content"] == [{"type": "text", "text": "The tool call was cancelled (before it ran)."}]
         # The agent withdrew its permission request.
@@ -191,8 +194,9 @@ async def test_cancel_request_cancels_a_running_prompt(tmp_path: Path, work: Pat
             await running.wait()
         assert running.result == {"stopReason": "cancelled", "_meta": {"acpBridge": {
             "turn": 1, "reason": {"kind": "cancelled", "by": "$/cancel_request"}}}}
-        streamed = chunks(agent, sid)
+        *streamed, note = chunks(agent, sid)
         assert streamed == [w + " " for w in words.split()][: len(streamed)]
+        assert note == "\n\n[This turn was cancelled: it was stopped before it finished.]"
         # A cancel for an id that is not in flight is ignored.
         await agent.notify("$/cancel_request", {"requestId": "prompt-1"})
         assert (await agent.prompt(sid, "next"))["_meta"]["acpBridge"] == {"turn": 2, "reason": {"kind": "completed"}}
@@ -202,7 +206,9 @@ async def test_cancel_request_cancels_a_running_prompt(tmp_path: Path, work: Pat
         await later.initialize()
         await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
     live = [u for u in agent.updates_of(sid) if u["sessionUpdate"] != "session_info_update"]
-    assert [u for u in later.updates_of(sid) if u["sessionUpdate"] != "user_message_chunk"] == live
+    *replayed, named = [u for u in later.updates_of(sid) if u["sessionUpdate"] != "user_message_chunk"]
+    assert replayed == live
+    assert named["sessionUpdate"] == "session_info_update" and named["title"] == "go"
 
 
 # --- 4. failed turns and the step budget -----------------------------------------------------
@@ -223,12 +229,13 @@ async def test_error_steps_answer_json_rpc_errors(tmp_path: Path, work: Path) ->
         assert err.value.code == -32603
         assert err.value.message == "turn failed: slow down"
         assert err.value.data == {"turn": 1, "step": 1, "code": "rate_limit", "retryable": True}
-        assert chunks(agent, sid) == ["partial"]
+        assert chunks(agent, sid) == ["partial", "\n\n[This turn failed: slow down.]"]
         with pytest.raises(AgentError) as err:
             await agent.prompt(sid, "second")
         assert err.value.code == -32000
         assert "bad key" in str(err.value.message)
         assert err.value.data == {"turn": 2, "step": 1, "code": "auth", "retryable": None}
+        assert chunks(agent, sid)[-1] == "\n\n[This turn failed: bad key.]"
         answer = await agent.prompt(sid, "third")
         assert answer["stopReason"] == "end_turn" and answer["_meta"]["acpBridge"]["turn"] == 3
     assert agent.returncode == 0
@@ -283,7 +290,12 @@ async def test_load_after_restart_replays_what_was_streamed(tmp_path: Path, work
         await agent2.initialize()
         loaded = await agent2.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
-        replayed = agent2.updates_of(sid)
+        *replayed, named = agent2.updates_of(sid)
+        # Named again last, as the live stream named it at the first prompt.
+        assert named["sessionUpdate"] == "session_info_update" and named["title"] == "hi"
+        first_named = next(u for u in agent1.updates_of(sid) if u["sessionUpdate"] == "session_info_update")
+        assert first_named["title"] == "hi"
+        assert named["updatedAt"] >= first_named["updatedAt"]  # its last event's time (ISO strings sort)
         users = [(u["messageId"], u["content"]) for u in replayed if u["sessionUpdate"] == "user_message_chunk"]
         assert users == [("t1-user", {"type": "text", "text": "hi"}),
                          ("t1-user", {"type": "text", "text": "second block"}),
@@ -291,7 +303,7 @@ async def test_load_after_restart_replays_what_was_streamed(tmp_path: Path, work
         # Exactly as streamed.
         assert [u for u in replayed if u["sessionUpdate"] != "user_message_chunk"] == live
         assert statuses(live) == [("r1", "pending"), ("r1", "in_progress"), ("r1", "completed")]
-        n_replayed = len(replayed)
+        n_replayed = len(replayed) + 1
         third = await agent2.prompt(sid, "and now")
         assert third["stopReason"] == "end_turn" and third["_meta"]["acpBridge"]["turn"] == 3
         ids = {u["messageId"] for u in agent2.updates_of(sid)[n_replayed:] if "messageId" in u}
@@ -343,8 +355,10 @@ async def test_load_after_kill9_mid_tool(tmp_path: Path, work: Path, snapshot_js
         assert "interrupted" in text and "may have run" in text
         assert failed["rawOutput"]["error"] == {"name": "InterruptedError", "code": "interrupted"}
         # The reader of the conversation is told, after everything else of the turn, that
-        # it was cut off and why (the harness validated every message against the schema).
-        assert replayed[-1] == {
+        # it was cut off and why (the harness validated every message against the schema);
+        # then the session is named again.
+        assert replayed[-1]["sessionUpdate"] == "session_info_update"
+        assert replayed[-2] == {
             "sessionUpdate": "agent_message_chunk", "messageId": "t2-end",
             "content": {"type": "text", "text": "\n\n[This turn was interrupted: the agent stopped "
                                                 "unexpectedly (crash) before it finished.]"},

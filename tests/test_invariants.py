@@ -235,6 +235,82 @@ CASES: list[tuple[str, Callable[[], list[Event]], str | None]] = [
         lambda: events_of(Script().start_turn().end_turn("cancelled", by="user")),
         "cancelled by 'user'",
     ),
+    (
+        "a wrapped agent's error that cannot be answered again",
+        lambda: events_of(Script().start_turn().end_turn(
+            "error", step=0, message="m", agentError={"code": "x", "message": "m"})),
+        "agentError needs an integer code and a string message",
+    ),
+    (
+        "a wrapped agent's error with members JSON-RPC does not define",
+        lambda: events_of(Script().start_turn().end_turn(
+            "error", step=0, message="m", agentError={"code": 1, "message": "m", "stack": "s"})),
+        "agentError has unexpected ['stack']",
+    ),
+    (
+        "a wrapped agent's error that is not an object",
+        lambda: events_of(Script().start_turn().end_turn("error", step=0, message="m", agentError=[1])),
+        "agentError is not an object",
+    ),
+    (
+        "agentError on a reason that is not an error",
+        lambda: events_of(Script().start_turn().end_turn(
+            "cancelled", by="session/cancel", agentError={"code": 1, "message": "m"})),
+        "has unexpected ['agentError']",
+    ),
+    (
+        "a pending call let run by its permission, then answered",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .grant("c").result("c").end_step().end_turn()),
+        None,
+    ),
+    (
+        "a pending call refused without a permission",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .result("c", error=True).end_step().end_turn()),
+        None,
+    ),
+    (
+        "a permission for a call that did not wait for one",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c").grant("c")),
+        "is not waiting for a permission",
+    ),
+    (
+        "a permission given twice",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .grant("c").grant("c")),
+        "is not waiting for a permission",
+    ),
+    (
+        "a permission before its tool/call",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).grant("c")),
+        "is not waiting for a permission",
+    ),
+    (
+        "a permission after its result",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .result("c", error=True).grant("c")),
+        "is not waiting for a permission",
+    ),
+    (
+        "a permission for a call of another step",
+        lambda: events_of(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                          .result("c").end_step().start_step().grant("c")),
+        "is not a tool call of step 2",
+    ),
+    (
+        "a permission without an outcome",
+        lambda: changed(Script().start_turn().start_step().message("m", calls=("c",)).call("c", pending=True)
+                        .grant("c"), -1, data={"turn": 1, "step": 1, "callId": "c", "permission": {}}),
+        "permission must be an object with an outcome",
+    ),
+    (
+        "pending that is not true",
+        lambda: changed(Script().start_turn().start_step().message("m", calls=("c",)).call("c"), -1,
+                        data={**events_of(Script().start_turn().start_step().message("m", calls=("c",))
+                                          .call("c"))[-1]["data"], "pending": False}),
+        "pending must be true when present",
+    ),
 ]
 
 
@@ -265,8 +341,11 @@ REASONS: list[tuple[str, dict[str, Any]]] = [
     ("cancelled", {"by": "session/cancel"}),
     ("cancelled", {"by": "session/close"}),
     ("cancelled", {"by": "$/cancel_request"}),
+    ("cancelled", {"by": "session/cancel", "forced": True}),  # the wrapper ended it (cancel grace)
     ("error", {"step": 0, "message": "no model"}),
     ("error", {"step": 2, "message": "boom", "code": "rate_limit", "retryable": True}),
+    ("error", {"step": 1, "message": "x", "code": "not_found",
+               "agentError": {"message": "x", "code": -32002, "data": None}}),  # a wrapped agent's, as sent
     ("interrupted", {"cause": "crash"}),
     ("interrupted", {"cause": "shutdown"}),
 ]
@@ -289,3 +368,11 @@ def test_reason_kinds_are_the_closed_set_of_seven() -> None:
         reason("max_steps")
     with pytest.raises(ValueError, match="unexpected"):
         reason("completed", limit=3)
+
+
+@pytest.mark.parametrize("forced", [False, None, 1, "yes"])
+def test_forced_is_only_ever_true(forced: Any) -> None:
+    # Absent when the agent complied: a stored `forced: false` would be a second spelling.
+    assert reason_problem({"kind": "cancelled", "by": "session/cancel", "forced": forced}) == (
+        f"cancelled forced {forced!r} is not true (absent when the agent complied)")
+    assert reason_problem({"kind": "completed", "forced": True}) == "reason 'completed' has unexpected ['forced']"

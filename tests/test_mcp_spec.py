@@ -126,7 +126,9 @@ def test_what_the_schema_refuses_the_params_check_refuses(server: dict[str, Any]
                                                       ("read_only", "deny", "deny")])
 def test_mcp_tools_ask_like_commands(mode: str, fresh: str, always: str) -> None:
     # kind "other": what an MCP tool does is unknown, so it is never run unasked.
-    assert permissions.decide(mode, "other", "t__x", set()) == fresh
-    assert permissions.decide(mode, "other", "t__x", {"t__x"}) == always
-    assert permissions.decide(mode, "read", "read_file", set()) == "allow"
-    assert permissions.decide(mode, "edit", "write_file", set()) == ("allow" if mode == "accept_edits" else fresh)
+    rule = permissions.always_rule("t__x", "other", {"command": "ls"})  # not a command: the tool's name
+    assert rule == ("t__x", None)
+    assert permissions.decide(mode, "other", rule, set()) == fresh
+    assert permissions.decide(mode, "other", rule, {rule}) == always
+    assert permissions.decide(mode, "read", ("read_file", None), set()) == "allow"
+    assert permissions.decide(mode, "edit", ("write_file", None), set()) == ("allow" if mode == "accept_edits" else fresh)

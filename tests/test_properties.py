@@ -140,7 +140,7 @@ def check_closers(prefix: list[Event], closers: list[Event]) -> None:
         assert data["error"] == {"name": "InterruptedError", "code": INTERRUPTED_CODE}
         assert data["step"] == call.step
         assert data["content"] == [
-            {"type": "text", "text": interrupted_text(names[data["callId"]], call.started)}
+            {"type": "text", "text": interrupted_text(names[data["callId"]], call.may_have_run)}
         ]
     rest = [c["type"] for c in closers[len(unanswered) :]]
     assert rest == (["step/end", "turn/end"] if tracker.step_open else ["turn/end"])

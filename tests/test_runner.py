@@ -120,7 +120,9 @@ def shape(events: list[Event] | Any) -> list[str]:
             kinds = ",".join(b["type"] for b in d["content"])
             out.append(f"message[{kinds}]" + ("+usage" if "usage" in d else ""))
         elif t == "tool/call":
-            out.append(f"call:{d['name']}:{d['kind']}")
+            out.append(f"call:{d['name']}:{d['kind']}" + (":pending" if d.get("pending") else ""))
+        elif t == "tool/permission":
+            out.append(f"permission:{d['callId']}:{d['permission'].get('optionId')}")
         elif t == "tool/result":
             code = d.get("error", {}).get("code", "")
             out.append(f"result:{d['callId']}:{'error' if d['isError'] else 'ok'}{':' + code if code else ''}")
@@ -173,22 +175,24 @@ PATHS: list[tuple[str, list[dict[str, Any]], str, list[str | None], int, list[st
       "code": "script_exhausted", "retryable": False}),
     ("unknown tool is an error result", [{"toolCalls": [{"id": "u1", "name": "nope", "arguments": {}}]}, {"text": "ok"}],
      "ask", [], 50,
-     ["step/start", "message[tool-call]", "call:nope:other", "result:u1:error:unknown_tool", "step/end",
+     ["step/start", "message[tool-call]", "call:nope:other:pending", "result:u1:error:unknown_tool", "step/end",
       "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("edit allowed once", [WRITE_B, {"text": "ok"}], "ask", ["allow_once"], 50,
-     ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:ok", "step/end",
+     ["step/start", "message[tool-call]", "call:write_file:edit:pending", "permission:w1:allow_once",
+      "result:w1:ok", "step/end",
       "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("edit rejected", [WRITE_B, {"text": "ok"}], "ask", ["reject_once"], 50,
-     ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:rejected", "step/end",
+     ["step/start", "message[tool-call]", "call:write_file:edit:pending", "result:w1:error:rejected", "step/end",
       "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("read_only refuses without asking", [WRITE_B, {"text": "ok"}], "read_only", [], 50,
-     ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:read_only", "step/end",
+     ["step/start", "message[tool-call]", "call:write_file:edit:pending", "result:w1:error:read_only", "step/end",
       "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("accept_edits writes without asking", [WRITE_B, {"text": "ok"}], "accept_edits", [], 50,
      ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:ok", "step/end",
       "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("command asks even in accept_edits", [RUN_ECHO, {"text": "ran"}], "accept_edits", ["allow_once"], 50,
-     ["step/start", "message[tool-call]", "call:run_command:execute", "result:x1:ok", "step/end",
+     ["step/start", "message[tool-call]", "call:run_command:execute:pending", "permission:x1:allow_once",
+      "result:x1:ok", "step/end",
       "step/start", "chunk:text:ran", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
 ]
 
@@ -236,7 +240,7 @@ def test_permission_outcome_recorded_and_always_remembered(workdir: Path) -> Non
     loaded = h.store.load(h.log.id)
     from acp_bridge.tools import permissions
 
-    assert permissions.remembered_always(loaded.log.events) == {"write_file"}
+    assert permissions.remembered_always(loaded.log.events) == {("write_file", None)}
     loaded.log.close()
 
 
@@ -315,7 +319,7 @@ def test_cancel_while_waiting_for_permission(workdir: Path) -> None:
     h = harness_run(workdir, script(WRITE_B), body, answers=Answers(hang=True))
     assert ends[0]["data"]["reason"] == {"kind": "cancelled", "by": "session/close"}
     assert shape(list(h.log.events)[2:]) == [
-        "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:cancelled",
+        "step/start", "message[tool-call]", "call:write_file:edit:pending", "result:w1:error:cancelled",
         "step/end", "end:cancelled"]
     assert not (workdir / "b.txt").exists()
     # It never ran: the permission was still open (its tool/call was on disk, though).
@@ -373,7 +377,7 @@ def test_a_cancel_with_the_permission_answer_wins_in_either_order(workdir: Path,
     h = harness_run(workdir, script(WRITE_B, {"text": "never"}), body, answers=Held())
     assert ends[0]["data"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
     assert shape(list(h.log.events)[2:]) == [
-        "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:cancelled",
+        "step/start", "message[tool-call]", "call:write_file:edit:pending", "result:w1:error:cancelled",
         "step/end", "end:cancelled"]
     result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
     assert "permission" not in result
@@ -391,7 +395,7 @@ def test_permission_answered_cancelled_ends_the_turn(workdir: Path) -> None:
     result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
     assert result["permission"] == {"outcome": "cancelled"}
     assert shape(list(h.log.events)[2:]) == [
-        "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:cancelled",
+        "step/start", "message[tool-call]", "call:write_file:edit:pending", "result:w1:error:cancelled",
         "step/end", "end:cancelled"]
     assert not (workdir / "b.txt").exists()
 
@@ -428,29 +432,27 @@ def call_timeline(workdir: Path, steps: list[dict[str, Any]], options: list[str 
 
 CALL_TIMELINES: list[tuple[str, list[dict[str, Any]], str, list[str | None], list[tuple[str, str | None]]]] = [
     ("asked and allowed", [WRITE_B, {"text": "ok"}], "ask", ["allow_once"],
-     [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("request_permission", None),
+     [("tool_call", "pending"), ("request_permission", None), ("tool_call_update", "in_progress"),
       ("tool_call_update", "completed")]),
     ("asked and rejected", [WRITE_B, {"text": "ok"}], "ask", ["reject_once"],
-     [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("request_permission", None),
-      ("tool_call_update", "failed")]),
+     [("tool_call", "pending"), ("request_permission", None), ("tool_call_update", "failed")]),
     ("asked and cancelled", [WRITE_B], "ask", [None],
-     [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("request_permission", None),
-      ("tool_call_update", "failed")]),
+     [("tool_call", "pending"), ("request_permission", None), ("tool_call_update", "failed")]),
     ("not asked", [READ_A, {"text": "ok"}], "ask", [],
      [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("tool_call_update", "completed")]),
     ("refused by the mode", [WRITE_B, {"text": "ok"}], "read_only", [],
-     [("tool_call", "pending"), ("tool_call_update", "in_progress"), ("tool_call_update", "failed")]),
+     [("tool_call", "pending"), ("tool_call_update", "failed")]),
 ]
 
 
 @pytest.mark.parametrize(("name", "steps", "mode", "options", "expected"), CALL_TIMELINES,
                          ids=[c[0] for c in CALL_TIMELINES])
-def test_a_call_is_under_way_from_its_tool_call(workdir: Path, name: str, steps: list[dict[str, Any]],
-                                               mode: str, options: list[str | None],
-                                               expected: list[tuple[str, str | None]]) -> None:
-    # DESIGN.md's mapping: a tool/call is `pending` then `in_progress` (its permission
-    # is part of the call under way); the permission request's toolCall carries no
-    # status (acp_bridge.agent.client_services), so nothing moves the call back.
+def test_a_call_is_pending_until_it_may_run(workdir: Path, name: str, steps: list[dict[str, Any]],
+                                           mode: str, options: list[str | None],
+                                           expected: list[tuple[str, str | None]]) -> None:
+    # DESIGN.md's mapping: a tool/call is `pending` (awaiting approval), `in_progress`
+    # once it may run: at once, or when its permission is granted (`tool/permission`);
+    # a call refused never is. The permission request's toolCall carries no status.
     assert call_timeline(workdir, steps, options, mode) == expected
 
 
@@ -466,7 +468,8 @@ def test_cancel_while_a_command_runs_kills_it(workdir: Path) -> None:
     h = harness_run(workdir, script(long), body, answers=Answers(options=["allow_once"]))
     assert ends[0]["data"]["reason"]["kind"] == "cancelled"
     assert shape(list(h.log.events)[2:]) == [
-        "step/start", "message[tool-call]", "call:run_command:execute", "result:s1:error:cancelled",
+        "step/start", "message[tool-call]", "call:run_command:execute:pending", "permission:s1:allow_once",
+        "result:s1:error:cancelled",
         "step/end", "end:cancelled"]
     result = next(e["data"] for e in h.log.events if e["type"] == "tool/result")
     assert "while it was running" in result["content"][0]["text"]
@@ -489,7 +492,7 @@ def test_shutdown_mid_turn_closes_as_interrupted(workdir: Path) -> None:
     h = harness_run(workdir, script(WRITE_B), body, answers=Answers(hang=True))
     events = list(h.log.events)
     assert shape(events[2:]) == [
-        "step/start", "message[tool-call]", "call:write_file:edit", "result:w1:error:interrupted",
+        "step/start", "message[tool-call]", "call:write_file:edit:pending", "result:w1:error:interrupted",
         "step/end", "end:interrupted"]
     assert events[-1]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
     check_invariants(events, closed=True)

@@ -192,7 +192,9 @@ async def test_sdk_cancel_settles_the_prompt_as_cancelled(tmp_path: Path, caplog
             assert answer.stop_reason == "cancelled"
             assert (answer.field_meta or {})["acpBridge"]["reason"]["kind"] == "cancelled"
             await client.all_delivered()
-            assert client.texts(sid, AgentMessageChunk) == ["a ", "b"]
+            # The SDK's models take the note that ends a cancelled turn as any chunk.
+            assert client.texts(sid, AgentMessageChunk) == [
+                "a ", "b", "\n\n[This turn was cancelled: it was stopped before it finished.]"]
         assert process.returncode == 0
     no_sdk_errors(caplog)
 

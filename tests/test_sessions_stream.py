@@ -34,7 +34,7 @@ def test_show_and_export_of_a_large_log_stay_small(tmp_path: Path, backend: str)
     store = tmp_path / "store"
     sid, _ = build(store, backend)
     for command in (["show", sid], ["show", sid, "--full"], ["export", sid],
-                    ["export", sid, "--format", "jsonl"]):
+                    ["export", sid, "--format", "html"], ["export", sid, "--format", "jsonl"]):
         run = run_command(ROOT, store, backend, command)
         assert run["code"] == 0, run["stderr"]
         assert run["out_bytes"] > (LOG_MB * 1_000_000 if command[0] == "export" else 100_000)

@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
+from acp_bridge.errors import TurnFailedError
+from acp_bridge.host.engine import TurnEnd
+from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.host import answer_of
 from acp_bridge.host.settlement import PromptAnswer, Settlement, TurnFailed, settle
-from acp_bridge.rpc.protocol import RpcError
 from session import Event
 from session.events import REASON_KINDS, Reason, reason
 from tests.support.acp_schema import validate_def
@@ -24,7 +27,8 @@ def success(turn: int, stop: str, why: dict[str, Any]) -> PromptAnswer:
 
 def failure(code: int, message: str, turn: int, step: int, err: str | None,
             retryable: bool | None) -> TurnFailed:
-    return TurnFailed(code, message, {"turn": turn, "step": step, "code": err, "retryable": retryable})
+    return TurnFailed({"code": code, "message": message,
+                       "data": {"turn": turn, "step": step, "code": err, "retryable": retryable}})
 
 
 CASES: list[tuple[str, Reason, Settlement]] = [
@@ -47,6 +51,18 @@ CASES: list[tuple[str, Reason, Settlement]] = [
      failure(-32603, "turn failed: rate limited", 3, 2, "rate_limit", True)),
     ("error bare", reason("error", step=0, message="boom"),
      failure(-32603, "turn failed: boom", 3, 0, None, None)),
+    # A wrapped agent's own error answer: that error again, whatever its code and data
+    # (settlement adds nothing, not even `data`), and whatever the reason's words say.
+    ("error of a wrapped agent", reason("error", step=1, message="Internal error", code="auth",
+                                        agentError={"code": -32603, "message": "Internal error",
+                                                    "data": "no key: set FOO_API_KEY"}),
+     TurnFailed({"code": -32603, "message": "Internal error", "data": "no key: set FOO_API_KEY"})),
+    ("error of a wrapped agent, no data", reason("error", step=2, message="x", code="not_found",
+                                                 agentError={"message": "x", "code": -32002}),
+     TurnFailed({"message": "x", "code": -32002})),
+    ("error of a wrapped agent, data null", reason("error", step=1, message="y", code="cancelled",
+                                                   agentError={"code": -32800, "message": "y", "data": None}),
+     TurnFailed({"code": -32800, "message": "y", "data": None})),
 ]
 
 
@@ -55,9 +71,12 @@ def test_settle(name: str, why: Reason, expected: Settlement) -> None:
     answer = settle(turn_end(3, why))
     assert answer == expected
     if isinstance(answer, TurnFailed):
-        # As the agent answers it (acp_bridge.host.host raises TurnFailedError, converted to this RpcError).
-        error = RpcError(answer.code, answer.message, dict(answer.data)).to_json()
-        assert error == {"code": answer.code, "message": answer.message, "data": dict(answer.data)}
+        # As the host answers it: answer_of raises TurnFailedError, which becomes this
+        # error object on the wire, the settled one, member for member, in its order.
+        with pytest.raises(TurnFailedError) as raised:
+            answer_of(TurnEnd(turn_end(3, why)))
+        error = to_rpc_error(raised.value).to_json()
+        assert list(error.items()) == list(answer.error.items())
         validate_def("Error", error)
     else:
         validate_def("PromptResponse", answer)
@@ -74,6 +93,11 @@ def test_answer_does_not_alias_the_event() -> None:
     assert not isinstance(answer, TurnFailed)
     answer["_meta"]["acpBridge"]["reason"]["limit"] = 6
     assert event["data"]["reason"]["limit"] == 5
+    failed = turn_end(1, reason("error", step=1, message="m", agentError={"code": 1, "message": "m", "data": {"a": []}}))
+    error = settle(failed)
+    assert isinstance(error, TurnFailed)
+    error.error["data"]["a"].append(1)
+    assert failed["data"]["reason"]["agentError"] == {"code": 1, "message": "m", "data": {"a": []}}
 
 
 @pytest.mark.parametrize("why", [{"kind": "exploded"}, {}, {"kind": None}])

@@ -344,6 +344,8 @@ def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path)
                 texts.append(update["content"]["text"])
         assert texts == ["Counting:", " one,"]
         client.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+        note = orjson.loads(client.proc.stdout.readline())  # how the turn ended, as our agent shows it
+        assert note["params"]["update"]["content"]["text"].startswith("\n\n[This turn was cancelled")
         answer = orjson.loads(client.proc.stdout.readline())
         assert answer["id"] == client.ids and answer["result"]["stopReason"] == "cancelled"
         # Ended by the permission answered cancelled: answered without a session/cancel.

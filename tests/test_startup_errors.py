@@ -101,8 +101,16 @@ AGENT_CASES = [
     (["--store", "{file}"], {}, "--store: ", "is not a folder"),
     (["--max-steps", "0"], {}, "--max-steps: ", "must be at least 1"),
 ]
+# The wrapper's own: its cancel grace (docs/wrap.md, "The cancel grace").
+GRACE_CASES = [
+    (["--cancel-grace", "0"], {}, "--cancel-grace: ", "must be more than 0 and at most 600 seconds, got 0"),
+    (["--cancel-grace", "soon"], {}, "--cancel-grace: ", "not a number of seconds: 'soon'"),
+    (["--cancel-grace", "nan"], {}, "--cancel-grace: ", "must be more than 0"),
+    (["--cancel-grace", "601"], {}, "--cancel-grace: ", "at most 600 seconds"),
+    ([], {"ACP_BRIDGE_CANCEL_GRACE": "-1"}, "$ACP_BRIDGE_CANCEL_GRACE: ", "must be more than 0"),
+]
 WRAP_CASES = [case for case in AGENT_CASES if "--model" not in case[0] and "ACP_BRIDGE_MODEL" not in case[1]
-              and "--max-steps" not in case[0]]
+              and "--max-steps" not in case[0]] + GRACE_CASES
 
 
 def check_refused(result: subprocess.CompletedProcess[str], prog: str, start: str, phrase: str) -> None:
@@ -160,6 +168,15 @@ def test_chat_wrap_checks_the_wrappers_values(paths: Paths) -> None:
     result = run(["chat", "--store", str(paths.store), "--backend", "memory", "--wrap", "--", "some-agent"],
                  clean_env(), paths.root, "hello\n")
     check_refused(result, "acp-bridge chat", "--backend: ", "memory backend keeps nothing on disk")
+
+
+@pytest.mark.parametrize(("args", "env", "start", "phrase"), GRACE_CASES)
+def test_chat_wrap_checks_the_cancel_grace(paths: Paths, args: list[str], env: dict[str, str],
+                                           start: str, phrase: str) -> None:
+    result = run(["chat", "--store", str(paths.store), "--wrap", *args, "--", "some-agent"],
+                 paths.env(env), paths.root, "hello\n")
+    check_refused(result, "acp-bridge chat", start, phrase)
+    assert stored_sessions(paths.store) == []
 
 
 @pytest.mark.parametrize(("args", "env", "start", "phrase"), [

@@ -11,7 +11,8 @@ capabilities and agentInfo, its `stopReason`s, its streamed text), with our `_me
 each answer; every turn is in our log, closed and passing the invariants; a kill -9 of
 the wrapper takes fast-agent with it; a new wrapper loads the session, replaying both
 turns from our log (fast-agent's own replay is kept from the editor), and the next
-prompt works.
+prompt works; and a prompt sent just after fast-agent was killed restarts it and runs
+(issue 23).
 """
 
 from __future__ import annotations
@@ -131,9 +132,13 @@ async def test_fast_agent_wrapped_survives_a_kill_of_the_wrapper(tmp_path: Path)
         assert third == {"stopReason": "end_turn",
                          "_meta": {"acpBridge": {"turn": 3, "reason": {"kind": "completed"}}}}
         assert texts(again.updates_of(sid), "agent_message_chunk")[-1] == "third"
+        # Named by its first prompt, past fast-agent's updates before it (its commands).
+        listed = await again.request("session/list", {})
+        assert [(s["sessionId"], s["title"]) for s in listed["sessions"]] == [(sid, "hello there")]
     _, events = stored_log(store, sid)
     check_invariants(events, closed=True)
     assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1, 2, 3]
+    assert events[0]["type"] == "wrapped/update" and "turn" not in events[0]["data"]
 
 
 def test_chat_wrap_and_sessions_show_with_fast_agent(tmp_path: Path) -> None:
@@ -159,3 +164,60 @@ def test_chat_wrap_and_sessions_show_with_fast_agent(tmp_path: Path) -> None:
     assert re.search(r"\n  agent    fast-agent-acp \S+, wrapped \(its session \S+\)\n", show.stdout), show.stdout
     assert f"\n  command  {shlex.join(fast_agent_command(EXECUTABLE))}\n" in show.stdout
     assert "  User:\n    hello from chat\n" in show.stdout and "Turn 1 — completed" in show.stdout
+
+
+async def test_fast_agent_error_answer_passes_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fast-agent on a model that needs a key, with none, fails the prompt: -32603
+    "Internal error" with the explanation in `data`. Through the wrapper the editor gets
+    that error object, byte for byte, and our log holds it (issue 23, point 2)."""
+    assert EXECUTABLE is not None
+    import orjson
+
+    for name in [n for n in os.environ if n.endswith("_API_KEY")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no config or key of the user's
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "fastagent.config.yaml").write_text("llm_retries: 0\n")  # else it retries with backoff, 40 s
+    command = [EXECUTABLE, "--no-update-check", "acp", "--model", "sonnet"]
+    errors: list[bytes] = []
+    sid = ""
+    for agent in (AgentProcess(tmp_path / "unused", cwd=work), WrappedProcess(tmp_path / "store", command, cwd=work)):
+        if not isinstance(agent, WrappedProcess):
+            agent.command = command  # fast-agent itself, as the editor would run it
+        async with agent:
+            await initialize(agent)
+            sid = await agent.new_session(work)
+            answer = await agent.request_raw("session/prompt", {
+                "sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}, timeout=START)
+            assert "error" in answer, answer
+            errors.append(orjson.dumps(answer["error"]))
+    direct, wrapped = errors
+    assert wrapped == direct, (direct, wrapped)
+    assert b"Could not resolve authentication method" in direct  # the explanation, in its data
+    _, events = stored_log(tmp_path / "store", sid)
+    (end,) = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
+    assert orjson.dumps(end["agentError"]) == direct
+
+
+async def test_fast_agent_killed_just_before_a_prompt_is_restarted_and_runs_it(tmp_path: Path) -> None:
+    """Issue 23, point 4, as measured there with fast-agent (4 prompts of 4 lost at 0-20
+    ms after its death): each prompt sent 0-20 ms after a kill -9 of fast-agent restarts
+    it (restored by its own `session/load`) and is answered from its real run."""
+    assert EXECUTABLE is not None
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    async with WrappedProcess(store, fast_agent_command(EXECUTABLE), cwd=work) as agent:
+        await initialize(agent)
+        sid = await agent.new_session(work)
+        for n, delay in enumerate((0.0, 0.005, 0.01, 0.02), 1):
+            os.kill(fast_agent_pid(agent, EXECUTABLE), signal.SIGKILL)
+            await anyio.sleep(delay)
+            before = len(agent.updates_of(sid))
+            answer = await prompt(agent, sid, f"round {n}")
+            assert answer == {"stopReason": "end_turn",
+                              "_meta": {"acpBridge": {"turn": n, "reason": {"kind": "completed"}}}}, (n, answer)
+            assert texts(agent.updates_of(sid)[before:], "agent_message_chunk") == [f"round {n}"]
+    _, events = stored_log(store, sid)
+    check_invariants(events, closed=True)
+    assert [e["data"]["reason"] for e in events if e["type"] == "turn/end"] == [{"kind": "completed"}] * 4

@@ -9,11 +9,19 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from acp_bridge.errors import TurnFailedError
+from acp_bridge.host.engine import TurnEnd
+from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.host import answer_of
+from acp_bridge.rpc.protocol import error_object
 from acp_bridge.wrap.record import TurnRecorder
 from session import SessionStore, check_invariants
 from session.backends.memory import MemoryBackend
 from session.items import Item, step_end, step_start, wrapped_update
+from tests.support.acp_schema import validate_def
 from tests.support.acp_updates import (
     ALLOW,
     MODE,
@@ -29,6 +37,7 @@ from tests.support.acp_updates import (
     thought,
 )
 from tests.support.logs import write
+from tests.support.strategies import json_values
 
 Op = tuple[Any, ...]
 
@@ -61,16 +70,26 @@ def block(cid: str, name: str = "Read a.txt") -> dict[str, Any]:
     return {"type": "tool-call", "id": cid, "name": name, "arguments": '{"path":"a.txt"}'}
 
 
-def tool_call(cid: str, step: int = 1) -> Item:
+def tool_call(cid: str, step: int = 1, **more: Any) -> Item:
     return ("tool/call", {"turn": 1, "step": step, "callId": cid, "name": "Read a.txt",
-                          "arguments": {"path": "a.txt"}, "title": "Read a.txt", "kind": "read"})
+                          "arguments": {"path": "a.txt"}, "title": "Read a.txt", "kind": "read", **more,
+                          "silent": True})
 
 
 def result(cid: str, step: int = 1, output: str = "one\ntwo\n", error: bool = False,
            **more: Any) -> Item:
     return ("tool/result", {"turn": 1, "step": step, "callId": cid,
                             "content": [{"type": "text", "text": output}], "isError": error,
-                            "display": shown(output), **more})
+                            "display": shown(output), **more, "silent": True})
+
+
+def wu(update: dict[str, Any]) -> Item:
+    """What the editor was sent, kept as it came (in turn 1)."""
+    return wrapped_update(update, 1)
+
+
+def usage(**counts: int) -> Item:
+    return message(1, usage=counts, silent=True)
 
 
 def step(n: int, edge: Literal["start", "end"]) -> Item:
@@ -82,6 +101,7 @@ def end(kind: str, **fields: Any) -> Item:
 
 
 T = {"type": "text", "text": ""}
+ASKED_C7 = {**asked("c7"), "rawInput": {"path": "a.txt"}, "status": "pending", "content": shown("Allow reading a.txt?")}
 END_TURN = ("answer", {"stopReason": "end_turn"})
 
 TABLE: list[tuple[str, list[Op], list[Item]]] = [
@@ -93,51 +113,85 @@ TABLE: list[tuple[str, list[Op], list[Item]]] = [
      [*start(), step(1, "start"), chunk("Let me ", kind="reasoning"), chunk("see.", kind="reasoning"),
       chunk("Done."), message(1, {"type": "reasoning", "text": "Let me see."}, {**T, "text": "Done."}),
       step(1, "end"), end("completed")]),
-    ("text, a tool call granted, its result, more text: two steps",
-     [("update", text("Reading.")), ("update", call("c1")), ("permission", asked("c1"), ALLOW),
-      ("update", done("c1")), ("update", text("Fixed.")), END_TURN],
-     [*start(), step(1, "start"), chunk("Reading."), message(1, {**T, "text": "Reading."}, block("c1")),
-      tool_call("c1"), result("c1", permission=ALLOW), step(1, "end"),
+    ("text, a tool call granted, its result, more text: two steps; the call written before its permission"
+     " reaches the editor, its result as the step closes",
+     [("update", text("Reading.")), ("update", call("c1")), ("asking", asked("c1")),
+      ("permission", asked("c1"), ALLOW), ("update", done("c1")), ("update", text("Fixed.")), END_TURN],
+     [*start(), step(1, "start"), chunk("Reading."), wu(call("c1")),
+      message(1, {**T, "text": "Reading."}, block("c1")), tool_call("c1"), wu(done("c1")),
+      result("c1", permission=ALLOW), step(1, "end"),
       step(2, "start"), chunk("Fixed.", 2), message(2, {**T, "text": "Fixed."}), step(2, "end"),
       end("completed")]),
+    ("a call without a permission: written as the step closes, as last announced",
+     [("update", text("Reading.")), ("update", call("c1")), ("update", done("c1")), ("update", text("Fixed.")),
+      END_TURN],
+     [*start(), step(1, "start"), chunk("Reading."), wu(call("c1")), wu(done("c1")),
+      message(1, {**T, "text": "Reading."}, block("c1")), tool_call("c1"), result("c1"), step(1, "end"),
+      step(2, "start"), chunk("Fixed.", 2), message(2, {**T, "text": "Fixed."}), step(2, "end"),
+      end("completed")]),
+    ("any request of the agent (a file, a terminal) writes the step's calls first; what the step says"
+     " after it is a message of its own, the calls announced after it are written at the close",
+     [("update", text("Two.")), ("update", call("c1")), ("asking", None), ("asking", None),
+      ("update", text(" Then")), ("update", call("c2")), ("update", done("c1")), ("update", done("c2")),
+      END_TURN],
+     [*start(), step(1, "start"), chunk("Two."), wu(call("c1")), message(1, {**T, "text": "Two."}, block("c1")),
+      tool_call("c1"), chunk(" Then"), wu(call("c2")), wu(done("c1")), wu(done("c2")),
+      message(1, {**T, "text": " Then"}, block("c2")), tool_call("c2"), result("c1"), result("c2"),
+      step(1, "end"), end("completed")]),
+    ("a call asked about is written as known then: a later title and arguments reach only the replay",
+     [("update", call("c1", title="bash", rawInput={"cwd": "/w"})), ("asking", asked("c1")),
+      ("update", {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "cat a.txt",
+                  "rawInput": {"command": "cat a.txt"}}),
+      ("update", done("c1")), END_TURN],
+     [*start(), step(1, "start"), wu(call("c1", title="bash", rawInput={"cwd": "/w"})),
+      message(1, {"type": "tool-call", "id": "c1", "name": "bash", "arguments": '{"cwd":"/w"}'}),
+      ("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "bash", "arguments": {"cwd": "/w"},
+                     "title": "bash", "kind": "read", "silent": True}),
+      wu({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "cat a.txt",
+          "rawInput": {"command": "cat a.txt"}}),
+      wu(done("c1")), result("c1"), step(1, "end"), end("completed")]),
     ("a rejected permission: the failed result carries it",
-     [("update", call("c1")), ("permission", asked("c1"), REJECT),
+     [("update", call("c1")), ("asking", asked("c1")), ("permission", asked("c1"), REJECT),
       ("update", done("c1", "The user rejected it.", "failed")), ("update", text("OK, not reading.")),
       END_TURN],
-     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"),
+     [*start(), step(1, "start"), wu(call("c1")), message(1, block("c1")), tool_call("c1"),
+      wu(done("c1", "The user rejected it.", "failed")),
       result("c1", output="The user rejected it.", error=True, permission=REJECT), step(1, "end"),
       step(2, "start"), chunk("OK, not reading.", 2), message(2, {**T, "text": "OK, not reading."}),
       step(2, "end"), end("completed")]),
-    ("two tool calls in one step, text between them stays in the step",
+    ("two tool calls in one step: text and calls in the order said",
      [("update", text("Two files.")), ("update", call("c1")), ("update", text(" And")),
       ("update", call("c2")), ("update", done("c2")), ("update", done("c1")),
       ("update", text("Both read.")), END_TURN],
-     [*start(), step(1, "start"), chunk("Two files."), message(1, {**T, "text": "Two files."}, block("c1")),
-      tool_call("c1"), chunk(" And"), message(1, {**T, "text": " And"}, block("c2")), tool_call("c2"),
-      result("c2"), result("c1"), step(1, "end"),
+     [*start(), step(1, "start"), chunk("Two files."), wu(call("c1")), chunk(" And"), wu(call("c2")),
+      wu(done("c2")), wu(done("c1")),
+      message(1, {**T, "text": "Two files."}, block("c1"), {**T, "text": " And"}, block("c2")),
+      tool_call("c1"), tool_call("c2"), result("c1"), result("c2"), step(1, "end"),
       step(2, "start"), chunk("Both read.", 2), message(2, {**T, "text": "Both read."}), step(2, "end"),
       end("completed")]),
     ("plan and mode updates inside a turn: kept as they came, steps untouched",
      [("update", PLAN), ("update", text("Planning")), ("update", MODE), ("update", text(" done")),
       END_TURN],
-     [*start(), wrapped_update(PLAN, 1), step(1, "start"), chunk("Planning"), wrapped_update(MODE, 1),
+     [*start(), wu(PLAN), step(1, "start"), chunk("Planning"), wu(MODE),
       chunk(" done"), message(1, {**T, "text": "Planning done"}), step(1, "end"), end("completed")]),
     ("an error answer: its data's code, its step",
      [("update", text("Hm")), ("failed", {"code": -32603, "message": "overloaded",
                                          "data": {"code": "rate_limit", "retryable": True}})],
      [*start(), step(1, "start"), chunk("Hm"), message(1, {**T, "text": "Hm"}), step(1, "end"),
-      end("error", step=1, message="overloaded", code="rate_limit", retryable=True)]),
+      end("error", step=1, message="overloaded", code="rate_limit", retryable=True,
+          agentError={"code": -32603, "message": "overloaded", "data": {"code": "rate_limit", "retryable": True}})]),
     ("an error before any step: step 0, the code's word",
      [("failed", {"code": -32000, "message": "log in first"})],
-     [*start(), end("error", step=0, message="log in first", code="auth")]),
-    ("cancelled with a call open: the call is closed cancelled",
-     [("update", call("c1")), ("permission", asked("c1"), {"outcome": "cancelled"}),
+     [*start(), end("error", step=0, message="log in first", code="auth",
+                    agentError={"code": -32000, "message": "log in first"})]),
+    ("cancelled with a call open: the call is closed cancelled (silent: the agent left it so)",
+     [("update", call("c1")), ("asking", asked("c1")), ("permission", asked("c1"), {"outcome": "cancelled"}),
       ("cancelled", "session/cancel")],
-     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"),
+     [*start(), step(1, "start"), wu(call("c1")), message(1, block("c1")), tool_call("c1"),
       ("tool/result", {"turn": 1, "step": 1, "callId": "c1", "content": [
           {"type": "text", "text": "The tool call was cancelled before the agent reported its outcome."}],
           "isError": True, "error": {"name": "Cancelled", "code": "cancelled"},
-          "permission": {"outcome": "cancelled"}}),
+          "permission": {"outcome": "cancelled"}, "silent": True}),
       step(1, "end"), end("cancelled", by="session/cancel")]),
     ("the agent answers cancelled", [("update", text("Wo")), ("answer", {"stopReason": "cancelled"})],
      [*start(), step(1, "start"), chunk("Wo"), message(1, {**T, "text": "Wo"}), step(1, "end"),
@@ -153,65 +207,109 @@ TABLE: list[tuple[str, list[Op], list[Item]]] = [
      [*start(), step(1, "start"), chunk("x"), message(1, {**T, "text": "x"}), step(1, "end"),
       end("error", step=1, code="invalid_answer",
           message="the wrapped agent answered an unknown stopReason 'bored'")]),
-    ("usage in a step: at once, an empty message hosts it; before any step: as it came",
+    ("the answer's usage is the turn's (opencode sends it there)",
+     [("update", text("hi")), ("answer", {"stopReason": "end_turn", "usage": {
+         "inputTokens": 120, "outputTokens": 9, "totalTokens": 129, "cachedReadTokens": 4, "thoughtTokens": 2}})],
+     [*start(), step(1, "start"), chunk("hi"), message(1, {**T, "text": "hi"}),
+      usage(inputTokens=120, outputTokens=9, cacheReadTokens=4, reasoningTokens=2), step(1, "end"),
+      end("completed")]),
+    ("gemini-cli's count in its answer's _meta.quota, when it has no usage",
+     [("update", text("hi")), ("answer", {"stopReason": "end_turn", "_meta": {"quota": {
+         "token_count": {"input_tokens": 240, "output_tokens": 30},
+         "model_usage": [{"model": "m", "token_count": {"input_tokens": 240, "output_tokens": 30}}]}}})],
+     [*start(), step(1, "start"), chunk("hi"), message(1, {**T, "text": "hi"}),
+      usage(inputTokens=240, outputTokens=30), step(1, "end"), end("completed")]),
+    ("usage an answer holds even when the turn said nothing: a step hosts it",
+     [("answer", {"stopReason": "end_turn", "usage": {"inputTokens": 5, "outputTokens": 0}})],
+     [*start(), step(1, "start"), usage(inputTokens=5, outputTokens=0), step(1, "end"), end("completed")]),
+    ("usage in chunks' _meta (qwen-code): summed; the chunks keep what they carried",
+     [("update", text("a")), ("update", {**text(""), "_meta": {"usage": {"inputTokens": 10, "outputTokens": 2}}}),
+      ("update", {**text(""), "_meta": {"usage": {"inputTokens": 30, "outputTokens": 5}}}), END_TURN],
+     [*start(), step(1, "start"), chunk("a"),
+      ("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text", "text": ""},
+                           "sent": {"_meta": {"usage": {"inputTokens": 10, "outputTokens": 2}}}}),
+      ("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text", "text": ""},
+                           "sent": {"_meta": {"usage": {"inputTokens": 30, "outputTokens": 5}}}}),
+      message(1, {**T, "text": "a"}), usage(inputTokens=40, outputTokens=7), step(1, "end"), end("completed")]),
+    ("usage_update: kept as it came; the last is the turn's usage when the agent says no other",
      [("update", {"sessionUpdate": "usage_update", "used": 10, "size": 1000}),
       ("update", text("a")), ("update", {"sessionUpdate": "usage_update", "used": 50, "size": 1000}),
       ("update", text("b")), ("update", {"sessionUpdate": "usage_update", "used": 70}), END_TURN],
-     [*start(), wrapped_update({"sessionUpdate": "usage_update", "used": 10, "size": 1000}, 1),
-      step(1, "start"), chunk("a"),
-      message(1, usage={"inputTokens": 50, "outputTokens": 0, "contextWindow": 1000}), chunk("b"),
-      message(1, usage={"inputTokens": 70, "outputTokens": 0}),
-      message(1, {**T, "text": "ab"}), step(1, "end"), end("completed")]),
-    ("usage after the step's tool call",
-     [("update", call("c1")), ("update", done("c1")),
-      ("update", {"sessionUpdate": "usage_update", "used": 5, "size": 9}), END_TURN],
-     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"), result("c1"),
-      message(1, usage={"inputTokens": 5, "outputTokens": 0, "contextWindow": 9}), step(1, "end"),
-      end("completed")]),
+     [*start(), wu({"sessionUpdate": "usage_update", "used": 10, "size": 1000}),
+      step(1, "start"), chunk("a"), wu({"sessionUpdate": "usage_update", "used": 50, "size": 1000}), chunk("b"),
+      wu({"sessionUpdate": "usage_update", "used": 70}), message(1, {**T, "text": "ab"}),
+      usage(inputTokens=70, outputTokens=0), step(1, "end"), end("completed")]),
+    ("a chunk's messageId and _meta are kept (sent)",
+     [("update", {**text("x"), "messageId": "m1"}), END_TURN],
+     [*start(), step(1, "start"),
+      ("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text", "text": "x"}, "sent": {"messageId": "m1"}}),
+      message(1, {**T, "text": "x"}), step(1, "end"), end("completed")]),
     ("a call never finished is closed failed at the turn's end, not as a crash",
-     [("update", call("c1")), ("permission", asked("c1"), ALLOW), END_TURN],
-     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"),
+     [("update", call("c1")), ("asking", asked("c1")), ("permission", asked("c1"), ALLOW), END_TURN],
+     [*start(), step(1, "start"), wu(call("c1")), message(1, block("c1")), tool_call("c1"),
       ("tool/result", {"turn": 1, "step": 1, "callId": "c1", "content": [
           {"type": "text", "text": "The agent ended the turn without reporting this tool call's outcome."}],
-          "isError": True, "error": {"name": "Unfinished", "code": "unfinished"}, "permission": ALLOW}),
+          "isError": True, "error": {"name": "Unfinished", "code": "unfinished"}, "permission": ALLOW,
+          "silent": True}),
       step(1, "end"), end("completed")]),
-    ("a call announced done at once; its extra fields kept after the result",
+    ("a call announced done at once",
      [("update", call("c1", status="completed", content=shown("hi"), rawOutput={"n": 1})), END_TURN],
-     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"), result("c1", output="hi"),
-      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "rawOutput": {"n": 1}}, 1),
-      step(1, "end"), end("completed")]),
-    ("interim updates are kept; the result shows the latest content",
+     [*start(), step(1, "start"), wu(call("c1", status="completed", content=shown("hi"), rawOutput={"n": 1})),
+      message(1, block("c1")), tool_call("c1"), result("c1", output="hi"), step(1, "end"), end("completed")]),
+    ("interim updates: the result shows the latest content",
      [("update", call("c1", content=shown("0%"))),
       ("update", {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress",
                   "content": shown("50%")}),
       ("update", {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",
                   "rawOutput": "done"}), END_TURN],
-     [*start(), step(1, "start"), message(1, block("c1")), tool_call("c1"),
-      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "content": shown("0%")}, 1),
-      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress",
-                      "content": shown("50%")}, 1),
-      result("c1", output="50%"),
-      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "rawOutput": "done"}, 1),
-      step(1, "end"), end("completed")]),
+     [*start(), step(1, "start"), wu(call("c1", content=shown("0%"))),
+      wu({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress",
+          "content": shown("50%")}),
+      wu({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed", "rawOutput": "done"}),
+      message(1, block("c1")), tool_call("c1"), result("c1", output="50%"), step(1, "end"), end("completed")]),
+    ("arguments and title as last announced (opencode, qwen-code)",
+     [("update", call("c1", title="bash", kind="execute", rawInput={"cwd": "/w"})),
+      ("update", {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress",
+                  "title": "cat notes.txt", "rawInput": {"command": "cat notes.txt", "cwd": "/w"}}),
+      ("update", done("c1")), END_TURN],
+     [*start(), step(1, "start"), wu(call("c1", title="bash", kind="execute", rawInput={"cwd": "/w"})),
+      wu({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress",
+          "title": "cat notes.txt", "rawInput": {"command": "cat notes.txt", "cwd": "/w"}}),
+      wu(done("c1")),
+      message(1, {"type": "tool-call", "id": "c1", "name": "cat notes.txt",
+                  "arguments": '{"command":"cat notes.txt","cwd":"/w"}'}),
+      ("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "cat notes.txt",
+                     "arguments": {"command": "cat notes.txt", "cwd": "/w"}, "title": "cat notes.txt",
+                     "kind": "execute", "silent": True}),
+      result("c1"), step(1, "end"), end("completed")]),
+    ("the output that comes after the final status is the result (codex-acp)",
+     [("update", call("c1")), ("update", done("c1", "Proposed Amendment: touch made.txt")),
+      ("update", {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "content": shown("made\n")}),
+      ("update", text("Done.")), END_TURN],
+     [*start(), step(1, "start"), wu(call("c1")), wu(done("c1", "Proposed Amendment: touch made.txt")),
+      wu({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "content": shown("made\n")}),
+      message(1, block("c1")), tool_call("c1"), result("c1", output="made\n"), step(1, "end"),
+      step(2, "start"), chunk("Done.", 2), message(2, {**T, "text": "Done."}), step(2, "end"), end("completed")]),
     ("unknown call ids, repeated announcements, late updates: kept as they came",
      [("update", done("ghost")), ("update", call("c1")), ("update", call("c1", title="Read a.txt again")),
       ("update", call("c1", status="failed")), ("update", done("c1")), END_TURN],
-     [*start(), wrapped_update(done("ghost"), 1), step(1, "start"), message(1, block("c1")),
-      tool_call("c1"), wrapped_update(call("c1", title="Read a.txt again"), 1),
-      ("tool/result", {"turn": 1, "step": 1, "callId": "c1", "content": [], "isError": True}),
-      wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "Read a.txt",
-                      "kind": "read", "rawInput": {"path": "a.txt"}}, 1),
-      wrapped_update(done("c1"), 1), step(1, "end"), end("completed")]),
-    ("a permission for a call never announced records the call",
-     [("permission", {**asked("c7"), "rawInput": {"path": "a.txt"}}, ALLOW), ("update", done("c7")),
-      END_TURN],
+     [*start(), wu(done("ghost")), step(1, "start"), wu(call("c1")), wu(call("c1", title="Read a.txt again")),
+      wu(call("c1", status="failed")), wu(done("c1")), message(1, block("c1")), tool_call("c1"), result("c1"),
+      step(1, "end"), end("completed")]),
+    ("a permission for a call never announced (qwen-code): the call is known, and written, from the"
+     " request; its question is not its result",
+     [("asking", ASKED_C7), ("permission", ASKED_C7, ALLOW),
+      ("update", {"sessionUpdate": "tool_call_update", "toolCallId": "c7", "status": "completed"}), END_TURN],
      [*start(), step(1, "start"), message(1, block("c7")), tool_call("c7"),
-      result("c7", permission=ALLOW), step(1, "end"), end("completed")]),
+      wu({"sessionUpdate": "tool_call_update", "toolCallId": "c7", "status": "completed"}),
+      ("tool/result", {"turn": 1, "step": 1, "callId": "c7", "content": [], "isError": False,
+                       "permission": ALLOW, "silent": True}),
+      step(1, "end"), end("completed")]),
     ("a non-text chunk has no chunk event: kept as it came",
      [("update", {"sessionUpdate": "agent_message_chunk",
                   "content": {"type": "image", "data": "00", "mimeType": "image/png"}}), END_TURN],
-     [*start(), wrapped_update({"sessionUpdate": "agent_message_chunk",
-                                "content": {"type": "image", "data": "00", "mimeType": "image/png"}}, 1),
+     [*start(), wu({"sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "image", "data": "00", "mimeType": "image/png"}}),
       end("completed")]),
 ]
 
@@ -259,19 +357,26 @@ def test_a_session_of_turns_with_updates_between_them() -> None:
     items += second.prompt(PROMPT) + second.update(call("c1")) + second.update(done("c1"))
     items += second.answer({"stopReason": "end_turn"})
     events = logged(items)
-    assert [e["data"].get("turn") for e in events if e["type"] == "wrapped/update"] == [None, None]
+    # Between turns they name none; the call's updates name their turn.
+    assert [e["data"].get("turn") for e in events if e["type"] == "wrapped/update"] == [None, None, 2, 2]
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    ({"code": -32602, "message": "bad"}, "invalid_params"),
-    ({"code": -32800, "message": "cancelled"}, "cancelled"),
-    ({"code": 4242, "message": "odd"}, "agent_error"),
-    ({"code": "x", "message": 7, "data": {"code": 9, "retryable": "yes"}}, "agent_error"),
+@pytest.mark.parametrize(("error", "code", "sent"), [
+    ({"code": -32602, "message": "bad"}, "invalid_params", None),
+    ({"code": -32800, "message": "cancelled"}, "cancelled", None),
+    ({"code": 4242, "message": "odd"}, "agent_error", None),
+    # Not an error object as it stands: kept as the editor is answered with it.
+    ({"code": "x", "message": 7, "data": {"code": 9, "retryable": "yes"}}, "internal_error",
+     {"code": -32603, "message": "7", "data": {"code": 9, "retryable": "yes"}}),
+    ({"message": "", "data": None, "trace": "at x"}, "internal_error", {"code": -32603, "message": "", "data": None}),
 ])
-def test_error_codes_are_stable_words(error: dict[str, Any], code: str) -> None:
+def test_error_codes_are_stable_words(error: dict[str, Any], code: str, sent: dict[str, Any] | None) -> None:
     items = record([("failed", error)])
-    assert items[-1][1]["reason"]["code"] == code
-    assert set(items[-1][1]["reason"]) == {"kind", "step", "message", "code"}
+    why = items[-1][1]["reason"]
+    assert why["code"] == code
+    assert set(why) == {"kind", "step", "message", "code", "agentError"}
+    assert list(why["agentError"].items()) == list((sent or error).items())
+    assert why["message"] == ((sent or error)["message"] or "the wrapped agent failed (-32603)")
     logged(items)
 
 
@@ -279,11 +384,35 @@ def test_a_crash_of_the_agent_mid_turn_is_closed_by_the_repair_closers() -> None
     # The proxy's part (docs/wrap.md): it closes the open turn with close_interrupted.
     recorder = TurnRecorder(1, agent="a")
     items = recorder.prompt(PROMPT) + recorder.update(text("a")) + recorder.update(call("c1"))
-    items += recorder.update(PLAN)
+    items += recorder.update(PLAN) + recorder.known_calls()  # the proxy writes what the step said, then closes
+    assert [t for t, _ in items[-2:]] == ["assistant/message", "tool/call"]
     store = SessionStore(MemoryBackend())
     log = store.create(cwd="/w")
     write(log, items)
     closers = log.close_interrupted(cause="crash")
     assert [c["type"] for c in closers] == ["tool/result", "step/end", "turn/end"]
+    assert "may have run" in closers[0]["data"]["content"][0]["text"]
     check_invariants(list(log.events), closed=True)
     log.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(error=st.one_of(json_values(), st.fixed_dictionaries({}, optional={
+    "code": st.one_of(st.integers(-(2**40), 2**40), json_values(2)), "message": json_values(2),
+    "data": json_values(), "extra": json_values(2)})))
+def test_any_error_answer_is_recorded_and_answered_again(error: Any) -> None:
+    """Whatever a child sends as its error (untrusted), the turn is recorded within the
+    invariants and the settled answer is a valid JSON-RPC error: the agent's own, changed
+    only where it is not one (acp_bridge.rpc.protocol.error_object)."""
+    items = record([("failed", error)])
+    logged(items)
+    sent = items[-1][1]["reason"]["agentError"]
+    assert sent == error_object(error) and error_object(sent) == sent  # the rule is stable
+    with pytest.raises(TurnFailedError) as raised:
+        answer_of(TurnEnd({"type": "turn/end", "seq": 2, "time": 0, "data": dict(items[-1][1])}))
+    answer = to_rpc_error(raised.value).to_json()
+    assert answer == sent
+    validate_def("Error", answer)
+    if isinstance(error, dict) and type(error.get("code")) is int and -(2**31) <= error["code"] < 2**31 \
+            and isinstance(error.get("message"), str):
+        assert answer == {k: v for k, v in error.items() if k != "extra"}  # a valid one: as it came

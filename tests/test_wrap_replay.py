@@ -1,16 +1,20 @@
 """`TurnRecorder` over any update stream: the items keep the invariants while the turn is
 open and once it ended, however it ends (a crash included, closed by the repair), and
-the replay of the log (`updates_for`) shows the editor what it was shown live, but for
-the differences pinned in `screen` and in the replay test."""
+the replay of the log (`updates_for` of a wrapped session) sends the editor exactly the
+updates it was sent live, in order, after the prompt; then only the failed closing of
+calls the agent never finished, and a crash's notice."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acp_bridge.host.replay import ReplayEncoder
 from acp_bridge.host.updates import UpdateContext, updates_for
+from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
 from acp_bridge.wrap.record import TurnRecorder
 from session import Event, check_invariants, derive_messages
 from session.closers import interrupted_text
@@ -39,7 +43,7 @@ STATUSES = [None, "pending", "in_progress", "completed", "failed"]
 ENDS = ["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "bogus", "failed",
         "cancel", "crash"]
 OP_KINDS = st.sampled_from(["text"] * 4 + ["thought"] * 2 + ["image", "plan", "mode", "usage"]
-                           + ["call"] * 3 + ["call_update"] * 4 + ["permission"] * 2)
+                           + ["call"] * 3 + ["call_update"] * 4 + ["permission"] * 2 + ["request"])
 WORDS = st.sampled_from(["a", "b ", "\n", "é", "😀", ""])
 
 
@@ -90,12 +94,24 @@ def _draw_update(data: st.DataObject, op: str, announced: list[str]) -> dict[str
 
 
 # What a call the agent never finished shows after the turn's end: closed by the
-# recorder (cancelled, or not), or by the crash repair (started: a tool/call exists).
-CLOSING_TEXTS = (
+# recorder (cancelled, or not), or by the crash repair (started: a tool/call exists),
+# which names the call as the log wrote it: by one of the titles (else kinds) it had.
+RECORDER_CLOSING = (
     "The tool call was cancelled before the agent reported its outcome.",
     "The agent ended the turn without reporting this tool call's outcome.",
-    *(interrupted_text(f"Do {cid} {word}", True) for cid in CALL_IDS for word in ["a", "b ", "\n", "é", "😀", ""]),
 )
+
+
+def _names(updates: list[dict[str, Any]], asked_ids: set[str]) -> dict[str, set[str]]:
+    """Per call id, every name the call had at some point of the turn."""
+    names: dict[str, set[str]] = {cid: {"tool"} for cid in [*CALL_IDS, "asked"]}
+    for cid in asked_ids:
+        names[cid] |= {"Read a.txt", "read"}  # tests.support.acp_updates.asked
+    for update in updates:
+        for field in ("title", "kind"):
+            if update.get("sessionUpdate") in ("tool_call", "tool_call_update") and update.get(field):
+                names.setdefault(update["toolCallId"], set()).add(update[field])
+    return names
 
 
 def _events(items: list[Item]) -> list[Event]:
@@ -119,12 +135,26 @@ def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data:
     items = recorder.prompt(PROMPT)
     sent: list[dict[str, Any]] = []  # what the editor was sent, live
     announced: list[str] = []
+    permitted: set[str] = set()  # calls known from a permission request only
+    asked_ids: set[str] = set()  # calls a permission request was about
     for _ in range(data.draw(st.integers(0, 30), label="updates")):
         op = data.draw(OP_KINDS)
-        if op == "permission":
-            if announced:
-                cid = data.draw(st.sampled_from(announced))
+        if op in ("permission", "request"):
+            # As the proxy does: the turn's calls written before any request of the
+            # agent goes to the editor (a permission, a file, a terminal), so what
+            # the answer lets run has its tool/call on disk.
+            cid = data.draw(st.sampled_from([*announced, "asked"])) if op == "permission" else None
+            if cid is not None:
+                asked_ids.add(cid)
+            if cid == "asked":
+                permitted.add(cid)
+            items += recorder.asking(asked(cid) if cid is not None else None)
+            check_invariants(_events(items))
+            on_disk = {d["callId"] for t, d in items if t == "tool/call"}
+            assert set(announced) | ({cid} if cid else set()) <= on_disk
+            if cid is not None:
                 items += recorder.permission(asked(cid), data.draw(st.sampled_from([ALLOW, REJECT])))
+                check_invariants(_events(items))
             continue
         update = _draw_update(data, op, announced)
         if op == "call" and update["toolCallId"] not in announced:
@@ -135,72 +165,47 @@ def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data:
         assert recorder.open
     end = data.draw(st.sampled_from(ENDS), label="end")
     items += _end(recorder, end)
+    if end == "crash":  # the proxy writes what the step said, then closes the turn
+        items += recorder.known_calls()
     events = _events(items)
     if end == "crash":
         assert recorder.open
         events += closers_of(events)
     else:
         assert not recorder.open
-    late = _draw_update(data, data.draw(OP_KINDS.filter(lambda o: o != "permission")), announced)
+    late = _draw_update(data, data.draw(OP_KINDS.filter(lambda o: o not in ("permission", "request"))), announced)
     if end != "crash":  # after the end, updates stand between turns
         assert recorder.update(late) == [wrapped_update(late)]
     check_invariants(events, closed=True)
     assert unanswered_calls(derive_messages(events)) == []
 
-    ctx = UpdateContext(replay=True)
+    ctx = UpdateContext(replay=True, wrapped=True)
     replayed = [u for e in events for u in updates_for(e, ctx)]
-    live_screen, replay_screen = screen(sent, set(announced)), screen(replayed, set())
-    if end == "crash":  # the notice that says the turn was cut off comes last
-        assert replayed[-1]["messageId"] == "t1-end"
-        live_screen["text"] += replayed[-1]["content"]["text"]
-    for cid, state in live_screen["calls"].items():
-        if state.pop("unfinished", False):  # closed by us: the replay shows why
-            del state["content"]
-            [note] = replay_screen["calls"][cid].pop("content")
-            assert note["content"]["text"] in CLOSING_TEXTS, note
-    assert replay_screen == live_screen
+    # Exactly what the editor was sent, in order, after the prompt; then only what
+    # closes the calls the agent never finished, and a crash's notice.
+    assert replayed[0] == {"sessionUpdate": "user_message_chunk", "content": PROMPT[0], "messageId": "t1-user"}
+    assert replayed[1:len(sent) + 1] == sent
+    closing = replayed[len(sent) + 1:]
+    for update in [replayed[0], *closing]:  # ours (the agent's are as it sent them)
+        validate_def("SessionUpdate", update)
+    if end != "end_turn":  # the note that says how the turn ended (and why) comes last
+        assert closing.pop()["messageId"] == "t1-end"
+    finished = {u["toolCallId"] for u in sent if u["sessionUpdate"] in ("tool_call", "tool_call_update")
+                and u.get("status") in ("completed", "failed")}
+    names = _names(sent, asked_ids)
+    assert all(u["status"] == "failed" and u["rawOutput"]["error"]["code"] in ("unfinished", "cancelled", "interrupted")
+               and u["content"][0]["content"]["text"] in {
+                   *RECORDER_CLOSING, *(interrupted_text(n, True) for n in names[u["toolCallId"]])}
+               for u in closing), closing
+    # A closer's failed update only for a call the agent left open.
+    assert {u["toolCallId"] for u in closing} <= set(announced) - finished | permitted
 
 
-def screen(updates: list[dict[str, Any]], finished_by_us: set[str]) -> dict[str, Any]:
-    """What an editor shows after `updates`: the message and thought text, each tool
-    call's fields (ACP: an update replaces the fields it gives; null gives none), the
-    last usage, and every other update in order. Normalized as the recording does:
-    a call's missing kind, input, locations and content are shown as their defaults,
-    and a call of `finished_by_us` the agent never finished is shown failed (the turn's
-    end closes it) and marked `unfinished`. Left out: the prompt (replayed only), rawOutput and _meta of calls
-    (the replay's are ours where the agent sent none), messageIds (ours)."""
-    out: dict[str, Any] = {"text": "", "thought": "", "calls": {}, "usage": None, "others": []}
-    finished: set[str] = set()  # calls given a final status
-    for update in updates:
-        kind = update["sessionUpdate"]
-        if kind in ("agent_message_chunk", "agent_thought_chunk") and update["content"]["type"] == "text":
-            out["text" if kind == "agent_message_chunk" else "thought"] += update["content"]["text"]
-        elif kind in ("tool_call", "tool_call_update"):
-            state = out["calls"].setdefault(update["toolCallId"], {})
-            state.update({k: v for k, v in update.items() if v is not None and k not in (
-                "sessionUpdate", "toolCallId", "rawOutput", "_meta")})
-            if update.get("status") in ("completed", "failed"):
-                finished.add(update["toolCallId"])
-        elif kind == "usage_update":
-            out["usage"] = (update["used"], update["size"])
-        elif kind != "user_message_chunk":
-            out["others"].append(update)
-    for cid, state in out["calls"].items():
-        if cid in finished_by_us:
-            state.setdefault("kind", "other")
-            state.setdefault("rawInput", {})
-            state.setdefault("content", [])
-            if cid not in finished:
-                state.update(status="failed", unfinished=True)
-        if not state.get("locations"):
-            state.pop("locations", None)
-    return out
-
-
-def test_replay_of_a_turn_is_what_the_editor_was_sent_but_for_our_marks() -> None:
+def test_replay_of_a_turn_is_what_the_editor_was_sent() -> None:
     sent = [PLAN, thought("Look."), text("Reading."), call("c1", locations=[{"path": "/w/a.txt"}]),
             {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
-            done("c1"), {"sessionUpdate": "usage_update", "used": 120, "size": 200_000}, text("Done.")]
+            done("c1"), {"sessionUpdate": "usage_update", "used": 120, "size": 200_000},
+            {**text("Done."), "messageId": "m2"}]
     recorder = TurnRecorder(1, agent="a")
     items = recorder.prompt(PROMPT)
     for update in sent[:4]:
@@ -208,28 +213,13 @@ def test_replay_of_a_turn_is_what_the_editor_was_sent_but_for_our_marks() -> Non
     items += recorder.permission(asked("c1"), ALLOW)
     for update in sent[4:]:
         items += recorder.update(update)
-    items += recorder.answer({"stopReason": "end_turn"})
+    items += recorder.answer({"stopReason": "end_turn", "usage": {"inputTokens": 120, "outputTokens": 7}})
     events = logged(items)
-    ctx = UpdateContext(replay=True)
+    ctx = UpdateContext(replay=True, wrapped=True)
     replayed = [u for e in events for u in updates_for(e, ctx)]
-    for update in replayed:
-        validate_def("SessionUpdate", update)
-    # What differs, pinned: the prompt is replayed; chunks carry our messageIds; a
-    # tool/call replays as pending then in_progress; the result carries our rawOutput
-    # and the editor's permission decision in _meta; usage comes with the step's
-    # message, with our _meta, `used` as the input tokens.
-    assert replayed == [
-        {"sessionUpdate": "user_message_chunk", "content": PROMPT[0], "messageId": "t1-user"},
-        PLAN,
-        {**thought("Look."), "messageId": "t1s1-thought"},
-        {**text("Reading."), "messageId": "t1s1"},
-        {**call("c1"), "locations": [{"path": "/w/a.txt"}]},
-        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
-        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
-        {**done("c1"), "rawOutput": {"content": [{"type": "text", "text": "one\ntwo\n"}], "isError": False},
-         "_meta": {"acpBridge": {"permission": ALLOW}}},
-        {"sessionUpdate": "usage_update", "used": 120, "size": 200_000, "_meta": {"acpBridge": {
-            "turn": 1, "step": 1, "usage": {"inputTokens": 120, "outputTokens": 0, "contextWindow": 200_000}}}},
-        {**text("Done."), "messageId": "t1s2"},
-    ]
-    assert screen(replayed, set()) == screen(sent, {"c1"})
+    assert replayed == [{"sessionUpdate": "user_message_chunk", "content": PROMPT[0], "messageId": "t1-user"},
+                        *sent]
+    # The encoder's fast path writes the same bytes as the mapping.
+    encoder = ReplayEncoder("s1", None, wrapped=True)
+    assert encoder.encode(events) == b"".join(
+        UPDATE_HEAD + orjson.dumps("s1") + b',"update":' + orjson.dumps(u) + UPDATE_TAIL for u in replayed)

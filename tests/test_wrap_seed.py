@@ -59,7 +59,7 @@ async def test_seed_fresh_sends_the_transcript_unseen_and_unrecorded(tmp_path: P
         # Only our replay: no chunk of the echoed seed, no permission asked.
         assert [u["sessionUpdate"] for u in replayed] == [
             "user_message_chunk", "agent_message_chunk", "agent_message_chunk", "agent_message_chunk",
-            "user_message_chunk", "agent_message_chunk", "agent_message_chunk"]
+            "user_message_chunk", "agent_message_chunk", "agent_message_chunk", "session_info_update"]
         assert not second.policy.asked
         after = await second.prompt(sid, "six")
         assert after["_meta"]["acpBridge"]["turn"] == 3

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from acp_bridge.errors import ToolError
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.protocol import ClientError
@@ -118,29 +120,34 @@ class AcpClientServices:
         return ClientTerminal(self._conn, self._sid, terminal_id)
 
     async def request_permission(self, request: PermissionRequest) -> PermissionOutcome:
-        # No `status`: the call is `in_progress` from its tool/call on (updates.py), and
-        # a client applying this ToolCallUpdate must not move it back to `pending`.
+        # No `status`: the call is `pending` (awaiting approval) from its tool/call on
+        # (host/updates.py) until the answer lets it run.
         tool_call: dict[str, Any] = {"toolCallId": request.call_id, "title": request.title,
                                      "kind": request.kind, "rawInput": request.raw_input}
         if request.locations:
             tool_call["locations"] = list(request.locations)
         if request.content:
             tool_call["content"] = list(request.content)
+        offered = [dict(o) for o in request.options] or [dict(o) for o in permissions.OPTIONS]
         try:
             result = await self._conn.request("session/request_permission", {
-                "sessionId": self._sid, "toolCall": tool_call, "options": list(permissions.OPTIONS)})
+                "sessionId": self._sid, "toolCall": tool_call, "options": offered})
         except ClientError as exc:
             log.warning("permission request failed: %s", exc)
-            return PermissionOutcome("selected", None)  # no answer is no permission
+            code = exc.error.get("code")
+            message = exc.error.get("message")
+            return PermissionOutcome("error", code=code if type(code) is int else None,
+                                     message=message if isinstance(message, str) else str(exc))
         outcome = result.get("outcome") if isinstance(result, dict) else None
         if isinstance(outcome, dict) and outcome.get("outcome") == "cancelled":
             return PermissionOutcome("cancelled")
         if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
             option = outcome.get("optionId")
-            if option in {o["optionId"] for o in permissions.OPTIONS}:
+            if isinstance(option, str) and option in {o["optionId"] for o in offered}:
                 return PermissionOutcome("selected", option)
-        log.warning("unusable permission answer %r: treated as a rejection", result)
-        return PermissionOutcome("selected", None)
+        shown = orjson.dumps(result).decode()[:200]  # parsed JSON: it dumps
+        log.warning("unusable permission answer %s: the call does not run", shown)
+        return PermissionOutcome("invalid", message=f"the client's answer {shown} is not one of the options offered")
 
 
 class ClientTerminal:

@@ -5,7 +5,7 @@ What only this engine has: `initialize` (our capabilities), `authenticate` (the 
 an `openai:` model), the modes (`session/set_mode`, or the `mode` config option) and the
 other config options (model, thought level). A session is made live with its runner,
 its client services and its MCP servers (acp_bridge.agent.live); a stored one is loaded
-with the model transcript and the tools allowed always rebuilt as it is replayed.
+with the model transcript and the "always allow" rules rebuilt as it is replayed.
 
 The turn machinery (runner, client services, tools, models) is imported on first use,
 in the handlers that need it: `initialize` is answered before any of it is needed
@@ -57,8 +57,8 @@ class Config:
 
 class KeptOfLog:
     """What a live session keeps of its whole log, rebuilt as a load reads it: the
-    model transcript (bounded by the model's context window) and the tools allowed
-    always."""
+    model transcript (bounded by the model's context window) and the "always allow"
+    rules (tools.permissions.RememberedAlways)."""
 
     def __init__(self, budget: int) -> None:
         self.transcript = Transcript(budget=budget)
@@ -127,7 +127,7 @@ class AgentEngine(Engine["LiveSession"]):
     # --- opening sessions ------------------------------------------------------------
 
     def _activate(self, session_log: SessionLog, *, transcript: Transcript | None = None,
-                  always_allowed: set[str] | None = None) -> LiveSession:
+                  always_allowed: set[permissions.Rule] | None = None) -> LiveSession:
         """Make `session_log` (just created or opened) a live session of the host."""
         from acp_bridge.agent.live import make_live
 
@@ -152,7 +152,7 @@ class AgentEngine(Engine["LiveSession"]):
     def _adopt(self, opened: Opened) -> LiveSession:
         kept = opened.sink
         assert isinstance(kept, KeptOfLog)
-        return self._activate(opened.log, transcript=kept.transcript, always_allowed=kept.always.tools)
+        return self._activate(opened.log, transcript=kept.transcript, always_allowed=kept.always.rules)
 
     async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
         self._require_key(self.config.models[0])

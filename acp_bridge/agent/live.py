@@ -129,7 +129,7 @@ def make_live(
     admit: Admit,
     max_steps: int,
     transcript: Transcript | None = None,
-    always_allowed: set[str] | None = None,
+    always_allowed: set[permissions.Rule] | None = None,
     tuning: Tuning | None = None,
 ) -> LiveSession:
     """The live session of an opened log: a runner whose events reach the client over

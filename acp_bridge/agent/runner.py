@@ -71,7 +71,7 @@ class TurnRunner:
         on_event: EventSink | None = None,
         on_progress: ProgressSink | None = None,
         transcript: Transcript | None = None,
-        always_allowed: set[str] | None = None,
+        always_allowed: set[permissions.Rule] | None = None,
         effort: str | None = None,
         tuning: Tuning | None = None,
     ) -> None:
@@ -338,13 +338,12 @@ class TurnRunner:
     async def _close_open(self, end: Reason, verb: str) -> Event:
         """Close the open turn with `end`: keep the partial answer of an unfinished
         step, answer unanswered calls, close the step."""
-        ending = EndedEarly(end, verb, self._calls.ran, partial_answer(self._step))
+        ending = EndedEarly(end, verb, partial_answer(self._step))
         events = await self._writer.extend(closers(open_turn(self.log.tracker), ending))
         return events[-1]
 
     async def _shutdown_closers(self) -> list[Event]:
-        not_run = self._calls.not_run(self.log.tracker.unanswered())
-        closers = await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(not_run=not_run))
+        closers = await anyio.to_thread.run_sync(self.log.close_interrupted)
         for event in closers:
             self.transcript.feed(event)
             await self._writer.emit(event)

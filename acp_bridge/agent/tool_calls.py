@@ -1,15 +1,17 @@
 """The tool calls of one step (DESIGN.md section 4), for the turn runner.
 
-Each call is planned, written as a durable `tool/call` before anyone is asked or
-anything runs, decided by the session's mode (asking the client when the mode says
-so), run, and answered by a `tool/result`. A failure the model can act on (bad
-arguments, an unknown tool, a refusal, the tool's own error) is a failed result and
-the turn goes on; a tool that breaks (an unexpected exception) fails the step.
+Each call is planned, decided by the session's mode, written as a durable `tool/call`
+before anyone is asked or anything runs (`pending` when it does not run at once: it
+asks the client, or it is refused), let run by a durable `tool/permission` when the
+client's answer allows it, run, and answered by a `tool/result`. A failure the model
+can act on (bad arguments, an unknown tool, a refusal, a permission request that
+failed, the tool's own error) is a failed result and the turn goes on; a tool that
+breaks (an unexpected exception) fails the step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from acp_bridge.tools.base import (
 )
 from session import Event, reason
 from session.events import PermissionRecord, Reason
-from session.items import Item, tool_call, tool_result
+from session.items import Item, tool_call, tool_permission, tool_result
 
 ProgressSink = Callable[[SessionUpdate], Awaitable[None]]
 """Where the live-only `tool_call_update`s of a call go (no event records them): a
@@ -45,10 +47,11 @@ class ToolCalls:
     """Runs the tool calls of a session's steps through `append` (the runner's log).
 
     `mode` reads the session's mode when a call is decided (the client may change it
-    while a step runs). `always_allowed` is the runner's set (tool names the user
-    allowed for the session), shared, so an "allow always" answered here holds for every
-    later step. `cancel` cancels the running turn: a cancelled permission request means
-    the user stopped it (the turn ends `cancelled` by `session/request_permission`).
+    while a step runs). `always_allowed` is the runner's set (the rules the user allowed
+    always for the session: tools.permissions.Rule), shared, so an "allow always"
+    answered here holds for every later step. `cancel` cancels the running turn: a
+    cancelled permission request means the user stopped it (the turn ends `cancelled`
+    by `session/request_permission`).
     `cancelled` says whether the running turn was cancelled already (a session/cancel,
     a session/close, the agent stopping): a permission answer that comes back after
     that is not acted on (docs/protocol.md, "Cancellation").
@@ -64,7 +67,7 @@ class ToolCalls:
         mode: Callable[[], str],
         cancel: Callable[[str], bool],
         cancelled: Callable[[], bool],
-        always_allowed: set[str],
+        always_allowed: set[permissions.Rule],
         on_progress: ProgressSink | None = None,
     ) -> None:
         self._tools = {t.name: t for t in tools} if tools is not None else None
@@ -77,25 +80,12 @@ class ToolCalls:
         self._cancelled = cancelled
         self._always_allowed = always_allowed
         self._on_progress = on_progress
-        # Calls of the current step whose tool was started, until their result. The
-        # log cannot tell: a `tool/call` is written before the permission is asked.
-        self._ran: set[str] = set()
 
     def set_tools(self, tools: Sequence[Tool] | None) -> None:
         """The tools from the next step on (None: the built-in ones), e.g. with the
         tools of the session's MCP servers."""
         self._tools = {t.name: t for t in tools} if tools is not None else None
         self._specs = None
-
-    def ran(self, call_id: str) -> bool:
-        """Whether the tool of `call_id` (of the running step, still unanswered) was
-        started: a call cancelled while its permission was open never ran."""
-        return call_id in self._ran
-
-    def not_run(self, call_ids: Iterable[str]) -> list[str]:
-        """Of `call_ids`, the calls whose tool never started (their permission was still
-        open): a turn closed now says they did not run, not that they may have."""
-        return [cid for cid in call_ids if cid not in self._ran]
 
     def specs(self) -> Sequence[Mapping[str, Any]]:
         """The tools as the model is told of them: {name, description, parameters}."""
@@ -124,7 +114,6 @@ class ToolCalls:
     async def run_all(self, turn: int, step: int, calls: Sequence[ToolCallChunk]) -> Reason | None:
         """Run a step's calls in order. Returns the turn's end reason if a tool broke
         (the calls after it are answered as not run), else None."""
-        self._ran.clear()  # a step cut off left its calls here; ids recur across turns
         for index, call in enumerate(calls):
             try:
                 await self.run(turn, step, call)
@@ -158,15 +147,16 @@ class ToolCalls:
         except ToolError as exc:
             problem = exc
             kind = tool.kind if tool is not None else "other"
-        # Durable before anyone is asked or anything runs.
+        rule = permissions.always_rule(call.name, kind, arguments)
+        mode = self._mode()
+        decision = permissions.decide(mode, kind, rule, self._always_allowed) if problem is None else "deny"
+        # Durable before anyone is asked or anything runs; `pending` unless it runs now.
         await self._append(tool_call(turn, step, call.id, name=call.name, arguments=arguments, title=title,
-                                     kind=kind, locations=locations))
+                                     kind=kind, locations=locations, pending=decision != "allow"))
         if problem is not None or tool is None:
             await self.result(turn, step, call.id, ToolOutcome.failure(problem or ToolError("no tool")))
             return
         permission: PermissionRecord | None = None
-        mode = self._mode()
-        decision = permissions.decide(mode, kind, call.name, self._always_allowed)
         if decision == "deny":
             await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
                 f"{call.name} is not allowed in {mode} mode", code="read_only", name="PermissionDenied")))
@@ -174,15 +164,13 @@ class ToolCalls:
         if decision == "ask":
             answer = await self._services.request_permission(PermissionRequest(
                 call_id=call.id, title=title, kind=kind, raw_input=arguments,
-                locations=locations, content=preview))
+                locations=locations, content=preview, options=permissions.options_for(rule)))
             if self._cancelled():
                 # The turn was cancelled before this answer was acted on (a session/cancel
                 # read with it, before or after it): the cancel wins, the answer is not
                 # recorded, and the closers answer the call as not run. Raises here.
                 await anyio.sleep_forever()
-            permission = {"outcome": answer.outcome}
-            if answer.option_id is not None:
-                permission["optionId"] = answer.option_id
+            permission = _record(answer)
             if answer.outcome == "cancelled":
                 # This answer ends the turn from now on: a session/cancel read while its
                 # result is written changes neither the result nor the turn's `by`.
@@ -191,13 +179,20 @@ class ToolCalls:
                     await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
                         "The permission request was cancelled.", code="cancelled", name="Cancelled")), permission)
                 await anyio.sleep_forever()  # the turn's scope is cancelled: raises
-            if answer.option_id == permissions.ALLOW_ALWAYS:
-                self._always_allowed.add(call.name)
-            elif answer.option_id != permissions.ALLOW_ONCE:
+            if answer.outcome in ("error", "invalid"):
+                # No answer is no permission, but the user refused nothing: say what failed.
+                await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
+                    f"The permission request failed: {_failure(answer)}. The tool call did not run.",
+                    code="permission_failed", name="PermissionError")), permission)
+                return
+            if answer.option_id not in (permissions.ALLOW_ONCE, permissions.ALLOW_ALWAYS):
                 await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
                     "The user rejected this tool call.", code="rejected", name="PermissionDenied")), permission)
                 return
-        self._ran.add(call.id)
+            # Durable before the tool runs: from here on the call may have run.
+            await self._append(tool_permission(turn, step, call.id, permission))
+            if answer.option_id == permissions.ALLOW_ALWAYS:
+                self._always_allowed.add(rule)
         try:
             outcome = await tool.run(arguments, ctx)
         except ToolError as exc:
@@ -222,12 +217,31 @@ class ToolCalls:
     async def result(self, turn: int, step: int, call_id: str, outcome: ToolOutcome,
                      permission: PermissionRecord | None = None) -> None:
         """Write the `tool/result` of a call."""
-        self._ran.discard(call_id)
         error = outcome.error
         await self._append(tool_result(
             turn, step, call_id, content=outcome.content, is_error=outcome.is_error,
             error=None if error is None else {"name": error["name"], "code": error["code"]},
             display=outcome.display, permission=permission))
+
+
+def _record(answer: PermissionOutcome) -> PermissionRecord:
+    """The client's answer as the log records it (`tool/permission`, `tool/result`)."""
+    record: PermissionRecord = {"outcome": answer.outcome}
+    if answer.option_id is not None:
+        record["optionId"] = answer.option_id
+    if answer.code is not None:
+        record["code"] = answer.code
+    if answer.message is not None:
+        record["message"] = answer.message
+    return record
+
+
+def _failure(answer: PermissionOutcome) -> str:
+    """What went wrong with an answer that is neither an option nor a cancel."""
+    if answer.outcome == "error":
+        code = f" {answer.code}" if answer.code is not None else ""
+        return f"the client answered it with an error{code} ({answer.message or 'no message'})"
+    return answer.message or "the client's answer is not one of the options offered"
 
 
 class DurableFirstServices:

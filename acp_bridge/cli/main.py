@@ -15,6 +15,8 @@ from acp_bridge import __version__
 from acp_bridge.cli.startup import (
     OneLineParser,
     agent_settings,
+    cancel_grace,
+    cancel_grace_option,
     check_writable_store,
     log_options,
     refuse,
@@ -37,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     # Listed for --help only: main() hands these to their own modules before parsing,
     # so their imports stay off the agent's start-up path.
     commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
-    commands.add_parser("sessions", help="list, show and export stored sessions")
+    commands.add_parser("sessions", help="list, show, export and serve stored sessions")
     commands.add_parser("login", help="store the API key of openai: models (checked first; file mode 0600)")
     commands.add_parser("wrap", help="record any ACP agent's turns: acp-bridge wrap [options] -- COMMAND [ARGS...]")
     commands.add_parser("setup", help="print an editor's settings entry for this agent: acp-bridge setup zed")
@@ -117,12 +119,14 @@ def _wrap(raw: list[str]) -> int:
     parser.add_argument("--seed-fresh", action="store_true",
                         help="when a loaded session cannot be loaded or resumed by the wrapped agent, seed its "
                              "fresh session with the transcript (one prompt: a model call of the wrapped agent)")
+    cancel_grace_option(parser)
     args = parser.parse_args(raw[:cut])
     args.wrapped = raw[cut + 1:]
     if not args.wrapped:
         parser.error("no agent to wrap: acp-bridge wrap [options] -- COMMAND [ARGS...]")
     settings = agent_settings(args, model=False)
     args.store, args.backend, args.log_level = str(settings.store), settings.backend, settings.log_level
+    args.cancel_grace = cancel_grace(args)
     from acp_bridge.wrap.serve import serve
 
     return serve(args)

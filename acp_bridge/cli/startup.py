@@ -34,6 +34,12 @@ DEFAULT_MODEL = "echo"
 DEFAULT_BACKEND = "jsonl"
 DEFAULT_LOG_LEVEL = "warning"
 DEFAULT_MAX_STEPS = 50
+# `wrap --cancel-grace`: how long a cancelled prompt waits for the wrapped agent's own
+# answer before the wrapper answers it (docs/wrap.md, "The cancel grace"). Well-behaved
+# agents answer within milliseconds, or a second or two while a tool is stopped; five
+# seconds is long enough for those and short enough for someone waiting on a stop button.
+DEFAULT_CANCEL_GRACE = 5.0
+MAX_CANCEL_GRACE = 600.0
 EXIT_CONFIG = 2
 
 
@@ -86,6 +92,14 @@ def log_options(p: argparse.ArgumentParser, default: object = None) -> None:
     p.add_argument("--log-file", default=default, help="write logs to this file instead of stderr")
 
 
+def cancel_grace_option(p: argparse.ArgumentParser, *, passed: bool = False) -> None:
+    """`--cancel-grace` of `acp-bridge wrap` (`passed`: `chat --wrap`, which hands it on)."""
+    p.add_argument("--cancel-grace", metavar="SECONDS",
+                   help=("with --wrap: " if passed else "") + "how long a cancelled prompt waits for the wrapped "
+                        "agent's answer before acp-bridge answers it `cancelled` itself "
+                        f"(default {DEFAULT_CANCEL_GRACE:g}; $ACP_BRIDGE_CANCEL_GRACE)")
+
+
 def serve_options(p: argparse.ArgumentParser, *, given_only: bool = False) -> None:
     """The options of `acp-bridge serve` (and of `setup`, which writes them out).
     `given_only` (the `serve` subcommand: `acp-bridge [options] serve [options]`): an
@@ -132,6 +146,23 @@ def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSett
     if not isinstance(store, str):
         check_writable_store(store, label)
     return AgentSettings(store, backend, specs, max_steps, level, log_file)
+
+
+def cancel_grace(args: argparse.Namespace) -> float:
+    """The wrapper's cancel grace: `--cancel-grace`, else `$ACP_BRIDGE_CANCEL_GRACE`,
+    else the default; ConfigError unless it is a number of seconds above 0 (a grace of
+    none would end every cancelled turn before the agent could say so) and at most
+    MAX_CANCEL_GRACE."""
+    value, option = chosen(args, "cancel_grace", "ACP_BRIDGE_CANCEL_GRACE")
+    if value is None:
+        return DEFAULT_CANCEL_GRACE
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        raise ConfigError(option, f"not a number of seconds: {value!r}") from None
+    if not 0 < seconds <= MAX_CANCEL_GRACE:  # NaN is refused here too
+        raise ConfigError(option, f"must be more than 0 and at most {MAX_CANCEL_GRACE:g} seconds, got {value}")
+    return seconds
 
 
 def reader_settings(args: argparse.Namespace) -> tuple[str, Path | str]:

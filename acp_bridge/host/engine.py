@@ -18,11 +18,15 @@ Send = Callable[[bytes], Awaitable[None]]
 @dataclass(frozen=True)
 class TurnEnd:
     """How a prompt's turn ended: its `turn/end`, persisted before this is returned
-    (the answer is settled from it), and what the engine adds to the answer (a wrapped
-    agent's own fields and `_meta`; the host's `stopReason` and `_meta.acpBridge` win)."""
+    (the answer is settled from it), what the engine adds to the answer (a wrapped
+    agent's own fields and `_meta`; the host's `stopReason` and `_meta.acpBridge` win),
+    and whether the engine's live stream showed the end already (our agent maps every
+    event it writes; a wrapped or recorded turn's end is the host's to show, so the
+    person reads the same note live as on a reload)."""
 
     end: Event
     answer: Mapping[str, Any] = field(default_factory=dict)
+    shown: bool = True
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,6 @@ own) passes through; anything else is a bug: -32603 `internal`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from acp_bridge.errors import (
     AuthRequiredError,
     InvalidParamsError,
@@ -29,6 +27,7 @@ from acp_bridge.rpc.protocol import (
     SESSION_DAMAGED,
     ClientError,
     RpcError,
+    error_object,
     internal_error,
 )
 from session.errors import (
@@ -48,7 +47,7 @@ def to_rpc_error(exc: BaseException) -> RpcError:
     if isinstance(exc, InvalidParamsError):
         return RpcError(INVALID_PARAMS, exc.message, {"code": "invalid_params", **exc.details})
     if isinstance(exc, TurnFailedError):
-        return RpcError(exc.code, exc.message, exc.details)
+        return RpcError.as_sent(exc.error)
     if isinstance(exc, SessionError):
         data = exc.data()
         if isinstance(exc, SessionNotFoundError):
@@ -81,8 +80,6 @@ def to_rpc_error(exc: BaseException) -> RpcError:
 
 def relayed(exc: ClientError) -> RpcError:
     """The peer's error answer, to be answered as it came to the other side (what a
-    wrapped agent or the editor said: its code, message and data)."""
-    error = exc.error
-    code = error.get("code")
-    data: Any = error.get("data")
-    return RpcError(code if type(code) is int else INTERNAL_ERROR, str(error.get("message", "")), data)
+    wrapped agent or the editor said: its code, message and data, in its order; only
+    what is not a JSON-RPC error object is changed: acp_bridge.rpc.protocol.error_object)."""
+    return RpcError.as_sent(error_object(exc.error))

@@ -29,6 +29,7 @@ from acp_bridge.host.listing import list_page
 from acp_bridge.host.params import check_params
 from acp_bridge.host.settlement import TurnFailed, settle
 from acp_bridge.host.tuning import Tuning
+from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.connection import Connection, Fallback
 from acp_bridge.rpc.incoming import on_cancel
 from acp_bridge.rpc.protocol import Handler
@@ -322,6 +323,9 @@ class Host(Generic[S]):
         finally:
             del self._prompting[sessionId]
             done.set()
+        if not turn.shown:  # how the turn ended, as our agent's own stream shows it
+            for update in updates_for(turn.end, UpdateContext(replay=False)):
+                self.peer.notify_update(sessionId, update)
         return answer_of(turn)
 
     def _cancel_now(self, params: Any) -> bool | None:
@@ -358,7 +362,7 @@ def answer_of(turn: TurnEnd) -> dict[str, Any]:
     `_meta.acpBridge`), after what the engine adds; a failed turn is an error."""
     settled = settle(turn.end)
     if isinstance(settled, TurnFailed):
-        raise TurnFailedError(settled.code, settled.message, dict(settled.data))
+        raise TurnFailedError(settled.error)
     answer = {k: v for k, v in turn.answer.items() if k not in ("stopReason", "_meta")}
     meta = turn.answer.get("_meta")
     answer["stopReason"] = settled["stopReason"]

@@ -4,7 +4,7 @@
 (issue 8: a 500 MB log under 200 MB of RSS), so nothing here holds the log. In a
 worker thread, each block is read, parsed and checked (`SessionStore.loading`), fed to
 what the engine's live session keeps (a `LoadSink`: our agent's model transcript,
-bounded by the model's context window, and the tools allowed always) and encoded as
+bounded by the model's context window, and the "always allow" rules) and encoded as
 `session/update` lines; the event loop
 writes them and waits for the client to read (`Connection.drain`) before the next block
 is read. What the log keeps in memory afterwards is its last turn (see `SessionLoad`).
@@ -25,11 +25,13 @@ import anyio
 import orjson
 
 from acp_bridge.host.engine import S, Send
+from acp_bridge.host.listing import iso_time
 from acp_bridge.host.tuning import Tuning
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
 from session import SessionLog, SessionStore
-from session.events import ASSISTANT_CHUNK, Event
+from session.backends.base import title_from_content
+from session.events import ASSISTANT_CHUNK, USER_MESSAGE, WRAPPED_UPDATE, Event, Header
 from session.repair import RepairReport
 from session.scan import TailSplitter
 
@@ -43,19 +45,25 @@ class ReplayEncoder:
     time, byte for byte what `Connection.notify_update(sid, u)` writes for each `u` of
     `updates_for(event, ctx)`. Text chunks, most of any log, are encoded directly:
     a replay is this loop once per stored event (tests/test_streamed_load.py pins the
-    equivalence)."""
+    equivalence). After the last block, `title` names the session again."""
 
     def __init__(self, session_id: str, context_window: int | None,
-                 window_of: Callable[[str], int | None] | None = None) -> None:
+                 window_of: Callable[[str], int | None] | None = None, *, wrapped: bool = False) -> None:
         # `window_of`: the window of the model a turn ran on (its `turn/start.model`),
         # for `usage_update.size`; without it, every turn's is `context_window`.
-        self.context = UpdateContext(replay=True, context_window=context_window, window_of=window_of)
+        # `wrapped`: a wrapped agent's session (UpdateContext.wrapped).
+        self.context = UpdateContext(replay=True, context_window=context_window, window_of=window_of,
+                                     wrapped=wrapped)
+        self.wrapped = wrapped
         self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
+        self._prompt_title: str | None = None  # the first prompt's, as the live stream named it
+        self._agent_title: str | None = None  # the last a wrapped agent's session_info_update gave
+        self._last_time: int | None = None
 
     def encode(self, block: list[Event], others: list[Event] | None = None) -> bytes:
         """The lines for `block`; its events other than chunks are also appended to
         `others` (the load feeds those to the transcript without a second pass)."""
-        prefix, context, dumps = self.prefix, self.context, orjson.dumps
+        prefix, context, dumps, wrapped = self.prefix, self.context, orjson.dumps, self.wrapped
         chunk_head = prefix + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
         parts: list[bytes] = []
         append = parts.append
@@ -64,21 +72,57 @@ class ReplayEncoder:
                 data = event["data"]
                 chunk = data["chunk"]
                 if chunk["type"] == "text":
-                    append(b'%s%s},"messageId":"t%ds%d"}}}\n' % (
-                        chunk_head, dumps(chunk["text"]), data["turn"], data["step"]))
-                    continue
+                    if not wrapped:
+                        append(b'%s%s},"messageId":"t%ds%d"}}}\n' % (
+                            chunk_head, dumps(chunk["text"]), data["turn"], data["step"]))
+                        continue
+                    if "sent" not in data:  # a wrapped agent's plain chunk, as it came
+                        append(b'%s%s}}}}\n' % (chunk_head, dumps(chunk["text"])))
+                        continue
             elif others is not None:
                 others.append(event)
+            if event["type"] in _NAMING:
+                self._named_by(event)
             for update in updates_for(event, context):
                 append(prefix)
                 append(dumps(update))
                 append(UPDATE_TAIL)
+        if block:
+            self._last_time = block[-1]["time"]
         return b"".join(parts)
+
+    def _named_by(self, event: Event) -> None:
+        data = event["data"]
+        if event["type"] == USER_MESSAGE:
+            if self._prompt_title is None:
+                self._prompt_title = title_from_content(data["content"])
+            return
+        update = data["update"]
+        if update.get("sessionUpdate") == "session_info_update" and isinstance(update.get("title"), str):
+            self._agent_title = update["title"]
+
+    def title(self, header: Header) -> bytes:
+        """The line that names the session once its replay is over: a client that titles a
+        thread from `session_info_update` (as the live stream named it at the first
+        prompt) gets its title back on load, with the time of its last event. The title
+        is the header's, else the last one a wrapped agent gave, else the first prompt's;
+        nothing when there is none."""
+        title = header.get("title") or self._agent_title or self._prompt_title
+        if not title:
+            return b""
+        update: dict[str, Any] = {"sessionUpdate": "session_info_update", "title": title}
+        if self._last_time is not None:
+            update["updatedAt"] = iso_time(self._last_time)
+        return self.prefix + orjson.dumps(update) + UPDATE_TAIL
+
+
+# The events that name a session (`ReplayEncoder.title`).
+_NAMING = frozenset({USER_MESSAGE, WRAPPED_UPDATE})
 
 
 class LoadSink(Protocol):
-    """What a live session keeps of its whole log (the model transcript, the tools
-    allowed always), fed every event but the text chunks as a load reads them."""
+    """What a live session keeps of its whole log (the model transcript, the "always
+    allow" rules), fed every event but the text chunks as a load reads them."""
 
     def feed(self, event: Event) -> None: ...
 
@@ -128,6 +172,8 @@ async def open_stored(
             if replay is not None:
                 await replay[1](payload)
         done = True
+        if replay is not None and load.loaded is not None and (named := replay[0].title(load.loaded.log.header)):
+            await replay[1](named)
     finally:
         tuning.load_ended()
         if not done:  # closing the generator releases the session
@@ -155,6 +201,8 @@ async def replay_stored(store: SessionStore, log: SessionLog, encoder: ReplayEnc
 
         while (payload := await anyio.to_thread.run_sync(step)) is not None:
             await send(payload)
+        if named := encoder.title(log.header):
+            await send(named)
     finally:
         await anyio.to_thread.run_sync(stream.close)
 

@@ -4,14 +4,16 @@
 Deriving the answer from the durable event, never from in-memory state, is what makes
 a prompt's answer and a later `session/load` tell the same story. Success answers carry
 `_meta.acpBridge = {turn, reason}` (the persisted reason verbatim); failed turns become
-JSON-RPC errors whose `data` says which turn and step failed and whether a retry may
-help.
+JSON-RPC errors: a wrapped agent's own error answer again, as it sent it, or ours, whose
+`data` says which turn and step failed and whether a retry may help.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
+
+import orjson
 
 from acp_bridge.rpc.protocol import AUTH_REQUIRED, INTERNAL_ERROR
 from session.events import TURN_END, Event
@@ -47,11 +49,20 @@ class TurnErrorData(TypedDict):
 
 @dataclass(frozen=True)
 class TurnFailed:
-    """A JSON-RPC error answer to `session/prompt`."""
+    """A JSON-RPC error answer to `session/prompt`: the error object as it goes out
+    (`code`, `message`, and `data` if it has one)."""
 
-    code: int
-    message: str
-    data: TurnErrorData
+    error: dict[str, Any]
+
+    @property
+    def code(self) -> int:
+        code: int = self.error["code"]
+        return code
+
+    @property
+    def message(self) -> str:
+        message: str = self.error["message"]
+        return message
 
 
 Settlement = PromptAnswer | TurnFailed
@@ -59,6 +70,11 @@ Settlement = PromptAnswer | TurnFailed
 
 def settle(turn_end: Event) -> Settlement:
     """The answer to the `session/prompt` whose turn ended with `turn_end`.
+
+    An `error` that holds the wrapped agent's own error answer (`agentError`) is that
+    error again, as the agent sent it (acp_bridge.wrap.record): the editor is answered
+    what the agent said, and the log holds it. Any other `error` is ours: -32000 for
+    `auth`, else -32603 `turn failed: ...`, with `data {turn, step, code, retryable}`.
 
     Raises ValueError for anything that is not a `turn/end` with a known reason kind:
     that is a programming error, since the log's invariants admit no other kind.
@@ -69,6 +85,9 @@ def settle(turn_end: Event) -> Settlement:
     reason: dict[str, Any] = turn_end["data"]["reason"]
     kind = reason.get("kind")
     if kind == "error":
+        if "agentError" in reason:
+            # A copy (JSON in, JSON out): the answer never aliases the event.
+            return TurnFailed(orjson.loads(orjson.dumps(reason["agentError"])))
         data: TurnErrorData = {
             "turn": turn,
             "step": reason["step"],
@@ -76,8 +95,10 @@ def settle(turn_end: Event) -> Settlement:
             "retryable": reason.get("retryable"),
         }
         if reason.get("code") == "auth":
-            return TurnFailed(AUTH_REQUIRED, f"authentication required: {reason['message']}", data)
-        return TurnFailed(INTERNAL_ERROR, f"{TURN_FAILED}{reason['message']}", data)
+            code, message = AUTH_REQUIRED, f"authentication required: {reason['message']}"
+        else:
+            code, message = INTERNAL_ERROR, f"{TURN_FAILED}{reason['message']}"
+        return TurnFailed({"code": code, "message": message, "data": dict(data)})
     stop = STOP_REASONS.get(kind) if isinstance(kind, str) else None
     if stop is None:
         raise ValueError(f"turn {turn}: unknown turn/end reason kind {kind!r}")

@@ -25,10 +25,12 @@ as the protocol defines them rather than under `_meta`:
   text, `t{turn}s{step}-thought` for reasoning and `t{turn}-user` for the prompt:
   unique in a session, the same live and on replay, derivable without a session id;
 - `tool/call` -> `tool_call {toolCallId, title, kind, status: "pending", rawInput,
-  locations?}` then `tool_call_update {toolCallId, status: "in_progress"}` (DESIGN.md's
-  table: the call is under way from its durable `tool/call` on, permission included;
-  the permission request's `toolCall` carries no status, so it never moves the call
-  back, acp_bridge.agent.client_services);
+  locations?}`, then, for a call that runs at once, `tool_call_update {toolCallId,
+  status: "in_progress"}` (DESIGN.md's table: `pending` means awaiting approval); a
+  `pending` one (it asks for permission, or is refused) stays `pending` until its
+  `tool/permission` -> `tool_call_update {toolCallId, status: "in_progress", _meta}`
+  (the answer let it run) or its result. The permission request's `toolCall` carries
+  no status (acp_bridge.agent.client_services);
 - `tool/result` -> `tool_call_update {toolCallId, status: "completed" | "failed",
   content, rawOutput: {content, isError, error?}, _meta?}`, or a complete `tool_call`
   if the call was never announced (a synthetic result for a call that never started);
@@ -39,16 +41,20 @@ as the protocol defines them rather than under `_meta`:
   (on replay: of its `turn/start.model`, `UpdateContext.window_of`), else
   DEFAULT_CONTEXT_WINDOW when the model does not say;
 - `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
-  records there what no other event holds: plans, modes, commands, interim tool call
-  updates...), so live and replay send the same object;
-- `turn/end` with reason `interrupted` -> one `agent_message_chunk` (messageId
-  `t{turn}-end`, `_meta.acpBridge {turn, reason}`) saying in plain text that the turn
-  was cut off and why (`interrupted_notice`). A person scrolling a replay in an editor
-  sees no `_meta` and no prompt answer, so without it a turn cut off by a crash would
-  look like an answer that merely stopped. The same update goes out live when the
-  agent is shut down mid-turn: one mapping, and the client still reading learns why.
-  Other ends send nothing: the prompt answer says how the turn ended, and the client
-  itself cancelled a `cancelled` turn.
+  records there every update of the agent but its text chunks: plans, modes, commands,
+  tool calls and their updates...), so live and replay send the same object;
+- a wrapped agent's session (`UpdateContext.wrapped`, docs/wrap.md "Replay"): its
+  chunks go without our messageId, with the fields the agent sent (`sent`); its
+  `silent` events (the meaning of what the agent sent, for the transcript) send
+  nothing, as the editor was sent nothing for them;
+- `turn/end` with any reason but `completed` -> one `agent_message_chunk` (messageId
+  `t{turn}-end`, `_meta.acpBridge {turn, reason}`) saying in plain text how the turn
+  ended and why (`end_notice`: interrupted, cancelled, failed, stopped at a limit or by
+  a refusal). A person scrolling a replay in an editor sees no `_meta` and no prompt
+  answer, so without it a turn cut off by a crash, a cancel or an error would look
+  like an answer that merely stopped. The same update goes out live, before the
+  prompt's answer: one mapping, so the conversation tells the same story live and on
+  every later load. A completed turn sends nothing: its answer is the story.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     TOOL_CALL,
+    TOOL_PERMISSION,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -87,11 +94,18 @@ common window size, so a client's meter stays meaningful rather than absent."""
 # providers count it inside outputTokens.
 _CONTEXT_TOKEN_FIELDS: Final = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
 
-# Why an interrupted turn stopped, per `cause` (session.events.INTERRUPT_CAUSES), in
-# words for the person reading the conversation.
+# Why an interrupted turn stopped, per `cause` (session.events.INTERRUPT_CAUSES), and
+# who cancelled a cancelled one, per `by` (session.events.CANCELLED_BY), in words for
+# the person reading the conversation.
 _INTERRUPT_WHY: Final = {
     "crash": "the agent stopped unexpectedly (crash) before it finished",
     "shutdown": "the agent was shut down before it finished",
+}
+_CANCEL_WHY: Final = {
+    "session/cancel": "it was stopped before it finished",
+    "$/cancel_request": "it was stopped before it finished",
+    "session/close": "the session was closed before it finished",
+    "session/request_permission": "a permission request was answered \"cancelled\"",
 }
 
 
@@ -121,13 +135,16 @@ class UpdateContext:
     # A replay's: the window of the model a turn ran on, from its `turn/start.model`
     # (a live stream's turns all run on the model of `context_window`).
     window_of: Callable[[str], int | None] | None = None
+    # A wrapped agent's session (`acp-bridge wrap`): its chunks carry no messageId of
+    # ours, only what the agent sent (`sent`), as the editor was sent them live.
+    wrapped: bool = False
 
 
 def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
     """The `session/update` payloads for `event`, in order (often none)."""
     etype, data = event["type"], event["data"]
     if etype == ASSISTANT_CHUNK:  # most events of a log: tested first
-        return _assistant_chunk(data)
+        return _assistant_chunk(data, ctx.wrapped)
     if etype == TURN_START:
         ctx.state.calls.clear()
         ctx.state.announced.clear()
@@ -149,8 +166,15 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
         return _tool_result(data, ctx)
     if etype == TURN_END:
         return _turn_end(data)
+    if etype == TOOL_PERMISSION:
+        meta = {META_KEY: {"permission": data["permission"]}}
+        return [{"sessionUpdate": "tool_call_update", "toolCallId": data["callId"], "status": "in_progress",
+                 "_meta": meta}]
     if etype == WRAPPED_UPDATE:
-        return [data["update"]]
+        update = data["update"]
+        if update.get("sessionUpdate") == "tool_call" and isinstance(update.get("toolCallId"), str):
+            ctx.state.announced.add(update["toolCallId"])  # the closers' result updates it
+        return [update]
     # step/start, step/end: nothing to show.
     return []
 
@@ -161,6 +185,30 @@ def interrupted_notice(cause: str) -> str:
     it to the last word the model streamed."""
     why = _INTERRUPT_WHY.get(cause, "the agent stopped before it finished")
     return f"\n\n[This turn was interrupted: {why}.]"
+
+
+def end_notice(end: dict[str, Any]) -> str | None:
+    """The text shown for a turn that ended with reason `end` (starting with a blank
+    line, as `interrupted_notice`), or None for a completed one."""
+    kind = end.get("kind")
+    if kind == "interrupted":
+        return interrupted_notice(str(end.get("cause")))
+    if kind == "cancelled":
+        text = f"This turn was cancelled: {_CANCEL_WHY.get(str(end.get('by')), 'it was stopped before it finished')}."
+    elif kind == "error":
+        message = str(end.get("message") or "an error").rstrip(".")
+        text = f"This turn failed: {message}."
+    elif kind == "max_tokens":
+        text = "This turn stopped: the model reached its output limit."
+    elif kind == "max_steps":
+        limit = end.get("limit")
+        steps = f"{limit} steps" if type(limit) is int else "steps"
+        text = f"This turn stopped: it reached the agent's limit of {steps} in one turn."
+    elif kind == "refusal":
+        text = "This turn stopped: the model refused to answer."
+    else:  # completed (or a kind this version does not know: say nothing)
+        return None
+    return f"\n\n[{text}]"
 
 
 def call_progress(call_id: str, content: list[Any]) -> SessionUpdate:
@@ -177,7 +225,7 @@ def _chunk(kind: str, content: Any, msg_id: str) -> SessionUpdate:
     return {"sessionUpdate": kind, "content": content, "messageId": msg_id}
 
 
-def _assistant_chunk(data: dict[str, Any]) -> list[SessionUpdate]:
+def _assistant_chunk(data: dict[str, Any], wrapped: bool) -> list[SessionUpdate]:
     chunk = data["chunk"]
     kind = chunk["type"]
     if kind == "text":
@@ -186,8 +234,13 @@ def _assistant_chunk(data: dict[str, Any]) -> list[SessionUpdate]:
         update = "agent_thought_chunk"
     else:  # not in the vocabulary; show nothing rather than fail a whole replay
         return []
-    msg_id = message_id(data["turn"], data["step"], kind)
-    return [{"sessionUpdate": update, "content": {"type": "text", "text": chunk["text"]}, "messageId": msg_id}]
+    shown: SessionUpdate = {"sessionUpdate": update, "content": {"type": "text", "text": chunk["text"]}}
+    sent = data.get("sent")
+    if isinstance(sent, dict):  # a wrapped agent's chunk, as it was sent
+        return [{**shown, **sent}]
+    if not wrapped:
+        shown["messageId"] = message_id(data["turn"], data["step"], kind)
+    return [shown]
 
 
 def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
@@ -196,7 +249,7 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
     for block in tool_calls_of(data):
         ctx.state.calls.setdefault(block["id"], block)
     usage = data.get("usage")
-    if not isinstance(usage, dict):
+    if not isinstance(usage, dict) or data.get("silent"):
         return []
     used = sum(int(usage.get(name) or 0) for name in _CONTEXT_TOKEN_FIELDS)
     size = usage.get("contextWindow")
@@ -208,6 +261,8 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
 
 
 def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+    if data.get("silent"):
+        return []
     call_id = data["callId"]
     ctx.state.announced.add(call_id)
     call: SessionUpdate = {
@@ -220,23 +275,26 @@ def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
     }
     if data.get("locations"):
         call["locations"] = data["locations"]
-    # The tool/call event is written just before the call proceeds (permission, then
-    # run), so the call is under way from here on.
+    if data.get("pending"):
+        return [call]  # awaiting approval, or refused: in_progress only once it may run
+    # The tool/call event is written just before the call runs, so it is under way.
     running = {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"}
     return [call, running]
 
 
 def _turn_end(data: dict[str, Any]) -> list[SessionUpdate]:
     end = data["reason"]
-    if end.get("kind") != "interrupted":
+    text = end_notice(end) if isinstance(end, dict) else None
+    if text is None:
         return []
-    text = interrupted_notice(str(end.get("cause")))
     meta = {META_KEY: {"turn": data["turn"], "reason": end}}
     return [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text},
              "messageId": f"t{data['turn']}-end", "_meta": meta}]
 
 
 def _tool_result(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+    if data.get("silent"):
+        return []
     call_id = data["callId"]
     is_error = bool(data["isError"])
     raw_output: dict[str, Any] = {"content": data["content"], "isError": is_error}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any, Final
 
 import anyio
@@ -123,11 +123,21 @@ class Connection:
         cancelled while the request is still open, the client is told with
         `$/cancel_request`; not once its answer has been read (the two often come in
         one read: a session/cancel and the `cancelled` answer ACP asks for after it)."""
+        return await self.ask(method, params)
+
+    def ask(self, method: str, params: Any) -> Coroutine[Any, Any, Any]:
+        """`request`, queued before this returns (so what the caller sends next goes
+        after it, whoever waits for the answer, and when): await what it returns for
+        the answer."""
         request_id = next(self._ids)
         key = request_key(request_id)
         done, slot = anyio.Event(), list[tuple[str, Any]]()
         self._pending[key] = (done, slot)
         self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return self._answer(method, request_id, key, done, slot)
+
+    async def _answer(self, method: str, request_id: Any, key: tuple[str, Any], done: anyio.Event,
+                      slot: list[tuple[str, Any]]) -> Any:
         try:
             await done.wait()
         except anyio.get_cancelled_exc_class():

@@ -40,19 +40,61 @@ OWN_ID_PREFIX: Final = "acp-bridge:"  # the ids of our requests to the client
 
 
 class RpcError(AcpBridgeError):
-    """An error response: `code`, `message`, and `data` (a JSON object)."""
+    """An error response: `code`, `message`, and `data` (a JSON object; None: the error
+    has no `data` member, never `"data": null`).
+
+    `as_sent` makes one from a peer's error object instead (a wrapped agent's, the
+    editor's), which goes out as it came: its members in its order, its `data` whatever
+    JSON value it is (null included), nothing added."""
 
     def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
+        self._sent: dict[str, Any] | None = None
+
+    @classmethod
+    def as_sent(cls, error: dict[str, Any]) -> RpcError:
+        """`error`, an object `error_object` gave (so a valid one), answered again as is."""
+        data = error.get("data")
+        made = cls(error["code"], error["message"], data if isinstance(data, dict) else None)
+        made._sent = dict(error)
+        return made
 
     def to_json(self) -> dict[str, Any]:
+        if self._sent is not None:
+            return dict(self._sent)
         error: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         return error
+
+
+ERROR_MEMBERS: Final = ("code", "message", "data")  # a JSON-RPC error object's members
+_INT32: Final = range(-(2**31), 2**31)  # ACP's ErrorCode is an int32
+
+
+def error_object(error: Any) -> dict[str, Any]:
+    """A peer's error answer as it can be passed on, changed only where it is not a
+    JSON-RPC error object: its `code` if that is an int32 (ACP's ErrorCode; else
+    -32603), its `message` if a string (else the value as JSON text), its `data` if it
+    has one (any JSON value, null included); its member order; members JSON-RPC does
+    not define are dropped (the log keeps this object, and each member is the peer's)."""
+    if not isinstance(error, dict):
+        error = {"message": error}
+    out: dict[str, Any] = {}
+    for key, value in error.items():
+        if key == "code":
+            out[key] = value if type(value) is int and value in _INT32 else INTERNAL_ERROR
+        elif key == "message":
+            out[key] = value if isinstance(value, str) else orjson.dumps(value).decode()
+        elif key == "data":
+            out[key] = value
+    if "code" not in out:
+        out = {"code": INTERNAL_ERROR, **out}
+    out.setdefault("message", "")
+    return out
 
 
 class ClientError(AcpBridgeError):
@@ -210,16 +252,16 @@ def response(id_: Any, result: Any = None, *, error: RpcError | None = None,
     always answered itself (`initialize` before jsonrpcserver is loaded, a proxy's
     fallback, refused envelopes, cancels). With `library_order`, in the order
     jsonrpcserver serializes them (`serialize_success`, `serialize_error`: `jsonrpc,
-    result|error, id`, and an error's `data` even when null), which every method's
-    answer has carried since the library answered them: the bytes on the wire stay
-    what clients have seen."""
+    result|error, id`), which every method's answer has carried since the library
+    answered them: the bytes on the wire stay what clients have seen. Unlike the
+    library, an error without `data` goes out without it (not `"data": null`): a
+    wrapped agent's error is passed on as it was sent (`RpcError.as_sent`)."""
     if error is None:
         if library_order:
             return {"jsonrpc": "2.0", "result": result, "id": id_}
         return {"jsonrpc": "2.0", "id": id_, "result": result}
     if library_order:
-        return {"jsonrpc": "2.0", "error": {"code": error.code, "message": error.message, "data": error.data},
-                "id": id_}
+        return {"jsonrpc": "2.0", "error": error.to_json(), "id": id_}
     return {"jsonrpc": "2.0", "id": id_ if is_id(id_) else None, "error": error.to_json()}
 
 

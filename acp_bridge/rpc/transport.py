@@ -235,6 +235,9 @@ class FdWriter:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        # Bytes the descriptor took so far: with what a pipe still holds unread, how
+        # far its reader got (the wrapper asks whether its dead child read a prompt).
+        self.written = 0
         self._was_blocking = os.get_blocking(fd)
         os.set_blocking(fd, False)
         _widen_pipe(fd)
@@ -244,9 +247,11 @@ class FdWriter:
         bytes written (0 if it takes none now). Raises what `os.write` raises, but for
         BlockingIOError."""
         try:
-            return os.write(self.fd, data)
+            written = os.write(self.fd, data)
         except BlockingIOError:
             return 0
+        self.written += written
+        return written
 
     async def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -256,6 +261,7 @@ class FdWriter:
             except BlockingIOError:
                 await anyio.wait_writable(self.fd)
                 continue
+            self.written += written
             view = view[written:]
 
     def close(self) -> None:

@@ -5,9 +5,9 @@ Made for sessions recorded by `acp-bridge wrap` (a third-party agent's turns, wi
 plans, modes and interim tool updates in `wrapped/update`), it serves any session log:
 each `session/prompt` of a session is answered from the recorded turn of the same
 number. The turn's events become `session/update`s through the agent's own mapping
-(acp_bridge.host.updates, as the live agent streamed them); a recorded tool result
-that carried a permission decision is preceded by a `session/request_permission` to the
-client (with the recorded call and the recorded agent's option where the log has it,
+(acp_bridge.host.updates, as the live agent streamed them); a recorded permission
+decision (a `tool/permission` that let the call run, else the call's `tool/result` that
+carried it) is preceded by a `session/request_permission` to the client (with the recorded call and the recorded agent's option where the log has it,
 acp_bridge.snapshot.fake_recording; the recorded decision is replayed whatever the
 answer); the answer is settled from the recorded `turn/end` (acp_bridge.host.settlement).
 A turn the client cancelled (`session/cancel`) streams what it had, then waits for the
@@ -46,7 +46,14 @@ from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import METHOD_NOT_FOUND, ClientError, Handler, RpcError
 from acp_bridge.snapshot.fake_recording import FakeRecording, permission_request, read_fake
 from session import Event, SessionLog, SessionNotFoundError
-from session.events import TOOL_CALL, TOOL_RESULT, TURN_END, USER_MESSAGE, WRAPPED_UPDATE
+from session.events import (
+    TOOL_CALL,
+    TOOL_PERMISSION,
+    TOOL_RESULT,
+    TURN_END,
+    USER_MESSAGE,
+    WRAPPED_UPDATE,
+)
 
 
 @dataclass(eq=False)
@@ -62,6 +69,10 @@ class FakeSession:
     turn: int = 0
     cancelled: anyio.Event = field(default_factory=anyio.Event)
     ctx: UpdateContext = field(default_factory=lambda: UpdateContext(replay=False))
+
+    def __post_init__(self) -> None:
+        # A wrapped agent's recording is sent as the agent sent it (UpdateContext.wrapped).
+        self.ctx = UpdateContext(replay=False, wrapped=self.agent.recording.wrapped)
 
     @property
     def log(self) -> SessionLog | None:
@@ -81,10 +92,22 @@ class FakeSession:
             raise agent.failed(number, "replay_mismatch", "the prompt differs from the recorded one")
         stream = events[:-1]
         merged: set[int] = set()  # wrapped/updates sent with the result before them
+        asked: set[str] = set()  # calls whose permission was asked
+        # A wrapped agent's call whose outcome the log writes when its step closes
+        # (silent): its permission is asked before the update that gave its final status.
+        to_ask = {e["data"]["callId"]: e for e in stream if e["type"] == TOOL_RESULT
+                  and "permission" in e["data"] and e["data"].get("silent")}
         for index, event in enumerate(stream):
             if index in merged:
                 continue
-            if event["type"] == TOOL_RESULT and "permission" in event["data"]:
+            final = _final_of(event)
+            if final is not None and final in to_ask:
+                asked.add(final)
+                await agent.ask(self.sid, to_ask.pop(final))
+            data = event["data"]
+            if event["type"] == TOOL_PERMISSION or (event["type"] == TOOL_RESULT and "permission" in data
+                                                     and not data.get("silent") and data["callId"] not in asked):
+                asked.add(data["callId"])
                 await agent.ask(self.sid, event)
             extra = _extra_fields(event, stream[index + 1] if index + 1 < len(stream) else None)
             if extra is not None:
@@ -99,7 +122,7 @@ class FakeSession:
             await self.cancelled.wait()
         # What the recorded agent sent after this turn follows its answer.
         agent.send_all(self.sid, self.ctx, agent.between.get(number, []), after_answer=True)
-        return TurnEnd(end)
+        return TurnEnd(end, shown=False)
 
     def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
         if by == "$/cancel_request":
@@ -184,7 +207,7 @@ class FakeAgent(Engine[FakeSession]):
             session = self._open(session_id, params["cwd"])
             session.turn = asked
         session.cwd = params["cwd"]
-        ctx = UpdateContext(replay=True)
+        ctx = UpdateContext(replay=True, wrapped=self.recording.wrapped)
         self.send_all(session_id, ctx, self.between.get(0, []))
         for number in range(1, session.turn + 1):
             self.send_all(session_id, ctx, [*self.turns[number], *self.between.get(number, [])])
@@ -288,13 +311,25 @@ def _extra_fields(event: Event, following: Event | None) -> dict[str, Any] | Non
     """The fields `acp-bridge wrap` kept aside of a wrapped agent's final tool call update
     (rawOutput, _meta, ...: a `wrapped/update` right after its `tool/result`), to send
     with the result again as one update; None if `event` has none."""
-    if event["type"] != TOOL_RESULT or following is None or following["type"] != WRAPPED_UPDATE:
+    if event["type"] != TOOL_RESULT or following is None or following["type"] != WRAPPED_UPDATE \
+            or event["data"].get("silent"):
         return None
     update = following["data"].get("update")
     if not (isinstance(update, dict) and update.get("sessionUpdate") == "tool_call_update"
             and update.get("toolCallId") == event["data"]["callId"] and "status" not in update):
         return None
     return {k: v for k, v in update.items() if k not in ("sessionUpdate", "toolCallId")}
+
+
+def _final_of(event: Event) -> str | None:
+    """The call id a wrapped agent's update (a `wrapped/update`) gave its final status, or None."""
+    if event["type"] != WRAPPED_UPDATE:
+        return None
+    update = event["data"].get("update")
+    if isinstance(update, dict) and update.get("sessionUpdate") in ("tool_call", "tool_call_update") \
+            and update.get("status") in ("completed", "failed") and isinstance(update.get("toolCallId"), str):
+        return str(update["toolCallId"])
+    return None
 
 
 def serve(source: str) -> int:

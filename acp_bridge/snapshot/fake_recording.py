@@ -10,8 +10,10 @@ option (with `thought_level` where the model took one) over the models it ran
 (acp_bridge.models.replay_models), as the agent did.
 
 A permission decision rides on its call's `tool/result` (`permission: {outcome,
-optionId?}`); the request is asked again with the recorded `tool/call`'s fields (title,
-kind, rawInput, locations) and our options, the recorded agent's option standing in for
+optionId?}`), and one that let the call run on its `tool/permission` first; the request
+is asked again with the recorded `tool/call`'s fields (title, kind, rawInput, locations)
+and our options for that call (the "always" one named by what it allows,
+acp_bridge.tools.permissions.options_for), the recorded agent's option standing in for
 ours of the same kind where its id is not one of ours (the log keeps the chosen option
 only: the kind is read from its id, else allow_once).
 """
@@ -43,6 +45,7 @@ class FakeRecording:
     modes: list[str] = field(default_factory=list)  # a wrapped agent's, in order of first sight
     options: list[dict[str, Any]] = field(default_factory=list)  # the config options first offered
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> its tool/call fields
+    rules: dict[str, permissions.Rule] = field(default_factory=dict)  # call id -> what "always" allows
 
     @property
     def wrapped(self) -> bool:
@@ -82,11 +85,16 @@ def read_fake(log: ReadLog, source: str) -> FakeRecording:
             out.turns[turn].append(event)
         else:
             out.between.setdefault(turn, []).append(event)
-        if etype == TOOL_CALL:
+        if etype == TOOL_CALL and data.get("silent"):  # a wrapped agent's call, as it last described it
+            out.calls[data["callId"]] = {"title": data["title"], "kind": data["kind"], "rawInput": data["arguments"],
+                                         **({"locations": data["locations"]} if data.get("locations") else {})}
+        elif etype == TOOL_CALL:
             call = next((u for u in updates_for(event, UpdateContext(replay=True))
                          if u.get("sessionUpdate") == "tool_call"), None)
             if call is not None:
                 out.calls[data["callId"]] = {k: v for k, v in call.items() if k not in ("sessionUpdate", "status")}
+            if not out.wrapped:  # our agent's options were made per call; a wrapped agent's are not kept
+                out.rules[data["callId"]] = permissions.always_rule(data["name"], data["kind"], data["arguments"])
         elif etype == WRAPPED_UPDATE and isinstance(data.get("update"), dict):
             update = data["update"]
             if update.get("sessionUpdate") == "current_mode_update" and isinstance(update.get("currentModeId"), str) \
@@ -115,12 +123,15 @@ def permission_request(recording: FakeRecording, sid: str, result: dict[str, Any
     """The `session/request_permission` params for the recorded `tool/result` data."""
     call_id = result["callId"]
     tool_call = {"toolCallId": call_id, **recording.calls.get(call_id, {})}
-    return {"sessionId": sid, "toolCall": tool_call, "options": permission_options(result.get("permission", {}))}
+    return {"sessionId": sid, "toolCall": tool_call,
+            "options": permission_options(result.get("permission", {}), recording.rules.get(call_id))}
 
 
-def permission_options(permission: dict[str, Any]) -> list[dict[str, Any]]:
-    """Our options, with the recorded agent's chosen option in place of ours of its kind."""
-    options = [dict(o) for o in permissions.OPTIONS]
+def permission_options(permission: dict[str, Any], rule: permissions.Rule | None = None) -> list[dict[str, Any]]:
+    """Our options for a call whose "always" allows `rule` (without one: named plainly),
+    with the recorded agent's chosen option in place of ours of its kind."""
+    options: list[dict[str, Any]] = permissions.options_for(rule) if rule is not None \
+        else [dict(o) for o in permissions.OPTIONS]
     chosen = permission.get("optionId")
     if not isinstance(chosen, str) or any(o["optionId"] == chosen for o in options):
         return options

@@ -84,12 +84,21 @@ class PermissionRequest:
     raw_input: JSON
     locations: Sequence[Mapping[str, JSON]] = ()
     content: Sequence[Mapping[str, JSON]] = ()  # e.g. the diff about to be applied
+    # The options offered (ACP PermissionOption), the "always" one named by what it
+    # allows (tools.permissions.options_for); empty: tools.permissions.OPTIONS.
+    options: Sequence[Mapping[str, str]] = ()
 
 
 @dataclass(frozen=True)
 class PermissionOutcome:
-    outcome: Literal["selected", "cancelled"]
+    """The client's answer: an option `selected` or the request `cancelled` (ACP's
+    outcomes), or no usable answer: an `error` answer (its JSON-RPC `code` and
+    `message`) or an `invalid` one (not an option offered: `message` says what came)."""
+
+    outcome: Literal["selected", "cancelled", "error", "invalid"]
     option_id: str | None = None
+    code: int | None = None
+    message: str | None = None
 
 
 class WorkspaceServices(Protocol):

@@ -5,18 +5,23 @@
     read_only     edits and commands are refused without asking
 
 Reading never asks; MCP servers' tools (kind `other`: their effects are unknown) ask
-like commands. "Allow always" is remembered per tool name for the session (and
-recovered from the log on load, where each answer is recorded on `tool/result`).
+like commands. "Always allow" covers what its option's name says (`always_rule`): a
+command (kind `execute`) is allowed by its exact text, any other tool by its name. It
+holds for the session and is recovered from the log on load, where each answer that
+let a call run is recorded (`tool/permission`, and the call's `tool/result`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from typing import Any, Final, Literal
 
-from session.events import TOOL_CALL, TOOL_RESULT, Event
+from session.events import TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT, Event
 
 Decision = Literal["allow", "ask", "deny"]
+Rule = tuple[str, str | None]
+"""What an "Always allow" answer allows: (tool name, the exact command text of a
+command; None: every call of the tool)."""
 
 MODES: Final = {
     "ask": ("Ask", "Ask before editing files or running commands."),
@@ -33,6 +38,37 @@ OPTIONS: Final = (
     {"optionId": ALLOW_ALWAYS, "name": "Always allow", "kind": "allow_always"},
     {"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
 )
+"""The options in order; the name of the "always" one is made per call (`options_for`)."""
+OPTION_IDS: Final = frozenset(o["optionId"] for o in OPTIONS)
+# A command shown in the "always" option's name: no longer than this, with nothing a
+# reader could misjudge (a line break or other control character, surrounding spaces, a
+# backtick); else the name says "this exact command", and the request's tool call
+# shows it whole.
+_SHOWN_COMMAND = 60
+
+
+def always_rule(name: str, kind: str, arguments: Any) -> Rule:
+    """What "Always allow" on a call of tool `name` allows from then on: a command
+    (kind `execute` with a `command` string) only that exact command text, in any of
+    the session's folders and with any timeout; any other tool every call of it."""
+    if kind == "execute" and isinstance(arguments, dict) and isinstance(arguments.get("command"), str):
+        return (name, arguments["command"])
+    return (name, None)
+
+
+def always_label(rule: Rule) -> str:
+    """The name of the "always" option for `rule`: it says exactly what it allows."""
+    name, command = rule
+    if command is None:
+        return f"Always allow all {name} calls"
+    shown = command if len(command) <= _SHOWN_COMMAND and command == command.strip() \
+        and command.isprintable() and "`" not in command else None
+    return f"Always allow `{shown}`" if shown is not None else "Always allow this exact command"
+
+
+def options_for(rule: Rule) -> list[dict[str, str]]:
+    """The permission options of a call whose "always" answer would allow `rule`."""
+    return [{**o, "name": always_label(rule)} if o["optionId"] == ALLOW_ALWAYS else dict(o) for o in OPTIONS]
 
 
 def mode_state(mode: str) -> dict[str, Any]:
@@ -46,15 +82,15 @@ def mode_state(mode: str) -> dict[str, Any]:
     return {"modes": {"currentModeId": mode, "availableModes": modes}, "configOptions": [option]}
 
 
-def decide(mode: str, kind: str, tool_name: str, always: frozenset[str] | set[str]) -> Decision:
-    """Whether a call of a tool of `kind` runs, asks, or is refused in `mode`. Only
-    reading runs unasked: a tool whose effects are unknown (an MCP server's tool, kind
-    `other`) asks like a command."""
+def decide(mode: str, kind: str, rule: Rule, always: Set[Rule]) -> Decision:
+    """Whether a call of a tool of `kind` (whose "always" answer would allow `rule`)
+    runs, asks, or is refused in `mode`. Only reading runs unasked: a tool whose effects
+    are unknown (an MCP server's tool, kind `other`) asks like a command."""
     if kind in ("read", "search", "think"):
         return "allow"
     if mode == "read_only":
         return "deny"
-    if tool_name in always:
+    if rule in always:
         return "allow"
     if mode == "accept_edits" and kind in ("edit", "delete", "move"):
         return "allow"
@@ -62,31 +98,36 @@ def decide(mode: str, kind: str, tool_name: str, always: frozenset[str] | set[st
 
 
 class RememberedAlways:
-    """Tool names the person allowed always, gathered from a log read in blocks."""
+    """The rules the person allowed always (`Rule`s), gathered from a log read in
+    blocks: an "always" answer is recorded on the call's `tool/permission` (written
+    before it runs) and on its `tool/result`; the rule comes from its `tool/call`."""
 
     def __init__(self) -> None:
-        self.tools: set[str] = set()
-        self._names: dict[str, str] = {}  # callId -> tool name, until its result
+        self.rules: set[Rule] = set()
+        self._open: dict[str, Rule] = {}  # callId -> its rule, until its result
 
     def feed(self, event: Event) -> None:
         etype = event["type"]
         if etype == TOOL_CALL:
             data = event["data"]
-            self._names[data["callId"]] = data["name"]
+            self._open[data["callId"]] = always_rule(data["name"], data["kind"], data["arguments"])
+        elif etype == TOOL_PERMISSION:
+            self._learn(self._open.get(event["data"]["callId"]), event["data"].get("permission"))
         elif etype == TOOL_RESULT:
             data = event["data"]
-            name = self._names.pop(data["callId"], None)
-            permission = data.get("permission")
-            if name and isinstance(permission, dict) and permission.get("optionId") == ALLOW_ALWAYS:
-                self.tools.add(name)
+            self._learn(self._open.pop(data["callId"], None), data.get("permission"))
+
+    def _learn(self, rule: Rule | None, permission: Any) -> None:
+        if rule is not None and isinstance(permission, dict) and permission.get("optionId") == ALLOW_ALWAYS:
+            self.rules.add(rule)
 
     def feed_all(self, events: Iterable[Event]) -> None:
         for event in events:
             self.feed(event)
 
 
-def remembered_always(events: Iterable[Event]) -> set[str]:
-    """Tool names the person allowed always in this session, from the log."""
+def remembered_always(events: Iterable[Event]) -> set[Rule]:
+    """The rules the person allowed always in this session, from the log."""
     remembered = RememberedAlways()
     remembered.feed_all(events)
-    return remembered.tools
+    return remembered.rules

@@ -10,6 +10,16 @@ it starts (an npx wrapper, a node server, the tools it runs). That group is list
 the process's watchdog (tools/reaper.py) from the spawn until we have killed it, so it
 dies with us however we die, SIGKILL included.
 
+It also dies with its leader: when the process we started exits and we did not ask it
+to, the rest of its group is SIGKILLed at once, before the leader is reaped (so the
+group id cannot have been reused). An npm launcher that dies leaves the real agent it
+started orphaned, still holding our pipes and still talking; nothing it does after that
+is anyone's to see or cancel (issue 23). A descendant that left the group (setsid) but
+still holds one of the child's pipes is found by the pipe (`kill_pipe_holders`, Linux).
+The exit is also seen without waiting for the watcher task (`alive` asks the kernel), so
+a request that comes right after the death restarts the child instead of going to a
+dead one.
+
 Closing is gentle first: real agents finish their work for a while after their stdin
 closes (5-10 s measured for some), and leave children behind when they do exit. So
 `close` closes its stdin, waits `grace` seconds for the leader to exit, then kills the
@@ -22,11 +32,15 @@ is tied up waiting for the process.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
+import struct
 import subprocess
+import termios
 from collections.abc import Mapping
+from pathlib import Path
 from typing import IO
 
 import anyio
@@ -61,6 +75,7 @@ class ChildAgent:
         self._stdin: int | None = None
         self._stdout: int | None = None
         self._status: int | None = None
+        self._closing = False  # `close` runs: it stops the group its own, gentler way
 
     @property
     def reader(self) -> FdLineReader:
@@ -78,7 +93,15 @@ class ChildAgent:
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._status is None
+        """Running: asked of the kernel (one waitid), so an exit the watcher task has not
+        seen yet counts (and is handled here as the watcher would)."""
+        proc, died = self._proc, self._died
+        if proc is None or self._status is not None or died is None:
+            return False
+        if _exited(proc):
+            self._on_exit(proc, died)
+            return False
+        return True
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Spawn the command; its stderr and its exit are watched by tasks of
@@ -97,7 +120,7 @@ class ChildAgent:
         # a descriptor number closed early can come back as the next child's pipe.
         stdin, stdout, stderr = (_take(f) for f in (proc.stdin, proc.stdout, proc.stderr))
         proc.stdin = proc.stdout = proc.stderr = None
-        self._proc, self._status, self._died = proc, None, anyio.Event()
+        self._proc, self._status, self._died, self._closing = proc, None, anyio.Event(), False
         self._stdin, self._stdout = stdin, stdout
         self.starts += 1
         self._reader = FdLineReader(stdout)
@@ -113,19 +136,21 @@ class ChildAgent:
         assert self._status is not None
         return self._status
 
-    async def close(self) -> None:
-        """Close its stdin, give it `grace` seconds to exit, then kill its process
-        group. Idempotent; shielded (it runs at shutdown, in cancelled scopes)."""
+    async def close(self, *, grace: float | None = None) -> None:
+        """Close its stdin, give it `grace` seconds (the configured ones by default) to
+        exit, then kill its process group. Idempotent; shielded (it runs at shutdown, in
+        cancelled scopes)."""
         proc = self._proc
         if proc is None:
             return
+        self._closing = True
         with anyio.CancelScope(shield=True):
             # Its EOF. The caller has stopped writing to it (ChildLink.close drains
             # and closes the connection's output first).
             _close_fd(self._stdin)
             self._stdin = None
             if self.alive:
-                with anyio.move_on_after(self.grace):
+                with anyio.move_on_after(self.grace if grace is None else grace):
                     await self.wait_died()
             # The leader may be gone and its children not: the group goes either way.
             if self._signal_group(proc, signal.SIGTERM) and self.alive:
@@ -135,6 +160,48 @@ class ChildAgent:
             with anyio.move_on_after(TERM_GRACE_S):
                 await self.wait_died()
             REAPER.forget(proc.pid)
+
+    def kill(self, pid: int) -> None:
+        """Its stdout ended (or its process is gone): the run `pid` is over for us, so
+        its group dies now, leader included (the watcher reaps it). Not while `close`
+        runs, and never a later run's."""
+        proc = self._proc
+        if proc is not None and proc.pid == pid and not self._closing and self.alive:
+            log.info("the wrapped agent (pid %d) closed its stdout: stopping its process group", pid)
+            self._signal_group(proc, signal.SIGKILL)
+
+    def stdin_unread(self) -> int | None:
+        """Bytes written to its stdin that nothing has read (FIONREAD on our end of the
+        pipe: the kernel keeps what is unread after the reader died); None if unknown."""
+        if self._stdin is None:
+            return None
+        try:
+            return int(struct.unpack("i", fcntl.ioctl(self._stdin, termios.FIONREAD, b"\0" * 4))[0])
+        except OSError:
+            return None
+
+    def pipes(self) -> set[str]:
+        """Its stdin and stdout pipes as /proc names them (`pipe:[INODE]`)."""
+        inodes = set()
+        for fd in (self._stdin, self._stdout):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    inodes.add(f"pipe:[{os.fstat(fd).st_ino}]")
+        return inodes
+
+    @staticmethod
+    def kill_pipe_holders(pipes: set[str]) -> list[int]:
+        """SIGKILL every other process that holds one of `pipes` (a descendant that left
+        its group and outlived it, keeping its stdout open); their pids. Linux (/proc);
+        blocking: run it in a worker thread."""
+        killed: list[int] = []
+        for pid in _pipe_holders(pipes):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        if killed:
+            log.warning("killed %s: they held the dead wrapped agent's pipes", ", ".join(map(str, killed)))
+        return killed
 
     def close_output(self) -> None:
         """Close our end of its stdout: its reader has seen EOF (the connection over it
@@ -166,7 +233,7 @@ class ChildAgent:
         except (AttributeError, OSError):
             pidfd = None
         try:
-            while proc.poll() is None:
+            while not _exited(proc):
                 if pidfd is not None:
                     await anyio.wait_readable(pidfd)
                 else:
@@ -174,9 +241,21 @@ class ChildAgent:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
-        status = proc.returncode
+        self._on_exit(proc, died)
+
+    def _on_exit(self, proc: subprocess.Popen[bytes], died: anyio.Event) -> None:
+        """The leader exited (not reaped yet, where waitid can tell): its group dies
+        now unless `close` is stopping it, then it is reaped. Once per process."""
+        if died.is_set():
+            return
+        stopped = proc is not self._proc or self._closing
+        if not stopped and self._signal_group(proc, signal.SIGKILL):
+            log.info("the wrapped agent (pid %d) exited: killed what was left of its process group", proc.pid)
+        status = proc.wait()  # exited: returns at once
         if proc is self._proc:
             self._status = status
+        if not stopped:
+            REAPER.forget(proc.pid)  # its group is killed, its leader reaped
         log.log(logging.INFO if status == 0 else logging.WARNING,
                 "the wrapped agent (pid %d) exited with status %s", proc.pid, status)
         died.set()
@@ -195,6 +274,37 @@ class ChildAgent:
         finally:
             reader.close()  # no longer watched by the loop before its number is freed
             _close_fd(fd)
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether `proc` exited, leaving it unreaped where the OS can (waitid WNOWAIT), so
+    its pid, and so its process group's id, cannot be reused before the group is killed."""
+    if proc.returncode is not None:
+        return True
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:
+        return proc.poll() is not None
+    try:
+        return waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already (by its Popen)
+        return True
+
+
+def _pipe_holders(inodes: set[str]) -> list[int]:
+    """The other processes with a descriptor on one of the pipes `inodes` names."""
+    if not inodes:
+        return []
+    me, found = os.getpid(), []
+    for proc in Path("/proc").glob("[0-9]*"):
+        if int(proc.name) == me:
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        found.append(int(proc.name))
+                        break
+    return found
 
 
 def _take(file: IO[bytes] | None) -> int:

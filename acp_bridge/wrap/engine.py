@@ -12,8 +12,14 @@ passed on as it is (`forward`), with the session id mapped, and answered with th
 child's answer.
 
 The child is spawned at start-up and restarted at the next request after it died
-(sessions are then restored on the new run, acp_bridge.wrap.sessions.restore). The child's own
+(sessions are then restored on the new run, acp_bridge.wrap.children.restore). The child's own
 errors are relayed unchanged (acp_bridge.host.errors.relayed).
+
+A child that still runs a turn the wrapper ended (it did not answer a cancelled prompt
+within the cancel grace: a stuck child session) is restarted at the next request that
+needs it, unless another session's prompt runs in it: the stuck session then gets a
+fresh child session instead, and the running turn is not cut (docs/wrap.md, "The
+cancel grace").
 """
 
 from __future__ import annotations
@@ -33,10 +39,11 @@ from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import ClientError, Handler
 from acp_bridge.wrap.child import ChildAgent
-from acp_bridge.wrap.link import ChildLink, obj
-from acp_bridge.wrap.seed import quiet_while_seeding, seed
-from acp_bridge.wrap.sessions import Restored, SessionMap, WrappedSession, new_session_id, restore
-from acp_bridge.wrap.upstream import ChildSide
+from acp_bridge.wrap.children import Restored, SessionMap, kept_from_editor, new_session_id, restore
+from acp_bridge.wrap.link import Call, ChildLink, obj
+from acp_bridge.wrap.seed import seed
+from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
 from session.repair import RepairReport
 
@@ -47,6 +54,7 @@ log = logging.getLogger("acp_bridge.wrap")
 class WrapConfig:
     store_dir: Path | str  # a folder, or a PostgreSQL connection string
     command: list[str]
+    cancel_grace: float  # seconds a cancelled prompt waits for the child's answer (`--cancel-grace`)
     backend: str = "jsonl"
     grace: float = 2.0  # seconds the child gets to exit after its stdin closed
     env: dict[str, str] | None = field(default=None)
@@ -79,7 +87,7 @@ class WrapEngine(Engine[WrappedSession]):
     async def start(self, host: Host[WrappedSession]) -> None:
         """Spawn the child (OSError if it cannot be)."""
         await super().start(host)
-        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None), sink=lambda: None,
+        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
                                     adopt=self._adopt)
         await self._new_link()
 
@@ -92,43 +100,83 @@ class WrapEngine(Engine[WrappedSession]):
         name = (self.child_info or {}).get("name")
         return name if isinstance(name, str) else Path(self.config.command[0]).name
 
+    @property
+    def cancel_grace(self) -> float:
+        return self.config.cancel_grace
+
     # --- the child -------------------------------------------------------------------
 
-    async def _new_link(self) -> ChildLink:
-        if self.link is not None:
-            await self.link.close()
-        await self.child.start(self.host.task_group)
-        link = ChildLink(self.child, fallback_for=quiet_while_seeding(self.side.fallback_for, self.children),
-                         inline=self.side.inline())
-        self.host.task_group.start_soon(link.run)
-        self.link = link
+    async def _new_link(self, *, grace: float | None = None) -> ChildLink:
+        # Whole or not at all: a spawned child always has its link (a cancel here
+        # would leave a process nobody reads).
+        with anyio.CancelScope(shield=True):
+            if self.link is not None:
+                await self.link.close(grace=grace)
+            self.children.new_run()
+            await self.child.start(self.host.task_group)
+            link = ChildLink(self.child, fallback_for=kept_from_editor(self.side.fallback_for, self.children),
+                             inline=self.side.inline())
+            await self.host.task_group.start(link.run)
+            self.link = link
         return link
 
-    async def ensure_link(self) -> ChildLink:
-        """The child's connection, restarted (and initialized again) if it died."""
+    async def ensure_link(self, ws: WrappedSession | None = None) -> ChildLink:
+        """The child's connection, restarted (and initialized again) if it died, or if
+        it is overdue (it runs a turn the wrapper ended, or did not answer the wrapper
+        within a cancel's grace) and no other prompt (than `ws`'s) runs in it."""
         link = self.link
-        if link is not None and link.running:  # the usual case: no lock, no checkpoint
-            return link
+        if link is not None and link.running and link.ready and not (self.children.stuck or link.overdue):
+            return link  # the usual case: no lock, no checkpoint
         async with self._starting:
             link = self.link
-            if link is not None and link.running:
-                return link
-            log.warning("the wrapped agent is not running: restarting it")
-            try:
-                link = await self._new_link()
-            except OSError as exc:
-                raise AgentStartError(f"the wrapped agent cannot be started: {exc}") from None
-            if self.init_params is not None:
-                self._took_init(await link.call("initialize", self.init_params))
+            overdue = link is not None and link.running and bool(self.children.stuck or link.overdue)
+            if link is None or not link.running or (overdue and not self._busy(link, ws)):
+                if overdue:
+                    log.warning("the wrapped agent did not answer within the cancel grace: restarting it")
+                else:
+                    log.warning("the wrapped agent is not running: restarting it")
+                try:
+                    # An overdue child is not waited for: it had its grace.
+                    link = await self._new_link(grace=0 if overdue else None)
+                except OSError as exc:
+                    raise AgentStartError(f"the wrapped agent cannot be started: {exc}") from None
+            if not link.ready:  # a restart (or one whose `initialize` was given up)
+                if self.init_params is not None:
+                    self._took_init(await link.call("initialize", self.init_params))
+                link.ready = True
             return link
 
+    def _busy(self, link: ChildLink, ws: WrappedSession | None) -> bool:
+        """Whether a session other than `ws` has a prompt (or a restore) running in the
+        child's current run: a restart would cut it."""
+        return any(other is not ws and other.generation == link.generation
+                   and (other.recorder is not None or other.restoring or other.seeding)
+                   for other in self.children.theirs.values())
+
     async def child_session(self, ws: WrappedSession) -> tuple[ChildLink, str]:
-        """The child's session for `ws` on its current run (restored if stale)."""
-        link = await self.ensure_link()
-        if ws.child_sid is None or ws.generation != link.generation:
+        """The child's session for `ws` on its current run (restored if stale, and a
+        fresh one if it is stuck in a turn the wrapper ended)."""
+        link = await self.ensure_link(ws)
+        if ws.child_sid is None or ws.generation != link.generation or self.children.is_stuck(ws.child_sid):
             await self._restore(ws, link)
         assert ws.child_sid is not None
         return link, ws.child_sid
+
+    def stuck(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
+        self.children.stick(ws, child_sid, call)
+
+    def overdue(self, ws: WrappedSession) -> None:
+        """The child did not answer what `ws`'s prompt needed first (its start, its
+        `initialize`, the session's restore) within a cancel's grace: it is restarted at
+        its next use, and what it says of `ws`'s half-restored session until then is
+        dropped."""
+        link = self.link
+        if link is None:
+            return
+        link.overdue = True
+        if ws.child_sid is not None and ws.generation == link.generation:
+            self.children.stuck[ws.child_sid] = Call("restore")  # never answered: until the restart
+        ws.generation = 0  # restored again at its next use
 
     async def _restore(self, ws: WrappedSession, link: ChildLink) -> tuple[Restored, dict[str, Any], dict[str, Any]]:
         """`restore`, then (with `--seed-fresh`, when it ended fresh) the seed prompt:
@@ -146,14 +194,25 @@ class WrapEngine(Engine[WrappedSession]):
             link.notify("session/cancel", {**(params or {}), "sessionId": ws.child_sid})
 
     async def close_child_session(self, ws: WrappedSession) -> None:
+        """The child's `session/close`, if it has one, waited for until the bound of the
+        editor's close (the cancel grace from its cancel of the running turn, else from
+        now): a child that does not answer does not hold the editor's close. A stuck
+        session is told, not waited for (it had its grace)."""
         link = self.link
-        if (link is not None and link.alive and ws.child_sid is not None and ws.generation == link.generation
-                and isinstance(self.child_caps.get("sessionCapabilities"), dict)
-                and self.child_caps["sessionCapabilities"].get("close") is not None):
-            try:
-                await link.call("session/close", {"sessionId": ws.child_sid})
-            except ClientError as exc:
-                log.info("the wrapped agent did not close session %s: %s", ws.child_sid, exc)
+        if (link is None or not link.alive or ws.child_sid is None or ws.generation != link.generation
+                or not isinstance(self.child_caps.get("sessionCapabilities"), dict)
+                or self.child_caps["sessionCapabilities"].get("close") is None):
+            return
+        now = anyio.current_time()
+        bound, ws.close_by = ws.close_by or now + self.cancel_grace, None
+        call = link.ask("session/close", {"sessionId": ws.child_sid})
+        with anyio.move_on_after(0 if self.children.is_stuck(ws.child_sid) else max(0.0, bound - now)):
+            await call.done.wait()
+        if not call.done.is_set():
+            log.info("the wrapped agent did not answer session/close of %s in time: closed without it", ws.child_sid)
+            call.late = lambda _: None
+        elif isinstance(call.error, ClientError):
+            log.info("the wrapped agent did not close session %s: %s", ws.child_sid, call.error)
 
     def forget(self, ws: WrappedSession) -> None:
         self.children.remove(ws)
@@ -200,7 +259,7 @@ class WrapEngine(Engine[WrappedSession]):
         extra = params.get("additionalDirectories")
         if isinstance(extra, list):
             session.additional_directories = extra
-        link = await self.ensure_link()
+        link = await self.ensure_link(session)
         restored, result, seeded = await self._restore(session, link)
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": {"restored": restored, **seeded}})
@@ -222,13 +281,18 @@ class WrapEngine(Engine[WrappedSession]):
         return result
 
     async def forward(self, method: str, params: Any, is_request: bool) -> Any:
-        """Any other method of the editor: passed on, the session id mapped."""
-        link = await self.ensure_link()
+        """Any other method of the editor: passed on, the session id mapped both ways
+        (in the params, and in the result the child answers with)."""
         ws = self.host.find(params.get("sessionId")) if isinstance(params, dict) else None
+        link = await self.ensure_link(ws)
         if ws is not None:
             link, child_sid = await self.child_session(ws)
             params = {**params, "sessionId": child_sid}
         if not is_request:
             link.notify(method, params)
             return None
-        return await link.call(method, params)
+        result = await link.call(method, params)
+        if ws is None:
+            return result
+        took_setting(ws, method, params, result)
+        return mapped_session(result, child_sid, ws.id)

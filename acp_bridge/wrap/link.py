@@ -14,15 +14,30 @@ which cancels our request to the editor in the same way.
 
 Errors the child answers are `ClientError`s, passed on unchanged: to_rpc_error
 (acp_bridge.host.errors) answers the editor with the child's error as it came.
+
+Death is final for what the child sends: once the link is dead (its stdout ended, or
+its process exited and its stdout did not end within `EOF_S`: a descendant that left
+its group holds it, and is killed by the pipe), nothing read from it is handled any
+more, so nothing an orphan of it says reaches the editor or a log. The link also
+remembers how far the child had read its stdin when it died, so a prompt it never read
+is told from one it died running (`Call.unread`: the prompt is then sent again to the
+restarted child, acp_bridge.wrap.sessions).
+
+A prompt is asked with `ask`: the request runs in a task of the link's own, so the
+prompt may stop waiting for it (the editor cancelled it and the child did not answer
+within the cancel grace) while the child's late answer is still seen
+(acp_bridge.wrap.children, `SessionMap.stuck`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 
 from acp_bridge.errors import AgentExitedError
 from acp_bridge.host.errors import to_rpc_error
@@ -34,7 +49,10 @@ log = logging.getLogger("acp_bridge.wrap.link")
 T = TypeVar("T")
 
 DRAIN_S = 2.0  # how long the child gets to read what is queued for it before a close
-EOF_S = 2.0  # how long its stdout may stay open after its group was killed
+# How long its stdout may stay open after its process exited. Its group is killed at the
+# exit, so what it wrote is read to EOF in milliseconds; longer, a descendant that left
+# the group holds the pipe (and is killed for it).
+EOF_S = 0.5
 
 
 def obj(value: Any) -> dict[str, Any]:
@@ -49,20 +67,53 @@ def permission_cancelled() -> dict[str, Any]:
     return {"outcome": {"outcome": "cancelled"}}
 
 
+@dataclass(eq=False)
+class Call:
+    """Our request to the child, answered in a task of the link (`ChildLink.ask`): its
+    result or error once `done`, and what the link knew of it when the child died."""
+
+    method: str
+    offset: int | None = None  # where its bytes start in the child's stdin; None: not sent
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: Exception | None = None
+    unread: bool = False  # the child died without reading a byte of it
+    # Called once it is done, if the one who asked stopped waiting before (a late answer).
+    late: Callable[[Call], None] | None = None
+
+    def outcome(self) -> Any:
+        """The child's result; its error (ClientError), AgentExitedError, raised."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class ChildLink:
-    """The connection to one run of `child` (started already); `run` it in a task."""
+    """The connection to one run of `child` (started already); `run` it in a task
+    (`task_group.start`: `ask` needs it running)."""
 
     def __init__(self, child: ChildAgent, *, fallback_for: Callable[[ChildLink], Fallback],
                  inline: Mapping[str, Inline]) -> None:
         self.child = child
+        self.pid = child.pid
         self.generation = child.starts  # sessions restored on this run carry it
-        self.conn = Connection(child.reader, child.writer, {}, fallback=fallback_for(self), inline=inline,
-                               error_for=to_rpc_error)
+        self.writer = child.writer
+        handlers = {name: self._while_alive(handler) for name, handler in inline.items()}
+        self.conn = Connection(child.reader, child.writer, {}, fallback=self._fallback_while_alive(fallback_for(self)),
+                               inline=handlers, error_for=to_rpc_error)
         self.dead = anyio.Event()
         self.status: int | None = None
+        # Sent the editor's `initialize` again, or none was needed (the engine's to say).
+        self.ready = False
+        # Did not answer the wrapper within a cancel's grace: restarted at its next use.
+        self.overdue = False
+        self._read: int | None = None  # bytes of its stdin the child had read when it died
+        self._dropped = 0  # messages read after its death, dropped
         self._waiting: set[anyio.CancelScope] = set()
         self._serving = anyio.CancelScope()
         self._ended = anyio.Event()
+        self._closing = False  # `close` stops it its own, gentler way
+        self._tg: anyio.abc.TaskGroup | None = None
 
     @property
     def alive(self) -> bool:
@@ -75,35 +126,101 @@ class ChildLink:
         alive, reading to EOF), and a new request must not be sent to the dead one."""
         return self.alive and self.child.alive
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve the child until its stdout ends (or it exits), then mark it dead."""
         async with anyio.create_task_group() as tg:
+            self._tg = tg
             tg.start_soon(self._watch_exit)
+            task_status.started()
             try:
                 with self._serving:
                     await self.conn.serve()
             except* OSError as group:  # its pipe went away under a write
                 log.info("the connection to the wrapped agent failed: %s", group.exceptions[0])
             finally:
-                self.child.close_output()
                 self._mark_dead()
+                self.child.close_output()
+                if self.pid is not None and not self._closing:
+                    self.child.kill(self.pid)  # its stdout ended: what is left of it goes too
                 self._ended.set()
                 tg.cancel_scope.cancel()
+        if self._dropped:
+            log.info("dropped %d message(s) the wrapped agent (pid %s) sent after it died", self._dropped, self.pid)
 
     async def _watch_exit(self) -> None:
-        # Its last answers may still be in the pipe: read to EOF first, unless a
-        # grandchild holds its stdout open after the agent itself exited.
+        # Its last answers may still be in the pipe: read to EOF first (its group is
+        # killed at its exit, so EOF comes at once), unless a descendant that left the
+        # group holds its stdout open: that one is killed, and nothing more is read.
         self.status = await self.child.wait_died()
         with anyio.move_on_after(EOF_S):
             await self._ended.wait()
-        self._mark_dead()
+        if not self._ended.is_set():
+            pipes = self.child.pipes()  # before the reader's end closes
+            self._mark_dead()
+            self._serving.cancel()
+            await anyio.to_thread.run_sync(self.child.kill_pipe_holders, pipes)
 
     def _mark_dead(self) -> None:
         if self.dead.is_set():
             return
+        # How far it read its stdin: the pipe keeps what it never read.
+        unread = self.child.stdin_unread() if self.child.pid == self.pid else None
+        self._read = None if unread is None else self.writer.written - unread
         self.dead.set()
         for scope in list(self._waiting):
             scope.cancel()
+
+    def _while_alive(self, handler: Inline) -> Inline:
+        def handle(params: Any) -> bool | None:
+            if self.dead.is_set():
+                self._dropped += 1
+                return None
+            return handler(params)
+
+        return handle
+
+    def _fallback_while_alive(self, fallback: Fallback) -> Fallback:
+        async def handle(method: str, params: Any, is_request: bool) -> Any:
+            if self.dead.is_set():
+                self._dropped += 1
+                if is_request:
+                    raise AgentExitedError(self.status)
+                return None
+            return await fallback(method, params, is_request)
+
+        return handle
+
+    def ask(self, method: str, params: Any) -> Call:
+        """`call`, in a task of the link: the `Call` to wait on (its `done`), which the
+        caller may stop waiting for while the child still owes the answer."""
+        call = Call(method)
+        if self._tg is None or self.dead.is_set():
+            call.error, call.unread = AgentExitedError(self.status), True
+            call.done.set()
+            return call
+        # Where its bytes start in the child's stdin: after all that was written or
+        # queued before it. Queued here, at once: what the caller sends next (the
+        # editor's cancel, passed on) goes after it.
+        call.offset = self.writer.written + self.conn.queued_bytes
+        answer = self.conn.ask(method, params)
+        self._tg.start_soon(self._answer, call, answer)
+        return call
+
+    async def _answer(self, call: Call, answer: Coroutine[Any, Any, Any]) -> None:
+        try:
+            call.result = await self.guarded(lambda: answer)
+        except Exception as exc:  # the child's error answer, its death
+            call.error = exc
+        except BaseException:  # the link's own end
+            call.error = AgentExitedError(self.status)
+            raise
+        finally:
+            answer.close()  # never awaited if the child died first: no warning, nothing left
+            if isinstance(call.error, AgentExitedError):
+                call.unread = call.offset is None or (self._read is not None and self._read <= call.offset)
+            call.done.set()
+            if call.late is not None:
+                call.late(call)
 
     async def call(self, method: str, params: Any) -> Any:
         """Our request to the child: its result, ClientError for its error answer, or
@@ -127,12 +244,15 @@ class ChildLink:
         if self.alive:
             self.conn.notify(method, params)
 
-    async def close(self) -> None:
+    async def close(self, *, grace: float | None = None) -> None:
         """Stop the child: what is queued for it is written (if it reads), then its
-        stdin is closed and its process group stopped (ChildAgent.close). Shielded."""
+        stdin is closed and its process group stopped (ChildAgent.close; `grace`: how
+        long it may take to exit first, the configured time by default). Shielded."""
+        self._closing = True
         with anyio.CancelScope(shield=True):
             drained = False
-            with anyio.move_on_after(DRAIN_S):
+            # Not for a child stopped at once (`grace` 0: it had its time already).
+            with anyio.move_on_after(DRAIN_S if grace is None else min(grace, DRAIN_S)):
                 await self.conn.drain(1)
                 drained = True
             # Nothing is written to its stdin after this: the descriptor can be closed.
@@ -140,7 +260,7 @@ class ChildLink:
             if not drained:  # a writer stuck on a child that does not read: stop it
                 self._serving.cancel()
                 await self._ended.wait()
-            await self.child.close()
+            await self.child.close(grace=grace)
             with anyio.move_on_after(EOF_S):
                 await self._ended.wait()
             if not self._ended.is_set():

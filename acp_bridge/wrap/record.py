@@ -4,40 +4,35 @@ Pure: the proxy feeds it what passes between the editor and the wrapped agent an
 appends the `(event type, data)` items it returns, in order; it never does I/O. Every
 item sequence it returns keeps the log's invariants, whatever the agent sends.
 
-How the update stream becomes steps (docs/wrap.md, "Recording"):
+Two things are recorded of every turn (docs/wrap.md, "Recording"):
 
-- a step opens at the first message chunk, thought chunk or tool call of the turn, and
-  at the first message or thought chunk after the open step's tool calls all have
-  results (the agent went back to its model); a tool call never closes a step;
-- an `assistant/message` precedes each new tool call's `tool/call` (the invariants need
-  the call's block in a message of the step first): it holds what the step streamed
-  since its last message, then the call's block; what comes later goes to the step's
-  closing message;
-- a `usage_update` in a step is at once an empty-content `assistant/message` hosting
-  the usage (DESIGN.md's form for usage without content): the editor sees the update
-  when it comes, so its event cannot wait for the step's end (log before send);
-- a step closes, with that message, the synthetic results of calls still open (only at
-  the turn's end) and `step/end`, when the next step opens and at the turn's end.
+- what the editor was sent, each update once and at once (log before send), so that a
+  replay sends exactly that again: a text chunk as `assistant/chunk` (with `sent`, the
+  fields of the update its chunk does not hold), every other update as it came in a
+  `wrapped/update`;
+- what the agent said, for the transcript (`sessions show`, `--seed-fresh`, a model
+  reading the log): the step's `assistant/message`, each call's `tool/call` and
+  `tool/result`, the turn's usage, all `silent` (the editor was sent nothing for them:
+  their updates are the ones above). They are written when the step closes, not when
+  a call is announced: an agent announces a call, then tells its arguments, a better
+  title and its outcome in later updates, and the log keeps what it said last; but
+  before a request of the agent reaches the editor (`asking`), so that what it lets
+  run has its call on disk (acp_bridge/wrap/calls.py).
 
-What no event holds becomes `wrapped/update` (replayed as it came): plans, mode,
-config option, command and session info updates, extension updates, non-text message
-chunks, interim tool call updates, updates for a call the turn does not know, a repeated
-`tool_call` of a known call, a `usage_update` outside a step, and every update before
-`prompt` or after the turn ended (then between turns, naming no turn).
+Steps, the turn's usage and unfinished calls: docs/wrap.md, "How a turn is recorded".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
-
 from acp_bridge.host.settlement import TURN_FAILED
+from acp_bridge.rpc.protocol import error_object
+from acp_bridge.wrap.calls import AnnouncedCall, Step, step_items
 from session.closers import OpenTurn, Unanswered, Unreported, closers
 from session.events import (
     CANCELLED_BY,
-    AssistantBlock,
+    TOOL_RESULT,
     PermissionRecord,
     Reason,
     ReasonKind,
@@ -51,8 +46,6 @@ from session.items import (
     assistant_message,
     step_end,
     step_start,
-    tool_call,
-    tool_result,
     turn_start,
     user_message,
     wrapped_update,
@@ -84,29 +77,10 @@ _ERROR_WORDS: Final[dict[int, str]] = {
 OTHER_ERROR: Final = "agent_error"
 """The `code` of an error answer whose JSON-RPC code and data name no known word."""
 
-FINAL_STATUSES: Final = ("completed", "failed")
-
-# Fields of a ToolCall that `tool/call` (and its replay) carries; the rest of the
-# announcement is kept in a `wrapped/update` after it.
-_CALL_FIELDS: Final = frozenset({"sessionUpdate", "toolCallId", "title", "kind", "status", "rawInput", "locations"})
-# Fields of a final ToolCallUpdate that `tool/result` carries (content as its display).
-_RESULT_FIELDS: Final = frozenset({"sessionUpdate", "toolCallId", "status", "content"})
-
-
-@dataclass
-class _Call:
-    step: int
-    name: str
-    content: list[Any] | None = None  # the latest ToolCallContent: updates replace it
-    permission: PermissionRecord | None = None
-    answered: bool = False
-
-
-@dataclass
-class _Step:
-    number: int
-    pending: list[tuple[ChunkKind, list[str]]] = field(default_factory=list)  # (kind, texts) since the last message
-    calls: list[str] = field(default_factory=list)
+_USAGE_FIELDS: Final = (("inputTokens", "inputTokens"), ("outputTokens", "outputTokens"),
+                        ("cachedReadTokens", "cacheReadTokens"), ("cachedWriteTokens", "cacheWriteTokens"),
+                        ("thoughtTokens", "reasoningTokens"))  # ACP's Usage -> ours
+_CHUNKS: Final[dict[str, ChunkKind]] = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
 
 
 class TurnRecorder:
@@ -121,9 +95,11 @@ class TurnRecorder:
         self.mode = mode
         self._started = False
         self._ended = False
-        self._step: _Step | None = None  # the open step
+        self._step: Step | None = None  # the open step
         self._steps = 0
-        self._calls: dict[str, _Call] = {}
+        self._calls: dict[str, AnnouncedCall] = {}
+        self._meta_usage: Usage | None = None  # the sum of the updates' `_meta.usage`
+        self._context: Usage | None = None  # the last usage_update's
 
     @property
     def open(self) -> bool:
@@ -144,27 +120,42 @@ class TurnRecorder:
         if not self.open:
             return [wrapped_update(update)]
         kind = update["sessionUpdate"]
-        if kind in ("agent_message_chunk", "agent_thought_chunk"):
+        chunk = _CHUNKS.get(kind)
+        if chunk is not None:
             content = update.get("content")
             if isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str):
-                return self._chunk("text" if kind == "agent_message_chunk" else "reasoning", content["text"])
-        elif kind == "tool_call":
-            call_id = update.get("toolCallId")
-            if isinstance(call_id, str) and call_id not in self._calls:
-                return self._new_call(call_id, update)
-            return self._call_update(update)  # a repeated announcement updates the call
-        elif kind == "tool_call_update":
+                return self._chunk(chunk, content["text"], update)
+        elif kind in ("tool_call", "tool_call_update"):
             return self._call_update(update)
-        elif kind == "usage_update" and self._step is not None:
-            # At once, in a message of its own: the editor is shown the update as it
-            # comes, so its event must be in the log first (log before send).
-            return [assistant_message(self.turn, self._step.number, [], _usage(update))]
+        elif kind == "usage_update":
+            used, size = update.get("used"), update.get("size")
+            self._context = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
+            if type(size) is int:
+                self._context["contextWindow"] = size
         return [wrapped_update(update, self.turn)]
+
+    def asking(self, tool_call: dict[str, Any] | None = None) -> list[Item]:
+        """The agent asks the editor something in this turn (a permission about
+        `tool_call`, a ToolCallUpdate; a file, a terminal): the open step is written as
+        far as it goes (its text and calls so far, silent), before the request is
+        passed on, so whatever the editor's answer lets run has its `tool/call` on disk
+        (docs/wrap.md, "Ordering and durability"). A call the turn does not know yet is
+        known from now on, as the request describes it (qwen-code and gemini-cli ask
+        before they announce). The calls keep taking their later updates for their results; their
+        arguments and title stay those known now."""
+        if not self.open:
+            return []
+        items: list[Item] = []
+        if tool_call is not None and isinstance(tool_call.get("toolCallId"), str):
+            self._asked_call(tool_call["toolCallId"], tool_call, items)
+        if self._step is not None:
+            items += self._written(self._step, results=False)
+        return items
 
     def permission(self, tool_call: dict[str, Any], outcome: dict[str, Any]) -> list[Item]:
         """The editor's answer (`outcome`) to the agent's permission request about
-        `tool_call` (a ToolCallUpdate): it rides on the call's `tool/result`. A call the
-        turn does not know yet is recorded now, from the request's `toolCall`."""
+        `tool_call` (a ToolCallUpdate): it rides on the call's `tool/result` (a call the
+        turn does not know yet is known from now on, as in `asking`)."""
         call_id = tool_call.get("toolCallId")
         if not self.open or not isinstance(call_id, str):
             return []
@@ -172,9 +163,9 @@ class TurnRecorder:
         record: PermissionRecord = {"outcome": value if isinstance(value, str) else "unknown"}
         if isinstance(outcome.get("optionId"), str):
             record["optionId"] = outcome["optionId"]
-        items = [] if call_id in self._calls else self._new_call(call_id, tool_call)
-        call = self._calls[call_id]
-        if not call.answered:  # else too late: its result is written
+        items: list[Item] = []
+        call = self._asked_call(call_id, tool_call, items)
+        if not call.answered:  # else too late: the agent reported its outcome already
             call.permission = record
         return items
 
@@ -184,39 +175,52 @@ class TurnRecorder:
             return []
         stop = result.get("stopReason")
         known = _STOP_REASONS.get(stop) if isinstance(stop, str) else None
+        usage = acp_usage(result.get("usage")) or quota_usage(result.get("_meta"))
         if known is None:  # not an ACP stop reason: the turn cannot be said to have succeeded
             return self._close(reason("error", step=self._steps, code="invalid_answer",
-                                      message=f"the wrapped agent answered an unknown stopReason {stop!r}"))
+                                      message=f"the wrapped agent answered an unknown stopReason {stop!r}"), usage)
         kind, fields = known
-        return self._close(reason(kind, **fields))
+        return self._close(reason(kind, **fields), usage)
 
     def failed(self, error: dict[str, Any]) -> list[Item]:
-        """The wrapped agent's JSON-RPC error answer to the prompt."""
+        """The wrapped agent's JSON-RPC error answer to the prompt. The reason keeps it
+        whole (`agentError`: settlement answers the editor with it again, as it came) and,
+        for everything else that reads a reason, its words: `code` (`data.code` if a
+        string, else a word for the JSON-RPC code), `message`, `retryable`."""
         if not self._starts_end():
             return []
-        data = error.get("data")
+        sent = error_object(error)
+        data = sent.get("data")
         data = data if isinstance(data, dict) else {}
         code = data.get("code")
         if not isinstance(code, str):
-            number = error.get("code")
-            code = _ERROR_WORDS.get(number, OTHER_ERROR) if type(number) is int else OTHER_ERROR
-        message = error.get("message")
-        # Settlement prefixes "turn failed: " again: a wrapped acp-bridge (or any agent
-        # settling as we do) already said it, and the editor should read it once.
-        text = message.removeprefix(TURN_FAILED) if isinstance(message, str) else "the wrapped agent failed"
+            code = _ERROR_WORDS.get(sent["code"], OTHER_ERROR)
+        # An agent that settles as we do (a wrapped acp-bridge) starts its message so:
+        # the reason's message is what failed, as our own agent records it.
+        text = sent["message"].removeprefix(TURN_FAILED) or f"the wrapped agent failed ({sent['code']})"
         fields: dict[str, Any] = {"step": self._steps, "code": code, "message": text}
         if isinstance(data.get("retryable"), bool):
             fields["retryable"] = data["retryable"]
+        fields["agentError"] = sent
         return self._close(reason("error", **fields))
 
-    def cancelled(self, by: str) -> list[Item]:
+    def cancelled(self, by: str, *, forced: bool = False) -> list[Item]:
         """The editor cancelled (`by`: the ACP message that did) and the agent's answer
-        says nothing usable."""
+        says nothing usable; `forced`: it gave none within the cancel grace, and the
+        wrapper ended the turn itself."""
         if by not in CANCELLED_BY:
             raise ValueError(f"cancelled by {by!r} is not one of {list(CANCELLED_BY)}")
         if not self._starts_end():
             return []
-        return self._close(reason("cancelled", by=by))
+        return self._close(reason("cancelled", by=by, forced=True) if forced else reason("cancelled", by=by))
+
+    def known_calls(self) -> list[Item]:
+        """The open step's calls and text written out (message, calls, the results
+        that came), its calls without a final status left open: for a proxy that closes
+        the turn itself (the agent died: `SessionLog.close_interrupted` answers them)."""
+        if not self.open or self._step is None:
+            return []
+        return self._written(self._step)
 
     # --- steps ---------------------------------------------------------------------
 
@@ -225,119 +229,126 @@ class TurnRecorder:
             raise RuntimeError(f"turn {self.turn} ended before it was prompted")
         return not self._ended
 
-    def _chunk(self, kind: ChunkKind, text: str) -> list[Item]:
+    def _chunk(self, kind: ChunkKind, text: str, update: dict[str, Any]) -> list[Item]:
         items: list[Item] = []
         step = self._step
         if step is not None and step.calls and all(self._calls[c].answered for c in step.calls):
-            items += self._close_step()  # the agent went back to its model
-            step = None
+            items += self._written(step)  # the agent went back to its model
+            items.append(step_end(self.turn, step.number))
+            self._step = step = None
         if step is None:
             step = self._open_step(items)
-        pending = step.pending
-        if pending and pending[-1][0] == kind:
-            pending[-1][1].append(text)
-        else:
-            pending.append((kind, [text]))
-        items.append(assistant_chunk(self.turn, step.number, kind, text))
+        step.say(kind, text)
+        sent: dict[str, Any] | None = None
+        if len(update) != 2 or len(update["content"]) != 2:  # more than {sessionUpdate, content: {type, text}}
+            sent = {k: v for k, v in update.items() if k not in ("sessionUpdate", "content")}
+            if len(update["content"]) != 2:
+                sent["content"] = update["content"]
+            self._add_meta_usage(update.get("_meta"))
+        items.append(assistant_chunk(self.turn, step.number, kind, text, sent))
         return items
 
-    def _open_step(self, items: list[Item]) -> _Step:
+    def _add_meta_usage(self, meta: Any) -> None:
+        usage = acp_usage(meta.get("usage")) if isinstance(meta, dict) else None
+        if usage is None:
+            return
+        total: dict[str, Any] = {**(self._meta_usage or {})}
+        for name, value in usage.items():
+            total[name] = total.get(name, 0) + value
+        self._meta_usage = total  # type: ignore[assignment]
+
+    def _open_step(self, items: list[Item]) -> Step:
         self._steps += 1
-        self._step = _Step(self._steps)
+        self._step = Step(self._steps)
         items.append(step_start(self.turn, self._steps))
         return self._step
 
-    @staticmethod
-    def _streamed(step: _Step) -> list[AssistantBlock]:
-        """What the step streamed since its last message, as message content (taken)."""
-        content: list[AssistantBlock] = [
-            {"type": "text", "text": "".join(texts)} if kind == "text" else {"type": "reasoning", "text": "".join(texts)}
-            for kind, texts in step.pending]
-        step.pending = []
-        return content
+    def _written(self, step: Step, *, results: bool = True) -> list[Item]:
+        return step_items(self.turn, step, self._calls, results=results)
 
-    def _close_step(self) -> list[Item]:
-        """The agent went back to its model: the open step's calls all have results."""
-        step, self._step = self._step, None
-        assert step is not None
-        content = self._streamed(step)
-        message = [assistant_message(self.turn, step.number, content)] if content else []
-        return [*message, step_end(self.turn, step.number)]
-
-    def _close(self, end: Reason) -> list[Item]:
+    def _close(self, end: Reason, usage: Usage | None = None) -> list[Item]:
         self._ended = True
         step, self._step = self._step, None
+        usage = usage or self._meta_usage or self._context
+        items: list[Item] = []
+        if step is None and usage is not None:  # a turn that said nothing still cost something
+            step = self._open_step(items)
+            self._step = None
         if step is None:
             return closers(OpenTurn(self.turn, None), Unreported(end))
         # The agent ended the turn without a final status for these calls.
         open_calls = [(cid, self._calls[cid]) for cid in step.calls if not self._calls[cid].answered]
+        items += self._written(step)
+        if usage is not None:
+            items.append(assistant_message(self.turn, step.number, [], usage, silent=True))
         for _, call in open_calls:
             call.answered = True
         unanswered = [Unanswered(cid, call.step, call.name, True, call.permission) for cid, call in open_calls]
-        return closers(OpenTurn(self.turn, step.number, unanswered), Unreported(end, self._streamed(step)))
+        # Their failed results tell the transcript; the editor was told nothing (the
+        # agent left the calls as they were), so neither is a replay.
+        return items + [(t, {**d, "silent": True}) if t == TOOL_RESULT else (t, d)
+                        for t, d in closers(OpenTurn(self.turn, step.number, unanswered), Unreported(end))]
 
     # --- tool calls ----------------------------------------------------------------
 
-    def _new_call(self, call_id: str, call: dict[str, Any]) -> list[Item]:
-        items: list[Item] = []
+    def _new_call(self, call_id: str, items: list[Item]) -> AnnouncedCall:
         step = self._step if self._step is not None else self._open_step(items)
-        raw_input = call.get("rawInput")
-        arguments = raw_input if raw_input is not None else {}
-        given_kind, given_title = call.get("kind"), call.get("title")
-        kind = given_kind if isinstance(given_kind, str) else "other"
-        title = given_title if isinstance(given_title, str) and given_title else None
-        name = title or kind
-        block: AssistantBlock = {"type": "tool-call", "id": call_id, "name": name,
-                                 "arguments": orjson.dumps(arguments).decode()}
-        items.append(assistant_message(self.turn, step.number, [*self._streamed(step), block]))
-        locations = call.get("locations")
-        items.append(tool_call(self.turn, step.number, call_id, name=name, arguments=arguments,
-                               title=title or name, kind=kind,
-                               locations=locations if isinstance(locations, list) else None))
+        step.said.append(call_id)
         step.calls.append(call_id)
-        self._calls[call_id] = record = _Call(step.number, name)
-        if isinstance(call.get("content"), list):
-            record.content = call["content"]
-        if call.get("status") in FINAL_STATUSES:  # announced already done
-            items.append(self._result(call_id, call))
-        extras = {k: v for k, v in call.items() if k not in _CALL_FIELDS and not (k == "content" and record.answered)}
-        if extras:
-            items.append(wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": call_id, **extras}, self.turn))
-        return items
+        call = self._calls[call_id] = AnnouncedCall(step.number)
+        return call
+
+    def _asked_call(self, call_id: str, tool_call: dict[str, Any], items: list[Item]) -> AnnouncedCall:
+        """The call a permission request is about; one the turn does not know yet is
+        known from now on, as the request describes it (not its status: the request's
+        `pending` says nothing of the outcome; not its content: the question asked)."""
+        call = self._calls.get(call_id)
+        if call is None:
+            call = self._new_call(call_id, items)
+            call.take({k: v for k, v in tool_call.items() if k != "status"}, content=False)
+        return call
 
     def _call_update(self, update: dict[str, Any]) -> list[Item]:
+        """A `tool_call` or `tool_call_update`: kept as it came, and what it says taken
+        into the call (a `tool_call` of a new id announces one). An update after the
+        call's final status still counts (an agent may send the output after it): the
+        call is written when its step closes. One for an id the turn does not know is
+        only kept."""
+        items: list[Item] = []
         call_id = update.get("toolCallId")
         call = self._calls.get(call_id) if isinstance(call_id, str) else None
-        if call is None or call.answered:  # unknown here, or done: replayed as it came
-            return [wrapped_update(update, self.turn)]
-        if isinstance(update.get("content"), list):
-            call.content = update["content"]
-        if update.get("status") not in FINAL_STATUSES:
-            return [wrapped_update(update, self.turn)]
-        items = [self._result(update["toolCallId"], update)]
-        extras = {k: v for k, v in update.items() if k not in _RESULT_FIELDS}
-        if extras:
-            items.append(wrapped_update({"sessionUpdate": "tool_call_update", "toolCallId": update["toolCallId"],
-                                         **extras}, self.turn))
+        if call is None and update["sessionUpdate"] == "tool_call" and isinstance(call_id, str):
+            call = self._new_call(call_id, items)
+        if call is not None and (self._step is None or call_id not in self._step.calls):
+            call = None  # a call of a step already written: nothing more can be said of it
+        items.append(wrapped_update(update, self.turn))
+        if call is not None:
+            call.take(update)
         return items
 
-    def _result(self, call_id: str, update: dict[str, Any]) -> Item:
-        call = self._calls[call_id]
-        call.answered = True
-        display = call.content or []
-        return tool_result(
-            self.turn, call.step, call_id,
-            content=[c["content"] for c in display if isinstance(c, dict) and c.get("type") == "content"
-                     and isinstance(c.get("content"), dict)],
-            is_error=update.get("status") == "failed", display=display, permission=call.permission)
+
+def quota_usage(meta: Any) -> Usage | None:
+    """gemini-cli's count of the turn's tokens in its prompt answer's `_meta` (`quota.
+    token_count: {input_tokens, output_tokens}`: it sends no ACP `usage`), or None."""
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    count = quota.get("token_count") if isinstance(quota, dict) else None
+    if not isinstance(count, dict):
+        return None
+    return acp_usage({"inputTokens": count.get("input_tokens"), "outputTokens": count.get("output_tokens")})
 
 
-def _usage(update: dict[str, Any]) -> Usage:
-    """ACP `usage_update` -> `usage`: `used` (the tokens in context) is the step's input,
-    as ACP does not split it, and `size` the window, so the replay's `usage_update`
-    (used = input + output) shows the same two numbers. Its `cost` is not kept."""
-    used, size = update.get("used"), update.get("size")
-    usage: Usage = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
-    if type(size) is int:
-        usage["contextWindow"] = size
-    return usage
+def acp_usage(value: Any) -> Usage | None:
+    """ACP's Usage (`inputTokens`, `outputTokens`, `cachedReadTokens`, ...) as ours, or
+    None if `value` holds none of its counts."""
+    if not isinstance(value, dict):
+        return None
+    usage: dict[str, int] = {}
+    for theirs, ours in _USAGE_FIELDS:
+        count = value.get(theirs)
+        if type(count) is int and count >= 0:
+            usage[ours] = count
+    if not usage:
+        return None
+    usage.setdefault("inputTokens", 0)
+    usage.setdefault("outputTokens", 0)
+    return usage  # type: ignore[return-value]

@@ -1,31 +1,31 @@
 """Seeding a fresh child session with the transcript (`acp-bridge wrap --seed-fresh`).
 
 When the wrapped agent cannot load or resume a session of ours (the restore ended
-`fresh`, acp_bridge.wrap.sessions), its new session knows nothing of the conversation.
+`fresh`, acp_bridge.wrap.children), its new session knows nothing of the conversation.
 With `--seed-fresh` the wrapper sends it one `session/prompt` of its own: a text block
 with a short preface and the conversation as text (per turn, the user's prompt and the
 agent's final text, from our log's model transcript, the last whole turns that fit
 `SEED_CHARS`). The exchange is the wrapper's: it is not recorded as a turn and not shown
 to the editor (the session is `restoring` and `seeding` meanwhile: the child's updates
 are dropped, a permission it asks for is answered `cancelled`, its other requests are
-refused, its notifications dropped). Opt-in: it costs a model call of the wrapped agent.
+refused, its notifications dropped: acp_bridge.wrap.children.kept_from_editor). Opt-in: it
+costs a model call of the wrapped agent.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
 
-from acp_bridge.errors import AgentExitedError, RequestRefusedError
+from acp_bridge.errors import AgentExitedError
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import ChildLink, obj, permission_cancelled
-from acp_bridge.wrap.sessions import SessionMap, WrappedSession
+from acp_bridge.wrap.link import ChildLink, obj
+from acp_bridge.wrap.sessions import WrappedSession
 from session import SessionStore
 from session.events import Event
 from session.scan import Damage
@@ -142,28 +142,3 @@ async def seed(ws: WrappedSession, link: ChildLink, store: SessionStore) -> dict
         return {**out, "seeded": False, "seedError": f"the wrapped agent ended the seed prompt with {stop!r}"}
     log.info("session %s: seeded the fresh session %s with %d turn(s)", ws.id, ws.child_sid, text.turns)
     return {**out, "seeded": True}
-
-
-def quiet_while_seeding(fallback_for: Callable[[ChildLink], Fallback],
-                        sessions: SessionMap) -> Callable[[ChildLink], Fallback]:
-    """The child's requests and notifications for a session being seeded never reach the
-    editor: a permission is answered `cancelled`, other requests refused, notifications
-    dropped. Everything else goes to `fallback_for`'s handler."""
-    def make(link: ChildLink) -> Fallback:
-        inner = fallback_for(link)
-
-        async def fallback(method: str, params: Any, is_request: bool) -> Any:
-            ws = sessions.of_child(params.get("sessionId")) if isinstance(params, dict) else None
-            if ws is None or not ws.seeding:
-                return await inner(method, params, is_request)
-            log.info("session %s: %s of the wrapped agent while seeding: kept from the editor", ws.id, method)
-            if not is_request:
-                return None
-            if method == "session/request_permission":
-                return permission_cancelled()
-            raise RequestRefusedError(f"{method} is not available while acp-bridge seeds the session",
-                                      code="seeding")
-
-        return fallback
-
-    return make

@@ -22,7 +22,7 @@ from session import shown_store, store_location
 def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_file, args.log_level)
     config = WrapConfig(store_dir=store_location(args.backend, args.store),
-                        command=list(args.wrapped), backend=args.backend,
+                        command=list(args.wrapped), cancel_grace=args.cancel_grace, backend=args.backend,
                         seed_fresh=bool(getattr(args, "seed_fresh", False)))
     # One line on stderr, never stdout (stdout carries protocol messages only).
     print(f"acp-bridge {__version__}: wrapping {' '.join(config.command)}, store {shown_store(config.store_dir)} "

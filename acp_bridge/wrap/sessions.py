@@ -2,14 +2,7 @@
 
 The editor sees our session ids (the log's); each maps to the wrapped agent's own id,
 which is only valid on the run of the child that made it (`generation`, the child's
-`starts` when it was made). A session whose child id is stale (the child died and was
-restarted, or the session was just loaded from the store) is restored on the current
-run before anything is passed on for it (`restore`, docs/wrap.md, "Load"): the child's
-own `session/load` if it advertises `loadSession` (its replay is kept from the editor:
-the editor has ours), else its `session/resume` if advertised, else a fresh
-`session/new`; the answer to our load or resume says which in
-`_meta.acpBridge.wrapped.restored`. With `wrap --seed-fresh`, a fresh session is then
-seeded with the transcript (acp_bridge.wrap.seed).
+`starts` when it was made); a stale one is restored first (acp_bridge.wrap.children).
 
 A `WrappedSession` is the host's `Turns` of a wrapped session. One prompt opens a turn
 in our log (`TurnRecorder.prompt`), goes to the child under its session id, and while
@@ -26,27 +19,42 @@ The turn's closing events are appended on the event loop, not in a worker thread
 the agent does: the child's updates are recorded in its connection's reader, and the
 turn's end must sit after every update that came before the answer and before every
 one after it. That costs the loop one fsync per turn (and one per step end).
+
+A cancel is enforced (docs/wrap.md, "The cancel grace"): a child that has not answered
+within the grace gets its turn closed `cancelled {by, forced: true}` by the wrapper, and
+its session is stuck (acp_bridge.wrap.children, its traffic dropped) until it answers. A
+child that died before it read the prompt is restarted and sent it again (`RESENDS`):
+only a child that dies during the prompt closes the turn `interrupted`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Protocol
 
 import anyio
 
-from acp_bridge.errors import AgentExitedError, AgentProtocolError
+from acp_bridge.errors import (
+    AcpBridgeError,
+    AgentExitedError,
+)
 from acp_bridge.host.engine import TurnEnd
-from acp_bridge.host.errors import relayed, to_rpc_error
+from acp_bridge.host.errors import relayed
 from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import ChildLink
+from acp_bridge.wrap.link import Call, ChildLink
 from acp_bridge.wrap.record import TurnRecorder
 from session import SessionLog
 from session.events import TURN_END, Event
 
 log = logging.getLogger("acp_bridge.wrap.sessions")
+
+# Times a prompt is sent again to a restarted child that died without reading it (one
+# is what a kill just before the prompt takes; more, and the child cannot be run).
+RESENDS: Final = 2
 
 
 class Child(Protocol):
@@ -55,11 +63,21 @@ class Child(Protocol):
     @property
     def agent_name(self) -> str: ...
 
+    @property
+    def cancel_grace(self) -> float:
+        """Seconds the child has to answer a cancelled prompt before the wrapper does."""
+
     async def child_session(self, ws: WrappedSession) -> tuple[ChildLink, str]:
         """The child's session for `ws` on its current run (restored if stale)."""
 
     def tell_cancel(self, ws: WrappedSession, params: Mapping[str, Any] | None) -> None:
         """Pass the editor's cancel of `ws`'s running turn on to the child."""
+
+    def stuck(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
+        """`ws`'s child session still runs a turn the wrapper ended (`call`, unanswered)."""
+
+    def overdue(self, ws: WrappedSession) -> None:
+        """The child did not answer what `ws`'s prompt needed first within the grace."""
 
     async def close_child_session(self, ws: WrappedSession) -> None:
         """Close `ws`'s session in the child, if it can close sessions."""
@@ -87,6 +105,9 @@ class WrappedSession:
     cancelling: bool = False
     asking: set[anyio.CancelScope] = field(default_factory=set)  # its permission requests at the editor
     stopping: anyio.CancelScope | None = None  # the running prompt's wait on the child
+    cancel_at: float | None = None  # when the grace of the editor's cancel of the running turn ends
+    waiting: anyio.CancelScope | None = None  # the wait for the child's answer (its deadline: `cancel_at`)
+    close_by: float | None = None  # when a `session/close` of the running turn must be answered
     restoring: bool = False  # the child is replaying to us (or seeded): kept from the editor
     seeding: bool = False  # the wrapper's own seed prompt runs (acp_bridge.wrap.seed)
 
@@ -117,15 +138,19 @@ class WrappedSession:
     async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
         """Record and pass on one prompt; the turn's persisted end and the child's answer."""
         recorder = TurnRecorder(self.log.tracker.turn + 1, agent=self.child.agent_name, mode=self.mode)
-        self.recorder, self.cancelled_by, self.cancelling = recorder, None, False
+        self.recorder, self.cancelled_by, self.cancelling, self.cancel_at = recorder, None, False, None
         result: dict[str, Any] = {}
         try:
-            link, child_sid = await self.child.child_session(self)  # a dead child is restarted first
+            reached = await self._reach()  # a dead child is restarted first
             self.log.extend(recorder.prompt(prompt))
             with anyio.CancelScope() as scope:
                 self.stopping = scope
-                ends = await self._ask(recorder, link, {**params, "sessionId": child_sid, "prompt": prompt}, result)
+                if reached is None:
+                    ends = self._forced(recorder, None)
+                else:
+                    ends = await self._run(recorder, *reached, {**params, "prompt": prompt}, result)
             if scope.cancelled_caught:  # our stdin ended (`stop`)
+                self.log.extend(recorder.known_calls())
                 ends = await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="shutdown"))
         finally:
             self.recorder, self.stopping = None, None
@@ -136,16 +161,74 @@ class WrappedSession:
                     await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="shutdown"))
         end = ends[-1]
         assert end["type"] == TURN_END, end
-        return TurnEnd(end, result)
+        return TurnEnd(end, result, shown=False)
 
-    async def _ask(self, recorder: TurnRecorder, link: ChildLink, params: dict[str, Any],
+    async def _run(self, recorder: TurnRecorder, link: ChildLink, child_sid: str, params: dict[str, Any],
                    result: dict[str, Any]) -> list[Event]:
+        """Send the prompt and wait for the child's answer: the events that closed the
+        turn. A child that died without reading a byte of the prompt never had it: it is
+        restarted and sent it again (`RESENDS` times at most)."""
+        for resend in range(RESENDS + 1):
+            if self.cancelled_by is not None:  # before the child had it (it was started, restored)
+                return self.log.extend(recorder.cancelled(self.cancelled_by))
+            call = link.ask("session/prompt", {**params, "sessionId": child_sid})
+            if not await self._wait(call):
+                return self._forced(recorder, (child_sid, call))
+            if not (isinstance(call.error, AgentExitedError) and call.unread) or resend == RESENDS:
+                break
+            log.warning("session %s: the wrapped agent died before it read the prompt of turn %d: sending it to "
+                        "the restarted agent", self.id, recorder.turn)
+            try:
+                reached = await self._reach()
+            except AcpBridgeError as exc:  # it cannot be started again, or died again on the way
+                log.warning("session %s: %s", self.id, exc)
+                return await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="crash"))
+            if reached is None:
+                return self._forced(recorder, None)
+            link, child_sid = reached
+        return await self._answered(recorder, call, result)
+
+    async def _reach(self) -> tuple[ChildLink, str] | None:
+        """The child's session for the prompt (the child restarted and the session
+        restored if need be); None if the grace of the editor's cancel ran out first."""
+        with self._grace():
+            return await self.child.child_session(self)
+        return None
+
+    async def _wait(self, call: Call) -> bool:
+        """Wait for the child's answer to `call`; False if the grace of the editor's
+        cancel ran out first."""
+        with self._grace():
+            await call.done.wait()
+        return call.done.is_set()
+
+    @contextlib.contextmanager
+    def _grace(self) -> Iterator[anyio.CancelScope]:
+        """A wait on the child that ends at the grace of the editor's cancel (`cancel`
+        moves its deadline)."""
+        with anyio.CancelScope(deadline=math.inf if self.cancel_at is None else self.cancel_at) as waiting:
+            self.waiting = waiting
+            try:
+                yield waiting
+            finally:
+                self.waiting = None
+
+    async def _answered(self, recorder: TurnRecorder, call: Call, result: dict[str, Any]) -> list[Event]:
         """The child's answer to the prompt, recorded: the events that closed the turn."""
         try:
-            answer = await link.call("session/prompt", params)
+            answer = call.outcome()
         except AgentExitedError:
+            if call.unread and self.cancelled_by is not None:  # it never ran: the editor's cancel ends it
+                return self.log.extend(recorder.cancelled(self.cancelled_by))
+            self.log.extend(recorder.known_calls())  # the crash closers answer its calls
             return await anyio.to_thread.run_sync(lambda: self.log.close_interrupted(cause="crash"))
         except ClientError as exc:
+            if self.cancelled_by is not None:
+                # The editor cancelled and the child answered with an error (many answer a
+                # cancelled prompt -32800): the cancel is how the turn ended, as ACP has it.
+                log.info("session %s: the wrapped agent answered the cancelled prompt with an error: %s",
+                         self.id, relayed(exc).message)
+                return self.log.extend(recorder.cancelled(self.cancelled_by))
             return self.log.extend(recorder.failed(relayed(exc).to_json()))
         if not isinstance(answer, dict):
             answer = {}
@@ -156,15 +239,37 @@ class WrappedSession:
             items = recorder.answer(answer)
         return self.log.extend(items)
 
+    def _forced(self, recorder: TurnRecorder, stuck: tuple[str, Call] | None) -> list[Event]:
+        """The child did not answer the cancelled prompt (`stuck`: its session, the
+        call), or what the prompt needed first (None), within the grace: the turn ends
+        here, `cancelled {by, forced: true}`, and the child is taken back at its next
+        use. No await from here to the turn's end: no update of the child's is
+        recorded or shown in between."""
+        by = self.cancelled_by or "session/cancel"
+        log.warning("session %s: the wrapped agent did not answer the cancelled turn %d within %.3g s: "
+                    "answered `cancelled` by acp-bridge", self.id, recorder.turn, self.child.cancel_grace)
+        if stuck is None:
+            self.child.overdue(self)
+        else:
+            self.child.stuck(self, *stuck)
+        return self.log.extend(recorder.cancelled(by, forced=True))
+
     def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
         """The editor cancelled the running turn: the child is told (`params`: the
-        editor's session/cancel, passed on as it came), and the child's permission
-        requests waiting on the editor stop waiting (answered `cancelled`, without
-        recording; `$/cancel_request` to the editor for one it has not answered)."""
+        editor's session/cancel, passed on as it came), its grace starts (the first
+        cancel's), and the child's permission requests waiting on the editor stop
+        waiting (answered `cancelled`, without recording; `$/cancel_request` to the
+        editor for one it has not answered)."""
         if self.recorder is None:
             return False
         self.cancelled_by = self.cancelled_by or by
         self.cancelling = True
+        if self.cancel_at is None:
+            self.cancel_at = anyio.current_time() + self.child.cancel_grace
+            if self.waiting is not None:
+                self.waiting.deadline = self.cancel_at
+        if by == "session/close":
+            self.close_by = self.cancel_at
         for scope in self.asking:
             scope.cancel()
         self.child.tell_cancel(self, params)
@@ -181,68 +286,3 @@ class WrappedSession:
             await self.child.close_child_session(self)
         self.child.forget(self)
         await anyio.to_thread.run_sync(self.log.close)
-
-
-class SessionMap:
-    """The child's session ids -> ours, for the sessions live here."""
-
-    def __init__(self) -> None:
-        self.theirs: dict[str, WrappedSession] = {}
-
-    def bind(self, ws: WrappedSession, child_sid: str, generation: int) -> None:
-        if ws.child_sid is not None and self.theirs.get(ws.child_sid) is ws:
-            del self.theirs[ws.child_sid]
-        ws.child_sid, ws.generation = child_sid, generation
-        self.theirs[child_sid] = ws
-
-    def remove(self, ws: WrappedSession) -> None:
-        if ws.child_sid is not None and self.theirs.get(ws.child_sid) is ws:
-            del self.theirs[ws.child_sid]
-
-    def of_child(self, child_sid: Any) -> WrappedSession | None:
-        return self.theirs.get(child_sid) if isinstance(child_sid, str) else None
-
-
-Restored = Literal["load", "resume", "fresh"]
-
-
-async def restore(ws: WrappedSession, link: ChildLink, caps: dict[str, Any],
-                  sessions: SessionMap) -> tuple[Restored, dict[str, Any]]:
-    """Give `ws` a session on the child's current run; which way, and the child's answer
-    (its modes, config options...). A child that refuses to load or resume its old
-    session gets a fresh one (it lost it): AgentExitedError and nothing else goes out."""
-    old = ws.stored_child_sid()
-    session_caps = caps.get("sessionCapabilities") or {}
-    ways: list[tuple[Restored, str]] = []
-    if old is not None and caps.get("loadSession") is True:
-        ways.append(("load", "session/load"))
-    if old is not None and isinstance(session_caps, dict) and session_caps.get("resume") is not None:
-        ways.append(("resume", "session/resume"))
-    for restored, method in ways:
-        assert old is not None
-        sessions.bind(ws, old, link.generation)
-        ws.restoring = restored == "load"
-        try:
-            result = await link.call(method, {**ws.session_params(), "sessionId": old})
-        except ClientError as exc:
-            log.info("the wrapped agent refused %s of %s (%s): trying the next way", method, old,
-                     to_rpc_error(exc).message)
-            continue
-        finally:
-            ws.restoring = False
-        ws.took_state(result)
-        return restored, result if isinstance(result, dict) else {}
-    result = await link.call("session/new", ws.session_params())
-    child_sid = new_session_id(result)
-    sessions.bind(ws, child_sid, link.generation)
-    ws.took_state(result)
-    log.info("session %s: a fresh session %s in the wrapped agent", ws.id, child_sid)
-    return "fresh", result
-
-
-def new_session_id(result: Any) -> str:
-    """The child's session id in its answer to `session/new`."""
-    if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
-        raise AgentProtocolError("the wrapped agent answered session/new without a sessionId")
-    child_sid: str = result["sessionId"]
-    return child_sid

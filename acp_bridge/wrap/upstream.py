@@ -30,9 +30,10 @@ from typing import Any, Final
 import anyio
 
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
+from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.link import ChildLink, permission_cancelled
-from acp_bridge.wrap.sessions import SessionMap, WrappedSession
-from session.items import wrapped_update
+from acp_bridge.wrap.sessions import WrappedSession
+from session.items import config_set, wrapped_update
 
 log = logging.getLogger("acp_bridge.wrap.upstream")
 
@@ -64,6 +65,9 @@ class ChildSide:
             self._editor().notify("session/update", params)
             return
         child_sid = params.get("sessionId")
+        if self._sessions.is_stuck(child_sid):  # of a turn the wrapper ended (the cancel grace)
+            self._sessions.drop(child_sid, "updates")
+            return
         ws = self._sessions.of_child(child_sid)
         if ws is None:
             self._hold(child_sid, params)
@@ -118,9 +122,12 @@ class ChildSide:
 
         async def ask() -> Any:
             if ws is not None and not ws.log.closed:
-                # Durable before the editor acts on it (docs/wrap.md, DESIGN.md section 3).
+                # Durable before the editor acts on it (docs/wrap.md, DESIGN.md section 3),
+                # the calls it may let run included (a failed write refuses the request).
+                self._asking(ws, method, params)
                 await anyio.to_thread.run_sync(ws.log.sync)
-            return await editor.request(method, out)  # its error is relayed as it came (ClientError)
+            result = await editor.request(method, out)  # its error is relayed as it came (ClientError)
+            return mapped_session(result, ws.id, ws.child_sid) if ws is not None and ws.child_sid else result
 
         if method == "session/request_permission" and ws is not None and ws.recorder is not None:
             return await self._ask_permission(ws, link, params, ask)
@@ -148,6 +155,18 @@ class ChildSide:
         return result
 
     @staticmethod
+    def _asking(ws: WrappedSession, method: str, params: dict[str, Any]) -> None:
+        """The running turn's calls so far written, before the child's request goes to
+        the editor (TurnRecorder.asking)."""
+        recorder = ws.recorder
+        if recorder is None or not recorder.open:
+            return
+        tool_call = params.get("toolCall") if method == "session/request_permission" else None
+        items = recorder.asking(tool_call if isinstance(tool_call, dict) else None)
+        if items:
+            ws.log.extend(items)
+
+    @staticmethod
     def _permission(ws: WrappedSession, params: dict[str, Any], result: Any) -> None:
         recorder = ws.recorder
         if recorder is None or not recorder.open or not isinstance(result, dict) or ws.log.closed:
@@ -161,3 +180,35 @@ class ChildSide:
             items = recorder.permission(tool_call, outcome)
             if items:
                 ws.log.extend(items)
+
+
+def mapped_session(result: Any, ours: str, theirs: str) -> Any:
+    """`result` with its `sessionId` `ours` replaced by `theirs` (extension methods pass
+    through with the session ids mapped both ways: docs/wrap.md, "Pass-through")."""
+    if isinstance(result, dict) and result.get("sessionId") == ours:
+        return {**result, "sessionId": theirs}
+    return result
+
+
+def took_setting(ws: WrappedSession, method: str, params: dict[str, Any], result: Any) -> None:
+    """The editor changed a setting of the child's session and the child took it: the
+    log's next `turn/start` names the mode the child now has, and a config option's new
+    value is recorded (`config/set`), as the child reports it in its answer (qwen-code
+    sends no `current_mode_update` for the editor's own switch)."""
+    if method == "session/set_mode" and isinstance(params.get("modeId"), str):
+        ws.mode = params["modeId"]
+        return
+    if method != "session/set_config_option" or not isinstance(result, dict):
+        return
+    options = result.get("configOptions")
+    chosen = next((o for o in options if isinstance(o, dict) and o.get("id") == params.get("configId")), None) \
+        if isinstance(options, list) else None
+    if chosen is None or not isinstance(chosen.get("currentValue"), str) or ws.log.closed:
+        return
+    if chosen.get("category") == "mode":
+        ws.mode = chosen["currentValue"]
+    tracker = ws.log.tracker
+    try:
+        ws.log.extend([config_set(chosen["id"], chosen["currentValue"], tracker.turn if tracker.in_turn else None)])
+    except Exception:  # a setting that cannot be recorded does not undo the switch the child made
+        log.exception("session %s: recording a config option of the wrapped agent failed", ws.id)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, NotRequired, Protocol, TypedDict
 
 from session.errors import InvalidSessionIdError, SequenceError
-from session.events import JSON, Event, Header
+from session.events import JSON, USER_MESSAGE, Event, Header
 from session.files import Owner
 from session.scan import Damage, Locate, TailSplitter, TornTail
 
@@ -257,6 +257,23 @@ def event_line(item: Encoded) -> bytes:
 
 
 TITLE_LIMIT = 80
+
+
+def first_prompt_title(event: Any) -> str | None:
+    """The session's title if `event` is its first prompt (turn 1's `user/message`):
+    that prompt's first text (`title_from_content`). None for every other event, and for
+    a first prompt without text: a later prompt never names the session.
+
+    The one rule of every store's `list` (whatever events come before the first turn: a
+    wrapped agent's updates, a setting changed), their readers' `peek`, and `acp-bridge
+    sessions`; it is the title our agent sends live (`session_info_update`) too. Turn 1
+    and not "the first prompt with text", so a reader can stop at the first prompt."""
+    if not isinstance(event, dict) or event.get("type") != USER_MESSAGE:
+        return None
+    data = event.get("data")
+    if not isinstance(data, dict) or data.get("turn") != 1:
+        return None
+    return title_from_content(data.get("content"))
 
 
 def title_from_content(content: JSON) -> str | None:

@@ -16,8 +16,8 @@ import orjson
 from session.backends.base import (
     SessionPeek,
     SessionSummary,
+    first_prompt_title,
     is_session_id,
-    title_from_content,
     validate_session_id,
 )
 from session.errors import SessionCorruptError, SessionNotFoundError
@@ -28,11 +28,17 @@ from session.scan import Damage, parse_events, parse_header
 # Logs are read this much at a time: large enough to amortize, small enough to bound memory.
 READ_BLOCK = 256 << 10
 
-# `list` reads a log's first lines (the header, `turn/start`, the first prompt) whole,
-# however long: a prompt embedding a file is megabytes on one line, and a prefix of it
-# would lose the title. A line is at most what the agent reads as one message.
+# `list` reads a log's header and its first prompt's line whole, however long: a prompt
+# embedding a file is megabytes on one line, and a prefix of it would lose the title. A
+# line is at most what the agent reads as one message.
 LIST_LINE_LIMIT = 64 << 20
-LIST_PROMPT_LINE = 3  # the prompt is the second event, after its turn/start
+# What may come before the first prompt (a wrapped agent's updates after `session/new`,
+# commands and modes, a few KiB each; a setting changed) is read up to this much, so a
+# list costs a bounded read per log, never a whole one: past it the session is listed
+# untitled (docs/persistence.md, "Titles").
+LIST_SCAN_LIMIT = 1 << 20
+# How a stored prompt's line starts (session.backends.base.event_line writes every line).
+_PROMPT_HEAD = b'{"type":"%s",' % USER_MESSAGE.encode()
 
 
 def log_opener(session_id: str, path: Path) -> Callable[[], BinaryIO]:
@@ -149,15 +155,22 @@ def summary_of(path: Path) -> SessionSummary | None:
 
 
 def _first_prompt_title(f: BinaryIO) -> str | None:
-    """The title of the log's first prompt, read from the lines after the header."""
-    for _ in range(LIST_PROMPT_LINE):
-        line = f.readline(LIST_LINE_LIMIT)
-        if not line:
-            break
+    """The title of the log's first prompt (first_prompt_title), from the lines after
+    the header: those before the prompt up to LIST_SCAN_LIMIT bytes in all, the
+    prompt's own line whole. None past that, at damage, or at the end."""
+    left = LIST_SCAN_LIMIT
+    while left > 0:
+        line = f.readline(left)
+        if not line.endswith(b"\n"):
+            if not line.startswith(_PROMPT_HEAD):
+                return None  # the end, a torn line, or more before the prompt than we read
+            line += f.readline(LIST_LINE_LIMIT)  # the prompt itself, however long
         event = _json_line(line)
-        if isinstance(event, dict) and event.get("type") == USER_MESSAGE:
-            data = event.get("data")
-            return title_from_content(data.get("content") if isinstance(data, dict) else None)
+        if not isinstance(event, dict):
+            return None  # damage: load says what it is
+        if event.get("type") == USER_MESSAGE:
+            return first_prompt_title(event)
+        left -= len(line)
     return None
 
 
@@ -211,12 +224,14 @@ class JsonlReader:
             with open(self.path_of(session_id), "rb") as f:
                 first = f.readline(1 << 16)
                 mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
-            header = orjson.loads(first)
+                header = orjson.loads(first)
+                title = header.get("title") if isinstance(header, dict) else None
+                if isinstance(header, dict) and not isinstance(title, str):
+                    title = _first_prompt_title(f)  # what `list` gives
         except (OSError, orjson.JSONDecodeError):
             return SessionPeek(None, None, None)
         if not isinstance(header, dict):
             return SessionPeek(None, mtime, None)
-        title = header.get("title")
         return SessionPeek(header, mtime, title if isinstance(title, str) else None)
 
     def raw(self, session_id: str) -> bytes:

@@ -21,12 +21,12 @@ from session.backends.base import (
     StoredLog,
     check_batch_seqs,
     event_line,
+    first_prompt_title,
     read_whole,
-    title_from_content,
     validate_session_id,
 )
 from session.errors import SessionExistsError, SessionLockedError, SessionNotFoundError
-from session.events import USER_MESSAGE, Event, Header
+from session.events import Event, Header
 from session.files import Owner
 from session.scan import Damage, TornTail, parse_events, parse_header
 
@@ -170,8 +170,8 @@ class MemorySession:
             stored.records.append(event_line(item)[:-1])
             event = item.event
             stored.updated_at = event["time"]
-            if stored.title is None and event["type"] == USER_MESSAGE:
-                stored.title = title_from_content(event["data"].get("content"))
+            if stored.title is None:
+                stored.title = first_prompt_title(event)
         self._next_seq += len(batch)
 
     def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:

@@ -14,11 +14,11 @@ from typing import Any, Protocol
 import orjson
 import psycopg
 
-from session.backends.base import Encoded, check_batch_seqs, title_from_content
+from session.backends.base import Encoded, check_batch_seqs, first_prompt_title
 from session.backends.postgres_connect import store_error
 from session.backends.postgres_stream import PostgresStream
 from session.errors import StoreIOError
-from session.events import USER_MESSAGE, Header
+from session.events import Header
 from session.log import now_ms
 from session.scan import TornTail
 
@@ -190,10 +190,7 @@ class OwnedPostgresStream(PostgresStream):
 
 
 def _title(batch: Sequence[Encoded]) -> str | None:
-    for item in batch:
-        if item.event["type"] == USER_MESSAGE:
-            return title_from_content(item.event["data"].get("content"))
-    return None
+    return next(filter(None, (first_prompt_title(item.event) for item in batch)), None)
 
 
 def text_column(value: str | None) -> str | None:

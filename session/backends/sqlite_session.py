@@ -17,13 +17,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from session.backends.base import Encoded, check_batch_seqs, event_line, title_from_content
+from session.backends.base import Encoded, check_batch_seqs, event_line, first_prompt_title
 from session.backends.event_rows import Row
 from session.backends.sqlite_read import SqliteStream
 from session.backends.sqlite_space import is_full
 from session.backends.sqlite_tail import TailFile, tail_lines_from, tail_path, tail_rows
 from session.errors import StoreIOError
-from session.events import USER_MESSAGE, Header
+from session.events import Header
 from session.files import OwnerLock
 from session.scan import TornTail
 
@@ -122,10 +122,7 @@ class SqliteSession:
         )
         title = None
         if not self._has_title:
-            for item in batch:
-                if item.event["type"] == USER_MESSAGE:
-                    title = title_from_content(item.event["data"].get("content"))
-                    break
+            title = next(filter(None, (first_prompt_title(item.event) for item in batch)), None)
         # The sessions row is written once more, for the title, and not at every batch:
         # a second table in each commit doubles the WAL pages a durable turn syncs.
         # `updatedAt` is read from the last event instead (UPDATED_AT).

@@ -29,6 +29,14 @@ CLIENT_CAPS_NONE: dict[str, Any] = {}
 CLIENT_CAPS_ALL: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
 
 
+class ClientErrorAnswer(Exception):
+    """Raised by a policy to answer the agent's request with this JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.error = {"code": code, "message": message}
+
+
 class AgentError(Exception):
     def __init__(self, error: dict[str, Any]) -> None:
         super().__init__(f"{error.get('code')}: {error.get('message')}")
@@ -41,7 +49,8 @@ class AgentError(Exception):
 class ClientPolicy:
     """How the client answers the agent's requests."""
 
-    permissions: list[str | None] = field(default_factory=list)  # optionIds; None = cancelled
+    # optionIds; None = cancelled; a dict = the result as given; an exception = that error answer
+    permissions: list[str | dict[str, Any] | ClientErrorAnswer | None] = field(default_factory=list)
     hang_permissions: bool = False  # never answer permission requests
     asked: list[dict[str, Any]] = field(default_factory=list)
     fs_calls: list[tuple[str, str]] = field(default_factory=list)
@@ -55,6 +64,10 @@ class ClientPolicy:
             option = self.permissions.pop(0) if self.permissions else "reject_once"
             if option is None:
                 return {"outcome": {"outcome": "cancelled"}}
+            if isinstance(option, ClientErrorAnswer):
+                raise option
+            if isinstance(option, dict):
+                return option
             return {"outcome": {"outcome": "selected", "optionId": option}}
         if method == "fs/read_text_file":
             self.fs_calls.append((method, params["path"]))
@@ -101,6 +114,7 @@ class AgentProcess:
         self.cwd = cwd
         self.policy = policy or ClientPolicy()
         self.transcript: list[tuple[str, Any]] = []  # ("->" client to agent | "<-", message)
+        self.lines: list[bytes] = []  # what the agent wrote, line by line, as bytes
         self.updates: list[dict[str, Any]] = []  # session/update params, in order
         self.notifications_seen = anyio.Event()
         self._ids = itertools.count(1)
@@ -149,6 +163,7 @@ class AgentProcess:
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
+                self.lines.append(line)
                 message = orjson.loads(line)  # stdout carries protocol messages only
                 self.transcript.append(("<-", message))
                 self._on_message(message)
@@ -178,6 +193,8 @@ class AgentProcess:
             reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"], "result": result}
         except FileNotFoundError as exc:
             reply = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32002, "message": str(exc)}}
+        except ClientErrorAnswer as exc:
+            reply = {"jsonrpc": "2.0", "id": request["id"], "error": exc.error}
         await self.send(reply)
 
     async def send(self, message: Any) -> None:
@@ -249,6 +266,40 @@ class AgentProcess:
 
     def updates_of(self, sid: str) -> list[dict[str, Any]]:
         return [u["update"] for u in self.updates if u["sessionId"] == sid]
+
+    def call_trail(self, call_id: str) -> list[tuple[str, str | None]]:
+        """What a client applies to the tool call `call_id`, in wire order: (the update's
+        kind, its status) for each update that sets one, and ("request_permission", the
+        status its `toolCall` gives, if any) for each permission request about it."""
+        trail: list[tuple[str, str | None]] = []
+        for direction, message in self.transcript:
+            if direction != "<-" or "method" not in message:
+                continue
+            params = message["params"]
+            if message["method"] == "session/update":
+                update = params["update"]
+                if update.get("toolCallId") == call_id and "status" in update:
+                    trail.append((update["sessionUpdate"], update["status"]))
+            elif message["method"] == "session/request_permission" and params["toolCall"]["toolCallId"] == call_id:
+                trail.append(("request_permission", params["toolCall"].get("status")))
+        return trail
+
+    def replayed(self, sid: str) -> list[dict[str, Any]]:
+        """The updates for `sid` between the last `session/load` of it and that load's
+        answer: its replay, without what the agent sends live once loaded (opencode
+        sends its commands again right after its load)."""
+        load = next(m["id"] for d, m in reversed(self.transcript) if d == "->" and m.get("method") == "session/load"
+                    and (m.get("params") or {}).get("sessionId") == sid)
+        updates: list[dict[str, Any]] | None = None
+        for direction, message in self.transcript:
+            if direction == "->" and message.get("id") == load and message.get("method") == "session/load":
+                updates = []
+            elif updates is not None and direction == "<-" and message.get("id") == load and "method" not in message:
+                return updates
+            elif updates is not None and direction == "<-" and message.get("method") == "session/update" \
+                    and message["params"].get("sessionId") == sid:
+                updates.append(message["params"]["update"])
+        raise AssertionError(f"the session/load of {sid} was not answered")
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10) -> None:
         with anyio.fail_after(timeout):

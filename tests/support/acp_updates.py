@@ -49,6 +49,18 @@ def asked(cid: str) -> dict[str, Any]:
 
 
 
+def without_prompts(replayed: list[Any]) -> list[Any]:
+    """A wrapped session's replay less what only a replay adds: the prompts (our
+    `t{n}-user` chunks: live, the editor typed them, so they are not among the updates
+    it received) and the session's title that ends a load (docs/protocol.md,
+    "Sessions")."""
+    out = [u for u in replayed if not (u.get("sessionUpdate") == "user_message_chunk"
+                                      and str(u.get("messageId", "")).endswith("-user"))]
+    if out and out[-1].get("sessionUpdate") == "session_info_update":
+        out.pop()
+    return out
+
+
 def logged(items: list[Item]) -> list[Event]:
     """`items` appended through a live memory-backed log, then loaded back: both the
     append-time and the load-time invariant checks pass, and nothing needs repair."""

@@ -30,7 +30,7 @@ def wire_shape(messages: list[Any], *, drop_meta: bool = False) -> list[Any]:
     for message in messages:
         if message.get("method") == "session/update":
             update = dict(message["params"]["update"])
-            for varying in ("toolCallId", "rawInput", *(("_meta",) if drop_meta else ())):
+            for varying in ("toolCallId", "rawInput", "messageId", *(("_meta",) if drop_meta else ())):
                 update.pop(varying, None)
             update.get("_meta", {}).get("acpBridge", {}).pop("turn", None)
             shape.append(update)

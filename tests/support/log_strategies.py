@@ -3,7 +3,7 @@ value and event-data strategies of tests/support/strategies.py.
 
 `valid_logs()` draws complete, valid logs covering the whole event vocabulary: several
 turns, each a `turn/start`, the prompt, steps with chunks, assistant messages (tool
-calls included), `tool/call` and `tool/result` events, and a `turn/end` of any of the
+calls included), `tool/call` (pending or not), `tool/permission` and `tool/result` events, and a `turn/end` of any of the
 seven reason kinds, and `wrapped/update`s (what `acp-bridge wrap` records of a
 wrapped agent's updates) inside turns and between them. An `interrupted` turn is built as the agent's shutdown would write
 it: the turn is cut at a random event and closed by the closers (built here from the
@@ -65,6 +65,7 @@ class _Call:
     step: int
     started: bool = False
     answered: bool = False
+    held: bool = False  # its tool/call said pending, and no tool/permission let it run
 
 
 @dataclass
@@ -86,7 +87,10 @@ class TurnModel:
                 if block["type"] == "tool-call":
                     self.calls[block["id"]] = _Call(block["name"], data["step"])
         elif etype == "tool/call":
-            self.calls[data["callId"]].started = True
+            call = self.calls[data["callId"]]
+            call.started, call.held = True, bool(data.get("pending"))
+        elif etype == "tool/permission":
+            self.calls[data["callId"]].held = False
         elif etype == "tool/result":
             self.calls[data["callId"]].answered = True
 
@@ -95,7 +99,7 @@ class TurnModel:
         for call_id, call in self.calls.items():
             if call.answered:
                 continue
-            text = interrupted_result_text(call.name, call.started)
+            text = interrupted_result_text(call.name, call.started and not call.held)
             result = {
                 "turn": self.turn,
                 "step": call.step,
@@ -146,7 +150,8 @@ def _draw_assistant_content(
 def _draw_tool_events(
     draw: Draw, turn: int, step: int, block: dict[str, Any], json_leaves: int
 ) -> list[Item]:
-    """An optional `tool/call` (mostly present), then the `tool/result`, for one call."""
+    """An optional `tool/call` (mostly present; sometimes `pending`, then sometimes let
+    run by a `tool/permission`), then the `tool/result`, for one call."""
     call_id, name = block["id"], block["name"]
     out: list[Item] = []
     if draw(st.integers(0, 3)) > 0:
@@ -166,7 +171,13 @@ def _draw_tool_events(
                 path = draw(uris)
                 locations.append({"path": path} if line is None else {"path": path, "line": line})
             call["locations"] = locations
+        pending = draw(st.integers(0, 2)) == 0
+        if pending:
+            call["pending"] = True
         out.append(("tool/call", call))
+        if pending and draw(BOOL):
+            out.append(("tool/permission", {"turn": turn, "step": step, "callId": call_id,
+                                            "permission": draw(permissions)}))
     is_error = draw(BOOL)
     result: dict[str, Any] = {
         "turn": turn,

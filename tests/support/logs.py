@@ -66,13 +66,19 @@ class Script:
             data["usage"] = {"inputTokens": 10, "outputTokens": 3}
         return self.add("assistant/message", data)
 
-    def call(self, call_id: str) -> Script:
-        return self.add(
-            "tool/call",
-            {"turn": self.turn, "step": self.step, "callId": call_id, "name": "read_file",
-             "arguments": {"path": f"{call_id}.txt"}, "title": f"Read {call_id}.txt",
-             "kind": "read", "locations": [{"path": f"/w/{call_id}.txt"}]},
-        )
+    def call(self, call_id: str, *, pending: bool = False) -> Script:
+        """A `tool/call`; `pending`: it waits for a permission (`grant`) or a refusal."""
+        data: dict[str, Any] = {"turn": self.turn, "step": self.step, "callId": call_id, "name": "read_file",
+                                "arguments": {"path": f"{call_id}.txt"}, "title": f"Read {call_id}.txt",
+                                "kind": "read", "locations": [{"path": f"/w/{call_id}.txt"}]}
+        if pending:
+            data["pending"] = True
+        return self.add("tool/call", data)
+
+    def grant(self, call_id: str, option: str = "allow_once") -> Script:
+        """The `tool/permission` that lets a pending call run."""
+        return self.add("tool/permission", {"turn": self.turn, "step": self.step, "callId": call_id,
+                                            "permission": {"outcome": "selected", "optionId": option}})
 
     def result(self, call_id: str, text: str = "contents", error: bool = False) -> Script:
         return self.add(

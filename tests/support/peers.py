@@ -42,7 +42,7 @@ def interpreter_of(executable: str) -> str:
     return f"{(version.stdout or version.stderr).strip()} ({python.resolve()})"
 
 
-def stored_log(store: Path, sid: str, backend: str = "jsonl") -> tuple[Header, list[Event]]:
+def stored_log(store: Path | str, sid: str, backend: str = "jsonl") -> tuple[Header, list[Event]]:
     """A session's header and events as stored, read without taking it from its owner
     (the read-only reader `acp-bridge sessions` uses)."""
     reader = open_reader(backend, store)

@@ -20,6 +20,7 @@ import contextlib
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -106,7 +107,11 @@ def error_reply(status: int, message: str, *, type_: str = "invalid_request_erro
 
 
 class SSEServer:
-    def __init__(self) -> None:
+    """`responder`, if given, answers each request the script has no reply for (a model
+    that decides by what it is asked: tests/support/fake_model.py)."""
+
+    def __init__(self, responder: Callable[[Received], Reply] | None = None) -> None:
+        self.responder = responder
         self.requests: list[Received] = []
         self.disconnects = 0
         self._replies: deque[Reply] = deque()
@@ -161,10 +166,12 @@ class SSEServer:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await server.wait_closed()
 
-    def _next(self) -> Reply:
+    def _next(self, request: Received) -> Reply:
         with self._lock:
             if self._replies:
                 return self._replies.popleft()
+        if self.responder is not None:
+            return self.responder(request)
         return error_reply(500, "the test server has no scripted reply left", type_="server_error")
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -177,7 +184,7 @@ class SSEServer:
                 if request is None:
                     break
                 self.requests.append(request)
-                if not await self._respond(self._next(), reader, writer):
+                if not await self._respond(self._next(request), reader, writer):
                     break
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass

@@ -137,6 +137,8 @@ permissions = st.one_of(
         lambda o: {"outcome": "selected", "optionId": o}
     ),
     st.just({"outcome": "cancelled"}),
+    st.just({"outcome": "error", "code": -32603, "message": "the client failed"}),
+    st.just({"outcome": "invalid", "message": "the client's answer {} is not one of the options offered"}),
 )
 lines = st.none() | st.integers(0, 10_000)
 time_steps = st.sampled_from([0, 0, 1, 7, 250, 60_000])

@@ -29,7 +29,7 @@ class WrappedProcess(AgentProcess):
     """`async with WrappedProcess(store, child_command) as agent:` the wrapper, running
     `child_command`, as the agent under test (every message validated, as for ours)."""
 
-    def __init__(self, store: Path, child: list[str], *, backend: str = "jsonl",
+    def __init__(self, store: Path | str, child: list[str], *, backend: str = "jsonl",
                  wrap_args: tuple[str, ...] = (), **kw: Any) -> None:
         super().__init__(store, backend=backend, **kw)
         self.command = [sys.executable, "-m", "acp_bridge", "wrap", "--store", str(store), "--backend", backend,

@@ -7,6 +7,8 @@ import argparse
 import os
 import sys
 
+from acp_bridge.cli.startup import cancel_grace_option
+
 
 def positive_int(text: str) -> int:
     value = int(text)
@@ -30,6 +32,7 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed-fresh", action="store_true",
                    help="with --wrap: when the wrapped agent cannot restore a loaded session, send its fresh "
                         "session the conversation so far (acp-bridge wrap --seed-fresh)")
+    cancel_grace_option(p, passed=True)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,6 +54,8 @@ def wrap_problem(args: argparse.Namespace) -> str | None:
     if not args.wrap:
         if getattr(args, "seed_fresh", False):
             return "--seed-fresh is the wrapper's: it is only taken with --wrap"
+        if getattr(args, "cancel_grace", None) is not None:
+            return "--cancel-grace is the wrapper's: it is only taken with --wrap"
         return None if wrapped is None else "a command after -- is only taken with --wrap"
     if not wrapped:
         return "--wrap needs the agent's command after --: acp-bridge chat --wrap -- COMMAND [ARGS...]"
@@ -74,7 +79,8 @@ def agent_env(args: argparse.Namespace) -> dict[str, str] | None:
 
 def agent_command(args: argparse.Namespace) -> list[str]:
     """The child the chat starts: `acp-bridge serve`, or `acp-bridge wrap [--seed-fresh]
-    -- COMMAND` (the same store options; `-m acp_bridge` so the chat's own interpreter runs it)."""
+    [--cancel-grace S] -- COMMAND` (the same store options; `-m acp_bridge` so the chat's
+    own interpreter runs it)."""
     wrap = bool(getattr(args, "wrap", False))
     command = [sys.executable, "-m", "acp_bridge", "wrap" if wrap else "serve"]
     store = None if _postgres(args) else args.store  # a connection string goes by agent_env
@@ -86,5 +92,8 @@ def agent_command(args: argparse.Namespace) -> list[str]:
         if value is not None:
             command += [flag, str(value)]
     if wrap:
-        command += [*(["--seed-fresh"] if getattr(args, "seed_fresh", False) else []), "--", *args.wrapped]
+        command += ["--seed-fresh"] if getattr(args, "seed_fresh", False) else []
+        grace = getattr(args, "cancel_grace", None)
+        command += ["--cancel-grace", str(grace)] if grace is not None else []
+        command += ["--", *args.wrapped]
     return command

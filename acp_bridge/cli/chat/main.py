@@ -44,7 +44,7 @@ from acp_bridge.cli.chat.commands import SlashCommands, error_message
 from acp_bridge.cli.chat.render import DIM, RESET, Renderer
 from acp_bridge.cli.chat.stdio import LineInput, relay_stderr
 from acp_bridge.cli.safe_text import clean, guarded
-from acp_bridge.cli.startup import agent_settings
+from acp_bridge.cli.startup import agent_settings, cancel_grace
 from acp_bridge.client.connection import AgentConnection
 from acp_bridge.client.methods import ClientMethods
 from acp_bridge.errors import AgentGone
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     # The agent's values, checked as `serve` (or `wrap`) would check them, before it is
     # started: a bad one is one line and exit status 2 here (acp_bridge.cli.main).
     agent_settings(args, model=not args.wrap)
+    if args.wrap:
+        cancel_grace(args)
     return run(args)
 
 
@@ -329,7 +331,7 @@ class Chat(SlashCommands):
     async def _permission(self, toolCall: dict[str, Any], options: list[Any], **_: Any) -> dict[str, Any]:
         if self._cancel_sent:  # the turn is being cancelled: no more questions
             return CANCELLED
-        prompt = self.render.permission(toolCall)
+        prompt = self.render.permission(toolCall, options)
         answer: str | None = None
         try:
             with anyio.CancelScope() as scope:

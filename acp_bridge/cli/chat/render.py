@@ -100,6 +100,15 @@ def _block_text(block: Any) -> str:
     return ""
 
 
+def _is_end_note(update: Mapping[str, Any]) -> bool:
+    """The agent's note of how a turn ended: messageId `t{turn}-end` with the reason in
+    `_meta.acpBridge` (a wrapped agent's own chunks carry neither)."""
+    meta = update.get("_meta")
+    ours = meta.get("acpBridge") if isinstance(meta, dict) else None
+    return str(update.get("messageId") or "").endswith("-end") and isinstance(ours, dict) \
+        and isinstance(ours.get("reason"), dict)
+
+
 def sessions_table(sessions: Iterable[Mapping[str, Any]], current: str | None = None) -> str:
     rows = [("", "SESSION", "UPDATED", "TITLE")]
     for info in sessions:
@@ -125,6 +134,9 @@ class Renderer:
         self._stream: tuple[str, str] | None = None  # (kind, messageId) now streaming
         self._kinds: dict[str, str] = {}  # toolCallId -> kind
         self._title_shown = False
+        # The agent's note of how the running turn ended was shown: the prompt's answer
+        # (its stop reason or error) then says nothing new, and is not shown again.
+        self._ended_noted = False
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -168,27 +180,38 @@ class Renderer:
     # --- prompts and answers ---------------------------------------------------------
 
     def input_prompt(self) -> str:
+        self._ended_noted = False  # what comes next belongs to the next prompt
         return self.newline() + self._text("> ")
 
     def answer(self, result: Any) -> str:
-        """The answer to `session/prompt`: the stop reason unless the turn just ended."""
+        """The answer to `session/prompt`: the stop reason unless the turn just ended,
+        or the agent's note said how it ended."""
         reason = result.get("stopReason") if isinstance(result, dict) else None
         end = self.newline()
-        if reason in (None, "end_turn"):
+        if reason in (None, "end_turn") or self._ended_noted:
             return end
         return end + self._text(STOP_REASONS.get(str(reason), f"[stopped: {reason}]") + "\n")
 
     def failed(self, message: str) -> str:
+        """A prompt's error answer, unless the agent's note of the turn's end said it."""
+        if self._ended_noted:
+            return self.newline()
         return self.line(f"[error: {clean(message)}]")
 
-    def permission(self, tool_call: Mapping[str, Any]) -> str:
-        """The question for `session/request_permission`, ending in the choices."""
+    def permission(self, tool_call: Mapping[str, Any], options: Any = None) -> str:
+        """The question for `session/request_permission`, ending in the choices. The
+        agent's name for its "always" option is shown when it says more than "Always
+        allow" (acp-bridge names what it allows: a command, every call of a tool)."""
         tool_call = cleaned(tool_call)  # what the agent sends is never a terminal command
         title = tool_call.get("title") or "tool call"
         kind = tool_call.get("kind") or self._kinds.get(str(tool_call.get("toolCallId")), "other")
         text = self.line(f"? {title} ({kind})")
         for item in _diffs(tool_call.get("content")):
             text += self._text(f"    {diff_summary(item, self.cwd)}\n")
+        always = next((o.get("name") for o in options if isinstance(o, dict) and o.get("kind") == "allow_always"),
+                      None) if isinstance(options, list) else None
+        if isinstance(always, str) and always.strip() and always.strip().lower() != "always allow":
+            text += self._text(f"    a[l]ways: {clean(always)}\n")
         return text + self.choices()
 
     def choices(self) -> str:
@@ -201,6 +224,11 @@ class Renderer:
         update = cleaned(update)
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
+            if _is_end_note(update):
+                # How the turn ended (acp_bridge.host.updates.end_notice): a line of its
+                # own, live as on a load.
+                self._ended_noted = True
+                return self.line(_block_text(update.get("content")).strip())
             return self._chunk("text", update)
         if kind == "agent_thought_chunk":
             return self._chunk("thought", update)

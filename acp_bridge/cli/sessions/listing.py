@@ -33,9 +33,25 @@ class Row:
 
 def list_text(source: Source, args: argparse.Namespace) -> str:
     """The `list` output: a table, or JSON with `--json`."""
+    cwd_filter = getattr(args, "cwd", None)
+    rows = list_rows(source, cwd_filter, getattr(args, "limit", None))
+    if getattr(args, "json", False):
+        import orjson
+
+        return orjson.dumps([_list_json(r) for r in rows], option=orjson.OPT_INDENT_2).decode() + "\n"
+    if not rows:
+        where = f"{source.root} ({source.name} backend)"
+        if cwd_filter:
+            return f"No sessions for {os.path.abspath(cwd_filter)} in {where}.\n"
+        return f"No sessions in {where}.\n"
+    return _list_table(rows)
+
+
+def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None = None) -> list[Row]:
+    """The sessions of the store, newest first (for `list` and `serve`'s list page):
+    only those whose cwd is `cwd_filter` if given, at most `limit`."""
     from session import SessionError
 
-    cwd_filter = getattr(args, "cwd", None)
     wanted: set[str] | None = None
     if cwd_filter:
         wanted = {os.path.abspath(cwd_filter), os.path.realpath(cwd_filter)}
@@ -53,19 +69,9 @@ def list_text(source: Source, args: argparse.Namespace) -> str:
     if wanted is not None:
         rows = [r for r in rows if r.header.get("cwd") in wanted]
     rows.sort(key=lambda r: (-(r.updated or 0), r.id))
-    limit = getattr(args, "limit", None)
     if limit is not None and limit >= 0:
         rows = rows[:limit]
-    if getattr(args, "json", False):
-        import orjson
-
-        return orjson.dumps([_list_json(r) for r in rows], option=orjson.OPT_INDENT_2).decode() + "\n"
-    if not rows:
-        where = f"{source.root} ({source.name} backend)"
-        if cwd_filter:
-            return f"No sessions for {os.path.abspath(cwd_filter)} in {where}.\n"
-        return f"No sessions in {where}.\n"
-    return _list_table(rows)
+    return rows
 
 
 def _list_json(row: Row) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
     acp-bridge sessions [--store DIR|CONNINFO] [--backend jsonl|sqlite|postgres] list [--cwd DIR] [--json] [-n N]
     acp-bridge sessions show ID [--full]
-    acp-bridge sessions export ID [--format md|jsonl]
+    acp-bridge sessions export ID [--format md|html|jsonl]
+    acp-bridge sessions serve [--port N]
 
 `--store` and `--backend` are accepted before or after the subcommand; they default as
 for the agent (`$ACP_BRIDGE_HOME` / `$XDG_STATE_HOME/acp-bridge`, for postgres
@@ -78,6 +79,10 @@ Decisions (DESIGN.md section 6 leaves the details open):
   `{"type","seq","time","data"}` with the stored data bytes verbatim (the JSONL
   backend's line format).
 
+- **export --format html** and **serve**: the transcript as one self-contained web page,
+  and a local read-only server of the list and those pages (html.py, serve.py;
+  docs/html.md). The page is written as UTF-8 bytes whatever the locale (it says so).
+
 Only argparse, os and sys are imported at module level: `acp-bridge` builds its parser (and
 so calls `add_parser`) on every start, and the agent's start-up path stays lean. The
 rest is imported when a command runs.
@@ -105,8 +110,9 @@ def add_parser(subparsers: Any) -> None:
     """Add `sessions` (with list, show, export) to an argparse subparsers object."""
     parser = subparsers.add_parser(
         "sessions",
-        help="list, show and export stored sessions",
-        description="List stored sessions, show a transcript, export Markdown or raw events.",
+        help="list, show, export and serve stored sessions",
+        description="List stored sessions, show a transcript, export Markdown, HTML or raw "
+        "events, or serve them to a browser on 127.0.0.1.",
     )
     _configure(parser)
 
@@ -115,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     """`acp-bridge sessions ...` on its own: parse `argv` and run. Returns the exit code."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="List stored sessions, show a transcript, export Markdown or raw events.",
+        description="List stored sessions, show a transcript, export Markdown, HTML or raw "
+        "events, or serve them to a browser on 127.0.0.1.",
     )
     _configure(parser)
     try:
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     _store_options(parser)
-    commands = parser.add_subparsers(dest="sessions_command", metavar="{list,show,export}")
+    commands = parser.add_subparsers(dest="sessions_command", metavar="{list,show,export,serve}")
     ls = commands.add_parser(
         "list", aliases=["ls"], help="stored sessions, newest first (the default)",
         description="Stored sessions, newest first: id, last update, turns, status of the "
@@ -147,13 +154,23 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--full", action="store_true",
                       help="print tool arguments, results and diffs in full")
     export = commands.add_parser(
-        "export", help="a session as Markdown or as its raw stored events",
-        description="Write a session to stdout as Markdown, or as its stored JSONL lines.",
+        "export", help="a session as Markdown, as a web page or as its raw stored events",
+        description="Write a session to stdout as Markdown, as a self-contained HTML page, "
+        "or as its stored JSONL lines.",
     )
     _store_options(export)
     export.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
-    export.add_argument("--format", choices=("md", "jsonl"), default="md",
-                        help="md (default): a Markdown transcript; jsonl: the stored lines")
+    export.add_argument("--format", choices=("md", "html", "jsonl"), default="md",
+                        help="md (default): a Markdown transcript; html: a self-contained web "
+                             "page (docs/html.md); jsonl: the stored lines")
+    serve = commands.add_parser(
+        "serve", help="a local read-only web page of the store (127.0.0.1, a token in its URL)",
+        description="Serve the session list and transcripts on 127.0.0.1 until Ctrl-C; the URL, "
+        "with its random token, is printed on stderr (docs/html.md).",
+    )
+    _store_options(serve)
+    serve.add_argument("--port", type=int, default=0, metavar="N",
+                       help="the port to listen on (default: a random free one)")
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
@@ -177,6 +194,11 @@ def run(args: argparse.Namespace) -> int:
     from acp_bridge.cli.startup import reader_settings
 
     backend, root = reader_settings(args)
+    command = getattr(args, "sessions_command", None) or "list"
+    if command == "serve":  # opens the store per request, in the server's threads
+        from acp_bridge.cli.sessions.serve import serve
+
+        return serve(backend, root, args)
     from acp_bridge.cli.sessions.listing import list_text
     from acp_bridge.cli.sessions.progress import Progress
     from acp_bridge.cli.sessions.source import Source, resolve_id
@@ -190,7 +212,6 @@ def run(args: argparse.Namespace) -> int:
     )
 
     source = Source(backend, root)
-    command = getattr(args, "sessions_command", None) or "list"
     progress = Progress(f"{PROG} {command}")
     try:
         if command in ("list", "ls"):
@@ -205,6 +226,13 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         walk = Walk(source, sid, lambda records: progress.set(records, "records"))
         try:
+            if command == "export" and args.format == "html":
+                from acp_bridge.cli.sessions.html import html_chunks
+
+                for chunk in html_chunks(walk, source):  # UTF-8, as the page declares
+                    _write_bytes(chunk.encode("utf-8", "replace"))
+                sys.stdout.buffer.flush()
+                return EXIT_OK
             chunks = show_chunks(walk, source, full=args.full) if command == "show" \
                 else markdown_chunks(walk, source)
             for chunk in chunks:

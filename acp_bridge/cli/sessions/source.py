@@ -106,12 +106,13 @@ class Source:
 
 
 def title_of(events: list[Event]) -> str | None:
-    """The title of a session without a stored one: its first prompt's text."""
-    from session.backends.base import title_from_content
+    """The title of a session without a stored one: its first prompt's text, whatever
+    comes before it (the stores' rule: session.backends.base.first_prompt_title)."""
+    from session.backends.base import first_prompt_title
 
-    for event in events[:4]:
+    for event in events:
         if event["type"] == "user/message":
-            return title_from_content(event["data"].get("content"))
+            return first_prompt_title(event)
     return None
 
 
@@ -162,7 +163,7 @@ class Summary:
 def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) -> Summary:
     """Raises SessionCorruptError, worded as `SessionStore.load` words it."""
     from session import InvariantError, InvariantTracker
-    from session.backends.base import title_from_content
+    from session.backends.base import first_prompt_title
     from session.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TURN_START, USER_MESSAGE
     from session.loading import invariant_corruption
     from session.scan import TailSplitter
@@ -201,7 +202,7 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
                     add_usage(usage_last, usage)
             elif etype == USER_MESSAGE and not seen_prompt:
                 seen_prompt = True
-                out.first_title = title_from_content(event["data"].get("content"))
+                out.first_title = first_prompt_title(event)
     if last_chunk is not None and out.last_turn and last_chunk["seq"] > out.last_turn[-1]["seq"]:
         out.last_turn.append(last_chunk)  # the log's last event: the closers take its time
     out.torn = splitter.finish()

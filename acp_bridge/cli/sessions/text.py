@@ -114,11 +114,16 @@ def blocks_text(blocks: Any) -> str:
 
 
 def permission_text(permission: Any) -> str | None:
+    """The client's answer in a few words: the option chosen, `cancelled`, or a request
+    that failed with what the client said (`error -32603 (its message)`, `invalid (...)`)."""
     if not isinstance(permission, dict):
         return None
     if permission.get("outcome") == "selected" and permission.get("optionId"):
         return one_line(str(permission["optionId"]))
-    return one_line(str(permission.get("outcome")))
+    words = [str(permission.get("outcome")), *([str(permission["code"])] if "code" in permission else [])]
+    if isinstance(permission.get("message"), str):
+        words.append(f"({permission['message']})")
+    return one_line(" ".join(words))
 
 
 def unified(path: str, old: str | None, new: str) -> list[str]:

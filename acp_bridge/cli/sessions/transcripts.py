@@ -50,18 +50,21 @@ SHOW_ARG_CHARS = 200
 
 def show_chunks(walk: Walk, source: Source, *, full: bool) -> Iterator[str]:
     """The `show` output, a piece at a time: a session's transcript as plain text."""
-    return _chunks(walk, lambda: _show_head(walk, source),
+    return turn_chunks(walk, lambda: _show_head(walk, source),
                    lambda turn: _turn_text(walk, turn, full), lambda: _show_tail(walk))
 
 
 def markdown_chunks(walk: Walk, source: Source) -> Iterator[str]:
     """The `export --format md` output, a piece at a time."""
-    return _chunks(walk, lambda: _markdown_head(walk, source),
+    return turn_chunks(walk, lambda: _markdown_head(walk, source),
                    lambda turn: _turn_markdown(walk, turn), lambda: _markdown_tail(walk))
 
 
-def _chunks(walk: Walk, head: Callable[[], list[str]], body: Callable[[Turn], list[Line]],
+def turn_chunks(walk: Walk, head: Callable[[], list[str]], body: Callable[[Turn], list[Line]],
             tail: Callable[[], list[str]]) -> Iterator[str]:
+    """A rendering of the walk, a piece at a time: `head` with the first turn's `body`
+    (the title is known then), each turn's `body` as it completes, `tail` at the end
+    (the HTML export is the third rendering: html.py)."""
     started = False
     for turn in walk.turns():
         lines = body(turn)

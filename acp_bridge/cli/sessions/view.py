@@ -5,7 +5,7 @@ are built in acp_bridge.cli.sessions.turns."""
 
 from __future__ import annotations
 
-from acp_bridge.cli.sessions.text import add_usage, local_time, one_line
+from acp_bridge.cli.sessions.text import add_usage, cut, json_text, local_time, one_line
 from acp_bridge.cli.sessions.turns import Tool, Turn, TurnBuilder
 
 TYPE_CHECKING = False
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from session.events import Event
     from session.scan import TornTail
 
+AGENT_DATA_LIMIT = 500  # characters of a wrapped agent's error data `show` prints
 
 class States:
     """The wording of a session's turn states, for a view of it whole (`View`) or
@@ -120,12 +121,19 @@ def reason_text(reason: dict[str, Any], *, long: bool) -> str:
             if reason.get("retryable"):
                 details.append("retryable")
             text += f" ({', '.join(details)})"
+            sent = reason.get("agentError")
+            if isinstance(sent, dict):  # a wrapped agent's own error: its code and data say why
+                text += f"; the agent answered {one_line(str(sent.get('code')))}"
+                if "data" in sent:
+                    text += f", data: {cut(one_line(json_text(sent['data'])), AGENT_DATA_LIMIT)}"
         return text
     # Every value from the log is shown through one_line: control characters escaped.
     if not long:
         return one_line(str(kind))
     if kind == "cancelled":
-        return f"cancelled (by {one_line(str(reason.get('by')))})"
+        # forced: a wrapped agent that did not stop within the cancel grace (docs/wrap.md).
+        forced = "; the agent did not stop, acp-bridge ended the turn" if reason.get("forced") is True else ""
+        return f"cancelled (by {one_line(str(reason.get('by')))}{forced})"
     if kind == "interrupted":
         return f"interrupted ({one_line(str(reason.get('cause')))})"
     if kind == "max_steps":

@@ -63,7 +63,7 @@ class Walk(States):
     def turns(self) -> Iterator[Turn]:
         """Every turn, in order, each once it is complete (the last one at the end)."""
         from session import InvariantError, InvariantTracker
-        from session.backends.base import title_from_content, with_size
+        from session.backends.base import first_prompt_title, with_size
         from session.events import USER_MESSAGE
         from session.loading import invariant_corruption
         from session.repair import interrupted_turn_closers
@@ -87,7 +87,7 @@ class Walk(States):
                     self._progress(read)
                 for event in events:
                     if event["type"] == USER_MESSAGE and self.title is None:
-                        self.title = title_from_content(event["data"].get("content"))
+                        self.title = first_prompt_title(event)  # the stores' rule: turn 1's
                     done = builder.feed(event)
                     if done is not None:
                         try:

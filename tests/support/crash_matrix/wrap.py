@@ -6,8 +6,9 @@ two targets.
   repaired at the next load (`interrupted {crash}`), as for our own agent.
 - `child`: the wrapped agent. The wrapper closes the cut turn at once with the crash
   closers and answers the pending prompt `cancelled` (`_meta.acpBridge.reason`
-  `{interrupted, crash}`); the next prompt, in the same wrapper, restarts the child
-  (it loads its own session back from its store) and must end `end_turn`; then the
+  `{interrupted, crash}`), unless the child died before it read the prompt: the
+  restarted child then runs it; the next prompt, in the same wrapper, restarts the child
+  if that did not (it loads its own session back from its store) and must end `end_turn`; then the
   wrapper is stopped normally (stdin EOF, exit 0), so its log ends between turns.
 
 The wrapped command is `/bin/sh -c` choosing the script and `exec`ing
@@ -123,7 +124,9 @@ async def run_a_wrap(run: Run, backend: str, store: Path, child_store: Path, scr
     if scenario.chunk_delay_ms:
         doc["chunkDelayMs"] = scenario.chunk_delay_ms
     script.write_bytes(orjson.dumps(doc))
-    after.write_bytes(orjson.dumps({"steps": [{"text": AFTER_TEXT}]}))
+    # Twice: a prompt the dead child never read is sent again to the restarted one
+    # (docs/wrap.md, "Restart, not loss"), before the prompt after the kill.
+    after.write_bytes(orjson.dumps({"steps": [{"text": AFTER_TEXT}] * 2}))
     child = child_command(child_store, backend, script, after=after, marker=scripts / f"a{run.index:04d}.started")
     policy = MatrixPolicy(scenario.permissions, point.n if point.kind == "permission" else None)
     before = file_state(run.work)
@@ -244,7 +247,8 @@ def check_cut_turns(run: Run) -> None:
         if answer != want:
             run.fail(f"the cut turn {turn} was answered {run.answers.get(turn)}, expected {want}")
     # A prompt pending at the kill that no crash cut was answered by the child before it
-    # died (its answer was in the pipe): check_settlement holds it to its turn/end.
+    # died (its answer was in the pipe), or by the restarted child (the dead one never
+    # read it): check_settlement holds it to its turn/end.
 
 
 # --- phase B: a new wrapper around a new child loads every session ---------------------
@@ -271,12 +275,14 @@ async def run_b_wrap(runs: list[Run], backend: str, store: Path, child_store: Pa
 
 
 def turn_texts(updates: list[dict[str, Any]], bounds: list[int] | None = None) -> list[dict[str, str]]:
-    """Per turn, the message and the thought text streamed (in order). Turns are cut
-    at each `user_message_chunk` run (a replay), or at the given update indexes (live:
-    turn i is updates[bounds[i]:bounds[i + 1]], the last one runs to the end)."""
+    """Per turn, the message and the thought text streamed (in order), without the
+    wrapper's own note of how the turn ended (the turn's last note-shaped update: the
+    host sends it live right before the answer, and it replays last). Turns are cut at
+    each `user_message_chunk` run (a replay), or at the given update indexes (live: turn
+    i is updates[bounds[i]:bounds[i + 1]], the last one runs to the end)."""
     if bounds is not None:
         ends = [*bounds[1:], len(updates)]
-        return [_texts(updates[start:end]) for start, end in zip(bounds, ends, strict=True)]
+        return [_texts(_without_last_note(updates[start:end])) for start, end in zip(bounds, ends, strict=True)]
     turns: list[list[dict[str, Any]]] = []
     prompt_open = False
     for update in updates:
@@ -288,7 +294,12 @@ def turn_texts(updates: list[dict[str, Any]], bounds: list[int] | None = None) -
         prompt_open = False
         if turns:
             turns[-1].append(update)
-    return [_texts(t) for t in turns]
+    return [_texts(_without_last_note(t)) for t in turns]
+
+
+def _without_last_note(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    last = next((i for i in range(len(updates) - 1, -1, -1) if _wrapper_note(updates[i])), None)
+    return updates if last is None else [*updates[:last], *updates[last + 1:]]
 
 
 def _texts(updates: list[dict[str, Any]]) -> dict[str, str]:
@@ -300,11 +311,22 @@ def _texts(updates: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def _wrapper_note(update: dict[str, Any]) -> bool:
+    """Our note that ends a replayed turn (acp_bridge.host.updates.end_notice): messageId
+    `t{turn}-end`, the reason in `_meta.acpBridge`. A wrapped acp-bridge's own note,
+    recorded as the step's text, replays under the step's messageId and stays."""
+    meta = update.get("_meta") or {}
+    return update["sessionUpdate"] == "agent_message_chunk" and str(update.get("messageId", "")).endswith("-end") \
+        and isinstance(meta.get("acpBridge"), dict) and "reason" in meta["acpBridge"]
+
+
 def check_wrapped_replay(run: Run, replay: list[dict[str, Any]]) -> None:
     """The replay against the live stream, turn by turn, by text: an answered turn's
     text is replayed exactly, the text shown of the cut one is a prefix of its replay."""
     answered = sorted(run.answers)
     bounds = [0] + [run.updates_at_answer[t] for t in answered]
+    # The wrapper's own note of how a turn ended is left out of the text on both sides
+    # (`turn_texts`): a cut turn's replay may hold more text than was shown before it.
     live = turn_texts(run.live_updates, bounds)
     back = turn_texts(replay)
     for i, shown in enumerate(live):
@@ -314,7 +336,7 @@ def check_wrapped_replay(run: Run, replay: list[dict[str, Any]]) -> None:
         got = back[i] if i < len(back) else {"message": "", "thought": ""}
         for key in ("message", "thought"):
             # A turn the crash cut (unanswered, or answered `cancelled` by the wrapper)
-            # replays its text and then the crash notice.
+            # replays the text shown live, and maybe more (what reached the log, not the editor).
             exact = turn in run.answers and turn not in run.cut_turns
             ok = got[key] == shown[key] if exact else got[key].startswith(shown[key])
             if not ok:

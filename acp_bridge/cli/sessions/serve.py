@@ -1,0 +1,293 @@
+"""`acp-bridge sessions serve [--port N]`: the store as a local, read-only web page
+(docs/html.md): the session list and each session's transcript, the same page as
+`export --format html`.
+
+- **Only here, only for you.** One listening socket, on 127.0.0.1 (a random free port
+  unless `--port`). Every URL starts with a random token (`secrets.token_urlsafe`, 128
+  bits), printed once on stderr; a request without it, or for a Host other than
+  127.0.0.1 or localhost at that port (a DNS-rebinding page), is refused 403, whatever
+  its method. The token is compared in constant time and is never logged.
+- **Read-only.** Every request opens the store through `Source` (`session.open_reader`:
+  no lock, no repair, nothing created), in its own thread (the standard library's
+  `ThreadingHTTPServer`), and closes it; a session an agent has open is shown as far as
+  it is on disk. GET only (HEAD too); any other method is 405.
+- **Headers.** The page's Content-Security-Policy (page.py) as a header, with
+  `frame-ancestors 'none'`; `nosniff`, `no-referrer`, `no-store`.
+- **Streamed.** A transcript is sent as the walk produces it (HTTP/1.0, the end of the
+  body is the end of the connection), so a long session costs a turn's memory here too.
+  An error before the first piece (an unknown id, a log damaged in its first block) is
+  an error page with its status; damage found later ends the page with the message.
+
+Search lands as a route of its own (`ROUTES`) and a form on the list page; the list
+page's `nav` is where the form goes, and `CSP_HEADER`'s `form-action` will then allow
+'self'. Nothing searches before that.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from acp_bridge.cli.sessions.html import STATES
+from acp_bridge.cli.sessions.markup import esc
+from acp_bridge.cli.sessions.page import CSP_HEADER, FOOT, head
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Iterator
+    from http.server import BaseHTTPRequestHandler
+    from pathlib import Path
+    from typing import Any
+
+    from acp_bridge.cli.sessions.listing import Row
+
+    Page = tuple[int, Iterator[str]]
+
+HOST = "127.0.0.1"
+BACK = '<a href="../">← All sessions</a>'  # from /TOKEN/session/ID
+PROG = "acp-bridge sessions serve"
+HEADERS = {
+    "Content-Security-Policy": CSP_HEADER,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+
+
+class Site:
+    """What the handler serves: the store (opened per request) and the token."""
+
+    def __init__(self, backend: str, root: Path | str, token: str) -> None:
+        self.backend, self.root, self.token = backend, root, token
+
+    def source(self) -> Any:
+        from acp_bridge.cli.sessions.source import Source
+
+        return Source(self.backend, self.root)
+
+    def list_page(self, rest: str) -> Page:
+        from acp_bridge.cli.sessions.listing import list_rows
+
+        if rest:
+            return not_found()
+        source = self.source()
+        try:
+            rows = list_rows(source)
+            where = f"{source.root} ({source.name} backend)"
+        finally:
+            source.close()
+        return 200, iter([_list_html(rows, where)])
+
+    def session_page(self, rest: str) -> Page:
+        from acp_bridge.cli.sessions.html import html_chunks
+        from acp_bridge.cli.sessions.source import resolve_id
+        from acp_bridge.cli.sessions.walk import Walk
+        from acp_bridge.errors import AmbiguousIdError
+        from session import InvalidSessionIdError, SessionError, SessionNotFoundError
+
+        source = self.source()
+        walk = None
+        try:
+            sid = resolve_id(source, rest)
+            walk = Walk(source, sid)
+            chunks = html_chunks(walk, source, nav=BACK)
+            first = next(chunks, "")  # errors before any piece get a status of their own
+        except (InvalidSessionIdError, SessionNotFoundError, AmbiguousIdError) as exc:
+            _close(walk, source)
+            status = 400 if isinstance(exc, AmbiguousIdError) else 404
+            return error_page(status, str(exc), nav=BACK)
+        except (SessionError, OSError) as exc:
+            _close(walk, source)
+            return error_page(500, f"cannot show this session: {exc}", nav=BACK)
+        except BaseException:
+            _close(walk, source)
+            raise
+        return 200, _rest_of_page(first, chunks, walk, source)
+
+
+ROUTES: dict[str, Callable[[Site, str], Page]] = {
+    "": Site.list_page,
+    "session": Site.session_page,
+}
+
+
+def _close(walk: Any, source: Any) -> None:
+    if walk is not None:
+        walk.close()
+    source.close()
+
+
+def _rest_of_page(first: str, chunks: Iterator[str], walk: Any, source: Any) -> Iterator[str]:
+    from acp_bridge.cli.sessions.html import damage_note
+    from session import SessionError
+
+    try:
+        yield first
+        try:
+            yield from chunks
+        except (SessionError, OSError) as exc:  # found part-way: the turns before are out
+            yield damage_note(str(exc))
+    finally:
+        _close(walk, source)
+
+
+def error_page(status: int, message: str, *, nav: str = "") -> Page:
+    title = {400: "Bad request", 404: "Not found", 405: "Method not allowed"}.get(status, "Error")
+    body = (f'{head(title, nav=nav)}<main><h1>{title}</h1>'
+            f'<p class="damage">{esc(message)}</p></main>{FOOT}')
+    return status, iter([body])
+
+
+def not_found() -> Page:
+    return error_page(404, "There is no such page.")
+
+
+def _list_html(rows: list[Row], where: str) -> str:
+    from acp_bridge.cli.sessions.text import cut, local_time, one_line, token_text
+    from acp_bridge.cli.sessions.view import wrapped_agent
+
+    out = [head("Sessions"), '<header class="page">', "<h1>Sessions</h1>",
+           f'<p class="info">{esc(where)} · {len(rows)} session(s), newest first · read-only</p>',
+           "</header>", "<main>"]
+    if not rows:
+        out.append('<p class="note">No sessions in this store.</p>')
+    else:
+        out.append('<div class="table"><table class="sessions"><thead><tr><th>Session</th>'
+                   "<th>Updated</th><th>Turns</th><th>Last turn</th><th>Tokens</th><th>Agent</th>"
+                   "</tr></thead><tbody>")
+        for row in rows:
+            title = esc(cut(one_line(row.title), 80)) if row.title else "(untitled)"
+            updated = "?" if row.updated is None else esc(local_time(row.updated, seconds=False))
+            wrapped = wrapped_agent(row.header)
+            agent = esc(cut(wrapped.name, 40)) if wrapped is not None else "acp-bridge"
+            cwd = esc(cut(one_line(str(row.header.get("cwd", ""))), 60))
+            if row.view is None:
+                cells = ["?", '<span class="list-status st-error">damaged</span>', ""]
+            else:
+                status, text = row.view.status()
+                state = status if status in STATES else "other"
+                cells = [str(row.view.turn_count),
+                         f'<span class="list-status st-{state}">{esc(text)}</span>',
+                         esc(token_text(row.view.usage))]
+            out.append(f'<tr><td class="title"><a href="session/{esc(row.id)}">{title}</a>'
+                       f'<div class="callid mono">{esc(row.id[:8])} · {cwd}</div></td>'
+                       f'<td class="num">{updated}</td><td class="num">{cells[0]}</td>'
+                       f"<td>{cells[1]}</td><td>{cells[2]}</td><td>{agent}</td></tr>")
+        out.append("</tbody></table></div>")
+    out += ["</main>", FOOT]
+    return "\n".join(out)
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+def make_handler(site: Site, port_of: Callable[[], int]) -> type[BaseHTTPRequestHandler]:
+    import hmac
+    from http.server import BaseHTTPRequestHandler
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "acp-bridge"
+        sys_version = ""
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # a request line holds the token: nothing is logged per request
+
+        def _route(self, send_body: bool) -> None:
+            port = port_of()
+            host = self.headers.get("Host", "")
+            path = self.path.split("?", 1)[0].split("#", 1)[0]
+            parts = path.split("/", 2)  # "", token, rest
+            given = parts[1] if len(parts) > 1 else ""
+            if host not in (f"{HOST}:{port}", f"localhost:{port}") or \
+                    not hmac.compare_digest(given.encode(), site.token.encode()):
+                self._send(403, iter(["Forbidden.\n"]), "text/plain", send_body)
+                return
+            if self.command not in ("GET", "HEAD"):
+                self._send(*error_page(405, "This server only reads."), "text/html", send_body)
+                return
+            if len(parts) == 2:  # /TOKEN: relative links need the slash
+                self.send_response(301)
+                self.send_header("Location", f"/{site.token}/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            route, _, rest = parts[2].partition("/")
+            handler = ROUTES.get(route)
+            try:
+                page = handler(site, rest) if handler is not None else not_found()
+            except Exception as exc:  # a store that cannot be read: said, and the server goes on
+                print(f"{PROG}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                page = error_page(500, f"cannot read the store: {exc}")
+            self._send(*page, "text/html", send_body)
+
+        def _send(self, status: int, body: Iterator[str], kind: str, send_body: bool) -> None:
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", f"{kind}; charset=utf-8")
+                for name, value in HEADERS.items():
+                    self.send_header(name, value)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for piece in body:
+                    if send_body:
+                        self.wfile.write(piece.encode("utf-8", "replace"))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the reader went away
+            finally:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()  # a transcript's generator lets its store go
+
+        def do_GET(self) -> None:
+            self._route(True)
+
+        def do_HEAD(self) -> None:
+            self._route(False)
+
+        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET
+
+    return Handler
+
+
+def serve(backend: str, root: Path | str, args: argparse.Namespace) -> int:
+    """Serve until SIGINT or SIGTERM. Returns the exit code."""
+    import secrets
+    import signal
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from session import shown_store
+
+    port = getattr(args, "port", 0) or 0
+    if not 0 <= port <= 65535:
+        print(f"{PROG}: --port must be 0-65535, not {port}", file=sys.stderr)
+        return 2
+    site = Site(backend, root, secrets.token_urlsafe(16))
+    holder: list[int] = [port]
+    handler = make_handler(site, lambda: holder[0])
+    try:
+        server = ThreadingHTTPServer((HOST, port), handler)
+    except OSError as exc:
+        print(f"{PROG}: cannot listen on {HOST}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    server.daemon_threads = True  # a reader still being sent a page does not hold the exit
+    holder[0] = server.server_address[1]
+
+    def stop(signum: int, frame: object) -> None:
+        # Not an exception raised into the loop, which could land anywhere (in the middle
+        # of starting a request's thread): the loop is asked to end, from a thread, since
+        # `shutdown` waits for it.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"{PROG}: {shown_store(root)} ({backend} backend), read-only, at "
+          f"http://{HOST}:{holder[0]}/{site.token}/ (Ctrl-C stops)", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0

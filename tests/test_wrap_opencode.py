@@ -1,0 +1,91 @@
+"""`acp-bridge wrap` around a second real third-party ACP agent: opencode (`opencode acp`,
+npm `opencode-ai`), with no key: its provider is an OpenAI-compatible fake model on
+127.0.0.1 (tests/support/fake_model.py) given in OPENCODE_CONFIG_CONTENT.
+
+`.ci/run` installs it pinned (OPENCODE_VERSION there) and runs this module (marker
+`opencode`) with the executable in $ACP_BRIDGE_TEST_OPENCODE; without that variable it
+skips and says why, so the README's test command needs no npm.
+
+What it holds, live against the real agent: a text turn and a shell command turn reach
+the editor as opencode sent them; `session/load` in a new wrapper replays exactly the
+updates the editor saw (docs/wrap.md, "Replay"); the log holds opencode's own usage
+from its prompt answers and the command as it last described it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from session import check_invariants
+from tests.support.acp_updates import without_prompts
+from tests.support.fake_model import respond
+from tests.support.logs import loaded_events
+from tests.support.sse_server import SSEServer
+from tests.support.wrapped import WrappedProcess
+
+OPENCODE_ENV = "ACP_BRIDGE_TEST_OPENCODE"
+EXECUTABLE = os.environ.get(OPENCODE_ENV) or None
+pytestmark = [
+    pytest.mark.opencode,
+    pytest.mark.anyio,
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(EXECUTABLE is None, reason=(
+        f"${OPENCODE_ENV} names no opencode executable (.ci/run installs opencode-ai from npm and sets it)")),
+]
+START = 120.0  # opencode starts its server on the first request: seconds, more on a busy box
+
+
+def config(url: str) -> str:
+    return orjson.dumps({
+        "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                              "options": {"baseURL": url, "apiKey": "dummy"},
+                              "models": {"fake-model": {"name": "Fake model", "tool_call": True}}}},
+        "model": "fake/fake-model", "autoupdate": False, "share": "disabled"}).decode()
+
+
+async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert EXECUTABLE is not None
+    store, work, home = tmp_path / "store", tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    (work / "notes.txt").write_text("notes for opencode\n")
+    with SSEServer(respond) as model:
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("OPENCODE_CONFIG_CONTENT", config(model.url))
+        monkeypatch.setenv("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        monkeypatch.setenv("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        child = [EXECUTABLE, "acp"]
+        async with WrappedProcess(store, child, cwd=work) as editor:
+            init = await editor.request("initialize", {"protocolVersion": 1, "clientCapabilities": {},
+                                                       "clientInfo": {"name": "tests", "version": "0"}}, timeout=START)
+            assert init["agentInfo"]["name"] == "OpenCode"
+            sid = (await editor.request("session/new", {"cwd": str(work), "mcpServers": []}, timeout=START))["sessionId"]
+            hello = await editor.prompt(sid, "Say hello.", timeout=START)
+            ran = await editor.prompt(sid, "RUN: cat notes.txt", timeout=START)
+            live = editor.updates_of(sid)
+        assert hello["stopReason"] == ran["stopReason"] == "end_turn"
+        said = "".join(u["content"]["text"] for u in live if u["sessionUpdate"] == "agent_message_chunk")
+        assert said.startswith("Hello from the fake model.")
+        finals = [u for u in live if u["sessionUpdate"] == "tool_call_update" and u.get("status") == "completed"]
+        assert finals and "notes for opencode" in orjson.dumps(finals[-1]["content"]).decode()
+        async with WrappedProcess(store, child, cwd=work) as second:
+            await second.request("initialize", {"protocolVersion": 1, "clientCapabilities": {},
+                                                "clientInfo": {"name": "tests", "version": "0"}}, timeout=START)
+            await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []},
+                                 timeout=START)
+            replayed = second.replayed(sid)
+    assert without_prompts(replayed) == live
+    events = loaded_events(store, sid)
+    check_invariants(events, closed=True)  # type: ignore[arg-type]
+    usage = [e["data"]["usage"] for e in events if e["type"] == "assistant/message" and "usage" in e["data"]]
+    answered = [a.get("usage") for a in (hello, ran)]
+    assert [{"inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]} for u in usage] == \
+        [{"inputTokens": a["inputTokens"], "outputTokens": a["outputTokens"]} for a in answered if a]
+    [call] = [e["data"] for e in events if e["type"] == "tool/call"]
+    last_input = [u["rawInput"] for u in live if u.get("toolCallId") == call["callId"] and "rawInput" in u][-1]
+    assert call["arguments"] == last_input and "cat notes.txt" in orjson.dumps(last_input).decode()
