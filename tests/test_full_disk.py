@@ -27,6 +27,7 @@ import orjson
 import pytest
 
 from session import SessionStore, check_invariants, open_backend
+from session.backends.sqlite_space import reserve_size
 from tests.support.acp_client import AgentProcess, write_script
 
 SIZES = {"400k": 400 << 10, "2m": 2 << 20, "10m": 10 << 20}
@@ -240,6 +241,38 @@ def test_a_new_store_on_a_full_disk_fails_cleanly_and_works_once_there_is_space(
             filler.unlink()
             sid = await agent.new_session(work)
             assert (await agent.prompt(sid, "works now"))["stopReason"] == "end_turn"
+        assert agent.returncode == 0, agent.stderr.decode()[-3000:]
+        assert b"Traceback" not in agent.stderr, agent.stderr.decode()[-3000:]
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("tiny_fs", ["10m"], indirect=True)
+def test_a_sqlite_reserve_the_disk_had_no_room_for_is_made_once_space_returns(
+    tiny_fs: Path, tmp_path: Path
+) -> None:
+    store, work = tiny_fs / "store", tmp_path / "work"
+    work.mkdir()
+    reserve = store / "sessions.sqlite3-reserve"
+    need = reserve_size(tiny_fs)
+    filler = fill_up(tiny_fs)
+    os.truncate(filler, filler.stat().st_size - need * 3 // 4)  # room for a store, not its reserve
+    model = write_script(tmp_path / "model.json", {"text": text_of(need // 40, "d")},
+                         *({"text": f"answer {n}"} for n in range(4)))
+
+    async def main() -> None:
+        async with AgentProcess(store, model=model, backend="sqlite") as agent:
+            await agent.initialize()
+            doomed, kept = await agent.new_session(work), await agent.new_session(work)
+            await agent.prompt(doomed, "the one to delete")
+            assert reserve.stat().st_size < need  # made on a disk without room for it
+            filler.unlink()
+            await agent.prompt(kept, "space is back")
+            assert reserve.stat().st_size == need  # at the first commit with room
+            fill_up(tiny_fs)
+            # Full to the last byte: the reserve is what the delete works with.
+            assert await agent.request("session/delete", {"sessionId": doomed}) == {}
+            assert (await agent.prompt(kept, "after the delete"))["stopReason"] == "end_turn"
         assert agent.returncode == 0, agent.stderr.decode()[-3000:]
         assert b"Traceback" not in agent.stderr, agent.stderr.decode()[-3000:]
 

@@ -102,6 +102,7 @@ class SqliteBackend:
         self.path = self.root / DB_NAME
         if not self.path.exists():
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+        self.reserve = Reserve(self.root / f"{DB_NAME}-reserve")
         self._mutex = threading.Lock()  # one connection, possibly used from worker threads
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
@@ -124,7 +125,6 @@ class SqliteBackend:
         except BaseException:
             self.db.close()
             raise
-        self.reserve = Reserve(self.root / f"{DB_NAME}-reserve")
         self.reserve.restore()
         # The WAL is checkpointed before it outgrows half the reserve, and cut back to
         # the reserve's size when it restarts: on a full disk, what a checkpoint must
@@ -164,6 +164,8 @@ class SqliteBackend:
                 except BaseException:
                     self._abandon()
                     raise
+                if full:  # a durable point has room: so may the reserve, if it is missing
+                    self.reserve.keep()
             finally:
                 if full:
                     with contextlib.suppress(sqlite3.Error):  # the failure, not this, is news

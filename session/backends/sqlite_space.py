@@ -59,6 +59,7 @@ class Reserve:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.size = reserve_size(path.parent)
+        self._known_held = False  # as last seen here: spares a stat at every commit
 
     @property
     def held(self) -> bool:
@@ -69,6 +70,17 @@ class Reserve:
 
     def restore(self) -> bool:
         """Allocate the reserve if it is not; False if the disk has no room for it yet."""
+        self._known_held = self._restore()
+        return self._known_held
+
+    def keep(self) -> None:
+        """After a commit: allocate the reserve again if it was missing (the store was
+        made on a disk without room for it, or a delete's restore found none), as soon
+        as space returns. Costs nothing while it is held."""
+        if not self._known_held:
+            self.restore()
+
+    def _restore(self) -> bool:
         if self.held:
             return True
         try:
@@ -93,6 +105,7 @@ class Reserve:
             os.truncate(self.path, 0)
         except OSError:
             return False
+        self._known_held = False
         return True
 
 
