@@ -104,7 +104,7 @@ DURABLE_BACKENDS = tuple(name for name in BACKENDS if name != "memory")
 
 def default_store_dir(environ: dict[str, str] | None = None) -> Path:
     """`$ACP_BRIDGE_HOME`, else `$XDG_STATE_HOME/acp-bridge`, else
-    `~/.local/state/acp-bridge` (DESIGN.md section 3; `--store` overrides all)."""
+    `~/.local/state/acp-bridge` (README.md; `--store` overrides all)."""
     env = os.environ if environ is None else environ
     if env.get("ACP_BRIDGE_HOME"):
         return Path(env["ACP_BRIDGE_HOME"])

@@ -1,5 +1,5 @@
 """The wire, end to end: transport and JSON-RPC edge cases against the real agent
-subprocess (DESIGN.md section 5: malformed input gets an error answer, unknown
+subprocess (docs/protocol.md, "Transport": malformed input gets an error answer, unknown
 notifications are ignored, and the connection stays usable after any of it).
 
 Most messages here are written as raw bytes (`send_raw`), because they are not what a
