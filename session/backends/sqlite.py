@@ -164,8 +164,6 @@ class SqliteBackend:
                 except BaseException:
                     self._abandon()
                     raise
-                if full:  # a durable point has room: so may the reserve, if it is missing
-                    self.reserve.keep()
             finally:
                 if full:
                     with contextlib.suppress(sqlite3.Error):  # the failure, not this, is news
@@ -294,6 +292,12 @@ class SqliteBackend:
             raise io_error(sid, "delete the session", exc) from exc
         with self._mutex:
             purge_events(self.db, sid)
+
+    def after_commit(self) -> None:
+        """A session's durable point was written: the disk had room, so may the reserve
+        have, if it is missing. Not at every transaction: a delete on a full disk,
+        which released it, must keep the room for its purge."""
+        self.reserve.keep()
 
     def after_full(self) -> None:
         """A write failed for want of space: give the WAL's frames of the failed

@@ -36,6 +36,8 @@ class Store(Protocol):
 
     def transaction(self, *, full: bool) -> AbstractContextManager[sqlite3.Connection]: ...
 
+    def after_commit(self) -> None: ...
+
     def after_full(self) -> None: ...
 
 
@@ -98,6 +100,7 @@ class SqliteSession:
                 self._insert_rows(db, self._kept_rows)
             self._insert(db, [*self._streamed, *batch])
         self._kept_rows, self._tail_kept, self._streamed = [], 0, []
+        self._backend.after_commit()
         try:
             self._tail.cut(0)
         except OSError:  # its lines are rows now (readers skip them); cut it later
