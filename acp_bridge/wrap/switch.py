@@ -1,0 +1,263 @@
+"""`acp-bridge wrap --agent NAME=COMMAND ...`: several wrapped agents behind one host,
+and a session handed from one to another between turns (docs/wrap.md, "Several
+agents: handing a session to another agent").
+
+Each agent is a `WrapEngine` of its own (its child process, its link, the ids of its
+sessions), bound to the one host: the first is the default, spawned at start-up and
+given every `session/new`; the others are started at their first use (their own
+`initialize`, the editor's params as the first agent got them). `SwitchEngine` is the
+host's engine: it routes each session's methods to the engine the session is placed in
+(`WrappedSession.child`), adds the `agent` config option to every answer that carries
+the child's config options (theirs unchanged, ours after them), and serves
+`session/set_config_option` of that option itself (`switch`):
+
+1. refused while a prompt of the session runs (-32001), or another switch does;
+2. the new agent is started if it is not running, given a fresh session and seeded with
+   the transcript so far (acp_bridge.wrap.seed, as `--seed-fresh` does); a prompt that
+   comes meanwhile waits for the switch (`WrappedSession.placing`);
+3. the switch is recorded and made durable before the answer: `config/set {configId:
+   "agent", value: NAME, wrapped: {command, sessionId, agentInfo?}}`;
+4. the old agent's child session is closed (if it can close sessions), and its process
+   stopped (its whole group) if no live session of ours is placed in it.
+
+A failure before 3 (the new agent cannot be started, refuses `session/new`) leaves the
+session in its old agent, as it was, and is answered as the error it is. A load places
+the session in the agent of its last turn (`turn/start.agent`) or of a later switch
+(`AgentOfLog`, fed as the load reads the log); an agent no longer configured gives
+way to the default.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+
+from acp_bridge.errors import InvalidParamsError, PromptInProgressError, RequestRefusedError
+from acp_bridge.host.engine import OpenAnswer, Send
+from acp_bridge.host.host import Engine, Host
+from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
+from acp_bridge.rpc.connection import Fallback
+from acp_bridge.rpc.protocol import Handler
+from acp_bridge.wrap.engine import WrapConfig, WrapEngine
+from acp_bridge.wrap.link import obj
+from acp_bridge.wrap.sessions import WrappedSession
+from session.events import CONFIG_SET, TURN_START, Event, WrappedInfo
+from session.items import config_set
+from session.repair import RepairReport
+
+log = logging.getLogger("acp_bridge.wrap.switch")
+
+AGENT_OPTION: Final = "agent"  # our option's id, and the `configId` its switches are recorded under
+OTHER_ID: Final = "acp-bridge.agent"  # its id where the child has an option `agent` of its own
+OTHER_CATEGORY: Final = "_agent"  # its category where the child has a `model` option (ACP: `_` is free)
+
+
+class AgentOfLog:
+    """What a load needs of the log to place a session (a `LoadSink`): the agent of its
+    last turn or later switch, whether it ever moved, and each agent's own session id
+    as its last switch to that agent recorded it."""
+
+    def __init__(self) -> None:
+        self.agent: str | None = None
+        self.moved = False
+        self.sessions: dict[str, str] = {}
+
+    def feed(self, event: Event) -> None:
+        data = event["data"]
+        if event["type"] == TURN_START and isinstance(data.get("agent"), str):
+            self.agent = data["agent"]
+        elif (event["type"] == CONFIG_SET and data.get("configId") == AGENT_OPTION
+              and isinstance(data.get("wrapped"), dict) and isinstance(data.get("value"), str)):
+            self.agent, self.moved = data["value"], True
+            sid = data["wrapped"].get("sessionId")
+            if isinstance(sid, str):
+                self.sessions[data["value"]] = sid
+
+
+def option_id(child_options: list[Any]) -> str:
+    """Our option's id beside the child's options: `agent`, unless the child has one."""
+    return OTHER_ID if any(obj(o).get("id") == AGENT_OPTION for o in child_options) else AGENT_OPTION
+
+
+def agent_option(agents: Mapping[str, list[str]], current: str, child_options: list[Any]) -> dict[str, Any]:
+    """The `agent` config option (ACP SessionConfigOption, a select): category `model`
+    unless the child offers a `model` option of its own (then `_agent`)."""
+    model_taken = any(obj(o).get("category") == "model" for o in child_options)
+    return {"id": option_id(child_options), "name": "Agent",
+            "description": "The wrapped agent that answers the next prompt (acp-bridge wrap --agent); a switch "
+                           "starts it and shows it the conversation so far",
+            "category": OTHER_CATEGORY if model_taken else "model", "type": "select", "currentValue": current,
+            "options": [{"value": name, "name": name, "description": Path(command[0]).name}
+                        for name, command in agents.items()]}
+
+
+class SwitchEngine(Engine[WrappedSession]):
+    label = "this agent"
+
+    def __init__(self, configs: list[WrapConfig]) -> None:
+        if not configs or any(c.name is None for c in configs):
+            raise ValueError("every agent needs a name")
+        self.engines = {str(c.name): WrapEngine(c) for c in configs}
+        self.default = next(iter(self.engines.values()))
+        self.commands = {name: list(e.config.command) for name, e in self.engines.items()}
+        self._options: dict[str, list[Any]] = {}  # session id -> the child's config options, as last given
+        self._opener: StoredOpener[WrappedSession] | None = None
+
+    def methods(self) -> dict[str, Handler]:
+        return {"initialize": self.initialize}
+
+    def fallback(self) -> Fallback:
+        return self.forward
+
+    async def start(self, host: Host[WrappedSession]) -> None:
+        """Spawn the default agent (OSError if it cannot be); the others at first use."""
+        await super().start(host)
+        for engine in self.engines.values():
+            await (engine.start(host) if engine is self.default else engine.bind(host))
+        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True),
+                                    sink=AgentOfLog, adopt=self._adopt)
+
+    async def aclose(self) -> None:
+        for engine in self.engines.values():
+            await engine.aclose()
+
+    def engine_of(self, ws: WrappedSession) -> WrapEngine:
+        return next((e for e in self.engines.values() if ws.child is e), self.default)
+
+    def name_of(self, ws: WrappedSession) -> str:
+        return str(self.engine_of(ws).config.name)
+
+    # --- what the editor is offered ----------------------------------------------------
+
+    def offered(self, ws: WrappedSession, result: dict[str, Any]) -> dict[str, Any]:
+        """`result` (an answer that may carry the child's config options) with ours
+        after the child's; the child's kept for the next answer that omits them."""
+        given = result.get("configOptions")
+        if isinstance(given, list):
+            self._options[ws.id] = given
+        theirs = self._options.get(ws.id, [])
+        return {**result, "configOptions": [*theirs, agent_option(self.commands, self.name_of(ws), theirs)]}
+
+    async def initialize(self, **params: Any) -> dict[str, Any]:
+        result = await self.default.initialize(**params)
+        for engine in self.engines.values():
+            if engine is not self.default:
+                engine.init_params = params  # what each agent is sent when it starts
+        meta = obj(result.get("_meta"))
+        ours = obj(meta.get("acpBridge"))
+        result["_meta"] = {**meta, "acpBridge": {**ours, "agents": list(self.engines)}}
+        return result
+
+    # --- sessions --------------------------------------------------------------------
+
+    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        result = await self.default.new_session(params)
+        ws = self.host.find(result.get("sessionId"))
+        return self.offered(ws, result) if ws is not None else result
+
+    def _adopt(self, opened: Opened) -> WrappedSession:
+        sink = opened.sink
+        assert isinstance(sink, AgentOfLog)
+        header = opened.log.header
+        name = sink.agent
+        if name is not None and name not in self.engines:
+            log.warning("session %s: its agent %r is not configured here: placed in the default, %r",
+                        header["id"], name, self.default.config.name)
+        engine = self.engines.get(name or "") or self._by_command(header.get("wrapped"))
+        ws = WrappedSession(engine, opened.log, header["cwd"], [], header.get("additionalDirectories"))
+        ws.moved = sink.moved
+        ws.moved_sid = sink.sessions.get(str(engine.config.name))
+        return ws
+
+    def _by_command(self, wrapped: WrappedInfo | None) -> WrapEngine:
+        """The agent that made the session (no turn or switch names one): the one with
+        the header's command, else the default."""
+        command = wrapped.get("command") if wrapped is not None else None
+        return next((e for e in self.engines.values() if e.config.command == command), self.default)
+
+    async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
+                           live: WrappedSession | None) -> tuple[WrappedSession, RepairReport]:
+        assert self._opener is not None
+        return await self._opener(session_id, params, send, live)
+
+    async def attach(self, session: WrappedSession, params: Mapping[str, Any]) -> OpenAnswer:
+        opened = await self.engine_of(session).attach(session, params)
+        wrapped = {**obj(opened.ours.get("wrapped")), "agent": self.name_of(session)}
+        return OpenAnswer(self.offered(session, dict(opened.fields)), meta=opened.meta,
+                          ours={**opened.ours, "wrapped": wrapped})
+
+    # --- the editor's other methods --------------------------------------------------
+
+    async def forward(self, method: str, params: Any, is_request: bool) -> Any:
+        ws = self.host.find(params.get("sessionId")) if isinstance(params, dict) else None
+        if ws is None:
+            return await self.default.forward(method, params, is_request)
+        if method == "session/set_config_option" and params.get("configId") == option_id(self._options.get(ws.id, [])):
+            if not is_request:
+                log.info("session %s: a switch of its agent sent as a notification: ignored", ws.id)
+                return None
+            return await self.switch(ws, params.get("value"))
+        result = await self.engine_of(ws).forward(method, params, is_request)
+        if method == "session/set_config_option" and isinstance(result, dict):
+            result = self.offered(ws, result)
+        return result
+
+    async def switch(self, ws: WrappedSession, name: Any) -> dict[str, Any]:
+        """Hand `ws` to the agent `name` (see the module docstring); the answer."""
+        if not isinstance(name, str) or name not in self.engines:
+            raise InvalidParamsError(f"no agent named {name!r}: this wrapper has {', '.join(self.engines)}",
+                                     field="value")
+        if ws.prompting or ws.recorder is not None:
+            raise PromptInProgressError(ws.id)
+        if ws.placing is not None:
+            raise RequestRefusedError(f"session {ws.id} is being handed to another agent already; wait",
+                                      code="switching")
+        old, new = self.engine_of(ws), self.engines[name]
+        if new is old:
+            return self.offered(ws, {})
+        before = (ws.child_sid, ws.generation, ws.moved, ws.moved_sid)
+        placing = ws.placing = anyio.Event()
+        try:
+            ws.child, ws.child_sid, ws.generation, ws.moved, ws.moved_sid = new, None, 0, True, None
+            try:
+                restored, result, seeded = await new.place(ws)
+                assert ws.child_sid is not None
+                info: WrappedInfo = {"command": list(new.config.command), "sessionId": ws.child_sid}
+                if new.child_info is not None:
+                    info["agentInfo"] = new.child_info
+                ws.log.extend([config_set(AGENT_OPTION, name, wrapped=info)])
+                await anyio.to_thread.run_sync(ws.log.sync)
+            except BaseException:
+                new.forget(ws)
+                ws.child = old
+                ws.child_sid, ws.generation, ws.moved, ws.moved_sid = before
+                if ws.child_sid is not None:
+                    old.children.bind(ws, ws.child_sid, ws.generation)
+                raise
+            log.info("session %s: handed from agent %s to %s (its session %s, %s)", ws.id, old.config.name, name,
+                     ws.child_sid, "seeded" if seeded.get("seeded") else seeded.get("seedError", "nothing to seed"))
+            with anyio.CancelScope(shield=True):  # recorded: the old agent goes whatever happens to us
+                await self._leave(old, ws, before[0], before[1])
+        finally:
+            ws.placing = None
+            placing.set()
+        self._options[ws.id] = [o for o in result.get("configOptions") or [] if isinstance(o, dict)] \
+            if isinstance(result.get("configOptions"), list) else []
+        answer = self.offered(ws, {})
+        answer["_meta"] = {"acpBridge": {"wrapped": {"agent": name, "restored": restored, **seeded}}}
+        return answer
+
+    async def _leave(self, old: WrapEngine, ws: WrappedSession, child_sid: str | None, generation: int) -> None:
+        """`ws` left `old`: its child session there closed, the process stopped if no
+        session is placed in it any more."""
+        link = old.link
+        if child_sid is not None and link is not None and generation == link.generation:
+            gone = WrappedSession(old, ws.log, ws.cwd, child_sid=child_sid, generation=generation)
+            await old.close_child_session(gone)
+            if old.children.theirs.get(child_sid) is ws:
+                del old.children.theirs[child_sid]
+        await old.stop_unused()
