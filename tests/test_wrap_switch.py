@@ -6,7 +6,6 @@ every prompt it was shown) and our own `serve`."""
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,58 +16,13 @@ import pytest
 
 from acp_bridge.wrap.seed import PREFACE
 from session import check_invariants
-from tests.support.acp_client import AgentError, AgentProcess
+from tests.support.acp_client import AgentError
 from tests.support.acp_schema import validate_def
 from tests.support.logs import loaded_events
+from tests.support.switching import MEMORY, Switching, memory, ours
 from tests.support.wrapped import command_line, descendants, serve_command
 
 pytestmark = pytest.mark.anyio
-
-MEMORY = Path(__file__).resolve().parent / "support" / "memory_agent.py"
-
-
-def memory(name: str, *flags: str) -> list[str]:
-    return [sys.executable, str(MEMORY), name, *flags]
-
-
-def agent_args(agents: list[tuple[str, list[str]]]) -> list[str]:
-    return [arg for name, command in agents for arg in ("--agent", f"{name}={shlex.join(command)}")]
-
-
-class Switching(AgentProcess):
-    """The wrapper with several `--agent`s, as the agent under test (every message it
-    sends validated against the vendored schema, as for our own agent)."""
-
-    def __init__(self, store: Path, agents: list[tuple[str, list[str]]], *wrap_args: str) -> None:
-        super().__init__(store)
-        self.command = [sys.executable, "-m", "acp_bridge", "wrap", "--store", str(store), *wrap_args,
-                        *agent_args(agents)]
-
-    async def __aenter__(self) -> Switching:
-        await super().__aenter__()
-        return self
-
-    async def new(self, cwd: Path) -> dict[str, Any]:
-        result = await self.request("session/new", {"cwd": str(cwd), "mcpServers": []})
-        assert isinstance(result, dict)
-        return result
-
-    async def set_option(self, sid: str, config_id: str, value: str) -> Any:
-        params = {"sessionId": sid, "configId": config_id, "value": value}
-        validate_def("SetSessionConfigOptionRequest", params)
-        return await self.request("session/set_config_option", params)
-
-    def text_of(self, sid: str, since: int = 0) -> str:
-        return "".join(u["content"]["text"] for u in self.updates_of(sid)[since:]
-                       if u["sessionUpdate"] == "agent_message_chunk")
-
-
-def ours(options: list[dict[str, Any]], option_id: str = "agent") -> dict[str, Any]:
-    found = [o for o in options if o["id"] == option_id and o["name"] == "Agent"]
-    assert len(found) == 1, options
-    validate_def("SessionConfigOption", found[0])
-    return found[0]
-
 
 def received(record: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
@@ -183,7 +137,8 @@ async def test_a_switch_is_refused_while_a_prompt_runs(tmp_path: Path, work: Pat
 async def test_the_childs_own_options_pass_beside_ours(tmp_path: Path, work: Path) -> None:
     flags = ("--model-option", "--agent-option")
     agents = [("alpha", memory("alpha", *flags)), ("beta", memory("beta", *flags))]
-    async with Switching(tmp_path / "store", agents) as wrapper:
+    store = tmp_path / "store"
+    async with Switching(store, agents) as wrapper:
         await wrapper.initialize()
         new = await wrapper.new(work)
         sid, options = new["sessionId"], new["configOptions"]
@@ -193,12 +148,18 @@ async def test_the_childs_own_options_pass_beside_ours(tmp_path: Path, work: Pat
         # The child's options are the child's: its `agent` and `model` go to it.
         set_theirs = await wrapper.set_option(sid, "agent", "pirate")
         assert [o["id"] for o in set_theirs["configOptions"]] == ["model", "agent", "acp-bridge.agent"]
+        # The child's own update of its whole set: ours added for the editor, not for the log.
+        (told,) = [u for u in wrapper.updates_of(sid) if u["sessionUpdate"] == "config_option_update"]
+        assert [o["id"] for o in told["configOptions"]] == ["model", "agent", "acp-bridge.agent"]
+        validate_def("ConfigOptionUpdate", told)
         assert ours(set_theirs["configOptions"], "acp-bridge.agent")["currentValue"] == "alpha"
         switched = await wrapper.set_option(sid, "acp-bridge.agent", "beta")
         assert ours(switched["configOptions"], "acp-bridge.agent")["currentValue"] == "beta"
         assert switched["configOptions"][0]["id"] == "model"  # beta's own, from its session/new
         await wrapper.prompt(sid, "hello")
         assert wrapper.text_of(sid).startswith("beta saw: ")
+    (kept,) = [e["data"]["update"] for e in loaded_events(store, sid) if e["type"] == "wrapped/update"]
+    assert [o["id"] for o in kept["configOptions"]] == ["model", "agent"]  # as alpha sent it
 
 
 async def test_our_own_serve_as_the_second_agent_is_shown_the_first_turns(tmp_path: Path, work: Path) -> None:

@@ -102,6 +102,8 @@ class SwitchEngine(Engine[WrappedSession]):
         if not configs or any(c.name is None for c in configs):
             raise ValueError("every agent needs a name")
         self.engines = {str(c.name): WrapEngine(c) for c in configs}
+        for engine in self.engines.values():
+            engine.side.shown = self._shown
         self.default = next(iter(self.engines.values()))
         self.commands = {name: list(e.config.command) for name, e in self.engines.items()}
         self._options: dict[str, list[Any]] = {}  # session id -> the child's config options, as last given
@@ -141,6 +143,14 @@ class SwitchEngine(Engine[WrappedSession]):
             self._options[ws.id] = given
         theirs = self._options.get(ws.id, [])
         return {**result, "configOptions": [*theirs, agent_option(self.commands, self.name_of(ws), theirs)]}
+
+    def _shown(self, ws: WrappedSession, update: Any) -> Any:
+        """The child's `config_option_update` (its whole set, which an editor puts in
+        place of what it had) with ours added; the log keeps it as the child sent it."""
+        if isinstance(update, dict) and update.get("sessionUpdate") == "config_option_update" \
+                and isinstance(update.get("configOptions"), list):
+            return {**update, **self.offered(ws, {"configOptions": update["configOptions"]})}
+        return update
 
     async def initialize(self, **params: Any) -> dict[str, Any]:
         result = await self.default.initialize(**params)

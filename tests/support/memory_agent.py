@@ -7,7 +7,8 @@ Each prompt is answered with one chunk, `NAME saw: ` and the text of every promp
 session so far (the wrapper's seed included), joined by ` | `, then `end_turn`; a prompt
 `sleep MS` waits MS milliseconds first. `agentInfo.name` is NAME. `--model-option`
 offers a config option `model` (category `model`) of its own, `--agent-option` one with
-the id `agent`: the wrapper's option must not hide them. `--record FILE` appends every
+the id `agent`: the wrapper's option must not hide them (a `set_config_option` of them is
+also told as a `config_option_update`). `--record FILE` appends every
 message it reads (one JSON line each), `--no-close` leaves `session/close` out of its
 capabilities. Plain JSON-RPC over stdio, standard library only: it starts fast.
 """
@@ -86,6 +87,8 @@ def main() -> None:
             threading.Thread(target=answer, args=(rid, sid, name, list(seen), delay), daemon=True).start()
         elif method == "session/set_config_option":
             models[params["sessionId"]] = params["value"]
+            send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": params["sessionId"], "update": {
+                "sessionUpdate": "config_option_update", "configOptions": options(flags, params["value"])}}})
             send({"jsonrpc": "2.0", "id": rid, "result": {"configOptions": options(flags, params["value"])}})
         elif method == "session/close":
             sessions.pop(str(params.get("sessionId")), None)
