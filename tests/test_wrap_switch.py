@@ -132,6 +132,11 @@ async def test_a_switch_is_refused_while_a_prompt_runs(tmp_path: Path, work: Pat
             await wrapper.set_option(sid, "agent", "gamma")
         assert unknown.value.code == -32602 and "alpha, beta" in str(unknown.value.message)
         assert ours((await wrapper.set_option(sid, "agent", "beta"))["configOptions"])["currentValue"] == "beta"
+        # Durable before it was answered: a kill -9 right after the answer keeps it.
+        wrapper.kill9()
+        await wrapper.proc.wait()
+    moves = [e["data"] for e in loaded_events(tmp_path / "store", sid) if e["type"] == "config/set"]
+    assert [(m["configId"], m["value"]) for m in moves] == [("agent", "beta")]
 
 
 async def test_the_childs_own_options_pass_beside_ours(tmp_path: Path, work: Path) -> None:

@@ -30,6 +30,7 @@ way to the default.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -106,11 +107,24 @@ class SwitchEngine(Engine[WrappedSession]):
             engine.side.shown = self._shown
         self.default = next(iter(self.engines.values()))
         self.commands = {name: list(e.config.command) for name, e in self.engines.items()}
-        self._options: dict[str, list[Any]] = {}  # session id -> the child's config options, as last given
+        # The child's config options of each live session, as it last gave them.
+        self._options: weakref.WeakKeyDictionary[WrappedSession, list[Any]] = weakref.WeakKeyDictionary()
         self._opener: StoredOpener[WrappedSession] | None = None
 
     def methods(self) -> dict[str, Handler]:
-        return {"initialize": self.initialize}
+        """`initialize` ours; any other method of the wrapper's own, served by the engine
+        the session named in its params is placed in (the default without one)."""
+        table = {name: self._routed(name) for name in self.default.methods()}
+        table["initialize"] = self.initialize
+        return table
+
+    def _routed(self, method: str) -> Handler:
+        async def handler(**params: Any) -> Any:
+            ws = self.host.find(params.get("sessionId"))
+            engine = self.engine_of(ws) if ws is not None else self.default
+            return await engine.methods()[method](**params)
+
+        return handler
 
     def fallback(self) -> Fallback:
         return self.forward
@@ -140,8 +154,8 @@ class SwitchEngine(Engine[WrappedSession]):
         after the child's; the child's kept for the next answer that omits them."""
         given = result.get("configOptions")
         if isinstance(given, list):
-            self._options[ws.id] = given
-        theirs = self._options.get(ws.id, [])
+            self._options[ws] = given
+        theirs = self._options.get(ws, [])
         return {**result, "configOptions": [*theirs, agent_option(self.commands, self.name_of(ws), theirs)]}
 
     def _shown(self, ws: WrappedSession, update: Any) -> Any:
@@ -206,7 +220,7 @@ class SwitchEngine(Engine[WrappedSession]):
         ws = self.host.find(params.get("sessionId")) if isinstance(params, dict) else None
         if ws is None:
             return await self.default.forward(method, params, is_request)
-        if method == "session/set_config_option" and params.get("configId") == option_id(self._options.get(ws.id, [])):
+        if method == "session/set_config_option" and params.get("configId") == option_id(self._options.get(ws, [])):
             if not is_request:
                 log.info("session %s: a switch of its agent sent as a notification: ignored", ws.id)
                 return None
@@ -229,10 +243,11 @@ class SwitchEngine(Engine[WrappedSession]):
         old, new = self.engine_of(ws), self.engines[name]
         if new is old:
             return self.offered(ws, {})
-        before = (ws.child_sid, ws.generation, ws.moved, ws.moved_sid)
+        before = (ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode)
         placing = ws.placing = anyio.Event()
         try:
-            ws.child, ws.child_sid, ws.generation, ws.moved, ws.moved_sid = new, None, 0, True, None
+            # The new agent's mode is what its session/new says (none: none).
+            ws.child, ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode = new, None, 0, True, None, None
             try:
                 restored, result, seeded = await new.place(ws)
                 assert ws.child_sid is not None
@@ -244,7 +259,7 @@ class SwitchEngine(Engine[WrappedSession]):
             except BaseException:
                 new.forget(ws)
                 ws.child = old
-                ws.child_sid, ws.generation, ws.moved, ws.moved_sid = before
+                ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode = before
                 if ws.child_sid is not None:
                     old.children.bind(ws, ws.child_sid, ws.generation)
                 raise
@@ -255,9 +270,9 @@ class SwitchEngine(Engine[WrappedSession]):
         finally:
             ws.placing = None
             placing.set()
-        self._options[ws.id] = [o for o in result.get("configOptions") or [] if isinstance(o, dict)] \
-            if isinstance(result.get("configOptions"), list) else []
-        answer = self.offered(ws, {})
+        self._options[ws] = []  # the old agent's are gone; the new one's, if it gave any:
+        answer = self.offered(ws, {"configOptions": result["configOptions"]}
+                              if isinstance(result.get("configOptions"), list) else {})
         answer["_meta"] = {"acpBridge": {"wrapped": {"agent": name, "restored": restored, **seeded}}}
         return answer
 
