@@ -197,3 +197,21 @@ def test_bad_agents_are_refused_at_start_up(tmp_path: Path, args: list[str], why
                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and why in done.stderr, done.stderr
+
+
+async def test_a_switch_that_fails_leaves_the_session_where_it_was(tmp_path: Path, work: Path) -> None:
+    store = tmp_path / "store"
+    agents = [("alpha", memory("alpha")), ("broken", [sys.executable, "-c", "import sys; sys.exit(3)"])]
+    async with Switching(store, agents) as wrapper:
+        await wrapper.initialize()
+        sid = (await wrapper.new(work))["sessionId"]
+        await wrapper.prompt(sid, "one")
+        with pytest.raises(AgentError) as failed:
+            await wrapper.set_option(sid, "agent", "broken")
+        assert failed.value.code == -32603 and failed.value.data["code"] == "agent_exited", failed.value.data
+        await wrapper.prompt(sid, "two")
+        assert wrapper.text_of(sid) == "alpha saw: onealpha saw: one | two"  # the same alpha session
+        assert agents_running(wrapper.proc.pid) == ["alpha"]
+    events = loaded_events(store, sid)
+    assert not [e for e in events if e["type"] == "config/set"]
+    assert [e["data"]["agent"] for e in events if e["type"] == "turn/start"] == ["alpha", "alpha"]

@@ -262,6 +262,8 @@ class SwitchEngine(Engine[WrappedSession]):
                 ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode = before
                 if ws.child_sid is not None:
                     old.children.bind(ws, ws.child_sid, ws.generation)
+                with anyio.CancelScope(shield=True):  # a new agent started for nothing goes again
+                    await new.stop_unused()
                 raise
             log.info("session %s: handed from agent %s to %s (its session %s, %s)", ws.id, old.config.name, name,
                      ws.child_sid, "seeded" if seeded.get("seeded") else seeded.get("seedError", "nothing to seed"))
@@ -281,8 +283,9 @@ class SwitchEngine(Engine[WrappedSession]):
         session is placed in it any more."""
         link = old.link
         if child_sid is not None and link is not None and generation == link.generation:
-            gone = WrappedSession(old, ws.log, ws.cwd, child_sid=child_sid, generation=generation)
-            await old.close_child_session(gone)
-            if old.children.theirs.get(child_sid) is ws:
-                del old.children.theirs[child_sid]
+            # `close_child_session` closes what a session names: the one `ws` had there.
+            await old.close_child_session(WrappedSession(old, ws.log, ws.cwd, child_sid=child_sid,
+                                                         generation=generation))
+        if child_sid is not None and old.children.theirs.get(child_sid) is ws:
+            del old.children.theirs[child_sid]
         await old.stop_unused()
