@@ -208,7 +208,7 @@ async def test_a_switch_that_fails_leaves_the_session_where_it_was(tmp_path: Pat
         await wrapper.prompt(sid, "one")
         with pytest.raises(AgentError) as failed:
             await wrapper.set_option(sid, "agent", "broken")
-        assert failed.value.code == -32603 and failed.value.data["code"] == "agent_exited", failed.value.data
+        assert failed.value.code == -32603 and failed.value.data == {"code": "agent_exited", "status": 3}, failed.value.data
         await wrapper.prompt(sid, "two")
         assert wrapper.text_of(sid) == "alpha saw: onealpha saw: one | two"  # the same alpha session
         assert agents_running(wrapper.proc.pid) == ["alpha"]

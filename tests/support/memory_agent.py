@@ -20,16 +20,14 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-LOCK = threading.Lock()
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.unruly_agent import send  # one writer of a line at a time, for the threads
+
 IDS = itertools.count(1)
-
-
-def send(message: dict[str, Any]) -> None:
-    with LOCK:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
 
 
 def options(flags: list[str], model: str) -> list[dict[str, Any]]:
