@@ -37,12 +37,14 @@ from acp_bridge.host.engine import OpenAnswer, Send
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.rpc.connection import Fallback
+from acp_bridge.rpc.incoming import preload_library
 from acp_bridge.rpc.protocol import ClientError, Handler
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.children import Restored, SessionMap, kept_from_editor, new_session_id, restore
 from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.spawn import Early
 from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
 from session.repair import RepairReport
@@ -64,9 +66,10 @@ class WrapConfig:
 class WrapEngine(Engine[WrappedSession]):
     label = "this agent"
 
-    def __init__(self, config: WrapConfig) -> None:
+    def __init__(self, config: WrapConfig, *, early: Early | None = None) -> None:
         self.config = config
-        self.child = ChildAgent(config.command, env=config.env, grace=config.grace)
+        # `early`: the first process of `config.command`, spawned by the command line.
+        self.child = ChildAgent(config.command, env=config.env, grace=config.grace, early=early)
         self.children = SessionMap()
         self.side = ChildSide(self.children, lambda: self.host.peer)
         self.link: ChildLink | None = None
@@ -87,6 +90,10 @@ class WrapEngine(Engine[WrappedSession]):
     async def start(self, host: Host[WrappedSession]) -> None:
         """Spawn the child (OSError if it cannot be)."""
         await super().start(host)
+        # The child boots for a while (0.3-1 s for the SDK's echo agent): jsonrpcserver
+        # is imported meanwhile, not after the `initialize` answer, where the editor's
+        # `session/new` would wait for it.
+        host.task_group.start_soon(anyio.to_thread.run_sync, preload_library)
         self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
                                     adopt=self._adopt)
         await self._new_link()

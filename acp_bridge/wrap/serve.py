@@ -2,7 +2,9 @@
 
 The child is spawned before anything is read from the editor, so a command that cannot
 be run is refused at once (one line on stderr, exit status 2), as any bad start-up
-value is (DESIGN.md section 6).
+value is (DESIGN.md section 6). The command line spawns it first of all (`start_child`,
+which imports nothing heavy), before `serve` imports the wrapper: the child boots while
+the wrapper imports (issue 23, start-up; bench/README.md).
 """
 
 from __future__ import annotations
@@ -10,16 +12,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from acp_bridge import __version__
-from acp_bridge.host.host import Host, StoreSpec
-from acp_bridge.host.stdio import configure_logging, serve_stdio
-from acp_bridge.host.tuning import ProcessTuning
-from acp_bridge.wrap.engine import WrapConfig, WrapEngine
-from acp_bridge.wrap.sessions import WrappedSession
-from session import shown_store, store_location
+from acp_bridge.wrap.spawn import Early
 
 
-def serve(args: argparse.Namespace) -> int:
+def start_child(argv: list[str]) -> Early:
+    """The wrapped agent's first process, started now; `serve` takes it over."""
+    return Early(argv)
+
+
+def serve(args: argparse.Namespace, early: Early | None = None) -> int:
+    from acp_bridge import __version__
+    from acp_bridge.host.host import Host, StoreSpec
+    from acp_bridge.host.stdio import configure_logging, serve_stdio
+    from acp_bridge.host.tuning import ProcessTuning
+    from acp_bridge.wrap.engine import WrapConfig, WrapEngine
+    from acp_bridge.wrap.sessions import WrappedSession
+    from session import shown_store, store_location
+
     configure_logging(args.log_file, args.log_level)
     config = WrapConfig(store_dir=store_location(args.backend, args.store),
                         command=list(args.wrapped), cancel_grace=args.cancel_grace, backend=args.backend,
@@ -27,7 +36,7 @@ def serve(args: argparse.Namespace) -> int:
     # One line on stderr, never stdout (stdout carries protocol messages only).
     print(f"acp-bridge {__version__}: wrapping {' '.join(config.command)}, store {shown_store(config.store_dir)} "
           f"({config.backend})", file=sys.stderr, flush=True)
-    host: Host[WrappedSession] = Host(WrapEngine(config), StoreSpec(config.store_dir, config.backend),
+    host: Host[WrappedSession] = Host(WrapEngine(config, early=early), StoreSpec(config.store_dir, config.backend),
                                       tuning=ProcessTuning())
 
     def not_started(exc: OSError) -> int:  # the child cannot be spawned
