@@ -78,6 +78,7 @@ class WrapEngine(Engine[WrappedSession]):
         self.child_info: dict[str, Any] | None = None
         self._starting = anyio.Lock()
         self._opener: StoredOpener[WrappedSession] | None = None
+        self._prepared = anyio.Event()  # `_prepare` has tried to open the store
 
     # --- the engine ------------------------------------------------------------------
 
@@ -90,13 +91,24 @@ class WrapEngine(Engine[WrappedSession]):
     async def start(self, host: Host[WrappedSession]) -> None:
         """Spawn the child (OSError if it cannot be)."""
         await super().start(host)
-        # The child boots for a while (0.3-1 s for the SDK's echo agent): jsonrpcserver
-        # is imported meanwhile, not after the `initialize` answer, where the editor's
-        # `session/new` would wait for it.
-        host.task_group.start_soon(anyio.to_thread.run_sync, preload_library)
+        host.task_group.start_soon(self._prepare)
         self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
                                     adopt=self._adopt)
         await self._new_link()
+
+    async def _prepare(self) -> None:
+        """While the child boots (0.3-1 s for the SDK's echo agent), in a worker thread:
+        the store is opened (SQLite's connection and schema check sync the disk) and
+        jsonrpcserver imported, so neither is on the path of the editor's first
+        `session/new` (issue 23, start-up). A store that cannot be opened is left for
+        `session/new` to meet, and answer for, as before."""
+        try:
+            await anyio.to_thread.run_sync(self.host.store)
+        except Exception as exc:  # reported where it is used: session/new, list, load
+            log.debug("opening the store early failed: %s", exc)
+        finally:
+            self._prepared.set()
+        await anyio.to_thread.run_sync(preload_library)
 
     async def aclose(self) -> None:
         if self.link is not None:
@@ -244,6 +256,7 @@ class WrapEngine(Engine[WrappedSession]):
         wrapped: WrappedInfo = {"command": list(self.config.command), "sessionId": child_sid}
         if self.child_info is not None:
             wrapped["agentInfo"] = self.child_info
+        await self._prepared.wait()  # never two threads opening the store
         session_log = await self.host.create_log(cwd=cwd, additional=additional, wrapped=wrapped)
         ws = WrappedSession(self, session_log, cwd, list(mcp), additional)
         self.host.add(ws.id, ws)
