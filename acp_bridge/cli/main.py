@@ -132,9 +132,10 @@ def _wrap(raw: list[str]) -> int:
     settings = agent_settings(args, model=False)
     args.store, args.backend, args.log_level = str(settings.store), settings.backend, settings.log_level
     args.cancel_grace = cancel_grace(args)
-    from acp_bridge.wrap.serve import serve
+    # The child first, the wrapper's imports after: it boots while they run.
+    from acp_bridge.wrap.serve import serve, start_child
 
-    return serve(args)
+    return serve(args, start_child(args.agents[0][1] if args.agents else args.wrapped))
 
 
 if __name__ == "__main__":

@@ -38,12 +38,14 @@ from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.rpc.connection import Fallback
+from acp_bridge.rpc.incoming import preload_library
 from acp_bridge.rpc.protocol import ClientError, Handler
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.children import Restored, SessionMap, kept_from_editor, new_session_id, restore
 from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.spawn import Early
 from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
 from session.fork import ForkPlan
@@ -67,9 +69,10 @@ class WrapConfig:
 class WrapEngine(Engine[WrappedSession]):
     label = "this agent"
 
-    def __init__(self, config: WrapConfig) -> None:
+    def __init__(self, config: WrapConfig, *, early: Early | None = None) -> None:
         self.config = config
-        self.child = ChildAgent(config.command, env=config.env, grace=config.grace)
+        # `early`: the first process of `config.command`, spawned by the command line.
+        self.child = ChildAgent(config.command, env=config.env, grace=config.grace, early=early)
         self.children = SessionMap()
         self.side = ChildSide(self.children, lambda: self.host.peer)
         self.link: ChildLink | None = None
@@ -78,6 +81,7 @@ class WrapEngine(Engine[WrappedSession]):
         self.child_info: dict[str, Any] | None = None
         self._starting = anyio.Lock()
         self._opener: StoredOpener[WrappedSession] | None = None
+        self._prepared = anyio.Event()  # `_prepare` has tried to open the store
 
     # --- the engine ------------------------------------------------------------------
 
@@ -96,8 +100,23 @@ class WrapEngine(Engine[WrappedSession]):
         """Serve `host`, the child not spawned yet (`wrap --agent`: an agent other than
         the default is started at its first use, acp_bridge.wrap.switch)."""
         await super().start(host)
+        host.task_group.start_soon(self._prepare)
         self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
                                     adopt=self._adopt)
+
+    async def _prepare(self) -> None:
+        """While the child boots (0.3-1 s for the SDK's echo agent), in a worker thread:
+        the store is opened (SQLite's connection and schema check sync the disk) and
+        jsonrpcserver imported, so neither is on the path of the editor's first
+        `session/new` (issue 23, start-up). A store that cannot be opened is left for
+        `session/new` to meet, and answer for, as before."""
+        try:
+            await anyio.to_thread.run_sync(self.host.store)
+        except Exception as exc:  # reported where it is used: session/new, list, load
+            log.debug("opening the store early failed: %s", exc)
+        finally:
+            self._prepared.set()
+        await anyio.to_thread.run_sync(preload_library)
 
     async def aclose(self) -> None:
         if self.link is not None:
@@ -265,6 +284,7 @@ class WrapEngine(Engine[WrappedSession]):
         child_sid = new_session_id(result)
         extra = params.get("additionalDirectories")
         additional = extra if isinstance(extra, list) else None
+        await self._prepared.wait()  # never two threads opening the store
         session_log = await self.host.create_log(cwd=cwd, additional=additional, wrapped=self._wrapped(child_sid))
         ws = WrappedSession(self, session_log, cwd, list(mcp), additional)
         self.host.add(ws.id, ws)

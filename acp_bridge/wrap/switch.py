@@ -46,6 +46,7 @@ from acp_bridge.rpc.protocol import Handler
 from acp_bridge.wrap.engine import WrapConfig, WrapEngine
 from acp_bridge.wrap.link import obj
 from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.spawn import Early
 from session.backends.base import read_stored
 from session.events import CONFIG_SET, TURN_START, Event, Header, WrappedInfo
 from session.fork import ForkPlan
@@ -120,10 +121,11 @@ def agent_option(agents: Mapping[str, list[str]], current: str, child_options: l
 class SwitchEngine(Engine[WrappedSession]):
     label = "this agent"
 
-    def __init__(self, configs: list[WrapConfig]) -> None:
+    def __init__(self, configs: list[WrapConfig], *, early: Early | None = None) -> None:
         if not configs or any(c.name is None for c in configs):
             raise ValueError("every agent needs a name")
-        self.engines = {str(c.name): WrapEngine(c) for c in configs}
+        # `early`: the default agent's process, spawned by the command line (wrap.spawn).
+        self.engines = {str(c.name): WrapEngine(c, early=early if i == 0 else None) for i, c in enumerate(configs)}
         for engine in self.engines.values():
             engine.side.shown = self._shown
         self.default = next(iter(self.engines.values()))
