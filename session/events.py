@@ -118,6 +118,10 @@ class Header(TypedDict):
 
 
 class Usage(TypedDict):
+    # A model call's tokens as its provider counted them. inputTokens is every token of
+    # the request, cached ones included (OpenAI's prompt_tokens): cacheReadTokens and
+    # cacheWriteTokens say how many of them the cache served or took, reasoningTokens
+    # how many of outputTokens were reasoning. A wrapped agent's are as it reported them.
     inputTokens: int
     outputTokens: int
     cacheReadTokens: NotRequired[int]
