@@ -6,6 +6,11 @@ no content, and `tool/call` repeats the call block of its `assistant/message`. A
 empty-content `assistant/message` only hosts usage, so it is skipped too, and so is a
 `wrapped/update` (a wrapped agent's plan, mode or interim tool update: what the editor
 was shown, never what a model said or was told). Pure.
+
+Each message is measured in tokens: the provider's count where it gave one (an
+answer's outputTokens), an estimate of the rest, so a model call can be shown the
+newest whole turns that fit its window (`Transcript.fit`; the limit is the runner's:
+acp_bridge.agent.context).
 """
 
 from __future__ import annotations
