@@ -41,7 +41,8 @@ def turns(*answers: int) -> Transcript:
 
 def first_turn(transcript: Transcript, shown: Shown) -> int:
     """The number of the first turn `shown` shows (its prompt is "p<n>")."""
-    return int(transcript.messages[shown.start]["content"][0]["text"][1:])
+    block: dict[str, str] = transcript.messages[shown.start]["content"][0]  # type: ignore[assignment]
+    return int(block["text"][1:])
 
 
 @pytest.mark.parametrize(("window", "room"), [

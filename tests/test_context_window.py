@@ -68,9 +68,11 @@ async def test_an_answer_that_fills_the_window_does_not_wedge_the_session(
         assert last["used"] == usage["inputTokens"] + usage["outputTokens"]
         assert last["size"] == N_CTX
     # The log keeps everything, the long answer too.
-    messages = derive_messages(loaded_events(store, sid))
+    events = loaded_events(store, sid)
+    messages = derive_messages(events)  # type: ignore[arg-type]
     assert len(messages) == 14
-    assert len(messages[1]["content"][0]["text"]) > 7000 * 4
+    answer: list[dict[str, Any]] = messages[1]["content"]  # type: ignore[assignment]
+    assert len(answer[0]["text"]) > 7000 * 4
     # A new process measures the loaded history the same way, from the log's counts.
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()
@@ -117,8 +119,7 @@ async def test_a_turn_too_long_by_itself_fails_and_the_next_prompt_works(
         assert (await agent.prompt(sid, "hi"))["stopReason"] == "end_turn"
         with pytest.raises(AgentError) as failed:
             await agent.prompt(sid, "x " * 9000)  # 9,000 tokens: more than the window alone
-        assert failed.value.data["code"] == "context_length"
-        assert failed.value.data["retryable"] is False
+        assert failed.value.data == {"turn": 2, "step": 1, "code": "context_length", "retryable": False}
         message = str(failed.value.message)
         assert "request (" in message and f"({N_CTX} tokens)" in message
         assert "this turn alone is longer than the model's context" in message

@@ -66,7 +66,7 @@ class LlamaLike:
             self._cache = messages
         tools = n_prompt - sum(per_message)
         cached = tools + sum(per_message[:same]) if same else 0
-        last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
+        last: dict[str, Any] = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
         asked = WRITE.search(_text_of(last))
         wanted = int(asked.group(1)) if asked else self.text_tokens(SHORT_ANSWER)
         room = self.n_ctx - n_prompt
