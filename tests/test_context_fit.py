@@ -21,22 +21,10 @@ from acp_bridge.agent.context import (
 from acp_bridge.models.base import CONTEXT_LENGTH, Finish
 from acp_bridge.models.openai_errors import context_error, http_error, stream_error
 from session.transcript import BYTES_PER_TOKEN, MESSAGE_TOKENS, Transcript
-from tests.support.logs import Script, events_of
+from tests.support.logs import sized_turns as turns
 
 TOOLS = [{"name": "read_file", "description": "Read a file.", "parameters": {"type": "object"}}]
 OVERHEAD = REQUEST_TOKENS + -(-len(orjson.dumps(TOOLS)) // BYTES_PER_TOKEN)
-
-
-def turns(*answers: int) -> Transcript:
-    """One turn per answer, each answer counted `answers[i]` tokens by the provider."""
-    script = Script()
-    for n, output in enumerate(answers, 1):
-        script.start_turn(f"p{n}").start_step().add("assistant/message", {
-            "turn": n, "step": 1, "content": [{"type": "text", "text": "a"}],
-            "usage": {"inputTokens": 1, "outputTokens": output}}).end_step().end_turn()
-    transcript = Transcript()
-    transcript.feed_all(events_of(script))
-    return transcript
 
 
 def first_turn(transcript: Transcript, shown: Shown) -> int:
@@ -121,13 +109,29 @@ def test_a_refusal_shows_fewer_turns_sized_by_the_servers_numbers() -> None:
     assert first_turn(transcript, fewer) == 3
 
 
+def test_a_refusal_without_numbers_bounds_the_window_by_what_was_refused() -> None:
+    transcript = turns(*[2_000] * 10)  # 20,000 tokens of history, the window unknown (128k assumed)
+    context = Context()
+    refused = context.choose(transcript, 128_000, TOOLS)
+    assert refused.start == 0
+    too_long = Finish("error", "too long", CONTEXT_LENGTH)
+    fewer = context.retry(transcript, "m", 128_000, TOOLS, refused, too_long)
+    measured = refused.exact + refused.guess
+    assert context.windows == {"m": measured} and context.scale == 1.0
+    # A quarter of it kept for the answer: far fewer turns than one a try.
+    assert fewer is not None and transcript.tokens(fewer.start) <= measured * 3 / 4
+    assert first_turn(transcript, fewer) == 4
+    again = context.retry(transcript, "m", context.window("m", None), TOOLS, fewer, too_long)
+    assert again is not None and first_turn(transcript, again) > first_turn(transcript, fewer)
+    assert context.windows["m"] < measured
+
+
 def test_a_refusal_without_numbers_still_drops_a_turn() -> None:
     transcript = turns(10, 10, 10)
     context = Context()
     refused = context.choose(transcript, 8_192, TOOLS)
     fewer = context.retry(transcript, "m", 8_192, TOOLS, refused, Finish("error", "too long", CONTEXT_LENGTH))
-    assert fewer is not None and first_turn(transcript, fewer) == 2
-    assert context.scale == 1.0 and context.windows == {}
+    assert fewer is not None and first_turn(transcript, fewer) > 1
 
 
 def test_a_refusal_of_the_running_turn_alone_has_nothing_less_to_show() -> None:

@@ -16,7 +16,7 @@ from session.transcript import (
     history_budget,
     unanswered_calls,
 )
-from tests.support.logs import Script, closers_of, events_of
+from tests.support.logs import Script, closers_of, events_of, sized_turns
 
 
 def user(text: str) -> dict[str, Any]:
@@ -134,18 +134,6 @@ def test_a_tool_result_is_estimated_from_its_bytes() -> None:
     assert (role, exact) == ("tool", 0) and 1000 + MESSAGE_TOKENS < guess < 1020 + MESSAGE_TOKENS
 
 
-def _sized_turns(*answers: int) -> Transcript:
-    """A transcript of one turn per answer, each answer counted `answers[i]` tokens."""
-    script = Script()
-    for n, output in enumerate(answers, 1):
-        script.start_turn(f"p{n}").start_step().add("assistant/message", {
-            "turn": n, "step": 1, "content": [{"type": "text", "text": "a"}],
-            "usage": {"inputTokens": 1, "outputTokens": output}}).end_step().end_turn()
-    transcript = Transcript()
-    transcript.feed_all(events_of(script))
-    return transcript
-
-
 PROMPT_TOKENS = -(-len(b'{"type":"text","text":"p1"}') // BYTES_PER_TOKEN) + MESSAGE_TOKENS
 FITS: list[tuple[str, tuple[int, ...], float, float, int, int]] = [
     # (what, answers' counts, limit, scale, after, the first turn shown)
@@ -163,14 +151,14 @@ FITS: list[tuple[str, tuple[int, ...], float, float, int, int]] = [
 @pytest.mark.parametrize(("what", "answers", "limit", "scale", "after", "first"), FITS, ids=[f[0] for f in FITS])
 def test_fit_shows_the_newest_whole_turns_within_the_limit(what: str, answers: tuple[int, ...], limit: float,
                                                            scale: float, after: int, first: int) -> None:
-    transcript = _sized_turns(*answers)
+    transcript = sized_turns(*answers)
     start = transcript.fit(limit, scale, after=after)
     assert transcript.messages[start] == user(f"p{first}")
     assert transcript.tokens(start, scale) <= limit or first == len(answers)
 
 
 def test_tokens_sum_the_counts_and_the_scaled_estimates() -> None:
-    transcript = _sized_turns(100, 200)
+    transcript = sized_turns(100, 200)
     assert transcript.tokens() == 300 + 2 * MESSAGE_TOKENS + 2 * PROMPT_TOKENS
     assert transcript.tokens(2, 2.0) == 200 + MESSAGE_TOKENS + 2 * PROMPT_TOKENS
 

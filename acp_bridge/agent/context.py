@@ -13,6 +13,8 @@ of them: after each call, its `inputTokens` against what the call was shown
 A refusal (`Finish` code CONTEXT_LENGTH) before anything was streamed is answered by
 `Context.retry`: the window the provider gave (kept for the model from then on), the
 scale its count implies, and at least one turn fewer than the refused request showed;
+a refusal that gives no numbers bounds the window by what the refused request
+measured, so each try shows at least a quarter less;
 None when only the running turn is left (the turn then fails, and the next prompt
 starts without it). The log keeps everything: only what the model is shown shrinks.
 Pure: no I/O, no clock.
@@ -102,6 +104,13 @@ class Context:
             window = self.windows[name] = finish.context_tokens
         if finish.request_tokens is not None:
             self._rescale(refused, finish.request_tokens)
+        if finish.context_tokens is None and finish.request_tokens is None:
+            # Nothing counted: the window is smaller than the request as measured, so
+            # it is at most that from now on (one turn fewer a try would take as many
+            # tries as turns when one old answer fills the window).
+            measured = int(refused.exact + refused.guess * self.scale)
+            if 0 < measured < window:
+                window = self.windows[name] = measured
         shown = self.choose(transcript, window, tools, after=refused.start)
         return shown if shown.start > refused.start else None
 
