@@ -126,3 +126,31 @@ async def test_a_turn_too_long_by_itself_fails_and_the_next_prompt_works(
         # The refused prompt is history now, and history is what gets left out.
         assert (await agent.prompt(sid, "shorter then"))["stopReason"] == "end_turn"
     assert llama.prompts[-1] < N_CTX // 2
+
+
+async def test_without_a_window_setting_the_servers_refusal_teaches_the_window(
+        tmp_path: Path, work: Path, llama: LlamaLike, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a new user runs it: no ACP_BRIDGE_CONTEXT_WINDOW, a model name with no known
+    # window (128,000 assumed), a server with 8,192.
+    monkeypatch.delenv("ACP_BRIDGE_CONTEXT_WINDOW")
+    store = tmp_path / "store"
+    async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        assert (await agent.prompt(sid, "WRITE 8090"))["stopReason"] == "max_tokens"
+        # The next request shows the long answer and is refused; the same step is sent
+        # again without it, sized by the server's n_ctx, and the turn ends well.
+        assert (await agent.prompt(sid, "hello"))["stopReason"] == "end_turn"
+        assert len(llama.refused) == 1 and llama.refused[0] > N_CTX
+        assert llama.prompts[-1] < N_CTX // 2
+        # The window is known from then on: no more refusals.
+        for n in range(3):
+            assert (await agent.prompt(sid, f"hello {n}"))["stopReason"] == "end_turn"
+        assert len(llama.refused) == 1
+    # A new process learns it again, at the cost of one refused request.
+    async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
+        await agent.initialize()
+        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        for n in range(2):
+            assert (await agent.prompt(sid, f"again {n}"))["stopReason"] == "end_turn"
+    assert len(llama.refused) == 2
