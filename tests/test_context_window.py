@@ -147,6 +147,8 @@ async def test_without_a_window_setting_the_servers_refusal_teaches_the_window(
         for n in range(3):
             assert (await agent.prompt(sid, f"hello {n}"))["stopReason"] == "end_turn"
         assert len(llama.refused) == 1
+        # The editor's meter shows the server's window, not the 128,000 guessed.
+        assert [u["size"] for u in usage_updates(agent, sid)] == [128_000] + [N_CTX] * 4
     # A new process learns it again, at the cost of one refused request.
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()

@@ -297,6 +297,11 @@ class TurnRunner:
                         self.log.id, finish.message, fewer.start - shown.start)
             window, shown = self.context.window(model.name, model.context_window), fewer
         self.context.measured(shown, usage)
+        learned = self.context.windows.get(model.name)
+        if usage is not None and learned is not None and "contextWindow" not in usage:
+            # The server's own window, once a refusal said it: the editor's meter (and
+            # the replay's) shows that rather than a guess the server proved wrong.
+            usage = {**usage, "contextWindow": learned}
         if finish is None:
             finish = Finish("error", message="the model stream ended without finishing", code="model_error")
         if finish.reason not in ("stop", "tool_calls"):
