@@ -29,6 +29,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from acp_bridge.prices import Prices
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_MODEL = "echo"
 DEFAULT_BACKEND = "jsonl"
@@ -300,6 +302,39 @@ def check_writable_store(store: Path, option: str) -> None:
         check_store_writable(store)
     except StoreIOError as exc:
         raise ConfigError(option, str(exc)) from exc
+
+
+PRICES_FILE = "prices.toml"  # a store's own price file, in its folder
+
+
+def read_prices(value: str | None, backend: str, store: Path | str) -> Prices | None:
+    """The price file (docs/search.md, "Prices"): `--prices FILE` (`value`), else
+    `$ACP_BRIDGE_PRICES`, else the file store's `prices.toml` if it has one; read and
+    checked whole (TOML, or JSON for a `.json` file). None without one; ConfigError for
+    a file that cannot be read or used."""
+    import json
+    import tomllib
+    from pathlib import Path
+
+    from acp_bridge.prices import PriceFileError, parse_prices
+
+    option = "--prices"
+    if not value and os.environ.get("ACP_BRIDGE_PRICES"):
+        value, option = os.environ["ACP_BRIDGE_PRICES"], "$ACP_BRIDGE_PRICES"
+    if not value:
+        if backend == "postgres" or not (Path(store) / PRICES_FILE).is_file():
+            return None
+        value, option = str(Path(store) / PRICES_FILE), f"the store's {PRICES_FILE}"
+    path = Path(value)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(option, f"cannot read the price file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        return parse_prices(data, str(path))
+    except (ValueError, PriceFileError) as exc:  # TOML and JSON syntax errors are ValueErrors
+        raise ConfigError(option, str(exc) if isinstance(exc, PriceFileError) else f"{path}: {exc}") from None
 
 
 def _access(path: Path, mode: int) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from session.backends.base import SessionPeek, validate_session_id
+from session.backends.base import At, SessionPeek, Stamp, validate_session_id
 from session.backends.event_rows import as_bytes, raw_pieces, row_events
 from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
 from session.events import Event, Header
@@ -49,10 +49,11 @@ class SqliteStream:
     title: str | None = None
     where = ""
 
-    def __init__(self, path: Path, header: Header, *, read_only: bool) -> None:
+    def __init__(self, path: Path, header: Header, *, read_only: bool, start: int = 0) -> None:
         self.header = header
         self.path = path
         self._read_only = read_only
+        self._start = start  # the seq of the first row read (a read from `At`)
         self._db: sqlite3.Connection | None = None
 
     def _conn(self) -> sqlite3.Connection:
@@ -73,8 +74,8 @@ class SqliteStream:
 
     def _blocks(self) -> Iterator[list[Event | Damage]]:
         cursor = self._conn().execute(
-            "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
-            (self.header["id"],),
+            "SELECT seq, type, time, data FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+            (self.header["id"], self._start),
         )
         # Blocks are bounded in rows and in bytes: one tool result may be megabytes.
         block: list[tuple[int, str, int, bytes | str]] = []
@@ -91,8 +92,8 @@ class SqliteStream:
     def locate(self, index: int) -> dict[str, int]:
         with damage_as_corrupt(self.path, self.header["id"]):
             row = self._conn().execute(
-                "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
-                (self.header["id"], index),
+                "SELECT seq FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT 1 OFFSET ?",
+                (self.header["id"], self._start, index - self._start),
             ).fetchone()
         return {"seq": row[0] if row is not None else index}
 
@@ -100,8 +101,8 @@ class SqliteStream:
         with damage_as_corrupt(self.path, self.header["id"]):
             row = self._conn().execute(
                 "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
-                "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)",
-                (self.header["id"], index),
+                "WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT -1 OFFSET ?)",
+                (self.header["id"], self._start, index - self._start),
             ).fetchone()
         return int(row[0])
 
@@ -240,14 +241,25 @@ class SqliteReader:
         with damage_as_corrupt(self.path):
             return [row[0] for row in db.execute("SELECT id FROM sessions")]
 
-    def stream(self, session_id: str) -> SqliteStream:
+    def stream(self, session_id: str, at: At | None = None) -> SqliteStream:
         sid = validate_session_id(session_id)
         header_blob, title, updated = self._row(sid)
         header = parse_header(sid, header_blob, "the sessions row")
-        stream = SqliteStream(self.path, header, read_only=True)
+        stream = SqliteStream(self.path, header, read_only=True, start=at.seq if at is not None else 0)
         stream.updated, stream.where = updated, str(self.path)
         stream.title = title or header.get("title")
         return stream
+
+    def stamps(self) -> dict[str, Stamp]:
+        """(last seq, `updatedAt`) of each session: an index seek each, no log read."""
+        db = self._conn()
+        if db is None:
+            return {}
+        with damage_as_corrupt(self.path):
+            rows = db.execute(
+                "SELECT id, coalesce((SELECT seq FROM events WHERE events.session_id = sessions.id "
+                f"ORDER BY seq DESC LIMIT 1), -1), {UPDATED_AT} FROM sessions").fetchall()
+        return {row[0]: (int(row[1]), int(row[2])) for row in rows}
 
     def peek(self, session_id: str) -> SessionPeek:
         try:
