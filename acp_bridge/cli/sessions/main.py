@@ -297,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
 def _indexed(command: str, backend: str, root: Any, args: argparse.Namespace) -> int:
     """`search`, `stats` and `index`: the store's search index, kept up to date."""
     from acp_bridge.cli.sessions.source import Source
+    from acp_bridge.errors import ConfigError
     from session import SearchQueryError, SessionError
 
     source = Source(backend, root)
@@ -313,7 +314,7 @@ def _indexed(command: str, backend: str, root: Any, args: argparse.Namespace) ->
         from acp_bridge.cli.sessions.indexer import run_index
 
         return run_index(source, args, prog)
-    except SearchQueryError as exc:
+    except (SearchQueryError, ConfigError) as exc:  # a query, a time, a price file, --every
         return _fail(f"{command}: {exc}", EXIT_USAGE)
     except SessionError as exc:
         return _fail(f"{command}: {exc}", EXIT_FAIL)
