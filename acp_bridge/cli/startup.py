@@ -113,6 +113,9 @@ def serve_options(p: argparse.ArgumentParser, *, given_only: bool = False) -> No
                         "offer several (the first is the default; else $ACP_BRIDGE_MODEL)")
     p.add_argument("--max-steps", type=int, default=argparse.SUPPRESS if given_only else DEFAULT_MAX_STEPS,
                    help=f"model calls per turn at most (default {DEFAULT_MAX_STEPS})")
+    p.add_argument("--prices", metavar="FILE", default=unset,
+                   help="model prices (TOML or JSON, docs/search.md), for usage_update.cost (else "
+                        "$ACP_BRIDGE_PRICES, else STORE/prices.toml if there is one)")
     log_options(p, unset)
 
 
@@ -128,6 +131,7 @@ class AgentSettings(typing.NamedTuple):
     max_steps: int
     log_level: str
     log_file: str | None
+    prices: Prices | None = None  # the agent's price file, read and checked (read_prices)
 
 
 def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSettings:
@@ -147,7 +151,8 @@ def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSett
     specs = check_models(args, store, backend) if model else None
     if not isinstance(store, str):
         check_writable_store(store, label)
-    return AgentSettings(store, backend, specs, max_steps, level, log_file)
+    prices = read_prices(getattr(args, "prices", None), backend, store) if model else None
+    return AgentSettings(store, backend, specs, max_steps, level, log_file, prices)
 
 
 def cancel_grace(args: argparse.Namespace) -> float:

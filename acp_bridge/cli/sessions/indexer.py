@@ -168,13 +168,28 @@ def _damaged_row(source: Source, sid: str, stamp: Stamp, message: str) -> Sessio
     return row
 
 
+def notes(prog: str, report: Report, index: SearchIndex) -> list[str]:
+    """What a reader of the results should know about the index (for stderr)."""
+    from acp_bridge.cli.sessions.text import one_line
+
+    out = []
+    if report.rebuilt:
+        out.append(f"{prog}: the search index {index.where} was made again: {report.rebuilt}")
+    if report.busy:
+        out.append(f"{prog}: another indexer is updating {index.where}; the last turns may be missing")
+    for sid, why in report.damaged[:5]:
+        out.append(f"{prog}: session {sid} cannot be read, so it is not searched: {one_line(why)}")
+    if len(report.damaged) > 5:
+        out.append(f"{prog}: and {len(report.damaged) - 5} more session(s) that cannot be read")
+    return out
+
+
 def run_index(source: Source, args: Any, prog: str) -> int:
     """`sessions index [--rebuild] [--watch [--every S]]`: a line per pass that did
     something. The watcher runs at a lower CPU priority (nice 10): it must never take
     the machine from an agent that is answering."""
     import sys
 
-    from acp_bridge.cli.sessions.search import notes
     from acp_bridge.errors import ConfigError
 
     every = float(args.every)

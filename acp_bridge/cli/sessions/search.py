@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     import argparse
     from typing import Any
 
-    from acp_bridge.cli.sessions.indexer import Report
     from acp_bridge.cli.sessions.source import Source
     from session.search.base import Filters, Hit, Query, SearchIndex
 
@@ -98,20 +97,6 @@ def filters_of(args: argparse.Namespace, *, kinds: bool = False) -> Filters:
     )
 
 
-def notes(prog: str, report: Report, index: SearchIndex) -> list[str]:
-    """What a reader of the results should know about the index (for stderr)."""
-    out = []
-    if report.rebuilt:
-        out.append(f"{prog}: the search index {index.where} was made again: {report.rebuilt}")
-    if report.busy:
-        out.append(f"{prog}: another indexer is updating {index.where}; the last turns may be missing")
-    for sid, why in report.damaged[:5]:
-        out.append(f"{prog}: session {sid} cannot be read, so it is not searched: {one_line(why)}")
-    if len(report.damaged) > 5:
-        out.append(f"{prog}: and {len(report.damaged) - 5} more session(s) that cannot be read")
-    return out
-
-
 def find(source: Source, index: SearchIndex, query: Query, filters: Filters, limit: int) -> list[Hit]:
     """The hits, open turns told apart: `running` (their agent has the session open) or
     `interrupted` (cut short, not yet repaired); filters on either apply here."""
@@ -175,7 +160,7 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
     """The command: exit 0 (results or none), 2 for a query with nothing to find."""
     import sys
 
-    from acp_bridge.cli.sessions.indexer import catch_up, open_index
+    from acp_bridge.cli.sessions.indexer import catch_up, notes, open_index
     from session.search.base import parse_query
 
     text = " ".join(args.query)

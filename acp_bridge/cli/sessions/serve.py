@@ -114,8 +114,8 @@ class Site:
     def search_page(self, rest: str, params: Params) -> Page:
         import argparse
 
-        from acp_bridge.cli.sessions.indexer import catch_up, open_index
-        from acp_bridge.cli.sessions.search import ENDED, filters_of, find, notes
+        from acp_bridge.cli.sessions.indexer import catch_up, notes, open_index
+        from acp_bridge.cli.sessions.search import ENDED, filters_of, find
         from acp_bridge.cli.sessions.search_page import LIMIT, MAX_LIMIT, form, hits_html
         from acp_bridge.errors import ConfigError
         from session import SearchQueryError

@@ -139,8 +139,8 @@ def stats_table(groups: list[Group], total: Group, by: str, with_cost: bool) -> 
 def run_stats(source: Source, args: argparse.Namespace, prog: str) -> int:
     import sys
 
-    from acp_bridge.cli.sessions.indexer import catch_up, open_index
-    from acp_bridge.cli.sessions.search import filters_of, notes
+    from acp_bridge.cli.sessions.indexer import catch_up, notes, open_index
+    from acp_bridge.cli.sessions.search import filters_of
     from acp_bridge.cli.startup import read_prices
 
     prices = read_prices(getattr(args, "prices", None), source.name, source.location)
