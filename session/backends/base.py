@@ -97,7 +97,9 @@ class At(NamedTuple):
 
 Stamp = tuple[int, ...]
 """What a store says about a log without reading it, changing whenever the log does:
-JSONL its file's size, mtime and inode; the SQL stores its last seq and event time."""
+JSONL its file's size, mtime (ns) and inode; the SQL stores (and memory) a count and
+`updatedAt` (ms). The second element is always when the log last changed (JSONL: in
+ns): `sessions list` orders by it to read only a first page's logs."""
 
 
 class SessionPeek(NamedTuple):

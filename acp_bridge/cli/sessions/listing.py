@@ -56,7 +56,16 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
     if cwd_filter:
         wanted = {os.path.abspath(cwd_filter), os.path.realpath(cwd_filter)}
     rows: list[Row] = []
-    for sid in source.ids():
+    ids = source.ids()
+    if limit is not None and 0 <= limit < len(ids):
+        ids = _newest_first(source, ids)
+    for sid in ids:
+        if limit is not None and 0 <= limit <= len(rows):
+            break  # newest first: the rest are older than every row kept
+        if wanted is not None:
+            header = source.peek(sid).header
+            if header is not None and header.get("cwd") not in wanted:
+                continue  # another cwd's, known from its header alone: not read
         try:
             stored = source.summary(sid)  # one streamed pass: the last turn is kept
         except (SessionError, OSError) as exc:
@@ -72,6 +81,21 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
     if limit is not None and limit >= 0:
         rows = rows[:limit]
     return rows
+
+
+def _newest_first(source: Source, ids: list[str]) -> list[str]:
+    """`ids` newest first by the store's stamps (a stat per JSONL log, its mtime; one
+    query for a SQL store, its updatedAt), so that a first page reads only its own
+    logs (10,000 sessions: bench/README.md, "At scale"). Ties by id, as `list` sorts."""
+    stamps = source.reader.stamps()
+
+    def updated(sid: str) -> int:
+        stamp = stamps.get(sid)
+        if stamp is None or len(stamp) < 2:
+            return 0
+        return stamp[1] // 1_000_000 if source.name == "jsonl" else stamp[1]  # JSONL: ns
+
+    return sorted(ids, key=lambda sid: (-updated(sid), sid))
 
 
 def _list_json(row: Row) -> dict[str, Any]:

@@ -8,8 +8,6 @@ first. The filters (shared with `stats`) and the times they take are here too.
 
 from __future__ import annotations
 
-from acp_bridge.cli.sessions.text import cut, iso_time, local_time, one_line
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
@@ -115,6 +113,8 @@ def find(source: Source, index: SearchIndex, query: Query, filters: Filters, lim
 
 
 def hit_json(hit: Hit) -> dict[str, Any]:
+    from acp_bridge.cli.sessions.text import iso_time
+
     return {"sessionId": hit.session_id, "turn": hit.turn, "step": hit.step, "kind": hit.kind,
             "callId": hit.ref, "score": round(hit.score, 6), "snippet": hit.snippet,
             "marks": [list(m) for m in hit.marks], "title": hit.title, "cwd": hit.cwd, "agent": hit.agent,
@@ -133,6 +133,8 @@ def state_text(hit: Hit) -> str:
 
 
 def hits_text(hits: list[Hit], *, bold: bool) -> str:
+    from acp_bridge.cli.sessions.text import cut, local_time, one_line
+
     lines = []
     for hit in hits:
         where = f"step {hit.step} {hit.kind}" if hit.step else hit.kind
