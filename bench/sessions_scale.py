@@ -178,23 +178,28 @@ def build_sql(kind: str, where: Path | str, n: int) -> None:
         return
     import psycopg
 
-    with psycopg.connect(str(where), autocommit=False) as db:
-        db.execute("CREATE TEMP TABLE c (id text, shift bigint, word text, cwd text)")
-        with db.cursor() as cursor, cursor.copy("COPY c FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-        db.execute("INSERT INTO acp_bridge.sessions SELECT c.id, (s.header::jsonb || jsonb_build_object('id', c.id, "
-                   "'createdAt', s.created_at + c.shift, 'cwd', c.cwd))::json, c.cwd, NULL, s.created_at + c.shift, "
-                   "s.updated_at + c.shift FROM acp_bridge.sessions s, c WHERE s.id = %s", (sid,))
-        db.execute("INSERT INTO acp_bridge.events SELECT c.id, e.seq, e.type, e.time + c.shift, CASE WHEN e.type = "
-                   "'user/message' THEN replace(e.data::text, %s, c.word)::json ELSE e.data END "
-                   "FROM acp_bridge.events e, c WHERE e.session_id = %s", (MARK, sid))
-        db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s", (sid,))
-        db.execute("DELETE FROM acp_bridge.sessions WHERE id = %s", (sid,))
-        db.commit()
-        db.execute("ANALYZE acp_bridge.sessions")  # the planner's figures, as a live store has them
-        db.execute("ANALYZE acp_bridge.events")
-        db.commit()
+    with psycopg.connect(str(where), autocommit=False) as pg:
+        _copy_in_postgres(pg, sid, rows)
+
+
+def _copy_in_postgres(db: Any, sid: str, rows: list[tuple[str, int, str, str]]) -> None:
+    """The copies of the template `sid` (PostgreSQL: a COPY of their ids, then one INSERT ... SELECT)."""
+    db.execute("CREATE TEMP TABLE c (id text, shift bigint, word text, cwd text)")
+    with db.cursor() as cursor, cursor.copy("COPY c FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+    db.execute("INSERT INTO acp_bridge.sessions SELECT c.id, (s.header::jsonb || jsonb_build_object('id', c.id, "
+               "'createdAt', s.created_at + c.shift, 'cwd', c.cwd))::json, c.cwd, NULL, s.created_at + c.shift, "
+               "s.updated_at + c.shift FROM acp_bridge.sessions s, c WHERE s.id = %s", (sid,))
+    db.execute("INSERT INTO acp_bridge.events SELECT c.id, e.seq, e.type, e.time + c.shift, CASE WHEN e.type = "
+               "'user/message' THEN replace(e.data::text, %s, c.word)::json ELSE e.data END "
+               "FROM acp_bridge.events e, c WHERE e.session_id = %s", (MARK, sid))
+    db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s", (sid,))
+    db.execute("DELETE FROM acp_bridge.sessions WHERE id = %s", (sid,))
+    db.commit()
+    db.execute("ANALYZE acp_bridge.sessions")  # the planner's figures, as a live store has them
+    db.execute("ANALYZE acp_bridge.events")
+    db.commit()
 
 
 def store_bytes(kind: str, where: Path | str, folder: Path) -> int:
