@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import typing
 
 from acp_bridge.cli.sessions.text import cut, iso_time, local_time, one_line, tokens_json
 from acp_bridge.cli.sessions.view import View
@@ -15,14 +16,37 @@ if TYPE_CHECKING:
     from acp_bridge.cli.sessions.source import Source
 
 
+class Brief:
+    """What `list` shows of a session's `View`, and nothing more: a row of 10,000 must
+    not keep its last turn's events and text (bench/README.md, "At scale")."""
+
+    __slots__ = ("_status", "last", "owner", "owner_pid", "turn_count", "usage")
+
+    def __init__(self, view: View) -> None:
+        self._status = view.status()
+        last = view.last
+        self.last = None if last is None else LastTurn(last.number, last.reason, last.end_on_disk)
+        self.owner, self.owner_pid = view.owner, view.owner_pid
+        self.turn_count, self.usage = view.turn_count, view.usage
+
+    def status(self) -> tuple[str | None, str]:
+        return self._status
+
+
+class LastTurn(typing.NamedTuple):
+    number: int
+    reason: dict[str, Any] | None
+    end_on_disk: bool
+
+
 class Row:
-    """One `list` entry: a readable session (`view`), or a damaged one (`damaged`, with
-    what its header still says)."""
+    """One `list` entry: a readable session (`view`, its Brief), or a damaged one
+    (`damaged`, with what its header still says)."""
 
     __slots__ = ("damaged", "header", "id", "title", "updated", "view")
 
     def __init__(self, sid: str, header: dict[str, Any] | None, updated: int | None,
-                 title: str | None, view: View | None = None, damaged: str | None = None) -> None:
+                 title: str | None, view: Brief | None = None, damaged: str | None = None) -> None:
         self.id = sid
         self.header = header or {}
         self.updated = updated
@@ -74,7 +98,7 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
             rows.append(Row(sid, header, updated, title, damaged=message))
         else:
             view = View(stored, source.owner(sid))
-            rows.append(Row(sid, dict(stored.header), stored.updated, stored.title, view))
+            rows.append(Row(sid, dict(stored.header), stored.updated, stored.title, Brief(view)))
     if wanted is not None:
         rows = [r for r in rows if r.header.get("cwd") in wanted]
     rows.sort(key=lambda r: (-(r.updated or 0), r.id))

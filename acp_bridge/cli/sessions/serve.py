@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     Params = Mapping[str, list[str]]  # a request's query string, parsed
 
 HOST = "127.0.0.1"
+LIST_PAGE = 200  # sessions on the list page, the newest: a page of 10,000 would read every log
 BACK = '<a href="../">← All sessions</a>'  # from /TOKEN/session/ID
 PROG = "acp-bridge sessions serve"
 HEADERS = {
@@ -79,11 +80,12 @@ class Site:
             return not_found()
         source = self.source()
         try:
-            rows = list_rows(source)
+            total = len(source.ids())
+            rows = list_rows(source, limit=LIST_PAGE)  # reads the page's logs only
             where = f"{source.root} ({source.name} backend)"
         finally:
             source.close()
-        return 200, iter([_list_html(rows, where)])
+        return 200, iter([_list_html(rows, where, total)])
 
     def session_page(self, rest: str, params: Params) -> Page:
         from acp_bridge.cli.sessions.html import html_chunks
@@ -194,14 +196,18 @@ def not_found() -> Page:
     return error_page(404, "There is no such page.")
 
 
-def _list_html(rows: list[Row], where: str) -> str:
+def _list_html(rows: list[Row], where: str, total: int) -> str:
     from acp_bridge.cli.sessions.search_page import form
     from acp_bridge.cli.sessions.text import cut, local_time, one_line, token_text
     from acp_bridge.cli.sessions.view import wrapped_agent
 
+    shown = f"{len(rows)} session(s)" if total <= len(rows) else f"the newest {len(rows):,} of {total:,} sessions"
     out = [head("Sessions", nav=form(), csp=SERVED_CSP), '<header class="page">', "<h1>Sessions</h1>",
-           f'<p class="info">{esc(where)} · {len(rows)} session(s), newest first · read-only</p>',
+           f'<p class="info">{esc(where)} · {shown}, newest first · read-only</p>',
            "</header>", "<main>"]
+    if total > len(rows):
+        out.append(f'<p class="note">{total - len(rows):,} older session(s) are not listed: search finds '
+                   "them.</p>")
     if not rows:
         out.append('<p class="note">No sessions in this store.</p>')
     else:
