@@ -62,7 +62,7 @@ def watcher(store: Path, backend: str, every: float) -> subprocess.Popen[bytes]:
 def stopped(proc: subprocess.Popen[bytes]) -> str:
     import signal
 
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)  # (SIGINT is ignored by a job a shell started in the background)
     _, err = proc.communicate(timeout=30)
     return err.decode(errors="replace")
 

@@ -310,7 +310,7 @@ def test_watch_makes_a_new_turn_searchable_within_a_second(tmp_path: Path, kind:
             delays.append(time.monotonic() - ended)
         assert max(delays) < 1.0, delays
     finally:
-        watcher.send_signal(signal.SIGINT)
+        watcher.send_signal(signal.SIGINT if kind == "jsonl" else signal.SIGTERM)  # either stops it
         out, err = watcher.communicate(timeout=10)
     assert watcher.returncode == 0, err
     assert out == ""

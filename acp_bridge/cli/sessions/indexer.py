@@ -184,6 +184,17 @@ def notes(prog: str, report: Report, index: SearchIndex) -> list[str]:
     return out
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops `--watch` as Ctrl-C does (a supervisor's stop; a job started in the
+    background by a shell ignores SIGINT): between two writes, each a transaction."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def run_index(source: Source, args: Any, prog: str) -> int:
     """`sessions index [--rebuild] [--watch [--every S]]`: a line per pass that did
     something. The watcher runs at a lower CPU priority (nice 10): it must never take
@@ -204,6 +215,7 @@ def run_index(source: Source, args: Any, prog: str) -> int:
             index.rebuild("--rebuild")
         if args.watch:
             os.nice(10)
+            _stop_on_sigterm()
         while True:
             report = catch_up(source, index, wait=every if args.watch else WAIT)
             for line in notes(prog, report, index):
