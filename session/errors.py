@@ -107,6 +107,20 @@ class StoreIOError(SessionError):
     code = "store_io"
 
 
+class ForkTurnError(SessionError):
+    """A fork asked at a turn the session does not have, or at one still running
+    (`details`: `turn`, the turn asked; `turns`, the last turn it may be)."""
+
+    code = "fork_turn"
+
+
+class StoreUnavailableError(SessionError):
+    """The store cannot be opened at all (its folder or database cannot be made or
+    read: a full disk, a permission, an I/O error): says which store and why."""
+
+    code = "store_unavailable"
+
+
 class SessionClosedError(SessionError):
     code = "session_closed"
 

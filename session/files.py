@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -22,7 +23,7 @@ FILE_MODE = 0o600
 
 
 # The folders the file backends keep under a store (checked at start-up if they exist).
-STORE_SUBDIRS = ("sessions", "locks", "torn")
+STORE_SUBDIRS = ("sessions", "locks", "torn", "tails")
 
 
 def private_dir(path: Path) -> Path:
@@ -106,15 +107,18 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def publish(path: Path, content: bytes, *, session_id: str) -> None:
-    """Atomically and durably create `path` holding `content`: temp file, fsync, link
-    into place (refusing to replace an existing file), fsync the directory. A reader
-    never sees a partial first write."""
+def publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str) -> None:
+    """Atomically and durably create `path` holding `content` (bytes, or pieces of it
+    written as they come: a fork copies a log of any size): temp file, fsync, link into
+    place (refusing to replace an existing file), fsync the directory. A reader never
+    sees a partial first write, and a crash leaves no `path` (only the temp file, which
+    no reader takes for a session)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
-            write_all(fd, content)
+            for piece in (content,) if isinstance(content, bytes) else content:
+                write_all(fd, piece)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -146,7 +150,11 @@ class OwnerLock:
 
     @classmethod
     def acquire(cls, path: Path, session_id: str) -> OwnerLock:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        except OSError as exc:
+            raise StoreIOError(f"cannot open the lock file {path}: {exc.strerror or exc}",
+                               session_id=session_id, errno=exc.errno) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -160,14 +168,30 @@ class OwnerLock:
                 session_id=session_id,
                 pid=holder,
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as exc:
+            # The pid is only for another owner's error message: the flock is the lock,
+            # and a full disk must still let a session be loaded or deleted.
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                os.close(fd)
+                raise StoreIOError(f"cannot write the lock file {path}: {exc.strerror or exc}",
+                                   session_id=session_id, errno=exc.errno) from exc
         return cls(fd, path)
 
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the descriptor drops the flock
+
+    def discard(self) -> None:
+        """Remove the lock file, then release: for a session that was never made (its
+        creation failed), so nothing of it stays in the store."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            self.release()
 
 
 def lock_file(locks_dir: Path, session_id: str) -> Path:

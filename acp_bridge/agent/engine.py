@@ -213,7 +213,7 @@ class AgentEngine(Engine["LiveSession"]):
                 # current model that does not is refused (-32602, `_admit`).
                 "promptCapabilities": {"image": any(m.images for m in self.config.models), "audio": False,
                                        "embeddedContext": True},
-                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "fork": {},
                                         "additionalDirectories": {}},
                 "mcpCapabilities": {"http": "http" in MCP_TRANSPORTS, "sse": "sse" in MCP_TRANSPORTS},
             },

@@ -39,27 +39,34 @@ def schema_path() -> Path:
     return Path(__file__).resolve().parent / "acp" / "schema.json"
 
 
+# The methods we serve that only the unstable schema of the same release defines
+# (schema.unstable.json, SOURCE.txt): their messages are checked against it.
+UNSTABLE_METHODS = frozenset({"session/fork"})
+
+
 @functools.cache
-def schema() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(schema_path().read_text(encoding="utf-8"))
+def schema(unstable: bool = False) -> dict[str, Any]:
+    path = schema_path().with_name("schema.unstable.json") if unstable else schema_path()
+    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return loaded
 
 
-def defs() -> dict[str, Any]:
-    d: dict[str, Any] = schema()["$defs"]
+def defs(unstable: bool = False) -> dict[str, Any]:
+    d: dict[str, Any] = schema(unstable)["$defs"]
     return d
 
 
 @functools.cache
-def validator(name: str) -> Draft202012Validator:
-    if name not in defs():
-        raise KeyError(f"the ACP schema has no definition {name!r}")
-    return Draft202012Validator({"$defs": defs(), "$ref": f"#/$defs/{name}"})
+def validator(name: str, unstable: bool = False) -> Draft202012Validator:
+    if name not in defs(unstable):
+        raise KeyError(f"the ACP {'unstable ' if unstable else ''}schema has no definition {name!r}")
+    return Draft202012Validator({"$defs": defs(unstable), "$ref": f"#/$defs/{name}"})
 
 
-def validate_def(name: str, instance: Any) -> None:
-    """Raise SchemaViolation unless `instance` matches the definition `name`."""
-    errors = list(validator(name).iter_errors(instance))
+def validate_def(name: str, instance: Any, *, unstable: bool = False) -> None:
+    """Raise SchemaViolation unless `instance` matches the definition `name` (of the
+    unstable schema, with `unstable`)."""
+    errors = list(validator(name, unstable).iter_errors(instance))
     if errors:
         error = best_match(errors)
         where = "/".join(str(p) for p in error.absolute_path) or "<root>"
@@ -77,6 +84,7 @@ class MethodDefs:
     side: str  # the side that handles the method: "agent", "client" or "protocol"
     params: str | None = None  # XRequest or XNotification
     result: str | None = None  # XResponse; None for notifications
+    unstable: bool = False  # defined by the unstable schema only (UNSTABLE_METHODS)
 
     @property
     def is_notification(self) -> bool:
@@ -85,9 +93,12 @@ class MethodDefs:
 
 @functools.cache
 def method_table() -> dict[str, MethodDefs]:
-    """method name -> its definitions, from every def that carries `x-method`."""
+    """method name -> its definitions, from every def that carries `x-method` (and, for
+    UNSTABLE_METHODS, from the unstable schema's)."""
     found: dict[str, dict[str, str]] = {}
-    for name, definition in defs().items():
+    stable = list(defs().items())
+    extra = [(name, d) for name, d in defs(unstable=True).items() if d.get("x-method") in UNSTABLE_METHODS]
+    for name, definition in stable + extra:
         method = definition.get("x-method")
         if method is None:
             continue
@@ -103,7 +114,7 @@ def method_table() -> dict[str, MethodDefs]:
         else:
             raise ValueError(f"{name} has x-method but is not a Request/Response/Notification")
     return {
-        method: MethodDefs(method, e["side"], e.get("params"), e.get("result"))
+        method: MethodDefs(method, e["side"], e.get("params"), e.get("result"), method in UNSTABLE_METHODS)
         for method, e in found.items()
     }
 
@@ -147,7 +158,7 @@ def validate_agent_message(msg: Mapping[str, Any], pending_requests: Mapping[Req
     if entry.is_notification == is_request:
         kind = "a request" if is_request else "a notification"
         raise SchemaViolation(f"{method} sent as {kind}: {msg!r}")
-    validate_def(entry.params, params)
+    validate_def(entry.params, params, unstable=entry.unstable)
     return entry.params
 
 
@@ -180,5 +191,5 @@ def _validate_response(msg: Mapping[str, Any], pending: Mapping[RequestId, str])
     entry = method_table().get(method)
     if entry is None or entry.side != "agent" or entry.result is None:
         raise SchemaViolation(f"the agent answered {method!r} with a result: {msg!r}")
-    validate_def(entry.result, msg["result"])
+    validate_def(entry.result, msg["result"], unstable=entry.unstable)
     return entry.result

@@ -1,4 +1,4 @@
-"""The chat's `/commands` (`/help`, `/sessions`, `/mode`, `/model`, `/load`) and the
+"""The chat's `/commands` (`/help`, `/sessions`, `/mode`, `/model`, `/load`, `/fork`) and the
 session state they read and change (the current session, its mode and config options).
 
 A part of `main.Chat` (a base class: `Chat` gives it the connection and the output,
@@ -24,6 +24,7 @@ RESTORED = {"load": "its own session loaded", "resume": "its own session resumed
 HELP = """commands:
   /sessions      list the stored sessions
   /load ID       load a session (its history is replayed)
+  /fork [TURN]   fork the session (up to turn TURN) and go on in the fork
   /mode NAME     set the session mode (ask, accept_edits, read_only)
   /model [NAME]  show the models, or switch the session's model (the next prompt uses it)
   /quit          leave (so does end of input)
@@ -34,6 +35,10 @@ EDITOR_HELP = """keys: Left/Right/Home/End move, Up/Down and Ctrl-R search earli
   Alt-Enter (or Esc Enter) starts a new line, Enter sends; pastes arrive whole;
   Ctrl-C clears the line (on an empty line: quits), Ctrl-D on an empty line quits.
 """
+
+
+NO_SESSION = ("no session yet: your first prompt starts one (/mode NAME or /model NAME starts it "
+              "with that setting; /load ID goes on with a stored one)")
 
 
 def error_message(exc: ClientError) -> str:
@@ -61,6 +66,17 @@ class SlashCommands:
     def conn(self) -> AgentConnection:
         raise NotImplementedError  # main.Chat
 
+    async def session(self) -> str:
+        """The current session, made now if there is none yet (`session/new`): the
+        first prompt, or the first /mode NAME or /model NAME, makes it."""
+        if self.sid is None:
+            result = await self.conn().request("session/new", {"cwd": self.cwd, "mcpServers": []})
+            self.enter(str(result["sessionId"]), result)
+            mode = f" (mode {self.mode})" if self.mode else ""
+            self.write(self.render.line(f"[new session {self.sid}{mode}]"))
+        assert self.sid is not None
+        return self.sid
+
     def enter(self, sid: str, state: Any) -> None:
         """Make `sid` the current session, with the mode state of its answer."""
         self.sid = sid
@@ -71,6 +87,8 @@ class SlashCommands:
         if isinstance(modes, dict):
             self.mode = modes.get("currentModeId")
             self.modes = [m["id"] for m in modes.get("availableModes", []) if isinstance(m, dict) and "id" in m]
+        else:  # an agent without modes (a wrapped one may have none)
+            self.mode, self.modes = None, []
 
     async def command(self, text: str) -> bool:
         """Run a /command; False to quit."""
@@ -87,17 +105,29 @@ class SlashCommands:
                 self.write(self.render.newline() + sessions_table(result.get("sessions", []), self.sid))
                 if result.get("nextCursor"):
                     self.write("(more sessions not shown)\n")
+            elif name == "/mode" and self.sid is None and not arg:
+                self.write(self.render.line(NO_SESSION))
+            elif name == "/mode" and self.sid is not None and not self.modes:
+                # A wrapped agent may offer none: said, rather than a blank or an error.
+                self.write(self.render.line("this agent offers no session modes"))
             elif name == "/mode" and not arg:
                 self.write(self.render.line(f"mode {self.mode} (available: {', '.join(self.modes)})"))
             elif name == "/mode":
-                await conn.request("session/set_mode", {"sessionId": self.sid, "modeId": arg})
-                self.mode = arg
+                sid = await self.session()
+                if not self.modes:
+                    self.write(self.render.line("this agent offers no session modes"))
+                else:
+                    await conn.request("session/set_mode", {"sessionId": sid, "modeId": arg})
+                    self.mode = arg
             elif name == "/model":
                 await self.choose_model(arg)
             elif name == "/load" and arg:
                 await self.load(arg)
+            elif name == "/fork" and (not arg or arg.isdigit()):
+                await self.fork(int(arg) if arg else None)
             else:
-                self.error(f"unknown command {text!r}\n{HELP}" if name != "/load" else "usage: /load ID")
+                usage = {"/load": "usage: /load ID", "/fork": "usage: /fork [TURN]"}
+                self.error(usage.get(name) or f"unknown command {text!r}\n{HELP}")
         except ClientError as exc:
             self.error(error_message(exc))
         return True
@@ -105,6 +135,11 @@ class SlashCommands:
     async def choose_model(self, arg: str) -> None:
         """`/model`: list the models of the `model` config option; `/model NAME`: switch
         to the one whose value or name is NAME."""
+        if self.sid is None and not arg:
+            self.write(self.render.line(NO_SESSION))
+            return
+        if arg:
+            await self.session()
         option = next((o for o in self.options if isinstance(o, dict) and o.get("id") == "model"), None)
         if option is None:
             self.error("this agent offers no model choice")
@@ -136,11 +171,40 @@ class SlashCommands:
         meta = (result.get("_meta") or {}).get("acpBridge") or {}
         mode = f", mode {self.mode}" if self.mode else ""
         self.write(self.render.line(f"[loaded session {sid}: {meta.get('turns', '?')} turns{mode}]"))
+        self.tell_opened(meta)
+        if previous is not None and previous != sid:
+            with contextlib.suppress(ClientError):
+                await self.conn().request("session/close", {"sessionId": previous})
+        return True
+
+    async def fork(self, turn: int | None) -> None:
+        """`/fork [TURN]`: the session forked (docs/protocol.md, "Fork"), up to `turn`
+        (default: its last), and the chat goes on in the fork; the original is closed
+        here, as `/load` closes the session it leaves, and stays in the store."""
+        previous = self.sid
+        params: dict[str, Any] = {"sessionId": previous, "cwd": self.cwd, "mcpServers": []}
+        if turn is not None:
+            params["_meta"] = {"acpBridge": {"atTurn": turn}}
+        result = await self.conn().request("session/fork", params)
+        sid = str(result.get("sessionId"))
+        self.enter(sid, result)
+        meta = (result.get("_meta") or {}).get("acpBridge") or {}
+        at = (meta.get("forkedFrom") or {}).get("turn", "?")
+        self.write(self.render.line(f"[forked session {previous} at turn {clean(str(at))}: now in session "
+                                    f"{clean(sid)}]"))
+        self.tell_opened(meta)
+        with contextlib.suppress(ClientError):
+            await self.conn().request("session/close", {"sessionId": previous})
+
+    def tell_opened(self, meta: dict[str, Any]) -> None:
+        """What a load or a fork answer says the wrapper and the log did."""
         wrapped = meta.get("wrapped") or {}
         restored = wrapped.get("restored")
         if restored:  # how the wrapper brought the wrapped agent's own context back
             self.write(self.render.line(f"[the wrapped agent: {RESTORED.get(restored, restored)}]"))
-        if wrapped.get("seeded") is True:  # chat --wrap --seed-fresh (docs/wrap.md)
+        if wrapped.get("forked") == "emulated":  # docs/wrap.md, "Fork"
+            self.write(self.render.line("[the wrapped agent cannot fork it: a fresh session of it]"))
+        if wrapped.get("seeded") is True:  # chat --wrap --seed-fresh, or an emulated fork (docs/wrap.md)
             self.write(self.render.line(f"[the wrapped agent was sent the conversation so far: "
                                         f"{clean(str(wrapped.get('seedTurns', '?')))} turns]"))
         elif isinstance(wrapped.get("seedError"), str):
@@ -149,7 +213,3 @@ class SlashCommands:
         repair = meta.get("repair") or {}
         if repair.get("repaired"):
             self.write(self.render.line(f"[the log was repaired: {orjson.dumps(repair).decode()}]"))
-        if previous is not None and previous != sid:
-            with contextlib.suppress(ClientError):
-                await self.conn().request("session/close", {"sessionId": previous})
-        return True
