@@ -5,7 +5,8 @@ persistence layer's family shares it):
 
     AcpBridgeError
     ├── SessionError            the session log and store (session/errors.py): not found,
-    │                           locked, corrupt, version, store I/O, invalid id, ...
+    │                           locked, corrupt, version, store I/O, invalid id, ...; the
+    │                           search index and its queries (search_index, search_query)
     ├── RpcError                a JSON-RPC error response as it goes on the wire
     │                           (acp_bridge.rpc.protocol: the connection's own refusals, and
     │                           what `to_rpc_error` makes of every other error)

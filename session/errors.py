@@ -123,3 +123,17 @@ class StoreUnavailableError(SessionError):
 
 class SessionClosedError(SessionError):
     code = "session_closed"
+
+
+class SearchIndexError(SessionError):
+    """The search index (docs/search.md) cannot be made, opened or written: a folder
+    that cannot be written, a database that refuses the index's schema. The store
+    itself is fine."""
+
+    code = "search_index"
+
+
+class SearchQueryError(SessionError):
+    """A search query that names nothing to find (only exclusions, or no word at all)."""
+
+    code = "search_query"

@@ -97,12 +97,13 @@ class TailSplitter:
     it are only counted (and checked for a `turn/end`, which makes the damage fatal).
 
     `locate` is called at most once, when the first damage is met, with its index.
+    `start`: the seq of the first record fed (a read that starts part-way: `At`).
     """
 
-    def __init__(self, session_id: str, locate: Locate) -> None:
+    def __init__(self, session_id: str, locate: Locate, start: int = 0) -> None:
         self.session_id = session_id
         self._locate = locate
-        self.count = 0  # records fed
+        self.count = start  # records fed, and those before `start`
         self._damage: tuple[int, str, dict[str, int]] | None = None  # index, reason, where
 
     def feed(self, items: Sequence[Event | Damage]) -> list[Event]:

@@ -44,7 +44,7 @@ LOOK = """(() => {
       .map((a) => a.href),
     body: document.body.innerText,
     headings: text('.md h1'),
-    borderOfFirstTurn: getComputedStyle(document.querySelector('section.turn, table')).borderLeftWidth,
+    borderOfFirstTurn: ((e) => e && getComputedStyle(e).borderLeftWidth)(document.querySelector('section.turn, table')),
   };
 })()"""
 
@@ -143,7 +143,9 @@ def test_the_served_pages_in_a_browser(browser: Browser, kind: str, stores: tupl
         browser.goto(served.url)
         seen = browser.evaluate(LOOK)
         assert seen["title"] == "Sessions — acp-bridge"
-        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 0, 0, [])
+        # One active element, ours: the search form (test_the_search_box_in_a_browser).
+        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 1, 0, [])
+        assert browser.evaluate("document.querySelector('nav form.search') !== null")
         rows = browser.evaluate("[...document.querySelectorAll('table.sessions tbody tr')].length")
         assert rows == 3
         assert sorted(seen["links"]) == sorted(f"{served.url}session/{sid}" for sid in ids.values())
@@ -160,4 +162,37 @@ def test_the_served_pages_in_a_browser(browser: Browser, kind: str, stores: tupl
         shot(browser, tmp_path, f"served-session-{kind}")
         browser.goto(served.url.replace(served.token, "x" * len(served.token)))
         assert browser.evaluate("document.body.innerText").strip() == "Forbidden."
+    assert served.returncode == 0
+
+
+def test_the_search_box_in_a_browser(browser: Browser, kind: str, stores: tuple[Path, dict[str, str]],
+                                     tmp_path: Path) -> None:
+    """A person types words in the list's box and sends it: the browser's policy lets
+    the form go (to the server itself), the results show the hostile prompts as text,
+    their matches marked, and a hit leads to its turn in the transcript."""
+    root, ids = stores
+    with Served(root, kind, "--index", str(tmp_path / "index.sqlite3")) as served:
+        browser.goto(served.url)
+        browser.submit("document.querySelector('form.search input[name=q]').value = 'PWNED';"
+                       "document.querySelector('form.search select').value = 'error';"
+                       "document.querySelector('form.search').requestSubmit()")
+        assert browser.evaluate("location.href") == f"{served.url}search?q=PWNED&ended=error"
+        seen = browser.evaluate(LOOK)
+        assert seen["title"] == "Search: PWNED — acp-bridge"
+        # The form is ours (one); nothing of theirs is active, nothing ran, nothing was refused.
+        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 1, 0, [])
+        hits = browser.evaluate("[...document.querySelectorAll('ol.hits li')].map((li) => ["
+                                "li.querySelector('a').getAttribute('href'), li.querySelector('.list-status').innerText,"
+                                "[...li.querySelectorAll('mark')].map((m) => m.innerText)])")
+        assert [h[:2] for h in hits] == [[f"session/{ids['wrapped']}#turn-2", hits[0][1]]]
+        assert hits[0][1].startswith("error") and set(hits[0][2]) == {"PWNED"}
+        assert "fail <script>" in seen["body"]  # the prompt, as text
+        assert browser.evaluate("document.querySelector('form.search input[name=q]').value") == "PWNED"
+        shot(browser, tmp_path, f"served-search-{kind}")
+        browser.submit("document.querySelector('ol.hits li a').click()")
+        assert browser.evaluate("location.href") == f"{served.url}session/{ids['wrapped']}#turn-2"
+        seen = browser.evaluate(LOOK)
+        assert seen["turns"] == ["turn st-completed", "turn st-error", "turn st-cancelled"]
+        assert browser.evaluate("document.getElementById('turn-2').className") == "turn st-error"
+        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 0, 0, [])
     assert served.returncode == 0

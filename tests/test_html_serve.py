@@ -27,6 +27,7 @@ from tests.support.html_sessions import (
     fetch,
     listening_sockets,
     parse_page,
+    without_search_form,
 )
 from tests.support.pg_server import PgServer
 from tests.support.wrapped import WrappedProcess
@@ -48,7 +49,7 @@ def test_the_list_and_the_same_transcript_as_the_export(kind: str, stores: tuple
             ("nosniff", "no-referrer", "no-store")
         assert headers["content-type"] == "text/html; charset=utf-8"
         page = parse_page(body)
-        assert active_parts(page) == []
+        assert active_parts(without_search_form(page)) == []
         rows = page.find_all("tr")[1:]
         links = {a.attrs["href"] for row in rows for a in row.find_all("a")}
         assert links == {f"session/{sid}" for sid in ids.values()}
@@ -245,3 +246,64 @@ def test_a_store_that_cannot_be_read_is_an_error_page_and_the_server_goes_on(tmp
             assert headers["content-security-policy"] == CSP_HEADER
     assert served.returncode == 0
     assert "file is not a database" in served.stderr and served.stderr.count(served.token) == 1
+
+
+def test_the_search_box(kind: str, stores: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """The list's form asks `search?q=...`; its results are the turns `sessions search`
+    finds, each a link to its turn in the transcript, the query and every snippet
+    escaped; the pages with the form (only they) allow a form to be sent, to the server
+    itself. The index goes where `--index` says; the store is not written."""
+    from urllib.parse import quote
+
+    from acp_bridge.cli.sessions.page import CSP
+    from tests.support.xss_agent import TAGS
+
+    root, ids = stores
+    before = store_state(root)
+    index = tmp_path / "index.sqlite3"
+    with Served(root, kind, "--index", str(index)) as served:
+        status, headers, body = fetch(served.url)
+        assert "form-action 'self'" in headers["content-security-policy"]
+        assert "form-action 'self'" in body and "form-action 'none'" not in body  # the page's own <meta>
+        status, headers, body = fetch(served.url + "search?q=" + quote("look"))
+        assert status == 200 and "form-action 'self'" in headers["content-security-policy"]
+        page = parse_page(body)
+        assert active_parts(without_search_form(page)) == []
+        hits = page.find_all("li")
+        links = [li.find_all("a")[0].attrs["href"] for li in hits]
+        # "look" is in the hostile prompts (and the wrapped agent's answers), not in the edit.
+        assert links and set(links) <= {f"session/{ids['wrapped']}#turn-{n}" for n in (1, 2, 3)} | \
+            {f"session/{ids['crashed']}#turn-1"}
+        assert f"session/{ids['wrapped']}#turn-1" in links
+        marked = [m.all_text() for li in hits for m in li.find_all("mark")]
+        assert marked and {m.lower() for m in marked} == {"look"}
+        # The hostile text comes back as text: a search for its tags finds them, escaped.
+        status, _, body = fetch(served.url + "search?q=" + quote(TAGS))
+        assert status == 200 and "<script>" not in body.split("</head>", 1)[1]
+        page = parse_page(body)
+        assert page.find_all("input")[0].attrs["value"] == TAGS  # given back in the box, as text
+        assert active_parts(without_search_form(page)) == []
+        assert TAGS in page.find_all("h1")[0].all_text()
+        assert page.find_all("li"), "the tags' words are in the prompts"
+        # The transcript a hit links to has its turn's anchor, and no form.
+        status, headers, shown = fetch(served.url + f"session/{ids['wrapped']}")
+        assert 'id="turn-1"' in shown and "<form" not in shown and f'content="{CSP}"' in shown
+        # Filters, and what is not a query.
+        status, _, body = fetch(served.url + "search?q=PWNED&ended=cancelled")
+        links = [li.find_all("a")[0].attrs["href"] for li in parse_page(body).find_all("li")]
+        assert links == [f"session/{ids['wrapped']}#turn-3"]
+        status, _, body = fetch(served.url + "search?q=PWNED&ended=interrupted")
+        assert [li.find_all("a")[0].attrs["href"] for li in parse_page(body).find_all("li")] == \
+            [f"session/{ids['crashed']}#turn-1"]
+        assert fetch(served.url + "search?q=zzzunfound")[2].count("No turn matches.") == 1
+        assert fetch(served.url + "search?q=" + quote("-look"))[0] == 400
+        assert fetch(served.url + "search?q=look&ended=nonsense")[0] == 400
+        assert fetch(served.url + "search?q=look&since=yesterday")[0] == 400
+        status, _, body = fetch(served.url + "search")
+        assert status == 200 and "Words to find" in body
+        assert fetch(served.url + "search/more")[0] == 404
+        # Without the token, nothing.
+        assert fetch(served.url.replace(served.token, "x" * len(served.token)) + "search?q=look")[0] == 403
+    assert served.returncode == 0
+    assert index.is_file()
+    assert store_state(root) == before  # the store is not written: the index is apart

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from acp_bridge.agent.live import LiveSession
     from acp_bridge.host.engine import Send
     from acp_bridge.models import Model
+    from acp_bridge.prices import CostMeter, Prices
     from acp_bridge.tools.local import LocalServices
 
 log = logging.getLogger("acp_bridge.agent")
@@ -53,6 +54,7 @@ class Config:
     backend: str = "jsonl"
     models: tuple[ModelEntry, ...] = (ModelEntry("echo"),)  # the first is the default
     max_steps: int = 50
+    prices: Prices | None = None  # the price file (docs/search.md), for usage_update.cost
 
 
 class KeptOfLog:
@@ -60,13 +62,18 @@ class KeptOfLog:
     model transcript (bounded by the model's context window) and the "always allow"
     rules (tools.permissions.RememberedAlways)."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, prices: Prices | None = None) -> None:
+        from acp_bridge.prices import CostMeter
+
         self.transcript = Transcript(budget=budget)
         self.always = permissions.RememberedAlways()
+        self.cost = CostMeter(prices) if prices is not None else None  # the session's so far
 
     def feed(self, event: Event) -> None:
         self.transcript.feed(event)
         self.always.feed(event)
+        if self.cost is not None:
+            self.cost.feed(event)
 
 
 class AgentEngine(Engine["LiveSession"]):
@@ -127,7 +134,7 @@ class AgentEngine(Engine["LiveSession"]):
     # --- opening sessions ------------------------------------------------------------
 
     def _activate(self, session_log: SessionLog, *, transcript: Transcript | None = None,
-                  always_allowed: set[permissions.Rule] | None = None) -> LiveSession:
+                  always_allowed: set[permissions.Rule] | None = None, cost: CostMeter | None = None) -> LiveSession:
         """Make `session_log` (just created or opened) a live session of the host."""
         from acp_bridge.agent.live import make_live
 
@@ -139,20 +146,27 @@ class AgentEngine(Engine["LiveSession"]):
         live = make_live(session_log, conn=self.host.peer, model=self.model(choice.model), choice=choice,
                          capabilities=self.client_capabilities, local=self._local, admit=self._admit,
                          max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed,
-                         tuning=self.host.tuning)
+                         tuning=self.host.tuning, cost=cost if cost is not None else self._meter())  # new: 0 so far
         self.host.add(session_log.id, live)
         return live
 
+    def _meter(self) -> CostMeter | None:
+        """A fresh cost meter, with a price file (UpdateContext.cost)."""
+        from acp_bridge.prices import CostMeter
+
+        return CostMeter(self.config.prices) if self.config.prices is not None else None
+
     def _encoder(self, session_id: str) -> ReplayEncoder:
-        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of)
+        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter())
 
     def _kept(self) -> KeptOfLog:
-        return KeptOfLog(history_budget(self.model().context_window))
+        return KeptOfLog(history_budget(self.model().context_window), self.config.prices)
 
     def _adopt(self, opened: Opened) -> LiveSession:
         kept = opened.sink
         assert isinstance(kept, KeptOfLog)
-        return self._activate(opened.log, transcript=kept.transcript, always_allowed=kept.always.rules)
+        return self._activate(opened.log, transcript=kept.transcript, always_allowed=kept.always.rules,
+                              cost=kept.cost)
 
     async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
         self._require_key(self.config.models[0])

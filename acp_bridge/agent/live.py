@@ -37,6 +37,7 @@ from session.events import TURN_START, USER_MESSAGE, Event
 from session.transcript import Transcript, history_budget
 
 if TYPE_CHECKING:
+    from acp_bridge.prices import CostMeter
     from acp_bridge.tools.mcp_servers import McpServers
 
 
@@ -131,6 +132,7 @@ def make_live(
     transcript: Transcript | None = None,
     always_allowed: set[permissions.Rule] | None = None,
     tuning: Tuning | None = None,
+    cost: CostMeter | None = None,
 ) -> LiveSession:
     """The live session of an opened log: a runner whose events reach the client over
     `conn`. `transcript` and `always_allowed` come from a streamed load (which keeps
@@ -156,7 +158,8 @@ def make_live(
                         on_event=on_event, on_progress=on_progress, transcript=transcript,
                         always_allowed=always_allowed, effort=choice.effort, tuning=tuning)
     # `on_event` reads `live.ctx`: a model switch replaces it (`LiveSession.switch`).
-    live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window),
+    live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window,
+                                                                    cost=cost),
                        admit)
     return live
 

@@ -26,7 +26,8 @@ def serve(args: argparse.Namespace) -> int:
         # A recording is offered as the models it ran (checked at start-up too).
         models = offered(models, store_dir=store_location(args.backend, args.store), backend=args.backend)
     config = Config(store_dir=store_location(args.backend, args.store),
-                    backend=args.backend, models=models, max_steps=args.max_steps)
+                    backend=args.backend, models=models, max_steps=args.max_steps,
+                    prices=getattr(args, "prices", None))
     # One line on stderr, never stdout (stdout carries protocol messages only).
     print(f"acp-bridge {__version__}: store {shown_store(config.store_dir)} ({config.backend}), "
           f"model {', '.join(m.spec for m in models)}", file=sys.stderr, flush=True)

@@ -103,7 +103,7 @@ def _run(raw: list[str]) -> int:
         return run(args.store)
     settings = agent_settings(args)
     args.store, args.backend, args.model = str(settings.store), settings.backend, settings.model
-    args.log_level, args.max_steps = settings.log_level, settings.max_steps
+    args.log_level, args.max_steps, args.prices = settings.log_level, settings.max_steps, settings.prices
     from acp_bridge.agent.serve import serve
 
     return serve(args)

@@ -91,6 +91,8 @@ def zed_entry(settings: AgentSettings, wrapped: list[str] | None, env: Mapping[s
         args += ["--max-steps", str(settings.max_steps)]
     if settings.log_level != DEFAULT_LOG_LEVEL:
         args += ["--log-level", settings.log_level]
+    if settings.prices is not None:  # the file read now: the editor's agent reads the same
+        args += ["--prices", str(Path(settings.prices.where).absolute())]
     if settings.log_file:
         args += ["--log-file", str(Path(settings.log_file).absolute())]
     if wrapped is not None:

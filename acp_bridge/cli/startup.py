@@ -29,6 +29,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from acp_bridge.prices import Prices
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_MODEL = "echo"
 DEFAULT_BACKEND = "jsonl"
@@ -111,6 +113,9 @@ def serve_options(p: argparse.ArgumentParser, *, given_only: bool = False) -> No
                         "offer several (the first is the default; else $ACP_BRIDGE_MODEL)")
     p.add_argument("--max-steps", type=int, default=argparse.SUPPRESS if given_only else DEFAULT_MAX_STEPS,
                    help=f"model calls per turn at most (default {DEFAULT_MAX_STEPS})")
+    p.add_argument("--prices", metavar="FILE", default=unset,
+                   help="model prices (TOML or JSON, docs/search.md), for usage_update.cost (else "
+                        "$ACP_BRIDGE_PRICES, else STORE/prices.toml if there is one)")
     log_options(p, unset)
 
 
@@ -126,6 +131,7 @@ class AgentSettings(typing.NamedTuple):
     max_steps: int
     log_level: str
     log_file: str | None
+    prices: Prices | None = None  # the agent's price file, read and checked (read_prices)
 
 
 def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSettings:
@@ -145,7 +151,8 @@ def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSett
     specs = check_models(args, store, backend) if model else None
     if not isinstance(store, str):
         check_writable_store(store, label)
-    return AgentSettings(store, backend, specs, max_steps, level, log_file)
+    prices = read_prices(getattr(args, "prices", None), backend, store) if model else None
+    return AgentSettings(store, backend, specs, max_steps, level, log_file, prices)
 
 
 def cancel_grace(args: argparse.Namespace) -> float:
@@ -341,6 +348,39 @@ def check_writable_store(store: Path, option: str) -> None:
         check_store_writable(store)
     except StoreIOError as exc:
         raise ConfigError(option, str(exc)) from exc
+
+
+PRICES_FILE = "prices.toml"  # a store's own price file, in its folder
+
+
+def read_prices(value: str | None, backend: str, store: Path | str) -> Prices | None:
+    """The price file (docs/search.md, "Prices"): `--prices FILE` (`value`), else
+    `$ACP_BRIDGE_PRICES`, else the file store's `prices.toml` if it has one; read and
+    checked whole (TOML, or JSON for a `.json` file). None without one; ConfigError for
+    a file that cannot be read or used."""
+    import json
+    import tomllib
+    from pathlib import Path
+
+    from acp_bridge.prices import PriceFileError, parse_prices
+
+    option = "--prices"
+    if not value and os.environ.get("ACP_BRIDGE_PRICES"):
+        value, option = os.environ["ACP_BRIDGE_PRICES"], "$ACP_BRIDGE_PRICES"
+    if not value:
+        if backend == "postgres" or not (Path(store) / PRICES_FILE).is_file():
+            return None
+        value, option = str(Path(store) / PRICES_FILE), f"the store's {PRICES_FILE}"
+    path = Path(value)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(option, f"cannot read the price file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        return parse_prices(data, str(path))
+    except (ValueError, PriceFileError) as exc:  # TOML and JSON syntax errors are ValueErrors
+        raise ConfigError(option, str(exc) if isinstance(exc, PriceFileError) else f"{path}: {exc}") from None
 
 
 def _access(path: Path, mode: int) -> bool:

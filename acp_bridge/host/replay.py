@@ -37,6 +37,7 @@ from session.scan import TailSplitter
 
 if TYPE_CHECKING:
     from acp_bridge.host.host import Host
+    from acp_bridge.prices import CostMeter
 
 
 
@@ -48,12 +49,14 @@ class ReplayEncoder:
     equivalence). After the last block, `title` names the session again."""
 
     def __init__(self, session_id: str, context_window: int | None,
-                 window_of: Callable[[str], int | None] | None = None, *, wrapped: bool = False) -> None:
+                 window_of: Callable[[str], int | None] | None = None, *, wrapped: bool = False,
+                 cost: CostMeter | None = None) -> None:
         # `window_of`: the window of the model a turn ran on (its `turn/start.model`),
         # for `usage_update.size`; without it, every turn's is `context_window`.
-        # `wrapped`: a wrapped agent's session (UpdateContext.wrapped).
+        # `wrapped`: a wrapped agent's session (UpdateContext.wrapped); `cost`: a fresh
+        # meter, with a price file (UpdateContext.cost).
         self.context = UpdateContext(replay=True, context_window=context_window, window_of=window_of,
-                                     wrapped=wrapped)
+                                     wrapped=wrapped, cost=cost)
         self.wrapped = wrapped
         self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
         self._prompt_title: str | None = None  # the first prompt's, as the live stream named it

@@ -40,7 +40,9 @@ as the protocol defines them rather than under `_meta`:
   the cached tokens, the output count the reasoning), `size` the usage's
   `contextWindow` (a wrapped agent's own `size`), else the window of the turn's model
   (on replay: of its `turn/start.model`, `UpdateContext.window_of`), else
-  DEFAULT_CONTEXT_WINDOW when the model does not say;
+  DEFAULT_CONTEXT_WINDOW when the model does not say; with a price for the turn's
+  model (`UpdateContext.cost`), `cost {amount, currency}`: the session's cumulative
+  cost, as ACP defines it (a step of an unpriced model sends none);
 - `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
   records there every update of the agent but its text chunks: plans, modes, commands,
   tool calls and their updates...), so live and replay send the same object;
@@ -81,6 +83,10 @@ from session.events import (
     ToolCallBlock,
     tool_calls_of,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from acp_bridge.prices import CostMeter
 
 SessionUpdate = dict[str, Any]
 """One `SessionNotification.update` object (the `SessionUpdate` schema definition)."""
@@ -141,6 +147,11 @@ class UpdateContext:
     # A wrapped agent's session (`acp-bridge wrap`): its chunks carry no messageId of
     # ours, only what the agent sent (`sent`), as the editor was sent them live.
     wrapped: bool = False
+    # With a price file (docs/search.md, "Prices"): the session's cumulative cost, for
+    # `usage_update.cost`. The one thing that outlives a turn: it must have seen the
+    # session from its start (a replay does; a live session is handed the meter its
+    # load fed, acp_bridge.agent.engine.KeptOfLog).
+    cost: CostMeter | None = None
 
 
 def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
@@ -154,6 +165,8 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
         if ctx.window_of is not None:
             model = data.get("model")
             ctx.state.window = ctx.window_of(model) if isinstance(model, str) else ctx.context_window
+        if ctx.cost is not None:
+            ctx.cost.turn(data.get("model"))
         return []
     if etype == USER_MESSAGE:
         if not ctx.replay:
@@ -260,7 +273,10 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
         window = ctx.state.window if ctx.window_of is not None else ctx.context_window
         size = window if window is not None else DEFAULT_CONTEXT_WINDOW
     meta = {META_KEY: {"turn": data["turn"], "step": data["step"], "usage": usage}}
-    return [{"sessionUpdate": "usage_update", "used": used, "size": size, "_meta": meta}]
+    update: SessionUpdate = {"sessionUpdate": "usage_update", "used": used, "size": size, "_meta": meta}
+    if ctx.cost is not None and ctx.cost.step(usage) is not None:
+        update["cost"] = ctx.cost.amount()  # ACP's Cost: the session's total so far
+    return [update]
 
 
 def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:

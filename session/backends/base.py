@@ -86,6 +86,22 @@ class ReadStream(StoredStream, Protocol):
     where: str  # where the log is stored (a file, a database), for people to read
 
 
+class At(NamedTuple):
+    """Where a read of a log starts, for a reader that already has what comes before
+    (the search index, docs/search.md): the record of seq `seq`, which a JSONL log
+    stores at byte `offset` of its file (the SQL stores find it by seq: None there)."""
+
+    seq: int
+    offset: int | None = None
+
+
+Stamp = tuple[int, ...]
+"""What a store says about a log without reading it, changing whenever the log does:
+JSONL its file's size, mtime (ns) and inode; the SQL stores (and memory) a count and
+`updatedAt` (ms). The second element is always when the log last changed (JSONL: in
+ns): `sessions list` orders by it to read only a first page's logs."""
+
+
 class SessionPeek(NamedTuple):
     """What a store says about a session it cannot read whole, as far as it can."""
 
@@ -104,9 +120,14 @@ class StoreReader(Protocol):
     def ids(self) -> list[str]:
         """The stored session ids, in no order ([] for a store that does not exist)."""
 
-    def stream(self, session_id: str) -> ReadStream:
-        """Start reading a log as stored now, unrepaired. Raises SessionNotFoundError,
+    def stream(self, session_id: str, at: At | None = None) -> ReadStream:
+        """Start reading a log as stored now, unrepaired; with `at`, from that record on
+        (the blocks' records are counted from `at.seq`; one that is not there, or not
+        where `at` says, is the reader's to notice). Raises SessionNotFoundError,
         SessionVersionError, SessionCorruptError (the header)."""
+
+    def stamps(self) -> dict[str, Stamp]:
+        """Every stored session's `Stamp`, in one cheap pass (no log is read)."""
 
     def peek(self, session_id: str) -> SessionPeek:
         """Best effort, never raising for damage: for a session `stream` refuses."""

@@ -14,8 +14,10 @@ from typing import BinaryIO
 import orjson
 
 from session.backends.base import (
+    At,
     SessionPeek,
     SessionSummary,
+    Stamp,
     first_prompt_title,
     is_session_id,
     validate_session_id,
@@ -62,7 +64,7 @@ class JsonlStream:
     title: str | None = None
     where = ""
 
-    def __init__(self, session_id: str, opener: Callable[[], BinaryIO]) -> None:
+    def __init__(self, session_id: str, opener: Callable[[], BinaryIO], at: At | None = None) -> None:
         self._opener = opener  # locate() may run after close(), for an error message
         self._f = f = opener()
         try:
@@ -82,9 +84,14 @@ class JsonlStream:
             raise
         self._starts: list[tuple[int, int]] = [(0, len(first))]  # (record index, offset)
         self.end = len(first)  # bytes read so far
+        self._first = 0  # the index of the first record `blocks` reads
+        if at is not None and at.offset is not None and at.offset > len(first):
+            f.seek(at.offset)  # past the end: `blocks` reads nothing
+            self._starts.append((at.seq, at.offset))
+            self._first, self.end = at.seq, at.offset
 
     def blocks(self) -> Iterator[list[Event | Damage]]:
-        read, index, offset = self._f.read, 0, self.end
+        read, index, offset = self._f.read, self._first, self.end
         pending: list[bytes] = []  # a record split over reads
         while True:
             chunk = read(READ_BLOCK)
@@ -206,9 +213,9 @@ class JsonlReader:
             if path.suffix == ".jsonl" and is_session_id(path.stem)
         ]
 
-    def stream(self, session_id: str) -> JsonlStream:
+    def stream(self, session_id: str, at: At | None = None) -> JsonlStream:
         path = self.path_of(session_id)
-        stream = JsonlStream(session_id, log_opener(session_id, path))
+        stream = JsonlStream(session_id, log_opener(session_id, path), at)
         try:
             stream.updated = os.stat(path).st_mtime_ns // 1_000_000
         except BaseException:
@@ -218,6 +225,24 @@ class JsonlReader:
         stream.title = title if isinstance(title, str) else None
         stream.where = str(path)
         return stream
+
+    def stamps(self) -> dict[str, Stamp]:
+        """(size, mtime in ns, inode) of each log: one stat each, nothing read."""
+        out: dict[str, Stamp] = {}
+        try:
+            entries = os.scandir(self.sessions_dir)
+        except FileNotFoundError:
+            return out
+        with entries:
+            for entry in entries:
+                sid = entry.name[:-6]
+                if entry.name.endswith(".jsonl") and is_session_id(sid):
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:  # deleted meanwhile
+                        continue
+                    out[sid] = (st.st_size, st.st_mtime_ns, st.st_ino)
+        return out
 
     def peek(self, session_id: str) -> SessionPeek:
         try:

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 import orjson
 
 from session.backends.base import (
+    At,
     BackendSession,
     Encoded,
     SessionPeek,
     SessionSummary,
+    Stamp,
     StoredLog,
     changed_while_forked,
     check_batch_seqs,
@@ -148,10 +150,11 @@ class MemoryStream:
         self.header = header
         self._records = records  # a copy: appends by a live owner do not show up
         self.owner: MemoryBackend | None = None
+        self.start = 0  # the seq of the first record read (a read from `At`)
 
     def blocks(self) -> Iterator[list[Event | Damage]]:
         records = self._records
-        for start in range(0, len(records), self.BLOCK):
+        for start in range(self.start, len(records), self.BLOCK):
             yield parse_events(records[start : start + self.BLOCK])
 
     def locate(self, index: int) -> dict[str, int]:
@@ -220,12 +223,17 @@ class MemoryReader:
     def ids(self) -> list[str]:
         return list(self._backend.stored)
 
-    def stream(self, session_id: str) -> MemoryStream:
+    def stream(self, session_id: str, at: At | None = None) -> MemoryStream:
         stream = self._backend.read_stream(session_id)
+        if at is not None:
+            stream.start = at.seq
         stored = self._backend.stored[stream.header["id"]]
         stream.updated, stream.title = stored.updated_at, stored.title
         stream.where = f"memory:{session_id}"
         return stream
+
+    def stamps(self) -> dict[str, Stamp]:
+        return {sid: (len(stored.records), stored.updated_at) for sid, stored in self._backend.stored.items()}
 
     def peek(self, session_id: str) -> SessionPeek:
         stored = self._backend.stored.get(session_id)

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from session.backends.base import SessionPeek, validate_session_id
+from session.backends.base import At, SessionPeek, Stamp, validate_session_id
 from session.backends.event_rows import raw_pieces
 from session.backends.postgres_connect import (
     LOCK_HOLDER,
@@ -87,14 +87,21 @@ class PostgresReader:
     def ids(self) -> list[str]:
         return [row[0] for row in self._query("SELECT id FROM acp_bridge.sessions", ())]
 
-    def stream(self, session_id: str) -> PostgresStream:
+    def stream(self, session_id: str, at: At | None = None) -> PostgresStream:
         sid = validate_session_id(session_id)
         header_json, title, updated = self._row(sid)
         header = parse_header(sid, header_json, "the sessions row")
-        stream = PostgresStream(self.conninfo, header)
+        stream = PostgresStream(self.conninfo, header, start=at.seq if at is not None else 0)
         stream.updated, stream.where = updated, f"{self.where} (table acp_bridge.events)"
         stream.title = title or header.get("title")
         return stream
+
+    def stamps(self) -> dict[str, Stamp]:
+        """(last seq, `updatedAt`) of each session: an index seek each, no log read."""
+        rows = self._query("SELECT s.id, coalesce((SELECT e.seq FROM acp_bridge.events e WHERE "
+                           "e.session_id = s.id ORDER BY e.seq DESC LIMIT 1), -1), "
+                           f"{UPDATED_AT} FROM acp_bridge.sessions s", ())
+        return {row[0]: (int(row[1]), int(row[2])) for row in rows}
 
     def peek(self, session_id: str) -> SessionPeek:
         try:

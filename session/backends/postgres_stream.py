@@ -29,9 +29,11 @@ class PostgresStream:
     title: str | None = None
     where = ""
 
-    def __init__(self, conninfo: str, header: Header, conn: psycopg.Connection[Any] | None = None) -> None:
+    def __init__(self, conninfo: str, header: Header, conn: psycopg.Connection[Any] | None = None,
+                 start: int = 0) -> None:
         self.header = header
         self.conninfo = conninfo
+        self._start = start  # the seq of the first row read (a read from `At`)
         self._db = conn
         self._began = False
         self._cursor: psycopg.ServerCursor[Any] | None = None
@@ -56,7 +58,7 @@ class PostgresStream:
             self._fail("read the log", exc)
         try:
             cursor.execute("SELECT seq, type, time, data FROM acp_bridge.events "
-                           "WHERE session_id = %s ORDER BY seq", (sid,))
+                           "WHERE session_id = %s AND seq >= %s ORDER BY seq", (sid, self._start))
             # Blocks are bounded in rows and in bytes: one tool result may be megabytes,
             # so a fetch asks for as many rows as fit in FETCH_BYTES if each were as big
             # as the biggest row seen so far.
@@ -82,8 +84,8 @@ class PostgresStream:
     def locate(self, index: int) -> dict[str, int]:
         try:
             row = self.connection().execute(
-                "SELECT seq FROM acp_bridge.events WHERE session_id = %s ORDER BY seq "
-                "OFFSET %s LIMIT 1", (self.header["id"], index)
+                "SELECT seq FROM acp_bridge.events WHERE session_id = %s AND seq >= %s ORDER BY seq "
+                "OFFSET %s LIMIT 1", (self.header["id"], self._start, index - self._start)
             ).fetchone()
         except psycopg.Error as exc:
             self._fail("read the log", exc)
@@ -93,8 +95,8 @@ class PostgresStream:
         try:
             row = self.connection().execute(
                 "SELECT coalesce(sum(octet_length(data::text)), 0) FROM (SELECT data FROM "
-                "acp_bridge.events WHERE session_id = %s ORDER BY seq OFFSET %s) t",
-                (self.header["id"], index),
+                "acp_bridge.events WHERE session_id = %s AND seq >= %s ORDER BY seq OFFSET %s) t",
+                (self.header["id"], self._start, index - self._start),
             ).fetchone()
         except psycopg.Error as exc:
             self._fail("read the log", exc)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from session.backends.base import SessionPeek, validate_session_id
+from session.backends.base import At, SessionPeek, Stamp, validate_session_id
 from session.backends.event_rows import as_bytes, raw_pieces, row_events
 from session.backends.sqlite_tail import tail_after, tail_path, tail_records
 from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
@@ -50,14 +50,15 @@ class SqliteStream:
     title: str | None = None
     where = ""
 
-    def __init__(self, path: Path, header: Header, *, read_only: bool) -> None:
+    def __init__(self, path: Path, header: Header, *, read_only: bool, start: int = 0) -> None:
         self.header = header
         self.path = path
         self.tail = tail_path(path.parent, header["id"])
         self._read_only = read_only
+        self._start = start  # the seq of the first row read (a read from `At`)
         self._db: sqlite3.Connection | None = None
-        self.rows_next = 0  # the seq after the last row read: where the tail goes on
-        self._records = 0  # records yielded so far (rows, then tail lines)
+        self.rows_next = start  # the seq after the last row read: where the tail goes on
+        self._records = start  # the index of the next record (rows, then tail lines): its seq
         self._tail_first: int | None = None  # the index of the tail's first record read
         self._tail_starts: list[int] = []  # the byte offset of each tail record read
 
@@ -78,7 +79,7 @@ class SqliteStream:
             yield from self._blocks()
 
     def _blocks(self) -> Iterator[list[Event | Damage]]:
-        yield from self._row_blocks(0)
+        yield from self._row_blocks(self._start)
         block: list[Event | Damage] = []
         for offset, record in tail_records(self.tail, self.rows_next):
             if self._tail_first is None:
@@ -139,8 +140,8 @@ class SqliteStream:
             return {"seq": index, "tailOffset": self._tail_starts[tail]}
         with damage_as_corrupt(self.path, self.header["id"]):
             row = self._conn().execute(
-                "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
-                (self.header["id"], index),
+                "SELECT seq FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT 1 OFFSET ?",
+                (self.header["id"], self._start, index - self._start),
             ).fetchone()
         return {"seq": row[0] if row is not None else index}
 
@@ -152,8 +153,8 @@ class SqliteStream:
         with damage_as_corrupt(self.path, self.header["id"]):
             row = self._conn().execute(
                 "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
-                "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)",
-                (self.header["id"], index),
+                "WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT -1 OFFSET ?)",
+                (self.header["id"], self._start, index - self._start),
             ).fetchone()
         tail_from = self._tail_starts[0] if self._tail_starts else tail_size
         return int(row[0]) + tail_size - tail_from
@@ -297,14 +298,25 @@ class SqliteReader:
         with damage_as_corrupt(self.path):
             return [row[0] for row in db.execute("SELECT id FROM sessions")]
 
-    def stream(self, session_id: str) -> SqliteStream:
+    def stream(self, session_id: str, at: At | None = None) -> SqliteStream:
         sid = validate_session_id(session_id)
         header_blob, title, updated = self._row(sid)
         header = parse_header(sid, header_blob, "the sessions row")
-        stream = SqliteStream(self.path, header, read_only=True)
+        stream = SqliteStream(self.path, header, read_only=True, start=at.seq if at is not None else 0)
         stream.updated, stream.where = updated, str(self.path)
         stream.title = title or header.get("title")
         return stream
+
+    def stamps(self) -> dict[str, Stamp]:
+        """(last seq, `updatedAt`) of each session: an index seek each, no log read."""
+        db = self._conn()
+        if db is None:
+            return {}
+        with damage_as_corrupt(self.path):
+            rows = db.execute(
+                "SELECT id, coalesce((SELECT seq FROM events WHERE events.session_id = sessions.id "
+                f"ORDER BY seq DESC LIMIT 1), -1), {UPDATED_AT} FROM sessions").fetchall()
+        return {row[0]: (int(row[1]), int(row[2])) for row in rows}
 
     def peek(self, session_id: str) -> SessionPeek:
         try:

@@ -156,6 +156,14 @@ class Browser:
             raise BrowserError(f"{url}: {answer['errorText']}")
         self._wait_for("Page.loadEventFired", time.monotonic() + TIMEOUT)
 
+    def submit(self, expression: str) -> None:
+        """Run `expression` (which sends a form or follows a link, as a click would) and
+        wait for the page it leads to."""
+        self.events.clear()
+        self.console.clear()
+        self.evaluate(expression)
+        self._wait_for("Page.loadEventFired", time.monotonic() + TIMEOUT)
+
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the page (run by the test through
         DevTools, which the page's Content-Security-Policy does not govern)."""

@@ -152,6 +152,23 @@ def active_parts(page: Element) -> list[str]:
     return found
 
 
+def without_search_form(page: Element) -> Element:
+    """`page` with the search form of `serve` (in its `<nav>`) taken out, once it is
+    checked to be ours and nothing more: a GET to `search` of text fields, a choice and
+    a button, no handler, no script, no other target."""
+    (nav,) = page.find_all("nav")
+    (form,) = nav.find_all("form")
+    assert (form.attrs.get("action"), form.attrs.get("method"), form.classes()) == ("search", "get", {"search"})
+    assert {e.tag for e in form.find_all()} <= {"input", "select", "option", "button"}
+    assert [(e.attrs.get("type"), e.attrs.get("name")) for e in form.find_all("input")] == [("search", "q")]
+    assert [e.attrs.get("name") for e in form.find_all("select")] == ["ended"]
+    for element in [form, *form.find_all()]:
+        assert not [name for name in element.attrs if name.startswith("on") or name in
+                    ("style", "src", "formaction", "formtarget", "target")], element.attrs
+    nav.nodes.remove(form)
+    return page
+
+
 def _our_link(href: str) -> bool:
     from urllib.parse import urlsplit
 
@@ -257,7 +274,7 @@ def fetch(url: str, *, method: str = "GET", host: str | None = None) -> tuple[in
     connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=20)
     try:
         headers = {"Host": host} if host is not None else {}
-        connection.request(method, parts.path or "/", headers=headers)
+        connection.request(method, (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=headers)
         response = connection.getresponse()
         body = response.read().decode("utf-8")
         return response.status, {k.lower(): v for k, v in response.getheaders()}, body

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import typing
 
 from acp_bridge.cli.sessions.text import cut, iso_time, local_time, one_line, tokens_json
 from acp_bridge.cli.sessions.view import View
@@ -15,14 +16,37 @@ if TYPE_CHECKING:
     from acp_bridge.cli.sessions.source import Source
 
 
+class Brief:
+    """What `list` shows of a session's `View`, and nothing more: a row of 10,000 must
+    not keep its last turn's events and text (bench/README.md, "At scale")."""
+
+    __slots__ = ("_status", "last", "owner", "owner_pid", "turn_count", "usage")
+
+    def __init__(self, view: View) -> None:
+        self._status = view.status()
+        last = view.last
+        self.last = None if last is None else LastTurn(last.number, last.reason, last.end_on_disk)
+        self.owner, self.owner_pid = view.owner, view.owner_pid
+        self.turn_count, self.usage = view.turn_count, view.usage
+
+    def status(self) -> tuple[str | None, str]:
+        return self._status
+
+
+class LastTurn(typing.NamedTuple):
+    number: int
+    reason: dict[str, Any] | None
+    end_on_disk: bool
+
+
 class Row:
-    """One `list` entry: a readable session (`view`), or a damaged one (`damaged`, with
-    what its header still says)."""
+    """One `list` entry: a readable session (`view`, its Brief), or a damaged one
+    (`damaged`, with what its header still says)."""
 
     __slots__ = ("damaged", "header", "id", "title", "updated", "view")
 
     def __init__(self, sid: str, header: dict[str, Any] | None, updated: int | None,
-                 title: str | None, view: View | None = None, damaged: str | None = None) -> None:
+                 title: str | None, view: Brief | None = None, damaged: str | None = None) -> None:
         self.id = sid
         self.header = header or {}
         self.updated = updated
@@ -56,7 +80,16 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
     if cwd_filter:
         wanted = {os.path.abspath(cwd_filter), os.path.realpath(cwd_filter)}
     rows: list[Row] = []
-    for sid in source.ids():
+    ids = source.ids()
+    if limit is not None and 0 <= limit < len(ids):
+        ids = _newest_first(source, ids)
+    for sid in ids:
+        if limit is not None and 0 <= limit <= len(rows):
+            break  # newest first: the rest are older than every row kept
+        if wanted is not None:
+            header = source.peek(sid).header
+            if header is not None and header.get("cwd") not in wanted:
+                continue  # another cwd's, known from its header alone: not read
         try:
             stored = source.summary(sid)  # one streamed pass: the last turn is kept
         except (SessionError, OSError) as exc:
@@ -65,13 +98,28 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
             rows.append(Row(sid, header, updated, title, damaged=message))
         else:
             view = View(stored, source.owner(sid))
-            rows.append(Row(sid, dict(stored.header), stored.updated, stored.title, view))
+            rows.append(Row(sid, dict(stored.header), stored.updated, stored.title, Brief(view)))
     if wanted is not None:
         rows = [r for r in rows if r.header.get("cwd") in wanted]
     rows.sort(key=lambda r: (-(r.updated or 0), r.id))
     if limit is not None and limit >= 0:
         rows = rows[:limit]
     return rows
+
+
+def _newest_first(source: Source, ids: list[str]) -> list[str]:
+    """`ids` newest first by the store's stamps (a stat per JSONL log, its mtime; one
+    query for a SQL store, its updatedAt), so that a first page reads only its own
+    logs (10,000 sessions: bench/README.md, "At scale"). Ties by id, as `list` sorts."""
+    stamps = source.reader.stamps()
+
+    def updated(sid: str) -> int:
+        stamp = stamps.get(sid)
+        if stamp is None or len(stamp) < 2:
+            return 0
+        return stamp[1] // 1_000_000 if source.name == "jsonl" else stamp[1]  # JSONL: ns
+
+    return sorted(ids, key=lambda sid: (-updated(sid), sid))
 
 
 def _list_json(row: Row) -> dict[str, Any]:

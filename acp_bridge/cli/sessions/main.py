@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     _store_options(parser)
-    commands = parser.add_subparsers(dest="sessions_command", metavar="{list,show,export,serve,fork}")
+    commands = parser.add_subparsers(dest="sessions_command",
+                                     metavar="{list,show,export,serve,fork,search,stats,index}")
     ls = commands.add_parser(
         "list", aliases=["ls"], help="stored sessions, newest first (the default)",
         description="Stored sessions, newest first: id, last update, turns, status of the "
@@ -172,6 +173,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     _store_options(serve)
     serve.add_argument("--port", type=int, default=0, metavar="N",
                        help="the port to listen on (default: a random free one)")
+    serve.add_argument("--index", metavar="FILE", help="the search index file (as for search)")
     fork = commands.add_parser(
         "fork", help="a new session holding a session's turns (prints its id)",
         description="Copy a session's turns, up to its end or to turn N, into a new session of the "
@@ -181,6 +183,38 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     fork.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
     fork.add_argument("--at-turn", type=int, metavar="N",
                       help="the last turn the fork holds (default: the last that ended; 0: none)")
+    _search_parsers(commands)
+
+
+def _search_parsers(commands: Any) -> None:
+    from acp_bridge.cli.sessions.search import search_options
+    from acp_bridge.cli.sessions.stats import stats_options
+
+    search = commands.add_parser(
+        "search", help="full-text search of every prompt, answer, thought, tool call and output",
+        description="The turns whose texts match QUERY, best first, with a snippet; the store's "
+        "search index is brought up to date first (docs/search.md).",
+    )
+    _store_options(search)
+    search_options(search)
+    stats = commands.add_parser(
+        "stats", help="turns, tokens, errors and cost, by day, model, agent or cwd",
+        description="Turns, tokens (input, output, cache, reasoning), failed, interrupted and "
+        "cancelled turns, and their cost where prices are known, grouped (docs/search.md).",
+    )
+    _store_options(stats)
+    stats_options(stats)
+    index = commands.add_parser(
+        "index", help="bring the search index up to date (--watch: keep it so)",
+        description="Bring the store's search index up to date; with --watch, keep doing so "
+        "until Ctrl-C, so a turn is searchable within a second of its end (docs/search.md).",
+    )
+    _store_options(index)
+    index.add_argument("--index", metavar="FILE", help="the search index file (as for search)")
+    index.add_argument("--watch", action="store_true", help="keep the index up to date until Ctrl-C")
+    index.add_argument("--every", type=float, default=0.5, metavar="SECONDS",
+                       help="with --watch: seconds between two passes (default 0.5)")
+    index.add_argument("--rebuild", action="store_true", help="make the index again from every log")
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
@@ -209,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
         from acp_bridge.cli.sessions.serve import serve
 
         return serve(backend, root, args)
+    if command in ("search", "stats", "index"):
+        return _indexed(command, backend, root, args)
     from acp_bridge.cli.sessions.listing import list_text
     from acp_bridge.cli.sessions.progress import Progress
     from acp_bridge.cli.sessions.source import Source, resolve_id
@@ -273,6 +309,41 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"cannot read the store {source.root}: {exc}", EXIT_FAIL)
     finally:
         progress.done()
+        source.close()
+
+
+def _indexed(command: str, backend: str, root: Any, args: argparse.Namespace) -> int:
+    """`search`, `stats` and `index`: the store's search index, kept up to date."""
+    from acp_bridge.cli.sessions.source import Source
+    from acp_bridge.errors import ConfigError
+    from session import SearchQueryError, SessionError
+
+    source = Source(backend, root)
+    prog = f"{PROG} {command}"
+    try:
+        if command == "search":
+            from acp_bridge.cli.sessions.search import run_search
+
+            return run_search(source, args, prog)
+        if command == "stats":
+            from acp_bridge.cli.sessions.stats import run_stats
+
+            return run_stats(source, args, prog)
+        from acp_bridge.cli.sessions.indexer import run_index
+
+        return run_index(source, args, prog)
+    except (SearchQueryError, ConfigError) as exc:  # a query, a time, a price file, --every
+        return _fail(f"{command}: {exc}", EXIT_USAGE)
+    except SessionError as exc:
+        return _fail(f"{command}: {exc}", EXIT_FAIL)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_OK
+    except KeyboardInterrupt:  # `index --watch` stops with Ctrl-C
+        return EXIT_OK
+    except (OSError, _sqlite_error()) as exc:
+        return _fail(f"{command}: cannot read the store {source.root}: {exc}", EXIT_FAIL)
+    finally:
         source.close()
 
 

@@ -93,6 +93,14 @@ table.sessions td.title{overflow-wrap:anywhere;min-width:18rem}
 .list-status.st-cancelled,.list-status.st-max_tokens,.list-status.st-max_steps{color:var(--warn)}
 .list-status.st-error,.list-status.st-interrupted{color:var(--bad)}
 .list-status.st-refusal{color:var(--odd)}
+form.search{display:flex;flex-wrap:wrap;gap:.4rem;margin:.4rem 0}
+form.search input,form.search select,form.search button{font:inherit;color:inherit;background:var(--bg);
+border:1px solid var(--line);border-radius:6px;padding:.25rem .5rem}
+form.search input[type=search]{flex:1 1 16rem}
+ol.hits{list-style:none;padding:0}
+ol.hits li{border-bottom:1px solid var(--line);padding:.5rem 0}
+.snippet{margin:.2rem 0 0;overflow-wrap:anywhere}
+mark{background:var(--hunk);color:inherit;font-weight:600;border-radius:3px}
 """
 
 
@@ -107,17 +115,21 @@ STYLE_HASH = f"'sha256-{_hash(CSS)}'"
 # What the page allows: our style sheet. `form-action` and `base-uri` are not governed
 # by `default-src`, so they are named.
 CSP = f"default-src 'none'; style-src {STYLE_HASH}; base-uri 'none'; form-action 'none'"
-# As a header (`serve`): the same, and the page may be framed by nobody.
-CSP_HEADER = CSP + "; frame-ancestors 'none'"
+# The pages of `serve` that hold its search form (the list, the results): a form may be
+# sent, to the server itself only (a GET of /TOKEN/search).
+SERVED_CSP = CSP.replace("form-action 'none'", "form-action 'self'")
+# As a header (`serve`, every page): the same, and the page may be framed by nobody.
+CSP_HEADER = SERVED_CSP + "; frame-ancestors 'none'"
 
 
-def head(title: str, *, nav: str = "") -> str:
+def head(title: str, *, nav: str = "", csp: str = CSP) -> str:
     """A page's opening, up to its `<main>`: `title` is text from the log (escaped here);
-    `nav` is our own markup (a link back to the list)."""
+    `nav` is our own markup (a link back to the list, the search form); `csp` the
+    policy (SERVED_CSP for a page with the form)."""
     nav_html = f"<nav>{nav}</nav>" if nav else ""
     return (
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n"
         "<meta name=\"referrer\" content=\"no-referrer\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
         "<meta name=\"generator\" content=\"acp-bridge sessions\">\n"

@@ -18,9 +18,11 @@
   An error before the first piece (an unknown id, a log damaged in its first block) is
   an error page with its status; damage found later ends the page with the message.
 
-Search lands as a route of its own (`ROUTES`) and a form on the list page; the list
-page's `nav` is where the form goes, and `CSP_HEADER`'s `form-action` will then allow
-'self'. Nothing searches before that.
+- **Search.** `/TOKEN/search?q=...` (the form in the list's `nav`, search_page.py): the
+  turns `sessions search` finds, each a link to its turn. It brings the store's search
+  index up to date first, as `sessions search` does: the index is written (its own file
+  or tables, docs/search.md), never the store. The pages with the form carry
+  `form-action 'self'`; the rest allow no form.
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ import sys
 
 from acp_bridge.cli.sessions.html import STATES
 from acp_bridge.cli.sessions.markup import esc
-from acp_bridge.cli.sessions.page import CSP_HEADER, FOOT, head
+from acp_bridge.cli.sessions.page import CSP_HEADER, FOOT, SERVED_CSP, head
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Mapping
     from http.server import BaseHTTPRequestHandler
     from pathlib import Path
     from typing import Any
@@ -42,8 +44,10 @@ if TYPE_CHECKING:
     from acp_bridge.cli.sessions.listing import Row
 
     Page = tuple[int, Iterator[str]]
+    Params = Mapping[str, list[str]]  # a request's query string, parsed
 
 HOST = "127.0.0.1"
+LIST_PAGE = 200  # sessions on the list page, the newest: a page of 10,000 would read every log
 BACK = '<a href="../">← All sessions</a>'  # from /TOKEN/session/ID
 PROG = "acp-bridge sessions serve"
 HEADERS = {
@@ -60,28 +64,30 @@ HEADERS = {
 class Site:
     """What the handler serves: the store (opened per request) and the token."""
 
-    def __init__(self, backend: str, root: Path | str, token: str) -> None:
+    def __init__(self, backend: str, root: Path | str, token: str, index: str | None = None) -> None:
         self.backend, self.root, self.token = backend, root, token
+        self.index = index  # `--index FILE`, if given
 
     def source(self) -> Any:
         from acp_bridge.cli.sessions.source import Source
 
         return Source(self.backend, self.root)
 
-    def list_page(self, rest: str) -> Page:
+    def list_page(self, rest: str, params: Params) -> Page:
         from acp_bridge.cli.sessions.listing import list_rows
 
         if rest:
             return not_found()
         source = self.source()
         try:
-            rows = list_rows(source)
+            total = len(source.ids())
+            rows = list_rows(source, limit=LIST_PAGE)  # reads the page's logs only
             where = f"{source.root} ({source.name} backend)"
         finally:
             source.close()
-        return 200, iter([_list_html(rows, where)])
+        return 200, iter([_list_html(rows, where, total)])
 
-    def session_page(self, rest: str) -> Page:
+    def session_page(self, rest: str, params: Params) -> Page:
         from acp_bridge.cli.sessions.html import html_chunks
         from acp_bridge.cli.sessions.source import resolve_id
         from acp_bridge.cli.sessions.walk import Walk
@@ -107,10 +113,55 @@ class Site:
             raise
         return 200, _rest_of_page(first, chunks, walk, source)
 
+    def search_page(self, rest: str, params: Params) -> Page:
+        import argparse
 
-ROUTES: dict[str, Callable[[Site, str], Page]] = {
+        from acp_bridge.cli.sessions.indexer import catch_up, notes, open_index
+        from acp_bridge.cli.sessions.search import ENDED, filters_of, find
+        from acp_bridge.cli.sessions.search_page import LIMIT, MAX_LIMIT, form, hits_html
+        from acp_bridge.errors import ConfigError
+        from session import SearchQueryError
+        from session.search.base import KINDS, parse_query
+
+        if rest:
+            return not_found()
+        one = {name: values[-1].strip() for name, values in params.items() if values}
+        text = one.get("q", "")
+        nav = form(params, back=True)
+        if not text:
+            body = '<main><h1>Search</h1><p class="note">Words to find in every session.</p></main>'
+            return 200, iter([head("Search", nav=nav, csp=SERVED_CSP) + body + FOOT])
+        ended = [e for e in params.get("ended", []) if e]
+        kinds = [k for k in params.get("in", []) if k]
+        try:
+            if not set(ended) <= set(ENDED) or not set(kinds) <= set(KINDS):
+                raise ConfigError("ended" if not set(ended) <= set(ENDED) else "in", "not one of the choices")
+            limit = int(one.get("n") or LIMIT)
+            query = parse_query(text)
+            filters = filters_of(argparse.Namespace(cwd=one.get("cwd") or None, agent=one.get("agent") or None,
+                                                    model=one.get("model") or None, since=one.get("since") or None,
+                                                    until=one.get("until") or None, ended=ended, kinds=kinds),
+                                 kinds=True)
+        except (SearchQueryError, ConfigError, ValueError) as exc:
+            return error_page(400, str(exc), nav=nav, csp=SERVED_CSP)
+        source = self.source()
+        index = open_index(self.backend, self.root, self.index)
+        try:
+            report = catch_up(source, index)
+            hits = find(source, index, query, filters, max(0, min(limit, MAX_LIMIT)))
+            where = f"{source.root} ({source.name} backend)"
+        finally:
+            index.close()
+            source.close()
+        told = "".join(f'<p class="note">{esc(line)}</p>' for line in notes(PROG, report, index))
+        page = head(f"Search: {text}", nav=nav, csp=SERVED_CSP) + told + hits_html(hits, text, where) + FOOT
+        return 200, iter([page])
+
+
+ROUTES: dict[str, Callable[[Site, str, Params], Page]] = {
     "": Site.list_page,
     "session": Site.session_page,
+    "search": Site.search_page,
 }
 
 
@@ -134,9 +185,9 @@ def _rest_of_page(first: str, chunks: Iterator[str], walk: Any, source: Any) -> 
         _close(walk, source)
 
 
-def error_page(status: int, message: str, *, nav: str = "") -> Page:
+def error_page(status: int, message: str, *, nav: str = "", csp: str | None = None) -> Page:
     title = {400: "Bad request", 404: "Not found", 405: "Method not allowed"}.get(status, "Error")
-    body = (f'{head(title, nav=nav)}<main><h1>{title}</h1>'
+    body = (f'{head(title, nav=nav, csp=csp) if csp else head(title, nav=nav)}<main><h1>{title}</h1>'
             f'<p class="damage">{esc(message)}</p></main>{FOOT}')
     return status, iter([body])
 
@@ -145,13 +196,18 @@ def not_found() -> Page:
     return error_page(404, "There is no such page.")
 
 
-def _list_html(rows: list[Row], where: str) -> str:
+def _list_html(rows: list[Row], where: str, total: int) -> str:
+    from acp_bridge.cli.sessions.search_page import form
     from acp_bridge.cli.sessions.text import cut, local_time, one_line, token_text
     from acp_bridge.cli.sessions.view import wrapped_agent
 
-    out = [head("Sessions"), '<header class="page">', "<h1>Sessions</h1>",
-           f'<p class="info">{esc(where)} · {len(rows)} session(s), newest first · read-only</p>',
+    shown = f"{len(rows)} session(s)" if total <= len(rows) else f"the newest {len(rows):,} of {total:,} sessions"
+    out = [head("Sessions", nav=form(), csp=SERVED_CSP), '<header class="page">', "<h1>Sessions</h1>",
+           f'<p class="info">{esc(where)} · {shown}, newest first · read-only</p>',
            "</header>", "<main>"]
+    if total > len(rows):
+        out.append(f'<p class="note">{total - len(rows):,} older session(s) are not listed: search finds '
+                   "them.</p>")
     if not rows:
         out.append('<p class="note">No sessions in this store.</p>')
     else:
@@ -198,7 +254,7 @@ def make_handler(site: Site, port_of: Callable[[], int]) -> type[BaseHTTPRequest
         def _route(self, send_body: bool) -> None:
             port = port_of()
             host = self.headers.get("Host", "")
-            path = self.path.split("?", 1)[0].split("#", 1)[0]
+            path, _, query = self.path.split("#", 1)[0].partition("?")
             parts = path.split("/", 2)  # "", token, rest
             given = parts[1] if len(parts) > 1 else ""
             if host not in (f"{HOST}:{port}", f"localhost:{port}") or \
@@ -217,7 +273,10 @@ def make_handler(site: Site, port_of: Callable[[], int]) -> type[BaseHTTPRequest
             route, _, rest = parts[2].partition("/")
             handler = ROUTES.get(route)
             try:
-                page = handler(site, rest) if handler is not None else not_found()
+                from urllib.parse import parse_qs
+
+                params = parse_qs(query, max_num_fields=64)
+                page = handler(site, rest, params) if handler is not None else not_found()
             except Exception as exc:  # a store that cannot be read: said, and the server goes on
                 print(f"{PROG}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                 page = error_page(500, f"cannot read the store: {exc}")
@@ -265,7 +324,7 @@ def serve(backend: str, root: Path | str, args: argparse.Namespace) -> int:
     if not 0 <= port <= 65535:
         print(f"{PROG}: --port must be 0-65535, not {port}", file=sys.stderr)
         return 2
-    site = Site(backend, root, secrets.token_urlsafe(16))
+    site = Site(backend, root, secrets.token_urlsafe(16), getattr(args, "index", None))
     holder: list[int] = [port]
     handler = make_handler(site, lambda: holder[0])
     try:

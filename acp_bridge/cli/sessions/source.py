@@ -58,6 +58,7 @@ class Source:
         from session import open_reader, shown_store
 
         self.name = name
+        self.location = location  # as given (a connection string keeps its password)
         self.root = shown_store(location)
         self.reader = open_reader(name, location)
 

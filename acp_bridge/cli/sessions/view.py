@@ -193,12 +193,13 @@ class WrappedAgent:
     else the command's file name) and its own session id. Every part is shown with
     control characters escaped: they come from the wrapped agent."""
 
-    __slots__ = ("command", "name", "session_id")
+    __slots__ = ("command", "name", "product", "session_id")
 
-    def __init__(self, command: str, name: str, session_id: str | None) -> None:
+    def __init__(self, command: str, name: str, session_id: str | None, product: str = "") -> None:
         self.command = command
         self.name = name
         self.session_id = session_id
+        self.product = product or name  # the name without its version (search filters, stats groups)
 
 
 def wrapped_agent(header: Mapping[str, object]) -> WrappedAgent | None:
@@ -212,15 +213,15 @@ def wrapped_agent(header: Mapping[str, object]) -> WrappedAgent | None:
     argv = [str(a) for a in argv] if isinstance(argv, list) else []
     command = one_line(shlex.join(argv)) if argv else "?"
     info = wrapped.get("agentInfo")
-    name = ""
+    name = product = ""
     if isinstance(info, dict) and info.get("name"):
-        name = one_line(str(info["name"]))
+        name = product = one_line(str(info["name"]))
         if info.get("version"):
             name += f" {one_line(str(info['version']))}"
     elif argv:
-        name = one_line(argv[0].rsplit("/", 1)[-1])
+        name = product = one_line(argv[0].rsplit("/", 1)[-1])
     sid = wrapped.get("sessionId")
-    return WrappedAgent(command, name or "?", one_line(str(sid)) if sid else None)
+    return WrappedAgent(command, name or "?", one_line(str(sid)) if sid else None, product or "?")
 
 
 def view_notes(torn: TornTail | None, running: bool, closers: list[Event]) -> list[str]:

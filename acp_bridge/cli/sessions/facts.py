@@ -1,0 +1,169 @@
+"""A stored session as the search index keeps it (docs/search.md): each turn's facts
+(when, model, mode, how it ended, tokens, steps, tool calls and their errors, the cost
+a wrapped agent reported) and its texts (the prompt, each step's thinking and answer,
+each tool call and its output), read with `session`'s read-only reader and built with
+the same `TurnBuilder` as `show`, one turn in memory at a time.
+
+A read starts where the index stopped (`SessionRow.at`: its last indexed `turn/end`)
+and checks that that record is still there, the same, before it goes on: a log cut or
+rewritten behind the index raises `Rewound`, and the indexer reads it from its start.
+The torn-tail rule applies as it does for a load: damage that a `turn/end` follows is
+`SessionCorruptError` (the session is kept as damaged); a torn tail is not indexed.
+No invariant check: a read that starts part-way has no tracker to feed, and the index
+only finds turns, it never loads them.
+"""
+
+from __future__ import annotations
+
+from acp_bridge.cli.sessions.text import blocks_text, json_text
+from acp_bridge.cli.sessions.turns import Turn, TurnBuilder
+from acp_bridge.cli.sessions.view import tool_diffs, wrapped_agent
+from session.search.base import DocRow, Rewound, SessionRow, TurnRow
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+    from session.backends.base import ReadStream, Stamp
+    from session.events import Event
+
+OURS = "acp-bridge"  # the agent of a session our own agent recorded
+
+
+def session_row(sid: str, stream: ReadStream, stamp: Stamp) -> SessionRow:
+    """The facts of a session from its header (and the store's title, if it keeps one)."""
+    header: dict[str, Any] = dict(stream.header)
+    agent = wrapped_agent(header)
+    return SessionRow(sid, int(header.get("createdAt") or 0), str(header.get("cwd", "")),
+                      agent.product if agent is not None else OURS, stream.title, stamp)
+
+
+class TurnFeed:
+    """The turns of one session's log from `previous.at` on (from its start without
+    one): `turns()` once, then `row()` (session.search.base.Feed). Closes `stream`."""
+
+    def __init__(self, sid: str, stream: ReadStream, stamp: Stamp, previous: SessionRow | None) -> None:
+        self.sid = sid
+        self._stream = stream
+        self._row = session_row(sid, stream, stamp)
+        self._previous = previous
+        if previous is not None:  # resumed: what was read up to `at` stays as it was
+            if previous.created != self._row.created:
+                stream.close()
+                raise Rewound(f"session {sid}: another header")
+            self._row.title = self._row.title or previous.title
+            self._row.at, self._row.at_time, self._row.at_turn = previous.at, previous.at_time, previous.at_turn
+            self._row.cost, self._row.currency = previous.cost, previous.currency
+
+    def row(self) -> SessionRow:
+        return self._row
+
+    def turns(self) -> Iterator[tuple[TurnRow, list[DocRow]]]:
+        from session.backends.base import At, first_prompt_title
+        from session.scan import TailSplitter
+
+        stream, row, previous = self._stream, self._row, self._previous
+        at = previous.at if previous is not None else None
+        splitter = TailSplitter(self.sid, stream.locate, start=at.seq if at is not None else 0)
+        builder = TurnBuilder(keep=False)
+        checked = at is None
+        last_end: Event | None = None
+        turn_cost: tuple[float, str] | None = None
+        try:
+            for block in stream.blocks():
+                if not checked:
+                    self._check(block[0] if block else None)
+                    checked = True
+                for event in splitter.feed(block):
+                    if event["seq"] == (at.seq if at is not None else -1):
+                        continue  # the turn/end the last read stopped at
+                    etype = event["type"]
+                    if etype == "user/message" and row.title is None:
+                        row.title = first_prompt_title(event)
+                    elif etype == "wrapped/update":
+                        turn_cost = _reported_cost(event, turn_cost)
+                    done = builder.feed(event)
+                    if done is None:
+                        continue
+                    try:
+                        yield self._rows(done, turn_cost)
+                    finally:
+                        done.close()
+                    turn_cost, last_end = None, event
+            if not checked:
+                raise Rewound(f"session {self.sid}: the log ends before where the index stopped")
+            splitter.finish()  # a torn tail is not indexed: a load will cut it
+            if builder.turn is not None:  # open: running, or cut short and not yet repaired
+                try:
+                    yield self._rows(builder.turn, turn_cost, keep_cost=False)
+                finally:
+                    builder.turn.close()
+            if last_end is not None:
+                where = stream.locate(last_end["seq"])  # JSONL: its offset, for the next read
+                row.at = At(last_end["seq"], where.get("offset"))
+                row.at_time, row.at_turn = last_end["time"], int(last_end["data"].get("turn", 0))
+        finally:
+            stream.close()
+
+    def _check(self, first: object) -> None:
+        """The first record read must be the `turn/end` the last read stopped at."""
+        previous = self._previous
+        assert previous is not None and previous.at is not None
+        if not (isinstance(first, dict) and first.get("type") == "turn/end"
+                and first.get("seq") == previous.at.seq and first.get("time") == previous.at_time
+                and isinstance(first.get("data"), dict) and first["data"].get("turn") == previous.at_turn):
+            raise Rewound(f"session {self.sid}: the log changed before seq {previous.at.seq}")
+
+    def _rows(self, turn: Turn, cost: tuple[float, str] | None, *,
+              keep_cost: bool = True) -> tuple[TurnRow, list[DocRow]]:
+        reason = turn.reason
+        tools = [tool for step in turn.steps for tool in step.tools]
+        facts = TurnRow(turn.number, turn.started_at, turn.ended_at, turn.model, turn.mode,
+                        str(reason.get("kind")) if reason else "open", reason, dict(turn.usage),
+                        len(turn.steps), len(tools),
+                        sum(1 for t in tools if t.result is not None and t.result.get("isError")))
+        if cost is not None:  # what the agent said the session cost by this turn's end
+            amount, currency = cost
+            before = self._row.cost if self._row.currency == currency else None
+            facts.cost = amount - before if before is not None and amount >= before else amount
+            facts.currency = currency
+            if keep_cost:
+                self._row.cost, self._row.currency = amount, currency
+        return facts, docs_of(turn)
+
+
+def _reported_cost(event: Event, last: tuple[float, str] | None) -> tuple[float, str] | None:
+    """A wrapped agent's `usage_update.cost` (ACP: the session's cumulative cost), if
+    this update carries one."""
+    update = event["data"].get("update")
+    cost = update.get("cost") if isinstance(update, dict) and update.get("sessionUpdate") == "usage_update" else None
+    if not isinstance(cost, dict):
+        return last
+    amount, currency = cost.get("amount"), cost.get("currency")
+    if isinstance(amount, int | float) and not isinstance(amount, bool) and amount >= 0 and isinstance(currency, str):
+        return float(amount), currency[:16]
+    return last
+
+
+def docs_of(turn: Turn) -> list[DocRow]:
+    """The texts of a turn, as `show --full` has them: the prompt, then each step's
+    thinking, answer, and tool calls (name, title, arguments, the files they edit) and
+    their output."""
+    number = turn.number
+    docs = [DocRow(number, 0, "prompt", None, blocks_text(turn.prompt))]
+    for step in turn.steps:
+        docs.append(DocRow(number, step.number, "thought", None, step.shown_reasoning()))
+        docs.append(DocRow(number, step.number, "answer", None, step.shown_text()))
+        for tool in step.tools:
+            paths = " ".join(path for path, _, _ in tool_diffs(tool))
+            words = [tool.name, tool.title or "", json_text(tool.arguments) if tool.arguments is not None else "",
+                     paths]
+            docs.append(DocRow(number, step.number, "tool", tool.call_id, " ".join(w for w in words if w)))
+            if tool.result is not None:
+                output = blocks_text(tool.result.get("content"))
+                error = tool.result.get("error")
+                if isinstance(error, dict):
+                    output += f"\n{error.get('name', '')} {error.get('code', '')}"
+                docs.append(DocRow(number, step.number, "output", tool.call_id, output))
+    return [doc for doc in docs if doc.text.strip()]

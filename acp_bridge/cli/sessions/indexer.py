@@ -1,0 +1,231 @@
+"""The search index brought up to date (docs/search.md): where it is, and `catch_up`,
+which every `sessions search`, `stats` and `index` runs first.
+
+A pass asks the store for every session's stamp (one stat per JSONL log, one query
+for a SQL store: no log is read), drops the sessions that are gone, and reads only
+the logs whose stamp changed, each from where the index stopped (facts.TurnFeed), in a
+transaction of its own. Logs are read through `session`'s read-only reader: no lock,
+no repair, nothing written to the store, and an agent writing meanwhile is never
+waited for (its SQLite and PostgreSQL commits do not wait on a reader; the index has
+its own file or tables). One indexer at a time: a search that finds another one at
+work (a `sessions index --watch`) waits for it a moment, then reads what is there.
+
+Nothing in the index is trusted blindly: an index of another format or store is made
+again; one its database finds damaged is deleted and made again (once per pass); a
+log whose stamp changed is read from where the index stopped only if the record there
+is still the one the index read (else from its start: `Rewound`); a log that cannot
+be read is kept as damaged, and read again when it changes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from acp_bridge.cli.sessions.facts import TurnFeed, session_row
+from session.search.base import IndexDamaged, Rewound
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
+
+    from acp_bridge.cli.sessions.source import Source
+    from session.backends.base import Stamp
+    from session.search.base import SearchIndex, SessionRow
+
+INDEX_FILE = "search.sqlite3"
+WAIT = 2.0  # seconds a search waits for another indexer's pass to end
+
+
+def index_path(backend: str, root: Path | str, option: str | None) -> Path | None:
+    """The FTS5 file of a store: `--index FILE`, else `STORE/index/search.sqlite3` for a
+    file store; None for a PostgreSQL store without `--index` (its tables)."""
+    from pathlib import Path
+
+    if option:
+        return Path(option).absolute()
+    if backend == "postgres":
+        return None
+    return Path(root) / "index" / INDEX_FILE
+
+
+def open_index(backend: str, root: Path | str, option: str | None) -> SearchIndex:
+    """The store's index (not opened yet: that happens at its first use)."""
+    path = index_path(backend, root, option)
+    if path is None:
+        from session.search.pg import PgIndex
+
+        return PgIndex(str(root))
+    from session import shown_store
+    from session.search.fts import FtsIndex
+
+    where = os.path.realpath(root) if backend != "postgres" else shown_store(root)
+    return FtsIndex(path, f"{backend}:{where}")
+
+
+@dataclass
+class Report:
+    """What a pass did."""
+
+    read: int = 0  # logs read (whole or from where the index stopped)
+    unchanged: int = 0
+    dropped: int = 0  # sessions gone from the store
+    damaged: list[tuple[str, str]] = field(default_factory=list)  # (id, why), this pass
+    rebuilt: str | None = None  # why the index was made again, if it was
+    busy: bool = False  # another indexer was at work: nothing was done
+    seconds: float = 0.0
+
+
+def catch_up(source: Source, index: SearchIndex, *, wait: float = WAIT,
+             progress: Callable[[int, int], None] | None = None) -> Report:
+    """Bring `index` up to date with `source` (see the module's docstring)."""
+    report = Report()
+    start = time.monotonic()
+    if not index.lock(wait):
+        report.busy = True
+        return report
+    try:
+        try:
+            _pass(source, index, report, progress)
+        except IndexDamaged as exc:
+            index.rebuild(f"it was damaged ({exc})")
+            _pass(source, index, report, progress)
+        report.rebuilt = index.rebuilt
+    finally:
+        index.unlock()
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _pass(source: Source, index: SearchIndex, report: Report,
+          progress: Callable[[int, int], None] | None) -> None:
+    stamps = source.reader.stamps()
+    known = index.sessions()
+    gone = sorted(known.keys() - stamps.keys())
+    index.drop(gone)
+    report.dropped += len(gone)
+    changed = [(sid, stamp) for sid, stamp in stamps.items()
+               if known.get(sid) is None or known[sid].stamp != stamp]
+    report.unchanged = len(stamps) - len(changed)
+    for done, (sid, stamp) in enumerate(changed):
+        index_session(source, index, sid, stamp, known.get(sid), report)
+        if progress is not None:
+            progress(done + 1, len(changed))
+
+
+def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
+                  previous: SessionRow | None, report: Report) -> None:
+    """Read one log into the index: from where it stopped, or (no usable previous row,
+    or the log changed behind it) from the start."""
+    from session import SessionError, SessionNotFoundError
+
+    resume = previous if previous is not None and previous.at is not None and not previous.damaged else None
+    try:
+        while True:
+            stream = source.reader.stream(sid, resume.at if resume is not None else None)
+            try:
+                feed = TurnFeed(sid, stream, stamp, resume)
+                index.replace(sid, resume.at_turn + 1 if resume is not None and resume.at_turn is not None
+                              else 0, feed)
+            except Rewound:
+                if resume is None:
+                    raise
+                resume = None  # read it whole
+                continue
+            finally:
+                stream.close()
+            report.read += 1
+            return
+    except SessionNotFoundError:  # deleted meanwhile
+        index.drop([sid])
+        report.dropped += 1
+    except (SessionError, OSError) as exc:
+        message = exc.message if isinstance(exc, SessionError) else f"cannot read: {exc}"
+        row = _damaged_row(source, sid, stamp, message)
+        index.damaged(row)
+        report.damaged.append((sid, message))
+
+
+def _damaged_row(source: Source, sid: str, stamp: Stamp, message: str) -> SessionRow:
+    from session import SessionError
+    from session.search.base import SessionRow
+
+    header, _, title = source.peek(sid)
+    header = header or {}
+    row = SessionRow(sid, int(header.get("createdAt") or 0), str(header.get("cwd", "")), "", title, stamp,
+                     damaged=message)
+    try:
+        stream = source.reader.stream(sid)  # the header may still say who it is
+    except (SessionError, OSError):  # best effort: the log is damaged already
+        return row
+    try:
+        row.agent = session_row(sid, stream, stamp).agent
+    finally:
+        stream.close()
+    return row
+
+
+def notes(prog: str, report: Report, index: SearchIndex) -> list[str]:
+    """What a reader of the results should know about the index (for stderr)."""
+    from acp_bridge.cli.sessions.text import one_line
+
+    out = []
+    if report.rebuilt:
+        out.append(f"{prog}: the search index {index.where} was made again: {report.rebuilt}")
+    if report.busy:
+        out.append(f"{prog}: another indexer is updating {index.where}; the last turns may be missing")
+    for sid, why in report.damaged[:5]:
+        out.append(f"{prog}: session {sid} cannot be read, so it is not searched: {one_line(why)}")
+    if len(report.damaged) > 5:
+        out.append(f"{prog}: and {len(report.damaged) - 5} more session(s) that cannot be read")
+    return out
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops `--watch` as Ctrl-C does (a supervisor's stop; a job started in the
+    background by a shell ignores SIGINT): between two writes, each a transaction."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def run_index(source: Source, args: Any, prog: str) -> int:
+    """`sessions index [--rebuild] [--watch [--every S]]`: a line per pass that did
+    something. The watcher runs at a lower CPU priority (nice 10): it must never take
+    the machine from an agent that is answering."""
+    import sys
+
+    from acp_bridge.errors import ConfigError
+
+    every = float(args.every)
+    if not 0.05 <= every <= 3600:
+        raise ConfigError("--every", f"must be 0.05 to 3600 seconds, not {args.every}")
+    index = open_index(source.name, source.location, args.index)
+    try:
+        if args.rebuild:
+            if not index.lock(WAIT):
+                print(f"{prog}: another indexer is at work on {index.where}; try again", file=sys.stderr)
+                return 1
+            index.rebuild("--rebuild")
+        if args.watch:
+            os.nice(10)
+            _stop_on_sigterm()
+        while True:
+            report = catch_up(source, index, wait=every if args.watch else WAIT)
+            for line in notes(prog, report, index):
+                print(line, file=sys.stderr, flush=True)
+            if report.read or report.dropped or not args.watch:
+                print(f"{prog}: {index.where}: {report.read} log(s) read, {report.unchanged} unchanged, "
+                      f"{report.dropped} gone, in {report.seconds:.2f} s", file=sys.stderr, flush=True)
+            if not args.watch:
+                return 1 if report.busy else 0
+            index.rebuilt = None
+            time.sleep(every)
+    finally:
+        index.close()

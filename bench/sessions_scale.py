@@ -1,0 +1,293 @@
+"""`acp-bridge sessions list`, `search` and `stats` on a store of many sessions (issue
+26, point 5).
+
+    python bench/sessions_scale.py [--sessions 10000] [--backends jsonl,sqlite,postgres]
+                                   [--tmp DIR] [--baseline DIR] [--json PATH]
+
+One template session (2 turns, about 119 KB of JSONL: a prompt, streamed thinking and
+text, a tool call and its ~50 KB output, then a second step; a second, shorter turn) is
+written through the store, then copied N times (default 10,000) with fresh ids, one
+minute apart, in 10 cwds, each prompt naming a word of its own (`w00042`): JSONL by
+re-encoding its lines, SQLite and PostgreSQL by one INSERT ... SELECT each from the
+template's rows (the copies are what the store would hold, checked as every read checks
+them). Then each command runs in its own interpreter (bench/sessions_memory.py's
+launcher: peak RSS from /proc, wall seconds): `list -n 50` (the first page), `list`
+(every session), `index` (the first build, then a pass with nothing new), `search` for
+a word of every session, for one session's own word, for a phrase with filters, and
+`stats` by day and by model. Targets: first page under 0.3 s, a search under 1 s once
+indexed, stats under 5 s, peak RSS under 150 MB for each.
+
+--baseline DIR runs `list -n 50` and `list` with another tree's code too (DIR holds its
+`acp_bridge/` and `session/`: `git archive COMMIT acp_bridge session | tar -x -C DIR`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # measure the tree this script is in, not whatever is installed
+    sys.path.insert(0, str(ROOT))
+
+from bench import pg_store  # noqa: E402 (needs ROOT on sys.path)
+from bench.common import CWD, FIXED_TIME, VOCABULARY, table  # noqa: E402
+from bench.sessions_memory import run_command  # noqa: E402
+from session import SessionStore, open_backend  # noqa: E402
+
+MARK = "zzmarkzz"  # the template's own word, replaced by each copy's
+MINUTE = 60_000
+CWDS = 10
+TARGETS = {"list -n 50": 0.3, "search": 1.0, "stats": 5.0}  # seconds; and 150 MB for each
+TARGET_MB = 150
+COMMANDS: list[tuple[str, list[str]]] = [
+    ("list -n 50", ["list", "-n", "50"]),
+    ("list", ["list"]),
+    ("index (first)", ["index"]),
+    ("index (no change)", ["index"]),
+    ("search common", ["search", "timeout"]),
+    ("search rare", ["search", "w04242"]),
+    ("search phrase+filters", ["search", '"connection refused"', "--cwd", CWD + "3", "--ended", "completed",
+                               "--since", "2023-01-01"]),
+    ("stats --by day", ["stats"]),
+    ("stats --by model", ["stats", "--by", "model"]),
+]
+BASELINE_COMMANDS = ("list -n 50", "list")
+
+
+def _words(n: int, seed: int) -> str:
+    words = VOCABULARY.split()
+    return " ".join(words[(seed * 7 + i * 13) % len(words)] for i in range(n))
+
+
+def template_items() -> list[tuple[str, dict[str, Any]]]:
+    """The template's events: turn 1 reads a file (a ~50 KB output), turn 2 answers."""
+    items: list[tuple[str, dict[str, Any]]] = []
+
+    def add(etype: str, data: dict[str, Any]) -> None:
+        items.append((etype, data))
+
+    output = "\n".join(f"{i:5d}  {_words(12, i)} connection refused" if i % 97 == 0 else f"{i:5d}  {_words(12, i)}"
+                       for i in range(600))
+    for turn, prompt in ((1, f"please look at the {MARK} timeout in the loader"), (2, "and now fix it")):
+        t = {"turn": turn}
+        add("turn/start", t | {"trigger": {"kind": "prompt"}, "mode": "ask", "model": "openai:gpt-4o"})
+        add("user/message", t | {"content": [{"type": "text", "text": prompt}]})
+        s = {"turn": turn, "step": 1}
+        add("step/start", s)
+        thinking, text = _words(60, turn), _words(200, turn + 5)
+        for word in thinking.split()[:30]:
+            add("assistant/chunk", s | {"chunk": {"type": "reasoning", "text": word + " "}})
+        for word in text.split():
+            add("assistant/chunk", s | {"chunk": {"type": "text", "text": word + " "}})
+        content: list[dict[str, Any]] = [{"type": "reasoning", "text": thinking}, {"type": "text", "text": text}]
+        if turn == 1:
+            content.append({"type": "tool-call", "id": "c1", "name": "read_file",
+                            "arguments": orjson.dumps({"path": "src/loader.py"}).decode()})
+        add("assistant/message", s | {"content": content, "usage": {"inputTokens": 12_000, "outputTokens": 800,
+                                                                    "cacheReadTokens": 9_000}})
+        if turn == 1:
+            add("tool/call", s | {"callId": "c1", "name": "read_file", "arguments": {"path": "src/loader.py"},
+                                  "title": "Read src/loader.py", "kind": "read"})
+            add("tool/result", s | {"callId": "c1", "content": [{"type": "text", "text": output}], "isError": False})
+            add("step/end", s)
+            s = {"turn": turn, "step": 2}
+            add("step/start", s)
+            done = _words(150, 9)
+            for word in done.split():
+                add("assistant/chunk", s | {"chunk": {"type": "text", "text": word + " "}})
+            add("assistant/message", s | {"content": [{"type": "text", "text": done}],
+                                          "usage": {"inputTokens": 30_000, "outputTokens": 400}})
+        add("step/end", s)
+        add("turn/end", t | {"reason": {"kind": "completed"}})
+    return items
+
+
+def write_template(kind: str, where: Path | str) -> str:
+    backend = open_backend(kind, where)
+    try:
+        store = SessionStore(backend, clock=itertools.count(FIXED_TIME, 10).__next__)
+        log = store.create(cwd=CWD + "0", keep_history=False)
+        log.extend(template_items())  # type: ignore[arg-type]
+        log.sync()
+        sid = log.id
+        log.close()
+    finally:
+        backend.close()
+    return sid
+
+
+def copies(n: int) -> list[tuple[str, int, str, str]]:
+    """(id, time shift in ms, word, cwd) of each copy; the template is copy 0."""
+    return [(str(uuid.UUID(int=i + 1, version=4)), i * MINUTE, f"w{i:05d}", f"{CWD}{i % CWDS}") for i in range(n)]
+
+
+def build_jsonl(root: Path, n: int) -> int:
+    sid = write_template("jsonl", root)
+    path = root / "sessions" / f"{sid}.jsonl"
+    header, *events = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    path.unlink()
+    total = 0
+    for new_id, shift, word, cwd in copies(n):
+        lines = [orjson.dumps(header | {"id": new_id, "createdAt": header["createdAt"] + shift, "cwd": cwd})]
+        for event in events:
+            moved = event | {"time": event["time"] + shift}
+            line = orjson.dumps(moved)
+            lines.append(line.replace(MARK.encode(), word.encode()) if event["type"] == "user/message" else line)
+        data = b"\n".join(lines) + b"\n"
+        out = root / "sessions" / f"{new_id}.jsonl"
+        out.write_bytes(data)
+        last = (events[-1]["time"] + shift) * 1_000_000
+        os.utime(out, ns=(last, last))
+        total += len(data)
+    return total
+
+
+def build_sql(kind: str, where: Path | str, n: int) -> None:
+    """Copies by INSERT ... SELECT from the template's rows, in the database itself."""
+    sid = write_template(kind, where)
+    rows = copies(n)
+    if kind == "sqlite":
+        import sqlite3
+
+        db = sqlite3.connect(Path(where) / "sessions.sqlite3", isolation_level=None)
+        db.execute("BEGIN")
+        db.execute("CREATE TEMP TABLE c (id TEXT, shift INTEGER, word TEXT, cwd TEXT)")
+        db.executemany("INSERT INTO c VALUES (?, ?, ?, ?)", rows)
+        db.execute("INSERT INTO sessions SELECT c.id, CAST(json_set(CAST(s.header AS TEXT), '$.id', c.id, "
+                   "'$.createdAt', s.created_at + c.shift, '$.cwd', c.cwd) AS BLOB), c.cwd, NULL, "
+                   "s.created_at + c.shift, s.updated_at + c.shift FROM sessions s, c WHERE s.id = ?", (sid,))
+        db.execute("INSERT INTO events SELECT c.id, e.seq, e.type, e.time + c.shift, CASE WHEN e.type = "
+                   "'user/message' THEN CAST(replace(CAST(e.data AS TEXT), ?, c.word) AS BLOB) ELSE e.data END "
+                   "FROM events e, c WHERE e.session_id = ?", (MARK, sid))
+        db.execute("DELETE FROM events WHERE session_id = ?", (sid,))
+        db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        db.execute("COMMIT")
+        db.close()
+        return
+    import psycopg
+
+    with psycopg.connect(str(where), autocommit=False) as pg:
+        _copy_in_postgres(pg, sid, rows)
+
+
+def _copy_in_postgres(db: Any, sid: str, rows: list[tuple[str, int, str, str]]) -> None:
+    """The copies of the template `sid` (PostgreSQL: a COPY of their ids, then one INSERT ... SELECT)."""
+    db.execute("CREATE TEMP TABLE c (id text, shift bigint, word text, cwd text)")
+    with db.cursor() as cursor, cursor.copy("COPY c FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+    db.execute("INSERT INTO acp_bridge.sessions SELECT c.id, (s.header::jsonb || jsonb_build_object('id', c.id, "
+               "'createdAt', s.created_at + c.shift, 'cwd', c.cwd))::json, c.cwd, NULL, s.created_at + c.shift, "
+               "s.updated_at + c.shift FROM acp_bridge.sessions s, c WHERE s.id = %s", (sid,))
+    db.execute("INSERT INTO acp_bridge.events SELECT c.id, e.seq, e.type, e.time + c.shift, CASE WHEN e.type = "
+               "'user/message' THEN replace(e.data::text, %s, c.word)::json ELSE e.data END "
+               "FROM acp_bridge.events e, c WHERE e.session_id = %s", (MARK, sid))
+    db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s", (sid,))
+    db.execute("DELETE FROM acp_bridge.sessions WHERE id = %s", (sid,))
+    db.commit()
+    db.execute("ANALYZE acp_bridge.sessions")  # the planner's figures, as a live store has them
+    db.execute("ANALYZE acp_bridge.events")
+    db.commit()
+
+
+def store_bytes(kind: str, where: Path | str, folder: Path) -> int:
+    if kind == "postgres":
+        with pg_store.server().admin() as db:
+            return int(db.execute("SELECT pg_database_size(%s)", (pg_store.name_of(folder),)).fetchone()[0])
+    return sum(p.stat().st_size for p in Path(where).rglob("*") if p.is_file() and "index" not in p.parts)
+
+
+def measure(n: int, backends: list[str], scratch: Path, baseline: Path | None) -> dict[str, Any]:
+    results: dict[str, Any] = {"sessions": n, "runs": [], "stores": {}}
+    for kind in backends:
+        folder = scratch / kind
+        folder.mkdir()
+        where = pg_store.location(kind, folder, fresh=True)
+        started = time.perf_counter()
+        if kind == "jsonl":
+            build_jsonl(folder, n)
+        else:
+            build_sql(kind, where, n)
+        built = time.perf_counter() - started
+        size = store_bytes(kind, where, folder)
+        results["stores"][kind] = {"bytes": size, "build_seconds": built}
+        print(f"{kind}: {n:,} sessions, {size / 1e6:,.0f} MB, written in {built:.0f} s", file=sys.stderr)
+        trees = [("ours", ROOT)] + ([("baseline", baseline)] if baseline is not None else [])
+        for name, argv in COMMANDS:
+            for tree, code in trees:
+                if tree == "baseline" and name not in BASELINE_COMMANDS:
+                    continue
+                run = run_command(code, where, kind, argv)  # type: ignore[arg-type]
+                run.update(backend=kind, command=name, tree=tree)
+                results["runs"].append(run)
+                print(f"  {tree:<8} {name:<22} exit {run['code']}  peak {run['peak_mb']:7.1f} MB  "
+                      f"{run['seconds']:7.2f} s", file=sys.stderr)
+                if run["code"]:
+                    print(run["stderr"], file=sys.stderr)
+        index_dir = folder / "index"
+        if index_dir.exists():
+            results["stores"][kind]["index_bytes"] = sum(p.stat().st_size for p in index_dir.iterdir())
+        if kind == "postgres":
+            pg_store.drop(where)
+        shutil.rmtree(folder, ignore_errors=True)
+    return results
+
+
+def _target(command: str) -> float | None:
+    return next((s for prefix, s in TARGETS.items() if command.startswith(prefix) and
+                 (prefix != "list -n 50" or command == prefix)), None)
+
+
+def render(results: dict[str, Any]) -> str:
+    rows = []
+    for run in results["runs"]:
+        seconds = _target(run["command"])
+        ok = run["code"] == 0 and run["peak_mb"] < TARGET_MB and (seconds is None or run["seconds"] < seconds)
+        rows.append([run["backend"], run["command"], run["tree"], f"{run['seconds']:,.2f}",
+                     "" if seconds is None else f"< {seconds:g}", f"{run['peak_mb']:,.1f}", str(run["code"]),
+                     ("PASS" if ok else "FAIL") if run["tree"] == "ours" else ""])
+    return table(["backend", "command", "code", "seconds", "target s", "peak RSS MB", "exit", "verdict"], rows,
+                 left=3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--backends", default="jsonl,sqlite,postgres")
+    parser.add_argument("--tmp", default=None, help="where the scratch stores go (default: the system's)")
+    parser.add_argument("--baseline", type=Path, help="also run `list` with another tree's code")
+    parser.add_argument("--json", help="JSON results to PATH")
+    args = parser.parse_args(argv)
+    scratch = Path(tempfile.mkdtemp(prefix="acp-bridge-sessions-scale-", dir=args.tmp))
+    try:
+        results = measure(args.sessions, args.backends.split(","), scratch,
+                          args.baseline.resolve() if args.baseline else None)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    results["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "python": platform.python_version()}
+    print(render(results))
+    for kind, info in results["stores"].items():
+        print(f"{kind}: store {info['bytes'] / 1e6:,.0f} MB, written in {info['build_seconds']:.0f} s"
+              + (f", index {info['index_bytes'] / 1e6:,.0f} MB" if "index_bytes" in info else ""))
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
+    failed = [r for r in results["runs"] if r["tree"] == "ours" and (
+        r["code"] or r["peak_mb"] >= TARGET_MB or r["seconds"] >= (_target(r["command"]) or float("inf")))]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

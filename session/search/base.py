@@ -1,0 +1,382 @@
+"""What a search index holds and answers, whatever keeps it (session.search.fts, .pg):
+the rows of a session, its turns and their texts; the query language and the filters;
+a hit and its snippet; a row of usage figures. Pure, but for the `SearchIndex` protocol
+its implementations fill in.
+
+Texts are tokenized as SQLite's `unicode61` tokenizer does (letters and digits, case
+folded, nothing else), and the PostgreSQL index is given the same tokens, so a query
+finds the same turns in every store: `main.py` is the two words `main py`, found as a
+phrase.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from session.backends.base import At, Stamp
+from session.errors import SearchQueryError
+
+FORMAT = "1"
+"""The index's own format version, stored in it: an index of another is rebuilt."""
+
+KINDS = ("prompt", "answer", "thought", "tool", "output")
+"""What a text of a turn is: the user's prompt, an answer, the model's thinking, a tool
+call (its name, title, arguments, the files it edits), a tool call's output."""
+
+STATES = ("completed", "cancelled", "error", "interrupted", "max_tokens", "max_steps", "refusal", "open")
+"""How a turn ended: a `turn/end` reason kind, or `open` (running, or cut short and not
+yet repaired: which of the two is the owner's to say, when it is shown)."""
+
+PIECE = 32_000
+"""Characters of one indexed text at most: a longer text is indexed in pieces (each
+found, ranked and quoted on its own), so a snippet and a PostgreSQL tsvector stay small."""
+TEXT_LIMIT = 4_000_000
+"""Characters of one text indexed at most (a tool's output of 50 MB is found by its
+first 4 M characters)."""
+
+_TOKEN = re.compile(r"[^\W_]+")
+# What a snippet marks a match with in a stored text: never part of one (`clean_text`).
+MARK, UNMARK = "\ue000", "\ue001"
+
+
+class IndexDamaged(Exception):
+    """The index itself is damaged (its database says so): the indexer makes it again."""
+
+
+class Rewound(Exception):
+    """The log no longer holds what the index read up to (cut, replaced, rewritten):
+    the indexer reads it again from its start. Raised by a feed, caught by the indexer."""
+
+
+@dataclass
+class SessionRow:
+    """A session as the index keeps it, and where its reading stopped: `at` is the
+    last indexed `turn/end` (its seq, time, turn number; the offset in a JSONL file),
+    so the next read starts there and checks that record first."""
+
+    id: str
+    created: int
+    cwd: str
+    agent: str  # the wrapped agent's name; "acp-bridge" for our own agent's sessions
+    title: str | None
+    stamp: Stamp
+    at: At | None = None
+    at_time: int | None = None
+    at_turn: int | None = None
+    cost: float | None = None  # a wrapped agent's cumulative `usage_update.cost` at `at`
+    currency: str | None = None
+    damaged: str | None = None  # why the log cannot be read (then no turn is kept)
+
+
+@dataclass
+class TurnRow:
+    turn: int
+    started: int
+    ended: int | None
+    model: str | None
+    mode: str | None
+    state: str  # one of STATES
+    reason: dict[str, Any] | None
+    tokens: dict[str, int]  # session.events.Usage's token counts, summed over the steps
+    steps: int
+    tools: int
+    tool_errors: int
+    cost: float | None = None  # what a wrapped agent said this turn cost (usage_update.cost)
+    currency: str | None = None
+
+
+@dataclass
+class DocRow:
+    turn: int
+    step: int  # 0: the prompt
+    kind: str  # one of KINDS
+    ref: str | None  # the tool call's id
+    text: str
+
+
+class Feed(Protocol):
+    """A session's turns as the indexer reads them: `turns()` once (each turn with its
+    texts, the open last turn too), then `row()` says where the reading stopped.
+    `turns()` raises Rewound, and what the reader raises for a damaged log."""
+
+    def turns(self) -> Iterator[tuple[TurnRow, list[DocRow]]]: ...
+
+    def row(self) -> SessionRow: ...
+
+
+TOKEN_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
+
+
+@dataclass
+class StatsRow:
+    """Sums over the turns of one group and model (the model prices them)."""
+
+    key: Any  # the group: a quarter-hour (epoch ms // 900_000), a model, an agent, a cwd
+    model: str | None
+    turns: int
+    errors: int
+    interrupted: int
+    cancelled: int
+    tokens: dict[str, int]
+    reported: dict[str, float]  # currency -> what wrapped agents said their turns cost
+    reported_turns: int  # turns with such a figure
+    tool_errors: int
+
+
+@dataclass
+class Hit:
+    """One turn a query found: its best text (kind, step, tool call) and the turn's and
+    session's facts. `snippet` is that text around its matches, with `marks`: the
+    (start, end) of each match in it."""
+
+    session_id: str
+    turn: int
+    kind: str
+    step: int
+    ref: str | None
+    score: float
+    title: str | None
+    cwd: str
+    agent: str
+    started: int
+    model: str | None
+    state: str
+    reason: dict[str, Any] | None
+    doc_id: int = 0
+    snippet: str = ""
+    marks: list[tuple[int, int]] = field(default_factory=list)
+
+
+# --- the query language --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Term:
+    tokens: tuple[str, ...]  # a phrase: these tokens in this order
+    prefix: bool  # the last token is a prefix
+    negated: bool
+
+
+@dataclass(frozen=True)
+class Query:
+    """`word word` (both), `"a phrase"`, `pre*` (a prefix), `-word` (not), `a OR b`:
+    groups of terms, any group matching. Words are tokenized as the texts are."""
+
+    groups: tuple[tuple[Term, ...], ...]
+    text: str
+
+    def positive_tokens(self) -> list[tuple[str, bool]]:
+        """(token, is a prefix) of every term that is not negated: what a snippet marks."""
+        out = []
+        for group in self.groups:
+            for term in group:
+                if not term.negated:
+                    out += [(t, term.prefix and i == len(term.tokens) - 1) for i, t in enumerate(term.tokens)]
+        return out
+
+
+_PART = re.compile(r'(-?)"([^"]*)"(\*?)|(\S+)')
+
+
+def tokens_of(text: str) -> list[str]:
+    """The tokens of a text, as the index has them (unicode61: letters and digits, folded)."""
+    return [t.casefold() for t in _TOKEN.findall(text)]
+
+
+def parse_query(text: str) -> Query:
+    """Raises SearchQueryError for a query without anything to find."""
+    groups: list[tuple[Term, ...]] = []
+    current: list[Term] = []
+    for match in _PART.finditer(text):
+        neg, phrase, star, word = match.groups()
+        if word is not None:
+            if word == "OR":
+                groups.append(tuple(current))
+                current = []
+                continue
+            neg = "-" if word.startswith("-") and len(word) > 1 else ""
+            body = word[1:] if neg else word
+            star = "*" if body.endswith("*") else ""
+            phrase = body
+        tokens = tuple(tokens_of(phrase))
+        if tokens:
+            current.append(Term(tokens, bool(star), bool(neg)))
+    groups.append(tuple(current))
+    kept = tuple(g for g in groups if g)
+    if not kept or any(all(t.negated for t in g) for g in kept):
+        raise SearchQueryError(
+            f"nothing to search for in {text!r}: give at least one word (letters or digits) "
+            "to find in each part, e.g. `timeout -retry` or `\"exact phrase\"`")
+    return Query(kept, text)
+
+
+def fts5_match(query: Query) -> str:
+    """The query in SQLite FTS5's MATCH syntax."""
+    def term(t: Term) -> str:
+        return '"' + " ".join(t.tokens) + '"' + ("*" if t.prefix else "")
+
+    parts = []
+    for group in query.groups:
+        positive = " AND ".join(term(t) for t in group if not t.negated)
+        negative = "".join(f" NOT {term(t)}" for t in group if t.negated)
+        parts.append(f"({positive}{negative})")
+    return " OR ".join(parts)
+
+
+def tsquery(query: Query) -> str:
+    """The query as PostgreSQL `to_tsquery('simple', ...)` text (tokens are letters and
+    digits only: nothing to quote)."""
+    def term(t: Term) -> str:
+        words = [f"'{tok}'" for tok in t.tokens]
+        if t.prefix:
+            words[-1] += ":*"
+        inner = " <-> ".join(words)
+        return ("!" if t.negated else "") + (f"({inner})" if len(words) > 1 else inner)
+
+    return " | ".join("(" + " & ".join(term(t) for t in group) + ")" for group in query.groups)
+
+
+# --- filters ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a search or the stats keep: sessions of one of `cwds`, of `agent` (its name,
+    any case), turns on `model` (the spec, or the name after its `provider:`, any case),
+    started in [since, until) (epoch ms), ended one of `ended` (`interrupted` takes the
+    open turns too: which of them still run is for the caller to tell), texts of `kinds`."""
+
+    cwds: tuple[str, ...] = ()
+    agent: str | None = None
+    model: str | None = None
+    since: int | None = None
+    until: int | None = None
+    ended: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+
+    def where(self, mark: str) -> tuple[list[str], list[Any]]:
+        """SQL conditions on `s` (sessions), `t` (turns) and, for kinds, `d` (the texts'
+        rows), with `mark` as the parameter placeholder ("?" or "%s")."""
+        out: list[str] = []
+        args: list[Any] = []
+        if self.cwds:
+            out.append(f"s.cwd IN ({', '.join([mark] * len(self.cwds))})")
+            args += self.cwds
+        if self.agent is not None:
+            out.append(f"lower(s.agent) = {mark}")
+            args.append(self.agent.lower())
+        if self.model is not None:
+            name = self.model.lower()
+            like = "%:" + name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            out.append(f"(lower(t.model) = {mark} OR lower(t.model) LIKE {mark} ESCAPE '\\')")
+            args += [name, like]
+        if self.since is not None:
+            out.append(f"t.started >= {mark}")
+            args.append(self.since)
+        if self.until is not None:
+            out.append(f"t.started < {mark}")
+            args.append(self.until)
+        if self.ended:
+            states = sorted({*self.ended, *(("open",) if "interrupted" in self.ended else ())})
+            out.append(f"t.state IN ({', '.join([mark] * len(states))})")
+            args += states
+        if self.kinds:
+            out.append(f"d.kind IN ({', '.join([mark] * len(self.kinds))})")
+            args += self.kinds
+        return out, args
+
+
+# --- texts -------------------------------------------------------------------------------------
+
+
+def clean_text(text: str) -> str:
+    """A text as stored: without the snippet marks (and NUL, which PostgreSQL's text refuses)."""
+    if MARK in text or UNMARK in text or "\0" in text:
+        text = text.replace(MARK, " ").replace(UNMARK, " ").replace("\0", "\ufffd")
+    return text
+
+
+def pieces(text: str) -> list[str]:
+    """`text` (up to TEXT_LIMIT) in pieces of at most PIECE characters, cut at a space
+    where there is one in the piece's last tenth."""
+    text = clean_text(text[:TEXT_LIMIT])
+    out = []
+    while len(text) > PIECE:
+        cut = text.rfind(" ", PIECE - PIECE // 10, PIECE)
+        cut = PIECE if cut < 0 else cut + 1
+        out.append(text[:cut])
+        text = text[cut:]
+    if text.strip():
+        out.append(text)
+    return out
+
+
+SNIPPET = 200  # characters of a snippet, about
+
+
+def snippet(text: str, query: Query) -> tuple[str, list[tuple[int, int]]]:
+    """`text` around its first match (whitespace folded), at most about SNIPPET
+    characters, with the (start, end) of every match in it. One copy for every index,
+    so a hit reads the same whatever the store."""
+    folded = " ".join(text.split())
+    wanted = query.positive_tokens()
+    if not wanted:
+        return folded[:SNIPPET], []
+    alternatives = sorted({re.escape(t) + (r"[^\W_]*" if prefix else "") for t, prefix in wanted},
+                          key=len, reverse=True)
+    pattern = re.compile(r"(?<![^\W_])(?:" + "|".join(alternatives) + r")(?![^\W_])", re.IGNORECASE)
+    first = pattern.search(folded)
+    start = 0 if first is None else max(0, first.start() - SNIPPET // 4)
+    if start:
+        space = folded.find(" ", start)
+        start = space + 1 if 0 <= space < (first.start() if first else start) else start
+    end = min(len(folded), start + SNIPPET)
+    if end < len(folded):
+        space = folded.rfind(" ", start, end)
+        end = space if space > (first.end() if first else start) else end
+    shown = folded[start:end]
+    marks = [(m.start(), m.end()) for m in pattern.finditer(shown)]
+    prefix = "…" if start else ""
+    suffix = "…" if end < len(folded) else ""
+    return prefix + shown + suffix, [(a + len(prefix), b + len(prefix)) for a, b in marks]
+
+
+class SearchIndex(Protocol):
+    """A store's search index. `lock()` before writing: False if another indexer holds
+    it (then read what is there). Raises SearchIndexError where it cannot work."""
+
+    where: str
+    rebuilt: str | None  # why the index was made again, if it was (once opened)
+
+    def lock(self, wait: float) -> bool: ...
+
+    def rebuild(self, why: str) -> None:
+        """Drop everything: the index is made again at its next use."""
+
+    def unlock(self) -> None: ...
+
+    def sessions(self) -> dict[str, SessionRow]: ...
+
+    def replace(self, session_id: str, from_turn: int, feed: Feed) -> None:
+        """In one transaction: drop the session's turns from `from_turn` on (0: all of
+        them), add the feed's, and keep its row. Raises what the feed raises, having
+        changed nothing."""
+
+    def damaged(self, row: SessionRow) -> None:
+        """Keep `row` (its `damaged` says why) and drop the session's turns."""
+
+    def drop(self, session_ids: Sequence[str]) -> None: ...
+
+    def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
+        """The best `limit` turns, best first, one hit each (its best text), snippets made."""
+
+    def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:
+        """(group key, session id) of each open turn the filters keep (see `stats`)."""
+
+    def stats(self, filters: Filters, by: str) -> list[StatsRow]:
+        """Sums per group (`by`: day, model, agent, cwd, or "" for one) and model."""
+
+    def close(self) -> None: ...

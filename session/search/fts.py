@@ -1,0 +1,268 @@
+"""The search index of a file store (JSONL or SQLite): one SQLite database of its own,
+`INDEX/search.sqlite3` (by default in the store's folder: docs/search.md), with the
+texts in an FTS5 table. A file of its own, not tables in the store's database: the
+store's schema is versioned and its one writer is the agents', whose commits must
+never wait on an indexer, and a JSONL store has no database at all.
+
+    meta      the index's format and the store it indexes
+    sessions  one row per session: its facts, its stamp, where its reading stopped
+    turns     one row per turn: model, state, tokens, reported cost
+    docs      one row per indexed text (or piece of one): its turn, step, kind, call
+    texts     FTS5 (unicode61, no diacritics folded), rowid = docs.id
+
+One indexer at a time writes it (an flock on `search.sqlite3.lock`, see `lock`);
+searches read it meanwhile (WAL). A file SQLite finds damaged, of another format or of
+another store is deleted and made again: the index is only ever a copy of the logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from session.backends.sqlite_read import is_damage
+from session.errors import SearchIndexError
+from session.files import FILE_MODE, private_dir
+from session.search.base import (
+    FORMAT,
+    Feed,
+    Filters,
+    Hit,
+    IndexDamaged,
+    Query,
+    SessionRow,
+    StatsRow,
+    fts5_match,
+    snippet,
+)
+from session.search.sql import (
+    SESSION_COLUMNS,
+    TURN_COLUMNS,
+    doc_values,
+    hit_of,
+    open_turns_query,
+    session_of,
+    session_values,
+    stats_query,
+    stats_rows,
+    turn_values,
+)
+
+SCHEMA = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE sessions (id TEXT PRIMARY KEY, created INTEGER, cwd TEXT, agent TEXT, title TEXT,
+    stamp TEXT, at_seq INTEGER, at_offset INTEGER, at_time INTEGER, at_turn INTEGER, cost REAL,
+    currency TEXT, damaged TEXT) WITHOUT ROWID;
+CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INTEGER, ended INTEGER,
+    model TEXT, mode TEXT, state TEXT, reason TEXT, input INTEGER, output INTEGER, cache_read INTEGER,
+    cache_write INTEGER, reasoning INTEGER, steps INTEGER, tools INTEGER, tool_errors INTEGER,
+    cost REAL, currency TEXT, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
+CREATE INDEX turns_started ON turns (started);
+CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, turn INTEGER NOT NULL,
+    step INTEGER, kind TEXT, ref TEXT);
+CREATE INDEX docs_turn ON docs (session_id, turn);
+CREATE VIRTUAL TABLE texts USING fts5(body, tokenize = 'unicode61 remove_diacritics 0');
+INSERT INTO meta VALUES ('format', '{FORMAT}');
+"""
+_TABLES = frozenset({"meta", "sessions", "turns", "docs", "texts"})
+
+
+@contextlib.contextmanager
+def damage_caught() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise IndexDamaged(str(exc)) from exc
+        raise
+
+
+class FtsIndex:
+    """The index file at `path`, of the store `identity` names (its backend and
+    location: an index copied from another store is not trusted)."""
+
+    def __init__(self, path: Path, identity: str) -> None:
+        self.path = path
+        self.where = str(path)
+        self.identity = identity
+        self._db: sqlite3.Connection | None = None
+        self._lock: int | None = None
+        self.rebuilt: str | None = None  # why the file was made again, if it was
+
+    # --- the file ------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            try:
+                self._db = self._open()
+            except IndexDamaged as exc:
+                self.rebuild(f"it was damaged ({exc})")
+                self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            private_dir(self.path.parent)
+            if not self.path.exists():
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise SearchIndexError(f"cannot open the search index {self.path}: {exc}; give another "
+                                   "place with --index FILE") from None
+        try:
+            with damage_caught():
+                db.execute("PRAGMA busy_timeout = 10000")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")  # a copy: a power cut costs a rebuild
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not tables:
+                    db.executescript(SCHEMA)
+                    db.execute("INSERT INTO meta VALUES ('store', ?)", (self.identity,))
+                    return db
+                meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
+        except BaseException:
+            db.close()
+            raise
+        if not _TABLES <= tables or meta.get("format") != FORMAT or meta.get("store") != self.identity:
+            db.close()
+            why = ("it is of another format" if meta.get("format") != FORMAT else
+                   "it indexes another store" if meta.get("store") not in (None, self.identity) else
+                   "its tables are not all there")
+            self.rebuild(why)
+            return self._open()
+        return db
+
+    def rebuild(self, why: str) -> None:
+        """Delete the file (its WAL, its index) so that the next use makes it again."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}{suffix}")
+        self.rebuilt = why
+
+    def lock(self, wait: float) -> bool:
+        """Be the one indexer, waiting at most `wait` seconds for another to finish."""
+        if self._lock is not None:
+            return True
+        try:
+            private_dir(self.path.parent)
+            fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        except OSError as exc:
+            raise SearchIndexError(f"cannot open the search index {self.path}: {exc}; give another "
+                                   "place with --index FILE") from None
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.05)
+                continue
+            self._lock = fd
+            return True
+
+    def unlock(self) -> None:
+        fd, self._lock = self._lock, None
+        if fd is not None:
+            os.close(fd)  # the flock goes with it
+
+    # --- writing -------------------------------------------------------------------
+
+    def sessions(self) -> dict[str, SessionRow]:
+        with damage_caught():
+            rows = self._conn().execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions").fetchall()
+        return {row[0]: session_of(row) for row in rows}
+
+    def _forget(self, db: sqlite3.Connection, session_id: str, from_turn: int) -> None:
+        db.execute("DELETE FROM texts WHERE rowid IN (SELECT id FROM docs WHERE session_id = ? AND turn >= ?)",
+                   (session_id, from_turn))
+        db.execute("DELETE FROM docs WHERE session_id = ? AND turn >= ?", (session_id, from_turn))
+        db.execute("DELETE FROM turns WHERE session_id = ? AND turn >= ?", (session_id, from_turn))
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        db = self._conn()
+        with damage_caught():
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):  # a damaged file may refuse even that
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def replace(self, session_id: str, from_turn: int, feed: Feed) -> None:
+        turn_sql = f"INSERT INTO turns ({', '.join(TURN_COLUMNS)}) VALUES ({', '.join('?' * len(TURN_COLUMNS))})"
+        with self._writing() as db:
+            self._forget(db, session_id, from_turn)
+            for turn, docs in feed.turns():
+                db.execute(turn_sql, turn_values(session_id, turn))
+                for doc, piece, _ in doc_values(docs):
+                    cursor = db.execute("INSERT INTO docs (session_id, turn, step, kind, ref) VALUES (?, ?, ?, ?, ?)",
+                                        (session_id, doc.turn, doc.step, doc.kind, doc.ref))
+                    db.execute("INSERT INTO texts (rowid, body) VALUES (?, ?)", (cursor.lastrowid, piece))
+            self._keep(db, feed.row())
+
+    def _keep(self, db: sqlite3.Connection, row: SessionRow) -> None:
+        db.execute(f"INSERT OR REPLACE INTO sessions ({', '.join(SESSION_COLUMNS)}) "
+                   f"VALUES ({', '.join('?' * len(SESSION_COLUMNS))})", session_values(row))
+
+    def damaged(self, row: SessionRow) -> None:
+        with self._writing() as db:
+            self._forget(db, row.id, 0)
+            self._keep(db, row)
+
+    def drop(self, session_ids: Sequence[str]) -> None:
+        if not session_ids:
+            return
+        with self._writing() as db:
+            for sid in session_ids:
+                self._forget(db, sid, 0)
+                db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+
+    # --- reading -------------------------------------------------------------------
+
+    def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
+        conditions, args = filters.where("?")
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ?) "
+               "SELECT d.session_id, d.turn, d.kind, d.step, d.ref, min(h.score) AS score, s.title, s.cwd, s.agent, "
+               "t.started, t.model, t.state, t.reason, d.id FROM h JOIN docs d ON d.id = h.id "
+               "JOIN turns t ON t.session_id = d.session_id AND t.turn = d.turn "
+               f"JOIN sessions s ON s.id = d.session_id {where} GROUP BY d.session_id, d.turn "
+               "ORDER BY score, t.started DESC LIMIT ?")
+        db = self._conn()
+        with damage_caught():
+            rows = db.execute(sql, [fts5_match(query), *args, limit]).fetchall()
+            hits = [hit_of(row, -row[5]) for row in rows]  # bm25: lower is better; a score: higher
+            for hit in hits:
+                body = db.execute("SELECT body FROM texts WHERE rowid = ?", (hit.doc_id,)).fetchone()
+                hit.snippet, hit.marks = snippet(body[0] if body else "", query)
+        return hits
+
+    def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:
+        sql, args = open_turns_query(filters, by, "?")
+        with damage_caught():
+            return [(row[0], row[1]) for row in self._conn().execute(sql, args)]
+
+    def stats(self, filters: Filters, by: str) -> list[StatsRow]:
+        sql, args = stats_query(filters, by, "?")
+        with damage_caught():
+            return stats_rows(self._conn().execute(sql, args).fetchall())
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self.unlock()

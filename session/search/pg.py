@@ -1,0 +1,242 @@
+"""The search index of a PostgreSQL store: tables of their own in the store's database,
+schema `acp_bridge_search` (not the store's `acp_bridge`, whose schema is versioned and
+whose writers are the agents), the texts searched by PostgreSQL's full-text search
+over a GIN index on their `tsvector`.
+
+    meta      the index's format
+    sessions  one row per session: its facts, its stamp, where its reading stopped
+    turns     one row per turn: model, state, tokens, reported cost
+    docs      one row per indexed text (or piece of one), its `tsv` GIN-indexed
+
+The `tsv` is made from the text's tokens as session.search.base cuts them (the
+`simple` configuration: no stemming, no stop words), so a query finds what it finds
+in the file stores' FTS5 index. One indexer at a time writes (an advisory lock in the
+two-key space, apart from the agents' session locks); searches read meanwhile. Tables
+of another format are dropped and made again: the index is only a copy of the logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+
+from session.backends.postgres_connect import connect
+from session.backends.postgres_conninfo import scrub, shown
+from session.errors import SearchIndexError
+from session.search.base import (
+    FORMAT,
+    Feed,
+    Filters,
+    Hit,
+    Query,
+    SessionRow,
+    StatsRow,
+    snippet,
+    tsquery,
+)
+from session.search.sql import (
+    SESSION_COLUMNS,
+    TURN_COLUMNS,
+    doc_values,
+    hit_of,
+    open_turns_query,
+    session_of,
+    session_values,
+    stats_query,
+    stats_rows,
+    turn_values,
+)
+
+S = "acp_bridge_search."
+DDL = f"""
+CREATE SCHEMA acp_bridge_search;
+CREATE TABLE {S}meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {S}sessions (id text PRIMARY KEY, created bigint, cwd text, agent text, title text,
+    stamp text, at_seq bigint, at_offset bigint, at_time bigint, at_turn integer,
+    cost double precision, currency text, damaged text);
+CREATE TABLE {S}turns (session_id text NOT NULL, turn integer NOT NULL, started bigint, ended bigint,
+    model text, mode text, state text, reason text, input bigint, output bigint, cache_read bigint,
+    cache_write bigint, reasoning bigint, steps integer, tools integer, tool_errors integer,
+    cost double precision, currency text, PRIMARY KEY (session_id, turn));
+CREATE INDEX turns_started ON {S}turns (started);
+CREATE TABLE {S}docs (id bigserial PRIMARY KEY, session_id text NOT NULL, turn integer NOT NULL,
+    step integer, kind text, ref text, body text NOT NULL, tsv tsvector NOT NULL);
+CREATE INDEX docs_turn ON {S}docs (session_id, turn);
+CREATE INDEX docs_tsv ON {S}docs USING gin (tsv);
+INSERT INTO {S}meta VALUES ('format', '{FORMAT}');
+"""
+# Advisory locks in the two-key space (never the agents' one-key session locks): the
+# schema while it is checked or made (one transaction), and the one indexer.
+LOCK_CLASS = 0x6163_7073  # "acps"
+SCHEMA_KEY, INDEXER_KEY = 1, 2
+
+
+class PgIndex:
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self.where = f"{shown(conninfo)} (schema acp_bridge_search)"
+        self._db: psycopg.Connection[Any] | None = None
+        self._locked = False
+        self.rebuilt: str | None = None
+
+    def _fail(self, what: str, exc: psycopg.Error) -> SearchIndexError:
+        words = scrub(" ".join(str(exc).split()), self.conninfo)
+        return SearchIndexError(f"could not {what} the search index in {self.where}: {words}; "
+                                "give a local file with --index FILE")
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        if self._db is None:
+            db = connect(self.conninfo, purpose="index")
+            try:
+                with db.transaction():
+                    db.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, SCHEMA_KEY))
+                    self._check_schema(db)
+            except psycopg.Error as exc:
+                db.close()
+                raise self._fail("make", exc) from None
+            self._db = db
+        return self._db
+
+    def _check_schema(self, db: psycopg.Connection[Any]) -> None:
+        found = db.execute("SELECT to_regclass('acp_bridge_search.meta'), to_regclass('acp_bridge_search.docs'), "
+                           "to_regclass('acp_bridge_search.turns'), to_regclass('acp_bridge_search.sessions'), "
+                           "to_regnamespace('acp_bridge_search')").fetchone()
+        assert found is not None
+        if all(found[:4]):
+            row = db.execute(f"SELECT value FROM {S}meta WHERE key = 'format'").fetchone()
+            if row is not None and row[0] == FORMAT:
+                return
+            self.rebuilt = "it is of another format"
+        elif found[4] is not None:
+            self.rebuilt = "its tables are not all there"
+        if found[4] is not None:
+            db.execute("DROP SCHEMA acp_bridge_search CASCADE")
+        db.execute(DDL)
+
+    def rebuild(self, why: str) -> None:
+        db = self._conn()
+        try:
+            with db.transaction():
+                db.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, SCHEMA_KEY))
+                db.execute("DROP SCHEMA acp_bridge_search CASCADE")
+                db.execute(DDL)
+        except psycopg.Error as exc:
+            raise self._fail("make", exc) from None
+        self.rebuilt = why
+
+    def lock(self, wait: float) -> bool:
+        if self._locked:
+            return True
+        deadline = time.monotonic() + wait
+        try:
+            while True:
+                row = self._conn().execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, INDEXER_KEY)).fetchone()
+                if row is not None and row[0]:
+                    self._locked = True
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+        except psycopg.Error as exc:
+            raise self._fail("lock", exc) from None
+
+    def unlock(self) -> None:
+        if self._locked and self._db is not None:
+            self._locked = False
+            with contextlib.suppress(psycopg.Error):
+                self._db.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, INDEXER_KEY))
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            yield self._conn()
+        except psycopg.Error as exc:
+            raise self._fail("read", exc) from None
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[psycopg.Connection[Any]]:
+        db = self._conn()
+        try:
+            with db.transaction():
+                yield db
+        except psycopg.Error as exc:
+            raise self._fail("write", exc) from None
+
+    def sessions(self) -> dict[str, SessionRow]:
+        with self._reading() as db:
+            rows = db.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM {S}sessions").fetchall()
+        return {row[0]: session_of(row) for row in rows}
+
+    def _forget(self, db: psycopg.Connection[Any], session_id: str, from_turn: int) -> None:
+        for table in ("docs", "turns"):
+            db.execute(f"DELETE FROM {S}{table} WHERE session_id = %s AND turn >= %s", (session_id, from_turn))
+
+    def replace(self, session_id: str, from_turn: int, feed: Feed) -> None:
+        turn_sql = (f"INSERT INTO {S}turns ({', '.join(TURN_COLUMNS)}) "
+                    f"VALUES ({', '.join(['%s'] * len(TURN_COLUMNS))})")
+        doc_sql = (f"INSERT INTO {S}docs (session_id, turn, step, kind, ref, body, tsv) "
+                   "VALUES (%s, %s, %s, %s, %s, %s, to_tsvector('simple', %s))")
+        with self._writing() as db:
+            self._forget(db, session_id, from_turn)
+            with db.cursor() as cursor:
+                for turn, docs in feed.turns():
+                    cursor.execute(turn_sql, turn_values(session_id, turn))
+                    cursor.executemany(doc_sql, [(session_id, doc.turn, doc.step, doc.kind, doc.ref, piece, words)
+                                                 for doc, piece, words in doc_values(docs)])
+            self._keep(db, feed.row())
+
+    def _keep(self, db: psycopg.Connection[Any], row: SessionRow) -> None:
+        columns = ", ".join(SESSION_COLUMNS)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in SESSION_COLUMNS[1:])
+        values = session_values(row)
+        db.execute(f"INSERT INTO {S}sessions ({columns}) VALUES ({', '.join(['%s'] * len(SESSION_COLUMNS))}) "
+                   f"ON CONFLICT (id) DO UPDATE SET {updates}", values)
+
+    def damaged(self, row: SessionRow) -> None:
+        with self._writing() as db:
+            self._forget(db, row.id, 0)
+            self._keep(db, row)
+
+    def drop(self, session_ids: Sequence[str]) -> None:
+        if not session_ids:
+            return
+        with self._writing() as db:
+            for table, column in (("docs", "session_id"), ("turns", "session_id"), ("sessions", "id")):
+                db.execute(f"DELETE FROM {S}{table} WHERE {column} = ANY(%s)", (list(session_ids),))
+
+    def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
+        conditions, args = filters.where("%s")
+        where = "".join(f" AND {c}" for c in conditions)
+        sql = ("SELECT * FROM (SELECT DISTINCT ON (d.session_id, d.turn) d.session_id, d.turn, d.kind, d.step, "
+               "d.ref, ts_rank_cd(d.tsv, q) AS score, s.title, s.cwd, s.agent, t.started, t.model, t.state, "
+               f"t.reason, d.id FROM {S}docs d JOIN {S}turns t ON t.session_id = d.session_id AND t.turn = d.turn "
+               f"JOIN {S}sessions s ON s.id = d.session_id, to_tsquery('simple', %s) q WHERE d.tsv @@ q{where} "
+               "ORDER BY d.session_id, d.turn, score DESC) best ORDER BY score DESC, started DESC LIMIT %s")
+        with self._reading() as db:
+            rows = db.execute(sql, [tsquery(query), *args, limit]).fetchall()
+            hits = [hit_of(row, float(row[5])) for row in rows]
+            bodies = dict(db.execute(f"SELECT id, body FROM {S}docs WHERE id = ANY(%s)",
+                                     ([h.doc_id for h in hits],)).fetchall()) if hits else {}
+        for hit in hits:
+            hit.snippet, hit.marks = snippet(bodies.get(hit.doc_id, ""), query)
+        return hits
+
+    def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:
+        sql, args = open_turns_query(filters, by, "%s", S)
+        with self._reading() as db:
+            return [(row[0], row[1]) for row in db.execute(sql, args)]
+
+    def stats(self, filters: Filters, by: str) -> list[StatsRow]:
+        sql, args = stats_query(filters, by, "%s", S)
+        with self._reading() as db:
+            return stats_rows(db.execute(sql, args).fetchall())
+
+    def close(self) -> None:
+        self.unlock()
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()

@@ -1,0 +1,127 @@
+"""What the two SQL indexes (session.search.fts, .pg) say alike: their tables' columns,
+the queries of the stats and of the open turns, and their rows read back. The
+placeholder (`?` or `%s`) is the caller's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from session.backends.base import At
+from session.search.base import (
+    TOKEN_KEYS,
+    DocRow,
+    Filters,
+    Hit,
+    SessionRow,
+    StatsRow,
+    TurnRow,
+    pieces,
+    tokens_of,
+)
+
+SESSION_COLUMNS = ("id", "created", "cwd", "agent", "title", "stamp", "at_seq", "at_offset", "at_time",
+                   "at_turn", "cost", "currency", "damaged")
+TURN_COLUMNS = ("session_id", "turn", "started", "ended", "model", "mode", "state", "reason", "input",
+                "output", "cache_read", "cache_write", "reasoning", "steps", "tools", "tool_errors",
+                "cost", "currency")
+_TOKEN_COLUMNS = ("input", "output", "cache_read", "cache_write", "reasoning")
+# The group of a turn in the stats, by `by`: the quarter-hour it started in (the caller
+# makes local days of them: a time zone's offset is a whole number of quarter hours).
+GROUPS = {"day": "t.started / 900000", "model": "t.model", "agent": "s.agent", "cwd": "s.cwd", "": "''"}
+
+
+def _text(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Text values as both databases take them: PostgreSQL's text holds no NUL."""
+    return tuple(v.replace("\0", "\ufffd") if isinstance(v, str) and "\0" in v else v for v in values)
+
+
+def session_values(row: SessionRow) -> tuple[Any, ...]:
+    at = row.at
+    return _text((row.id, row.created, row.cwd, row.agent, row.title, ",".join(map(str, row.stamp)),
+                  at.seq if at else None, at.offset if at else None, row.at_time, row.at_turn, row.cost,
+                  row.currency, row.damaged))
+
+
+def session_of(values: Sequence[Any]) -> SessionRow:
+    (sid, created, cwd, agent, title, stamp, at_seq, at_offset, at_time, at_turn, cost, currency,
+     damaged) = values
+    return SessionRow(sid, int(created), cwd, agent, title,
+                      tuple(int(v) for v in stamp.split(",")) if stamp else (),
+                      At(int(at_seq), None if at_offset is None else int(at_offset)) if at_seq is not None else None,
+                      at_time, at_turn, cost, currency, damaged)
+
+
+def turn_values(session_id: str, row: TurnRow) -> tuple[Any, ...]:
+    return _text((session_id, row.turn, row.started, row.ended, row.model, row.mode, row.state,
+                  None if row.reason is None else orjson.dumps(row.reason).decode(),
+                  *(row.tokens.get(key, 0) for key in TOKEN_KEYS), row.steps, row.tools, row.tool_errors,
+                  row.cost, row.currency))
+
+
+def doc_values(docs: Iterable[DocRow]) -> Iterable[tuple[DocRow, str, str]]:
+    """(doc, piece, its tokens joined) for each piece of each text."""
+    for doc in docs:
+        for piece in pieces(doc.text):
+            yield doc, piece, " ".join(tokens_of(piece))
+
+
+def hit_of(row: Sequence[Any], score: float) -> Hit:
+    """A row of a search (the columns both indexes select, in this order) as a Hit."""
+    sid, turn, kind, step, ref, _, title, cwd, agent, started, model, state, reason, doc_id = row
+    return Hit(sid, int(turn), kind, int(step or 0), ref, score, title, cwd, agent, int(started or 0),
+               model, state, reason_of(reason), doc_id=int(doc_id))
+
+
+def reason_of(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def stats_query(filters: Filters, by: str, mark: str, schema: str = "") -> tuple[str, list[Any]]:
+    conditions, args = Filters(filters.cwds, filters.agent, filters.model, filters.since,
+                               filters.until, filters.ended).where(mark)
+    counted = ", ".join(f"sum(CASE WHEN t.state = '{state}' THEN 1 ELSE 0 END)"
+                        for state in ("error", "interrupted", "cancelled"))
+    tokens = ", ".join(f"sum(t.{c})" for c in _TOKEN_COLUMNS)
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    sql = (f"SELECT {GROUPS[by]}, t.model, t.currency, count(*), {counted}, {tokens}, sum(t.tool_errors), "
+           f"sum(t.cost), count(t.cost) FROM {schema}turns t JOIN {schema}sessions s ON s.id = t.session_id"
+           f"{where} GROUP BY 1, 2, 3")
+    return sql, args
+
+
+def stats_rows(rows: Iterable[Sequence[Any]]) -> list[StatsRow]:
+    """The rows of `stats_query`, one per group and model (currencies merged)."""
+    out: dict[tuple[Any, str | None], StatsRow] = {}
+    for key, model, currency, turns, errors, interrupted, cancelled, *rest in rows:
+        token_sums, tool_errors, cost, costed = rest[:5], rest[5], rest[6], rest[7]
+        row = out.get((key, model))
+        if row is None:
+            row = out[(key, model)] = StatsRow(key, model, 0, 0, 0, 0, dict.fromkeys(TOKEN_KEYS, 0), {}, 0, 0)
+        row.turns += int(turns)
+        row.errors += int(errors or 0)
+        row.interrupted += int(interrupted or 0)
+        row.cancelled += int(cancelled or 0)
+        row.tool_errors += int(tool_errors or 0)
+        for name, value in zip(TOKEN_KEYS, token_sums, strict=True):
+            row.tokens[name] += int(value or 0)
+        if costed and currency is not None:
+            row.reported[currency] = row.reported.get(currency, 0.0) + float(cost or 0.0)
+            row.reported_turns += int(costed)
+    return list(out.values())
+
+
+def open_turns_query(filters: Filters, by: str, mark: str, schema: str = "") -> tuple[str, list[Any]]:
+    conditions, args = Filters(filters.cwds, filters.agent, filters.model, filters.since,
+                               filters.until).where(mark)
+    conditions.append("t.state = 'open'")
+    return (f"SELECT {GROUPS[by]}, t.session_id FROM {schema}turns t JOIN {schema}sessions s "
+            f"ON s.id = t.session_id WHERE {' AND '.join(conditions)}", args)
