@@ -82,8 +82,12 @@ class AgentEngine(Engine["LiveSession"]):
     # --- the engine ------------------------------------------------------------------
 
     def methods(self) -> dict[str, Handler]:
-        return {"initialize": self.initialize, "authenticate": self.authenticate,
-                "session/set_mode": self.set_mode, "session/set_config_option": self.set_config_option}
+        table: dict[str, Handler] = {"initialize": self.initialize, "authenticate": self.authenticate,
+                                     "session/set_mode": self.set_mode,
+                                     "session/set_config_option": self.set_config_option}
+        if auth.needs_auth(self.config.models):  # only where there is a key to forget (and it is advertised)
+            table["logout"] = self.logout
+        return table
 
     async def start(self, host: Host[LiveSession]) -> None:
         await super().start(host)
@@ -202,6 +206,8 @@ class AgentEngine(Engine["LiveSession"]):
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {},
                                         "additionalDirectories": {}},
                 "mcpCapabilities": {"http": "http" in MCP_TRANSPORTS, "sse": "sse" in MCP_TRANSPORTS},
+                # `logout` forgets the key of `openai:` models: offered with their auth methods.
+                **({"auth": {"logout": {}}} if auth.needs_auth(self.config.models) else {}),
             },
             "authMethods": auth.auth_methods(self.config.models, self.client_capabilities),
             "agentInfo": {"name": "acp-bridge", "title": "acp-bridge", "version": __version__},
@@ -214,6 +220,12 @@ class AgentEngine(Engine["LiveSession"]):
                                      f"{', '.join(offered) or 'none'}", field="methodId")
         await auth.authenticate(self.config.models, offered, self.made_models)
         return {}
+
+    async def logout(self, **_: Any) -> dict[str, Any]:
+        """Forget the key (acp_bridge.agent.auth.logout). Idempotent: without a key there
+        is nothing to forget, and it answers the same."""
+        removed = auth.logout()
+        return {"_meta": {"acpBridge": {"removed": removed}}}
 
     async def set_mode(self, sessionId: str, modeId: str, **_: Any) -> dict[str, Any]:
         self._set_mode(self.host.session(sessionId), sessionId, modeId, "modeId")
