@@ -57,6 +57,8 @@ class LiveSession:
     mcp: McpServers | None = None  # the MCP servers the client passed, connected
     mcp_given: list[Any] = field(default_factory=list)  # as the client passed them
     commands: list[Command] = field(default_factory=list)  # its slash commands (acp_bridge.agent.commands)
+    # The elicitation modes the client shows: its MCP servers are told they may ask.
+    elicitation_modes: frozenset[str] = frozenset()
 
     async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
         found = invoked(prompt, self.commands)
@@ -108,7 +110,8 @@ class LiveSession:
 
         header = self.log.header
         roots = [Path(header["cwd"]), *(Path(p) for p in header.get("additionalDirectories", []))]
-        mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group)
+        mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group,
+                                  elicitation=bool(self.elicitation_modes))
         self.mcp = mcp
         # A server's tools/list_changed: the next step is offered its new list.
         mcp.on_change = lambda: self.runner.set_tools([*ALL_TOOLS, *mcp.tools])
@@ -165,6 +168,6 @@ def make_live(
                         always_allowed=always_allowed, effort=choice.effort, tuning=tuning)
     # `on_event` reads `live.ctx`: a model switch replaces it (`LiveSession.switch`).
     live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window),
-                       admit)
+                       admit, elicitation_modes=services.elicitation_modes)
     return live
 
