@@ -21,7 +21,7 @@ from tests.test_mcp import call, result_of, test_server, text_of
 
 pytestmark = pytest.mark.anyio
 
-BOTH = {"elicitation": {"form": {}, "url": {}}}
+BOTH: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}}
 
 
 async def run_tool(tmp_path: Path, work: Path, tool: str, caps: dict[str, Any],
