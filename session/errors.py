@@ -107,5 +107,12 @@ class StoreIOError(SessionError):
     code = "store_io"
 
 
+class ForkTurnError(SessionError):
+    """A fork asked at a turn the session does not have, or at one still running
+    (`details`: `turn`, the turn asked; `turns`, the last turn it may be)."""
+
+    code = "fork_turn"
+
+
 class SessionClosedError(SessionError):
     code = "session_closed"

@@ -109,6 +109,14 @@ class WrappedInfo(TypedDict):
     agentInfo: NotRequired[dict[str, JSON]]
 
 
+class ForkedFrom(TypedDict):
+    """The header of a fork (`SessionStore.fork`): the session it was copied from and
+    the last turn of it the fork holds (0: none, only what came before turn 1)."""
+
+    sessionId: str
+    turn: int
+
+
 class Header(TypedDict):
     type: Literal["session"]
     version: int
@@ -118,6 +126,7 @@ class Header(TypedDict):
     additionalDirectories: NotRequired[list[str]]
     title: NotRequired[str]
     wrapped: NotRequired[WrappedInfo]
+    forkedFrom: NotRequired[ForkedFrom]
 
 
 class Usage(TypedDict):

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -106,15 +107,18 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def publish(path: Path, content: bytes, *, session_id: str) -> None:
-    """Atomically and durably create `path` holding `content`: temp file, fsync, link
-    into place (refusing to replace an existing file), fsync the directory. A reader
-    never sees a partial first write."""
+def publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str) -> None:
+    """Atomically and durably create `path` holding `content` (bytes, or pieces of it
+    written as they come: a fork copies a log of any size): temp file, fsync, link into
+    place (refusing to replace an existing file), fsync the directory. A reader never
+    sees a partial first write, and a crash leaves no `path` (only the temp file, which
+    no reader takes for a session)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
-            write_all(fd, content)
+            for piece in (content,) if isinstance(content, bytes) else content:
+                write_all(fd, piece)
             os.fsync(fd)
         finally:
             os.close(fd)

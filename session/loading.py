@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from session.backends.base import Backend, BackendSession, with_size
 from session.errors import InvariantError, SessionCorruptError
-from session.events import TOOL_RESULT, TURN_START, Event
+from session.events import TURN_START, Event
 from session.invariants import InvariantTracker
 from session.log import SessionLog, encode
-from session.repair import RepairReport, interrupted_turn_closers
+from session.repair import RepairReport, interrupted_turn_closers, report_of
 from session.scan import Locate, TailSplitter
 
 
@@ -85,14 +85,8 @@ class SessionLoad:
             else:
                 stream.release()
             raise
-        report = RepairReport(
-            torn_bytes=torn.size if torn else 0,
-            torn_records=torn.records if torn else 0,
-            kept_aside=kept_aside,
-            interrupted_turn=closers[-1]["data"]["turn"] if closers else None,
-            synthetic_results=sum(1 for c in closers if c["type"] == TOOL_RESULT),
-            closers=len(closers),
-        )
+        report = report_of(closers, torn_bytes=torn.size if torn else 0,
+                           torn_records=torn.records if torn else 0, kept_aside=kept_aside)
         log = SessionLog(
             handle, stream.header, kept, tracker, self._clock,
             keep_history=self.keep_history,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from session.closers import Interrupted, closers, open_turn
-from session.events import Event
+from session.events import TOOL_RESULT, Event
 from session.invariants import InvariantTracker
 
 
@@ -26,6 +26,19 @@ def interrupted_turn_closers(
     seq = tracker.next_seq
     return [{"type": etype, "seq": seq + index, "time": time, "data": data}  # type: ignore[typeddict-item]
             for index, (etype, data) in enumerate(closers(open_turn(tracker), Interrupted(cause)))]
+
+
+def report_of(closers: list[Event], *, torn_bytes: int = 0, torn_records: int = 0,
+              kept_aside: str | None = None) -> RepairReport:
+    """The report of a repair that cut a torn tail (if any) and appended `closers`."""
+    return RepairReport(
+        torn_bytes=torn_bytes,
+        torn_records=torn_records,
+        kept_aside=kept_aside,
+        interrupted_turn=closers[-1]["data"]["turn"] if closers else None,
+        synthetic_results=sum(1 for c in closers if c["type"] == TOOL_RESULT),
+        closers=len(closers),
+    )
 
 
 @dataclass(frozen=True)

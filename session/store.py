@@ -10,9 +10,10 @@ from uuid import uuid4
 
 from session.backends.base import Backend, SessionSummary, validate_session_id
 from session.events import SESSION_FORMAT_VERSION, Header, WrappedInfo
+from session.fork import ForkPlan, fork_header, plan_fork
 from session.invariants import InvariantTracker
 from session.loading import LoadedSession, SessionLoad
-from session.log import SessionLog, now_ms
+from session.log import SessionLog, encode, now_ms
 
 
 class SessionStore:
@@ -72,6 +73,35 @@ class SessionStore:
         return SessionLoad(
             self.backend, validate_session_id(session_id), self.clock, keep_history=keep_history
         )
+
+    def plan_fork(self, session_id: str, *, at_turn: int | None = None) -> ForkPlan:
+        """What a fork of `session_id` would hold (session.fork.plan_fork): read as stored
+        now, without taking its owner lock. Raises the SessionError family: not found,
+        version, corrupt, ForkTurnError."""
+        stream = self.backend.read_stream(validate_session_id(session_id))
+        try:
+            return plan_fork(stream, at_turn, lambda: self._running(session_id))
+        finally:
+            stream.close()
+
+    def fork(self, plan: ForkPlan, *, cwd: str, additional_directories: Sequence[str] = (),
+             wrapped: WrappedInfo | None = None) -> Header:
+        """Publish the fork `plan` says, under a fresh id, whole or not at all, owned by
+        nobody (load it to use it); its header (session.fork.fork_header)."""
+        header = fork_header(plan, str(uuid4()), created=self.clock(), cwd=cwd,
+                             additional_directories=list(additional_directories), wrapped=wrapped)
+        self.backend.copy(plan.source["id"], header, plan.upto, [encode(c) for c in plan.closers],
+                          title=plan.title)
+        return header
+
+    def _running(self, session_id: str) -> bool:
+        """Whether a live owner may be running the session's open turn (held lock; or
+        the system does not say)."""
+        reader = self.backend.reader()
+        try:
+            return reader.owner(session_id).state != "none"
+        finally:
+            reader.close()
 
     def list(self, *, cwd: str | None = None) -> list[SessionSummary]:
         """Stored sessions, most recently updated first, optionally only those of `cwd`."""

@@ -407,7 +407,7 @@ async def test_an_empty_params_array_is_invalid_params(tmp_path: Path) -> None:
 async def test_unknown_methods(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
-        for rid, method in ((31, "no/such_method"), (32, "_acme/unknown"), (33, "session/fork"),
+        for rid, method in ((31, "no/such_method"), (32, "_acme/unknown"), (33, "session/set_model"),
                             (34, "session/request_permission")):
             answer = await raw_call(agent, line(request(rid, method, {})), rid)
             assert code_of(answer) == -32601 and answer["id"] == rid, (method, answer)

@@ -48,7 +48,7 @@ async def test_commands_are_offered_after_new_load_and_resume(tmp_path: Path, wo
         await agent.initialize()
         sid = await agent.new_session(work)
         await agent.wait_for(lambda: bool(offered(agent, sid)))
-        assert offered(agent, sid) == [["title", "export", "mode", "model"]]
+        assert offered(agent, sid) == [["title", "fork", "export", "mode", "model"]]
         # sent after the answer that names the session, never before it
         names = [i for i, (d, m) in enumerate(agent.transcript) if d == "<-" and m.get("result", {}).get("sessionId")]
         commands = [i for i, (d, m) in enumerate(agent.transcript) if d == "<-" and m.get("method") == "session/update"
@@ -61,12 +61,12 @@ async def test_commands_are_offered_after_new_load_and_resume(tmp_path: Path, wo
         await agent.wait_for(lambda: len(offered(agent, sid)) == 1)
         await agent.request("session/resume", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         await agent.wait_for(lambda: len(offered(agent, sid)) == 2)
-        assert offered(agent, sid)[1] == ["title", "export", "mode", "model"]
+        assert offered(agent, sid)[1] == ["title", "fork", "export", "mode", "model"]
     async with AgentProcess(tmp_path / "store1") as agent:  # one model: nothing to switch to
         await agent.initialize()
         sid = await agent.new_session(work)
         await agent.wait_for(lambda: bool(offered(agent, sid)))
-        assert offered(agent, sid) == [["title", "export", "mode"]]
+        assert offered(agent, sid) == [["title", "fork", "export", "mode"]]
         update = next(u for u in agent.updates_of(sid) if u["sessionUpdate"] == "available_commands_update")
         assert {c["name"]: c.get("input") for c in update["availableCommands"]}["export"] == {
             "hint": "a file name (optional)"}
@@ -202,3 +202,36 @@ async def test_a_command_while_a_turn_runs_is_refused(tmp_path: Path, work: Path
                 await agent.prompt(sid, "/title too soon")
             assert refused.value.code == -32001
             await agent.notify("session/cancel", {"sessionId": sid})
+
+
+async def test_fork_makes_a_stored_fork_to_open(tmp_path: Path, work: Path) -> None:
+    store = tmp_path / "store"
+    async with AgentProcess(store) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.prompt(sid, "first words")
+        await agent.prompt(sid, "second words")
+        whole = await command(agent, sid, "/fork")
+        assert whole["result"]["stopReason"] == "end_turn"
+        first = await command(agent, sid, "/fork 1")
+        assert first["result"]["stopReason"] == "end_turn"
+        bad = await command(agent, sid, "/fork one")
+        assert bad["error"]["data"]["code"] == "command_failed"
+        beyond = await command(agent, sid, "/fork 99")
+        assert beyond["error"]["data"]["code"] == "command_failed"
+        text3, text4 = said(agent, sid, 3), said(agent, sid, 4)
+        forks = [line.split(" into ")[1].split(",")[0] for line in (text3, text4)]
+        assert "turns 1-2" in text3 and "turns 1-1" in text4
+        for fork_id in forks:  # stored, not opened: the client opens it
+            assert not agent.updates_of(fork_id)
+    async with AgentProcess(store) as agent:
+        await agent.initialize()
+        for fork_id, prompts in zip(forks, (["first words", "second words"], ["first words"]), strict=True):
+            loaded = await agent.request("session/load", {"sessionId": fork_id, "cwd": str(work), "mcpServers": []})
+            assert loaded["_meta"]["acpBridge"]["turns"] == len(prompts)
+            users = [u["content"]["text"] for u in agent.replayed(fork_id) if u["sessionUpdate"] == "user_message_chunk"]
+            assert users == prompts
+            assert (await agent.prompt(fork_id, "goes on"))["stopReason"] == "end_turn"
+    original = loaded_events(store, sid)
+    assert [e["data"]["trigger"] for e in original if e["type"] == "turn/start"][2:] == [
+        {"kind": "command", "name": "fork"}] * 4  # the original gained only its command turns

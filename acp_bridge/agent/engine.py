@@ -149,7 +149,7 @@ class AgentEngine(Engine["LiveSession"]):
         live.commands = session_commands(
             live, models=self.config.models, store=self.config.store_dir, backend=self.config.backend,
             switch_mode=lambda s, mode: self.switch_mode(s, s.log.id, mode, "value"),
-            switch_model=lambda s, spec: self.switch_model(s, s.log.id, spec))
+            switch_model=lambda s, spec: self.switch_model(s, s.log.id, spec), sessions=self.host.store)
         self.host.add(session_log.id, live)
         return live
 
@@ -218,7 +218,7 @@ class AgentEngine(Engine["LiveSession"]):
                 # current model that does not is refused (-32602, `_admit`).
                 "promptCapabilities": {"image": any(m.images for m in self.config.models), "audio": False,
                                        "embeddedContext": True},
-                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "fork": {},
                                         "additionalDirectories": {}},
                 "mcpCapabilities": {"http": "http" in MCP_TRANSPORTS, "sse": "sse" in MCP_TRANSPORTS},
                 # `logout` forgets the key of `openai:` models: offered with their auth methods.

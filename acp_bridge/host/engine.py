@@ -39,6 +39,15 @@ class OpenAnswer:
     meta: Mapping[str, Any] = field(default_factory=dict)
     ours: Mapping[str, Any] = field(default_factory=dict)
 
+    def answer(self, host_ours: Mapping[str, Any]) -> dict[str, Any]:
+        """The answer: the fields, and `_meta` (if any) with `acpBridge` holding what the
+        host says of the opening (`host_ours`), then what the engine adds."""
+        answer = dict(self.fields)
+        ours = {**host_ours, **self.ours}
+        if ours or self.meta:
+            answer["_meta"] = {**self.meta, "acpBridge": ours}
+        return answer
+
 
 class Turns(Protocol):
     """One live session's turns. The host calls `prompt` one at a time (a second prompt

@@ -31,6 +31,7 @@ from acp_bridge.rpc.protocol import (
     internal_error,
 )
 from session.errors import (
+    ForkTurnError,
     InvalidSessionIdError,
     SessionCorruptError,
     SessionError,
@@ -54,6 +55,8 @@ def to_rpc_error(exc: BaseException) -> RpcError:
             return RpcError(RESOURCE_NOT_FOUND, exc.message, data)
         if isinstance(exc, InvalidSessionIdError):
             return RpcError(INVALID_PARAMS, exc.message, {**data, "field": "sessionId"})
+        if isinstance(exc, ForkTurnError):
+            return RpcError(INVALID_PARAMS, exc.message, {**data, "field": "_meta.acpBridge.atTurn"})
         if isinstance(exc, SessionLockedError):
             return RpcError(SESSION_BUSY, exc.message, data)
         if isinstance(exc, SessionCorruptError | SessionVersionError):

@@ -24,6 +24,7 @@ import anyio.abc
 from acp_bridge.errors import PromptInProgressError, TurnFailedError
 from acp_bridge.host.engine import OpenAnswer, S, Send, TurnEnd
 from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.fork import fork_session
 from acp_bridge.host.listing import list_page
 from acp_bridge.host.params import check_params
 from acp_bridge.host.settlement import TurnFailed, settle, turn_usage
@@ -42,6 +43,7 @@ from session import (
     validate_session_id,
 )
 from session.events import Event, WrappedInfo
+from session.fork import ForkPlan
 from session.repair import RepairReport
 
 log = logging.getLogger("acp_bridge.host")
@@ -95,6 +97,13 @@ class Engine(abc.ABC, Generic[S]):
     async def attach(self, session: S, params: Mapping[str, Any]) -> OpenAnswer:
         """After a load or resume: take the client's params for the session (cwd, MCP
         servers) and make the answer."""
+
+    async def fork(self, source: str, params: Mapping[str, Any], plan: ForkPlan,
+                   make: Callable[[WrappedInfo | None], Awaitable[S]]) -> OpenAnswer:
+        """`session/fork` of `source` (acp_bridge.host.fork): `make` has the store copy
+        `plan` (the header's `wrapped` given) and makes the copy live; the answer's
+        fields. Ours: made, then the client's params taken as after a load."""
+        return await self.attach(await make(None), params)
 
 
 @dataclass(frozen=True)
@@ -163,6 +172,10 @@ class Host(Generic[S]):
     def find(self, session_id: Any) -> S | None:
         return self._live.get(session_id) if isinstance(session_id, str) else None
 
+    def answering(self, session_id: str) -> bool:
+        """Whether the live session `session_id` is answering a prompt."""
+        return session_id in self._prompting
+
     async def send_replay(self, payload: bytes) -> None:
         """Encoded `session/update` lines of a replay, to the client at its own pace."""
         self.peer.send_raw(payload)
@@ -202,7 +215,7 @@ class Host(Generic[S]):
         }
         if self._spec is not None:
             table.update({"session/resume": self.resume_session, "session/list": self.list_sessions,
-                          "session/delete": self.delete_session})
+                          "session/delete": self.delete_session, "session/fork": self.fork_session})
         table.update(self.engine.methods())
         return {name: _checked(name, fn) for name, fn in table.items()}
 
@@ -250,15 +263,14 @@ class Host(Generic[S]):
             raise PromptInProgressError(sid)
         session, report = await self.engine.open_session(sid, params, self.send_replay if replay else None, live)
         opened = await self.engine.attach(session, params)
-        answer = dict(opened.fields)
-        ours = dict(opened.ours)
-        if report is not None:
-            assert session.log is not None  # a stored session
-            tracker = session.log.tracker
-            ours = {"repair": report.to_meta(), "turns": tracker.turn, "events": tracker.next_seq, **ours}
-        if ours or opened.meta:
-            answer["_meta"] = {**opened.meta, "acpBridge": ours}
-        return answer
+        if report is None:
+            return opened.answer({})
+        assert session.log is not None  # a stored session
+        tracker = session.log.tracker
+        return opened.answer({"repair": report.to_meta(), "turns": tracker.turn, "events": tracker.next_seq})
+
+    async def fork_session(self, sessionId: str, **params: Any) -> dict[str, Any]:
+        return await fork_session(self, sessionId, params)
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **_: Any) -> dict[str, Any]:
         store = self.store()

@@ -187,6 +187,8 @@ SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
                      "mcpServers": (mcp_servers, True), "additionalDirectories": (array_of(absolute_path), False)},
     "session/resume": {"sessionId": (STRING, True), "cwd": (absolute_path, True),
                        "mcpServers": (mcp_servers, False), "additionalDirectories": (array_of(absolute_path), False)},
+    "session/fork": {"sessionId": (STRING, True), "cwd": (absolute_path, True),
+                     "mcpServers": (mcp_servers, False), "additionalDirectories": (array_of(absolute_path), False)},
     "session/list": {"cwd": (OPT_STRING, False), "cursor": (OPT_STRING, False)},
     "session/close": {"sessionId": (STRING, True)},
     "session/delete": {"sessionId": (STRING, True)},

@@ -162,9 +162,9 @@ async def restore(ws: WrappedSession, link: ChildLink, caps: dict[str, Any],
     return "fresh", result
 
 
-def new_session_id(result: Any) -> str:
-    """The child's session id in its answer to `session/new`."""
+def new_session_id(result: Any, method: str = "session/new") -> str:
+    """The child's session id in its answer to `session/new` (or `session/fork`)."""
     if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
-        raise AgentProtocolError("the wrapped agent answered session/new without a sessionId")
+        raise AgentProtocolError(f"the wrapped agent answered {method} without a sessionId")
     child_sid: str = result["sessionId"]
     return child_sid

@@ -25,15 +25,16 @@ cancel grace").
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from acp_bridge.errors import AgentStartError
+from acp_bridge.errors import AgentProtocolError, AgentStartError
 from acp_bridge.host.engine import OpenAnswer, Send
+from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.rpc.connection import Fallback
@@ -45,6 +46,7 @@ from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
+from session.fork import ForkPlan
 from session.repair import RepairReport
 
 log = logging.getLogger("acp_bridge.wrap")
@@ -234,16 +236,85 @@ class WrapEngine(Engine[WrappedSession]):
         child_sid = new_session_id(result)
         extra = params.get("additionalDirectories")
         additional = extra if isinstance(extra, list) else None
-        wrapped: WrappedInfo = {"command": list(self.config.command), "sessionId": child_sid}
-        if self.child_info is not None:
-            wrapped["agentInfo"] = self.child_info
-        session_log = await self.host.create_log(cwd=cwd, additional=additional, wrapped=wrapped)
+        session_log = await self.host.create_log(cwd=cwd, additional=additional, wrapped=self._wrapped(child_sid))
         ws = WrappedSession(self, session_log, cwd, list(mcp), additional)
         self.host.add(ws.id, ws)
         self.children.bind(ws, child_sid, link.generation)
         ws.took_state(result)
         self.side.adopt(ws)
         return {**result, "sessionId": ws.id}
+
+    def _wrapped(self, child_sid: str) -> WrappedInfo:
+        """The header's `wrapped` of a session whose child session is `child_sid`."""
+        wrapped: WrappedInfo = {"command": list(self.config.command), "sessionId": child_sid}
+        if self.child_info is not None:
+            wrapped["agentInfo"] = self.child_info
+        return wrapped
+
+    async def fork(self, source: str, params: Mapping[str, Any], plan: ForkPlan,
+                   make: Callable[[WrappedInfo | None], Awaitable[WrappedSession]]) -> OpenAnswer:
+        """Our log is forked (`make`) with the child's context of the fork: the child's
+        own fork of the original's session when it offers `session/fork` and the fork
+        holds the whole conversation, else a fresh session seeded with the fork's
+        transcript (docs/wrap.md, "Fork"). The child's session is made first, so the
+        fork's header names it."""
+        link = await self.ensure_link(self.host.find(source))
+        theirs, why = self._child_source(source, plan), None
+        ask = {"cwd": params["cwd"], **{k: v for k, v in params.items() if k in ("mcpServers", "additionalDirectories")}}
+        meta = {k: v for k, v in obj(params.get("_meta")).items() if k != "acpBridge"}
+        if meta:
+            ask["_meta"] = meta
+        result: dict[str, Any] | None = None
+        if theirs is not None:
+            result, why = await self._child_fork(link, {**ask, "sessionId": theirs})
+        if result is not None:
+            child_sid = result["sessionId"]
+        else:
+            result = obj(await link.call("session/new", {"mcpServers": [], **ask}))
+            child_sid = new_session_id(result)
+        try:
+            ws = await make(self._wrapped(child_sid))
+        except BaseException:
+            if obj(self.child_caps.get("sessionCapabilities")).get("close") is not None:
+                link.ask("session/close", {"sessionId": child_sid}).late = lambda _: None
+            raise
+        ws.mcp_servers = list(params.get("mcpServers") or [])
+        self.children.bind(ws, child_sid, link.generation)
+        ws.took_state(result)
+        self.side.adopt(ws)
+        ours: dict[str, Any] = {"forked": "child" if theirs is not None and why is None else "emulated"}
+        if why is not None:
+            ours["forkError"] = why
+        if ours["forked"] == "emulated":
+            ours.update(await seed(ws, link, self.host.store()))
+        fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
+        return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": ours})
+
+    async def _child_fork(self, link: ChildLink, ask: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        """The child's answer to its `session/fork` (its `sessionId` checked), or why
+        there is none: an error answer (it cannot fork that session: not on this run...),
+        or an answer that names no new session (none, or one of ours already: taking it
+        would mix two sessions' updates). Either way the fork is emulated."""
+        try:
+            result = obj(await link.call("session/fork", ask))
+            child_sid = new_session_id(result, "session/fork")
+            if child_sid == ask["sessionId"] or self.children.of_child(child_sid) is not None:
+                raise AgentProtocolError(f"the wrapped agent answered session/fork with a session it had: {child_sid}")
+        except (ClientError, AgentProtocolError) as exc:
+            why = to_rpc_error(exc).message
+            log.info("the wrapped agent did not fork %s (%s): a fresh session, seeded", ask["sessionId"], why)
+            return None, why
+        self.side.drop_early(child_sid)
+        return result, None
+
+    def _child_source(self, source: str, plan: ForkPlan) -> str | None:
+        """The child's session of `source` to fork in the child, if it can be: the child
+        offers `session/fork`, the fork holds every turn, the session is not stuck."""
+        if obj(self.child_caps.get("sessionCapabilities")).get("fork") is None or not plan.whole:
+            return None
+        live = self.host.find(source)
+        theirs = live.stored_child_sid() if live is not None else plan.source.get("wrapped", {}).get("sessionId")
+        return None if self.children.is_stuck(theirs) else theirs
 
     def _adopt(self, opened: Opened) -> WrappedSession:
         header = opened.log.header
@@ -273,7 +344,7 @@ class WrapEngine(Engine[WrappedSession]):
         caps = dict(self.child_caps)
         caps["loadSession"] = True
         caps["sessionCapabilities"] = {**obj(caps.get("sessionCapabilities")),
-                                       "list": {}, "resume": {}, "close": {}, "delete": {}}
+                                       "list": {}, "resume": {}, "close": {}, "delete": {}, "fork": {}}
         result["agentCapabilities"] = caps
         meta = obj(result.get("_meta"))
         ours = obj(meta.get("acpBridge"))

@@ -104,6 +104,14 @@ class ChildSide:
         if len(held) < EARLY_UPDATES:
             held.append(params)
 
+    def drop_early(self, child_sid: str) -> None:
+        """What the child sent for a session it forked before it answered the fork: its
+        replay of the history (opencode forks by loading), which our log holds already."""
+        held = self._early.pop(child_sid, None)
+        if held:
+            log.info("the wrapped agent's fork %s: %d update(s) sent before its answer dropped (its replay)",
+                     child_sid, len(held))
+
     def adopt(self, ws: WrappedSession) -> None:
         """`ws` is now bound to its child session: its early updates go through."""
         held = self._early.pop(ws.child_sid or "", None)

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NotRequired, Protocol, TypedDict
 
-from session.errors import InvalidSessionIdError, SequenceError
+from session.errors import InvalidSessionIdError, SequenceError, StoreIOError
 from session.events import JSON, USER_MESSAGE, Event, Header
 from session.files import Owner
 from session.scan import Damage, Locate, TailSplitter, TornTail
@@ -162,6 +162,15 @@ class Backend(Protocol):
         what its owner has written so far). Raises SessionNotFoundError,
         SessionVersionError, SessionCorruptError."""
 
+    def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
+             title: str | None) -> None:
+        """Publish a new session (`header`, owned by nobody) holding the first `upto`
+        event records of `source_id` as they are stored, then `closers`: whole or not at
+        all, a crash included (session.fork). `title`: the first prompt's, when those
+        records hold it. The source is read, never locked or written. Raises
+        SessionNotFoundError, SessionExistsError, StoreIOError (`changed_while_forked`:
+        the source no longer holds `upto` records)."""
+
     def list_sessions(self) -> list[SessionSummary]:
         """Every stored session, from headers and index data, not whole logs."""
 
@@ -242,6 +251,13 @@ def check_batch_seqs(session_id: str, batch: Sequence[Encoded], next_seq: int) -
                 seq=item.event["seq"],
                 expected=next_seq + offset,
             )
+
+
+def changed_while_forked(source_id: str, found: int, upto: int) -> StoreIOError:
+    """A fork's copy found fewer records than its plan read (the source's owner rolled
+    back a failed write in between): nothing was published."""
+    return StoreIOError(f"session {source_id} changed while it was forked ({found} of its {upto} events "
+                        "were still there): nothing was made; fork it again", session_id=source_id)
 
 
 def event_line(item: Encoded) -> bytes:

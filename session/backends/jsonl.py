@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -28,12 +28,13 @@ from session.backends.base import (
     Encoded,
     SessionSummary,
     StoredLog,
+    changed_while_forked,
     check_batch_seqs,
     event_line,
     read_whole,
     validate_session_id,
 )
-from session.backends.jsonl_read import JsonlReader, JsonlStream, log_opener, summary_of
+from session.backends.jsonl_read import READ_BLOCK, JsonlReader, JsonlStream, log_opener, summary_of
 from session.errors import SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.files import (
@@ -89,6 +90,23 @@ class JsonlBackend:
         path = self.path_of(session_id)
         return JsonlStream(session_id, log_opener(session_id, path))
 
+    def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
+             title: str | None) -> None:
+        # The source's lines are copied as stored (bytes, not re-encoded), a block at a
+        # time, into a temp file that is published whole: a crash leaves no fork.
+        sid = header["id"]
+        source = self.path_of(source_id)
+        if not source.exists():
+            raise SessionNotFoundError(f"session {source_id} not found", session_id=source_id)
+
+        def content() -> Iterator[bytes]:
+            yield orjson.dumps(header) + b"\n"
+            yield from _lines(source, source_id, upto)
+            for item in closers:
+                yield event_line(item)
+
+        publish(self.path_of(sid), content(), session_id=sid)
+
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
         for path in self.sessions_dir.glob("*.jsonl"):
@@ -117,6 +135,28 @@ class JsonlBackend:
 
     def _lock_path(self, session_id: str) -> Path:
         return lock_file(self.locks_dir, validate_session_id(session_id))
+
+
+def _lines(path: Path, source_id: str, upto: int) -> Iterator[bytes]:
+    """The first `upto` event lines of the log at `path` (after its header), as stored."""
+    with open(path, "rb") as f:
+        f.readline()
+        left = upto
+        while left:
+            block = f.read(READ_BLOCK)
+            if block and not block.endswith(b"\n"):
+                block += f.readline()  # whole lines only: the count stays exact
+            found = block.count(b"\n")
+            if found >= left:
+                end = -1
+                for _ in range(left):
+                    end = block.index(b"\n", end + 1)
+                yield block[: end + 1]
+                return
+            if not block.endswith(b"\n"):  # the end of the file: fewer lines than the plan read
+                raise changed_while_forked(source_id, upto - left + found, upto)
+            yield block
+            left -= found
 
 
 class JsonlSession:

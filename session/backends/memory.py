@@ -19,6 +19,7 @@ from session.backends.base import (
     SessionPeek,
     SessionSummary,
     StoredLog,
+    changed_while_forked,
     check_batch_seqs,
     event_line,
     first_prompt_title,
@@ -58,6 +59,22 @@ class MemoryBackend:
             title=header.get("title"),
         )
         return MemorySession(self, sid, next_seq=0)
+
+    def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
+             title: str | None) -> None:
+        source = self.read_stream(source_id)  # not found: raised here
+        records = self.stored[source.header["id"]].records
+        if len(records) < upto:
+            raise changed_while_forked(source_id, len(records), upto)
+        sid = validate_session_id(header["id"])
+        if sid in self.stored:
+            raise SessionExistsError(f"session {sid} already exists", session_id=sid)
+        self.stored[sid] = _Stored(
+            header=orjson.loads(orjson.dumps(header)),
+            records=[*records[:upto], *(event_line(item)[:-1] for item in closers)],
+            updated_at=header["createdAt"],
+            title=header.get("title", title),
+        )
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))

@@ -31,7 +31,7 @@ import os
 import select
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -39,6 +39,7 @@ from psycopg import errors as pg_errors
 
 from session.backends.base import (
     BackendSession,
+    Encoded,
     SessionSummary,
     StoredLog,
     read_whole,
@@ -65,8 +66,8 @@ from session.backends.postgres_read import PostgresReader
 from session.backends.postgres_session import (
     OwnedPostgresStream,
     PostgresSession,
-    json_text,
-    text_column,
+    copy_rows,
+    insert_session,
 )
 from session.backends.postgres_stream import PostgresStream
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
@@ -280,12 +281,7 @@ class PostgresBackend:
         self._lock(sid)
         try:
             with self.owned(sid, sync=True) as db:
-                db.execute(
-                    "INSERT INTO acp_bridge.sessions (id, header, cwd, title, created_at, updated_at) "
-                    "VALUES (%s, %s::json, %s, %s, %s, %s)",
-                    (sid, json_text(header), text_column(header["cwd"]), text_column(header.get("title")),
-                     header["createdAt"], header["createdAt"]),
-                )
+                insert_session(db, header, None)
         except pg_errors.UniqueViolation:
             self.unlock(sid)
             raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
@@ -296,6 +292,18 @@ class PostgresBackend:
             self.unlock(sid)
             raise
         return PostgresSession(self, sid, next_seq=0, has_title=header.get("title") is not None)
+
+    def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
+             title: str | None) -> None:
+        self._header(validate_session_id(source_id))  # not found: raised here
+        try:
+            with self._mutex, (db := self._live()).transaction():  # one synchronous transaction
+                set_durable(db)
+                copy_rows(db, source_id, header, upto, closers, title)
+        except pg_errors.UniqueViolation:
+            raise SessionExistsError(f"session {header['id']} already exists", session_id=header["id"]) from None
+        except psycopg.Error as exc:
+            raise store_error(self.conninfo, "fork the session", exc, session_id=header["id"]) from None
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))

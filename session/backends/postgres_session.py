@@ -14,7 +14,12 @@ from typing import Any, Protocol
 import orjson
 import psycopg
 
-from session.backends.base import Encoded, check_batch_seqs, first_prompt_title
+from session.backends.base import (
+    Encoded,
+    changed_while_forked,
+    check_batch_seqs,
+    first_prompt_title,
+)
 from session.backends.postgres_connect import store_error
 from session.backends.postgres_stream import PostgresStream
 from session.errors import StoreIOError
@@ -123,17 +128,7 @@ class PostgresSession:
         self._stale = False
 
     def _insert(self, db: psycopg.Connection[Any], batch: Sequence[Encoded]) -> None:
-        if len(batch) == 1:
-            e = batch[0]
-            db.execute(INSERT_ONE, (self.session_id, e.event["seq"], e.event["type"],
-                                    e.event["time"], e.data_json.decode()))
-        elif batch:
-            sid = self.session_id
-            with db.cursor().copy(COPY_EVENTS) as copy:
-                for e in batch:
-                    event = e.event
-                    copy.write_row((sid, event["seq"], event["type"], event["time"],
-                                    e.data_json.decode()))
+        insert_events(db, self.session_id, batch)
 
     def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
         sid = self.session_id
@@ -187,6 +182,37 @@ class OwnedPostgresStream(PostgresStream):
         if self._owned:
             self._owned = False
             self._backend.unlock(self.header["id"])
+
+
+def insert_events(db: psycopg.Connection[Any], sid: str, batch: Sequence[Encoded]) -> None:
+    if len(batch) == 1:
+        e = batch[0]
+        db.execute(INSERT_ONE, (sid, e.event["seq"], e.event["type"], e.event["time"], e.data_json.decode()))
+    elif batch:
+        with db.cursor().copy(COPY_EVENTS) as copy:
+            for e in batch:
+                event = e.event
+                copy.write_row((sid, event["seq"], event["type"], event["time"], e.data_json.decode()))
+
+
+def insert_session(db: psycopg.Connection[Any], header: Header, title: str | None) -> None:
+    db.execute("INSERT INTO acp_bridge.sessions (id, header, cwd, title, created_at, updated_at) "
+               "VALUES (%s, %s::json, %s, %s, %s, %s)",
+               (header["id"], json_text(header), text_column(header["cwd"]), text_column(header.get("title", title)),
+                header["createdAt"], header["createdAt"]))
+
+
+def copy_rows(db: psycopg.Connection[Any], source_id: str, header: Header, upto: int,
+              closers: Sequence[Encoded], title: str | None) -> None:
+    """A fork's rows, in the caller's transaction: its sessions row, the first `upto`
+    events of `source_id` copied inside the database (their json as stored), `closers`."""
+    insert_session(db, header, title)
+    copied = db.execute("INSERT INTO acp_bridge.events (session_id, seq, type, time, data) "
+                        "SELECT %s, seq, type, time, data FROM acp_bridge.events "
+                        "WHERE session_id = %s AND seq < %s", (header["id"], source_id, upto)).rowcount
+    if copied != upto:
+        raise changed_while_forked(source_id, copied, upto)
+    insert_events(db, header["id"], closers)
 
 
 def _title(batch: Sequence[Encoded]) -> str | None:

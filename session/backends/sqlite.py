@@ -28,6 +28,7 @@ from session.backends.base import (
     Encoded,
     SessionSummary,
     StoredLog,
+    changed_while_forked,
     check_batch_seqs,
     first_prompt_title,
     read_whole,
@@ -136,18 +137,7 @@ class SqliteBackend:
         lock = OwnerLock.acquire(self._lock_path(sid), sid)
         try:
             with self.transaction(full=True) as db:
-                db.execute(
-                    "INSERT INTO sessions (id, header, cwd, title, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        sid,
-                        orjson.dumps(header),
-                        header["cwd"],
-                        header.get("title"),
-                        header["createdAt"],
-                        header["createdAt"],
-                    ),
-                )
+                _insert_session(db, header, None)
         except sqlite3.IntegrityError:
             lock.release()
             raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
@@ -155,6 +145,25 @@ class SqliteBackend:
             lock.release()
             raise _io_error(sid, "create the session", exc) from exc
         return SqliteSession(self, sid, lock, next_seq=0, has_title=header.get("title") is not None)
+
+    def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
+             title: str | None) -> None:
+        # One transaction, the rows copied inside the database (their data as stored).
+        sid = validate_session_id(header["id"])
+        self._header(validate_session_id(source_id))  # not found: raised here
+        try:
+            with self.transaction(full=True) as db:
+                _insert_session(db, header, title)
+                copied = db.execute(
+                    "INSERT INTO events (session_id, seq, type, time, data) SELECT ?, seq, type, time, data "
+                    "FROM events WHERE session_id = ? AND seq < ?", (sid, source_id, upto)).rowcount
+                if copied != upto:
+                    raise changed_while_forked(source_id, copied, upto)
+                _insert_events(db, sid, closers)
+        except sqlite3.IntegrityError:
+            raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
+        except sqlite3.Error as exc:
+            raise _io_error(sid, "fork the session", exc) from exc
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))
@@ -288,13 +297,7 @@ class SqliteSession:
         self._stale = False
 
     def _insert(self, db: sqlite3.Connection, batch: Sequence[Encoded]) -> None:
-        db.executemany(
-            "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
-            [
-                (self.session_id, e.event["seq"], e.event["type"], e.event["time"], e.data_json)
-                for e in batch
-            ],
-        )
+        _insert_events(db, self.session_id, batch)
         title = None
         if not self._has_title:
             title = next(filter(None, (first_prompt_title(item.event) for item in batch)), None)
@@ -359,6 +362,17 @@ class OwnedSqliteStream(SqliteStream):
             self.lock = None
 
 
+
+
+def _insert_session(db: sqlite3.Connection, header: Header, title: str | None) -> None:
+    db.execute("INSERT INTO sessions (id, header, cwd, title, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+               (header["id"], orjson.dumps(header), header["cwd"], header.get("title", title),
+                header["createdAt"], header["createdAt"]))
+
+
+def _insert_events(db: sqlite3.Connection, sid: str, batch: Sequence[Encoded]) -> None:
+    db.executemany("INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
+                   [(sid, e.event["seq"], e.event["type"], e.event["time"], e.data_json) for e in batch])
 
 
 def _io_error(sid: str, what: str, exc: BaseException, *, durable_seq: int | None = None) -> StoreIOError:

@@ -1,4 +1,4 @@
-"""The chat's `/commands` (`/help`, `/sessions`, `/mode`, `/model`, `/load`) and the
+"""The chat's `/commands` (`/help`, `/sessions`, `/mode`, `/model`, `/load`, `/fork`) and the
 session state they read and change (the current session, its mode and config options).
 
 A part of `main.Chat` (a base class: `Chat` gives it the connection and the output,
@@ -24,6 +24,7 @@ RESTORED = {"load": "its own session loaded", "resume": "its own session resumed
 HELP = """commands:
   /sessions      list the stored sessions
   /load ID       load a session (its history is replayed)
+  /fork [TURN]   fork the session (up to turn TURN) and go on in the fork
   /mode NAME     set the session mode (ask, accept_edits, read_only)
   /model [NAME]  show the models, or switch the session's model (the next prompt uses it)
   /quit          leave (so does end of input)
@@ -96,8 +97,11 @@ class SlashCommands:
                 await self.choose_model(arg)
             elif name == "/load" and arg:
                 await self.load(arg)
+            elif name == "/fork" and (not arg or arg.isdigit()):
+                await self.fork(int(arg) if arg else None)
             else:
-                self.error(f"unknown command {text!r}\n{HELP}" if name != "/load" else "usage: /load ID")
+                usage = {"/load": "usage: /load ID", "/fork": "usage: /fork [TURN]"}
+                self.error(usage.get(name) or f"unknown command {text!r}\n{HELP}")
         except ClientError as exc:
             self.error(error_message(exc))
         return True
@@ -136,11 +140,40 @@ class SlashCommands:
         meta = (result.get("_meta") or {}).get("acpBridge") or {}
         mode = f", mode {self.mode}" if self.mode else ""
         self.write(self.render.line(f"[loaded session {sid}: {meta.get('turns', '?')} turns{mode}]"))
+        self.tell_opened(meta)
+        if previous is not None and previous != sid:
+            with contextlib.suppress(ClientError):
+                await self.conn().request("session/close", {"sessionId": previous})
+        return True
+
+    async def fork(self, turn: int | None) -> None:
+        """`/fork [TURN]`: the session forked (docs/protocol.md, "Fork"), up to `turn`
+        (default: its last), and the chat goes on in the fork; the original is closed
+        here, as `/load` closes the session it leaves, and stays in the store."""
+        previous = self.sid
+        params: dict[str, Any] = {"sessionId": previous, "cwd": self.cwd, "mcpServers": []}
+        if turn is not None:
+            params["_meta"] = {"acpBridge": {"atTurn": turn}}
+        result = await self.conn().request("session/fork", params)
+        sid = str(result.get("sessionId"))
+        self.enter(sid, result)
+        meta = (result.get("_meta") or {}).get("acpBridge") or {}
+        at = (meta.get("forkedFrom") or {}).get("turn", "?")
+        self.write(self.render.line(f"[forked session {previous} at turn {clean(str(at))}: now in session "
+                                    f"{clean(sid)}]"))
+        self.tell_opened(meta)
+        with contextlib.suppress(ClientError):
+            await self.conn().request("session/close", {"sessionId": previous})
+
+    def tell_opened(self, meta: dict[str, Any]) -> None:
+        """What a load or a fork answer says the wrapper and the log did."""
         wrapped = meta.get("wrapped") or {}
         restored = wrapped.get("restored")
         if restored:  # how the wrapper brought the wrapped agent's own context back
             self.write(self.render.line(f"[the wrapped agent: {RESTORED.get(restored, restored)}]"))
-        if wrapped.get("seeded") is True:  # chat --wrap --seed-fresh (docs/wrap.md)
+        if wrapped.get("forked") == "emulated":  # docs/wrap.md, "Fork"
+            self.write(self.render.line("[the wrapped agent cannot fork it: a fresh session of it]"))
+        if wrapped.get("seeded") is True:  # chat --wrap --seed-fresh, or an emulated fork (docs/wrap.md)
             self.write(self.render.line(f"[the wrapped agent was sent the conversation so far: "
                                         f"{clean(str(wrapped.get('seedTurns', '?')))} turns]"))
         elif isinstance(wrapped.get("seedError"), str):
@@ -149,7 +182,3 @@ class SlashCommands:
         repair = meta.get("repair") or {}
         if repair.get("repaired"):
             self.write(self.render.line(f"[the log was repaired: {orjson.dumps(repair).decode()}]"))
-        if previous is not None and previous != sid:
-            with contextlib.suppress(ClientError):
-                await self.conn().request("session/close", {"sessionId": previous})
-        return True

@@ -88,6 +88,8 @@ def _list_json(row: Row) -> dict[str, Any]:
         out["additionalDirectories"] = header["additionalDirectories"]
     if isinstance(header.get("wrapped"), dict):  # recorded by `acp-bridge wrap`: as stored
         out["wrapped"] = header["wrapped"]
+    if isinstance(header.get("forkedFrom"), dict):  # a fork (docs/persistence.md, "Forks"): as stored
+        out["forkedFrom"] = header["forkedFrom"]
     view = row.view
     if view is None:
         out.update({"status": "damaged", "error": row.damaged})

@@ -4,6 +4,7 @@
     acp-bridge sessions show ID [--full]
     acp-bridge sessions export ID [--format md|html|jsonl]
     acp-bridge sessions serve [--port N]
+    acp-bridge sessions fork ID [--at-turn N]
 
 `--store` and `--backend` are accepted before or after the subcommand; they default as
 for the agent (`$ACP_BRIDGE_HOME` / `$XDG_STATE_HOME/acp-bridge`, for postgres
@@ -11,7 +12,7 @@ for the agent (`$ACP_BRIDGE_HOME` / `$XDG_STATE_HOME/acp-bridge`, for postgres
 
 Decisions (DESIGN.md section 6 leaves the details open):
 
-- **Read-only, always.** Stores are opened with `session.open_reader`, which never
+- **Read-only, always** (but `fork`, which adds a session: fork.py). Stores are opened with `session.open_reader`, which never
   takes a session's owner lock, repairs, or creates anything in the store: not the
   store folder, not a lock file, not `torn/`. `show` and `export` work on a session
   that a live agent owns at that moment. Every command streams: `list` reads each
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     _store_options(parser)
-    commands = parser.add_subparsers(dest="sessions_command", metavar="{list,show,export,serve}")
+    commands = parser.add_subparsers(dest="sessions_command", metavar="{list,show,export,serve,fork}")
     ls = commands.add_parser(
         "list", aliases=["ls"], help="stored sessions, newest first (the default)",
         description="Stored sessions, newest first: id, last update, turns, status of the "
@@ -171,6 +172,15 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     _store_options(serve)
     serve.add_argument("--port", type=int, default=0, metavar="N",
                        help="the port to listen on (default: a random free one)")
+    fork = commands.add_parser(
+        "fork", help="a new session holding a session's turns (prints its id)",
+        description="Copy a session's turns, up to its end or to turn N, into a new session of the "
+        "store (the original is not changed, also while an agent has it open); print the new id.",
+    )
+    _store_options(fork)
+    fork.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
+    fork.add_argument("--at-turn", type=int, metavar="N",
+                      help="the last turn the fork holds (default: the last that ended; 0: none)")
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
@@ -210,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
         SessionError,
         SessionNotFoundError,
     )
+    from session.errors import ForkTurnError
 
     source = Source(backend, root)
     progress = Progress(f"{PROG} {command}")
@@ -218,6 +229,13 @@ def run(args: argparse.Namespace) -> int:
             _write(list_text(source, args))
             return EXIT_OK
         sid = resolve_id(source, args.session_id)
+        if command == "fork":
+            from acp_bridge.cli.sessions.fork import fork
+
+            if args.at_turn is not None and args.at_turn < 0:
+                return _fail("--at-turn must be 0 or more", EXIT_USAGE)
+            _write(fork(backend, root, sid, args.at_turn) + "\n")
+            return EXIT_OK
         if command == "export" and args.format == "jsonl":
             for piece in source.raw_chunks(sid):
                 _write_bytes(piece)
@@ -240,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             walk.close()
         return EXIT_OK
-    except (AmbiguousIdError, InvalidSessionIdError) as exc:
+    except (AmbiguousIdError, InvalidSessionIdError, ForkTurnError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     except SessionNotFoundError as exc:
         return _fail(f"{exc} (store {source.root}, {source.name} backend)", EXIT_FAIL)

@@ -111,6 +111,10 @@ def _show_head(walk: Walk, source: Source) -> list[str]:
     if wrapped is not None:
         its = f" (its session {wrapped.session_id})" if wrapped.session_id else ""
         fields += [("agent", f"{wrapped.name}, wrapped{its}"), ("command", wrapped.command)]
+    forked = header.get("forkedFrom")
+    if isinstance(forked, dict):  # whatever the header holds, on one line
+        fields.append(("forked", f"from {one_line(str(forked.get('sessionId')))} at turn "
+                                 f"{one_line(str(forked.get('turn')))}"))
     fields += [
         ("created", local_time(header.get("createdAt"))),
         ("updated", local_time(walk.updated)),

@@ -1,0 +1,156 @@
+"""Forking a stored session in the store (session.fork: `SessionStore.plan_fork`,
+`SessionStore.fork`, each backend's `copy`), on every backend: what the fork holds, its
+header, the original untouched, an interrupted or running last turn, a torn tail, and a
+copy that finds less than its plan published nowhere (docs/persistence.md, "Forks")."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from session import SessionStore, StoreIOError
+from session.backends.base import read_stored
+from session.errors import ForkTurnError
+from session.events import Event
+from session.items import config_set
+from tests.support import tamper
+from tests.support.logs import Script, closers_of, write
+from tests.test_contract import backend, backend_kind  # noqa: F401 (every backend, PostgreSQL too)
+
+
+def stored(store: SessionStore, sid: str) -> list[Event]:
+    """The events of `sid` as stored now, read without its lock (type, seq, time, data)."""
+    return list(read_stored(store.backend.read_stream(sid)).events)
+
+
+def loaded(store: SessionStore, sid: str) -> tuple[list[Event], dict[str, Any]]:
+    """The events and header of `sid` as a load gives them; it must need no repair."""
+    opened = store.load(sid)
+    try:
+        assert not opened.report.repaired, opened.report
+        return list(opened.log.events), dict(opened.log.header)
+    finally:
+        opened.log.close()
+
+
+def test_a_fork_holds_every_turn_and_says_where_it_came_from(store: SessionStore) -> None:
+    log = store.create(cwd="/w/a")
+    write(log, Script().text_turn("first prompt").tool_turn().text_turn("third"))
+    log.flush()  # still open, its owner lock held: a fork does not need it
+    before = stored(store, log.id)
+    plan = store.plan_fork(log.id)
+    assert (plan.upto, plan.turn, plan.closers, plan.whole, plan.title) == (len(before), 3, [], True, "first prompt")
+    header = store.fork(plan, cwd="/w/b", additional_directories=["/w/lib"])
+    assert header["id"] != log.id and header["forkedFrom"] == {"sessionId": log.id, "turn": 3}
+    assert (header["cwd"], header["additionalDirectories"], "wrapped" in header) == ("/w/b", ["/w/lib"], False)
+    events, stored_header = loaded(store, header["id"])
+    assert events == before and stored_header == header  # the same events, times included
+    assert stored(store, log.id) == before  # the original, untouched
+    listed = {s["id"]: s for s in store.list()}
+    assert listed[header["id"]]["title"] == "first prompt"
+    assert listed[header["id"]]["additionalDirectories"] == ["/w/lib"]
+    # The fork goes on as a session of its own; the original does too, apart.
+    fork = store.load(header["id"]).log
+    write(fork, Script(first_turn=4).text_turn("in the fork"))
+    fork.close()
+    write(log, Script(first_turn=4).text_turn("in the original", "other"))
+    log.close()
+    assert [e["data"].get("content") for e in stored(store, header["id"]) if e["type"] == "user/message"][-1] == \
+        [{"type": "text", "text": "in the fork"}]
+    assert stored(store, log.id)[: len(before)] == before and len(stored(store, log.id)) > len(before)
+
+
+def test_a_fork_at_a_turn_ends_where_the_next_turn_starts(store: SessionStore) -> None:
+    log = store.create(cwd="/w", title="named")
+    script = Script().text_turn("one")
+    etype, data = config_set("model", "echo", None)  # between turns 1 and 2
+    script.add(etype, dict(data))
+    write(log, script.text_turn("two").text_turn("three"))
+    log.close()
+    events = stored(store, log.id)
+    second = next(e["seq"] for e in events if e["type"] == "turn/start" and e["data"]["turn"] == 2)
+    at_one = store.plan_fork(log.id, at_turn=1)
+    assert (at_one.upto, at_one.turn, at_one.whole) == (second, 1, False)
+    header = store.fork(at_one, cwd="/w")
+    assert header["forkedFrom"]["turn"] == 1 and header["title"] == "named"  # a given title is kept
+    forked, _ = loaded(store, header["id"])
+    assert forked == events[:second] and forked[-1]["type"] == "config/set"
+    none = store.fork(store.plan_fork(log.id, at_turn=0), cwd="/w")
+    assert loaded(store, none["id"])[0] == [] and none["forkedFrom"] == {"sessionId": log.id, "turn": 0}
+    assert store.plan_fork(log.id, at_turn=3).whole
+    with pytest.raises(ForkTurnError) as past:
+        store.plan_fork(log.id, at_turn=4)
+    assert past.value.details == {"turn": 4, "turns": 3}
+    assert stored(store, log.id) == events
+
+
+def test_an_interrupted_last_turn_is_closed_in_the_fork_not_in_the_original(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn("done").start_turn("cut short").start_step().chunk("part")
+          .message("reading", calls=("c1",)).call("c1"))
+    log.close()  # nobody owns it: a crash left turn 2 open
+    before = stored(store, log.id)
+    plan = store.plan_fork(log.id)
+    closers = closers_of(before)
+    assert plan.turn == 2 and plan.closers == closers and plan.closers[-1]["data"]["reason"] == \
+        {"kind": "interrupted", "cause": "crash"}
+    assert plan.report.to_meta() | {"interruptedTurn": 2} == plan.report.to_meta()
+    assert (plan.report.synthetic_results, plan.report.closers) == (1, len(closers))
+    header = store.fork(plan, cwd="/w")
+    assert loaded(store, header["id"])[0] == before + closers
+    assert stored(store, log.id) == before  # the original waits for its own load's repair
+    repaired = store.load(log.id)
+    assert [(e["type"], e["seq"], e["data"]) for e in repaired.log.events][len(before):] == \
+        [(c["type"], c["seq"], c["data"]) for c in closers]
+    repaired.log.close()
+
+
+def test_a_running_turn_is_left_out_and_cannot_be_forked_at(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn("one").start_turn("running").start_step().chunk("so far"))
+    log.flush()  # its owner is live: the turn is running
+    events = stored(store, log.id)
+    start = next(e["seq"] for e in events if e["type"] == "turn/start" and e["data"]["turn"] == 2)
+    plan = store.plan_fork(log.id)
+    assert (plan.upto, plan.turn, plan.closers, plan.whole) == (start, 1, [], True)
+    assert loaded(store, store.fork(plan, cwd="/w")["id"])[0] == events[:start]
+    with pytest.raises(ForkTurnError, match="still running"):
+        store.plan_fork(log.id, at_turn=2)
+    log.close()
+
+
+def test_a_torn_tail_is_not_copied(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn("one").text_turn("two"))
+    log.close()
+    events = stored(store, log.id)
+    tamper.replace_event(store.backend, log.id, events[-1]["seq"], b'{"type":"turn/en')  # a torn write
+    plan = store.plan_fork(log.id)  # turn 2 lost its end: open, nobody owns it
+    kept = events[:-1]
+    assert plan.upto == len(kept) and plan.closers == closers_of(kept)
+    assert loaded(store, store.fork(plan, cwd="/w")["id"])[0] == kept + plan.closers
+
+
+def test_a_copy_that_finds_less_than_its_plan_makes_nothing(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn("one"))
+    log.close()
+    plan = store.plan_fork(log.id)
+    ids = {s["id"] for s in store.list()}
+    with pytest.raises(StoreIOError, match="changed while it was forked"):
+        store.fork(dataclasses.replace(plan, upto=plan.upto + 2), cwd="/w")
+    assert {s["id"] for s in store.list()} == ids
+
+
+def test_a_wrapped_original_keeps_its_agent_but_not_its_session(store: SessionStore) -> None:
+    agent = {"command": ["agent", "--acp"], "sessionId": "theirs-1", "agentInfo": {"name": "a", "version": "1"}}
+    log = store.create(cwd="/w", wrapped=agent)  # type: ignore[arg-type]
+    write(log, Script().text_turn("one"))
+    log.close()
+    plain = store.fork(store.plan_fork(log.id), cwd="/w")
+    # The wrapped agent's session is the original's: a fork never goes on in it.
+    assert plain["wrapped"] == {"command": ["agent", "--acp"], "agentInfo": {"name": "a", "version": "1"}}
+    given = store.fork(store.plan_fork(log.id), cwd="/w", wrapped={"command": ["b"], "sessionId": "theirs-2"})
+    assert loaded(store, given["id"])[1]["wrapped"] == {"command": ["b"], "sessionId": "theirs-2"}
