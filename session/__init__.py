@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         SessionNotFoundError,
         SessionVersionError,
         StoreIOError,
+        StoreUnavailableError,
     )
     from session.events import SESSION_FORMAT_VERSION, Event, Header, reason
     from session.files import Owner
@@ -74,6 +75,7 @@ _ON_FIRST_USE = {
     "SessionSummary": "session.backends.base",
     "SessionVersionError": "session.errors",
     "StoreIOError": "session.errors",
+    "StoreUnavailableError": "session.errors",
     "StoreReader": "session.backends.base",
     "check_invariants": "session.invariants",
     "derive_messages": "session.transcript",
@@ -102,7 +104,7 @@ DURABLE_BACKENDS = tuple(name for name in BACKENDS if name != "memory")
 
 def default_store_dir(environ: dict[str, str] | None = None) -> Path:
     """`$ACP_BRIDGE_HOME`, else `$XDG_STATE_HOME/acp-bridge`, else
-    `~/.local/state/acp-bridge` (DESIGN.md section 3; `--store` overrides all)."""
+    `~/.local/state/acp-bridge` (README.md; `--store` overrides all)."""
     env = os.environ if environ is None else environ
     if env.get("ACP_BRIDGE_HOME"):
         return Path(env["ACP_BRIDGE_HOME"])
@@ -143,15 +145,22 @@ def open_backend(kind: str, root: str | os.PathLike[str] | None = None) -> Backe
 
         return PostgresBackend(str(store_location(kind, None if root is None else str(root))))
     where = Path(root) if root is not None else default_store_dir()
-    if kind == "jsonl":
-        from session.backends.jsonl import JsonlBackend
+    if kind not in ("jsonl", "sqlite"):
+        raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
+    try:
+        if kind == "jsonl":
+            from session.backends.jsonl import JsonlBackend
 
-        return JsonlBackend(where)
-    if kind == "sqlite":
+            return JsonlBackend(where)
         from session.backends.sqlite import SqliteBackend
 
         return SqliteBackend(where)
-    raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
+    except OSError as exc:  # its folder or database file cannot be made (a full disk...)
+        from session.errors import StoreUnavailableError
+
+        raise StoreUnavailableError(
+            f"the session store {where} cannot be opened: {exc.strerror or exc}", errno=exc.errno
+        ) from exc
 
 
 def open_reader(kind: str, root: str | os.PathLike[str] | None = None) -> StoreReader:
@@ -206,6 +215,7 @@ __all__ = [
     "SessionVersionError",
     "StoreIOError",
     "StoreReader",
+    "StoreUnavailableError",
     "check_invariants",
     "default_store_dir",
     "derive_messages",

@@ -114,5 +114,12 @@ class ForkTurnError(SessionError):
     code = "fork_turn"
 
 
+class StoreUnavailableError(SessionError):
+    """The store cannot be opened at all (its folder or database cannot be made or
+    read: a full disk, a permission, an I/O error): says which store and why."""
+
+    code = "store_unavailable"
+
+
 class SessionClosedError(SessionError):
     code = "session_closed"

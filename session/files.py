@@ -23,7 +23,7 @@ FILE_MODE = 0o600
 
 
 # The folders the file backends keep under a store (checked at start-up if they exist).
-STORE_SUBDIRS = ("sessions", "locks", "torn")
+STORE_SUBDIRS = ("sessions", "locks", "torn", "tails")
 
 
 def private_dir(path: Path) -> Path:
@@ -150,7 +150,11 @@ class OwnerLock:
 
     @classmethod
     def acquire(cls, path: Path, session_id: str) -> OwnerLock:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        except OSError as exc:
+            raise StoreIOError(f"cannot open the lock file {path}: {exc.strerror or exc}",
+                               session_id=session_id, errno=exc.errno) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -164,14 +168,30 @@ class OwnerLock:
                 session_id=session_id,
                 pid=holder,
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as exc:
+            # The pid is only for another owner's error message: the flock is the lock,
+            # and a full disk must still let a session be loaded or deleted.
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                os.close(fd)
+                raise StoreIOError(f"cannot write the lock file {path}: {exc.strerror or exc}",
+                                   session_id=session_id, errno=exc.errno) from exc
         return cls(fd, path)
 
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the descriptor drops the flock
+
+    def discard(self) -> None:
+        """Remove the lock file, then release: for a session that was never made (its
+        creation failed), so nothing of it stays in the store."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            self.release()
 
 
 def lock_file(locks_dir: Path, session_id: str) -> Path:

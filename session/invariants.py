@@ -1,4 +1,4 @@
-"""The log invariants (DESIGN.md section 2), checked one event at a time.
+"""The log invariants (docs/persistence.md, "The event vocabulary"), checked one event at a time.
 
 `InvariantTracker` is a small state machine: the live log feeds it every event it is
 asked to append, so a runner bug is refused before it reaches disk, and tests run

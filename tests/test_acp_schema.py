@@ -41,7 +41,7 @@ def test_method_table_from_annotations() -> None:
     assert table["terminal/create"] == MethodDefs(
         "terminal/create", "client", "CreateTerminalRequest", "CreateTerminalResponse"
     )
-    # Every method the design advertises is in the schema (DESIGN.md section 5).
+    # Every method the design advertises is in the schema (docs/protocol.md).
     for method in ("authenticate", "session/new", "session/load", "session/resume",
                    "session/list", "session/close", "session/delete", "session/set_mode",
                    "session/set_config_option"):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import orjson
 import pytest
 
 from acp_bridge.cli.chat.command_line import add_parser, agent_command, split_wrapped, wrap_problem
@@ -95,23 +96,26 @@ def first(tmp_path_factory: pytest.TempPathFactory) -> First:
 
 def test_text_answer_and_thinking(first: First) -> None:
     assert first.code == 0, first.err
-    assert "> hello\n[session: hello]\n(thinking) Let me think. \nHello there. \n> write it\n" in first.out
+    # The session is made by the first prompt, not at start-up (so a /load leaves no empty one).
+    assert first.out.startswith("a new session starts with your first prompt")
+    assert f"> hello\n[new session {first.sid} (mode ask)]\n[session: hello]\n(thinking) Let me think.\n"\
+           "Hello there.\n> write it\n" in first.out
     assert "\x1b[" not in first.out  # no styling when stdout is not a terminal
 
 
 def test_permission_allowed_writes_the_file(first: First) -> None:
     assert (first.work / "out.txt").read_text() == "hi\nthere\n"
-    assert ("Writing. \n⚙ Write out.txt [pending]\n? Write out.txt (edit)\n    out.txt +2 -0 (new file)\n"
+    assert ("Writing.\n⚙ Write out.txt [pending]\n? Write out.txt (edit)\n    out.txt +2 -0 (new file)\n"
             "    a[l]ways: Always allow all write_file calls\n"
             "  [a]llow once / allow a[l]ways / [r]eject: maybe\n"
             "  [a]llow once / allow a[l]ways / [r]eject: a\n"
-            "  ✓ completed: out.txt +2 -0 (new file)\nWritten. \n") in first.out
+            "  ✓ completed: out.txt +2 -0 (new file)\nWritten.\n") in first.out
 
 
 def test_rejected_call_fails(first: First) -> None:
     assert not (first.work / "no.txt").exists()
     assert ("  [a]llow once / allow a[l]ways / [r]eject: r\n  ✗ failed: The user rejected this tool call.\n"
-            "Fine, not written. \n") in first.out
+            "Fine, not written.\n") in first.out
 
 
 def test_tools_go_through_the_client(first: First) -> None:
@@ -120,13 +124,13 @@ def test_tools_go_through_the_client(first: First) -> None:
     assert "  ✓ completed: notes.txt +1 -1\n" in first.out
     assert "? Run echo ppid=$PPID (execute)\n" in first.out
     # The command's parent is the chat process: it ran in the chat's terminal.
-    assert f"  ✓ completed: exit code 0\n  │ ppid={first.pid}\nRan. \n" in first.out
+    assert f"  ✓ completed: exit code 0\n  │ ppid={first.pid}\nRan.\n" in first.out
 
 
 def test_read_only_mode_refuses_without_asking(first: First) -> None:
     assert "> /mode read_only\n[mode: read_only]\n" in first.out
     assert ("> write in read only\n⚙ Write ro.txt [pending]\n"
-            "  ✗ failed: write_file is not allowed in read_only mode\nCannot write. \n") in first.out
+            "  ✗ failed: write_file is not allowed in read_only mode\nCannot write.\n") in first.out
     assert not (first.work / "ro.txt").exists()
 
 
@@ -150,10 +154,10 @@ def test_load_replays_a_previous_session(first: First) -> None:
     code, out, err, _ = run_chat(first.store, first.work, [f"/load {first.sid}", "again"], "--model", model)
     assert code == 0, err  # end of input quits cleanly
     replay = out.split(f"> /load {first.sid}\n[loading session {first.sid}]\n", 1)[1]
-    assert replay.startswith("> hello\n(thinking) Let me think. \nHello there. \n> write it\nWriting. \n"
+    assert replay.startswith("> hello\n(thinking) Let me think.\nHello there.\n> write it\nWriting.\n"
                              "⚙ Write out.txt [pending]\n  ✓ completed: out.txt +2 -0 (new file)\n")
     assert "  ✗ failed: The user rejected this tool call.\n" in replay
-    assert f"[loaded session {first.sid}: 6 turns, mode read_only]\n> again\nBack again. \n" in replay
+    assert f"[loaded session {first.sid}: 6 turns, mode read_only]\n> again\nBack again.\n" in replay
 
 
 def test_load_option_unknown_session(tmp_path: Path) -> None:
@@ -197,8 +201,8 @@ async def test_ctrl_c_cancels_then_a_second_quits(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGINT)  # quits, whether the prompt has ended or not
             assert await proc.wait() == 130
         assert not timer.cancelled_caught, out.decode()
-    text = out.decode()
-    assert ("> long task\n[session: long task]\nWorking on it \n[cancelling: Ctrl-C again quits]\n"
+    text = re.sub(r"\[new session [0-9a-f-]{36} \(mode ask\)\]\n", "", out.decode(), count=1)
+    assert ("> long task\n[session: long task]\nWorking on it\n[cancelling: Ctrl-C again quits]\n"
             "[This turn was cancelled: it was stopped before it finished.]\n> next\nAfter cancel.") in text
 
 
@@ -423,3 +427,39 @@ def test_a_model_or_a_command_cannot_write_escape_sequences_to_the_terminal(tmp_
     assert code == 0, err
     assert "\u001b" not in out and "\u0007" not in out  # no colour either: stdout is a pipe
     assert "\\x1b[2J" in out and "\\x1b]0;cmd-title\\x07" in out
+
+
+def stored_ids(store: Path) -> list[str]:
+    listed = subprocess.run([sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "list", "--json"],
+                            capture_output=True, text=True, timeout=30, env=chat_env())
+    assert listed.returncode == 0, listed.stderr
+    return sorted(item["id"] for item in orjson.loads(listed.stdout))
+
+
+def test_a_chat_makes_its_session_only_when_something_needs_it(first: First, tmp_path: Path) -> None:
+    # Going on with a stored session, asking for help, or leaving before a prompt: no
+    # empty session is left behind (the chat used to make one at every start).
+    before = stored_ids(first.store)
+    for lines in (["/help", "/sessions", "/quit"], [f"/load {first.sid}", "/quit"], ["/mode", "/model"]):
+        code, out, err, _ = run_chat(first.store, first.work, lines)
+        assert code == 0, err
+        assert stored_ids(first.store) == before, (lines, out)
+    code, out, err, _ = run_chat(first.store, first.work, ["/mode", "/model"])
+    assert out.count("no session yet: your first prompt starts one") == 2, out
+    # /mode NAME starts the session with that mode, and the prompt after it runs there.
+    model = write_script(tmp_path / "script.json", {"text": "Read only here."})
+    code, out, err, _ = run_chat(first.store, first.work, ["/mode read_only", "go"], "--model", model)
+    assert code == 0, err
+    (new,) = set(stored_ids(first.store)) - set(before)
+    assert f"> /mode read_only\n[new session {new} (mode ask)]\n[mode: read_only]\n> go\n" in out
+    assert "Read only here.\n" in out
+
+
+def test_mode_with_a_wrapped_agent_that_has_none_says_so(tmp_path: Path) -> None:
+    agent = Path(__file__).parent / "support" / "talking_agent.py"
+    (tmp_path / "work").mkdir()
+    code, out, err, _ = run_chat(tmp_path / "store", tmp_path / "work", ["/mode read_only", "/mode", "/quit"],
+                                 "--wrap", "--", sys.executable, str(agent))
+    assert code == 0, err
+    assert out.count("this agent offers no session modes\n") == 2, out
+    assert "not here" not in out + err  # nothing was asked of an agent that has no modes

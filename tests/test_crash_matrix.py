@@ -1,4 +1,4 @@
-"""The kill -9 crash matrix (DESIGN.md sections 2-3): the real stdio agent, SIGKILLed at
+"""The kill -9 crash matrix (docs/persistence.md): the real stdio agent, SIGKILLed at
 chosen and random points of scripted sessions, then loaded by a new agent process.
 
 The engine is tests/support/crash_matrix/ (its docstring lists every check; its command

@@ -32,7 +32,7 @@ async def test_handshake_and_text_turn(tmp_path: Path, work: Path, snapshot_json
         assert answer["stopReason"] == "end_turn"
         assert answer["_meta"]["acpBridge"] == {"turn": 1, "reason": {"kind": "completed"}}
         chunks = [u["content"]["text"] for u in agent.updates_of(sid) if u["sessionUpdate"] == "agent_message_chunk"]
-        assert chunks == ["hello ", "durable ", "world "]
+        assert chunks == ["hello ", "durable ", "world"]
         second = await agent.prompt(sid, "again")
         assert second["_meta"]["acpBridge"]["turn"] == 2
     assert agent.returncode == 0

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -137,9 +138,9 @@ async def test_cancel_mid_stream(tmp_path: Path, work: Path, snapshot_json: Any)
         after = await agent.prompt(sid, "go on")
         assert after["stopReason"] == "end_turn" and after["_meta"]["acpBridge"]["turn"] == 2
         # The cancelled turn ends with its note, live as on every later load.
-        assert chunks(agent, sid) == ["a ", "b ", "c ", "d ", "e ",
+        assert chunks(agent, sid) == ["a ", "b ", "c ", "d ", "e",
                                       "\n\n[This turn was cancelled: it was stopped before it finished.]",
-                                      "next ", "turn "]
+                                      "next ", "turn"]
     assert agent.returncode == 0
     assert normalized(agent.transcript, tmp_path) == snapshot_json
 
@@ -234,7 +235,7 @@ async def test_error_steps_answer_json_rpc_errors(tmp_path: Path, work: Path) ->
         assert err.value.code == -32603
         assert err.value.message == "turn failed: slow down"
         assert err.value.data == {"turn": 1, "step": 1, "code": "rate_limit", "retryable": True}
-        assert chunks(agent, sid) == ["partial ", "\n\n[This turn failed: slow down.]"]
+        assert chunks(agent, sid) == ["partial", "\n\n[This turn failed: slow down.]"]
         with pytest.raises(AgentError) as err:
             await agent.prompt(sid, "second")
         assert err.value.code == -32000
@@ -397,7 +398,7 @@ async def test_load_after_kill9_mid_stream_keeps_the_prompt(tmp_path: Path, work
         # its update reached stdout), then why the turn stopped there.
         *words, notice = [(u["messageId"], u["content"]["text"]) for u in agent2.updates_of(sid)
                           if u["sessionUpdate"] == "agent_message_chunk"]
-        assert words == [("t1s1", w) for w in ("a ", "b ", "c ")]
+        assert words == [("t1s1", w) for w in ("a ", "b ", "c")]
         assert notice == ("t1-end", "\n\n[This turn was interrupted: the agent stopped unexpectedly (crash) "
                                     "before it finished.]")
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] == 1
@@ -439,7 +440,7 @@ async def test_resume_answers_without_replay(tmp_path: Path, work: Path) -> None
         assert content_updates(agent2, sid) == []
         answer = await agent2.prompt(sid, "after restart")
         assert answer["stopReason"] == "end_turn" and answer["_meta"]["acpBridge"]["turn"] == 2
-        assert chunks(agent2, sid) == ["after ", "restart "]
+        assert chunks(agent2, sid) == ["after ", "restart"]
     assert agent2.returncode == 0
 
 
@@ -538,6 +539,14 @@ async def test_close_and_delete(tmp_path: Path, work: Path) -> None:
         assert err.value.code == -32002
         listed = (await agent.request("session/list", {}))["sessions"]
         assert [s["sessionId"] for s in listed] == [sid]
+        # Deleting what is not there succeeds (ACP-DELETE-002): deleted already, or an id
+        # of the right shape that was never made. A malformed id is still refused.
+        assert await agent.request("session/delete", {"sessionId": doomed}) == {}
+        assert await agent.request("session/delete", {"sessionId": str(uuid.uuid4())}) == {}
+        with pytest.raises(AgentError) as err:
+            await agent.request("session/delete", {"sessionId": "../not-a-session"})
+        assert err.value.code == -32602
+        assert [s["sessionId"] for s in (await agent.request("session/list", {}))["sessions"]] == [sid]
     assert agent.returncode == 0
 
 
@@ -548,7 +557,7 @@ async def test_close_while_a_prompt_runs_cancels_it(tmp_path: Path, work: Path) 
         sid = await agent.new_session(work)
         async with anyio.create_task_group() as tg:
             running = start_prompt(tg, agent, sid, "long job")
-            await agent.wait_for(lambda: chunks(agent, sid) == ["working "])
+            await agent.wait_for(lambda: chunks(agent, sid) == ["working"])
             assert await agent.request("session/close", {"sessionId": sid}, timeout=5) == {}
             await running.wait()
         assert running.result == {"stopReason": "cancelled", "_meta": {"acpBridge": {
@@ -586,7 +595,7 @@ async def test_one_prompt_at_a_time_per_session(tmp_path: Path, work: Path) -> N
             await agent.notify("session/cancel", {"sessionId": sid_a})
             await running_a.wait()
         assert running_a.result["stopReason"] == "cancelled"
-        assert chunks(agent, sid_b) == ["session ", "b "]
+        assert chunks(agent, sid_b) == ["session ", "b"]
         # The refused prompt left no trace: session a's next turn is turn 2.
         assert (await agent.prompt(sid_a, "next"))["_meta"]["acpBridge"] == {"turn": 2, "reason": {"kind": "completed"}}
     assert agent.returncode == 0
@@ -614,14 +623,14 @@ async def test_stdin_closed_mid_turn(tmp_path: Path, work: Path) -> None:
     assert max(update_indexes(agent, sid)) < answer_index(agent, "session/prompt")
     shutdown_notice = "\n\n[This turn was interrupted: the agent was shut down before it finished.]"
     # Sent live too, last before the answer: the same mapping as the replay below.
-    assert chunks(agent, sid) == ["never ", "ends ", shutdown_notice]
+    assert chunks(agent, sid) == ["never ", "ends", shutdown_notice]
 
     async with AgentProcess(store) as later:
         await later.initialize()
         loaded = await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] is None
-        assert chunks(later, sid) == ["never ", "ends ", shutdown_notice]
+        assert chunks(later, sid) == ["never ", "ends", shutdown_notice]
         answer = await later.prompt(sid, "hello again")
         assert answer["_meta"]["acpBridge"] == {"turn": 2, "reason": {"kind": "completed"}}
     assert later.returncode == 0

@@ -1,5 +1,5 @@
 """The wire, end to end: transport and JSON-RPC edge cases against the real agent
-subprocess (DESIGN.md section 5: malformed input gets an error answer, unknown
+subprocess (docs/protocol.md, "Transport": malformed input gets an error answer, unknown
 notifications are ignored, and the connection stays usable after any of it).
 
 Most messages here are written as raw bytes (`send_raw`), because they are not what a
@@ -145,7 +145,7 @@ async def test_a_5_mb_prompt_is_accepted_and_echoed(tmp_path: Path, empty_work: 
         answer = await agent.prompt(sid, " ".join(words), timeout=30)
         assert answer["stopReason"] == "end_turn"
         chunks = [u["content"]["text"] for u in agent.updates_of(sid) if u["sessionUpdate"] == "agent_message_chunk"]
-        assert chunks == [w + " " for w in words]
+        assert chunks == [w + " " for w in words[:-1]] + words[-1:]
         assert (await agent.prompt(sid, "small again"))["stopReason"] == "end_turn"
     assert agent.returncode == 0
 
@@ -243,14 +243,50 @@ async def test_framing_split_writes_crlf_blank_lines_and_a_last_line_without_new
 async def test_parse_errors(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         mark = len(agent.transcript)
-        await agent.send_raw(b'{"jsonrpc": "2.0", "id": 1, "method": \n')  # cut short
+        expect(agent, 1, 2)
+        await agent.send_raw(b'{"jsonrpc": "2.0", "id": 1, "method": \n')  # cut short, its id whole
         await agent.send_raw(b"{not json}\n")
         await agent.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"session/list","params":{"cwd":"\xff\xfe"}}\n')
         await agent.send_raw(b"\xc3\x28\n")  # invalid UTF-8, not even JSON
-        errors = await expect_null_errors(agent, mark, 4)
-        assert [e["error"]["code"] for e in errors] == [-32700] * 4
+        errors = await expect_null_errors(agent, mark, 2)
+        assert [e["error"]["code"] for e in errors] == [-32700] * 2
+        with_ids = [m for m in received(agent, mark) if m.get("id") is not None and "error" in m]
+        assert [(m["id"], m["error"]["code"]) for m in with_ids] == [(1, -32700), (2, -32700)]
         await agent.initialize()
         await still_works(agent)
+
+
+async def test_a_request_the_parser_refuses_is_answered_with_its_id(tmp_path: Path) -> None:
+    """The JSON parser refuses a lone surrogate escape and nesting past 1,024 levels:
+    the request is still answered, -32700, with its id, read from its top-level
+    object without trusting the rest (before or after the part that is refused)."""
+    deep = b'{"x":' * 100_000 + b"1" + b"}" * 100_000
+    async with AgentProcess(tmp_path / "store") as agent:
+        await agent.initialize()
+        mark = len(agent.transcript)
+        lines = {
+            "surrogate": b'{"jsonrpc":"2.0","id":"surrogate","method":"session/list","params":{"cwd":"\\ud800"}}',
+            "deep before": b'{"jsonrpc":"2.0","id":"deep before","method":"session/list","params":{"_meta":'
+                           + deep + b"}}",
+            77: b'{"jsonrpc":"2.0","method":"session/list","params":{"_meta":' + deep + b'},"id":77}',
+        }
+        expect(agent, *lines)
+        for raw in lines.values():
+            await agent.send_raw(raw + b"\n")
+        # No top-level id that can be read: id null, as JSON-RPC says.
+        await agent.send_raw(b'{"jsonrpc":"2.0","method":"session/list","params":{"id":5,"cwd":"\\ud800"}}\n')
+        await agent.send_raw(b'[{"jsonrpc":"2.0","id":6,"method":"session/list","params":{"cwd":"\\ud800"}}]\n')
+        await agent.send_raw(b'{"jsonrpc":"2.0","id":"\\ud800","method":"session/list"}\n')
+        await agent.send_raw(b'{"jsonrpc":"2.0","id":"acp-bridge:1","result":{"x":"\\ud800"}}\n')  # ours
+        await agent.send_raw(b'{"jsonrpc":"2.0","id":123')  # cut inside the id: not taken for 123
+        await agent.send_raw(b"\n")
+        errors = await expect_null_errors(agent, mark, 5)
+        assert {e["error"]["code"] for e in errors} == {-32700}
+        answered = {m["id"]: m["error"] for m in received(agent, mark) if m.get("id") is not None and "error" in m}
+        assert set(answered) == set(lines), answered
+        assert all(e["code"] == -32700 and e["data"]["code"] == "parse_error" for e in answered.values())
+        await still_works(agent)
+    assert agent.returncode == 0
 
 
 async def test_deep_nesting_is_an_error_and_the_agent_survives(tmp_path: Path) -> None:
@@ -277,7 +313,7 @@ async def test_deep_nesting_is_an_error_and_the_agent_survives(tmp_path: Path) -
             deep_answers = [a for a in answers if a.get("id") == "deep"]
             assert len(bare) + len(deep_answers) == 3 and all("error" in a for a in bare), answers
             assert all(a["error"]["code"] in (-32700, -32600) for a in bare)
-            assert all("result" in a or a["error"]["code"] in (-32600, -32602) for a in deep_answers)
+            assert all("result" in a or a["error"]["code"] in (-32700, -32600, -32602) for a in deep_answers)
     assert agent.returncode == 0
 
 

@@ -6,11 +6,15 @@ copy that finds less than its plan published nowhere (docs/persistence.md, "Fork
 from __future__ import annotations
 
 import dataclasses
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from session import SessionStore, StoreIOError
+from session import SessionStore, StoreIOError, open_backend
 from session.backends.base import read_stored
 from session.errors import ForkTurnError
 from session.events import Event
@@ -154,3 +158,39 @@ def test_a_wrapped_original_keeps_its_agent_but_not_its_session(store: SessionSt
     assert plain["wrapped"] == {"command": ["agent", "--acp"], "agentInfo": {"name": "a", "version": "1"}}
     given = store.fork(store.plan_fork(log.id), cwd="/w", wrapped={"command": ["b"], "sessionId": "theirs-2"})
     assert loaded(store, given["id"])[1]["wrapped"] == {"command": ["b"], "sessionId": "theirs-2"}
+
+
+_KILLED_OWNER = """
+import os, signal, sys
+from session import SessionStore, open_backend
+from tests.support.logs import Script, write
+store = SessionStore(open_backend(sys.argv[1], sys.argv[2]))
+log = store.create(cwd="/w")
+write(log, Script().text_turn("done").start_turn("cut short").start_step().chunk("part one")
+      .chunk("part two"))
+log.flush()  # streamed, not durable: SQLite keeps these in the session's tail file
+print(log.id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_a_fork_of_a_session_whose_owner_was_killed_mid_stream_holds_what_it_streamed(
+        kind: str, tmp_path: Path) -> None:
+    # SQLite's streamed events live in the tail file until a durable point, not in the
+    # database: the copy takes them from there (a fork of the rows alone came up short).
+    root = str(tmp_path / "store")
+    done = subprocess.run([sys.executable, "-c", _KILLED_OWNER, kind, root], capture_output=True,
+                          text=True, cwd=Path(__file__).parent.parent, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    sid = done.stdout.strip()
+    store = SessionStore(open_backend(kind, root))
+    try:
+        before = stored(store, sid)
+        assert [e["data"]["chunk"]["text"] for e in before if e["type"] == "assistant/chunk"][-2:] == \
+            ["part one", "part two"]
+        plan = store.plan_fork(sid)
+        assert plan.turn == 2 and plan.closers == closers_of(before)
+        assert loaded(store, store.fork(plan, cwd="/w")["id"])[0] == before + plan.closers
+    finally:
+        store.close()

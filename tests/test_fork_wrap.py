@@ -60,7 +60,7 @@ async def test_a_child_that_offers_fork_forks_its_session_with_ours(tmp_path: Pa
         # The child's own fork, of the child's session of the original, in its store.
         assert header_of(theirs, child_fork)["forkedFrom"] == {"sessionId": child_sid, "turn": 2}
         assert (await agent.prompt(fid, "three"))["_meta"]["acpBridge"]["turn"] == 3
-        assert said(agent, fid) == "three "
+        assert said(agent, fid) == "three"
         # A turn named: the child's fork would hold turns ours does not (it numbers its
         # own), so it is emulated (seeding is the child's own prompt: its turn, not ours).
         early = await fork(agent, sid, work, atTurn=1)

@@ -202,7 +202,9 @@ class Expect:
     """One answer an input calls for. `kind`: "id" (an answer carrying exactly `id`),
     "invalid" (-32700/-32600 with id null), "either" (an id JSON-RPC allows but ACP's
     RequestId, string | int64 | null, does not: a float or an integer past 64 bits;
-    either echoed exactly or refused as invalid), "null" (a request whose id is null)."""
+    either echoed exactly or refused as invalid), "null" (a request whose id is null),
+    "parse-id" (-32700 with exactly `id`), "parse" (-32700, id null or one the line
+    `id` holds: see `refused`)."""
 
     kind: str
     id: Any = None
@@ -245,7 +247,7 @@ def expected_answers(line: bytes) -> list[Expect | list[Expect]]:
     try:
         orjson.loads(line)  # the agent's parser decides what is JSON
     except orjson.JSONDecodeError:
-        return [Expect("invalid")]
+        return [refused(line)]
     try:
         value = json.loads(line)  # exact numbers for the id comparison
     except (ValueError, RecursionError):
@@ -257,6 +259,30 @@ def expected_answers(line: bytes) -> list[Expect | list[Expect]]:
         return [answered] if answered else []
     single = expect_item(value)
     return [] if single is None else [single]
+
+
+def refused(line: bytes) -> Expect:
+    """A line the agent's parser refuses: a parse error, answered with the request's id
+    where the line still holds one that can be read. Read here with the stdlib parser,
+    which takes lone surrogates and (as escapes) invalid UTF-8: "parse-id" with that id;
+    a line too broken for it (cut short, nested too deep) is "parse": id null, or an id
+    the line holds."""
+    try:
+        value = json.loads(line.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return Expect("parse", line)
+    if isinstance(value, dict) and id_kind(value.get("id")) == "id" and answerable(value["id"]):
+        return Expect("parse-id", value["id"])
+    return Expect("invalid")
+
+
+def answerable(request_id: Any) -> bool:
+    """An id the agent can answer with: JSON it can write, not one of its own."""
+    try:
+        orjson.dumps(request_id)
+    except TypeError:
+        return False
+    return not (isinstance(request_id, str) and request_id.startswith("acp-bridge:"))
 
 
 def _same_id(a: Any, b: Any) -> bool:
@@ -277,10 +303,18 @@ def match(expected: list[Expect], answers: list[dict[str, Any]]) -> str | None:
     def null_error(a: dict[str, Any]) -> bool:
         return a.get("id") is None and a.get("error", {}).get("code") in (-32700, -32600)
 
-    order = {"id": 0, "invalid": 1, "either": 2, "null": 3}
+    def parse_error(a: dict[str, Any], line: bytes) -> bool:
+        found = a.get("id")
+        return a.get("error", {}).get("code") == -32700 and (found is None or orjson.dumps(found) in line)
+
+    order = {"id": 0, "parse-id": 0, "invalid": 1, "parse": 1, "either": 2, "null": 3}
     for e in sorted(expected, key=lambda e: order[e.kind]):
         if e.kind == "id":
             ok = take(lambda a, e=e: "id" in a and _same_id(a["id"], e.id))
+        elif e.kind == "parse-id":
+            ok = take(lambda a, e=e: _same_id(a.get("id"), e.id) and a.get("error", {}).get("code") == -32700)
+        elif e.kind == "parse":
+            ok = take(lambda a, e=e: parse_error(a, e.id))
         elif e.kind == "invalid":
             ok = take(null_error)
         elif e.kind == "either":

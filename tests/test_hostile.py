@@ -102,8 +102,8 @@ async def test_hostile_session_ids_are_invalid_params_and_create_nothing(tmp_pat
     after_store = tree(store)
     new = set(after_store) - set(before_store)
     assert new <= {"torn"}, new  # (nothing at all is expected; torn/ only on repair)
-    assert all(sid in name or name in ("sessions", "locks", "sessions.sqlite3", "sessions.sqlite3-wal",
-                                       "sessions.sqlite3-shm") for name in after_store), after_store
+    assert all(sid in name or name in ("sessions", "locks", "tails", "sessions.sqlite3", "sessions.sqlite3-wal",
+                                       "sessions.sqlite3-shm", "sessions.sqlite3-reserve") for name in after_store), after_store
 
 
 # --- tool paths -------------------------------------------------------------------------------

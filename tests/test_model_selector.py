@@ -114,7 +114,7 @@ async def test_switch_is_recorded_survives_load_and_runs_the_next_turn(
                                    {"sessionId": sid, "configId": "thought_level", "value": "high"})
         assert options_of(high)["thought_level"]["currentValue"] == "high"
         # No turn since the switch: the log alone carries it into the next process.
-    assert texts(agent, sid) == ["fast ", "one "]
+    assert texts(agent, sid) == ["fast ", "one"]
     events = loaded_events(store, sid)
     check_invariants(cast("list[Event]", events), closed=True)
     assert [(e["type"], e["data"]) for e in events if e["type"] == "config/set"] == [
@@ -128,11 +128,11 @@ async def test_switch_is_recorded_survives_load_and_runs_the_next_turn(
         assert options["model"]["currentValue"] == strong_spec
         assert options["thought_level"]["currentValue"] == "high"
         assert (await again.prompt(sid, "next"))["stopReason"] == "end_turn"
-        assert texts(again, sid)[-2:] == ["strong ", "one "]
+        assert texts(again, sid)[-2:] == ["strong ", "one"]
         back = await again.request("session/set_config_option", {"sessionId": sid, "configId": "model", "value": fast})
         assert list(options_of(back)) == ["mode", "model"]  # no thought level for the fast model
         assert (await again.prompt(sid, "and again"))["stopReason"] == "end_turn"
-        assert texts(again, sid)[-2:] == ["fast ", "one "]
+        assert texts(again, sid)[-2:] == ["fast ", "one"]
     starts = [e["data"] for e in loaded_events(store, sid) if e["type"] == "turn/start"]
     assert [(s["model"], s.get("thoughtLevel")) for s in starts] == [
         (fast, None), (strong_spec, "high"), (fast, None)]

@@ -82,7 +82,7 @@ async def test_one_owner_across_machines_and_kill9_mid_turn(tmp_path: Path, tcp_
         loaded = await load_when_free(second, params)
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] == 2
         *words, notice = texts(second, sid)
-        assert len(words) == 4 and words[1:] == ["a ", "b ", "c "]  # all the client was shown
+        assert len(words) == 4 and words[1:] == ["a ", "b ", "c"]  # all the client was shown
         assert "interrupted" in notice
         assert texts(second, sid, "user_message_chunk") == ["one", "remember me"]
         assert (await second.prompt(sid, "again"))["_meta"]["acpBridge"]["turn"] == 3

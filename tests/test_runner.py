@@ -144,18 +144,18 @@ RUN_ECHO = {"toolCalls": [{"id": "x1", "name": "run_command", "arguments": {"com
 # name, model steps, mode, permission answers, max_steps, expected shape, expected reason
 PATHS: list[tuple[str, list[dict[str, Any]], str, list[str | None], int, list[str], dict[str, Any]]] = [
     ("completed", [{"text": "all good", "usage": {"inputTokens": 5, "outputTokens": 2}}], "ask", [], 50,
-     ["step/start", "chunk:text:all ", "chunk:text:good ", "message[text]+usage", "step/end", "end:completed"],
+     ["step/start", "chunk:text:all ", "chunk:text:good", "message[text]+usage", "step/end", "end:completed"],
      {"kind": "completed"}),
     ("reasoning then text", [{"thinking": "hmm ok", "text": "done"}], "ask", [], 50,
-     ["step/start", "chunk:reasoning:hmm ", "chunk:reasoning:ok ", "chunk:text:done ",
+     ["step/start", "chunk:reasoning:hmm ", "chunk:reasoning:ok", "chunk:text:done",
       "message[reasoning,text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("read tool, two steps", [READ_A, {"text": "read it"}], "ask", [], 50,
      ["step/start", "message[tool-call]", "call:read_file:read", "result:r1:ok", "step/end",
-      "step/start", "chunk:text:read ", "chunk:text:it ", "message[text]", "step/end", "end:completed"],
+      "step/start", "chunk:text:read ", "chunk:text:it", "message[text]", "step/end", "end:completed"],
      {"kind": "completed"}),
     ("max_tokens in step 2", [READ_A, {"text": "cut", "finish": "max_tokens"}], "ask", [], 50,
      ["step/start", "message[tool-call]", "call:read_file:read", "result:r1:ok", "step/end",
-      "step/start", "chunk:text:cut ", "message[text]", "step/end", "end:max_tokens"], {"kind": "max_tokens"}),
+      "step/start", "chunk:text:cut", "message[text]", "step/end", "end:max_tokens"], {"kind": "max_tokens"}),
     ("usage-only message when cut off", [{"finish": "max_tokens", "usage": {"inputTokens": 9, "outputTokens": 0}}],
      "ask", [], 50, ["step/start", "message[]+usage", "step/end", "end:max_tokens"], {"kind": "max_tokens"}),
     ("max_steps", [READ_A, READ_A | {"toolCalls": [{"id": "r2", "name": "read_file", "arguments": {"path": "a.txt"}}]}],
@@ -164,11 +164,11 @@ PATHS: list[tuple[str, list[dict[str, Any]], str, list[str | None], int, list[st
       "step/start", "message[tool-call]", "call:read_file:read", "result:r2:ok", "step/end", "end:max_steps"],
      {"kind": "max_steps", "limit": 2}),
     ("refusal", [{"text": "no", "finish": "refusal"}], "ask", [], 50,
-     ["step/start", "chunk:text:no ", "message[text]", "step/end", "end:refusal"], {"kind": "refusal"}),
+     ["step/start", "chunk:text:no", "message[text]", "step/end", "end:refusal"], {"kind": "refusal"}),
     ("error step", [READ_A, {"text": "partial", "error": {"message": "rate limited", "code": "rate_limit", "retryable": True}}],
      "ask", [], 50,
      ["step/start", "message[tool-call]", "call:read_file:read", "result:r1:ok", "step/end",
-      "step/start", "chunk:text:partial ", "message[text]", "step/end", "end:error"],
+      "step/start", "chunk:text:partial", "message[text]", "step/end", "end:error"],
      {"kind": "error", "step": 2, "message": "rate limited", "code": "rate_limit", "retryable": True}),
     ("script exhausted is a step error", [], "ask", [], 50, ["step/start", "step/end", "end:error"],
      {"kind": "error", "step": 1, "message": "the model script has 0 entries; call 1 has none",
@@ -176,24 +176,24 @@ PATHS: list[tuple[str, list[dict[str, Any]], str, list[str | None], int, list[st
     ("unknown tool is an error result", [{"toolCalls": [{"id": "u1", "name": "nope", "arguments": {}}]}, {"text": "ok"}],
      "ask", [], 50,
      ["step/start", "message[tool-call]", "call:nope:other:pending", "result:u1:error:unknown_tool", "step/end",
-      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+      "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("edit allowed once", [WRITE_B, {"text": "ok"}], "ask", ["allow_once"], 50,
      ["step/start", "message[tool-call]", "call:write_file:edit:pending", "permission:w1:allow_once",
       "result:w1:ok", "step/end",
-      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+      "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("edit rejected", [WRITE_B, {"text": "ok"}], "ask", ["reject_once"], 50,
      ["step/start", "message[tool-call]", "call:write_file:edit:pending", "result:w1:error:rejected", "step/end",
-      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+      "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("read_only refuses without asking", [WRITE_B, {"text": "ok"}], "read_only", [], 50,
      ["step/start", "message[tool-call]", "call:write_file:edit:pending", "result:w1:error:read_only", "step/end",
-      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+      "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("accept_edits writes without asking", [WRITE_B, {"text": "ok"}], "accept_edits", [], 50,
      ["step/start", "message[tool-call]", "call:write_file:edit", "result:w1:ok", "step/end",
-      "step/start", "chunk:text:ok ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+      "step/start", "chunk:text:ok", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
     ("command asks even in accept_edits", [RUN_ECHO, {"text": "ran"}], "accept_edits", ["allow_once"], 50,
      ["step/start", "message[tool-call]", "call:run_command:execute:pending", "permission:x1:allow_once",
       "result:x1:ok", "step/end",
-      "step/start", "chunk:text:ran ", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
+      "step/start", "chunk:text:ran", "message[text]", "step/end", "end:completed"], {"kind": "completed"}),
 ]
 
 
@@ -252,7 +252,7 @@ def test_echo_model_and_multi_turn(workdir: Path) -> None:
     h = harness_run(workdir, EchoModel(), body)
     events = list(h.log.events)
     chunks = [e["data"]["chunk"]["text"] for e in events if e["type"] == "assistant/chunk"]
-    assert chunks == ["hello ", "there ", "world ", "again "]
+    assert chunks == ["hello   ", "there\n", "world", "again"]  # whitespace kept as typed
     ends = [e for e in events if e["type"] == "turn/end"]
     assert [e["data"]["turn"] for e in ends] == [1, 2]
     message = next(e for e in events if e["type"] == "assistant/message")
@@ -306,7 +306,7 @@ def test_cancel_while_streaming(workdir: Path) -> None:
     h = harness_run(workdir, script({"text": "partial words here", "hang": True}), body)
     assert ends[0]["data"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
     assert shape(list(h.log.events)[2:]) == [
-        "step/start", "chunk:text:partial ", "chunk:text:words ", "chunk:text:here ",
+        "step/start", "chunk:text:partial ", "chunk:text:words ", "chunk:text:here",
         "message[text]", "step/end", "end:cancelled"]
 
 
@@ -562,7 +562,7 @@ def test_stop_closes_as_interrupted_and_returns_the_turn_end(workdir: Path) -> N
 
     h = harness_run(workdir, script({"text": "streaming", "hang": True}), body)
     assert ends[0]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
-    assert shape(list(h.log.events)[2:]) == ["step/start", "chunk:text:streaming ", "step/end", "end:interrupted"]
+    assert shape(list(h.log.events)[2:]) == ["step/start", "chunk:text:streaming", "step/end", "end:interrupted"]
     assert not h.runner.stop()  # nothing runs any more
 
 

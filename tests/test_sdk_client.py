@@ -135,7 +135,7 @@ async def test_sdk_prompt_then_load_in_a_second_process(tmp_path: Path, caplog: 
             answer = await conn.prompt(session_id=sid, prompt=[text_block("hello from the sdk")])
             assert answer.stop_reason == "end_turn"
             await first.all_delivered()
-            assert first.texts(sid, AgentMessageChunk) == ["hello ", "from ", "the ", "sdk "]
+            assert first.texts(sid, AgentMessageChunk) == ["hello ", "from ", "the ", "sdk"]
             assert first.of(sid, UserMessageChunk) == []  # the user's own words are not echoed live
             (usage,) = first.of(sid, UsageUpdate)
             assert usage.size == 1_000_000
@@ -154,7 +154,7 @@ async def test_sdk_prompt_then_load_in_a_second_process(tmp_path: Path, caplog: 
             loaded = await conn.load_session(cwd=str(work), session_id=sid, mcp_servers=[])
             await second.all_delivered()
             assert second.texts(sid, UserMessageChunk) == ["hello from the sdk"]
-            assert second.texts(sid, AgentMessageChunk) == ["hello ", "from ", "the ", "sdk "]
+            assert second.texts(sid, AgentMessageChunk) == ["hello ", "from ", "the ", "sdk"]
             meta = loaded.field_meta or {}
             assert meta["acpBridge"]["turns"] == 1
             # The loaded session takes another turn.
@@ -194,7 +194,7 @@ async def test_sdk_cancel_settles_the_prompt_as_cancelled(tmp_path: Path, caplog
             await client.all_delivered()
             # The SDK's models take the note that ends a cancelled turn as any chunk.
             assert client.texts(sid, AgentMessageChunk) == [
-                "a ", "b ", "\n\n[This turn was cancelled: it was stopped before it finished.]"]
+                "a ", "b", "\n\n[This turn was cancelled: it was stopped before it finished.]"]
         assert process.returncode == 0
     no_sdk_errors(caplog)
 
@@ -231,5 +231,5 @@ async def test_sdk_tool_calls_with_permission_and_client_fs(tmp_path: Path,
     assert all(u.status == "pending" for u in starts.values())
     final = {u.tool_call_id: u.status for u in client.of(sid, ToolCallProgress) if u.status is not None}
     assert final == {"r1": "completed", "w1": "completed"}
-    assert client.texts(sid, AgentMessageChunk) == ["Reading. ", "Done. "]
+    assert client.texts(sid, AgentMessageChunk) == ["Reading.", "Done."]
     no_sdk_errors(caplog)

@@ -269,3 +269,26 @@ def test_checking_an_openai_spec_stays_off_httpx() -> None:
             "from acp_bridge.models import check_spec; check_spec('openai:gpt-4o', {}); "
             "sys.exit(0 if lean and 'httpx' not in sys.modules else 1)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30, env=clean_env())
+
+
+def test_the_postgres_backend_without_its_driver_is_refused_at_start_up(paths: Paths) -> None:
+    # psycopg hidden (a sitecustomize that blocks its import, as if the `postgres` extra
+    # had not been installed): refused in one line with the install hint, before
+    # anything is served, instead of failing the first session/new.
+    hidden = paths.root / "no-psycopg"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text('import sys\nsys.modules["psycopg"] = None\n')
+    env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")])))
+    store = ["--backend", "postgres", "--store", "postgresql://nobody@127.0.0.1:9/none"]
+    stdin = "".join(orjson.dumps(m).decode() + "\n" for m in NEW_SESSION)
+    for argv, prog in ((["serve", *store], "acp-bridge"),
+                       (["wrap", *store, "--", sys.executable, "-c", "pass"], "acp-bridge wrap"),
+                       (["chat", *store], "acp-bridge chat"),
+                       (["sessions", *store, "list"], "acp-bridge sessions")):
+        result = run(argv, env, paths.root, stdin)
+        check_refused(result, prog, "--backend: ", "pip install 'acp-bridge[postgres]'")
+    assert "needs psycopg 3" in result.stderr
+    # From the environment too, named as such.
+    result = run(["serve", "--store", "postgresql://nobody@127.0.0.1:9/none"],
+                 {**env, "ACP_BRIDGE_BACKEND": "postgres"}, paths.root, stdin)
+    check_refused(result, "acp-bridge", "$ACP_BRIDGE_BACKEND: ", "acp-bridge[postgres]")

@@ -17,7 +17,9 @@ import pytest
 from session import SessionStore, StoreIOError, check_invariants
 from session.backends import jsonl as jsonl_module
 from session.backends.jsonl import JsonlBackend
-from session.backends.sqlite import SqliteBackend, SqliteSession
+from session.backends.sqlite import SqliteBackend
+from session.backends.sqlite_session import SqliteSession
+from session.backends.sqlite_tail import TailFile, tail_path
 from session.log import FLUSH_EVENTS
 from tests.support.logs import Script, write
 
@@ -120,9 +122,12 @@ def test_a_failed_hand_off_is_raised_to_the_next_append(
     log.close()
 
 
-def test_sqlite_failure_drops_unsynced_rows_and_goes_on(
+def test_sqlite_failure_drops_the_streamed_tail_and_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Streamed events go to the session's tail file, not into the database: a failed
+    # durable commit leaves the database as it was (SQLite rolls the transaction back)
+    # and the tail is cut, so nothing of the failed step is stored anywhere.
     backend = SqliteBackend(tmp_path)
     store = SessionStore(backend)
     log = store.create(cwd="/w")
@@ -130,8 +135,10 @@ def test_sqlite_failure_drops_unsynced_rows_and_goes_on(
     script = Script(first_turn=2).start_turn().start_step()
     for n in range(FLUSH_EVENTS + 5):
         script.chunk(f"{n} ")
-    write(log, script)  # flushed once without sync: rows committed, not durable
+    write(log, script)  # flushed once without sync: in the tail file, not durable
     assert log.buffered < log.pending
+    tail = tail_path(tmp_path, log.id)
+    assert tail.stat().st_size > 0
 
     real_insert = SqliteSession._insert
 
@@ -144,47 +151,111 @@ def test_sqlite_failure_drops_unsynced_rows_and_goes_on(
     with pytest.raises(StoreIOError, match=f"disk I/O error; rolled back to seq {durable_seq}"):
         log.append("step/end", {"turn": 2, "step": 1})
     monkeypatch.undo()
-    # The rows the streamed flush committed are deleted at once, not at the next write.
     with sqlite3.connect(backend.path) as db:
         (rows,) = db.execute("SELECT count(*) FROM events").fetchone()
     assert rows == durable_seq == log.tracker.next_seq and log.pending == 0
+    assert tail.stat().st_size == 0
     write(log, Script(first_turn=2).text_turn("again", "fine"))
     expected = list(log.events)
     log.close()
+    assert not tail.exists()  # an empty tail goes with its owner
     assert reloaded(store, log.id) == expected
 
 
-def test_sqlite_rows_left_by_a_failure_are_replaced(
+def test_sqlite_a_tail_that_could_not_be_cut_is_cut_before_the_next_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A failure after an unsynced flush leaves committed rows past the durable seq;
-    # the rewrite must replace them, not collide with them.
+    # If even the truncate fails, the tail keeps lines past the durable point; they are
+    # cut before anything else is appended, so the rewrite never follows them.
     backend = SqliteBackend(tmp_path)
     store = SessionStore(backend)
     log = store.create(cwd="/w")
-    script = Script().start_turn().start_step()
-    for n in range(FLUSH_EVENTS):
-        script.chunk(f"{n} ")
-    write(log, script)
-    with sqlite3.connect(backend.path) as db:
-        (rows,) = db.execute("SELECT count(*) FROM events").fetchone()
-    assert rows > 0
+    write(log, Script().start_turn())
+    log.sync()  # the prompt is durable (as before an external model)
+    tail = tail_path(tmp_path, log.id)
+    real_append, real_cut = TailFile.append, TailFile.cut
 
-    calls = {"n": 0}
-    real_insert = SqliteSession._insert
+    def append_then_fail(self: TailFile, data: bytes) -> None:
+        real_append(self, data)
+        eio()
 
-    def fail_once(self: SqliteSession, db: sqlite3.Connection, batch: Any) -> None:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise sqlite3.OperationalError("database or disk is full")
-        real_insert(self, db, batch)
-
-    monkeypatch.setattr(SqliteSession, "_insert", fail_once)
-    monkeypatch.setattr(SqliteSession, "_drop_stale", lambda self: None)  # as if that failed too
-    with pytest.raises(StoreIOError):
-        log.append("step/end", {"turn": 1, "step": 1})
-    assert (log.tracker.next_seq, log.pending) == (0, 0)
-    write(log, Script().text_turn("again", "fine"))
+    monkeypatch.setattr(TailFile, "append", append_then_fail)
+    monkeypatch.setattr(TailFile, "cut", eio)
+    lost = Script()
+    lost.turn = 1
+    write(log, lost.start_step().chunk("lost "))
+    with pytest.raises(StoreIOError, match="Input/output error; rolled back to seq 2"):
+        log.flush()
+    assert b"lost" in tail.read_bytes()  # the failed cut left it there
+    monkeypatch.setattr(TailFile, "append", real_append)
+    monkeypatch.setattr(TailFile, "cut", real_cut)
+    kept = Script()
+    kept.turn = 1
+    write(log, kept.start_step().chunk("kept "))
+    log.flush()
+    assert b"lost" not in tail.read_bytes() and b"kept" in tail.read_bytes()
+    write(log, kept.chunk("done").end_step().end_turn().items[2:])
     expected = list(log.events)
     log.close()
-    assert reloaded(store, log.id) == expected
+    events = reloaded(store, log.id)
+    assert events == expected and "lost" not in str(events)
+
+
+def _full() -> sqlite3.OperationalError:
+    exc = sqlite3.OperationalError("database or disk is full")
+    exc.sqlite_errorcode = 13  # SQLITE_FULL, as SQLite sets it
+    return exc
+
+
+@pytest.mark.parametrize("purged", [True, False], ids=["purged-at-once", "purged-at-next-open"])
+def test_sqlite_delete_on_a_full_disk_uses_the_reserve_and_purges_what_it_could_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, purged: bool
+) -> None:
+    # The one-transaction delete fails for space: the reserve is released, the session's
+    # row goes first (it is gone for every reader), then its events a few rows a
+    # transaction; the reserve is allocated again after. Events a failure leaves behind
+    # are purged when the store is next opened.
+    from session.backends import sqlite as sqlite_module
+
+    backend = SqliteBackend(tmp_path)
+    store = SessionStore(backend)
+    doomed, kept = store.create(cwd="/w"), store.create(cwd="/w")
+    for log in (doomed, kept):
+        for turn in range(1, 40):
+            write(log, Script(first_turn=turn).text_turn())
+        log.close()
+    assert backend.reserve.held
+    real = SqliteBackend.transaction
+    calls = {"n": 0}
+
+    def first_fails(self: SqliteBackend, *, full: bool) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise _full()
+        return real(self, full=full)
+
+    monkeypatch.setattr(SqliteBackend, "transaction", first_fails)
+    released: list[bool] = []
+    real_release = backend.reserve.release
+    def release() -> bool:
+        released.append(real_release())
+        return released[-1]
+
+    monkeypatch.setattr(backend.reserve, "release", release)
+    if not purged:
+        monkeypatch.setattr(sqlite_module, "purge_events", lambda db, sid: False)  # the disk stayed full
+    store.delete(doomed.id)
+    monkeypatch.undo()
+    assert released == [True] and backend.reserve.held  # released for the delete, then back
+    assert [s["id"] for s in store.list()] == [kept.id]
+    with sqlite3.connect(backend.path) as db:
+        left = db.execute("SELECT count(*) FROM events WHERE session_id = ?", (doomed.id,)).fetchone()[0]
+    # Purged a few rows a transaction, or (the purge "failed") left with no session to
+    # show them.
+    assert (left == 0) if purged else (left > 0)
+    backend.close()
+    reopened = SqliteBackend(tmp_path)  # purged when the store is next opened
+    with sqlite3.connect(reopened.path) as db:
+        counts = dict(db.execute("SELECT session_id, count(*) FROM events GROUP BY session_id").fetchall())
+    assert counts == {kept.id: len(Script().text_turn().items) * 39}
+    reopened.close()

@@ -127,7 +127,7 @@ def test_chat_says_how_a_live_turn_ended_once(tmp_path: Path, work: Path) -> Non
     model = write_script(tmp_path / "script.json", {"text": "so far", "finish": "max_tokens"},
                          {"error": {"message": "boom", "code": "provider"}})
     out = run_chat(tmp_path / "store", work, ["first", "second"], "--model", model)
-    assert "so far \n[This turn stopped: the model reached its output limit.]\n> " in out
+    assert "so far\n[This turn stopped: the model reached its output limit.]\n> " in out
     assert "> second\n[This turn failed: boom.]\n> " in out
     # The prompt's answer says it again in other words: not shown a second time.
     assert "[stopped:" not in out and "[error:" not in out

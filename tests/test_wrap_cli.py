@@ -197,7 +197,7 @@ def test_chat_through_the_wrapper_is_the_chat_without_it(chats: Chats) -> None:
     # Streamed thinking and text, a permission asked and granted at the keyboard, the
     # file written through the chat's own fs/write_text_file: line for line the same.
     assert _before_sessions(out) == _before_sessions(direct_out)
-    assert "(thinking) Let me think. \nHello there. \n" in out and "Written. \n" in out
+    assert "(thinking) Let me think.\nHello there.\n" in out and "Written.\n" in out
     assert (chats.work("wrapped") / "out.txt").read_text() == "hi\n"
     # session/list is the wrapper's: our session id, not the wrapped agent's.
     rows = out.split("> /sessions\n", 1)[1].splitlines()[1:]
@@ -230,11 +230,11 @@ def test_chat_wrap_loads_the_wrapped_session(chats: Chats) -> None:
     replay = out.split(f"[loading session {chats.sid}]\n", 1)[1]
     # Replayed from the wrapper's log, as the chat showed it live: the title the agent
     # sent (a wrapped/update) included, which our own agent's replay does not resend.
-    assert replay.startswith("> hello\n[session: hello]\n(thinking) Let me think. \nHello there. \n"
-                             "> write it\nWriting. \n⚙ Write out.txt [pending]\n"
-                             "  ✓ completed: out.txt +1 -0 (new file)\nWritten. \n")
+    assert replay.startswith("> hello\n[session: hello]\n(thinking) Let me think.\nHello there.\n"
+                             "> write it\nWriting.\n⚙ Write out.txt [pending]\n"
+                             "  ✓ completed: out.txt +1 -0 (new file)\nWritten.\n")
     assert (f"[loaded session {chats.sid}: 2 turns, mode ask]\n"
-            "[the wrapped agent: its own session loaded]\n> again\nBack again. \n") in replay
+            "[the wrapped agent: its own session loaded]\n> again\nBack again.\n") in replay
     assert cli(*store_args(chats.store, chats.kind), "show", chats.sid).out.count("\nTurn ") == 3
 
 

@@ -72,7 +72,7 @@ async def test_child_killed_mid_turn_answers_interrupted_and_is_restarted(tmp_pa
         first = child_pid(agent.proc.pid)
         async with anyio.create_task_group() as tg:
             answer = agent.prompt_soon(tg, sid, "work")
-            await agent.wait_for(lambda: text_of(agent.updates_of(sid), "agent_message_chunk") == "working on it ")
+            await agent.wait_for(lambda: text_of(agent.updates_of(sid), "agent_message_chunk") == "working on it")
             write_script(script, {"text": "back again"})  # what the restarted child serves
             subprocess.run(["kill", "-9", str(first)], check=True)
         result = answer["result"]
@@ -81,7 +81,7 @@ async def test_child_killed_mid_turn_answers_interrupted_and_is_restarted(tmp_pa
         again = await agent.prompt(sid, "again")
         assert again["stopReason"] == "end_turn" and again["_meta"]["acpBridge"]["turn"] == 2
         assert child_pid(agent.proc.pid) != first
-        assert text_of(agent.updates_of(sid), "agent_message_chunk").endswith("back again ")
+        assert text_of(agent.updates_of(sid), "agent_message_chunk").endswith("back again")
     assert agent.returncode == 0
     events = loaded_events(tmp_path / "store", sid)
     check_invariants(events, closed=True)  # type: ignore[arg-type]
@@ -119,7 +119,7 @@ async def test_stdin_eof_mid_turn_answers_and_closes_the_child(tmp_path: Path, w
         child = child_pid(agent.proc.pid)
         async with anyio.create_task_group() as tg:
             answer = agent.prompt_soon(tg, sid, "work")
-            await agent.wait_for(lambda: text_of(agent.updates_of(sid), "agent_message_chunk") == "working on it ")
+            await agent.wait_for(lambda: text_of(agent.updates_of(sid), "agent_message_chunk") == "working on it")
             await agent.close_stdin()
         assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
     assert agent.returncode == 0

@@ -196,6 +196,14 @@ def check_backend(value: str | None, option: str) -> str:
     from session import DURABLE_BACKENDS
 
     name = (value or DEFAULT_BACKEND).strip()
+    if name == "postgres":
+        import importlib.util
+
+        # Found, not imported: the driver is imported at the first session, after
+        # `initialize` (docs/persistence.md, "PostgreSQL"); without it nothing can work.
+        if importlib.util.find_spec("psycopg") is None:
+            raise ConfigError(option, "the postgres backend needs psycopg 3, which is not installed: "
+                              "pip install 'acp-bridge[postgres]'")
     if name in DURABLE_BACKENDS:
         return name
     choices = _either(DURABLE_BACKENDS)

@@ -11,6 +11,7 @@ one place (acp_bridge.host.errors.to_rpc_error, which the connection is handed).
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -295,7 +296,9 @@ class Host(Generic[S]):
         session = self._live.get(sessionId)
         if session is not None:
             await self._shut(sessionId, session)
-        await anyio.to_thread.run_sync(self.store().delete, sessionId)
+        # Never made, or deleted already: what was asked for is so (docs/protocol.md).
+        with contextlib.suppress(SessionNotFoundError):
+            await anyio.to_thread.run_sync(self.store().delete, sessionId)
         return {}
 
     async def _shut(self, sid: str, session: S) -> None:

@@ -8,6 +8,7 @@ runner has one path for every way a step can end.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -16,6 +17,18 @@ from session.events import Usage
 from session.transcript import Message
 
 FinishReason = Literal["stop", "tool_calls", "max_tokens", "refusal", "error"]
+
+# A word with the whitespace after it (the text's leading whitespace goes with its first
+# word), or whitespace alone when the text has no word.
+_WORD = re.compile(r"\s*\S+\s*|\s+")
+
+
+def word_chunks(text: str) -> list[str]:
+    """`text` cut at word boundaries, every character kept: newlines, tabs and runs of
+    spaces stay where they were, so `"".join(word_chunks(text)) == text` and a client
+    is shown the text (markdown included) as it was written. What `echo` and `script:`
+    stream, one chunk each."""
+    return _WORD.findall(text)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,20 @@
-"""`echo`, the embedded default: streams the last user message back, one chunk per
-whitespace-separated word. No network, no keys, deterministic."""
+"""`echo`, the embedded default: streams the last user message back as it was typed,
+one chunk per word with the whitespace after it (newlines and all, so markdown shows
+as markdown). No network, no keys, deterministic."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
 from acp_bridge.content import blocks_text
-from acp_bridge.models.base import Finish, ModelChunk, ModelRequest, TextDelta, UsageChunk
+from acp_bridge.models.base import (
+    Finish,
+    ModelChunk,
+    ModelRequest,
+    TextDelta,
+    UsageChunk,
+    word_chunks,
+)
 
 
 def prompt_text(content: object) -> str:
@@ -21,12 +29,13 @@ class EchoModel:
     external = False  # computed in-process, never waits (acp_bridge.models.Model)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        words: list[str] = []
+        text = ""
         for message in reversed(request.messages):
             if message["role"] == "user":
-                words = prompt_text(message["content"]).split()
+                text = prompt_text(message["content"])
                 break
-        for word in words:
-            yield TextDelta(word + " ")
-        yield UsageChunk({"inputTokens": len(words), "outputTokens": len(words)})
+        for chunk in word_chunks(text):
+            yield TextDelta(chunk)
+        words = len(text.split())
+        yield UsageChunk({"inputTokens": words, "outputTokens": words})
         yield Finish("stop")

@@ -1,14 +1,14 @@
-"""`script:PATH`: a scripted model for tests and demos (the format is shared with
-tests outside this repo, so it is kept exactly as DESIGN.md section 4 says).
+"""`script:PATH`: a scripted model for tests and demos. The format is documented in
+docs/script-model.md (it is shared with tests outside this repo: keep the two in step).
 
     {"steps": [entry, ...], "chunkDelayMs"?: int}
 
 One entry per model call, served in order across the process's turns. Entry fields,
-all optional: `thinking` (streamed as reasoning), `text` (streamed word by word),
-`toolCalls` ([{id, name, arguments: object}]), `usage`, `finish` (default `tool_calls`
-with toolCalls, else `stop`), `error` ({message, code?, retryable?}: the call fails
-after streaming what came before), `hang: true` (stream the text, then wait until
-cancelled). Running out of entries is a step error.
+all optional: `thinking` (streamed as reasoning), `text` (streamed a word at a time,
+whitespace kept exactly), `toolCalls` ([{id, name, arguments: object}]), `usage`,
+`finish` (default `tool_calls` with toolCalls, else `stop`), `error` ({message, code?,
+retryable?}: the call fails after streaming what came before), `hang: true` (stream the
+text, then wait until cancelled). Running out of entries is a step error.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from acp_bridge.models.base import (
     TextDelta,
     ToolCallChunk,
     UsageChunk,
+    word_chunks,
 )
 
 _TOP_FIELDS = {"steps", "chunkDelayMs"}
@@ -66,12 +67,12 @@ class ScriptModel:
             )
             return
         entry = self.steps[index]
-        for word in str(entry.get("thinking", "")).split():
+        for chunk in word_chunks(str(entry.get("thinking", ""))):
             await self._pause()
-            yield ReasoningDelta(word + " ")
-        for word in str(entry.get("text", "")).split():
+            yield ReasoningDelta(chunk)
+        for chunk in word_chunks(str(entry.get("text", ""))):
             await self._pause()
-            yield TextDelta(word + " ")
+            yield TextDelta(chunk)
         if entry.get("hang"):
             await anyio.sleep_forever()
         error = entry.get("error")

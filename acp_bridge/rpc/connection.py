@@ -40,6 +40,7 @@ from acp_bridge.rpc.protocol import (
     own_request_id,
     request_key,
     response,
+    salvaged_id,
 )
 from acp_bridge.rpc.transport import LineReader, TooLong, Writer
 
@@ -208,8 +209,10 @@ class Connection:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            self.send(response(None, error=RpcError(PARSE_ERROR, "Parse error", {"code": "parse_error",
-                                                                                 "detail": str(exc)})))
+            # Answered with the request's id where it can still be read, so a client
+            # waiting on that id is not left hanging (acp_bridge.rpc.protocol.salvaged_id).
+            self.send(response(salvaged_id(line), error=RpcError(PARSE_ERROR, "Parse error", {
+                "code": "parse_error", "detail": str(exc)})))
             return
         if isinstance(message, list):
             if not message:

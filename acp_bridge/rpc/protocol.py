@@ -8,6 +8,7 @@ around them, in the way h11 keeps its protocol core apart from the sockets.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -132,6 +133,65 @@ def internal_error(exc: BaseException) -> RpcError:
 def is_id(value: Any) -> bool:
     """ACP request ids are strings or 64-bit integers (orjson reads bigger ones as floats)."""
     return value is None or isinstance(value, str) or (type(value) is int and -(2**63) <= value < 2**64)
+
+
+# What matters in a JSON text for finding a member of its top-level object: strings
+# (whole, escapes and all), brackets, colons; the rest (numbers, literals, commas,
+# whitespace, garbage) lies between them. A quote that opens no closed string ends the
+# scan: nothing after it can be told apart from string content.
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:]|"', re.S)
+_ID_VALUE = re.compile(rb'\s*("(?:[^"\\]|\\.)*"|-?(?:0|[1-9][0-9]*))\s*[,}]', re.S)
+
+
+def salvaged_id(line: bytes) -> Any:
+    """The id of a request the JSON parser refused (a lone surrogate escape, nesting
+    deeper than it takes, invalid UTF-8, a line cut short), read without trusting the
+    rest: the `"id"` member of the top-level object, a string or an integer followed by
+    `,` or `}` (a number cut short is not taken for another). None if there is none,
+    so the parse error is answered with id null as JSON-RPC says for an id that cannot
+    be read. Linear in the line, whatever its nesting."""
+    text = line.strip()
+    if not text.startswith(b"{"):
+        return None  # a batch or a bare value: no one id to answer with
+    depth, found, key = 0, None, None
+    for token in _TOKENS.finditer(text):
+        raw = token.group()
+        if raw in (b"{", b"["):
+            depth, key = depth + 1, None
+        elif raw in (b"}", b"]"):
+            depth, key = depth - 1, None
+            if depth <= 0:
+                break
+        elif raw == b'"':
+            break
+        elif depth != 1:
+            continue
+        elif raw == b":":
+            if key is not None and text[key.end():token.start()].strip() == b"" and _is_id_key(key.group()):
+                value = _ID_VALUE.match(text, token.end())
+                found = _id_from(value.group(1)) if value is not None else None
+            key = None
+        else:
+            key = token
+    return found
+
+
+def _is_id_key(raw: bytes) -> bool:
+    try:
+        return bool(orjson.loads(raw) == "id")
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _id_from(raw: bytes) -> Any:
+    try:
+        value = orjson.loads(raw)  # (a lone surrogate in it: no id that can be answered)
+    except orjson.JSONDecodeError:
+        return None
+    # An id of ours is the peer's answer to one of our requests, not a request to answer.
+    if not is_id(value) or (isinstance(value, str) and value.startswith(OWN_ID_PREFIX)):
+        return None
+    return value
 
 
 def valid_envelope(request: Any) -> bool:

@@ -4,7 +4,7 @@ lines (`raw_pieces`, for `raw_chunks`). One copy for SQLite and PostgreSQL alike
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -56,14 +56,23 @@ def raw_pieces(fetch: Callable[[], Sequence[Row]], piece_bytes: int) -> Iterator
     """The rows `fetch` gives (a batch a call, empty at the end) as JSONL lines, the data
     text verbatim, joined in pieces of about `piece_bytes`: bounded memory however big
     the log."""
+
+    def lines() -> Iterator[bytes]:
+        while rows := fetch():
+            for seq, etype, stamp, data in rows:
+                yield b'{"type":%s,"seq":%d,"time":%d,"data":%s}\n' % (
+                    orjson.dumps(etype), seq, stamp, as_bytes(data))
+
+    return pieces(lines(), piece_bytes)
+
+
+def pieces(lines: Iterable[bytes], piece_bytes: int) -> Iterator[bytes]:
+    """`lines` joined in pieces of about `piece_bytes` (a piece ends with a whole line)."""
     piece: list[bytes] = []
     size = 0
-    while rows := fetch():
-        for seq, etype, stamp, data in rows:
-            line = b'{"type":%s,"seq":%d,"time":%d,"data":%s}\n' % (
-                orjson.dumps(etype), seq, stamp, as_bytes(data))
-            piece.append(line)
-            size += len(line)
+    for line in lines:
+        piece.append(line)
+        size += len(line)
         if size >= piece_bytes:
             yield b"".join(piece)
             piece, size = [], 0

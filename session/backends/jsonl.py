@@ -35,7 +35,7 @@ from session.backends.base import (
     validate_session_id,
 )
 from session.backends.jsonl_read import READ_BLOCK, JsonlReader, JsonlStream, log_opener, summary_of
-from session.errors import SessionNotFoundError, StoreIOError
+from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.files import (
     FILE_MODE,
@@ -67,6 +67,13 @@ class JsonlBackend:
         lock = OwnerLock.acquire(self._lock_path(sid), sid)
         try:
             publish(path, orjson.dumps(header) + b"\n", session_id=sid)
+        except SessionExistsError:
+            lock.release()
+            raise
+        except BaseException:
+            lock.discard()  # the session was never made: no lock file of it stays
+            raise
+        try:
             return JsonlSession(self, sid, path, lock, next_seq=0)
         except BaseException:
             lock.release()

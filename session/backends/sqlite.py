@@ -1,14 +1,19 @@
 """The SQLite backend: every session of a store in one WAL database.
 
-    sessions.sqlite3        tables sessions, events (session_id, seq), torn_events
-    locks/<id>.lock         the owner lock, as for JSONL (SQLite locks the whole file,
-                            not one session, so ownership is ours to keep)
+    sessions.sqlite3          tables sessions, events (session_id, seq), torn_events
+    sessions.sqlite3-reserve  space kept for a full disk (session.backends.sqlite_space)
+    tails/<id>.jsonl          a session's streamed events since its last durable point
+                              (session.backends.sqlite_tail)
+    locks/<id>.lock           the owner lock, as for JSONL (SQLite locks the whole file,
+                              not one session, so ownership is ours to keep)
 
-A batch is one transaction, the repair is one transaction. Streamed batches commit
-with `synchronous=NORMAL` (they survive a killed process, not a power cut); durability
-points commit with `synchronous=FULL`, which syncs the WAL and so every frame before
-it. The schema version lives in `user_version`; other versions are refused. Reading
-(the row stream, the read-only `SqliteReader`) is in session.backends.sqlite_read.
+The database holds durable points only: a durable batch is one transaction (with the
+tail's events before it) committed with `synchronous=FULL`, which syncs the WAL and so
+every frame before it; streamed batches go to the tail file, where they survive a
+killed process (not a power cut) and a failure undoes them with a truncate. The
+repair is one transaction. The schema version lives in `user_version`; other versions
+are refused. The owned session is in session.backends.sqlite_session; reading (the row
+stream, the read-only `SqliteReader`) in session.backends.sqlite_read.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -29,8 +33,6 @@ from session.backends.base import (
     SessionSummary,
     StoredLog,
     changed_while_forked,
-    check_batch_seqs,
-    first_prompt_title,
     read_whole,
     validate_session_id,
 )
@@ -45,10 +47,25 @@ from session.backends.sqlite_read import (
     damage_as_corrupt,
     schema_version_error,
 )
-from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
+from session.backends.sqlite_session import OwnedSqliteStream, SqliteSession, io_error
+from session.backends.sqlite_space import (
+    PAGE,
+    Reserve,
+    checkpoint,
+    give_back,
+    is_full,
+    orphan_ids,
+    purge_events,
+)
+from session.backends.sqlite_tail import TailFile, tail_path, tail_rows
+from session.errors import (
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
 from session.events import Header
 from session.files import FILE_MODE, OwnerLock, lock_file, private_dir
-from session.scan import TornTail, parse_header
+from session.scan import parse_header
 
 SCHEMA = """
 CREATE TABLE sessions (
@@ -87,17 +104,38 @@ class SqliteBackend:
         self.path = self.root / DB_NAME
         if not self.path.exists():
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+        self.reserve = Reserve(self.root / f"{DB_NAME}-reserve")
         self._mutex = threading.Lock()  # one connection, possibly used from worker threads
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             with damage_as_corrupt(self.path):  # a damaged store, as the reader says it
                 self.db.execute("PRAGMA busy_timeout = 10000")
+                # Before the first table: a new store gives freed pages back to the disk
+                # (session.backends.sqlite_space); an existing one keeps its setting
+                # (and is not written to: the pragma writes even when nothing changes).
+                if self.db.execute("PRAGMA page_count").fetchone()[0] == 0:
+                    self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self.db.execute("PRAGMA journal_mode = WAL")
                 self.db.execute("PRAGMA synchronous = NORMAL")
+                # Freed pages are not written again (Debian builds SQLite with secure
+                # delete on): a delete then costs a few WAL pages, not the session's size.
+                self.db.execute("PRAGMA secure_delete = FAST")
                 self._check_schema()
+        except sqlite3.Error as exc:  # not damage (that is SessionCorruptError): the disk
+            self.db.close()
+            raise StoreUnavailableError(f"the session store {self.root} cannot be opened: {exc}") from exc
         except BaseException:
             self.db.close()
             raise
+        self.reserve.restore()
+        # The WAL is checkpointed before it outgrows half the reserve, and cut back to
+        # the reserve's size when it restarts: on a full disk, what a checkpoint must
+        # still copy into the database file fits in the reserve (sqlite_space).
+        self.db.execute(f"PRAGMA wal_autocheckpoint = {max(self.reserve.size // 2 // PAGE, 4)}")
+        self.db.execute(f"PRAGMA journal_size_limit = {self.reserve.size}")
+        with self._mutex:
+            for orphan in orphan_ids(self.db):  # a delete on a full disk left its events
+                purge_events(self.db, orphan)
 
     def _check_schema(self) -> None:
         # Read and create under one write lock: two processes opening a new store at
@@ -124,31 +162,44 @@ class SqliteBackend:
                 self.db.execute("BEGIN IMMEDIATE")
                 try:
                     yield self.db
+                    self.db.execute("COMMIT")
                 except BaseException:
-                    self.db.execute("ROLLBACK")
+                    self._abandon()
                     raise
-                self.db.execute("COMMIT")
             finally:
                 if full:
-                    self.db.execute("PRAGMA synchronous = NORMAL")
+                    with contextlib.suppress(sqlite3.Error):  # the failure, not this, is news
+                        self.db.execute("PRAGMA synchronous = NORMAL")
+
+    def _abandon(self) -> None:
+        """Roll back a transaction that failed. SQLite may have rolled it back itself
+        (a full disk or an I/O error during the commit): a ROLLBACK then fails with "no
+        transaction is active", which would hide the real cause, so it is asked first."""
+        if self.db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
 
     def create(self, header: Header) -> SqliteSession:
         sid = validate_session_id(header["id"])
         lock = OwnerLock.acquire(self._lock_path(sid), sid)
         try:
             with self.transaction(full=True) as db:
+                # Rows a delete on a full disk could not purge yet must not meet this id.
+                db.execute("DELETE FROM events WHERE session_id = ?", (sid,))
                 _insert_session(db, header, None)
         except sqlite3.IntegrityError:
             lock.release()
             raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
         except sqlite3.Error as exc:
-            lock.release()
-            raise _io_error(sid, "create the session", exc) from exc
+            lock.discard()  # the session was never made: no lock file of it stays
+            raise io_error(sid, "create the session", exc) from exc
         return SqliteSession(self, sid, lock, next_seq=0, has_title=header.get("title") is not None)
 
     def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
              title: str | None) -> None:
-        # One transaction, the rows copied inside the database (their data as stored).
+        # One transaction: the durable rows copied inside the database (their data as
+        # stored), then the events the source's tail file holds past them (a session
+        # whose owner died mid-turn streamed them there, not into the database).
         sid = validate_session_id(header["id"])
         self._header(validate_session_id(source_id))  # not found: raised here
         try:
@@ -157,13 +208,19 @@ class SqliteBackend:
                 copied = db.execute(
                     "INSERT INTO events (session_id, seq, type, time, data) SELECT ?, seq, type, time, data "
                     "FROM events WHERE session_id = ? AND seq < ?", (sid, source_id, upto)).rowcount
+                if copied < upto:
+                    rows, _ = tail_rows(tail_path(self.root, source_id), copied, upto)
+                    db.executemany(
+                        "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
+                        [(sid, *row) for row in rows])
+                    copied += len(rows)
                 if copied != upto:
                     raise changed_while_forked(source_id, copied, upto)
                 _insert_events(db, sid, closers)
         except sqlite3.IntegrityError:
             raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
         except sqlite3.Error as exc:
-            raise _io_error(sid, "fork the session", exc) from exc
+            raise io_error(sid, "fork the session", exc) from exc
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))
@@ -225,14 +282,46 @@ class SqliteBackend:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         lock = OwnerLock.acquire(self._lock_path(sid), sid)
         try:
-            with self.transaction(full=True) as db:
-                db.execute("DELETE FROM events WHERE session_id = ?", (sid,))
-                db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+            try:
+                with self.transaction(full=True) as db:
+                    db.execute("DELETE FROM events WHERE session_id = ?", (sid,))
+                    db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+            except sqlite3.Error as exc:
+                if not is_full(exc):
+                    raise io_error(sid, "delete the session", exc) from exc
+                self._delete_on_full_disk(sid)
+            TailFile(tail_path(self.root, sid)).close(remove=True)
             lock.path.unlink(missing_ok=True)
-        except sqlite3.Error as exc:
-            raise _io_error(sid, "delete the session", exc) from exc
         finally:
             lock.release()
+        with self._mutex:
+            give_back(self.db)
+        self.reserve.restore()
+
+    def _delete_on_full_disk(self, sid: str) -> None:
+        """With the reserve's room: the session's row first (it is gone for every
+        reader), then its events a few rows a transaction (what a failure leaves is
+        purged when the store is next opened)."""
+        self.reserve.release()
+        try:
+            with self.transaction(full=True) as db:
+                db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        except sqlite3.Error as exc:
+            raise io_error(sid, "delete the session", exc) from exc
+        with self._mutex:
+            purge_events(self.db, sid)
+
+    def after_commit(self) -> None:
+        """A session's durable point was written: the disk had room, so may the reserve
+        have, if it is missing. Not at every transaction: a delete on a full disk,
+        which released it, must keep the room for its purge."""
+        self.reserve.keep()
+
+    def after_full(self) -> None:
+        """A write failed for want of space: give the WAL's frames of the failed
+        transaction back to the disk (the session's tail needs the disk, not the WAL)."""
+        with self._mutex:
+            checkpoint(self.db, "TRUNCATE")
 
     def reader(self) -> SqliteReader:
         return SqliteReader(self.root)
@@ -245,124 +334,6 @@ class SqliteBackend:
         return lock_file(self.locks_dir, sid)
 
 
-class SqliteSession:
-    def __init__(
-        self,
-        backend: SqliteBackend,
-        session_id: str,
-        lock: OwnerLock,
-        next_seq: int,
-        has_title: bool,
-    ) -> None:
-        self.session_id = session_id
-        self._backend = backend
-        self._lock: OwnerLock | None = lock
-        self._next_seq = next_seq
-        self._durable_seq = next_seq
-        self._stale = False  # rows past the durable seq may remain after a failure
-        self._has_title = has_title
-
-    def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
-        check_batch_seqs(self.session_id, batch, self._next_seq)
-        sid = self.session_id
-        try:
-            with self._backend.transaction(full=sync) as db:
-                if self._stale:
-                    db.execute(
-                        "DELETE FROM events WHERE session_id = ? AND seq >= ?",
-                        (sid, self._next_seq),
-                    )
-                self._insert(db, batch)
-            self._stale = False
-        except sqlite3.Error as exc:
-            # Back to the last durable point, as the live log is: rows committed since
-            # (streamed batches) go now, so no event the client is told was rolled back
-            # stays on disk; if even that fails, the next write (or close) deletes them.
-            self._next_seq, self._stale = self._durable_seq, True
-            self._drop_stale()
-            raise _io_error(sid, "sync the log" if sync else "write the log", exc,
-                            durable_seq=self._durable_seq) from exc
-        self._next_seq += len(batch)
-        if sync:
-            self._durable_seq = self._next_seq
-
-    def _drop_stale(self) -> None:
-        """Delete the rows past the durable seq a failed write left (best effort)."""
-        try:
-            with self._backend.transaction(full=True) as db:
-                db.execute("DELETE FROM events WHERE session_id = ? AND seq >= ?",
-                           (self.session_id, self._durable_seq))
-        except sqlite3.Error:
-            return
-        self._stale = False
-
-    def _insert(self, db: sqlite3.Connection, batch: Sequence[Encoded]) -> None:
-        _insert_events(db, self.session_id, batch)
-        title = None
-        if not self._has_title:
-            title = next(filter(None, (first_prompt_title(item.event) for item in batch)), None)
-        # The sessions row is written once more, for the title, and not at every batch:
-        # a second table in each commit doubles the WAL pages a durable turn syncs.
-        # `updatedAt` is read from the last event instead (UPDATED_AT).
-        if title is not None:
-            db.execute(
-                "UPDATE sessions SET title = coalesce(title, ?) WHERE id = ?",
-                (title, self.session_id),
-            )
-            self._has_title = True
-
-    def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
-        sid = self.session_id
-        kept = None
-        try:
-            with self._backend.transaction(full=True) as db:
-                if torn is not None:
-                    cut = torn.where["seq"]
-                    db.execute(
-                        "INSERT INTO torn_events SELECT session_id, seq, type, time, data, ? "
-                        "FROM events WHERE session_id = ? AND seq >= ?",
-                        (time.time_ns() // 1_000_000, sid, cut),
-                    )
-                    db.execute("DELETE FROM events WHERE session_id = ? AND seq >= ?", (sid, cut))
-                    kept = f"{self._backend.path}#torn_events"
-                self._insert(db, closers)
-        except sqlite3.Error as exc:
-            raise _io_error(sid, "repair the log", exc) from exc
-        self._next_seq = self._durable_seq = (torn.index if torn else self._next_seq) + len(closers)
-        return kept
-
-    def close(self) -> None:
-        if self._lock is not None:
-            if self._stale:
-                self._drop_stale()
-            self._lock.release()
-            self._lock = None
-
-
-class OwnedSqliteStream(SqliteStream):
-    """A session's rows read by its owner (`SqliteBackend.open_stream` took the lock)."""
-
-    def __init__(self, backend: SqliteBackend, header: Header, *, has_title: bool) -> None:
-        super().__init__(backend.path, header, read_only=False)
-        self.lock: OwnerLock | None = None
-        self._backend = backend
-        self._has_title = has_title
-
-    def session(self, next_seq: int, torn: TornTail | None) -> SqliteSession:
-        if self.lock is None:
-            raise RuntimeError("the stream was released")
-        lock, self.lock = self.lock, None
-        return SqliteSession(
-            self._backend, self.header["id"], lock, next_seq=next_seq, has_title=self._has_title
-        )
-
-    def release(self) -> None:
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
-
-
-
 
 def _insert_session(db: sqlite3.Connection, header: Header, title: str | None) -> None:
     db.execute("INSERT INTO sessions (id, header, cwd, title, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -373,10 +344,3 @@ def _insert_session(db: sqlite3.Connection, header: Header, title: str | None) -
 def _insert_events(db: sqlite3.Connection, sid: str, batch: Sequence[Encoded]) -> None:
     db.executemany("INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
                    [(sid, e.event["seq"], e.event["type"], e.event["time"], e.data_json) for e in batch])
-
-
-def _io_error(sid: str, what: str, exc: BaseException, *, durable_seq: int | None = None) -> StoreIOError:
-    if durable_seq is None:
-        return StoreIOError(f"session {sid}: could not {what}: {exc}", session_id=sid)
-    return StoreIOError(f"session {sid}: could not {what}: {exc}; rolled back to seq {durable_seq}",
-                        session_id=sid, durableSeq=durable_seq)

@@ -15,6 +15,7 @@ import orjson
 
 from session.backends.base import SessionPeek, validate_session_id
 from session.backends.event_rows import as_bytes, raw_pieces, row_events
+from session.backends.sqlite_tail import tail_after, tail_path, tail_records
 from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
 from session.events import Event, Header
 from session.files import LockTable, Owner, lock_file
@@ -52,8 +53,13 @@ class SqliteStream:
     def __init__(self, path: Path, header: Header, *, read_only: bool) -> None:
         self.header = header
         self.path = path
+        self.tail = tail_path(path.parent, header["id"])
         self._read_only = read_only
         self._db: sqlite3.Connection | None = None
+        self.rows_next = 0  # the seq after the last row read: where the tail goes on
+        self._records = 0  # records yielded so far (rows, then tail lines)
+        self._tail_first: int | None = None  # the index of the tail's first record read
+        self._tail_starts: list[int] = []  # the byte offset of each tail record read
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
@@ -72,9 +78,32 @@ class SqliteStream:
             yield from self._blocks()
 
     def _blocks(self) -> Iterator[list[Event | Damage]]:
+        yield from self._row_blocks(0)
+        block: list[Event | Damage] = []
+        for offset, record in tail_records(self.tail, self.rows_next):
+            if self._tail_first is None:
+                if type(record) is dict and record["seq"] > self.rows_next:
+                    # The owner made these durable after our snapshot was taken and cut
+                    # the tail before we read it: they are rows now, in a newer snapshot.
+                    self._new_snapshot()
+                    yield from self._row_blocks(self.rows_next, below=record["seq"])
+                self._tail_first = self._records
+            self._tail_starts.append(offset)
+            block.append(record)
+            if len(block) >= self.BLOCK:
+                self._records += len(block)
+                yield block
+                block = []
+        if block:
+            self._records += len(block)
+            yield block
+
+    def _row_blocks(self, start: int, below: int | None = None) -> Iterator[list[Event | Damage]]:
+        bound = "" if below is None else f" AND seq < {int(below)}"
         cursor = self._conn().execute(
-            "SELECT seq, type, time, data FROM events WHERE session_id = ? ORDER BY seq",
-            (self.header["id"],),
+            "SELECT seq, type, time, data FROM events WHERE session_id = ? AND seq >= ?"
+            f"{bound} ORDER BY seq",
+            (self.header["id"], start),
         )
         # Blocks are bounded in rows and in bytes: one tool result may be megabytes.
         block: list[tuple[int, str, int, bytes | str]] = []
@@ -83,12 +112,31 @@ class SqliteStream:
             block.extend(rows)
             size += sum(len(r[3] or b"") for r in rows)
             if len(block) >= self.BLOCK or size >= self.BLOCK_BYTES:
-                yield row_events(block)
+                yield self._counted(block)
                 block, size = [], 0
         if block:
-            yield row_events(block)
+            yield self._counted(block)
+
+    def _counted(self, rows: list[tuple[int, str, int, bytes | str]]) -> list[Event | Damage]:
+        self._records += len(rows)
+        self.rows_next = int(rows[-1][0]) + 1
+        return row_events(rows)
+
+    def _new_snapshot(self) -> None:
+        db = self._conn()
+        db.execute("ROLLBACK")
+        db.execute("BEGIN")
+
+    def _in_tail(self, index: int) -> int | None:
+        """Which of the tail's records read record `index` is, if it is one of them."""
+        if self._tail_first is None or not 0 <= index - self._tail_first < len(self._tail_starts):
+            return None
+        return index - self._tail_first
 
     def locate(self, index: int) -> dict[str, int]:
+        tail = self._in_tail(index)
+        if tail is not None:  # a line of the tail file: its place is its expected seq
+            return {"seq": index, "tailOffset": self._tail_starts[tail]}
         with damage_as_corrupt(self.path, self.header["id"]):
             row = self._conn().execute(
                 "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
@@ -97,13 +145,18 @@ class SqliteStream:
         return {"seq": row[0] if row is not None else index}
 
     def size_from(self, index: int) -> int:
+        tail_size = _file_size(self.tail)
+        tail = self._in_tail(index)
+        if tail is not None:
+            return tail_size - self._tail_starts[tail]
         with damage_as_corrupt(self.path, self.header["id"]):
             row = self._conn().execute(
                 "SELECT coalesce(sum(length(data)), 0) FROM (SELECT data FROM events "
                 "WHERE session_id = ? ORDER BY seq LIMIT -1 OFFSET ?)",
                 (self.header["id"], index),
             ).fetchone()
-        return int(row[0])
+        tail_from = self._tail_starts[0] if self._tail_starts else tail_size
+        return int(row[0]) + tail_size - tail_from
 
     def close(self) -> None:
         if self._db is not None:
@@ -141,8 +194,12 @@ def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
 
 
 def _wal_size(path: Path) -> int:
+    return _file_size(Path(f"{path}-wal"))
+
+
+def _file_size(path: Path) -> int:
     try:
-        return os.stat(f"{path}-wal").st_size
+        return os.stat(path).st_size
     except FileNotFoundError:
         return 0
 
@@ -288,6 +345,10 @@ class SqliteReader:
                 )
                 # pieces bounded in bytes, as in blocks()
                 yield from raw_pieces(lambda: cursor.fetchmany(64), SqliteStream.BLOCK_BYTES)
+                after = db.execute("SELECT coalesce(max(seq) + 1, 0) FROM events WHERE session_id = ?",
+                                   (sid,)).fetchone()[0]
+            # then the streamed events not yet durable, as their owner wrote them
+            yield from tail_after(tail_path(self.path.parent, sid), int(after), SqliteStream.BLOCK_BYTES)
         finally:
             db.execute("ROLLBACK")
 

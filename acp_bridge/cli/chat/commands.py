@@ -37,6 +37,10 @@ EDITOR_HELP = """keys: Left/Right/Home/End move, Up/Down and Ctrl-R search earli
 """
 
 
+NO_SESSION = ("no session yet: your first prompt starts one (/mode NAME or /model NAME starts it "
+              "with that setting; /load ID goes on with a stored one)")
+
+
 def error_message(exc: ClientError) -> str:
     """What the agent said in its error answer, as the chat shows it."""
     return str(exc.error.get("message", "error"))
@@ -62,6 +66,17 @@ class SlashCommands:
     def conn(self) -> AgentConnection:
         raise NotImplementedError  # main.Chat
 
+    async def session(self) -> str:
+        """The current session, made now if there is none yet (`session/new`): the
+        first prompt, or the first /mode NAME or /model NAME, makes it."""
+        if self.sid is None:
+            result = await self.conn().request("session/new", {"cwd": self.cwd, "mcpServers": []})
+            self.enter(str(result["sessionId"]), result)
+            mode = f" (mode {self.mode})" if self.mode else ""
+            self.write(self.render.line(f"[new session {self.sid}{mode}]"))
+        assert self.sid is not None
+        return self.sid
+
     def enter(self, sid: str, state: Any) -> None:
         """Make `sid` the current session, with the mode state of its answer."""
         self.sid = sid
@@ -72,6 +87,8 @@ class SlashCommands:
         if isinstance(modes, dict):
             self.mode = modes.get("currentModeId")
             self.modes = [m["id"] for m in modes.get("availableModes", []) if isinstance(m, dict) and "id" in m]
+        else:  # an agent without modes (a wrapped one may have none)
+            self.mode, self.modes = None, []
 
     async def command(self, text: str) -> bool:
         """Run a /command; False to quit."""
@@ -88,11 +105,20 @@ class SlashCommands:
                 self.write(self.render.newline() + sessions_table(result.get("sessions", []), self.sid))
                 if result.get("nextCursor"):
                     self.write("(more sessions not shown)\n")
+            elif name == "/mode" and self.sid is None and not arg:
+                self.write(self.render.line(NO_SESSION))
+            elif name == "/mode" and self.sid is not None and not self.modes:
+                # A wrapped agent may offer none: said, rather than a blank or an error.
+                self.write(self.render.line("this agent offers no session modes"))
             elif name == "/mode" and not arg:
                 self.write(self.render.line(f"mode {self.mode} (available: {', '.join(self.modes)})"))
             elif name == "/mode":
-                await conn.request("session/set_mode", {"sessionId": self.sid, "modeId": arg})
-                self.mode = arg
+                sid = await self.session()
+                if not self.modes:
+                    self.write(self.render.line("this agent offers no session modes"))
+                else:
+                    await conn.request("session/set_mode", {"sessionId": sid, "modeId": arg})
+                    self.mode = arg
             elif name == "/model":
                 await self.choose_model(arg)
             elif name == "/load" and arg:
@@ -109,6 +135,11 @@ class SlashCommands:
     async def choose_model(self, arg: str) -> None:
         """`/model`: list the models of the `model` config option; `/model NAME`: switch
         to the one whose value or name is NAME."""
+        if self.sid is None and not arg:
+            self.write(self.render.line(NO_SESSION))
+            return
+        if arg:
+            await self.session()
         option = next((o for o in self.options if isinstance(o, dict) and o.get("id") == "model"), None)
         if option is None:
             self.error("this agent offers no model choice")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -101,18 +101,46 @@ class PrivateHistory(FileHistory):
             print(f"acp-bridge chat: the prompt history is not kept: {exc}", file=sys.stderr)
 
 
-def history_for(store: Path) -> History:
-    """The prompt history in the store folder, or in memory if the folder does not exist
-    (the chat never creates the store: the agent does)."""
-    if store.is_dir():
-        return PrivateHistory(store / HISTORY_FILE)
-    return InMemoryHistory()
+class StoreHistory(History):
+    """The prompt history in the store folder, once there is one: the chat never creates
+    the store (the agent does, at its first session, which the chat makes at the first
+    prompt), so the prompts typed before it exists are kept here and written as soon as
+    it does (at the next prompt or question, or when the chat ends: `keep`)."""
+
+    def __init__(self, store: Path) -> None:
+        super().__init__()
+        self.store = store
+        self._file: PrivateHistory | None = None
+        self._waiting: list[str] = []
+        self.keep()
+
+    def keep(self) -> None:
+        """Open the history file if the store exists now, and write what waited for it."""
+        if self._file is None and self.store.is_dir():
+            self._file = PrivateHistory(self.store / HISTORY_FILE)
+        if self._file is not None:
+            waiting, self._waiting = self._waiting, []
+            for string in waiting:
+                self._file.store_string(string)
+
+    def load_history_strings(self) -> Iterable[str]:
+        return self._file.load_history_strings() if self._file is not None else iter(())
+
+    def store_string(self, string: str) -> None:
+        self._waiting.append(string)
+        self.keep()
+
+
+def history_for(store: Path) -> StoreHistory:
+    """The prompt history of a chat whose store is the folder `store`."""
+    return StoreHistory(store)
 
 
 class LineEditor:
     """Reads prompts (with the shared history) and answers to questions (without)."""
 
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: StoreHistory) -> None:
+        self.history = history
         self._clear_first = False  # Ctrl-C on a line with text clears it (idle prompt only)
         keys = self._keys()
         common: dict[str, Any] = {"key_bindings": keys, "prompt_continuation": _continuation,
@@ -144,6 +172,7 @@ class LineEditor:
         """The next line (newlines inside it kept), or None at Ctrl-D on an empty line.
         Raises KeyboardInterrupt for Ctrl-C (on an empty line, or at a question)."""
         session = self._answers if question else self._prompts
+        self.history.keep()  # the prompt before may have made the store
         self._clear_first = not question
         self._reading = session
         try:

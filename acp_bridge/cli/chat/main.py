@@ -205,6 +205,8 @@ class Chat(SlashCommands):
                 with anyio.CancelScope(shield=True):
                     self._closing = True
                     await conn.stop(AGENT_EXIT_WAIT)
+                    if self._editor is not None:  # the last prompts, if the agent made the store since
+                        self._editor.history.keep()
                     await methods.terminals.close_all()
                     await process.aclose()
                 tg.cancel_scope.cancel()
@@ -272,17 +274,19 @@ class Chat(SlashCommands):
             await conn.request("initialize", {
                 "protocolVersion": 1, "clientCapabilities": CLIENT_CAPABILITIES,
                 "clientInfo": {"name": "acp-bridge-chat", "title": "acp-bridge chat", "version": __version__}})
-            if self.args.load:
-                if not await self.load(self.args.load):
-                    return 1
-            else:
-                result = await conn.request("session/new", {"cwd": self.cwd, "mcpServers": []})
-                self.enter(str(result["sessionId"]), result)
+            if self.args.load and not await self.load(self.args.load):
+                return 1
         except ClientError as exc:
             self.error(error_message(exc))
             return 1
-        mode = f" (mode {self.mode})" if self.mode else ""  # a wrapped agent may have no modes
-        self.write(self.render.line(f"session {self.sid}{mode}; /help for commands"))
+        if self.sid is not None:
+            mode = f" (mode {self.mode})" if self.mode else ""  # a wrapped agent may have no modes
+            self.write(self.render.line(f"session {self.sid}{mode}; /help for commands"))
+        else:
+            # Made when something needs it (SlashCommands.session): a chat that goes on
+            # with /load, or ends before a prompt, leaves no empty session in the store.
+            self.write(self.render.line("a new session starts with your first prompt (or /load ID to go "
+                                        "on with one); /help for commands"))
         while True:
             try:
                 line = await self._ask(self.render.input_prompt())
@@ -301,10 +305,15 @@ class Chat(SlashCommands):
             await self._prompt(text[1:] if text.startswith("//") else text)
 
     async def _prompt(self, text: str) -> None:
+        try:
+            sid = await self.session()
+        except ClientError as exc:
+            self.error(error_message(exc))
+            return
         self._prompting, self._cancel_sent = True, False
         try:
             result = await self.conn().request(
-                "session/prompt", {"sessionId": self.sid, "prompt": [{"type": "text", "text": text}]})
+                "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]})
         except ClientError as exc:
             self.write(self.render.failed(error_message(exc)))
             return

@@ -69,7 +69,30 @@ def read_raw(backend: str, store: Path, sid: str) -> Raw:
                           (sid,)).fetchall()
     finally:
         db.close()
-    return [(int(seq), str(t), int(tm), bytes(d) if not isinstance(d, str) else d.encode()) for seq, t, tm, d in rows]
+    out = [(int(seq), str(t), int(tm), bytes(d) if not isinstance(d, str) else d.encode()) for seq, t, tm, d in rows]
+    return out + _tail_rows(store / "tails" / f"{sid}.jsonl", len(out))
+
+
+def _tail_rows(path: Path, after: int) -> list[tuple[int, str, int, bytes]]:
+    """The SQLite store's streamed events not yet made durable: the session's tail file,
+    JSONL lines that go on from the rows (lines of seqs the rows hold are skipped). A
+    line that is cut off or does not parse stands as a row no event has (torn)."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out: list[tuple[int, str, int, bytes]] = []
+    *lines, cut_off = text.split(b"\n")
+    for line in lines:
+        try:
+            event = orjson.loads(line)
+            data = line[line.index(b'"data":') + len(b'"data":'):-1]
+            row = (int(event["seq"]), str(event["type"]), int(event["time"]), data)
+        except (ValueError, KeyError, TypeError):
+            return [*out, (-1, "torn", 0, b"")]
+        if row[0] >= after:
+            out.append(row)
+    return [*out, (-1, "torn", 0, b"")] if cut_off else out
 
 
 def parse_raw(raw: Raw) -> tuple[list[Event], Raw, bool]:
