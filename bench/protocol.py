@@ -150,6 +150,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also run ours (jsonl) with fsync made a no-op in the start-up/per-turn and "
                              "streaming runs (ours-jsonl-nosync; with --wrap also wrap-sdk-jsonl-nosync): "
                              "what durability costs; not a target")
+    parser.add_argument("--slow-disk", type=float, default=0.0, metavar="MS",
+                        help="a slow disk: every fsync/fdatasync of the agent processes (ours, the wrapper, "
+                             "SQLite's) sleeps MS ms first (an LD_PRELOAD shim built with cc in the scratch "
+                             "folder; issue 23 measured wrap on a disk with 2.4 ms fdatasyncs); default 0: off")
     parser.add_argument("--wrap", action=argparse.BooleanOptionalAction, default=True,
                         help="also run `acp-bridge wrap --backend B -- python bench/sdk_echo_agent.py` "
                              "(wrap-sdk-B, B in --backends) in start-up/per-turn, streaming and load "
@@ -219,10 +223,39 @@ def compile_tree() -> None:
         compileall.compile_dir(str(ROOT / package), quiet=1)
 
 
+# --slow-disk: fsync and fdatasync sleep first, then do the real call. Interposed on
+# libc's symbols, so Python's os.fsync/os.fdatasync and SQLite's syncs are both slowed.
+SLOW_SYNC_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <time.h>
+static void slow(void) {
+    const char *s = getenv("ACP_BENCH_SLOW_SYNC_US");
+    long us = s ? atol(s) : 0;
+    struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+    if (us > 0) nanosleep(&t, 0);
+}
+int fsync(int fd) { static int (*real)(int); if (!real) real = dlsym(RTLD_NEXT, "fsync"); slow(); return real(fd); }
+int fdatasync(int fd) { static int (*real)(int); if (!real) real = dlsym(RTLD_NEXT, "fdatasync"); slow(); return real(fd); }
+"""
+
+
+def slow_disk_env(scratch: Path, ms: float) -> dict[str, str]:
+    """The environment of agent processes on a slow disk: the shim (built here with cc)
+    preloaded, each sync `ms` longer."""
+    source, library = scratch / "slow_sync.c", scratch / "slow_sync.so"
+    source.write_text(SLOW_SYNC_C)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(source), "-ldl"], check=True)
+    preload = " ".join(filter(None, [str(library), os.environ.get("LD_PRELOAD", "")]))
+    return {**os.environ, "LD_PRELOAD": preload, "ACP_BENCH_SLOW_SYNC_US": str(round(ms * 1000))}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     compile_tree()
     scratch = Path(tempfile.mkdtemp(prefix="acp-bench-protocol-", dir=args.tmp))
-    ctx = Ctx(scratch, args.timeout, itertools.count(1))
+    ctx = Ctx(scratch, args.timeout, itertools.count(1),
+              slow_disk_env(scratch, args.slow_disk) if args.slow_disk > 0 else None)
     specs = [*(ours(k) for k in args.kinds), SDK]
     if args.diagnose_nosync:
         specs.insert(-1, Spec("ours-jsonl-nosync", "jsonl", nosync=True))
@@ -234,7 +267,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine_info(args.tmp),
         "params": {key: getattr(args, key) for key in (
             "repeat", "repeat_big", "kinds", "sections", "stream_words", "turns", "load_chunks",
-            "load_results", "scale", "big_mb", "big_result_kb", "quick", "wrap")} | {
+            "load_results", "scale", "big_mb", "big_result_kb", "quick", "wrap", "slow_disk")} | {
             "warmup_turns": WARMUP_TURNS, "chunks_per_turn": CHUNKS_PER_TURN, "result_bytes": RESULT_BYTES},
         "targets": {k: f"{op} {v:g}" for k, (op, v) in TARGETS.items()},
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 import subprocess
 import sys
 import threading
@@ -118,13 +119,13 @@ class AgentProc:
     """One agent process and the raw NDJSON client that drives it (synchronous: one
     request at a time, reading until its answer; the same code for every agent)."""
 
-    def __init__(self, argv: list[str], stderr_path: Path, timeout: float) -> None:
+    def __init__(self, argv: list[str], stderr_path: Path, timeout: float, env: dict[str, str] | None = None) -> None:
         self.argv = argv
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "wb")  # noqa: SIM115 (closed in close())
         self.spawned = time.perf_counter()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, bufsize=0, cwd=ROOT)
+                                     stderr=self._stderr, bufsize=0, cwd=ROOT, env=env)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._stdin: IO[bytes] = self.proc.stdin
         raw = cast(io.RawIOBase, self.proc.stdout)
@@ -214,6 +215,25 @@ class AgentProc:
                     out[line.split(":")[0]] = int(line.split()[1])
         return out
 
+    def cpu_s(self) -> tuple[float, float]:
+        """CPU time (user + system, s) of the process, and of its descendants (for a
+        wrapper: the wrapped agent and the watchdog), from /proc."""
+        own, todo, kids = _cpu_s(self.pid), self._children(self.pid), 0.0
+        while todo:
+            pid = todo.pop()
+            with suppress(OSError):
+                kids += _cpu_s(pid)
+                todo += self._children(pid)
+        return own, kids
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        found: list[int] = []
+        with suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                found += [int(c) for c in (task / "children").read_text().split()]
+        return found
+
     def tree_rss_kb(self) -> int:
         """VmRSS (kB) of the process and all its descendants (for a wrapper: itself, the
         wrapped agent and the watchdog), from /proc/PID/task/*/children."""
@@ -258,18 +278,30 @@ class AgentProc:
         self.close()
 
 
+def _cpu_s(pid: int) -> float:
+    """utime + stime of `pid` (s), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Ctx:
     root: Path  # scratch root of this run
     timeout: float
     counter: itertools.count[int]
+    env: dict[str, str] | None = None  # of every agent process (--slow-disk: the fsync shim)
 
     def spawn(self, spec: Spec, store: Path | None = None, prefix: tuple[str, ...] = ()) -> AgentProc:
         n = next(self.counter)
         store = store if store is not None else self.root / f"store-{spec.name}"
-        return AgentProc(spec.argv(store, prefix), self.root / f"stderr-{n:04d}-{spec.name}.txt", self.timeout)
+        return AgentProc(spec.argv(store, prefix), self.root / f"stderr-{n:04d}-{spec.name}.txt", self.timeout,
+                         self.env)
 
     def spawn_bare(self, info: dict[str, Any]) -> AgentProc:
         n = next(self.counter)
         return AgentProc([sys.executable, "-c", BARE_LOOP, info["path"], info["id"]],
-                         self.root / f"stderr-{n:04d}-bare.txt", self.timeout)
+                         self.root / f"stderr-{n:04d}-bare.txt", self.timeout, self.env)

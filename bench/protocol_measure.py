@@ -50,6 +50,7 @@ def startup_and_turns(ctx: Ctx, spec: Spec, turns: int) -> dict[str, Any]:
     return {
         "initialize_s": t_init,
         "session_new_s": t_new,
+        "session_new_ms": (t_new - t_init) * 1e3,  # the session/new round trip alone
         "rss_kb": status["VmRSS"],
         "hwm_kb": status["VmHWM"],
         "tree_rss_kb": tree_rss,  # with its descendants: for a wrapper, the wrapped agent and the watchdog
@@ -68,14 +69,20 @@ def stream_once(ctx: Ctx, spec: Spec, words: int, text: str) -> dict[str, Any]:
     with ctx.spawn(spec) as agent:
         agent.initialize()
         sid = agent.new_session()
+        cpu0, kids0 = agent.cpu_s()
         t0 = time.perf_counter()
         result, updates, chunks = agent.prompt(sid, text)
         elapsed = time.perf_counter() - t0
+        cpu1, kids1 = agent.cpu_s()
         first = agent.first_chunk_at - t0
         status = agent.status()
     if result.get("stopReason") != "end_turn" or chunks != words:
         raise AgentError(f"{spec.name}: {words}-word prompt answered {result} with {chunks} chunks")
+    # CPU per chunk (user + system, /proc; 10 ms ticks): of the process spawned (for wrap,
+    # the wrapper) and of its descendants (the wrapped agent): what a busy machine's
+    # other work takes from, where wall clock alone is noise.
     return {"seconds": elapsed, "chunks_per_s": words / elapsed, "first_chunk_s": first, "updates": updates,
+            "cpu_us_per_chunk": (cpu1 - cpu0) / words * 1e6, "child_cpu_us_per_chunk": (kids1 - kids0) / words * 1e6,
             "rss_kb": status["VmRSS"], "hwm_kb": status["VmHWM"]}
 
 

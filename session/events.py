@@ -130,13 +130,18 @@ class Header(TypedDict):
 
 
 class Usage(TypedDict):
+    # A model call's tokens as its provider counted them. inputTokens is every token of
+    # the request, cached ones included (OpenAI's prompt_tokens): cacheReadTokens and
+    # cacheWriteTokens say how many of them the cache served or took, reasoningTokens
+    # how many of outputTokens were reasoning. A wrapped agent's are as it reported them.
     inputTokens: int
     outputTokens: int
     cacheReadTokens: NotRequired[int]
     cacheWriteTokens: NotRequired[int]
     reasoningTokens: NotRequired[int]
     # The model's context window, where the agent reports it with the usage (a wrapped
-    # agent's ACP `usage_update.size`), so a replay shows the window the agent showed.
+    # agent's ACP `usage_update.size`; ours once a provider's refusal said its window),
+    # so a replay shows the window the agent showed.
     contextWindow: NotRequired[int]
 
 

@@ -33,6 +33,7 @@ from session.events import (
     Reason,
     ToolError,
     Usage,
+    WrappedInfo,
 )
 
 Item = tuple[EventType, Mapping[str, JSON]]
@@ -47,6 +48,7 @@ class TurnStartData(TypedDict):
     mode: NotRequired[str]
     model: NotRequired[str]
     thoughtLevel: NotRequired[str]  # the reasoning effort, for a model that takes one
+    agent: NotRequired[str]  # `wrap --agent NAME=...`: the name of the wrapped agent that ran the turn
 
 
 class UserMessageData(TypedDict):
@@ -150,11 +152,14 @@ class ConfigSetData(TypedDict):
     configId: str
     value: str
     turn: NotRequired[int]
+    # `wrap --agent`: the session moved to the wrapped agent `value` (configId `agent`),
+    # recorded as the header records the first one: its command and its own session id.
+    wrapped: NotRequired[WrappedInfo]
 
 
 def turn_start(
     turn: int, *, trigger: dict[str, JSON], mode: str | None = None, model: str | None = None,
-    thought_level: str | None = None,
+    thought_level: str | None = None, agent: str | None = None,
 ) -> tuple[Literal["turn/start"], TurnStartData]:
     data: TurnStartData = {"turn": turn, "trigger": trigger}
     if mode is not None:
@@ -163,6 +168,8 @@ def turn_start(
         data["model"] = model
     if thought_level is not None:
         data["thoughtLevel"] = thought_level
+    if agent is not None:
+        data["agent"] = agent
     return (TURN_START, data)
 
 
@@ -257,10 +264,12 @@ def wrapped_update(
 
 
 def config_set(
-    config_id: str, value: str, turn: int | None = None
+    config_id: str, value: str, turn: int | None = None, *, wrapped: WrappedInfo | None = None
 ) -> tuple[Literal["config/set"], ConfigSetData]:
     """Inside `turn` (one a failed write left open), or between turns (None)."""
     data: ConfigSetData = {"configId": config_id, "value": value}
     if turn is not None:
         data["turn"] = turn
+    if wrapped is not None:
+        data["wrapped"] = wrapped
     return (CONFIG_SET, data)

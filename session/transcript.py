@@ -6,11 +6,17 @@ no content, and `tool/call` repeats the call block of its `assistant/message`. A
 empty-content `assistant/message` only hosts usage, so it is skipped too, and so is a
 `wrapped/update` (a wrapped agent's plan, mode or interim tool update: what the editor
 was shown, never what a model said or was told). Pure.
+
+Each message is measured in tokens: the provider's count where it gave one (an
+answer's outputTokens), an estimate of the rest, so a model call can be shown the
+newest whole turns that fit its window (`Transcript.fit`; the limit is the runner's:
+acp_bridge.agent.context).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Literal, TypedDict
 
 import orjson
@@ -49,45 +55,99 @@ Message = UserMessage | AssistantMessage | ToolMessage
 
 _MESSAGE_TYPES = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
 
-# A model is shown at most what fits its context window; a token is about 4 bytes of
-# text, and JSON blocks carry some overhead, so 8 bytes per token of history is kept.
-HISTORY_BYTES_PER_TOKEN = 8
-DEFAULT_HISTORY_BYTES = 8 << 20
+# What the model is shown is measured in tokens (docs/openai.md, "What the model is
+# shown"). Where the provider counted a message (an assistant message's outputTokens)
+# its count is kept; every other message is estimated from its bytes, on the high side
+# (English runs about 4 bytes a token, code 3 to 4, CJK 2 to 3), so an estimate errs
+# towards showing less. A message's framing in a chat template (role markers) costs a
+# few tokens more; an image or an audio clip costs what providers charge for one at
+# most, not its base64 bytes.
+BYTES_PER_TOKEN = 3
+MESSAGE_TOKENS = 8
+MEDIA_TOKENS = 1_600
+# What a transcript keeps in memory at most, in tokens, when its owner names no bound:
+# more than any context window it will be asked to fit (the fit per call is `fit`).
+DEFAULT_HISTORY_TOKENS = 2_000_000
 
 
 def history_budget(context_window: int | None) -> int:
-    """Bytes of transcript worth keeping for a model with this context window."""
+    """Tokens of transcript worth keeping in memory for a model with this context
+    window: twice the window (a switch to a model with a larger one, an estimate that
+    was too high), or DEFAULT_HISTORY_TOKENS when the window is unknown."""
     if context_window is None or context_window <= 0:
-        return DEFAULT_HISTORY_BYTES
-    return context_window * HISTORY_BYTES_PER_TOKEN
+        return DEFAULT_HISTORY_TOKENS
+    return 2 * context_window
+
+
+def estimate_tokens(text_bytes: int) -> int:
+    """Tokens of `text_bytes` bytes of text, estimated on the high side."""
+    return -(-text_bytes // BYTES_PER_TOKEN)
+
+
+def content_tokens(blocks: Iterable[JSON]) -> int:
+    """The estimated tokens of a message's content blocks as a provider is sent them:
+    reasoning is never sent back, media cost MEDIA_TOKENS each, any other block its
+    JSON (a text block's is its text plus a few bytes)."""
+    size = media = 0
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "reasoning":
+            continue
+        if kind in ("image", "audio"):
+            media += 1
+            continue
+        size += len(orjson.dumps(block))
+    return estimate_tokens(size) + media * MEDIA_TOKENS
+
+
+def counted_tokens(data: dict[str, JSON]) -> int | None:
+    """The provider's count of an `assistant/message`'s content as it is sent back:
+    its usage's outputTokens less the reasoning, which is not sent back (its
+    reasoningTokens, else its reasoning blocks estimated); None without a count."""
+    usage = data.get("usage")
+    output = usage.get("outputTokens") if isinstance(usage, dict) else None
+    if type(output) is not int or output <= 0:
+        return None
+    assert isinstance(usage, dict)
+    reasoning = usage.get("reasoningTokens")
+    if type(reasoning) is not int:
+        reasoning = sum(estimate_tokens(len(str(b.get("text", "")).encode())) for b in data["content"]
+                        if isinstance(b, dict) and b.get("type") == "reasoning")
+    sent = output - reasoning
+    return sent if sent > 0 else None
 
 
 class Transcript:
     """The transcript kept up to date one event at a time, so a long session does not
     re-derive its whole history before every model call. `messages` after feeding a
-    log equals `derive_messages` of it, unless a `budget` (bytes of JSON content) is
-    set: then the oldest whole turns are dropped while the transcript is over it (the
+    log equals `derive_messages` of it, unless a `budget` (tokens) is set: then the
+    oldest whole turns are dropped from memory while the transcript is over it (the
     last turn always stays). Turns are dropped whole, from one user message to the
-    next, so every tool call kept keeps its result. The log itself keeps everything."""
+    next, so every tool call kept keeps its result. The log itself keeps everything.
+
+    Each message is measured in tokens (`exact`: the provider's count, else `guess`:
+    an estimate; one of the two is 0), and `fit` picks the whole turns a call can be
+    shown within a limit."""
 
     def __init__(self, budget: int | None = None) -> None:
         self.messages: list[Message] = []
         self.budget = budget
-        self.dropped = 0  # messages dropped for the budget
+        self.dropped = 0  # messages dropped from memory for the budget
+        self.exact: list[int] = []  # per message: the provider's count, or 0
+        self.guess: list[int] = []  # per message: the estimate, or 0 when counted
         self._names: dict[str, str] = {}
-        self._sizes: list[int] = []  # per message, while a budget is set
-        self._size = 0
+        self._turns: list[int] = []  # the index of each turn's first (user) message
 
     def feed(self, event: Event) -> None:
         etype, data = event["type"], event["data"]
         if etype == USER_MESSAGE:
-            self._add({"role": "user", "content": data["content"]})
+            self._add({"role": "user", "content": data["content"]}, None)
         elif etype == ASSISTANT_MESSAGE:
             if not data["content"]:
                 return
             for block in tool_calls_of(data):
                 self._names[block["id"]] = block["name"]
-            self._add({"role": "assistant", "content": data["content"]})
+            self._add({"role": "assistant", "content": data["content"]}, counted_tokens(data))
         elif etype == TOOL_RESULT:
             self._add(
                 {
@@ -96,44 +156,60 @@ class Transcript:
                     "name": self._names.pop(data["callId"], ""),
                     "content": data["content"],
                     "isError": data["isError"],
-                }
-            )
-
-    def _add(self, message: Message) -> None:
-        self.messages.append(message)
-        if self.budget is None:
-            return
-        size = len(orjson.dumps(message["content"]))
-        self._sizes.append(size)
-        self._size += size
-        if self._size > self.budget and message["role"] == "user":
-            self._trim()
-
-    def _trim(self) -> None:
-        # Only at a user message (a turn's first): the turn before it is complete.
-        messages, sizes = self.messages, self._sizes
-        assert self.budget is not None
-        cut = 0
-        while self._size > self.budget:
-            end = next(
-                (i for i in range(cut + 1, len(messages)) if messages[i]["role"] == "user"),
+                },
                 None,
             )
-            if end is None:
-                break
-            self._size -= sum(sizes[cut:end])
-            cut = end
-        if cut:
-            del messages[:cut], sizes[:cut]
-            self.dropped += cut
+
+    def _add(self, message: Message, counted: int | None) -> None:
+        if message["role"] == "user":
+            self._turns.append(len(self.messages))
+        self.messages.append(message)
+        if counted is not None:
+            self.exact.append(counted + MESSAGE_TOKENS)
+            self.guess.append(0)
+        else:
+            self.exact.append(0)
+            self.guess.append(content_tokens(message["content"]) + MESSAGE_TOKENS)
+        if self.budget is not None and message["role"] == "user" and len(self._turns) > 1:
+            # Only at a user message (a turn's first): the turn before it is complete.
+            cut = self.fit(self.budget)
+            if cut:
+                self._forget(cut)
+
+    def _forget(self, cut: int) -> None:
+        del self.messages[:cut], self.exact[:cut], self.guess[:cut]
+        self._turns = [start - cut for start in self._turns if start >= cut]
+        self.dropped += cut
+
+    def tokens(self, start: int = 0, scale: float = 1.0) -> float:
+        """The measure of the messages from `start` on: the provider's counts plus the
+        estimates times `scale` (what the provider's counts so far say of them)."""
+        return sum(self.exact[start:]) + scale * sum(self.guess[start:])
+
+    def fit(self, limit: float, scale: float = 1.0, *, after: int = -1) -> int:
+        """The index of the first message to show so that what is shown measures at
+        most `limit` tokens (`tokens`, at `scale`): the newest whole turns that fit,
+        and only turns that start after `after` (the start of a request that was
+        refused: show less than it did). The last turn is always shown: its start is
+        the answer when nothing smaller fits (at or before `after`: nothing less can
+        be shown). 0 when everything fits."""
+        turns = self._turns
+        if not turns:
+            return 0
+        starts = turns if turns[0] == 0 else [0, *turns]  # a head before the first turn goes first
+        exact, guess = self.exact, self.guess
+        total = self.tokens(0, scale)
+        for here, after_here in pairwise(starts):
+            if here > after and total <= limit:
+                return here
+            total -= sum(exact[here:after_here]) + scale * sum(guess[here:after_here])
+        return starts[-1]
 
     def truncate(self, count: int) -> None:
         """Keep the first `count` messages only (a failed write dropped the rest from
         the log, and the model must not be shown what the log does not hold)."""
-        if self.budget is not None:
-            self._size -= sum(self._sizes[count:])
-            del self._sizes[count:]
-        del self.messages[count:]
+        del self.messages[count:], self.exact[count:], self.guess[count:]
+        self._turns = [start for start in self._turns if start < count]
 
     def feed_all(self, events: Iterable[Event]) -> None:
         feed, wanted = self.feed, _MESSAGE_TYPES

@@ -16,7 +16,7 @@ import anyio
 import orjson
 import pytest
 
-from acp_bridge.rpc.outgoing import Outgoing
+from acp_bridge.rpc.outgoing import FLUSH_WINDOW_S, Outgoing
 from acp_bridge.rpc.transport import FdWriter
 from session import EventDataError, InvariantError, SessionStore
 from session.invariants import InvariantTracker
@@ -114,11 +114,57 @@ async def test_send_writes_at_once_after_the_hook_and_in_order() -> None:
             assert calls == [b""]  # the hook ran first, in the sender
             assert read_all(r) == b'{"id":1}\n'  # written before any await
             out.notify_update("s", {"n": 1})  # an update is queued, never written here
-            out.send({"id": 2})  # queued behind it
             assert read_all(r) == b""
-            await anyio.sleep(0.01)
+            out.send({"id": 2})  # written at once, behind it, after the hook
+            assert calls == [b"", b""]
             assert read_all(r) == b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s",' \
                 b'"update":{"n":1}}}\n{"id":2}\n'
+            out.close()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.anyio
+async def test_a_burst_of_updates_is_one_hook_and_one_write_and_the_next_waits_for_the_window() -> None:
+    """Updates are written by the loop's callback once the sender's step is over, all
+    of them in one write after one hook call (issue 23: one log hand-off per burst, not
+    per update); a burst that follows within FLUSH_WINDOW_S waits for the window, and
+    the writer task is never woken for them."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    hooks: list[bytes] = []
+    writes: list[bytes] = []
+
+    def hook() -> Awaitable[None] | None:
+        hooks.append(read_all(r))
+        return None
+
+    writer = FdWriter(w)
+    real = writer.write_now
+
+    def write_now(data: bytes) -> int:
+        writes.append(data)
+        return real(data)
+
+    writer.write_now = write_now  # type: ignore[method-assign]
+    out = Outgoing(writer, hook)
+    line = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"n":%d}}}\n'
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(out.run)
+            await anyio.sleep(0.01)  # the writer is idle
+            for n in range(3):
+                out.notify_update("s", {"n": n})
+            assert read_all(r) == b"" and not hooks  # nothing during the sender's step
+            await anyio.sleep(0)
+            assert hooks == [b""] and writes == [b"".join(line % n for n in range(3))]
+            assert read_all(r) == writes[0]
+            out.notify_update("s", {"n": 3})  # within the window of that write
+            await anyio.sleep(0)
+            assert read_all(r) == b"" and len(hooks) == 1
+            await anyio.sleep(FLUSH_WINDOW_S * 3)
+            assert read_all(r) == line % 3 and len(hooks) == 2 and len(writes) == 2
             out.close()
     finally:
         os.close(r)

@@ -7,8 +7,16 @@ from typing import Any
 import pytest
 
 from session import derive_messages
-from session.transcript import Transcript, history_budget, unanswered_calls
-from tests.support.logs import Script, closers_of, events_of
+from session.transcript import (
+    BYTES_PER_TOKEN,
+    DEFAULT_HISTORY_TOKENS,
+    MEDIA_TOKENS,
+    MESSAGE_TOKENS,
+    Transcript,
+    history_budget,
+    unanswered_calls,
+)
+from tests.support.logs import Script, closers_of, events_of, sized_turns
 
 
 def user(text: str) -> dict[str, Any]:
@@ -78,11 +86,88 @@ def _tool_turn(script: Script, n: int, size: int) -> Script:
             .start_step().message(f"done {n}").end_step().end_turn())
 
 
+def _measures(script: Script) -> list[tuple[str, int, int]]:
+    transcript = Transcript()
+    transcript.feed_all(events_of(script))
+    return [(m["role"], e, g) for m, e, g in zip(transcript.messages, transcript.exact, transcript.guess, strict=True)]
+
+
+def _answer(text: str, usage: dict[str, int] | None, *blocks: dict[str, Any]) -> Script:
+    script = Script().start_turn("q").start_step()
+    data: dict[str, Any] = {"turn": 1, "step": 1, "content": [*blocks, {"type": "text", "text": text}]}
+    if usage is not None:
+        data["usage"] = usage
+    return script.add("assistant/message", data)
+
+
+TEXT_TOKENS = -(-len(b'{"type":"text","text":"q"}') // BYTES_PER_TOKEN) + MESSAGE_TOKENS
+MEASURES: list[tuple[str, Script, tuple[str, int, int]]] = [
+    # (what, a log, the last message's (role, the provider's count, the estimate))
+    ("a prompt is estimated from its bytes", Script().start_turn("q"), ("user", 0, TEXT_TOKENS)),
+    ("an answer the provider counted: its outputTokens", _answer("x" * 3000, {"inputTokens": 50, "outputTokens": 700}),
+     ("assistant", 700 + MESSAGE_TOKENS, 0)),
+    ("reasoning is not sent back: its reasoningTokens are not counted",
+     _answer("x", {"inputTokens": 50, "outputTokens": 700, "reasoningTokens": 650},
+             {"type": "reasoning", "text": "hm"}), ("assistant", 50 + MESSAGE_TOKENS, 0)),
+    ("reasoning not counted apart: its blocks estimated and taken off",
+     _answer("x", {"inputTokens": 50, "outputTokens": 700}, {"type": "reasoning", "text": "r" * 300}),
+     ("assistant", 600 + MESSAGE_TOKENS, 0)),
+    ("no count (a server that sends no usage): estimated",
+     _answer("x" * 3000, None), ("assistant", 0, 1000 + 9 + MESSAGE_TOKENS)),
+    ("a count of 0 is no count", _answer("x" * 3000, {"inputTokens": 0, "outputTokens": 0}),
+     ("assistant", 0, 1000 + 9 + MESSAGE_TOKENS)),
+    ("an image costs MEDIA_TOKENS, not its base64",
+     Script().add("turn/start", {"turn": 1, "trigger": {"kind": "prompt"}}).add(
+         "user/message", {"turn": 1, "content": [{"type": "image", "mimeType": "image/png", "data": "A" * 300_000}]}),
+     ("user", 0, MEDIA_TOKENS + MESSAGE_TOKENS)),
+]
+
+
+@pytest.mark.parametrize(("what", "script", "last"), MEASURES, ids=[m[0] for m in MEASURES])
+def test_each_message_is_measured_in_tokens(what: str, script: Script, last: tuple[str, int, int]) -> None:
+    assert _measures(script)[-1] == last
+
+
+def test_a_tool_result_is_estimated_from_its_bytes() -> None:
+    measures = _measures(_tool_turn(Script(), 0, 3000))
+    role, exact, guess = measures[2]
+    assert (role, exact) == ("tool", 0) and 1000 + MESSAGE_TOKENS < guess < 1020 + MESSAGE_TOKENS
+
+
+PROMPT_TOKENS = -(-len(b'{"type":"text","text":"p1"}') // BYTES_PER_TOKEN) + MESSAGE_TOKENS
+FITS: list[tuple[str, tuple[int, ...], float, float, int, int]] = [
+    # (what, answers' counts, limit, scale, after, the first turn shown)
+    ("everything fits", (100, 100, 100), 10_000, 1.0, -1, 1),
+    ("the oldest turn left out", (1_000, 100, 100), 1_000, 1.0, -1, 2),
+    ("one huge answer, then small turns: only what follows it", (100, 8_090, 50, 50), 1_000, 1.0, -1, 3),
+    ("nothing fits: the last turn still is shown", (100, 100, 5_000), 1_000, 1.0, -1, 3),
+    ("the estimates count `scale` times: the prompts no longer fit", (100, 100, 100),
+     3 * (100 + MESSAGE_TOKENS) + 3 * PROMPT_TOKENS, 1.5, -1, 2),
+    ("after a refused request: fewer turns than it had", (100, 100, 100), 10_000, 1.0, 0, 2),
+    ("after a refused request that had only the last turn: the last turn", (100, 100, 100), 10_000, 1.0, 4, 3),
+]
+
+
+@pytest.mark.parametrize(("what", "answers", "limit", "scale", "after", "first"), FITS, ids=[f[0] for f in FITS])
+def test_fit_shows_the_newest_whole_turns_within_the_limit(what: str, answers: tuple[int, ...], limit: float,
+                                                           scale: float, after: int, first: int) -> None:
+    transcript = sized_turns(*answers)
+    start = transcript.fit(limit, scale, after=after)
+    assert transcript.messages[start] == user(f"p{first}")
+    assert transcript.tokens(start, scale) <= limit or first == len(answers)
+
+
+def test_tokens_sum_the_counts_and_the_scaled_estimates() -> None:
+    transcript = sized_turns(100, 200)
+    assert transcript.tokens() == 300 + 2 * MESSAGE_TOKENS + 2 * PROMPT_TOKENS
+    assert transcript.tokens(2, 2.0) == 200 + MESSAGE_TOKENS + 2 * PROMPT_TOKENS
+
+
 @pytest.mark.parametrize(("budget", "kept_turns"), [
     (None, 10),  # no budget: everything, as derive_messages
     (10 ** 9, 10),  # a budget never reached
-    (3_500, 3),  # about 1 KB per turn: the last three fit
-    (500, 1),  # smaller than one turn: the last turn still stays
+    (1_000, 3),  # about 385 tokens per turn: two and the next prompt fit, then its turn
+    (100, 1),  # smaller than one turn: the last turn still stays
 ])
 def test_budget_drops_oldest_whole_turns(budget: int | None, kept_turns: int) -> None:
     script = Script()
@@ -97,8 +182,9 @@ def test_budget_drops_oldest_whole_turns(budget: int | None, kept_turns: int) ->
     assert transcript.dropped == len(full) - kept_turns * per_turn
     assert transcript.messages[0]["role"] == "user"
     assert unanswered_calls(transcript.messages) == []
+    assert len(transcript.exact) == len(transcript.guess) == len(transcript.messages)
 
 
 def test_history_budget_follows_the_context_window() -> None:
-    assert history_budget(100_000) == 800_000
-    assert history_budget(None) == history_budget(0) > 0
+    assert history_budget(100_000) == 200_000  # tokens: twice the window
+    assert history_budget(None) == history_budget(0) == DEFAULT_HISTORY_TOKENS

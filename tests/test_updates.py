@@ -159,11 +159,12 @@ TABLE: list[tuple[str, Event, list[dict[str, Any]]]] = [
         [],
     ),
     (
+        # Each token once: the cached tokens are part of inputTokens, the reasoning of outputTokens.
         "message with usage",
         ev("assistant/message", turn=1, step=2, content=[],
            usage={"inputTokens": 100, "outputTokens": 20, "cacheReadTokens": 5,
                   "cacheWriteTokens": 2, "reasoningTokens": 7}),
-        [{"sessionUpdate": "usage_update", "used": 127, "size": DEFAULT_CONTEXT_WINDOW,
+        [{"sessionUpdate": "usage_update", "used": 120, "size": DEFAULT_CONTEXT_WINDOW,
           "_meta": {"acpBridge": {"turn": 1, "step": 2, "usage": {
               "inputTokens": 100, "outputTokens": 20, "cacheReadTokens": 5,
               "cacheWriteTokens": 2, "reasoningTokens": 7}}}}],

@@ -4,6 +4,7 @@ command line."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -168,3 +169,48 @@ def test_wrap_of_a_command_that_cannot_run(tmp_path: Path) -> None:
     done = wrap_cli("--store", str(tmp_path), "--", str(tmp_path / "no-such-agent"))
     assert done.returncode == 2 and done.stdout == ""
     assert "cannot run" in done.stderr
+
+
+def test_the_child_is_spawned_before_the_wrapper_is_imported(tmp_path: Path) -> None:
+    """`acp-bridge wrap` starts its child before importing the wrapper (issue 23,
+    start-up): what the command line imports up to the spawn (`cli.main`, `wrap.serve`
+    for `start_child`) holds none of the wrapper's host, engine, session store, anyio or
+    jsonrpcserver, and the child spawned there is the one the wrapper then serves."""
+    probe = ("import sys\n"
+             "import acp_bridge.cli.main, acp_bridge.wrap.serve\n"
+             "heavy = [m for m in ('acp_bridge.host', 'acp_bridge.wrap.engine', 'session.store', 'anyio', "
+             "'jsonrpcserver') if m in sys.modules]\n"
+             "print(heavy)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30)
+    assert done.stdout.strip() == "[]"
+    marker = tmp_path / "started"
+    script = f"echo $$ > {marker}; exec {sys.executable} {tmp_path / 'agent.py'}"
+    (tmp_path / "agent.py").write_text(
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    if 'id' in m:\n"
+        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'protocolVersion': 1}}), flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "acp_bridge", "wrap", "--store", str(tmp_path / "store"), "--",
+                             "sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n')
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+        assert answer["id"] == 1 and answer["result"]["protocolVersion"] == 1
+        assert int(marker.read_text()) in _children(proc.pid)  # the wrapper's own child serves it
+    finally:
+        proc.stdin.close()  # type: ignore[union-attr]
+        proc.wait(timeout=30)
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+    assert marker.exists() and len(marker.read_text().split()) == 1  # one child, started once
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found

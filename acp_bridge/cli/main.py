@@ -23,6 +23,7 @@ from acp_bridge.cli.startup import (
     serve_options,
     store_options,
     wants_debug,
+    wrap_agents,
 )
 from acp_bridge.errors import ConfigError
 
@@ -120,16 +121,21 @@ def _wrap(raw: list[str]) -> int:
                         help="when a loaded session cannot be loaded or resumed by the wrapped agent, seed its "
                              "fresh session with the transcript (one prompt: a model call of the wrapped agent)")
     cancel_grace_option(parser)
+    parser.add_argument("--agent", action="append", metavar="NAME=COMMAND",
+                        help="an agent the editor may hand a session to (COMMAND split as a shell would); give "
+                             "several, the first the default; instead of -- COMMAND")
     args = parser.parse_args(raw[:cut])
     args.wrapped = raw[cut + 1:]
-    if not args.wrapped:
-        parser.error("no agent to wrap: acp-bridge wrap [options] -- COMMAND [ARGS...]")
+    args.agents = wrap_agents(args.agent, args.wrapped)
+    if not args.wrapped and not args.agents:
+        parser.error("no agent to wrap: acp-bridge wrap [options] -- COMMAND [ARGS...] or --agent NAME=COMMAND ...")
     settings = agent_settings(args, model=False)
     args.store, args.backend, args.log_level = str(settings.store), settings.backend, settings.log_level
     args.cancel_grace = cancel_grace(args)
-    from acp_bridge.wrap.serve import serve
+    # The child first, the wrapper's imports after: it boots while they run.
+    from acp_bridge.wrap.serve import serve, start_child
 
-    return serve(args)
+    return serve(args, start_child(args.agents[0][1] if args.agents else args.wrapped))
 
 
 if __name__ == "__main__":

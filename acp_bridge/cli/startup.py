@@ -165,6 +165,39 @@ def cancel_grace(args: argparse.Namespace) -> float:
     return seconds
 
 
+def wrap_agents(values: list[str] | None, command: list[str]) -> list[tuple[str, list[str]]]:
+    """`wrap --agent NAME=COMMAND ...`, checked: (name, argv) per agent in order, the
+    first the default; COMMAND is one string, split as a POSIX shell splits it (shlex).
+    ConfigError for a value without `=`, an empty or repeated name, an empty or
+    unbalanced COMMAND, a program that is not found, or `--agent` together with `--
+    COMMAND` (the one-agent form)."""
+    import shlex
+    import shutil
+
+    if values and command:
+        raise ConfigError("--agent", "give the agents with --agent NAME=COMMAND or one with -- COMMAND, not both")
+    agents: list[tuple[str, list[str]]] = []
+    for value in values or ():
+        name, eq, line = value.partition("=")
+        name = name.strip()
+        if not eq:
+            raise ConfigError("--agent", f"expected NAME=COMMAND, got {value!r}")
+        if not name or any(c.isspace() or not c.isprintable() for c in name):
+            raise ConfigError("--agent", f"an agent needs a name without spaces before '=': {value!r}")
+        if any(name == other for other, _ in agents):
+            raise ConfigError("--agent", f"agent {name!r} is given twice")
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise ConfigError("--agent", f"cannot split the command of {name!r} ({exc}): {line!r}") from None
+        if not argv:
+            raise ConfigError("--agent", f"agent {name!r} has no command")
+        if shutil.which(argv[0]) is None:
+            raise ConfigError("--agent", f"cannot run {argv[0]!r} (agent {name!r}): not found or not executable")
+        agents.append((name, argv))
+    return agents
+
+
 def reader_settings(args: argparse.Namespace) -> tuple[str, Path | str]:
     """(backend, store) of `acp-bridge sessions`, checked: a store that is missing is an
     empty one, but a file or an unreadable folder is an error, not "No sessions"."""

@@ -14,6 +14,7 @@ import abc
 import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,7 @@ class Host(Generic[S]):
         self.tuning = tuning or Tuning()
         self._spec = store
         self._store: SessionStore | None = None
+        self._opening = threading.Lock()
         self._live: dict[str, S] = {}
         self._prompting: dict[str, anyio.Event] = {}  # session id -> set when its prompt returns
         self._conn: Connection | None = None
@@ -144,10 +146,13 @@ class Host(Generic[S]):
         return self._tg
 
     def store(self) -> SessionStore:
-        if self._store is None:
-            assert self._spec is not None, "this host keeps no store"
-            self._store = SessionStore(open_backend(self._spec.backend, self._spec.location))
-        return self._store
+        """The store, opened at first use (the wrapper opens it in a worker thread while
+        its child boots: the lock keeps a request meanwhile from opening a second one)."""
+        with self._opening:
+            if self._store is None:
+                assert self._spec is not None, "this host keeps no store"
+                self._store = SessionStore(open_backend(self._spec.backend, self._spec.location))
+            return self._store
 
     async def create_log(self, *, cwd: str, additional: list[str] | None,
                          wrapped: WrappedInfo | None = None) -> SessionLog:

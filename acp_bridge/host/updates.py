@@ -36,7 +36,8 @@ as the protocol defines them rather than under `_meta`:
   if the call was never announced (a synthetic result for a call that never started);
   the permission decision, if any, travels in `_meta.acpBridge.permission`;
 - `assistant/message` with usage -> `usage_update {used, size, _meta}`: `used` is
-  the step's context (input + output + cache read/write tokens), `size` the usage's
+  the step's context, each token once (input + output tokens: the input count holds
+  the cached tokens, the output count the reasoning), `size` the usage's
   `contextWindow` (a wrapped agent's own `size`), else the window of the turn's model
   (on replay: of its `turn/start.model`, `UpdateContext.window_of`), else
   DEFAULT_CONTEXT_WINDOW when the model does not say;
@@ -95,9 +96,11 @@ DEFAULT_CONTEXT_WINDOW: Final = 128_000
 """`usage_update.size` when the model does not report its window (echo, script): a
 common window size, so a client's meter stays meaningful rather than absent."""
 
-# Token fields of `usage` that occupy the context window. reasoningTokens is left out:
-# providers count it inside outputTokens.
-_CONTEXT_TOKEN_FIELDS: Final = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
+# Token fields of `usage` that occupy the context window, each token once. inputTokens
+# is every token of the request, those read from or written to a cache included (the
+# provider's prompt_tokens: cacheReadTokens and cacheWriteTokens are parts of it, not
+# additions; docs/persistence.md, "usage"), and reasoningTokens is part of outputTokens.
+_CONTEXT_TOKEN_FIELDS: Final = ("inputTokens", "outputTokens")
 
 # Why an interrupted turn stopped, per `cause` (session.events.INTERRUPT_CAUSES), and
 # who cancelled a cancelled one, per `by` (session.events.CANCELLED_BY), in words for

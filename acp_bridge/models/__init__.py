@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from acp_bridge.errors import ModelSpecError
 from acp_bridge.models.base import (
+    CONTEXT_LENGTH,
     Finish,
     FinishReason,
     Model,
@@ -27,6 +28,7 @@ from acp_bridge.models.base import (
 from acp_bridge.models.catalog import ModelEntry, parse_spec
 
 __all__ = [
+    "CONTEXT_LENGTH",
     "Finish",
     "FinishReason",
     "Model",

@@ -59,6 +59,15 @@ class Finish:
     message: str | None = None  # error only
     code: str | None = None
     retryable: bool | None = None
+    # A request the provider refused as longer than its context (code CONTEXT_LENGTH):
+    # the request's tokens and the context's size as the provider counted them, where
+    # it said (the runner sends less and tries again: acp_bridge.agent.context).
+    request_tokens: int | None = None
+    context_tokens: int | None = None
+
+
+CONTEXT_LENGTH = "context_length"
+"""The `code` of a `Finish("error")` for a request longer than the model's context."""
 
 
 ModelChunk = TextDelta | ReasoningDelta | ToolCallChunk | UsageChunk | Finish

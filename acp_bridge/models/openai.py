@@ -25,6 +25,7 @@ import logging
 import math
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import replace
 from typing import cast
 
 import anyio
@@ -194,7 +195,7 @@ class OpenAIModel:
                 message += f" (gave up after {attempt} tries; the server asks to wait {wait:g} s)"
             elif attempt > 1:
                 message += f" (gave up after {attempt} tries)"
-        return Finish("error", message, failure.code, failure.retryable)
+        return replace(failure, message=message)  # with the numbers of a context-length refusal
 
 
 def _is_json(response: httpx.Response) -> bool:

@@ -263,6 +263,13 @@ def _checked(message: Any) -> Any:
     return message
 
 
+def preload_library() -> None:
+    """Import jsonrpcserver now, in a worker thread (anyio.to_thread), for a process
+    that is idle before its first request: the wrapper while its child boots, so the
+    import is not on the path of the editor's `session/new` (issue 23, start-up)."""
+    _import_library()
+
+
 def _import_library() -> Callable[[Any], Any]:
     """Import jsonrpcserver (and jsonschema behind it), in a worker thread: the one
     place it is imported, after `initialize` is answered. Python's import lock keeps

@@ -16,12 +16,18 @@ A message sent with `send` or `notify` (answers, requests, notifications other t
 once, by the sender, after the same hook: the bytes and their order are those the
 writer would write, a loop iteration and a task switch sooner. What the descriptor
 does not take at once (a full pipe), or a hook that must be waited for, leaves it to
-the writer task as before. Streamed updates (`notify_update`) and `send_raw` are always
-queued, so a burst of them still costs one log hand-off and one write.
+the writer task as before. Streamed updates (`notify_update`) are queued, and written
+by a callback the loop runs once the current task step is over (`_flush`, the same
+hook and bytes as the writer's), without waking the writer task (an anyio event, a
+task step and a loop iteration per burst: issue 23, bench/README.md); within a stream,
+no sooner than `FLUSH_WINDOW_S` after the last such write, so the updates of that
+millisecond cost one log hand-off and one write together. `send_raw` (a replay)
+always goes through the writer task.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -37,6 +43,12 @@ log = logging.getLogger("acp_bridge.rpc.connection")
 
 DRAIN_HIGH_WATER: Final = 4 << 20  # bytes queued for stdout that `drain` lets through
 PREFIX_CACHE_SIZE: Final = 256  # sessions whose notification prefix is kept
+# Streamed updates are written at most once per window (the first of a burst at once):
+# each write to the client costs a log hand-off first (one JSONL write, or one SQLite
+# commit), and an agent that writes every chunk on its own (the SDK's) would otherwise
+# cost one of each per chunk or two. An answer, or any other message, is written at
+# once, the updates queued before it first.
+FLUSH_WINDOW_S: Final = 0.001
 
 # Called before each write with nothing; returns None when the write may go ahead, or
 # an awaitable to wait for first (a log being written by a worker thread). A plain
@@ -61,6 +73,11 @@ class Outgoing:
         self._prefixes: dict[str, bytes] = {}  # session id -> notification prefix
         # A writer that can write without waiting (FdWriter) lets `send` write at once.
         self._write_now: Callable[[bytes], int] | None = getattr(writer, "write_now", None)
+        # The writer task's loop (asyncio), where `_flush` is scheduled; None: updates
+        # wake the writer task instead.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flush_pending = False  # `_flush` is scheduled
+        self._flushed_at = float("-inf")  # loop time of the last `_flush`
 
     def send(self, message: Any) -> None:
         """Queue a message; the writer task writes queued messages in order (or, when
@@ -68,7 +85,14 @@ class Outgoing:
         # The concatenation is a right-sized copy: orjson's own bytes keep a 4 KiB
         # buffer however short they are, which adds up in a long queue.
         data = orjson.dumps(message) + b"\n"
-        if self._writer_idle is not None and not self._queue and self._write_now is not None:
+        if self._writer_idle is not None and self._write_now is not None:
+            if self._queue:  # updates waiting for `_flush`: written first, with it
+                if self._closed or self._broken:
+                    return
+                self._queue.append(data)
+                self._queued += len(data)
+                self._flush()
+                return
             data = self._direct(data)
             if not data:
                 return
@@ -106,7 +130,46 @@ class Outgoing:
             if len(self._prefixes) >= PREFIX_CACHE_SIZE:
                 self._prefixes.clear()
             prefix = self._prefixes[session_id] = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
-        self._enqueue(b"".join((prefix, orjson.dumps(update), UPDATE_TAIL)))
+        data = b"".join((prefix, orjson.dumps(update), UPDATE_TAIL))
+        loop = self._loop
+        if loop is None or self._writer_idle is None or self._closed or self._broken:
+            self._enqueue(data)  # the writer task is at work (or woken, or the end is near)
+            return
+        self._queue.append(data)
+        self._queued += len(data)
+        if not self._flush_pending:
+            self._flush_pending = True
+            due = self._flushed_at + FLUSH_WINDOW_S
+            if due > loop.time():  # a stream: its updates go out together, at most once a window
+                loop.call_at(due, self._flush)
+            else:
+                loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what is queued now, as the writer would (the hook first), while the
+        writer task is idle; what the descriptor does not take, or a hook that must be
+        waited for, wakes the writer for the rest. Called by the loop after the update
+        that scheduled it (and whatever the same task step queued after it), or by
+        `send` to write its message behind them."""
+        self._flush_pending = False
+        queue = self._queue
+        if self._writer_idle is None or not queue:
+            return  # the writer task was woken meanwhile: the queue is its own
+        if self._broken:
+            queue.clear()
+            self._queued = 0
+            return
+        data = queue.popleft() if len(queue) == 1 else b"".join(queue)
+        queue.clear()
+        left = self._direct(data)
+        self._queued -= len(data) - len(left)
+        if self._loop is not None:
+            self._flushed_at = self._loop.time()
+        if left:
+            queue.appendleft(left)
+            self._wake_writer()
+        if len(left) < len(data):
+            self._wake_drain()
 
     def send_raw(self, data: bytes) -> None:
         """Queue messages already encoded: complete JSON-RPC lines, newline included
@@ -146,6 +209,10 @@ class Outgoing:
         """The writer task: write what is queued until `close`, or until the client
         stops reading (then what is queued is dropped)."""
         queue = self._queue
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio: updates wake this task
+            self._loop = None
         try:
             while True:
                 if not queue:

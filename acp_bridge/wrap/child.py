@@ -48,6 +48,7 @@ import anyio.abc
 
 from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
 from acp_bridge.tools.reaper import REAPER
+from acp_bridge.wrap.spawn import Early, spawn
 
 log = logging.getLogger("acp_bridge.wrap.child")
 
@@ -60,13 +61,14 @@ class ChildAgent:
     """The wrapped agent's process; see the module docstring."""
 
     def __init__(self, argv: list[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-                 grace: float = 2.0) -> None:
+                 grace: float = 2.0, early: Early | None = None) -> None:
         if not argv:
             raise ValueError("the wrapped agent needs a command")
         self.argv = list(argv)
         self.cwd = cwd
         self.env = dict(env) if env is not None else None
         self.grace = grace
+        self._early = early  # the first process, spawned by the command line already
         self.starts = 0  # processes spawned so far (a restart makes one more)
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: FdLineReader | None = None
@@ -105,16 +107,10 @@ class ChildAgent:
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Spawn the command; its stderr and its exit are watched by tasks of
-        `task_group`. Raises OSError if it cannot be spawned (no such program)."""
-        # Before the spawn: a child that could not be reaped is not started.
-        REAPER.ensure_running()
-        proc = subprocess.Popen(
-            self.argv, cwd=self.cwd, env=self.env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        # At once, no await in between: the group is watched from here on.
-        REAPER.watch(proc.pid)
+        `task_group`. Raises OSError if it cannot be spawned (no such program). The
+        first start takes the process the command line spawned early, if any."""
+        early, self._early = self._early, None
+        proc = early.take() if early is not None else spawn(self.argv, cwd=self.cwd, env=self.env)
         # The pipes' descriptors are ours from here, each closed once at a known
         # moment (see `close` and `close_output`), never by a file object's finaliser:
         # a descriptor number closed early can come back as the next child's pipe.

@@ -38,12 +38,14 @@ from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.rpc.connection import Fallback
+from acp_bridge.rpc.incoming import preload_library
 from acp_bridge.rpc.protocol import ClientError, Handler
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.children import Restored, SessionMap, kept_from_editor, new_session_id, restore
 from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.spawn import Early
 from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
 from session.fork import ForkPlan
@@ -61,14 +63,16 @@ class WrapConfig:
     grace: float = 2.0  # seconds the child gets to exit after its stdin closed
     env: dict[str, str] | None = field(default=None)
     seed_fresh: bool = False  # seed a fresh child session with the transcript (wrap/seed.py)
+    name: str | None = None  # `--agent NAME=COMMAND`: the agent's name (None: `-- COMMAND`)
 
 
 class WrapEngine(Engine[WrappedSession]):
     label = "this agent"
 
-    def __init__(self, config: WrapConfig) -> None:
+    def __init__(self, config: WrapConfig, *, early: Early | None = None) -> None:
         self.config = config
-        self.child = ChildAgent(config.command, env=config.env, grace=config.grace)
+        # `early`: the first process of `config.command`, spawned by the command line.
+        self.child = ChildAgent(config.command, env=config.env, grace=config.grace, early=early)
         self.children = SessionMap()
         self.side = ChildSide(self.children, lambda: self.host.peer)
         self.link: ChildLink | None = None
@@ -77,6 +81,7 @@ class WrapEngine(Engine[WrappedSession]):
         self.child_info: dict[str, Any] | None = None
         self._starting = anyio.Lock()
         self._opener: StoredOpener[WrappedSession] | None = None
+        self._prepared = anyio.Event()  # `_prepare` has tried to open the store
 
     # --- the engine ------------------------------------------------------------------
 
@@ -88,19 +93,53 @@ class WrapEngine(Engine[WrappedSession]):
 
     async def start(self, host: Host[WrappedSession]) -> None:
         """Spawn the child (OSError if it cannot be)."""
+        await self.bind(host)
+        await self._new_link()
+
+    async def bind(self, host: Host[WrappedSession]) -> None:
+        """Serve `host`, the child not spawned yet (`wrap --agent`: an agent other than
+        the default is started at its first use, acp_bridge.wrap.switch)."""
         await super().start(host)
+        host.task_group.start_soon(self._prepare)
         self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
                                     adopt=self._adopt)
-        await self._new_link()
+
+    async def _prepare(self) -> None:
+        """While the child boots (0.3-1 s for the SDK's echo agent), in a worker thread:
+        the store is opened (SQLite's connection and schema check sync the disk) and
+        jsonrpcserver imported, so neither is on the path of the editor's first
+        `session/new` (issue 23, start-up). A store that cannot be opened is left for
+        `session/new` to meet, and answer for, as before."""
+        try:
+            await anyio.to_thread.run_sync(self.host.store)
+        except Exception as exc:  # reported where it is used: session/new, list, load
+            log.debug("opening the store early failed: %s", exc)
+        finally:
+            self._prepared.set()
+        await anyio.to_thread.run_sync(preload_library)
 
     async def aclose(self) -> None:
         if self.link is not None:
             await self.link.close()
 
+    async def stop_unused(self) -> None:
+        """Stop the child (its whole process group, as at shutdown) if no live session
+        of ours is placed in it any more; it is started again at its next use."""
+        link = self.link
+        if link is None or self.children.theirs:
+            return
+        self.link = None
+        log.info("no session uses the wrapped agent %s any more: stopping it", self.agent_label or self.agent_name)
+        await link.close()
+
     @property
     def agent_name(self) -> str:
         name = (self.child_info or {}).get("name")
         return name if isinstance(name, str) else Path(self.config.command[0]).name
+
+    @property
+    def agent_label(self) -> str | None:
+        return self.config.name
 
     @property
     def cancel_grace(self) -> float:
@@ -135,6 +174,8 @@ class WrapEngine(Engine[WrappedSession]):
             if link is None or not link.running or (overdue and not self._busy(link, ws)):
                 if overdue:
                     log.warning("the wrapped agent did not answer within the cancel grace: restarting it")
+                elif link is None:  # `wrap --agent`: not started yet, or stopped when unused
+                    log.info("starting the wrapped agent %s", self.agent_label or self.agent_name)
                 else:
                     log.warning("the wrapped agent is not running: restarting it")
                 try:
@@ -186,9 +227,16 @@ class WrapEngine(Engine[WrappedSession]):
         restored, result = await restore(ws, link, self.child_caps, self.children)
         self.side.adopt(ws)
         seeded: dict[str, Any] = {}
-        if restored == "fresh" and self.config.seed_fresh:
+        # A session that moved to this agent (`wrap --agent`) is always seeded: what it
+        # knows of the conversation came that way.
+        if restored == "fresh" and (self.config.seed_fresh or ws.moved):
             seeded = await seed(ws, link, self.host.store())
         return restored, result, seeded
+
+    async def place(self, ws: WrappedSession) -> tuple[Restored, dict[str, Any], dict[str, Any]]:
+        """Give `ws` a session on this child's current run (the child started if need
+        be): `_restore`'s answer."""
+        return await self._restore(ws, await self.ensure_link(ws))
 
     def tell_cancel(self, ws: WrappedSession, params: Mapping[str, Any] | None) -> None:
         link = self.link
@@ -236,6 +284,7 @@ class WrapEngine(Engine[WrappedSession]):
         child_sid = new_session_id(result)
         extra = params.get("additionalDirectories")
         additional = extra if isinstance(extra, list) else None
+        await self._prepared.wait()  # never two threads opening the store
         session_log = await self.host.create_log(cwd=cwd, additional=additional, wrapped=self._wrapped(child_sid))
         ws = WrappedSession(self, session_log, cwd, list(mcp), additional)
         self.host.add(ws.id, ws)
@@ -330,8 +379,7 @@ class WrapEngine(Engine[WrappedSession]):
         extra = params.get("additionalDirectories")
         if isinstance(extra, list):
             session.additional_directories = extra
-        link = await self.ensure_link(session)
-        restored, result, seeded = await self._restore(session, link)
+        restored, result, seeded = await self.place(session)
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": {"restored": restored, **seeded}})
 

@@ -84,12 +84,14 @@ class TurnRecorder:
     """One turn of a wrapped agent. `prompt` starts it; `answer`, `failed` or
     `cancelled` ends it (the first of them: later ends record nothing); `update` and
     `permission` may come at any time. `agent` is recorded as `turn/start.model` (what
-    served the turn), `mode` as its mode."""
+    served the turn), `mode` as its mode, `name` (its `wrap --agent` name, if any) as
+    `turn/start.agent`."""
 
-    def __init__(self, turn: int, *, agent: str, mode: str | None = None) -> None:
+    def __init__(self, turn: int, *, agent: str, mode: str | None = None, name: str | None = None) -> None:
         self.turn = turn
         self.agent = agent
         self.mode = mode
+        self.name = name
         self._started = False
         self._ended = False
         self._step: Step | None = None  # the open step
@@ -107,7 +109,8 @@ class TurnRecorder:
         if self._started:
             raise RuntimeError(f"turn {self.turn} was already prompted")
         self._started = True
-        return [turn_start(self.turn, trigger={"kind": "prompt"}, mode=self.mode, model=self.agent),
+        return [turn_start(self.turn, trigger={"kind": "prompt"}, mode=self.mode, model=self.agent,
+                           agent=self.name),
                 user_message(self.turn, content)]
 
     def update(self, update: dict[str, Any]) -> list[Item]:

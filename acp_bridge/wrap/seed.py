@@ -29,7 +29,7 @@ from acp_bridge.wrap.sessions import WrappedSession
 from session import SessionStore
 from session.events import Event
 from session.scan import Damage
-from session.transcript import DEFAULT_HISTORY_BYTES, Message, Transcript
+from session.transcript import DEFAULT_HISTORY_TOKENS, Message, Transcript
 
 log = logging.getLogger("acp_bridge.wrap.seed")
 
@@ -97,7 +97,7 @@ def seed_text(messages: list[Message], limit: int = SEED_CHARS) -> SeedText:
 def read_messages(store: SessionStore, sid: str) -> list[Message]:
     """The model transcript of a stored session, read as stored now (blocking: run it in
     a worker thread, after the live log was handed to the OS)."""
-    transcript = Transcript(budget=DEFAULT_HISTORY_BYTES)
+    transcript = Transcript(budget=DEFAULT_HISTORY_TOKENS)
     stream = store.backend.read_stream(sid)
     try:
         for block in stream.blocks():

@@ -2,7 +2,9 @@
 
 The child is spawned before anything is read from the editor, so a command that cannot
 be run is refused at once (one line on stderr, exit status 2), as any bad start-up
-value is (DESIGN.md section 6).
+value is (DESIGN.md section 6). The command line spawns it first of all (`start_child`,
+which imports nothing heavy), before `serve` imports the wrapper: the child boots while
+the wrapper imports (issue 23, start-up; bench/README.md).
 """
 
 from __future__ import annotations
@@ -10,25 +12,40 @@ from __future__ import annotations
 import argparse
 import sys
 
-from acp_bridge import __version__
-from acp_bridge.host.host import Host, StoreSpec
-from acp_bridge.host.stdio import configure_logging, serve_stdio
-from acp_bridge.host.tuning import ProcessTuning
-from acp_bridge.wrap.engine import WrapConfig, WrapEngine
-from acp_bridge.wrap.sessions import WrappedSession
-from session import shown_store, store_location
+from acp_bridge.wrap.spawn import Early
 
 
-def serve(args: argparse.Namespace) -> int:
+def start_child(argv: list[str]) -> Early:
+    """The wrapped agent's first process, started now; `serve` takes it over."""
+    return Early(argv)
+
+
+def serve(args: argparse.Namespace, early: Early | None = None) -> int:
+    from acp_bridge import __version__
+    from acp_bridge.host.host import Engine, Host, StoreSpec
+    from acp_bridge.host.stdio import configure_logging, serve_stdio
+    from acp_bridge.host.tuning import ProcessTuning
+    from acp_bridge.wrap.engine import WrapConfig, WrapEngine
+    from acp_bridge.wrap.sessions import WrappedSession
+    from acp_bridge.wrap.switch import SwitchEngine
+    from session import shown_store, store_location
+
     configure_logging(args.log_file, args.log_level)
-    config = WrapConfig(store_dir=store_location(args.backend, args.store),
-                        command=list(args.wrapped), cancel_grace=args.cancel_grace, backend=args.backend,
-                        seed_fresh=bool(getattr(args, "seed_fresh", False)))
+    agents: list[tuple[str | None, list[str]]] = list(getattr(args, "agents", None) or []) \
+        or [(None, list(args.wrapped))]
+    configs = [WrapConfig(store_dir=store_location(args.backend, args.store), command=command,
+                          cancel_grace=args.cancel_grace, backend=args.backend,
+                          seed_fresh=bool(getattr(args, "seed_fresh", False)), name=name) for name, command in agents]
+    config = configs[0]
     # One line on stderr, never stdout (stdout carries protocol messages only).
-    print(f"acp-bridge {__version__}: wrapping {' '.join(config.command)}, store {shown_store(config.store_dir)} "
+    shown = ", ".join(f"{c.name}={' '.join(c.command)}" for c in configs) if config.name else " ".join(config.command)
+    print(f"acp-bridge {__version__}: wrapping {shown}, store {shown_store(config.store_dir)} "
           f"({config.backend})", file=sys.stderr, flush=True)
-    host: Host[WrappedSession] = Host(WrapEngine(config), StoreSpec(config.store_dir, config.backend),
-                                      tuning=ProcessTuning())
+    # `--agent`: several agents, a session handed between them (acp_bridge.wrap.switch);
+    # the early child is the default agent's.
+    engine: Engine[WrappedSession] = SwitchEngine(configs, early=early) if config.name is not None \
+        else WrapEngine(config, early=early)
+    host: Host[WrappedSession] = Host(engine, StoreSpec(config.store_dir, config.backend), tuning=ProcessTuning())
 
     def not_started(exc: OSError) -> int:  # the child cannot be spawned
         print(f"acp-bridge: cannot run {config.command[0]!r}: {exc.strerror or exc}", file=sys.stderr)

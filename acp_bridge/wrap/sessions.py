@@ -64,6 +64,10 @@ class Child(Protocol):
     def agent_name(self) -> str: ...
 
     @property
+    def agent_label(self) -> str | None:
+        """Its `wrap --agent` name (None: the one-agent form, `-- COMMAND`)."""
+
+    @property
     def cancel_grace(self) -> float:
         """Seconds the child has to answer a cancelled prompt before the wrapper does."""
 
@@ -110,6 +114,14 @@ class WrappedSession:
     close_by: float | None = None  # when a `session/close` of the running turn must be answered
     restoring: bool = False  # the child is replaying to us (or seeded): kept from the editor
     seeding: bool = False  # the wrapper's own seed prompt runs (acp_bridge.wrap.seed)
+    prompting: bool = False  # a prompt of the editor runs, or waits for a switch to end
+    # `wrap --agent`: a switch of the session's agent runs (set when it ends); a prompt
+    # waits for it (acp_bridge.wrap.switch).
+    placing: anyio.Event | None = None
+    # The session moved to another agent once: the header's child session id is not the
+    # current agent's (its own is `moved_sid`), and a fresh restore is always seeded.
+    moved: bool = False
+    moved_sid: str | None = None
 
     @property
     def id(self) -> str:
@@ -129,15 +141,27 @@ class WrappedSession:
             self.mode = mode if isinstance(mode, str) else self.mode
 
     def stored_child_sid(self) -> str | None:
+        if self.child_sid is not None or self.moved:
+            return self.child_sid or self.moved_sid
         wrapped = self.log.header.get("wrapped")
-        sid = wrapped.get("sessionId") if wrapped is not None else None
-        return self.child_sid or sid
+        return wrapped.get("sessionId") if wrapped is not None else None
 
     # --- the host's Turns --------------------------------------------------------------
 
     async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
-        """Record and pass on one prompt; the turn's persisted end and the child's answer."""
-        recorder = TurnRecorder(self.log.tracker.turn + 1, agent=self.child.agent_name, mode=self.mode)
+        """Record and pass on one prompt (after a switch of its agent that runs, if one
+        does); the turn's persisted end and the child's answer."""
+        self.prompting = True
+        try:
+            if self.placing is not None:
+                await self.placing.wait()
+            return await self._prompt(prompt, params)
+        finally:
+            self.prompting = False
+
+    async def _prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
+        recorder = TurnRecorder(self.log.tracker.turn + 1, agent=self.child.agent_name, mode=self.mode,
+                                name=self.child.agent_label)
         self.recorder, self.cancelled_by, self.cancelling, self.cancel_at = recorder, None, False, None
         result: dict[str, Any] = {}
         try:

@@ -48,6 +48,9 @@ class ChildSide:
         self._sessions = sessions
         self._editor = editor
         self._early: OrderedDict[str, list[Any]] = OrderedDict()
+        # What the editor is shown of an update, if not the update as the child sent it
+        # (`wrap --agent`: our `agent` option added to the child's config options).
+        self.shown: Callable[[WrappedSession, Any], Any] | None = None
 
     def inline(self) -> dict[str, Inline]:
         return {"session/update": self.on_update}
@@ -74,8 +77,9 @@ class ChildSide:
             return
         if ws.restoring:
             return  # the child's own replay of a session we replayed from our log
-        self.record(ws, params.get("update"))
-        self._editor().notify_update(ws.id, params.get("update"))
+        update = params.get("update")
+        self.record(ws, update)
+        self._editor().notify_update(ws.id, update if self.shown is None else self.shown(ws, update))
 
     def record(self, ws: WrappedSession, update: Any) -> None:
         """Append what `update` means to the session's log (not sent: the caller does)."""

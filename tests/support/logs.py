@@ -19,6 +19,7 @@ from session import (
 )
 from session.events import EventType
 from session.items import Item as SessionItem
+from session.transcript import Transcript
 
 Item = tuple[EventType, dict[str, Any]]
 """A `session.items.Item` whose data is a plain dict, for tests to build and tamper with."""
@@ -142,3 +143,16 @@ def loaded_events(store: Path, sid: str, backend: str = "jsonl") -> list[dict[st
         return events
     finally:
         sessions.close()
+
+
+def sized_turns(*answers: int) -> Transcript:
+    """A transcript of one turn per answer: prompt "p<n>", then an answer the provider
+    counted `answers[n - 1]` output tokens."""
+    script = Script()
+    for n, output in enumerate(answers, 1):
+        script.start_turn(f"p{n}").start_step().add("assistant/message", {
+            "turn": n, "step": 1, "content": [{"type": "text", "text": "a"}],
+            "usage": {"inputTokens": 1, "outputTokens": output}}).end_step().end_turn()
+    transcript = Transcript()
+    transcript.feed_all(events_of(script))
+    return transcript

@@ -94,7 +94,7 @@ class Step:
 
 
 class Turn:
-    __slots__ = ("end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
+    __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
                  "started_at", "steps", "usage")
 
     def __init__(self, number: int, started_at: int, data: dict[str, Any]) -> None:
@@ -102,6 +102,7 @@ class Turn:
         self.started_at = started_at
         self.mode: str | None = data.get("mode")
         self.model: str | None = data.get("model")
+        self.agent: str | None = data.get("agent")  # `wrap --agent`: the agent's name
         self.prompt: list[Any] = []
         self.steps: list[Step] = []
         self.reason: dict[str, Any] | None = None

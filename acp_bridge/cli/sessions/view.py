@@ -159,6 +159,8 @@ def turn_info(turn: Turn) -> str:
         parts.append(took)
     if turn.mode:
         parts.append(f"mode {one_line(turn.mode)}")
+    if turn.agent:
+        parts.append(f"agent {one_line(turn.agent)}")
     if turn.model:
         parts.append(f"model {one_line(turn.model)}")
     return " · ".join(parts)

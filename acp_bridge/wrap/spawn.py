@@ -1,0 +1,54 @@
+"""Spawning the wrapped agent's process: the one place it is started.
+
+It imports only the standard library's `subprocess` and the reaper, so `acp-bridge
+wrap` can start the child before the wrapper's own imports (issue 23, start-up): the
+child then boots while the wrapper imports its ~150 ms of modules, instead of after
+them, and the wrapper adds little to the child's own `initialize` (bench/README.md,
+"Issue 23: wrap's speed"). Restarts spawn through here too (acp_bridge.wrap.child).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+
+from acp_bridge.tools.reaper import REAPER
+
+
+def spawn(argv: list[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start `argv` with three pipes in a session of its own (it leads a process group
+    holding whatever it starts), listed with the watchdog before it can run anything
+    unwatched. OSError if it cannot be started, or the watchdog cannot: a child that
+    could not be reaped is not started."""
+    REAPER.ensure_running()
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    # At once: the group is watched from here on.
+    REAPER.watch(proc.pid)
+    return proc
+
+
+class Early:
+    """The child's first process, started by the command line before the wrapper's
+    imports (or why it could not be: raised where a spawn would raise it, so a command
+    that cannot be run is refused as before). Taken once."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = list(argv)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._error: OSError | None = None
+        try:
+            self._proc = spawn(self.argv)
+        except OSError as exc:
+            self._error = exc
+
+    def take(self) -> subprocess.Popen[bytes]:
+        """The process (OSError if it could not be started); once."""
+        proc, error, self._proc, self._error = self._proc, self._error, None, None
+        if error is not None:
+            raise error
+        assert proc is not None, "taken already"
+        return proc

@@ -1,0 +1,101 @@
+"""A raw ACP agent whose answer shows everything it was shown, for tests/test_wrap_switch.py
+(`wrap --agent`: a session handed to another agent must reach it with the conversation).
+
+    python tests/support/memory_agent.py NAME [--record FILE] [--model-option] [--agent-option] [--no-close]
+
+Each prompt is answered with one chunk, `NAME saw: ` and the text of every prompt of the
+session so far (the wrapper's seed included), joined by ` | `, then `end_turn`; a prompt
+`sleep MS` waits MS milliseconds first. `agentInfo.name` is NAME. `--model-option`
+offers a config option `model` (category `model`) of its own, `--agent-option` one with
+the id `agent`: the wrapper's option must not hide them (a `set_config_option` of them is
+also told as a `config_option_update`). `--record FILE` appends every
+message it reads (one JSON line each), `--no-close` leaves `session/close` out of its
+capabilities. Plain JSON-RPC over stdio, standard library only: it starts fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.unruly_agent import send  # one writer of a line at a time, for the threads
+
+IDS = itertools.count(1)
+
+
+def options(flags: list[str], model: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if "--model-option" in flags:
+        out.append({"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": model,
+                    "options": [{"value": "small", "name": "Small"}, {"value": "large", "name": "Large"}]})
+    if "--agent-option" in flags:
+        out.append({"id": "agent", "name": "Persona", "type": "select", "currentValue": "plain",
+                    "options": [{"value": "plain", "name": "Plain"}, {"value": "pirate", "name": "Pirate"}]})
+    return out
+
+
+def answer(rid: Any, sid: str, name: str, seen: list[str], delay_ms: int) -> None:
+    time.sleep(delay_ms / 1000)
+    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": f"{name} saw: " + " | ".join(seen)}}}})
+    send({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})
+
+
+def main() -> None:
+    name, flags = sys.argv[1], sys.argv[2:]
+    record = flags[flags.index("--record") + 1] if "--record" in flags else None
+    sessions: dict[str, list[str]] = {}
+    models: dict[str, str] = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if record is not None:
+            with open(record, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"agent": name, **message}) + "\n")
+        method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
+        if method is None:
+            continue
+        if method == "initialize":
+            caps: dict[str, Any] = {"sessionCapabilities": {} if "--no-close" in flags else {"close": {}}}
+            send({"jsonrpc": "2.0", "id": rid, "result": {
+                "protocolVersion": 1, "agentCapabilities": caps, "authMethods": [],
+                "agentInfo": {"name": name, "version": "1.0"}}})
+        elif method == "session/new":
+            sid = f"{name}-{next(IDS)}"
+            sessions[sid], models[sid] = [], "small"
+            result: dict[str, Any] = {"sessionId": sid}
+            if options(flags, "small"):
+                result["configOptions"] = options(flags, "small")
+            send({"jsonrpc": "2.0", "id": rid, "result": result})
+        elif method == "session/prompt":
+            sid = params["sessionId"]
+            text = " ".join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))
+            seen = sessions.setdefault(sid, [])
+            seen.append(text)
+            delay = int(text.split()[1]) if text.startswith("sleep ") else 0
+            threading.Thread(target=answer, args=(rid, sid, name, list(seen), delay), daemon=True).start()
+        elif method == "session/set_config_option":
+            models[params["sessionId"]] = params["value"]
+            send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": params["sessionId"], "update": {
+                "sessionUpdate": "config_option_update", "configOptions": options(flags, params["value"])}}})
+            send({"jsonrpc": "2.0", "id": rid, "result": {"configOptions": options(flags, params["value"])}})
+        elif method == "session/close":
+            sessions.pop(str(params.get("sessionId")), None)
+            send({"jsonrpc": "2.0", "id": rid, "result": {}})
+        elif method == "session/cancel":
+            continue
+        elif rid is not None:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}})
+
+
+if __name__ == "__main__":
+    main()
