@@ -29,6 +29,8 @@ persistence layer's family shares it):
     ├── ToolError               a tool call the model should see fail
     │   └── NotTextError            a file that is not UTF-8 text (acp_bridge.tools.base)
     ├── ToolMachineryError      a tool failed in a way the model cannot act on
+    ├── CommandError            a slash command that cannot do what it says (its turn's
+    │                           `error`: acp_bridge.host.commands)
     ├── AmbiguousIdError        a session id prefix more than one stored id starts with
     ├── ScenarioError           a snapshot scenario that cannot be run
     └── SnapshotMismatch        a snapshot check that found differences
@@ -148,6 +150,11 @@ class ToolError(AcpBridgeError):
 
 class ToolMachineryError(AcpBridgeError):
     """A tool failed in a way the model cannot act on: the step fails."""
+
+
+class CommandError(AcpBridgeError):
+    """A slash command that cannot do what it says (a missing argument, a file that
+    cannot be written): the command's turn ends `error` with this message."""
 
 
 class AmbiguousIdError(AcpBridgeError):

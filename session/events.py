@@ -29,6 +29,9 @@ WRAPPED_UPDATE: Final = "wrapped/update"
 # Another addition: a session setting the client changed (the model, the thought
 # level), recorded when it changes, so a load carries it on before any turn used it.
 CONFIG_SET: Final = "config/set"
+# The `config/set` of a session's title (a slash command's: acp_bridge.host.commands),
+# which is no ACP config option; shown as `session_info_update`, live and on load.
+TITLE_CONFIG: Final = "session/title"
 # Another: the client's answer that lets a `pending` tool call run, durable before it
 # runs, so a log tells a call that waited for its permission from one that may have run.
 TOOL_PERMISSION: Final = "tool/permission"

@@ -116,6 +116,10 @@ class ToolResultData(TypedDict):
     display: NotRequired[list[JSON]]
     permission: NotRequired[PermissionRecord]
     silent: NotRequired[bool]  # see ToolCallData.silent
+    # What an MCP server asked the person during the call (`elicitation/create`) and
+    # what came back, in order: [{request: {mode, message, requestedSchema | url,
+    # elicitationId}, answer: {action, content?}}] (docs/protocol.md, "MCP servers").
+    elicitations: NotRequired[list[JSON]]
 
 
 class ToolPermissionData(TypedDict):
@@ -226,9 +230,10 @@ def tool_permission(
 def tool_result(
     turn: int, step: int, call_id: str, *, content: list[JSON], is_error: bool,
     error: ToolError | None = None, display: list[JSON] | None = None,
-    permission: PermissionRecord | None = None, silent: bool = False,
+    permission: PermissionRecord | None = None, silent: bool = False, elicitations: list[JSON] | None = None,
 ) -> tuple[Literal["tool/result"], ToolResultData]:
-    """`display` is left out when there is none (an empty one says nothing either)."""
+    """`display` and `elicitations` are left out when there are none (an empty one says
+    nothing either)."""
     data: ToolResultData = {"turn": turn, "step": step, "callId": call_id, "content": content,
                             "isError": is_error}
     if error is not None:
@@ -239,6 +244,8 @@ def tool_result(
         data["permission"] = permission
     if silent:
         data["silent"] = True
+    if elicitations:
+        data["elicitations"] = elicitations
     return (TOOL_RESULT, data)
 
 

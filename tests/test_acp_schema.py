@@ -11,9 +11,20 @@ from tests.support.acp_schema import (
     MethodDefs,
     RequestId,
     SchemaViolation,
+    defs,
+    extended_by_unstable,
     method_table,
     validate_agent_message,
 )
+
+
+def test_unstable_schema_is_the_same_release() -> None:
+    """The unstable file extends the stable one: what we check against both."""
+    assert extended_by_unstable("PromptResponse") and "usage" in defs(unstable=True)["PromptResponse"]["properties"]
+    assert "usage" not in defs()["PromptResponse"]["properties"]
+    assert not extended_by_unstable("SessionNotification")
+    assert method_table(unstable=True)["session/fork"].result == "ForkSessionResponse"
+    assert "session/fork" not in method_table()
 
 
 def test_method_table_from_annotations() -> None:
@@ -65,8 +76,20 @@ ACCEPTED: list[tuple[str, dict[str, Any], str]] = [
     ("cancel own request", msg(method="$/cancel_request", params={"requestId": 3}),
      "CancelRequestNotification"),
     ("extension", msg(id=4, method="_acp_bridge/x", params={}), "extension"),
+    # Unstable in the vendored release: checked against schema.unstable.json too.
+    ("prompt result with usage", msg(id=1, result={"stopReason": "end_turn", "usage": {
+        "totalTokens": 7, "inputTokens": 5, "outputTokens": 2, "thoughtTokens": 1}}), "PromptResponse"),
+    ("stable methods new to us", msg(id="out", result={}), "LogoutResponse"),
+    ("elicitation", msg(id=6, method="elicitation/create", params={
+        "sessionId": "s", "toolCallId": "c1", "mode": "form", "message": "Your name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}),
+     "CreateElicitationRequest"),
+    ("commands", msg(method="session/update", params={"sessionId": "s", "update": {
+        "sessionUpdate": "available_commands_update", "availableCommands": [
+            {"name": "title", "description": "Rename", "input": {"hint": "the new title"}}]}}),
+     "SessionNotification"),
 ]
-PENDING: dict[RequestId, str] = {1: "session/prompt", "n": "session/new"}
+PENDING: dict[RequestId, str] = {1: "session/prompt", "n": "session/new", "out": "logout"}
 
 
 @pytest.mark.parametrize(("name", "message", "checked_as"), ACCEPTED, ids=[a[0] for a in ACCEPTED])
@@ -91,6 +114,12 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
                                          params={"sessionId": "s", "path": "/a"})),
     ("unknown method", msg(method="nope", params={})),
     ("stray member", msg(method="session/update", params=UPDATE, extra=1)),
+    # A shape only the unstable schema defines is still checked.
+    ("usage without its totals", msg(id=1, result={"stopReason": "end_turn", "usage": {"inputTokens": 5}})),
+    ("usage of negative tokens", msg(id=1, result={"stopReason": "end_turn", "usage": {
+        "totalTokens": -1, "inputTokens": 0, "outputTokens": 0}})),
+    ("elicitation without a scope", msg(id=6, method="elicitation/create", params={
+        "mode": "form", "message": "?", "requestedSchema": {"type": "object"}})),
 ]
 
 

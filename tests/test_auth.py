@@ -217,3 +217,72 @@ def test_auth_method_shapes_match_the_schema() -> None:
         validate_def("AuthMethod", method)
     validate_def("AuthMethodTerminal", both[1])
     assert auth_methods(parse_specs(["echo", "script:/s.json"]), {"auth": {"terminal": True}}) == []
+
+
+async def test_logout_forgets_the_key_until_a_login(tmp_path: Path, work: Path, env: SSEServer) -> None:
+    """`logout` (stable in schema-v1.21.0, advertised as agentCapabilities.auth.logout)
+    removes the key `acp-bridge login` stored: the next prompt needs a key again, and a
+    login plus `authenticate` brings it back."""
+    save_key(GOOD_KEY)
+    async with AgentProcess(tmp_path / "store", model="openai:gpt-4o") as agent:
+        init = await agent.initialize({"auth": {"terminal": True}})
+        assert init["agentCapabilities"]["auth"] == {"logout": {}}
+        sid = await agent.new_session(work)
+        env.push(text_reply("before"))
+        assert (await agent.prompt(sid, "hello"))["stopReason"] == "end_turn"
+        out = await agent.request("logout", {})
+        assert out == {"_meta": {"acpBridge": {"removed": str(key_path(tmp_path))}}}
+        assert not key_path(tmp_path).exists()
+        with pytest.raises(AgentError) as needed:
+            await agent.prompt(sid, "after")
+        assert needed.value.code == -32000 and needed.value.data["code"] == "auth_required"  # type: ignore[index]
+        with pytest.raises(AgentError):
+            await agent.new_session(work)
+        assert await agent.request("logout", {}) == {"_meta": {"acpBridge": {"removed": None}}}  # idempotent
+        env.push(models_list())
+        assert terminal_login(agent, GOOD_KEY).returncode == 0
+        env.push(models_list())
+        assert await agent.request("authenticate", {"methodId": "openai-api-key"}) == {}
+        env.push(text_reply("again"))
+        assert (await agent.prompt(sid, "and now"))["stopReason"] == "end_turn"
+    assert len([r for r in env.requests if r.path.endswith("/chat/completions")]) == 2  # none while logged out
+
+
+async def test_logout_forgets_a_key_of_the_environment_too(tmp_path: Path, work: Path, env: SSEServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", GOOD_KEY)
+    async with AgentProcess(tmp_path / "store", model="openai:gpt-4o") as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.request("logout", {})
+        with pytest.raises(AgentError) as needed:
+            await agent.prompt(sid, "hello")
+        assert needed.value.code == -32000
+    assert env.requests == []
+
+
+async def test_logout_is_not_offered_without_a_key_to_forget(tmp_path: Path, env: SSEServer) -> None:
+    save_key(GOOD_KEY)
+    async with AgentProcess(tmp_path / "store") as agent:  # echo: no key anywhere
+        init = await agent.initialize()
+        assert "auth" not in init["agentCapabilities"]
+        with pytest.raises(AgentError) as unknown:
+            await agent.request("logout", {})
+        assert unknown.value.code == -32601
+    assert key_path(tmp_path).exists()  # another configuration's key is not ours to remove
+
+
+async def test_logout_through_wrap_is_the_wrapped_agents(tmp_path: Path, work: Path, env: SSEServer) -> None:
+    from tests.support.wrapped import WrappedProcess, serve_command
+
+    save_key(GOOD_KEY)
+    child = serve_command(tmp_path / "child-store", "openai:gpt-4o")
+    async with WrappedProcess(tmp_path / "store", child) as agent:
+        init = await agent.initialize()
+        assert init["agentCapabilities"]["auth"] == {"logout": {}}  # the child's, passed on
+        sid = await agent.new_session(work)
+        assert await agent.request("logout", {}) == {"_meta": {"acpBridge": {"removed": str(key_path(tmp_path))}}}
+        assert not key_path(tmp_path).exists()
+        with pytest.raises(AgentError) as needed:
+            await agent.prompt(sid, "hello")
+        assert needed.value.code == -32000  # the child's error, as it sent it

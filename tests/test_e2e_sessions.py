@@ -77,6 +77,12 @@ def start_prompt(tg: anyio.abc.TaskGroup, agent: AgentProcess, sid: str, text: s
     return running
 
 
+def content_updates(agent: AgentProcess, sid: str) -> list[dict[str, Any]]:
+    """The session's updates but the commands it is offered when it opens (sent after
+    the answer of `session/new`, `load` and `resume`: no part of its content)."""
+    return [u for u in agent.updates_of(sid) if u["sessionUpdate"] != "available_commands_update"]
+
+
 def chunks(agent: AgentProcess, sid: str, kind: str = "agent_message_chunk") -> list[str]:
     return [u["content"]["text"] for u in agent.updates_of(sid) if u["sessionUpdate"] == kind]
 
@@ -205,8 +211,8 @@ async def test_cancel_request_cancels_a_running_prompt(tmp_path: Path, work: Pat
     async with AgentProcess(tmp_path / "store", model=model) as later:
         await later.initialize()
         await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
-    live = [u for u in agent.updates_of(sid) if u["sessionUpdate"] != "session_info_update"]
-    *replayed, named = [u for u in later.updates_of(sid) if u["sessionUpdate"] != "user_message_chunk"]
+    live = [u for u in content_updates(agent, sid) if u["sessionUpdate"] != "session_info_update"]
+    *replayed, named = [u for u in content_updates(later, sid) if u["sessionUpdate"] != "user_message_chunk"]
     assert replayed == live
     assert named["sessionUpdate"] == "session_info_update" and named["title"] == "go"
 
@@ -281,7 +287,7 @@ async def test_load_after_restart_replays_what_was_streamed(tmp_path: Path, work
         await agent1.close_stdin()
         with anyio.fail_after(5):
             assert await agent1.proc.wait() == 0
-    live = [u for u in agent1.updates_of(sid) if u["sessionUpdate"] != "session_info_update"]
+    live = [u for u in content_updates(agent1, sid) if u["sessionUpdate"] != "session_info_update"]
     assert {u["sessionUpdate"] for u in live} >= {"agent_message_chunk", "agent_thought_chunk", "tool_call",
                                                   "tool_call_update", "usage_update"}
 
@@ -290,7 +296,7 @@ async def test_load_after_restart_replays_what_was_streamed(tmp_path: Path, work
         await agent2.initialize()
         loaded = await agent2.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
-        *replayed, named = agent2.updates_of(sid)
+        *replayed, named = content_updates(agent2, sid)
         # Named again last, as the live stream named it at the first prompt.
         assert named["sessionUpdate"] == "session_info_update" and named["title"] == "hi"
         first_named = next(u for u in agent1.updates_of(sid) if u["sessionUpdate"] == "session_info_update")
@@ -348,7 +354,7 @@ async def test_load_after_kill9_mid_tool(tmp_path: Path, work: Path, snapshot_js
         repair = loaded["_meta"]["acpBridge"]["repair"]
         assert repair["repaired"] is True
         assert repair["interruptedTurn"] == 2 and repair["syntheticResults"] == 1
-        replayed = agent2.updates_of(sid)
+        replayed = content_updates(agent2, sid)
         assert statuses(replayed) == [("x1", "pending"), ("x1", "in_progress"), ("x1", "failed")]
         (failed,) = [u for u in replayed if u.get("status") == "failed"]
         text = orjson.dumps(failed["content"]).decode()
@@ -431,7 +437,7 @@ async def test_resume_answers_without_replay(tmp_path: Path, work: Path) -> None
         await agent2.initialize()
         resumed = await agent2.request("session/resume", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         assert resumed["_meta"]["acpBridge"]["repair"]["repaired"] is False
-        assert agent2.updates == []
+        assert content_updates(agent2, sid) == []
         answer = await agent2.prompt(sid, "after restart")
         assert answer["stopReason"] == "end_turn" and answer["_meta"]["acpBridge"]["turn"] == 2
         assert chunks(agent2, sid) == ["after ", "restart"]

@@ -342,7 +342,8 @@ async def test_deep_content_in_a_prompt_is_invalid_params(tmp_path: Path, empty_
         answer = await raw_call(agent, line(request("deep", "session/prompt", {
             "sessionId": sid, "prompt": [{"type": "text", "text": "deep", "_meta": deep}]})), "deep", "session/prompt")
         assert code_of(answer) == -32602
-        assert agent.updates_of(sid) == []
+        # nothing but the session's commands, offered when it opened
+        assert [u["sessionUpdate"] for u in agent.updates_of(sid)] == ["available_commands_update"]
 
 
 async def test_a_non_object_message_is_an_invalid_request(tmp_path: Path) -> None:

@@ -54,6 +54,12 @@ async def fork(agent: AgentProcess, sid: str, work: Path, **ours: Any) -> dict[s
     return result
 
 
+
+def history(agent: AgentProcess, sid: str) -> list[dict[str, Any]]:
+    """The session's updates but the commands it is offered once it is open (sent after
+    the answer that opens it, the fork's too: docs/protocol.md, "Slash commands")."""
+    return [u for u in agent.updates_of(sid) if u["sessionUpdate"] != "available_commands_update"]
+
 async def test_our_agent_offers_fork_in_the_unstable_schema(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         answer = await agent.initialize()
@@ -81,7 +87,7 @@ async def test_a_fork_holds_the_turns_and_goes_on_apart(
             assert ours["forkedFrom"] == {"sessionId": sid, "turn": 2}
             assert (ours["turns"], ours["events"], ours["repair"]["repaired"]) == (2, len(before), False)
             assert {o["id"] for o in whole["configOptions"]} >= {"model", "mode"}
-            assert not agent.updates_of(forked)  # no replay unless asked
+            assert not history(agent, forked)  # no replay unless asked
             # The fork goes on with the original's turns as its context; the original too, apart.
             assert (await agent.prompt(forked, "in the fork"))["_meta"]["acpBridge"]["turn"] == 3
             assert (await agent.prompt(sid, "in the original"))["_meta"]["acpBridge"]["turn"] == 3
@@ -122,7 +128,7 @@ async def test_a_fork_can_replay_its_history_before_the_answer(tmp_path: Path, w
         await agent.prompt(sid, "three")
         replayed = await fork(agent, sid, work, replay=True)
         forked = replayed["sessionId"]
-        sent = agent.updates_of(forked)  # before the answer: the answer is what `request` waited for
+        sent = history(agent, forked)  # before the answer: the answer is what `request` waited for
         with pytest.raises(AgentError) as bad:
             await fork(agent, sid, work, replay="yes")
         assert bad.value.code == -32602 and (bad.value.data or {}).get("field") == "_meta.acpBridge.replay"

@@ -1,6 +1,6 @@
 """MCP against the reference server of the MCP project, `@modelcontextprotocol/server-everything`
-from npm (Node.js): text, an image, a resource link, an embedded resource, structured content
-and a long-running operation cancelled, through the real agent, over stdio; and over
+from npm (Node.js): text, an image, a resource link, an embedded resource, structured content,
+an elicitation form answered through the client, and a long-running operation cancelled, through the real agent, over stdio; and over
 streamable HTTP and SSE on loopback.
 
 Marked `mcp_everything`; skips unless `$ACP_BRIDGE_TEST_MCP_EVERYTHING` holds the command that
@@ -93,6 +93,35 @@ async def test_a_long_running_operation_is_cancelled(tmp_path: Path, work: Path)
         assert (await agent.prompt(sid, "echo", timeout=60))["stopReason"] == "end_turn"
     got = results(store, sid)
     assert got["long"]["isError"] and "after" in got["echo"]["content"][0]["text"]
+
+
+async def test_its_elicitation_reaches_the_client_and_the_answer_the_server(tmp_path: Path, work: Path) -> None:
+    model = write_script(tmp_path / "m.json", {"toolCalls": [call("ask", "everything__trigger-elicitation-request")]},
+                         {"text": "ok"})
+    given = {"name": "Ada Lovelace", "check": True, "integer": 7, "untitledMultipleSelectEnum": ["Piano"]}
+    policy = ClientPolicy(permissions=["allow_once"], elicitations=[{"action": "accept", "content": given}])
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=model, policy=policy) as agent:
+        await agent.initialize({"elicitation": {"form": {}}})
+        new = await agent.request("session/new", {"cwd": str(work), "mcpServers": [everything()]}, timeout=120)
+        sid = new["sessionId"]
+        assert "everything__trigger-elicitation-request" in new["_meta"]["acpBridge"]["mcpServers"][0]["tools"]
+        assert (await agent.prompt(sid, "ask me", timeout=60))["stopReason"] == "end_turn"
+    (asked,) = policy.elicited  # schema-checked as ACP's CreateElicitationRequest by AgentProcess
+    assert asked["sessionId"] == sid and asked["toolCallId"] == "ask" and asked["mode"] == "form"
+    assert {"name", "check", "integer"} <= set(asked["requestedSchema"]["properties"])
+    got = results(store, sid)["ask"]
+    text = "".join(b.get("text", "") for b in got["content"])
+    assert "Name: Ada Lovelace" in text and "Favorite Integer: 7" in text  # the server read the answer
+    assert got["elicitations"][0]["answer"] == {"action": "accept", "content": given}
+
+
+async def test_without_the_clients_elicitation_it_offers_no_elicitation_tool(tmp_path: Path, work: Path) -> None:
+    async with AgentProcess(tmp_path / "store") as agent:
+        await agent.initialize()
+        new = await agent.request("session/new", {"cwd": str(work), "mcpServers": [everything()]}, timeout=120)
+    tools = new["_meta"]["acpBridge"]["mcpServers"][0]["tools"]
+    assert "everything__echo" in tools and "everything__trigger-elicitation-request" not in tools
 
 
 @pytest.mark.parametrize("transport", ["streamableHttp", "sse"])

@@ -65,7 +65,7 @@ def test_a_traffic_difference_is_a_readable_diff(tmp_path: Path) -> None:
     text = str(caught.value)
     assert "the traffic differs from traffic.jsonl" in text and "re-persisted log" not in text
     assert re.search(r'^-\s+"text": " here",$', text, re.M) and re.search(r'^\+\s+"text": " there",$', text, re.M)
-    assert "@ golden #9, this run #9:" in text  # the message the change is in
+    assert "@ golden #10, this run #10:" in text  # the message the change is in (after the commands)
     assert f"acp-bridge snapshot check --update {folder}" in text
 
 

@@ -89,7 +89,7 @@ async def test_every_end_but_completed_has_its_note_live_and_on_load(tmp_path: P
     async with AgentProcess(store) as loader:
         await loader.initialize()
         await loader.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
-    replayed = loader.updates_of(sid)
+    replayed = loader.replayed(sid)  # not the commands it is offered after the load's answer
     assert notes(replayed) == expected
     # The load names the session last, as the live stream named it at the first prompt.
     (live_title,) = [u for u in agent.updates_of(sid) if u["sessionUpdate"] == "session_info_update"]
@@ -144,7 +144,7 @@ async def test_a_load_names_the_session_again(tmp_path: Path, work: Path) -> Non
         await loader.initialize()
         await loader.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         listed = await loader.request("session/list", {})
-    named = loader.updates_of(sid)[-1]
+    named = loader.replayed(sid)[-1]
     assert named["sessionUpdate"] == "session_info_update"
     (info,) = listed["sessions"]
     assert named["title"] == info["title"] == "Plan the release"  # what the list calls it

@@ -13,6 +13,12 @@ configured, `initialize` offers:
 
 A session whose model needs a key that is not there cannot start (`session/new`, a
 switch to that model, a prompt): -32000 `auth_required`.
+
+`logout` (advertised as `agentCapabilities.auth.logout` with those methods) forgets the
+key: the file `acp-bridge login` stored, and `OPENAI_API_KEY` in this process (the
+editor's setting comes back when it starts the agent again). Every `session/new`,
+model switch and prompt looks for the key first, so from then on they are -32000
+`auth_required` until a key is there again (`authenticate` hands it to the models).
 """
 
 from __future__ import annotations
@@ -92,6 +98,16 @@ async def authenticate(models: Sequence[ModelEntry], methods: list[str], made: M
         raise AuthRequiredError(f"the API key was not accepted: {checked.message}", methods)
     log.info("authenticate: %s", checked.message)  # names the URL and the status, never the key
     _hand_key(key, list(made.values()))
+
+
+def logout() -> str | None:
+    """`logout`: the key forgotten (acp_bridge.models.openai_key.forget_key); the key
+    file it removed, if there was one. OSError if it cannot be removed."""
+    from acp_bridge.models.openai_key import forget_key
+
+    removed = forget_key()
+    log.info("logout: %s", f"removed {removed}" if removed is not None else "no key file to remove")
+    return str(removed) if removed is not None else None
 
 
 def _hand_key(key: str, models: Sequence[Model]) -> None:

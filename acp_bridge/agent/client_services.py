@@ -47,6 +47,11 @@ class AcpClientServices:
         self.can_read = fs.get("readTextFile") is True
         self.can_write = fs.get("writeTextFile") is True
         self.can_terminal = capabilities.get("terminal") is True
+        elicitation = capabilities.get("elicitation")
+        # The elicitation modes the client can show (ACP: `{}` advertises one, null does not).
+        self.elicitation_modes = frozenset(
+            mode for mode in ("form", "url")
+            if isinstance(elicitation, dict) and isinstance(elicitation.get(mode), dict))
         self._local = local
 
     async def read_text_file(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
@@ -148,6 +153,50 @@ class AcpClientServices:
         shown = orjson.dumps(result).decode()[:200]  # parsed JSON: it dumps
         log.warning("unusable permission answer %s: the call does not run", shown)
         return PermissionOutcome("invalid", message=f"the client's answer {shown} is not one of the options offered")
+
+
+    async def elicit(self, call_id: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        """ACP `elicitation/create`, tied to the session and the tool call. A mode the
+        client did not advertise is declined without asking it (MCP's answer for what
+        the user cannot be shown); an error answer, or one that is not an ACP answer,
+        is a cancel (nobody chose), its reason logged."""
+        mode = request.get("mode")
+        if mode not in self.elicitation_modes:
+            log.info("elicitation of %s mode declined: the client does not advertise it", mode)
+            return {"action": "decline"}
+        try:
+            result = await self._conn.request("elicitation/create",
+                                              {"sessionId": self._sid, "toolCallId": call_id, **request})
+        except ClientError as exc:
+            log.warning("elicitation request failed: %s", exc)
+            return {"action": "cancel"}
+        answer = elicitation_answer(result)
+        if answer is None:
+            log.warning("unusable elicitation answer %s: cancelled", orjson.dumps(result).decode()[:200])
+            return {"action": "cancel"}
+        return answer
+
+
+def elicitation_answer(result: Any) -> dict[str, Any] | None:
+    """The client's `elicitation/create` answer as MCP takes it back (`action`, and the
+    `content` of an accept: string, number, boolean or list-of-strings values); None
+    for anything else."""
+    if not isinstance(result, dict) or result.get("action") not in ("accept", "decline", "cancel"):
+        return None
+    if result["action"] != "accept":
+        return {"action": result["action"]}
+    content = result.get("content")
+    if content is None:
+        return {"action": "accept"}
+    if not isinstance(content, dict) or not all(_elicited_value(v) for v in content.values()):
+        return None
+    return {"action": "accept", "content": content}
+
+
+def _elicited_value(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(v, str) for v in value)
+    return isinstance(value, (str, int, float, bool))
 
 
 class ClientTerminal:

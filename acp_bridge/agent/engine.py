@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from acp_bridge import __version__
 from acp_bridge.agent import auth
+from acp_bridge.agent.commands import session_commands
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.errors import InvalidParamsError
+from acp_bridge.host.commands import commands_update
 from acp_bridge.host.engine import OpenAnswer
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.params import MCP_TRANSPORTS
@@ -89,8 +91,12 @@ class AgentEngine(Engine["LiveSession"]):
     # --- the engine ------------------------------------------------------------------
 
     def methods(self) -> dict[str, Handler]:
-        return {"initialize": self.initialize, "authenticate": self.authenticate,
-                "session/set_mode": self.set_mode, "session/set_config_option": self.set_config_option}
+        table: dict[str, Handler] = {"initialize": self.initialize, "authenticate": self.authenticate,
+                                     "session/set_mode": self.set_mode,
+                                     "session/set_config_option": self.set_config_option}
+        if auth.needs_auth(self.config.models):  # only where there is a key to forget (and it is advertised)
+            table["logout"] = self.logout
+        return table
 
     async def start(self, host: Host[LiveSession]) -> None:
         await super().start(host)
@@ -147,6 +153,10 @@ class AgentEngine(Engine["LiveSession"]):
                          capabilities=self.client_capabilities, local=self._local, admit=self._admit,
                          max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed,
                          tuning=self.host.tuning, cost=cost if cost is not None else self._meter())  # new: 0 so far
+        live.commands = session_commands(
+            live, models=self.config.models, store=self.config.store_dir, backend=self.config.backend,
+            switch_mode=lambda s, mode: self.switch_mode(s, s.log.id, mode, "value"),
+            switch_model=lambda s, spec: self.switch_model(s, s.log.id, spec), sessions=self.host.store)
         self.host.add(session_log.id, live)
         return live
 
@@ -155,6 +165,13 @@ class AgentEngine(Engine["LiveSession"]):
         from acp_bridge.prices import CostMeter
 
         return CostMeter(self.config.prices) if self.config.prices is not None else None
+
+    def _offer_commands(self, live: LiveSession) -> None:
+        """The session's slash commands, right after the answer that opens it (the
+        client knows the session id by then)."""
+        update = commands_update([c.available() for c in live.commands])
+        self.host.peer.send_after_answer({"jsonrpc": "2.0", "method": "session/update",
+                                          "params": {"sessionId": live.log.id, "update": update}})
 
     def _encoder(self, session_id: str) -> ReplayEncoder:
         return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter())
@@ -174,6 +191,7 @@ class AgentEngine(Engine["LiveSession"]):
         session_log = await self.host.create_log(cwd=params["cwd"], additional=params.get("additionalDirectories"))
         live = self._activate(session_log)
         mcp = await live.connect_mcp(params.get("mcpServers"), self.host.task_group)
+        self._offer_commands(live)
         return {"sessionId": session_log.id, **self._state(live),
                 **({"_meta": {"acpBridge": mcp}} if mcp else {})}
 
@@ -184,6 +202,7 @@ class AgentEngine(Engine["LiveSession"]):
 
     async def attach(self, session: LiveSession, params: Mapping[str, Any]) -> OpenAnswer:
         mcp = await session.connect_mcp(params.get("mcpServers"), self.host.task_group)
+        self._offer_commands(session)
         return OpenAnswer(self._state(session), ours=mcp)
 
     def _admit(self, live: LiveSession, prompt: list[Any]) -> list[Any]:
@@ -216,6 +235,8 @@ class AgentEngine(Engine["LiveSession"]):
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "fork": {},
                                         "additionalDirectories": {}},
                 "mcpCapabilities": {"http": "http" in MCP_TRANSPORTS, "sse": "sse" in MCP_TRANSPORTS},
+                # `logout` forgets the key of `openai:` models: offered with their auth methods.
+                **({"auth": {"logout": {}}} if auth.needs_auth(self.config.models) else {}),
             },
             "authMethods": auth.auth_methods(self.config.models, self.client_capabilities),
             "agentInfo": {"name": "acp-bridge", "title": "acp-bridge", "version": __version__},
@@ -229,17 +250,23 @@ class AgentEngine(Engine["LiveSession"]):
         await auth.authenticate(self.config.models, offered, self.made_models)
         return {}
 
+    async def logout(self, **_: Any) -> dict[str, Any]:
+        """Forget the key (acp_bridge.agent.auth.logout). Idempotent: without a key there
+        is nothing to forget, and it answers the same."""
+        removed = auth.logout()
+        return {"_meta": {"acpBridge": {"removed": removed}}}
+
     async def set_mode(self, sessionId: str, modeId: str, **_: Any) -> dict[str, Any]:
-        self._set_mode(self.host.session(sessionId), sessionId, modeId, "modeId")
+        self.switch_mode(self.host.session(sessionId), sessionId, modeId, "modeId")
         return {}
 
     async def set_config_option(self, sessionId: str, configId: str, value: Any = None,
                                 **_: Any) -> dict[str, Any]:
         live = self.host.session(sessionId)
         if configId == "mode":
-            self._set_mode(live, sessionId, value, "value")
+            self.switch_mode(live, sessionId, value, "value")
         elif configId == options.MODEL_OPTION:
-            await self._set_model(live, sessionId, value)
+            await self.switch_model(live, sessionId, value)
         elif configId == options.THOUGHT_OPTION and live.choice.effort is not None:
             if value not in EFFORT_LEVELS:
                 raise InvalidParamsError(f"unknown thought level {value!r}: use one of {', '.join(EFFORT_LEVELS)}",
@@ -253,7 +280,8 @@ class AgentEngine(Engine["LiveSession"]):
                                      field="configId")
         return {"configOptions": self._options(live)}
 
-    async def _set_model(self, live: LiveSession, sid: str, value: Any) -> None:
+    async def switch_model(self, live: LiveSession, sid: str, value: Any) -> None:
+        """`session/set_config_option` of `model` (and `/model`): recorded, then told."""
         entry = find(self.config.models, value)
         if entry is None:
             raise InvalidParamsError(f"unknown model {value!r}: use one of "
@@ -268,7 +296,8 @@ class AgentEngine(Engine["LiveSession"]):
         self.host.peer.notify_update(sid, {"sessionUpdate": "config_option_update",
                                            "configOptions": self._options(live)})
 
-    def _set_mode(self, live: LiveSession, sid: str, mode: Any, field_name: str) -> None:
+    def switch_mode(self, live: LiveSession, sid: str, mode: Any, field_name: str) -> None:
+        """`session/set_mode` (and the `mode` option, `/mode`): the next turn's mode, told."""
         if mode not in permissions.MODES:
             raise InvalidParamsError(f"unknown mode {mode!r}: use one of {', '.join(permissions.MODES)}",
                                      field=field_name)

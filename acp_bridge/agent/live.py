@@ -22,6 +22,7 @@ import anyio.abc
 
 from acp_bridge.agent.client_services import AcpClientServices
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.host.commands import Command, answer_items, invoked, outcome_of, trigger
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.listing import iso_time
 from acp_bridge.host.tuning import Tuning
@@ -56,8 +57,17 @@ class LiveSession:
     admit: Admit
     mcp: McpServers | None = None  # the MCP servers the client passed, connected
     mcp_given: list[Any] = field(default_factory=list)  # as the client passed them
+    commands: list[Command] = field(default_factory=list)  # its slash commands (acp_bridge.agent.commands)
+    # The elicitation modes the client shows: its MCP servers are told they may ask.
+    elicitation_modes: frozenset[str] = frozenset()
 
     async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
+        found = invoked(prompt, self.commands)
+        if found is not None:  # a slash command: a turn of its own, without the model
+            command, given = found
+            outcome = await outcome_of(command, given)
+            end = await self.runner.record_turn(trigger(command), prompt, lambda turn: answer_items(turn, outcome))
+            return TurnEnd(end)
         return TurnEnd(await self.runner.prompt(self.admit(self, prompt)))
 
     def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
@@ -101,7 +111,8 @@ class LiveSession:
 
         header = self.log.header
         roots = [Path(header["cwd"]), *(Path(p) for p in header.get("additionalDirectories", []))]
-        mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group)
+        mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group,
+                                  elicitation=bool(self.elicitation_modes))
         self.mcp = mcp
         # A server's tools/list_changed: the next step is offered its new list.
         mcp.on_change = lambda: self.runner.set_tools([*ALL_TOOLS, *mcp.tools])
@@ -160,6 +171,6 @@ def make_live(
     # `on_event` reads `live.ctx`: a model switch replaces it (`LiveSession.switch`).
     live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window,
                                                                     cost=cost),
-                       admit)
+                       admit, elicitation_modes=services.elicitation_modes)
     return live
 

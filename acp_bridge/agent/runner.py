@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -173,11 +173,7 @@ class TurnRunner:
     async def _turn(self, content: list[Any], scope: anyio.CancelScope) -> Event:
         async with self._recording:
             pass  # a setting being written (maybe in a worker thread) lands before this turn
-        if self.log.tracker.in_turn:  # left open by a failed write: close it first
-            if self._left_open is not None:
-                await self._close_failed()
-            else:
-                await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
+        await self._close_leftover()
         turn = self.log.tracker.turn + 1
         self._turn_model, self._turn_effort = self.model, self.effort
         await self._writer.extend([
@@ -213,6 +209,34 @@ class TurnRunner:
             else:
                 last = await self._end_turn(turn, end)
         return last
+
+    async def _close_leftover(self) -> None:
+        if self.log.tracker.in_turn:  # left open by a failed write: close it first
+            if self._left_open is not None:
+                await self._close_failed()
+            else:
+                await self._close_open({"kind": "interrupted", "cause": "shutdown"}, "was interrupted")
+
+    async def record_turn(self, trigger: dict[str, Any], content: list[Any],
+                          body: Callable[[int], list[Item]]) -> Event:
+        """A turn the agent answers without its model (a slash command's,
+        acp_bridge.host.commands): `turn/start` (the session's mode and model, as any
+        turn's) and the prompt, then `body(turn)` (what it did, and its `turn/end`), in
+        one durable commit; the `turn/end`. PromptInProgressError while a turn runs; a
+        failed write is the prompt's error, and none of the turn stays."""
+        if self._scope is not None:
+            raise PromptInProgressError(self.log.id)
+        async with self._recording:
+            await self._close_leftover()
+            turn = self.log.tracker.turn + 1
+            items: list[Item] = [turn_start(turn, trigger=trigger, mode=self.mode, model=self.model.name,
+                                            thought_level=self.effort), user_message(turn, content), *body(turn)]
+            try:
+                events = await self._writer.extend(items)
+            except StoreIOError:
+                self._writer.marks.rewind(self.transcript, self.log.tracker.next_seq)
+                raise
+        return events[-1]
 
     async def _store_failed(self, exc: StoreIOError) -> Event:
         """A write failed; the log is back at its last durable point (`exc` says which).

@@ -127,8 +127,9 @@ class ToolCalls:
     async def run(self, turn: int, step: int, call: ToolCallChunk) -> None:
         """One call, from its `tool/call` to its `tool/result`. Raises
         ToolMachineryError (after writing the failed result) if the tool broke."""
+        elicited: list[Any] = []
         ctx = ToolContext(cwd=self._roots[0], roots=self._roots, services=self._services,
-                          progress=self._progress(call.id))
+                          progress=self._progress(call.id), elicit=self._elicit(call.id, elicited), elicited=elicited)
         tool = self._tool(call.name)
         arguments: Any = call.arguments
         title, locations, preview = call.name, [], []
@@ -200,9 +201,19 @@ class ToolCalls:
         except Exception as exc:
             await self.result(turn, step, call.id, ToolOutcome.failure(ToolError(
                 f"{call.name} failed: {type(exc).__name__}: {exc}", code="tool_failed",
-                name=type(exc).__name__)), permission)
+                name=type(exc).__name__)), permission, elicited)
             raise ToolMachineryError(f"{call.name} failed: {type(exc).__name__}: {exc}") from exc
-        await self.result(turn, step, call.id, outcome, permission)
+        await self.result(turn, step, call.id, outcome, permission, elicited)
+
+    def _elicit(self, call_id: str, elicited: list[Any]) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]:
+        """The call's way to ask the person (ToolContext.elicit): each request and its
+        answer kept for the call's `tool/result`."""
+        async def elicit(request: Mapping[str, Any]) -> dict[str, Any]:
+            answer = await self._services.elicit(call_id, request)
+            elicited.append({"request": dict(request), "answer": answer})
+            return answer
+
+        return elicit
 
     def _progress(self, call_id: str) -> Callable[[list[Any]], Awaitable[None]] | None:
         sink = self._on_progress
@@ -215,13 +226,14 @@ class ToolCalls:
         return progress
 
     async def result(self, turn: int, step: int, call_id: str, outcome: ToolOutcome,
-                     permission: PermissionRecord | None = None) -> None:
-        """Write the `tool/result` of a call."""
+                     permission: PermissionRecord | None = None, elicited: list[Any] | None = None) -> None:
+        """Write the `tool/result` of a call (with what an MCP server asked the person
+        during it, and the answers)."""
         error = outcome.error
         await self._append(tool_result(
             turn, step, call_id, content=outcome.content, is_error=outcome.is_error,
             error=None if error is None else {"name": error["name"], "code": error["code"]},
-            display=outcome.display, permission=permission))
+            display=outcome.display, permission=permission, elicitations=elicited))
 
 
 def _record(answer: PermissionOutcome) -> PermissionRecord:
@@ -271,3 +283,7 @@ class DurableFirstServices:
     async def request_permission(self, request: PermissionRequest) -> PermissionOutcome:
         await self._sync()
         return await self._inner.request_permission(request)
+
+    async def elicit(self, call_id: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        await self._sync()
+        return await self._inner.elicit(call_id, request)

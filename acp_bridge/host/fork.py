@@ -26,7 +26,7 @@ import anyio
 
 from acp_bridge.errors import InvalidParamsError, PromptInProgressError
 from acp_bridge.host.engine import OpenAnswer, S, Send
-from session import SessionStore, validate_session_id
+from session import SessionLog, SessionStore, validate_session_id
 from session.events import Header, WrappedInfo
 from session.fork import ForkPlan
 from session.repair import RepairReport
@@ -106,3 +106,15 @@ async def fork_session(host: Sessions[S], source: str, params: Mapping[str, Any]
     answer = opened.answer({"forkedFrom": header["forkedFrom"], "repair": plan.report.to_meta(),
                             "turns": tracker.turn, "events": tracker.next_seq})
     return {"sessionId": header["id"], **answer}
+
+
+async def fork_stored(store: SessionStore, log: SessionLog, at_turn: int | None) -> tuple[Header, ForkPlan]:
+    """A fork of our agent's live session `log` in the store, not made live (`/fork`,
+    a slash command of a running session: the client opens it with `session/load`);
+    its header and what it holds. The SessionError family as `plan_fork` raises it."""
+    await anyio.to_thread.run_sync(log.flush)  # every event it has, in the store
+    plan = await anyio.to_thread.run_sync(lambda: store.plan_fork(log.id, at_turn=at_turn))
+    source = log.header
+    header = await anyio.to_thread.run_sync(lambda: store.fork(
+        plan, cwd=source["cwd"], additional_directories=source.get("additionalDirectories") or ()))
+    return header, plan

@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic
@@ -29,7 +29,7 @@ from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.fork import fork_session
 from acp_bridge.host.listing import list_page
 from acp_bridge.host.params import check_params
-from acp_bridge.host.settlement import TurnFailed, settle
+from acp_bridge.host.settlement import TurnFailed, settle, turn_usage
 from acp_bridge.host.tuning import Tuning
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.connection import Connection, Fallback
@@ -44,7 +44,7 @@ from session import (
     open_backend,
     validate_session_id,
 )
-from session.events import WrappedInfo
+from session.events import Event, WrappedInfo
 from session.fork import ForkPlan
 from session.repair import RepairReport
 
@@ -343,7 +343,7 @@ class Host(Generic[S]):
         if not turn.shown:  # how the turn ended, as our agent's own stream shows it
             for update in updates_for(turn.end, UpdateContext(replay=False)):
                 self.peer.notify_update(sessionId, update)
-        return answer_of(turn)
+        return answer_of(turn, session.log.events if session.log is not None else ())
 
     def _cancel_now(self, params: Any) -> bool | None:
         """`session/cancel` in the connection's reader, as it is read: it takes effect
@@ -374,15 +374,21 @@ class Host(Generic[S]):
         session.cancel("session/cancel", {**rest, "sessionId": sessionId})
 
 
-def answer_of(turn: TurnEnd) -> dict[str, Any]:
+def answer_of(turn: TurnEnd, events: Iterable[Event] = ()) -> dict[str, Any]:
     """The prompt's answer: settled from the persisted `turn/end` (its `stopReason` and
-    `_meta.acpBridge`), after what the engine adds; a failed turn is an error."""
+    `_meta.acpBridge`), after what the engine adds; a failed turn is an error. `usage`
+    is the turn's as `events` (the log's, from the turn's start) recorded it, unless the
+    engine's answer has one (a wrapped agent's own, as it sent it)."""
     settled = settle(turn.end)
     if isinstance(settled, TurnFailed):
         raise TurnFailedError(settled.error)
     answer = {k: v for k, v in turn.answer.items() if k not in ("stopReason", "_meta")}
     meta = turn.answer.get("_meta")
     answer["stopReason"] = settled["stopReason"]
+    if "usage" not in answer:
+        usage = turn_usage(events, turn.end["data"]["turn"])
+        if usage is not None:
+            answer["usage"] = usage
     answer["_meta"] = {**(meta if isinstance(meta, dict) else {}), **settled["_meta"]}
     return answer
 

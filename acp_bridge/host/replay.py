@@ -31,7 +31,15 @@ from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
 from session import SessionLog, SessionStore
 from session.backends.base import title_from_content
-from session.events import ASSISTANT_CHUNK, USER_MESSAGE, WRAPPED_UPDATE, Event, Header
+from session.events import (
+    ASSISTANT_CHUNK,
+    CONFIG_SET,
+    TITLE_CONFIG,
+    USER_MESSAGE,
+    WRAPPED_UPDATE,
+    Event,
+    Header,
+)
 from session.repair import RepairReport
 from session.scan import TailSplitter
 
@@ -61,6 +69,7 @@ class ReplayEncoder:
         self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
         self._prompt_title: str | None = None  # the first prompt's, as the live stream named it
         self._agent_title: str | None = None  # the last a wrapped agent's session_info_update gave
+        self._set_title: str | None = None  # the last `/title` set (config/set session/title)
         self._last_time: int | None = None
 
     def encode(self, block: list[Event], others: list[Event] | None = None) -> bytes:
@@ -100,6 +109,10 @@ class ReplayEncoder:
             if self._prompt_title is None:
                 self._prompt_title = title_from_content(data["content"])
             return
+        if event["type"] == CONFIG_SET:
+            if data["configId"] == TITLE_CONFIG:
+                self._set_title = data["value"]
+            return
         update = data["update"]
         if update.get("sessionUpdate") == "session_info_update" and isinstance(update.get("title"), str):
             self._agent_title = update["title"]
@@ -108,9 +121,9 @@ class ReplayEncoder:
         """The line that names the session once its replay is over: a client that titles a
         thread from `session_info_update` (as the live stream named it at the first
         prompt) gets its title back on load, with the time of its last event. The title
-        is the header's, else the last one a wrapped agent gave, else the first prompt's;
-        nothing when there is none."""
-        title = header.get("title") or self._agent_title or self._prompt_title
+        is the last one `/title` set, else the header's, else the last one a wrapped
+        agent gave, else the first prompt's; nothing when there is none."""
+        title = self._set_title or header.get("title") or self._agent_title or self._prompt_title
         if not title:
             return b""
         update: dict[str, Any] = {"sessionUpdate": "session_info_update", "title": title}
@@ -120,7 +133,7 @@ class ReplayEncoder:
 
 
 # The events that name a session (`ReplayEncoder.title`).
-_NAMING = frozenset({USER_MESSAGE, WRAPPED_UPDATE})
+_NAMING = frozenset({USER_MESSAGE, WRAPPED_UPDATE, CONFIG_SET})
 
 
 class LoadSink(Protocol):

@@ -5,18 +5,21 @@ Deriving the answer from the durable event, never from in-memory state, is what 
 a prompt's answer and a later `session/load` tell the same story. Success answers carry
 `_meta.acpBridge = {turn, reason}` (the persisted reason verbatim); failed turns become
 JSON-RPC errors: a wrapped agent's own error answer again, as it sent it, or ours, whose
-`data` says which turn and step failed and whether a retry may help.
+`data` says which turn and step failed and whether a retry may help. The answer's
+`usage` (ACP's `PromptResponse.usage`, unstable in schema-v1.21.0) is the sum of the
+turn's `assistant/message` usage as the log recorded it (`turn_usage`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
 import orjson
 
 from acp_bridge.rpc.protocol import AUTH_REQUIRED, INTERNAL_ERROR
-from session.events import TURN_END, Event
+from session.events import ASSISTANT_MESSAGE, TURN_END, Event
 
 # turn/end reason kind -> ACP StopReason, for the kinds that are success answers.
 STOP_REASONS: Final[dict[str, str]] = {
@@ -31,6 +34,15 @@ STOP_REASONS: Final[dict[str, str]] = {
 }
 
 TURN_FAILED: Final = "turn failed: "  # the message of an error answer starts so
+
+# ACP's `Usage` member -> ours (session.events.Usage), both ways: a wrapped agent's usage
+# is recorded in ours (acp_bridge.wrap.record), a turn's is answered in ACP's.
+USAGE_FIELDS: Final = (("inputTokens", "inputTokens"), ("outputTokens", "outputTokens"),
+                       ("cachedReadTokens", "cacheReadTokens"), ("cachedWriteTokens", "cacheWriteTokens"),
+                       ("thoughtTokens", "reasoningTokens"))
+# The members of ours that take room in the context: `totalTokens`, as `usage_update.used`
+# counts them (acp_bridge.host.updates). Reasoning is inside the output tokens.
+_TOTAL_FIELDS: Final = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
 
 
 class PromptAnswer(TypedDict):
@@ -103,3 +115,26 @@ def settle(turn_end: Event) -> Settlement:
     if stop is None:
         raise ValueError(f"turn {turn}: unknown turn/end reason kind {kind!r}")
     return {"stopReason": stop, "_meta": {"acpBridge": {"turn": turn, "reason": dict(reason)}}}
+
+
+def turn_usage(events: Iterable[Event], turn: int) -> dict[str, int] | None:
+    """The `usage` of the prompt answer of `turn`: the sum of its `assistant/message`
+    usage in `events` (the log's, as it recorded them), in ACP's `Usage` members; None
+    if the turn recorded none (`echo`; an agent that reports none)."""
+    totals: dict[str, int] = {}
+    for event in events:
+        if event["type"] != ASSISTANT_MESSAGE or event["data"]["turn"] != turn:
+            continue
+        usage = event["data"].get("usage")
+        if not isinstance(usage, dict):
+            continue
+        for name, count in usage.items():
+            if type(count) is int and name != "contextWindow":
+                totals[name] = totals.get(name, 0) + count
+    if not totals:
+        return None
+    answer = {"totalTokens": sum(totals.get(name, 0) for name in _TOTAL_FIELDS)}
+    for theirs, ours in USAGE_FIELDS:
+        if ours in totals or ours in ("inputTokens", "outputTokens"):
+            answer[theirs] = totals.get(ours, 0)
+    return answer

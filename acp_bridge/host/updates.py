@@ -43,6 +43,9 @@ as the protocol defines them rather than under `_meta`:
   DEFAULT_CONTEXT_WINDOW when the model does not say; with a price for the turn's
   model (`UpdateContext.cost`), `cost {amount, currency}`: the session's cumulative
   cost, as ACP defines it (a step of an unpriced model sends none);
+- `config/set` of the session's title (`session/title`, a slash command's:
+  acp_bridge.host.commands) -> `session_info_update {title}`; other settings nothing
+  (their answers and `config_option_update`s said so when they changed);
 - `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
   records there every update of the agent but its text chunks: plans, modes, commands,
   tool calls and their updates...), so live and replay send the same object;
@@ -72,6 +75,8 @@ from acp_bridge.content import expand_images
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
+    CONFIG_SET,
+    TITLE_CONFIG,
     TOOL_CALL,
     TOOL_PERMISSION,
     TOOL_RESULT,
@@ -191,7 +196,9 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
         if update.get("sessionUpdate") == "tool_call" and isinstance(update.get("toolCallId"), str):
             ctx.state.announced.add(update["toolCallId"])  # the closers' result updates it
         return [update]
-    # step/start, step/end: nothing to show.
+    if etype == CONFIG_SET and data["configId"] == TITLE_CONFIG:
+        return [{"sessionUpdate": "session_info_update", "title": data["value"]}]
+    # step/start, step/end, other settings: nothing to show.
     return []
 
 

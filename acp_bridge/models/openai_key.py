@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -71,6 +71,20 @@ def save_key(key: str, env: Mapping[str, str] | None = None) -> Path:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+    return path
+
+
+def forget_key(env: MutableMapping[str, str] | None = None) -> Path | None:
+    """`logout`: remove the key file (the path, if there was one) and `OPENAI_API_KEY`
+    from `env` (this process's environment by default), so that no later request of
+    this process finds a key. OSError if the file cannot be removed."""
+    target = os.environ if env is None else env
+    path = key_file(target)
+    target.pop(KEY_ENV, None)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return None
     return path
 
 

@@ -287,6 +287,13 @@ class Connection:
 
     async def _single(self, message: Any) -> None:
         answer = await self._in.answer(message)
-        if answer is not None:
-            self.send(answer)
-        self._send_after(message)
+        later = self._after.pop(request_key(message["id"]), None) if self._after and isinstance(message, dict) \
+            and is_id(message.get("id")) else None
+        if later is None:
+            if answer is not None:
+                self.send(answer)
+            return
+        # The answer and what follows it in one write: the client reads them together,
+        # so what follows (the session's commands after `session/new`) comes before its
+        # next request, in every run (a snapshot's traffic is compared in order).
+        self.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in [*([answer] if answer is not None else []), *later]))

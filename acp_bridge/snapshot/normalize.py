@@ -8,9 +8,10 @@ what differs from run to run replaced.
 - times zeroed: events' `time`, the header's `createdAt`, `updatedAt` fields, ISO times;
 - the model spec in `turn/start` -> `<model>` (the recording's and the replay's differ),
   the `model` config option's values -> `<model-1>`, `<model-2>`, ... in the order
-  offered, the `initialize` answer's `authMethods` -> `"<auth methods>"` (they follow
-  the recorded model's provider, which a replay never calls: an `openai:` model offers
-  its key, `replay:` needs none), and a wrapped session's command in its header ->
+  offered, the `initialize` answer's `authMethods` -> `"<auth methods>"` and its
+  `agentCapabilities.auth` (`logout`) left out (they follow the recorded model's
+  provider, which a replay never calls: an `openai:` model offers its key, `replay:`
+  needs none), and a wrapped session's command in its header ->
   `<command>`;
 - `seq` is kept: the order of the log is what is compared.
 """
@@ -64,6 +65,9 @@ def _model_options(value: Any) -> Any:
                    if isinstance(o, dict) else o for o in value["options"]]
         return {**value, "options": options, "currentValue": tokens.get(value.get("currentValue"), "<model>")}
     if "authMethods" in value and "protocolVersion" in value:  # the initialize answer
+        caps = value.get("agentCapabilities")
+        if isinstance(caps, dict) and "auth" in caps:  # `logout`: offered with those methods
+            value = {**value, "agentCapabilities": {k: v for k, v in caps.items() if k != "auth"}}
         return {**value, "authMethods": "<auth methods>"}
     return {k: _model_options(v) for k, v in value.items()}
 

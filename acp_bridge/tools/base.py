@@ -120,9 +120,22 @@ class WorkspaceServices(Protocol):
 
 class ClientServices(WorkspaceServices, Protocol):
     """The outside world of a session, as the agent may use it: the workspace, and the
-    person behind the client who answers permission requests."""
+    person behind the client who answers permission requests and what an MCP server
+    asks them."""
 
     async def request_permission(self, request: PermissionRequest) -> PermissionOutcome: ...
+
+    async def elicit(self, call_id: str, request: Mapping[str, JSON]) -> dict[str, JSON]:
+        """Ask the person what an MCP server asks during the call `call_id`: `request`
+        is ACP's `elicitation/create` without the session (`mode`, `message`,
+        `requestedSchema` or `url` and `elicitationId`); the answer is ACP's (`action`
+        accept, decline or cancel; `content` with accept). A client that cannot show
+        that mode, or that fails, is an answer too (decline, cancel): never raises but
+        cancellation."""
+
+
+Elicit = Callable[[Mapping[str, JSON]], Awaitable[dict[str, JSON]]]
+"""A call's way to `ClientServices.elicit` (its call id bound), for the MCP tools."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,11 @@ class ToolContext:
     # (old text, new text), so that run() writes exactly that or nothing. The runner
     # makes one ToolContext per call and hands it to plan() and then run().
     shown: dict[str, tuple[str | None, str]] = field(default_factory=dict, compare=False, repr=False)
+    # Asks the person for input an MCP server requests during the call (None: nobody
+    # to ask, the request is declined); each request and its answer is appended to
+    # `elicited`, which the call's `tool/result` records, whatever the call's outcome.
+    elicit: Elicit | None = None
+    elicited: list[JSON] = field(default_factory=list, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,19 @@ from typing import Any
 import anyio
 import anyio.abc
 import mcp_types as types
-from mcp.client.session import ClientRequestContext, ClientSession
+from mcp.client.session import ClientRequestContext, ClientSession, ElicitationFnT
 from mcp.shared.exceptions import MCPError
 
 from acp_bridge import __version__
 from acp_bridge.errors import ToolError
-from acp_bridge.tools.mcp_spec import McpServerSpec, redact, shown_url, unavailable
+from acp_bridge.tools.base import Elicit
+from acp_bridge.tools.mcp_spec import (
+    McpServerSpec,
+    elicitation_request,
+    redact,
+    shown_url,
+    unavailable,
+)
 from acp_bridge.tools.mcp_transport import STOP_GRACE_S, Link, exited, open_transport
 
 log = logging.getLogger("acp_bridge.tools.mcp")
@@ -66,8 +73,10 @@ class _Connection:
     """One run of the server (a restart is a new connection)."""
 
     def __init__(self, spec: McpServerSpec, cwd: Path, roots: Sequence[Path],
-                 on_tools: Callable[[list[dict[str, Any]]], None]) -> None:
+                 on_tools: Callable[[list[dict[str, Any]]], None],
+                 elicit: ElicitationFnT | None = None) -> None:
         self.spec = spec
+        self.elicit = elicit  # the server may ask the person (MCP `elicitation`): its handler
         self.on_tools = on_tools  # told each list read after notifications/tools/list_changed
         self.cwd = cwd
         self.roots = roots
@@ -117,7 +126,7 @@ class _Connection:
             with self._scope:
                 async with open_transport(self.spec, self.cwd) as (link, reader, writer), ClientSession(
                         reader, writer, list_roots_callback=self._list_roots, message_handler=self._on_message,
-                        client_info=types.Implementation(name="acp-bridge", version=__version__)) as session:
+                        elicitation_callback=self.elicit, client_info=types.Implementation(name="acp-bridge", version=__version__)) as session:
                     try:
                         with anyio.fail_after(start_timeout):
                             await session.initialize()
@@ -169,8 +178,12 @@ class McpServer:
     """A server of a session: its current connection, calls, restart, close."""
 
     def __init__(self, spec: McpServerSpec, *, cwd: Path, roots: Sequence[Path], task_group: anyio.abc.TaskGroup,
-                 start_timeout: float, call_timeout: float, on_tools: Callable[[McpServer], None]) -> None:
+                 start_timeout: float, call_timeout: float, on_tools: Callable[[McpServer], None],
+                 elicitation: bool = False) -> None:
         self.spec = spec
+        self._elicitation = elicitation  # advertised to the server: the client shows what it asks
+        self._asking: Elicit | None = None  # the running call's way to the person
+        self._asked: set[anyio.CancelScope] = set()  # its questions not answered yet
         self.name = spec.name
         self._cwd = cwd
         self._roots = roots
@@ -204,7 +217,8 @@ class McpServer:
         self._starting = anyio.Event()
         try:
             first = self._conn is None
-            conn = _Connection(self.spec, self._cwd, self._roots, self._new_tools)
+            conn = _Connection(self.spec, self._cwd, self._roots, self._new_tools,
+                               self._elicit if self._elicitation else None)
             self._conn = conn
             await self._task_group.start(conn.run, self._start_timeout)
             if conn.failure is None:
@@ -216,8 +230,38 @@ class McpServer:
             self._starting.set()
             self._starting = None
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """`tools/call` as MCP JSON. ToolError naming the server if it cannot answer."""
+    async def _elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        """The server's `elicitation/create`: asked through the running call (its
+        `ToolContext.elicit`, which records it). Declined when no call of ours runs
+        (nothing to tie it to, and the log has nowhere to record it) or the request is
+        not one ACP can show; cancelled if the call ends before the person answers."""
+        ask = self._asking
+        request = elicitation_request(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        if ask is None or request is None:
+            log.info("MCP server %r: an elicitation %s: declined", self.name,
+                     "outside a tool call" if ask is None else "that ACP cannot show")
+            return types.ElicitResult(action="decline")
+        with anyio.CancelScope() as scope:
+            self._asked.add(scope)
+            try:
+                answer = await ask(request)
+            finally:
+                self._asked.discard(scope)
+            return types.ElicitResult(action=answer["action"], content=answer.get("content"))
+        return types.ElicitResult(action="cancel")  # the call ended first
+
+    async def call(self, tool: str, arguments: dict[str, Any], elicit: Elicit | None = None) -> dict[str, Any]:
+        """`tools/call` as MCP JSON, what the server asks meanwhile through `elicit`.
+        ToolError naming the server if it cannot answer."""
+        self._asking = elicit
+        try:
+            return await self._call(tool, arguments)
+        finally:
+            self._asking = None
+            for scope in self._asked:
+                scope.cancel()
+
+    async def _call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         conn = self._conn
         if self._closed:
             raise unavailable(self.name, "was stopped with its session")

@@ -189,3 +189,18 @@ def tool_outcome(server: str, tool: str, result: Mapping[str, Any]) -> ToolOutco
 def unavailable(server: str, why: str) -> ToolError:
     """The error a call gets when its server cannot serve it."""
     return ToolError(f"MCP server {server!r} {why}", code="mcp_unavailable", name="McpServerError")
+
+
+def elicitation_request(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An MCP server's `elicitation/create` params (as JSON) as ACP's, without the
+    session and the call: `form` (MCP's default mode) with its `requestedSchema`, or
+    `url` with its `url` and `elicitationId`; MCP's `_meta` and `task` left out. None
+    for anything else (the request is declined)."""
+    mode, message = params.get("mode", "form"), params.get("message")
+    if not isinstance(message, str):
+        return None
+    if mode == "form" and isinstance(params.get("requestedSchema"), Mapping):
+        return {"mode": "form", "message": message, "requestedSchema": dict(params["requestedSchema"])}
+    if mode == "url" and isinstance(params.get("url"), str) and isinstance(params.get("elicitationId"), str):
+        return {"mode": "url", "message": message, "url": params["url"], "elicitationId": params["elicitationId"]}
+    return None

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from acp_bridge.host.settlement import TURN_FAILED
+from acp_bridge.host.settlement import TURN_FAILED, USAGE_FIELDS
 from acp_bridge.rpc.protocol import error_object
 from acp_bridge.wrap.calls import AnnouncedCall, Step, step_items
 from session.closers import OpenTurn, Unanswered, Unreported, closers
@@ -77,9 +77,6 @@ _ERROR_WORDS: Final[dict[int, str]] = {
 OTHER_ERROR: Final = "agent_error"
 """The `code` of an error answer whose JSON-RPC code and data name no known word."""
 
-_USAGE_FIELDS: Final = (("inputTokens", "inputTokens"), ("outputTokens", "outputTokens"),
-                        ("cachedReadTokens", "cacheReadTokens"), ("cachedWriteTokens", "cacheWriteTokens"),
-                        ("thoughtTokens", "reasoningTokens"))  # ACP's Usage -> ours
 _CHUNKS: Final[dict[str, ChunkKind]] = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
 
 
@@ -346,7 +343,7 @@ def acp_usage(value: Any) -> Usage | None:
     if not isinstance(value, dict):
         return None
     usage: dict[str, int] = {}
-    for theirs, ours in _USAGE_FIELDS:
+    for theirs, ours in USAGE_FIELDS:
         count = value.get(theirs)
         if type(count) is int and count >= 0:
             usage[ours] = count

@@ -55,8 +55,21 @@ class ClientPolicy:
     asked: list[dict[str, Any]] = field(default_factory=list)
     fs_calls: list[tuple[str, str]] = field(default_factory=list)
     terminals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # `elicitation/create` answers, in order (the result as given; an exception: that
+    # error answer; none left: decline); the requests as they came
+    elicitations: list[dict[str, Any] | ClientErrorAnswer] = field(default_factory=list)
+    elicited: list[dict[str, Any]] = field(default_factory=list)
+    hang_elicitations: bool = False  # never answer them
 
     async def answer(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "elicitation/create":
+            self.elicited.append(params)
+            if self.hang_elicitations:
+                await anyio.sleep_forever()
+            elicitation = self.elicitations.pop(0) if self.elicitations else {"action": "decline"}
+            if isinstance(elicitation, ClientErrorAnswer):
+                raise elicitation
+            return elicitation
         if method == "session/request_permission":
             self.asked.append(params)
             if self.hang_permissions:

@@ -2,6 +2,11 @@
 
 The schema's root accepts almost anything (its extension branches are open), so every
 message is checked against the definition for its method instead (tests/support/acp/SOURCE.txt).
+Two files of the same release are vendored: the stable schema, which every message is
+checked against, and the unstable one (`schema.unstable.json`: the stable protocol
+plus what is not part of the spec yet), which a message is checked against too when
+the stable schema does not define its method or its definition's own members differ
+there (`PromptResponse.usage`, the unstable capabilities of `InitializeResponse`).
 The method -> definition table is read from the `x-method` / `x-side` annotations of the
 schema's `$defs`, not written out here, so it follows the schema file. `x-side` names
 the side that handles the method: "agent" for methods the client calls (the agent
@@ -31,47 +36,49 @@ class SchemaViolation(AssertionError):
     """A message does not match the ACP schema or the JSON-RPC envelope."""
 
 
-def schema_path() -> Path:
-    """`$ACP_SCHEMA` if set, else the vendored copy in tests/support/acp/ (see SOURCE.txt there)."""
-    override = os.environ.get("ACP_SCHEMA")
+def schema_path(*, unstable: bool = False) -> Path:
+    """`$ACP_SCHEMA` (`$ACP_SCHEMA_UNSTABLE`) if set, else the vendored copy in
+    tests/support/acp/ (see SOURCE.txt there)."""
+    override = os.environ.get("ACP_SCHEMA_UNSTABLE" if unstable else "ACP_SCHEMA")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent / "acp" / "schema.json"
-
-
-# The methods we serve that only the unstable schema of the same release defines
-# (schema.unstable.json, SOURCE.txt): their messages are checked against it.
-UNSTABLE_METHODS = frozenset({"session/fork"})
+    return Path(__file__).resolve().parent / "acp" / ("schema.unstable.json" if unstable else "schema.json")
 
 
 @functools.cache
-def schema(unstable: bool = False) -> dict[str, Any]:
-    path = schema_path().with_name("schema.unstable.json") if unstable else schema_path()
-    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+def schema(*, unstable: bool = False) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(schema_path(unstable=unstable).read_text(encoding="utf-8"))
     return loaded
 
 
-def defs(unstable: bool = False) -> dict[str, Any]:
-    d: dict[str, Any] = schema(unstable)["$defs"]
+def defs(*, unstable: bool = False) -> dict[str, Any]:
+    d: dict[str, Any] = schema(unstable=unstable)["$defs"]
     return d
 
 
 @functools.cache
-def validator(name: str, unstable: bool = False) -> Draft202012Validator:
-    if name not in defs(unstable):
+def validator(name: str, *, unstable: bool = False) -> Draft202012Validator:
+    if name not in defs(unstable=unstable):
         raise KeyError(f"the ACP {'unstable ' if unstable else ''}schema has no definition {name!r}")
-    return Draft202012Validator({"$defs": defs(unstable), "$ref": f"#/$defs/{name}"})
+    return Draft202012Validator({"$defs": defs(unstable=unstable), "$ref": f"#/$defs/{name}"})
+
+
+@functools.cache
+def extended_by_unstable(name: str) -> bool:
+    """Whether the unstable schema defines `name` where the stable one does not, or
+    with other members of its own (a message of it is checked against both)."""
+    return defs().get(name) != defs(unstable=True).get(name)
 
 
 def validate_def(name: str, instance: Any, *, unstable: bool = False) -> None:
     """Raise SchemaViolation unless `instance` matches the definition `name` (of the
-    unstable schema, with `unstable`)."""
-    errors = list(validator(name, unstable).iter_errors(instance))
+    unstable schema with `unstable`)."""
+    errors = list(validator(name, unstable=unstable).iter_errors(instance))
     if errors:
         error = best_match(errors)
         where = "/".join(str(p) for p in error.absolute_path) or "<root>"
         raise SchemaViolation(
-            f"{name}: {error.message} at {where} ({len(errors)} error(s))\n"
+            f"{name}{' (unstable)' if unstable else ''}: {error.message} at {where} ({len(errors)} error(s))\n"
             f"instance: {json.dumps(instance, default=str)[:2000]}"
         )
 
@@ -84,7 +91,6 @@ class MethodDefs:
     side: str  # the side that handles the method: "agent", "client" or "protocol"
     params: str | None = None  # XRequest or XNotification
     result: str | None = None  # XResponse; None for notifications
-    unstable: bool = False  # defined by the unstable schema only (UNSTABLE_METHODS)
 
     @property
     def is_notification(self) -> bool:
@@ -92,13 +98,11 @@ class MethodDefs:
 
 
 @functools.cache
-def method_table() -> dict[str, MethodDefs]:
-    """method name -> its definitions, from every def that carries `x-method` (and, for
-    UNSTABLE_METHODS, from the unstable schema's)."""
+def method_table(*, unstable: bool = False) -> dict[str, MethodDefs]:
+    """method name -> its definitions, from every def that carries `x-method` (in the
+    unstable schema with `unstable`)."""
     found: dict[str, dict[str, str]] = {}
-    stable = list(defs().items())
-    extra = [(name, d) for name, d in defs(unstable=True).items() if d.get("x-method") in UNSTABLE_METHODS]
-    for name, definition in stable + extra:
+    for name, definition in defs(unstable=unstable).items():
         method = definition.get("x-method")
         if method is None:
             continue
@@ -107,14 +111,16 @@ def method_table() -> dict[str, MethodDefs]:
             raise ValueError(f"{method}: defs disagree on x-side")
         for suffix, slot in (("Request", "params"), ("Notification", "params"), ("Response", "result")):
             if name.endswith(suffix):
-                if slot in entry:
+                if unstable and suffix == "Notification" and "params" in entry:
+                    break  # unstable `mcp/message` is a request and a notification: its request is kept
+                if slot in entry and not (unstable and entry[slot].endswith("Notification")):
                     raise ValueError(f"{method}: two {slot} definitions ({entry[slot]}, {name})")
                 entry[slot] = name
                 break
         else:
             raise ValueError(f"{name} has x-method but is not a Request/Response/Notification")
     return {
-        method: MethodDefs(method, e["side"], e.get("params"), e.get("result"), method in UNSTABLE_METHODS)
+        method: MethodDefs(method, e["side"], e.get("params"), e.get("result"))
         for method, e in found.items()
     }
 
@@ -152,14 +158,23 @@ def validate_agent_message(msg: Mapping[str, Any], pending_requests: Mapping[Req
         if params is not None and not isinstance(params, dict | list):
             raise SchemaViolation(f"{method}: params must be structured: {msg!r}")
         return "extension"
-    entry = table.get(method)
+    entry = table.get(method) or method_table(unstable=True).get(method)
     if entry is None or entry.side not in ("client", "protocol") or entry.params is None:
         raise SchemaViolation(f"the agent may not send {method!r}: {msg!r}")
     if entry.is_notification == is_request:
         kind = "a request" if is_request else "a notification"
         raise SchemaViolation(f"{method} sent as {kind}: {msg!r}")
-    validate_def(entry.params, params, unstable=entry.unstable)
+    _validate_both(entry.params, params)
     return entry.params
+
+
+def _validate_both(name: str, instance: Any) -> None:
+    """`instance` against the stable definition `name` where there is one, and against
+    the unstable one too where that differs (module docstring)."""
+    if name in defs():
+        validate_def(name, instance)
+    if extended_by_unstable(name):
+        validate_def(name, instance, unstable=True)
 
 
 def _validate_response(msg: Mapping[str, Any], pending: Mapping[RequestId, str]) -> str:
@@ -188,8 +203,8 @@ def _validate_response(msg: Mapping[str, Any], pending: Mapping[RequestId, str])
     method = pending[msg_id]
     if method.startswith("_"):
         return "extension"
-    entry = method_table().get(method)
+    entry = method_table().get(method) or method_table(unstable=True).get(method)
     if entry is None or entry.side != "agent" or entry.result is None:
         raise SchemaViolation(f"the agent answered {method!r} with a result: {msg!r}")
-    validate_def(entry.result, msg["result"], unstable=entry.unstable)
+    _validate_both(entry.result, msg["result"])
     return entry.result

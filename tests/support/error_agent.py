@@ -10,8 +10,11 @@ whatever comes before its first prompt).
   agents send between turns, and what a wrapper records before the first turn).
 - `session/prompt`: one message chunk ("about to fail"), then, if the prompt's text is
   `error <JSON>`, the answer `{"jsonrpc":"2.0","id":ID,"error":<JSON>}` with <JSON>
-  exactly as given (its bytes, its member order, its spelling); any other text is
+  exactly as given (its bytes, its member order, its spelling); `result <JSON>` the same
+  as a result (tests/test_prompt_usage.py: an agent's own `usage`); any other text is
   answered `end_turn`.
+- `$ERROR_AGENT_COMMANDS` (comma-separated) names the commands of its
+  `available_commands_update` (default `cmd0` ... `cmd7`).
 
 Plain JSON-RPC over stdio, one message per line; enough of ACP for `acp-bridge wrap`.
 """
@@ -43,8 +46,9 @@ def between_turns(count: int) -> None:
     """What an agent says of a new session before it is prompted."""
     for n in range(count):
         if n == 0:
+            names = os.environ.get("ERROR_AGENT_COMMANDS", ",".join(f"cmd{i}" for i in range(8))).split(",")
             update({"sessionUpdate": "available_commands_update", "availableCommands": [
-                {"name": f"cmd{i}", "description": f"command number {i}, " + "x" * 200} for i in range(8)]})
+                {"name": name, "description": f"command number {i}, " + "x" * 200} for i, name in enumerate(names)]})
         else:
             update({"sessionUpdate": "current_mode_update", "currentModeId": "ask" if n % 2 else "code"})
 
@@ -72,8 +76,9 @@ def main() -> None:
         elif method == "session/prompt":
             update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "about to fail"}})
             text = prompt_text(message["params"])
-            if text.startswith("error "):
-                send_line(f'{{"jsonrpc":"2.0","id":{json.dumps(rid)},"error":{text[len("error "):]}}}')
+            if text.startswith(("error ", "result ")):
+                kind, _, body = text.partition(" ")
+                send_line(f'{{"jsonrpc":"2.0","id":{json.dumps(rid)},"{kind}":{body}}}')
             else:
                 send({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})
         else:

@@ -1,7 +1,9 @@
 """A stdio MCP server for the MCP tests, built on the official SDK: tools that crash
 the server, hang, return an image or a resource, and report the server's pid (and start
 a grandchild in its process group, so the tests can see that a whole group dies), and
-one (`grow`) that adds a tool and sends `notifications/tools/list_changed`.
+one (`grow`) that adds a tool and sends `notifications/tools/list_changed`, and two that
+ask the person through MCP elicitation (`ask`: a form; `visit`: a URL) and say what came
+back.
 
 Run as `python tests/support/mcp_test_server.py [--pid-file PATH] [--http PORT | --sse PORT]`
 (stdio by default; over HTTP on 127.0.0.1). The pid file gets
@@ -20,6 +22,7 @@ import sys
 import anyio
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
 
 # A 1x1 PNG.
 PNG = base64.b64encode(bytes.fromhex(
@@ -113,6 +116,33 @@ async def grow(ctx: Context) -> str:
     server.add_tool(grown)
     await ctx.session.send_tool_list_changed()
     return "grew a tool"
+
+
+class Signup(BaseModel):
+    name: str
+    subscribe: bool = False
+
+
+@server.tool()
+async def ask(ctx: Context) -> str:
+    """Ask the person for a name (an elicitation form); say what they answered."""
+    try:
+        answer = await ctx.elicit("Who is there?", Signup)
+    except Exception as exc:  # the client refused the request itself
+        return f"refused: {exc}"
+    if answer.action == "accept":
+        return f"accept: name={answer.data.name} subscribe={answer.data.subscribe}"
+    return answer.action
+
+
+@server.tool()
+async def visit(ctx: Context) -> str:
+    """Send the person to a page (an elicitation URL); say what they answered."""
+    try:
+        answer = await ctx.elicit_url("Sign in on the page", "https://example.invalid/sign-in", "e-1")
+    except Exception as exc:
+        return f"refused: {exc}"
+    return answer.action
 
 
 def main() -> None:

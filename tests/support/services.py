@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import anyio.abc
 
@@ -38,3 +39,6 @@ class ScriptedClient(LocalServices):
         if inspect.isawaitable(answer):
             return await answer
         return answer
+
+    async def elicit(self, call_id: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        return {"action": "decline"}  # nobody to show a form to

@@ -213,7 +213,9 @@ def finish_a(run: Run, agent: AgentProcess, prompt_ids: dict[str, int], before: 
         for item in message if isinstance(message, list) else [message]:
             if item.get("method") == "session/update":
                 count += 1
-                if item["params"]["update"]["sessionUpdate"] != "session_info_update":
+                # Not the session's content: its title, and the commands offered once it opened.
+                if item["params"]["update"]["sessionUpdate"] not in ("session_info_update",
+                                                                     "available_commands_update"):
                     run.live_updates.append(item["params"]["update"])
             elif "method" in item and "id" in item:
                 run.client_requests.append(item)

@@ -155,15 +155,40 @@ STOP_REASONS = {"completed": "end_turn", "max_tokens": "max_tokens", "max_steps"
                 "refusal": "refusal", "cancelled": "cancelled", "interrupted": "cancelled"}
 
 
+# Our usage names -> ACP's (PromptResponse.usage), for the ones the models here count.
+ACP_USAGE = {"inputTokens": "inputTokens", "outputTokens": "outputTokens", "cacheReadTokens": "cachedReadTokens",
+             "cacheWriteTokens": "cachedWriteTokens", "reasoningTokens": "thoughtTokens"}
+
+
+def stored_usage(events: list[Event], turn: int) -> dict[str, int] | None:
+    """The `usage` an answer of `turn` must carry: its assistant messages' usage as
+    stored, summed (None when it recorded none)."""
+    total: dict[str, int] = {}
+    for event in events:
+        data = event["data"]
+        if event["type"] == "assistant/message" and data["turn"] == turn:
+            for name, count in (data.get("usage") or {}).items():
+                if name in ACP_USAGE:
+                    total[ACP_USAGE[name]] = total.get(ACP_USAGE[name], 0) + count
+    if not total:
+        return None
+    return {"totalTokens": sum(v for k, v in total.items() if k != "thoughtTokens"),
+            "inputTokens": 0, "outputTokens": 0, **total}
+
+
 def check_settlement(run: Run, turn: int, response: dict[str, Any], end: Event | None) -> None:
-    """An answered turn is durable, and its answer is the settlement of its turn/end."""
+    """An answered turn is durable, and its answer is the settlement of its turn/end
+    (its usage that of the turn as stored)."""
     if end is None:
         run.fail(f"turn {turn} was answered ({response}) but has no turn/end on disk after the kill")
         return
     why = end["data"]["reason"]
     if "result" in response:
-        expected = {"stopReason": STOP_REASONS.get(why["kind"]), "_meta": {"acpBridge": {"turn": turn,
-                                                                                           "reason": why}}}
+        expected: dict[str, Any] = {"stopReason": STOP_REASONS.get(why["kind"])}
+        usage = stored_usage(run.pre_events, turn)
+        if usage is not None:
+            expected["usage"] = usage
+        expected["_meta"] = {"acpBridge": {"turn": turn, "reason": why}}
         if response["result"] != expected:
             run.fail(f"turn {turn} answered {response['result']}, its turn/end says {why}")
     else:
