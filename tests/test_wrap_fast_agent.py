@@ -156,7 +156,9 @@ def test_chat_wrap_and_sessions_show_with_fast_agent(tmp_path: Path) -> None:
     assert chat.returncode == 0, (chat.stdout, chat.stderr)
     match = re.search(r"session (\S+) \(mode agent\)", chat.stdout)  # fast-agent's one mode
     assert match and UUID.fullmatch(match.group(1)), chat.stdout
-    assert "> hello from chat\n[session: hello from chat]\nhello from chat\n> /quit\n" in chat.stdout
+    # The session is made at the first prompt (chat makes it lazily), then titled from it.
+    assert (f"> hello from chat\n[new session {match.group(1)} (mode agent)]\n[session: hello from chat]\n"
+            "hello from chat\n> /quit\n") in chat.stdout
     show = subprocess.run(
         [sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "show", match.group(1)],
         capture_output=True, text=True, timeout=60, env=env)

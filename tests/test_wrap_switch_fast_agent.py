@@ -52,7 +52,7 @@ async def test_a_conversation_in_fast_agent_continued_in_our_agent(tmp_path: Pat
         assert switched["_meta"]["acpBridge"]["wrapped"]["seeded"] is True
         shown = len(wrapper.updates_of(sid))
         await wrapper.prompt(sid, "what was it?", timeout=START)
-        assert "".join(texts(wrapper.updates_of(sid)[shown:], "agent_message_chunk")) == "what was it? "
+        assert "".join(texts(wrapper.updates_of(sid)[shown:], "agent_message_chunk")) == "what was it?"
 
         back = await wrapper.set_option(sid, "agent", "fast", timeout=START)
         assert back["_meta"]["acpBridge"]["wrapped"]["agent"] == "fast"
