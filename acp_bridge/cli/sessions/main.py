@@ -137,49 +137,49 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     _store_options(parser)
     commands = parser.add_subparsers(dest="sessions_command",
                                      metavar="{list,show,export,serve,fork,search,stats,index}")
-    ls = commands.add_parser(
+    ls = _command(
+        commands,
         "list", aliases=["ls"], help="stored sessions, newest first (the default)",
         description="Stored sessions, newest first: id, last update, turns, status of the "
         "last turn, tokens, cwd, title.",
     )
-    _store_options(ls)
     ls.add_argument("--cwd", metavar="DIR", help="only sessions whose cwd is DIR")
     ls.add_argument("--json", action="store_true", help="machine-readable JSON")
     ls.add_argument("-n", "--limit", type=int, metavar="N", help="at most N sessions")
-    show = commands.add_parser(
+    show = _command(
+        commands,
         "show", help="a session's transcript as readable text",
         description="A session's transcript as plain text (read-only, also while an agent "
         "has the session open).",
     )
-    _store_options(show)
     show.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
     show.add_argument("--full", action="store_true",
                       help="print tool arguments, results and diffs in full")
-    export = commands.add_parser(
+    export = _command(
+        commands,
         "export", help="a session as Markdown, as a web page or as its raw stored events",
         description="Write a session to stdout as Markdown, as a self-contained HTML page, "
         "or as its stored JSONL lines.",
     )
-    _store_options(export)
     export.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
     export.add_argument("--format", choices=("md", "html", "jsonl"), default="md",
                         help="md (default): a Markdown transcript; html: a self-contained web "
                              "page (docs/html.md); jsonl: the stored lines")
-    serve = commands.add_parser(
+    serve = _command(
+        commands,
         "serve", help="a local read-only web page of the store (127.0.0.1, a token in its URL)",
         description="Serve the session list and transcripts on 127.0.0.1 until Ctrl-C; the URL, "
         "with its random token, is printed on stderr (docs/html.md).",
     )
-    _store_options(serve)
     serve.add_argument("--port", type=int, default=0, metavar="N",
                        help="the port to listen on (default: a random free one)")
     serve.add_argument("--index", metavar="FILE", help="the search index file (as for search)")
-    fork = commands.add_parser(
+    fork = _command(
+        commands,
         "fork", help="a new session holding a session's turns (prints its id)",
         description="Copy a session's turns, up to its end or to turn N, into a new session of the "
         "store (the original is not changed, also while an agent has it open); print the new id.",
     )
-    _store_options(fork)
     fork.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
     fork.add_argument("--at-turn", type=int, metavar="N",
                       help="the last turn the fork holds (default: the last that ended; 0: none)")
@@ -190,31 +190,38 @@ def _search_parsers(commands: Any) -> None:
     from acp_bridge.cli.sessions.search import search_options
     from acp_bridge.cli.sessions.stats import stats_options
 
-    search = commands.add_parser(
+    search = _command(
+        commands,
         "search", help="full-text search of every prompt, answer, thought, tool call and output",
         description="The turns whose texts match QUERY, best first, with a snippet; the store's "
         "search index is brought up to date first (docs/search.md).",
     )
-    _store_options(search)
     search_options(search)
-    stats = commands.add_parser(
+    stats = _command(
+        commands,
         "stats", help="turns, tokens, errors and cost, by day, model, agent or cwd",
         description="Turns, tokens (input, output, cache, reasoning), failed, interrupted and "
         "cancelled turns, and their cost where prices are known, grouped (docs/search.md).",
     )
-    _store_options(stats)
     stats_options(stats)
-    index = commands.add_parser(
+    index = _command(
+        commands,
         "index", help="bring the search index up to date (--watch: keep it so)",
         description="Bring the store's search index up to date; with --watch, keep doing so "
         "until Ctrl-C, so a turn is searchable within a second of its end (docs/search.md).",
     )
-    _store_options(index)
     index.add_argument("--index", metavar="FILE", help="the search index file (as for search)")
     index.add_argument("--watch", action="store_true", help="keep the index up to date until Ctrl-C")
     index.add_argument("--every", type=float, default=0.5, metavar="SECONDS",
                        help="with --watch: seconds between two passes (default 0.5)")
     index.add_argument("--rebuild", action="store_true", help="make the index again from every log")
+
+
+def _command(commands: Any, name: str, **texts: Any) -> argparse.ArgumentParser:
+    """A subcommand of `acp-bridge sessions`, with the store options every one takes."""
+    parser: argparse.ArgumentParser = commands.add_parser(name, **texts)
+    _store_options(parser)
+    return parser
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
