@@ -23,7 +23,7 @@ FILE_MODE = 0o600
 
 
 # The folders the file backends keep under a store (checked at start-up if they exist).
-STORE_SUBDIRS = ("sessions", "locks", "torn", "tails")
+STORE_SUBDIRS = ("sessions", "locks", "torn", "tails", "titles")
 
 
 def private_dir(path: Path) -> Path:
@@ -107,12 +107,14 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str) -> None:
+def publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str,
+            replace: bool = False) -> None:
     """Atomically and durably create `path` holding `content` (bytes, or pieces of it
     written as they come: a fork copies a log of any size): temp file, fsync, link into
     place (refusing to replace an existing file), fsync the directory. A reader never
     sees a partial first write, and a crash leaves no `path` (only the temp file, which
-    no reader takes for a session)."""
+    no reader takes for a session). With `replace`, an existing `path` is replaced
+    (renamed over: a reader sees the old content or the new, whole)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
@@ -123,7 +125,10 @@ def publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str) ->
         finally:
             os.close(fd)
         try:
-            os.link(tmp, path)
+            if replace:
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)
         except FileExistsError:
             raise SessionExistsError(
                 f"session {session_id} already exists", session_id=session_id
@@ -131,7 +136,8 @@ def publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str) ->
         fsync_dir(path.parent)
     except OSError as exc:
         raise StoreIOError(
-            f"session {session_id}: could not create {path.name}: {exc.strerror or exc}",
+            f"session {session_id}: could not {'write' if replace else 'create'} {path.name}: "
+            f"{exc.strerror or exc}",
             session_id=session_id,
             errno=exc.errno,
         ) from exc

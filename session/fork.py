@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from session.backends.base import StoredStream, first_prompt_title
+from session.backends.base import StoredStream, first_prompt_title, set_title, titled
 from session.errors import ForkTurnError, InvariantError
 from session.events import SESSION_FORMAT_VERSION, TURN_START, Event, Header, WrappedInfo
 from session.invariants import InvariantTracker
@@ -41,7 +41,7 @@ class ForkPlan:
     upto: int
     turn: int
     closers: list[Event]
-    title: str | None  # the first prompt's title, when the fork holds that prompt
+    title: str | None  # the fork's title (session_title) from the records it holds
     whole: bool  # the fork holds every turn of the original that has ended (or was repaired)
 
     @property
@@ -63,7 +63,8 @@ def plan_fork(stream: StoredStream, at_turn: int | None, running: Callable[[], b
     tracker = InvariantTracker(session_id=sid)
     count = 0  # records read and checked
     last_start = 0  # the index of the last turn/start read
-    title: tuple[int, str] | None = None
+    title: tuple[int, str] | None = None  # the first prompt's: where, what
+    named: list[tuple[int, str]] = []  # every `/title`: where, what
     last_time = 0
     cut: int | None = None  # where turn `at_turn + 1` starts
     for block in stream.blocks():
@@ -80,8 +81,10 @@ def plan_fork(stream: StoredStream, at_turn: int | None, running: Callable[[], b
         for index, event in enumerate(events):
             if event["type"] == TURN_START:
                 last_start = count + index
-            elif title is None and (named := first_prompt_title(event)) is not None:
-                title = (count + index, named)
+            elif (value := set_title(event)) is not None:
+                named.append((count + index, value))
+            elif title is None and (value := first_prompt_title(event)) is not None:
+                title = (count + index, value)
         if events:
             last_time = events[-1]["time"]
         count += len(events)
@@ -103,8 +106,10 @@ def plan_fork(stream: StoredStream, at_turn: int | None, running: Callable[[], b
     if at_turn is not None and at_turn > turn:
         raise ForkTurnError(f"session {sid} has {turn} turn(s): a fork can be made at turn 0..{turn}, "
                             f"not {at_turn}", session_id=sid, turn=at_turn, turns=turn)
+    held = [value for index, value in named if index < upto]  # the `/title`s the fork holds
+    prompt = title[1] if title is not None and title[0] < upto else None
     return ForkPlan(stream.header, upto, turn, closers,
-                    title[1] if title is not None and title[0] < upto else None, whole=cut is None)
+                    titled(held[-1] if held else None, stream.header, prompt), whole=cut is None)
 
 
 def fork_header(plan: ForkPlan, session_id: str, *, created: int, cwd: str,

@@ -10,12 +10,12 @@ the shared contract suite in tests/.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NotRequired, Protocol, TypedDict
 
 from session.errors import InvalidSessionIdError, SequenceError, StoreIOError
-from session.events import JSON, USER_MESSAGE, Event, Header
+from session.events import CONFIG_SET, JSON, TITLE_CONFIG, USER_MESSAGE, Event, Header
 from session.files import Owner
 from session.scan import Damage, Locate, TailSplitter, TornTail
 
@@ -187,8 +187,8 @@ class Backend(Protocol):
              title: str | None) -> None:
         """Publish a new session (`header`, owned by nobody) holding the first `upto`
         event records of `source_id` as they are stored, then `closers`: whole or not at
-        all, a crash included (session.fork). `title`: the first prompt's, when those
-        records hold it. The source is read, never locked or written. Raises
+        all, a crash included (session.fork). `title`: the session's title as those
+        records and `header` give it (`session_title`), which the store lists. The source is read, never locked or written. Raises
         SessionNotFoundError, SessionExistsError, StoreIOError (`changed_while_forked`:
         the source no longer holds `upto` records)."""
 
@@ -311,6 +311,51 @@ def first_prompt_title(event: Any) -> str | None:
     if not isinstance(data, dict) or data.get("turn") != 1:
         return None
     return title_from_content(data.get("content"))
+
+
+def set_title(event: Any) -> str | None:
+    """The title `event` gives the session if it is a `config/set session/title` (our
+    `/title` command's, acp_bridge.host.commands); None for every other event."""
+    if not isinstance(event, dict) or event.get("type") != CONFIG_SET:
+        return None
+    data = event.get("data")
+    if not isinstance(data, dict) or data.get("configId") != TITLE_CONFIG:
+        return None
+    value = data.get("value")
+    return value if isinstance(value, str) and value else None
+
+
+def last_set_title(events: Iterable[Any]) -> str | None:
+    """The title the last `config/set session/title` of `events` sets, if any (what a
+    store's title becomes when it writes a batch of them)."""
+    found = None
+    for event in events:
+        found = set_title(event) or found
+    return found
+
+
+def session_title(header: Header | dict[str, Any], events: Iterable[Any]) -> str | None:
+    """The one rule of a session's title, in every store's `list`, their readers and
+    `acp-bridge sessions`: the value of its last `config/set session/title` (`/title`),
+    else the title its header was created with, else its first prompt's title
+    (`first_prompt_title`); None when none of them gives one. The stores keep it as they
+    write (a column, a field, JSONL's title file) rather than reading whole logs; this is
+    the rule they keep, for whole reads and for the tests. Replay names a session the
+    same way (acp_bridge.host.replay), a wrapped agent's own title between the header's
+    and the first prompt's."""
+    named, prompt = None, None
+    for event in events:
+        named = set_title(event) or named
+        if prompt is None:
+            prompt = first_prompt_title(event)
+    return titled(named, header, prompt)
+
+
+def titled(named: str | None, header: Header | dict[str, Any], prompt: str | None) -> str | None:
+    """`session_title`'s order, for a reader that found its parts itself: the last
+    `/title`, else the header's title, else the first prompt's."""
+    given = header.get("title")
+    return named or (given if isinstance(given, str) and given else None) or prompt
 
 
 def title_from_content(content: JSON) -> str | None:

@@ -5,6 +5,7 @@ Layout under the store folder (0700, files 0600):
     sessions/<id>.jsonl     header on line 0, one event per line
     locks/<id>.lock         the owner lock (flock), holding the owner's pid
     torn/<id>.<ms>.jsonl    torn tails cut by repair, kept for inspection
+    titles/<id>.json        the title `/title` last set (session.backends.jsonl_title)
 
 Reading (the record stream, `list` summaries, the read-only `JsonlReader`) is in
 session.backends.jsonl_read. Appends go through one O_APPEND descriptor. The backend remembers the size of the file
@@ -35,6 +36,7 @@ from session.backends.base import (
     validate_session_id,
 )
 from session.backends.jsonl_read import READ_BLOCK, JsonlReader, JsonlStream, log_opener, summary_of
+from session.backends.jsonl_title import TITLES, TitleKeeper, forget, keep, kept_ids
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.files import (
@@ -57,6 +59,7 @@ class JsonlBackend:
         self.sessions_dir = private_dir(self.root / "sessions")
         self.locks_dir = private_dir(self.root / "locks")
         self.torn_dir = self.root / "torn"
+        self.titles_dir = self.root / TITLES
 
     def path_of(self, session_id: str) -> Path:
         return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
@@ -74,7 +77,8 @@ class JsonlBackend:
             lock.discard()  # the session was never made: no lock file of it stays
             raise
         try:
-            return JsonlSession(self, sid, path, lock, next_seq=0)
+            return JsonlSession(self, sid, path, lock, next_seq=0,
+                                titles=TitleKeeper(self.titles_dir, sid, None))
         except BaseException:
             lock.release()
             raise
@@ -112,12 +116,24 @@ class JsonlBackend:
             for item in closers:
                 yield event_line(item)
 
-        publish(self.path_of(sid), content(), session_id=sid)
+        # A title the fork's header and first prompt would not give (a `/title` it
+        # holds) is kept first: a crash before the log is published leaves a title
+        # file that names no session, never a fork that lost its title.
+        kept = title is not None and title != header.get("title")
+        if kept:
+            keep(self.titles_dir, sid, title, pending=None)
+        try:
+            publish(self.path_of(sid), content(), session_id=sid)
+        except BaseException:
+            if kept:
+                forget(self.titles_dir, sid)
+            raise
 
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
+        titled = kept_ids(self.titles_dir)
         for path in self.sessions_dir.glob("*.jsonl"):
-            summary = summary_of(path)
+            summary = summary_of(path, self.titles_dir if path.stem in titled else None)
             if summary is not None:
                 out.append(summary)
         return out
@@ -130,6 +146,7 @@ class JsonlBackend:
         try:
             path.unlink(missing_ok=True)
             fsync_dir(self.sessions_dir)
+            forget(self.titles_dir, session_id)
             lock.path.unlink(missing_ok=True)
         finally:
             lock.release()
@@ -168,9 +185,11 @@ def _lines(path: Path, source_id: str, upto: int) -> Iterator[bytes]:
 
 class JsonlSession:
     def __init__(
-        self, backend: JsonlBackend, session_id: str, path: Path, lock: OwnerLock, next_seq: int
+        self, backend: JsonlBackend, session_id: str, path: Path, lock: OwnerLock, next_seq: int,
+        *, titles: TitleKeeper,
     ) -> None:
         self.session_id = session_id
+        self._titles = titles
         self._backend = backend
         self._path = path
         self._lock = lock
@@ -187,12 +206,18 @@ class JsonlSession:
                 os.ftruncate(self._fd, self.durable_size)
                 self._stale = False
             if batch:
+                self._titles.before([item.event for item in batch], self.durable_size)
                 write_all(self._fd, b"".join(map(event_line, batch)))
             self._next_seq += len(batch)
             if sync:
                 os.fdatasync(self._fd)
                 self.durable_size = os.fstat(self._fd).st_size
                 self._durable_seq = self._next_seq
+                self._titles.synced()
+        except StoreIOError as exc:  # the title file could not be made pending: not appended
+            self._roll_back()
+            raise StoreIOError(f"{exc.message}; rolled back to seq {self._durable_seq}",
+                               session_id=self.session_id, durableSeq=self._durable_seq) from exc
         except OSError as exc:
             self._roll_back()
             raise StoreIOError(
@@ -207,6 +232,7 @@ class JsonlSession:
         # After a failed fsync the page cache can no longer be trusted to hold what we
         # wrote, so everything after the last durable size goes and is rewritten.
         self._next_seq = self._durable_seq
+        self._titles.rolled_back()
         self._stale = True
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, self.durable_size)
@@ -275,8 +301,11 @@ class OwnedJsonlStream(JsonlStream):
 
     def session(self, next_seq: int, torn: TornTail | None) -> JsonlSession:
         backend, path, lock = self._owner
-        handle = JsonlSession(backend, self.header["id"], path, lock, next_seq)
-        handle.durable_size = self.end if torn is None else torn.where["offset"]
+        sid = self.header["id"]
+        good_end = self.end if torn is None else torn.where["offset"]
+        titles = TitleKeeper.opened(backend.titles_dir, sid, path, good_end)
+        handle = JsonlSession(backend, sid, path, lock, next_seq, titles=titles)
+        handle.durable_size = good_end
         return handle
 
     def release(self) -> None:

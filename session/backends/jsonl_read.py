@@ -20,8 +20,10 @@ from session.backends.base import (
     Stamp,
     first_prompt_title,
     is_session_id,
+    titled,
     validate_session_id,
 )
+from session.backends.jsonl_title import TITLES, kept_title
 from session.errors import SessionCorruptError, SessionNotFoundError
 from session.events import USER_MESSAGE, Event
 from session.files import LockTable, Owner, lock_file
@@ -137,15 +139,17 @@ class JsonlStream:
         self._f.close()
 
 
-def summary_of(path: Path) -> SessionSummary | None:
-    """id, cwd, title, updatedAt of a log from its first lines and its mtime."""
+def summary_of(path: Path, titles: Path | None = None) -> SessionSummary | None:
+    """id, cwd, title, updatedAt of a log from its first lines and its mtime; `titles`:
+    the store's title folder, when the session has a title file there (jsonl_title)."""
     try:
         with open(path, "rb") as f:
             mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
             header = _json_line(f.readline(LIST_LINE_LIMIT))
             if not isinstance(header, dict) or header.get("id") != path.stem:
                 return None
-            title = header.get("title")
+            title = titled(kept_title(titles, path.stem, path) if titles is not None else None,
+                           header, None)
             if title is None:
                 title = _first_prompt_title(f)
     except OSError:
@@ -199,6 +203,7 @@ class JsonlReader:
         self.root = Path(root)
         self.sessions_dir = self.root / "sessions"
         self.locks_dir = self.root / "locks"
+        self.titles_dir = self.root / TITLES
         self._locks = LockTable()
 
     def path_of(self, session_id: str) -> Path:
@@ -221,8 +226,7 @@ class JsonlReader:
         except BaseException:
             stream.close()
             raise
-        title = stream.header.get("title")
-        stream.title = title if isinstance(title, str) else None
+        stream.title = titled(kept_title(self.titles_dir, stream.header["id"], path), stream.header, None)
         stream.where = str(path)
         return stream
 
@@ -250,9 +254,10 @@ class JsonlReader:
                 first = f.readline(1 << 16)
                 mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
                 header = orjson.loads(first)
-                title = header.get("title") if isinstance(header, dict) else None
-                if isinstance(header, dict) and not isinstance(title, str):
-                    title = _first_prompt_title(f)  # what `list` gives
+                title = None
+                if isinstance(header, dict):  # what `list` gives
+                    title = titled(kept_title(self.titles_dir, session_id, self.path_of(session_id)),
+                                   header, None) or _first_prompt_title(f)
         except (OSError, orjson.JSONDecodeError):
             return SessionPeek(None, None, None)
         if not isinstance(header, dict):

@@ -25,6 +25,7 @@ from session.backends.base import (
     check_batch_seqs,
     event_line,
     first_prompt_title,
+    last_set_title,
     read_whole,
     validate_session_id,
 )
@@ -39,7 +40,12 @@ class _Stored:
     header: Header
     records: list[bytes] = field(default_factory=list)  # event lines, no newline
     updated_at: int = 0
-    title: str | None = None
+    title: str | None = None  # the header's, else the first prompt's
+    set_title: str | None = None  # the last `/title` (session.backends.base.session_title)
+
+    @property
+    def listed(self) -> str | None:
+        return self.set_title or self.title
 
 
 class MemoryBackend:
@@ -75,7 +81,7 @@ class MemoryBackend:
             header=orjson.loads(orjson.dumps(header)),
             records=[*records[:upto], *(event_line(item)[:-1] for item in closers)],
             updated_at=header["createdAt"],
-            title=header.get("title", title),
+            title=title if title is not None else header.get("title"),
         )
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
@@ -101,7 +107,7 @@ class MemoryBackend:
             summary: SessionSummary = {
                 "id": sid,
                 "cwd": stored.header["cwd"],
-                "title": stored.title,
+                "title": stored.listed,
                 "updatedAt": stored.updated_at,
             }
             if stored.header.get("additionalDirectories"):
@@ -192,6 +198,7 @@ class MemorySession:
             stored.updated_at = event["time"]
             if stored.title is None:
                 stored.title = first_prompt_title(event)
+        stored.set_title = last_set_title(item.event for item in batch) or stored.set_title
         self._next_seq += len(batch)
 
     def repair(self, torn: TornTail | None, closers: Sequence[Encoded]) -> str | None:
@@ -228,7 +235,7 @@ class MemoryReader:
         if at is not None:
             stream.start = at.seq
         stored = self._backend.stored[stream.header["id"]]
-        stream.updated, stream.title = stored.updated_at, stored.title
+        stream.updated, stream.title = stored.updated_at, stored.listed
         stream.where = f"memory:{session_id}"
         return stream
 
@@ -239,7 +246,7 @@ class MemoryReader:
         stored = self._backend.stored.get(session_id)
         if stored is None:
             return SessionPeek(None, None, None)
-        return SessionPeek(orjson.loads(orjson.dumps(stored.header)), stored.updated_at, stored.title)
+        return SessionPeek(orjson.loads(orjson.dumps(stored.header)), stored.updated_at, stored.listed)
 
     def raw(self, session_id: str) -> bytes:
         sid = validate_session_id(session_id)

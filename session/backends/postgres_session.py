@@ -19,6 +19,7 @@ from session.backends.base import (
     changed_while_forked,
     check_batch_seqs,
     first_prompt_title,
+    last_set_title,
 )
 from session.backends.postgres_connect import store_error
 from session.backends.postgres_stream import PostgresStream
@@ -67,8 +68,9 @@ class PostgresSession:
     def write(self, batch: Sequence[Encoded], *, sync: bool) -> None:
         check_batch_seqs(self.session_id, batch, self._next_seq)
         sid = self.session_id
-        title = None if self._has_title else _title(batch)
-        atomic = self._stale or title is not None or len(batch) != 1
+        named = last_set_title(item.event for item in batch)  # a `/title`: replaces the title
+        title = None if self._has_title or named is not None else _title(batch)
+        atomic = self._stale or title is not None or named is not None or len(batch) != 1
         try:
             with self._backend.owned(sid, sync=sync, atomic=atomic) as db:
                 if self._generation != self._backend.generation:
@@ -77,7 +79,10 @@ class PostgresSession:
                     db.execute("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= %s",
                                (sid, self._next_seq))
                 self._insert(db, batch)
-                if title is not None:
+                if named is not None:
+                    db.execute("UPDATE acp_bridge.sessions SET title = %s WHERE id = %s",
+                               (text_column(named), sid))
+                elif title is not None:
                     db.execute("UPDATE acp_bridge.sessions SET title = coalesce(title, %s) "
                                "WHERE id = %s", (text_column(title), sid))
                 if sync and not batch:  # an xid makes the commit flush the WAL, and so
@@ -95,7 +100,7 @@ class PostgresSession:
                                    session_id=sid, durableSeq=self._durable_seq) from None
             raise store_error(self._backend.conninfo, what, exc, session_id=sid,
                               durableSeq=self._durable_seq) from None
-        if title is not None:
+        if title is not None or named is not None:
             self._has_title = True
         self._next_seq += len(batch)
         if sync:
@@ -198,7 +203,8 @@ def insert_events(db: psycopg.Connection[Any], sid: str, batch: Sequence[Encoded
 def insert_session(db: psycopg.Connection[Any], header: Header, title: str | None) -> None:
     db.execute("INSERT INTO acp_bridge.sessions (id, header, cwd, title, created_at, updated_at) "
                "VALUES (%s, %s::json, %s, %s, %s, %s)",
-               (header["id"], json_text(header), text_column(header["cwd"]), text_column(header.get("title", title)),
+               (header["id"], json_text(header), text_column(header["cwd"]),
+                text_column(title if title is not None else header.get("title")),
                 header["createdAt"], header["createdAt"]))
 
 

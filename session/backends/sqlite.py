@@ -337,7 +337,8 @@ class SqliteBackend:
 
 def _insert_session(db: sqlite3.Connection, header: Header, title: str | None) -> None:
     db.execute("INSERT INTO sessions (id, header, cwd, title, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-               (header["id"], orjson.dumps(header), header["cwd"], header.get("title", title),
+               (header["id"], orjson.dumps(header), header["cwd"],
+                title if title is not None else header.get("title"),
                 header["createdAt"], header["createdAt"]))
 
 

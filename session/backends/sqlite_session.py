@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from session.backends.base import Encoded, check_batch_seqs, event_line, first_prompt_title
+from session.backends.base import Encoded, check_batch_seqs, event_line, first_prompt_title, last_set_title
 from session.backends.event_rows import Row
 from session.backends.sqlite_read import SqliteStream
 from session.backends.sqlite_space import is_full
@@ -123,18 +123,22 @@ class SqliteSession:
                 for e in batch
             ],
         )
-        title = None
-        if not self._has_title:
-            title = next(filter(None, (first_prompt_title(item.event) for item in batch)), None)
-        # The sessions row is written once more, for the title, and not at every batch:
-        # a second table in each commit doubles the WAL pages a durable turn syncs.
-        # `updatedAt` is read from the last event instead (UPDATED_AT).
-        if title is not None:
-            db.execute(
-                "UPDATE sessions SET title = coalesce(title, ?) WHERE id = ?",
-                (title, self.session_id),
-            )
+        # The sessions row is written for the title only, not at every batch: a second
+        # table in each commit doubles the WAL pages a durable turn syncs. `updatedAt`
+        # is read from the last event instead (UPDATED_AT). A `/title` replaces the
+        # title; the first prompt's only fills in a missing one (session_title's rule).
+        named = last_set_title(item.event for item in batch)
+        if named is not None:
+            db.execute("UPDATE sessions SET title = ? WHERE id = ?", (named, self.session_id))
             self._has_title = True
+        elif not self._has_title:
+            title = next(filter(None, (first_prompt_title(item.event) for item in batch)), None)
+            if title is not None:
+                db.execute(
+                    "UPDATE sessions SET title = coalesce(title, ?) WHERE id = ?",
+                    (title, self.session_id),
+                )
+                self._has_title = True
 
     def _insert_rows(self, db: sqlite3.Connection, rows: Sequence[Row]) -> None:
         db.executemany(
