@@ -426,6 +426,88 @@ def test_list_titles_a_first_prompt_of_any_size(store: SessionStore, prompt: str
     assert listed["title"] == title
 
 
+def title_turn(script: Script, title: str) -> Script:
+    """A `/title` turn as our agent records it (acp_bridge.host.commands): the prompt,
+    its `config/set session/title`, the answer."""
+    script.start_turn(f"/title {title}")
+    script.add("config/set", {"configId": "session/title", "value": title, "turn": script.turn})
+    return script.start_step().message("titled").end_step().end_turn()
+
+
+def listed_titles(store: SessionStore) -> dict[str, str | None]:
+    return {s["id"]: s["title"] for s in store.list()}
+
+
+def reader_titles(reader: StoreReader, sid: str) -> tuple[str | None, str | None]:
+    """The title a read-only reader gives: its stream's and its peek's."""
+    stream = reader.stream(sid)
+    stream.close()
+    return stream.title, reader.peek(sid).title
+
+
+def test_list_gives_the_last_title_set(store: SessionStore, backend_kind: str, store_dir: Path,
+                                       request: pytest.FixtureRequest) -> None:
+    """Issue 25: a session two `/title`s named lists with the last (not its first
+    prompt), in `list` and the read-only reader, live, after its close and in a store
+    opened again; a session without one keeps its first prompt's title."""
+    log = store.create(cwd="/w")
+    write(log, title_turn(Script().text_turn("first question"), "Budget"))
+    assert listed_titles(store)[log.id] == "Budget"  # while the owner holds it
+    write(log, title_turn(Script(first_turn=3).text_turn("more"), "Budget review"))
+    log.close()
+    plain = store.create(cwd="/w")
+    write(plain, Script().text_turn("untitled one"))
+    plain.close()
+    named = store.create(cwd="/w", title="given")  # a header's title gives way to a set one
+    write(named, title_turn(Script().text_turn("q"), "set later"))
+    named.close()
+    expected = {log.id: "Budget review", plain.id: "untitled one", named.id: "set later"}
+    assert listed_titles(store) == expected
+    reader = store.backend.reader()
+    try:
+        assert reader_titles(reader, log.id) == ("Budget review", "Budget review")
+        assert reader_titles(reader, named.id) == ("set later", "set later")
+        assert reader_titles(reader, plain.id)[1] == "untitled one"
+    finally:
+        reader.close()
+    loaded = store.load(log.id)  # a load changes nothing of it
+    loaded.log.close()
+    assert listed_titles(store) == expected
+    if backend_kind == "memory":
+        return  # nothing to open again
+    where = request.getfixturevalue("pg_dsn") if backend_kind == "postgres" else store_dir
+    store.close()
+    again = open_backend(backend_kind, where)
+    try:
+        assert listed_titles(SessionStore(again)) == expected
+    finally:
+        again.close()
+    fresh = open_reader(backend_kind, where)
+    try:
+        assert reader_titles(fresh, log.id) == ("Budget review", "Budget review")
+    finally:
+        fresh.close()
+
+
+def test_a_fork_keeps_the_title_it_holds(store: SessionStore) -> None:
+    """A fork that holds the `/title` turn lists with its title, one made before it with
+    the first prompt's; a `/title` in the fork names the fork, not the original."""
+    log = store.create(cwd="/w")
+    write(log, title_turn(Script().text_turn("first question"), "Named").text_turn("third"))
+    log.close()
+    before = store.fork(store.plan_fork(log.id, at_turn=1), cwd="/w")["id"]
+    at = store.fork(store.plan_fork(log.id, at_turn=2), cwd="/w")["id"]
+    whole = store.fork(store.plan_fork(log.id), cwd="/w")["id"]
+    titles = listed_titles(store)
+    assert [titles[sid] for sid in (log.id, before, at, whole)] == [
+        "Named", "first question", "Named", "Named"]
+    loaded = store.load(whole)
+    write(loaded.log, title_turn(Script(first_turn=4), "The fork"))
+    loaded.log.close()
+    titles = listed_titles(store)
+    assert (titles[whole], titles[log.id]) == ("The fork", "Named")
+
+
 def test_delete(store: SessionStore) -> None:
     log = store.create(cwd="/w")
     write(log, Script().text_turn())
