@@ -197,3 +197,30 @@ async def test_title_command_names_the_session_everywhere(tmp_path: Path, work: 
     assert "\n  title    Foo\n" in sessions_cli(store, backend, "show", sid)
     assert sessions_cli(store, backend, "export", sid, "--format", "md").startswith("# Foo\n")
     assert "<h1>Foo</h1>" in sessions_cli(store, backend, "export", sid, "--format", "html")
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_search_index_takes_the_set_title_when_it_reads_on(tmp_path: Path, backend: str) -> None:
+    """The search index keeps each session's title (SessionRow.title): indexed before a
+    `/title`, the session's row has the new one once the index reads the log on."""
+    from tests.support.logs import Script, write
+    from tests.test_contract import title_turn
+    from tests.test_sessions_cli import cli
+
+    store = tmp_path / "store"
+    s = SessionStore(open_backend(backend, store))
+    log = s.create(cwd="/w")
+    write(log, Script().text_turn("zebra question"))
+    log.close()
+
+    def hit_titles() -> list[str | None]:
+        res = cli("--store", str(store), "--backend", backend, "search", "zebra", "--json")
+        assert res.code == 0, res.err
+        return [hit["title"] for hit in orjson.loads(res.raw)]
+
+    assert hit_titles() == ["zebra question"]
+    loaded = s.load(log.id)
+    write(loaded.log, title_turn(Script(first_turn=2), "Striped"))
+    loaded.log.close()
+    s.close()
+    assert hit_titles() == ["Striped"]

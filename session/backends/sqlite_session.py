@@ -17,7 +17,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from session.backends.base import Encoded, check_batch_seqs, event_line, first_prompt_title, last_set_title
+from session.backends.base import (
+    Encoded,
+    check_batch_seqs,
+    event_line,
+    first_prompt_title,
+    last_set_title,
+)
 from session.backends.event_rows import Row
 from session.backends.sqlite_read import SqliteStream
 from session.backends.sqlite_space import is_full
