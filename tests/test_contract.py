@@ -426,14 +426,6 @@ def test_list_titles_a_first_prompt_of_any_size(store: SessionStore, prompt: str
     assert listed["title"] == title
 
 
-def title_turn(script: Script, title: str) -> Script:
-    """A `/title` turn as our agent records it (acp_bridge.host.commands): the prompt,
-    its `config/set session/title`, the answer."""
-    script.start_turn(f"/title {title}")
-    script.add("config/set", {"configId": "session/title", "value": title, "turn": script.turn})
-    return script.start_step().message("titled").end_step().end_turn()
-
-
 def listed_titles(store: SessionStore) -> dict[str, str | None]:
     return {s["id"]: s["title"] for s in store.list()}
 
@@ -451,15 +443,15 @@ def test_list_gives_the_last_title_set(store: SessionStore, backend_kind: str, s
     prompt), in `list` and the read-only reader, live, after its close and in a store
     opened again; a session without one keeps its first prompt's title."""
     log = store.create(cwd="/w")
-    write(log, title_turn(Script().text_turn("first question"), "Budget"))
+    write(log, Script().text_turn("first question").title_turn("Budget"))
     assert listed_titles(store)[log.id] == "Budget"  # while the owner holds it
-    write(log, title_turn(Script(first_turn=3).text_turn("more"), "Budget review"))
+    write(log, Script(first_turn=3).text_turn("more").title_turn("Budget review"))
     log.close()
     plain = store.create(cwd="/w")
     write(plain, Script().text_turn("untitled one"))
     plain.close()
     named = store.create(cwd="/w", title="given")  # a header's title gives way to a set one
-    write(named, title_turn(Script().text_turn("q"), "set later"))
+    write(named, Script().text_turn("q").title_turn("set later"))
     named.close()
     expected = {log.id: "Budget review", plain.id: "untitled one", named.id: "set later"}
     assert listed_titles(store) == expected
@@ -493,7 +485,7 @@ def test_a_fork_keeps_the_title_it_holds(store: SessionStore) -> None:
     """A fork that holds the `/title` turn lists with its title, one made before it with
     the first prompt's; a `/title` in the fork names the fork, not the original."""
     log = store.create(cwd="/w")
-    write(log, title_turn(Script().text_turn("first question"), "Named").text_turn("third"))
+    write(log, Script().text_turn("first question").title_turn("Named").text_turn("third"))
     log.close()
     before = store.fork(store.plan_fork(log.id, at_turn=1), cwd="/w")["id"]
     at = store.fork(store.plan_fork(log.id, at_turn=2), cwd="/w")["id"]
@@ -502,7 +494,7 @@ def test_a_fork_keeps_the_title_it_holds(store: SessionStore) -> None:
     assert [titles[sid] for sid in (log.id, before, at, whole)] == [
         "Named", "first question", "Named", "Named"]
     loaded = store.load(whole)
-    write(loaded.log, title_turn(Script(first_turn=4), "The fork"))
+    write(loaded.log, Script(first_turn=4).title_turn("The fork"))
     loaded.log.close()
     titles = listed_titles(store)
     assert (titles[whole], titles[log.id]) == ("The fork", "Named")

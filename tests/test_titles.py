@@ -21,6 +21,7 @@ from session import SessionStore, open_backend, open_reader
 from session.backends.base import last_set_title, session_title, set_title
 from session.backends.jsonl_title import read_kept, title_path
 from tests.support.acp_client import AgentProcess
+from tests.support.logs import Script, events_of, write
 
 
 def ev(etype: str, **data: Any) -> dict[str, Any]:
@@ -71,8 +72,7 @@ CRASHER = textwrap.dedent("""
     import os, sys
     from session import SessionStore, open_backend
     from session.backends import jsonl, jsonl_title
-    from tests.support.logs import Script
-    from tests.test_contract import title_turn
+    from tests.support.logs import Script, write
 
     store, sid, point = sys.argv[1], sys.argv[2], sys.argv[3]
     if point == "before-append":  # the file is pending, the event not yet written
@@ -85,8 +85,7 @@ CRASHER = textwrap.dedent("""
     else:  # "before-settle": the event is durable, the file still pending
         jsonl_title.TitleKeeper.synced = lambda self: os._exit(9) if self._pending else None
     loaded = SessionStore(open_backend("jsonl", store)).load(sid)
-    from tests.support.logs import write
-    write(loaded.log, title_turn(Script(first_turn=3), "After"))
+    write(loaded.log, Script(first_turn=3).title_turn("After"))
     print("not killed", file=sys.stderr)
 """)
 
@@ -111,13 +110,11 @@ def test_jsonl_title_file_survives_a_crash_at_each_point(tmp_path: Path, point: 
     session keeps its old title; killed after the event is durable and before the file
     is settled, it has the new one: `list`, the reader and `acp-bridge sessions list`
     resolve the pending file from the log, and the next load settles it."""
-    from tests.support.logs import Script, write
-    from tests.test_contract import title_turn
 
     store = tmp_path / "store"
     s = SessionStore(open_backend("jsonl", store))
     log = s.create(cwd="/w")
-    write(log, title_turn(Script().text_turn("first question"), "Before"))
+    write(log, Script().text_turn("first question").title_turn("Before"))
     log.close()
     s.close()
     path = title_path(store / "titles", log.id)
@@ -149,14 +146,12 @@ def test_jsonl_title_file_survives_a_crash_at_each_point(tmp_path: Path, point: 
 def test_jsonl_list_reads_no_title_file_for_a_session_never_titled(tmp_path: Path) -> None:
     """The title folder holds a file only for a session `/title` named (and a delete
     takes it away): the others' titles come from their logs' heads as before."""
-    from tests.support.logs import Script, write
-    from tests.test_contract import title_turn
 
     store = tmp_path / "store"
     s = SessionStore(open_backend("jsonl", store))
     plain, named = s.create(cwd="/w"), s.create(cwd="/w")
     write(plain, Script().text_turn("plain"))
-    write(named, title_turn(Script().text_turn("q"), "Named"))
+    write(named, Script().text_turn("q").title_turn("Named"))
     plain.close()
     named.close()
     assert sorted(p.name for p in (store / "titles").iterdir()) == [f"{named.id}.json"]
@@ -203,8 +198,6 @@ async def test_title_command_names_the_session_everywhere(tmp_path: Path, work: 
 def test_search_index_takes_the_set_title_when_it_reads_on(tmp_path: Path, backend: str) -> None:
     """The search index keeps each session's title (SessionRow.title): indexed before a
     `/title`, the session's row has the new one once the index reads the log on."""
-    from tests.support.logs import Script, write
-    from tests.test_contract import title_turn
     from tests.test_sessions_cli import cli
 
     store = tmp_path / "store"
@@ -220,7 +213,41 @@ def test_search_index_takes_the_set_title_when_it_reads_on(tmp_path: Path, backe
 
     assert hit_titles() == ["zebra question"]
     loaded = s.load(log.id)
-    write(loaded.log, title_turn(Script(first_turn=2), "Striped"))
+    write(loaded.log, Script(first_turn=2).title_turn("Striped"))
     loaded.log.close()
     s.close()
     assert hit_titles() == ["Striped"]
+
+
+def test_jsonl_a_failed_write_leaves_the_title_pending_until_a_durable_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fsync that fails rolls the log back: the pending file then still gives the old
+    title (the set was cut); the batch written again and made durable settles the new."""
+    from session.errors import StoreIOError
+    from session.log import encode
+
+    store = tmp_path / "store"
+    backend = open_backend("jsonl", store)
+    s = SessionStore(backend)
+    log = s.create(cwd="/w")
+    first = write(log, Script().text_turn("first question").title_turn("Before"))
+    log.close()
+    handle, _ = backend.open(log.id)
+    batch = [encode(e) for e in events_of(Script(first_turn=3).title_turn("After"), start_seq=len(first))]
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(StoreIOError, match="rolled back"):
+        handle.write(batch, sync=True)
+    monkeypatch.undo()
+    path = title_path(store / "titles", log.id)
+    kept = read_kept(path)
+    assert kept is not None and kept.pending is not None
+    assert [x["title"] for x in s.list()] == ["Before"]  # the log says: the set was cut
+    handle.write(batch, sync=True)
+    assert read_kept(path) == ("After", None)
+    assert [x["title"] for x in s.list()] == ["After"]
+    handle.close()
+    s.close()

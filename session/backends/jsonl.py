@@ -303,7 +303,11 @@ class OwnedJsonlStream(JsonlStream):
         backend, path, lock = self._owner
         sid = self.header["id"]
         good_end = self.end if torn is None else torn.where["offset"]
-        titles = TitleKeeper.opened(backend.titles_dir, sid, path, good_end)
+        try:
+            titles = TitleKeeper.opened(backend.titles_dir, sid, path, good_end)
+        except BaseException:
+            lock.release()
+            raise
         handle = JsonlSession(backend, sid, path, lock, next_seq, titles=titles)
         handle.durable_size = good_end
         return handle

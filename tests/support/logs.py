@@ -102,6 +102,13 @@ class Script:
             self.chunk(word + " ")
         return self.message(answer).end_step().end_turn()
 
+    def title_turn(self, title: str) -> Script:
+        """A `/title` turn as our agent records it (acp_bridge.host.commands): the
+        prompt, its `config/set session/title`, the answer."""
+        self.start_turn(f"/title {title}")
+        self.add("config/set", {"configId": "session/title", "value": title, "turn": self.turn})
+        return self.start_step().message("titled").end_step().end_turn()
+
     def tool_turn(self, calls: tuple[str, ...] = ("c1", "c2")) -> Script:
         self.start_turn("read files").start_step().chunk("thinking", "reasoning")
         self.message("reading", calls=calls)
