@@ -188,9 +188,10 @@ class Backend(Protocol):
         """Publish a new session (`header`, owned by nobody) holding the first `upto`
         event records of `source_id` as they are stored, then `closers`: whole or not at
         all, a crash included (session.fork). `title`: the session's title as those
-        records and `header` give it (`session_title`), which the store lists. The source is read, never locked or written. Raises
-        SessionNotFoundError, SessionExistsError, StoreIOError (`changed_while_forked`:
-        the source no longer holds `upto` records)."""
+        records and `header` give it (`session_title`), which the store lists. The
+        source is read, never locked or written. Raises SessionNotFoundError,
+        SessionExistsError, StoreIOError (`changed_while_forked`: the source no longer
+        holds `upto` records)."""
 
     def list_sessions(self) -> list[SessionSummary]:
         """Every stored session, from headers and index data, not whole logs."""
