@@ -33,7 +33,8 @@ from typing import Any
 import anyio
 
 from acp_bridge.errors import AgentProtocolError, AgentStartError
-from acp_bridge.host.engine import OpenAnswer, Send
+from acp_bridge.host.commands import Command
+from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
@@ -42,6 +43,7 @@ from acp_bridge.rpc.incoming import preload_library
 from acp_bridge.rpc.protocol import ClientError, Handler
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.children import Restored, SessionMap, kept_from_editor, new_session_id, restore
+from acp_bridge.wrap.commands import CommandsOfLog, command_turn, offer, shown, wrapper_fork
 from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
@@ -75,6 +77,9 @@ class WrapEngine(Engine[WrappedSession]):
         self.child = ChildAgent(config.command, env=config.env, grace=config.grace, early=early)
         self.children = SessionMap()
         self.side = ChildSide(self.children, lambda: self.host.peer)
+        self.side.shown = self.shown
+        # More commands of the wrapper's (`wrap --agent`: `/agent`), for a session id.
+        self.more_commands: Callable[[str], list[Command]] = lambda sid: []
         self.link: ChildLink | None = None
         self.init_params: dict[str, Any] | None = None
         self.child_caps: dict[str, Any] = {}
@@ -101,8 +106,7 @@ class WrapEngine(Engine[WrappedSession]):
         the default is started at its first use, acp_bridge.wrap.switch)."""
         await super().start(host)
         host.task_group.start_soon(self._prepare)
-        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
-                                    adopt=self._adopt)
+        self._opener = StoredOpener(host, encoder=self.encoder, sink=CommandsOfLog, adopt=self._adopt)
 
     async def _prepare(self) -> None:
         """While the child boots (0.3-1 s for the SDK's echo agent), in a worker thread:
@@ -267,6 +271,24 @@ class WrapEngine(Engine[WrappedSession]):
     def forget(self, ws: WrappedSession) -> None:
         self.children.remove(ws)
 
+    # --- the wrapper's own commands (acp_bridge.wrap.commands) -------------------------
+
+    def commands_of(self, sid: str) -> list[Command]:
+        return [wrapper_fork(self.host, sid), *self.more_commands(sid)]
+
+    def own_commands(self, ws: WrappedSession) -> list[Command]:
+        return self.commands_of(ws.id)
+
+    async def run_own(self, ws: WrappedSession, found: tuple[Command, str], prompt: list[Any]) -> TurnEnd:
+        return await command_turn(ws, found, prompt, self.host.peer)
+
+    def shown(self, ws: WrappedSession, update: Any) -> Any:
+        return shown(update, self.own_commands(ws))
+
+    def encoder(self, sid: str) -> ReplayEncoder:
+        """A replay of a stored session of ours: the child's commands shown with ours."""
+        return ReplayEncoder(sid, None, wrapped=True, shown=lambda update: shown(update, self.commands_of(sid)))
+
     def _took_init(self, answer: Any) -> dict[str, Any]:
         result = dict(obj(answer))
         self.child_caps = dict(obj(result.get("agentCapabilities")))
@@ -291,6 +313,8 @@ class WrapEngine(Engine[WrappedSession]):
         self.children.bind(ws, child_sid, link.generation)
         ws.took_state(result)
         self.side.adopt(ws)
+        if ws.commands is None:  # else the child's list came first, shown with ours
+            offer(self.host.peer, ws, self.own_commands(ws))
         return {**result, "sessionId": ws.id}
 
     def _wrapped(self, child_sid: str) -> WrappedInfo:
@@ -336,6 +360,8 @@ class WrapEngine(Engine[WrappedSession]):
             ours["forkError"] = why
         if ours["forked"] == "emulated":
             ours.update(await seed(ws, link, self.host.store()))
+        if not self.host.answering(source):  # `/fork`, a command of its turn: the editor has not opened it
+            offer(self.host.peer, ws, self.own_commands(ws))
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": ours})
 
@@ -367,7 +393,10 @@ class WrapEngine(Engine[WrappedSession]):
 
     def _adopt(self, opened: Opened) -> WrappedSession:
         header = opened.log.header
-        return WrappedSession(self, opened.log, header["cwd"], [], header.get("additionalDirectories"))
+        ws = WrappedSession(self, opened.log, header["cwd"], [], header.get("additionalDirectories"))
+        assert isinstance(opened.sink, CommandsOfLog)
+        ws.commands = opened.sink.theirs
+        return ws
 
     async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
                            live: WrappedSession | None) -> tuple[WrappedSession, RepairReport]:
@@ -380,6 +409,7 @@ class WrapEngine(Engine[WrappedSession]):
         if isinstance(extra, list):
             session.additional_directories = extra
         restored, result, seeded = await self.place(session)
+        offer(self.host.peer, session, self.own_commands(session))
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": {"restored": restored, **seeded}})
 
