@@ -88,11 +88,10 @@ def wrapper_fork(host: Sessions[WrappedSession], sid: str) -> Command:
         answer, plan = await fork_opened(host, sid, ws.session_params(), at_turn=at_turn)
         how = obj(obj(obj(answer.get("_meta")).get("acpBridge")).get("wrapped"))
         if how.get("forked") == "child":
-            side = "the wrapped agent forked its session too"
+            side = "forked its session too"
         else:
-            side = "the wrapped agent was given a fresh session" + (
-                ", shown the fork's conversation" if how.get("seeded") else "")
-        return Outcome(f"{forked_text(answer['sessionId'], plan)} ({side}.)")
+            side = "was given a fresh session" + (", shown the fork's conversation" if how.get("seeded") else "")
+        return Outcome(f"{forked_text(answer['sessionId'], plan)} The wrapped agent {side}.")
 
     return fork_command(run)
 

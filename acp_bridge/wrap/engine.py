@@ -233,7 +233,7 @@ class WrapEngine(Engine[WrappedSession]):
         seeded: dict[str, Any] = {}
         # A session that moved to this agent (`wrap --agent`) is always seeded: what it
         # knows of the conversation came that way.
-        if restored == "fresh" and (self.config.seed_fresh or ws.moved):
+        if restored == "fresh" and (self.config.seed_fresh or ws.moved or ws.seed_again):
             seeded = await seed(ws, link, self.host.store())
         return restored, result, seeded
 
@@ -360,6 +360,7 @@ class WrapEngine(Engine[WrappedSession]):
             ours["forkError"] = why
         if ours["forked"] == "emulated":
             ours.update(await seed(ws, link, self.host.store()))
+            ws.seed_again = True
         if not self.host.answering(source):  # `/fork`, a command of its turn: the editor has not opened it
             offer(self.host.peer, ws, self.own_commands(ws))
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}

@@ -129,6 +129,9 @@ class WrappedSession:
     # current agent's (its own is `moved_sid`), and a fresh restore is always seeded.
     moved: bool = False
     moved_sid: str | None = None
+    # Its child session was made fresh and seeded (an emulated fork): a fresh restore
+    # seeds it again, as a moved session's is (the editor's load of a `/fork` it made).
+    seed_again: bool = False
     # The child's slash commands, as its last `available_commands_update` gave them (None:
     # none yet); the wrapper's own are offered and run beside them (acp_bridge.wrap.commands).
     commands: list[Any] | None = None

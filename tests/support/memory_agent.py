@@ -1,7 +1,7 @@
 """A raw ACP agent whose answer shows everything it was shown, for tests/test_wrap_switch.py
 (`wrap --agent`: a session handed to another agent must reach it with the conversation).
 
-    python tests/support/memory_agent.py NAME [--record FILE] [--model-option] [--agent-option] [--no-close]
+    python tests/support/memory_agent.py NAME [--record FILE] [--model-option] [--agent-option] [--no-close] [--commands]
 
 Each prompt is answered with one chunk, `NAME saw: ` and the text of every prompt of the
 session so far (the wrapper's seed included), joined by ` | `, then `end_turn`; a prompt
@@ -10,7 +10,8 @@ offers a config option `model` (category `model`) of its own, `--agent-option` o
 the id `agent`: the wrapper's option must not hide them (a `set_config_option` of them is
 also told as a `config_option_update`). `--record FILE` appends every
 message it reads (one JSON line each), `--no-close` leaves `session/close` out of its
-capabilities. Plain JSON-RPC over stdio, standard library only: it starts fast.
+capabilities, `--commands` offers slash commands of its own (`fork` among them) after
+each `session/new` answer. Plain JSON-RPC over stdio, standard library only: it starts fast.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.support.unruly_agent import send  # one writer of a line at a time, for the threads
 
 IDS = itertools.count(1)
+# `--commands`: its own slash commands, one of them named as one of the wrapper's.
+COMMANDS = [{"name": "fork", "description": "the memory agent's own fork"},
+            {"name": "recall", "description": "say what it saw", "input": {"hint": "anything"}}]
 
 
 def options(flags: list[str], model: str) -> list[dict[str, Any]]:
@@ -76,6 +80,9 @@ def main() -> None:
             if options(flags, "small"):
                 result["configOptions"] = options(flags, "small")
             send({"jsonrpc": "2.0", "id": rid, "result": result})
+            if "--commands" in flags:  # after the answer, as our own agent offers its commands
+                send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
+                    "sessionUpdate": "available_commands_update", "availableCommands": COMMANDS}}})
         elif method == "session/prompt":
             sid = params["sessionId"]
             text = " ".join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))
