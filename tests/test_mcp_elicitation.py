@@ -58,18 +58,27 @@ def policy_answer(subscribe: bool) -> dict[str, Any]:
 
 async def test_a_url_reaches_a_client_that_shows_urls(tmp_path: Path, work: Path) -> None:
     policy = ClientPolicy(elicitations=[{"action": "accept"}])
-    result, _, _ = await run_tool(tmp_path, work, "visit", BOTH, policy)
+    result, agent, _ = await run_tool(tmp_path, work, "visit", BOTH, policy)
     (asked,) = policy.elicited
     assert (asked["mode"], asked["url"], asked["elicitationId"]) == ("url", "https://example.invalid/sign-in", "e-1")
     assert text_of(result) == "accept"
     assert result["elicitations"][0]["answer"] == {"action": "accept"}
+    # The server said the page's work is done: the client is told (ACP
+    # `elicitation/complete`, validated against the schema) and the call records it.
+    assert completions(agent) == [{"elicitationId": "e-1"}]
+    assert result["elicitations"][0]["completed"] is True
+
+
+def completions(agent: AgentProcess) -> list[Any]:
+    return [m["params"] for d, m in agent.transcript if d == "<-" and m.get("method") == "elicitation/complete"]
 
 
 async def test_a_mode_the_client_lacks_is_declined_without_asking_it(tmp_path: Path, work: Path) -> None:
     policy = ClientPolicy(elicitations=[{"action": "accept"}])
-    result, _, _ = await run_tool(tmp_path, work, "visit", {"elicitation": {"form": {}}}, policy)
+    result, agent, _ = await run_tool(tmp_path, work, "visit", {"elicitation": {"form": {}}}, policy)
     assert policy.elicited == []
     assert text_of(result) == "decline"
+    assert completions(agent) == [] and "completed" not in result["elicitations"][0]
     assert [e["answer"] for e in result["elicitations"]] == [{"action": "decline"}]
     assert result["elicitations"][0]["request"]["mode"] == "url"
 

@@ -109,7 +109,8 @@ class LiveSession:
         header = self.log.header
         roots = [Path(header["cwd"]), *(Path(p) for p in header.get("additionalDirectories", []))]
         mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group,
-                                  elicitation=bool(self.elicitation_modes))
+                                  elicitation=bool(self.elicitation_modes),
+                                  on_complete=self.runner.services.elicitation_complete)
         self.mcp = mcp
         # A server's tools/list_changed: the next step is offered its new list.
         mcp.on_change = lambda: self.runner.set_tools([*ALL_TOOLS, *mcp.tools])

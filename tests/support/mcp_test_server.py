@@ -2,8 +2,8 @@
 the server, hang, return an image or a resource, and report the server's pid (and start
 a grandchild in its process group, so the tests can see that a whole group dies), and
 one (`grow`) that adds a tool and sends `notifications/tools/list_changed`, and two that
-ask the person through MCP elicitation (`ask`: a form; `visit`: a URL) and say what came
-back.
+ask the person through MCP elicitation (`ask`: a form; `visit`: a URL, whose completion
+it sends, `notifications/elicitation/complete`, once accepted) and say what came back.
 
 Run as `python tests/support/mcp_test_server.py [--pid-file PATH] [--http PORT | --sse PORT]`
 (stdio by default; over HTTP on 127.0.0.1). The pid file gets
@@ -142,6 +142,8 @@ async def visit(ctx: Context) -> str:
         answer = await ctx.elicit_url("Sign in on the page", "https://example.invalid/sign-in", "e-1")
     except Exception as exc:
         return f"refused: {exc}"
+    if answer.action == "accept":  # the person went to the page: done there (MCP's URL mode completion)
+        await ctx.session.send_elicit_complete("e-1")
     return answer.action
 
 
