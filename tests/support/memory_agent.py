@@ -5,7 +5,9 @@
 
 Each prompt is answered with one chunk, `NAME saw: ` and the text of every prompt of the
 session so far (the wrapper's seed included), joined by ` | `, then `end_turn`; a prompt
-`sleep MS` waits MS milliseconds first. `agentInfo.name` is NAME. `--model-option`
+`sleep MS` waits MS milliseconds first; a prompt `elicit-url` asks the editor a URL
+elicitation (`elicitation/create`, id `page-1`), then on its answer sends
+`elicitation/complete` and answers with the editor's answer. `agentInfo.name` is NAME. `--model-option`
 offers a config option `model` (category `model`) of its own, `--agent-option` one with
 the id `agent`: the wrapper's option must not hide them (a `set_config_option` of them is
 also told as a `config_option_update`). `--record FILE` appends every
@@ -58,6 +60,7 @@ def main() -> None:
     record = flags[flags.index("--record") + 1] if "--record" in flags else None
     sessions: dict[str, list[str]] = {}
     models: dict[str, str] = {}
+    asked: dict[str, tuple[Any, str]] = {}  # `elicit-url`: our request's id -> the prompt's id, session
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -67,6 +70,11 @@ def main() -> None:
                 out.write(json.dumps({"agent": name, **message}) + "\n")
         method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
         if method is None:
+            waiting = asked.pop(str(rid), None)
+            if waiting is not None:  # the editor's answer to `elicit-url`: done on the page
+                prompt_id, sid = waiting
+                send({"jsonrpc": "2.0", "method": "elicitation/complete", "params": {"elicitationId": "page-1"}})
+                answer(prompt_id, sid, name, [json.dumps(message.get("result"))], 0)
             continue
         if method == "initialize":
             caps: dict[str, Any] = {"sessionCapabilities": {} if "--no-close" in flags else {"close": {}}}
@@ -88,6 +96,12 @@ def main() -> None:
             text = " ".join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))
             seen = sessions.setdefault(sid, [])
             seen.append(text)
+            if text == "elicit-url":
+                asked[f"ask-{rid}"] = (rid, sid)
+                send({"jsonrpc": "2.0", "id": f"ask-{rid}", "method": "elicitation/create", "params": {
+                    "sessionId": sid, "mode": "url", "message": "Sign in", "url": "https://example.invalid/in",
+                    "elicitationId": "page-1"}})
+                continue
             delay = int(text.split()[1]) if text.startswith("sleep ") else 0
             threading.Thread(target=answer, args=(rid, sid, name, list(seen), delay), daemon=True).start()
         elif method == "session/set_config_option":
