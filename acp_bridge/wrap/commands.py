@@ -21,12 +21,14 @@ usage"), on the shared machinery of acp_bridge.host.commands.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from acp_bridge.errors import CommandError
 from acp_bridge.host.commands import Command, Outcome, commands_update, merged, run_command
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.fork import Sessions, fork_at, fork_command, fork_opened, forked_text
+from acp_bridge.host.replay import ReplayEncoder
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.wrap.link import obj
@@ -69,6 +71,11 @@ def shown(update: Any, ours: Sequence[Command]) -> Any:
     return update if theirs is None else {**update, "availableCommands": merged(theirs, ours)}
 
 
+def replay_encoder(sid: str, commands_of: Callable[[str], list[Command]]) -> ReplayEncoder:
+    """A replay of the wrapped session `sid`: the child's lists shown with ours."""
+    return ReplayEncoder(sid, None, wrapped=True, shown=lambda update: shown(update, commands_of(sid)))
+
+
 def offer(peer: Connection, ws: WrappedSession, ours: Sequence[Command]) -> None:
     """The commands of `ws` (the agent's as it last gave them, then ours), right after
     the answer that opens it (the editor knows the session id by then)."""
@@ -94,6 +101,25 @@ def wrapper_fork(host: Sessions[WrappedSession], sid: str) -> Command:
         return Outcome(f"{forked_text(answer['sessionId'], plan)} The wrapped agent {side}.")
 
     return fork_command(run)
+
+
+def agent_command(names: Sequence[str], current: Callable[[], str],
+                  switch: Callable[[str], Awaitable[str]]) -> Command:
+    """`/agent [NAME]` (`wrap --agent` with more than one agent: acp_bridge.wrap.switch):
+    without a name, the agents and the `current` one; with one, `switch` to it (its
+    answer's text). An unknown name is the command's error."""
+    async def run(given: str) -> Outcome:
+        now = current()
+        if not given:
+            return Outcome(f"The agent is {now}. Agents: "
+                           + ", ".join(f"{n} (current)" if n == now else n for n in names))
+        if given not in names:
+            raise CommandError(f"no agent named {given!r}: this wrapper has {', '.join(names)}")
+        if given == now:
+            return Outcome(f"The agent is {now} already.")
+        return Outcome(await switch(given))
+
+    return Command("agent", "Hand this session to another wrapped agent", run, hint=" | ".join(names))
 
 
 async def command_turn(ws: WrappedSession, found: tuple[Command, str], prompt: list[Any],

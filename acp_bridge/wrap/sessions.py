@@ -90,8 +90,8 @@ class Child(Protocol):
     def forget(self, ws: WrappedSession) -> None:
         """`ws` is no longer live: its child session id maps to nothing."""
 
-    def own_commands(self, ws: WrappedSession) -> list[Command]:
-        """The wrapper's own slash commands for `ws` (acp_bridge.wrap.commands)."""
+    def commands_of(self, sid: str) -> list[Command]:
+        """The wrapper's own slash commands for the session `sid` (acp_bridge.wrap.commands)."""
 
     async def run_own(self, ws: WrappedSession, found: tuple[Command, str], prompt: list[Any]) -> TurnEnd:
         """Run a command of the wrapper's that `prompt` invoked: its turn's end."""
@@ -171,7 +171,7 @@ class WrappedSession:
                 await self.placing.wait()
             # A command of the wrapper's that no command of the child's names: a turn
             # of its own, not sent to the child.
-            found = invoked(prompt, unshadowed(self.commands, self.child.own_commands(self)))
+            found = invoked(prompt, unshadowed(self.commands, self.child.commands_of(self.id)))
             if found is not None:
                 return await self.child.run_own(self, found, prompt)
             return await self._prompt(prompt, params)

@@ -38,18 +38,17 @@ from typing import Any, Final
 import anyio
 
 from acp_bridge.errors import (
-    CommandError,
     InvalidParamsError,
     PromptInProgressError,
     RequestRefusedError,
 )
-from acp_bridge.host.commands import Command, Outcome, commands_update, merged
+from acp_bridge.host.commands import Command, commands_update, merged
 from acp_bridge.host.engine import OpenAnswer, Send
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import Handler
-from acp_bridge.wrap.commands import CommandsOfLog, offer
+from acp_bridge.wrap.commands import CommandsOfLog, agent_command, offer, replay_encoder, shown
 from acp_bridge.wrap.engine import WrapConfig, WrapEngine
 from acp_bridge.wrap.link import obj
 from acp_bridge.wrap.sessions import WrappedSession
@@ -168,7 +167,8 @@ class SwitchEngine(Engine[WrappedSession]):
         await super().start(host)
         for engine in self.engines.values():
             await (engine.start(host) if engine is self.default else engine.bind(host))
-        self._opener = StoredOpener(host, encoder=self.default.encoder, sink=AgentOfLog, adopt=self._adopt)
+        self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.default.commands_of),
+                                    sink=AgentOfLog, adopt=self._adopt)
 
     async def aclose(self) -> None:
         for engine in self.engines.values():
@@ -195,7 +195,7 @@ class SwitchEngine(Engine[WrappedSession]):
         """The child's `config_option_update` (its whole set, which an editor puts in
         place of what it had) with ours added, its commands with ours; the log keeps it
         as the child sent it."""
-        update = self.engine_of(ws).shown(ws, update)
+        update = shown(update, self.engine_of(ws).commands_of(ws.id))
         if isinstance(update, dict) and update.get("sessionUpdate") == "config_option_update" \
                 and isinstance(update.get("configOptions"), list):
             return {**update, **self.offered(ws, {"configOptions": update["configOptions"]})}
@@ -304,7 +304,7 @@ class SwitchEngine(Engine[WrappedSession]):
         had = ws.commands
         answer = await self._move(ws, name)
         if had is not None and ws.commands is None:  # the old agent's are gone; the new one gave none
-            offer(self.host.peer, ws, self.engine_of(ws).own_commands(ws))
+            offer(self.host.peer, ws, self.engine_of(ws).commands_of(ws.id))
         return answer
 
     async def _move(self, ws: WrappedSession, name: Any) -> dict[str, Any]:
@@ -361,34 +361,29 @@ class SwitchEngine(Engine[WrappedSession]):
         return name
 
     def _agent_command(self, sid: str) -> list[Command]:
-        """`/agent [NAME]` (more than one agent): without a name the agents and the
-        current one; with one, the switch as the `agent` option makes it (recorded
-        before the command's turn, which then names the new agent), the editor shown
-        the new options and commands."""
-        async def run(given: str) -> Outcome:
+        """`/agent [NAME]` of the session `sid` (acp_bridge.wrap.commands.agent_command)."""
+        def live() -> WrappedSession:
             ws = self.host.find(sid)
             assert ws is not None  # its own prompt runs the command
-            current = self.name_of(ws)
-            if not given:
-                listed = ", ".join(f"{n} (current)" if n == current else n for n in self.engines)
-                return Outcome(f"The agent is {current}. Agents: {listed}")
-            if given not in self.engines:
-                raise CommandError(f"no agent named {given!r}: this wrapper has {', '.join(self.engines)}")
-            if given == current:
-                return Outcome(f"The agent is {current} already.")
-            had = ws.commands
-            answer = await self._move(ws, given)
-            peer = self.host.peer
-            peer.notify_update(ws.id, {"sessionUpdate": "config_option_update",
-                                       "configOptions": answer["configOptions"]})
-            if had is not None and ws.commands is None:  # the old agent's are gone; the new one gave none
-                peer.notify_update(ws.id, commands_update(merged(None, self.engine_of(ws).own_commands(ws))))
-            how = answer["_meta"]["acpBridge"]["wrapped"]
-            shown = "shown the conversation so far" if how.get("seeded") else (
-                f"not shown the conversation ({how['seedError']})" if how.get("seedError") else "a fresh session")
-            return Outcome(f"Agent: {given} (from the next prompt on; {shown}).")
+            return ws
 
-        return [Command("agent", "Hand this session to another wrapped agent", run, hint=" | ".join(self.engines))]
+        return [agent_command(list(self.engines), lambda: self.name_of(live()),
+                              lambda name: self._switch_in_turn(live(), name))]
+
+    async def _switch_in_turn(self, ws: WrappedSession, name: str) -> str:
+        """`/agent NAME`: the switch as the `agent` option makes it (recorded before the
+        command's turn, which then names the new agent), the editor shown the new
+        options and commands; the command's answer."""
+        had = ws.commands
+        answer = await self._move(ws, name)
+        peer = self.host.peer
+        peer.notify_update(ws.id, {"sessionUpdate": "config_option_update", "configOptions": answer["configOptions"]})
+        if had is not None and ws.commands is None:  # the old agent's are gone; the new one gave none
+            peer.notify_update(ws.id, commands_update(merged(None, self.engine_of(ws).commands_of(ws.id))))
+        how = answer["_meta"]["acpBridge"]["wrapped"]
+        told = "shown the conversation so far" if how.get("seeded") else (
+            f"not shown the conversation ({how['seedError']})" if how.get("seedError") else "a fresh session")
+        return f"Agent: {name} (from the next prompt on; {told})."
 
     async def _leave(self, old: WrapEngine, ws: WrappedSession, child_sid: str | None, generation: int) -> None:
         """`ws` left `old`: its child session there closed, the process stopped if no
