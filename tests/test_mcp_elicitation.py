@@ -69,6 +69,24 @@ async def test_a_url_reaches_a_client_that_shows_urls(tmp_path: Path, work: Path
     assert result["elicitations"][0]["completed"] is True
 
 
+async def test_a_completion_after_the_call_is_passed_on_unrecorded(tmp_path: Path, work: Path) -> None:
+    policy = ClientPolicy(elicitations=[{"action": "accept"}], permissions=["allow_once"])
+    model = write_script(tmp_path / "m.json", call("c1", "t__visit_later"), {"text": "done"})
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=model, policy=policy) as agent:
+        await agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": BOTH,
+                                           "clientInfo": {"name": "tests", "version": "0"}})
+        sid = (await agent.request("session/new", {"cwd": str(work), "mcpServers": [test_server()]},
+                                   timeout=60))["sessionId"]
+        assert (await agent.prompt(sid, "go", timeout=60))["stopReason"] == "end_turn"
+        await agent.wait_for(lambda: bool(completions(agent)))
+        # Only the one the client was shown: the server's "never-asked" was dropped.
+        assert completions(agent) == [{"elicitationId": "e-2"}]
+    result = result_of(loaded_events(store, sid), "c1")
+    assert text_of(result) == "accept"
+    assert "completed" not in result["elicitations"][0]  # the result was written before it came
+
+
 def completions(agent: AgentProcess) -> list[Any]:
     return [m["params"] for d, m in agent.transcript if d == "<-" and m.get("method") == "elicitation/complete"]
 
