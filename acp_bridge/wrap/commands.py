@@ -126,7 +126,7 @@ async def command_turn(ws: WrappedSession, found: tuple[Command, str], prompt: l
                        peer: Connection) -> TurnEnd:
     """Run a command of ours and record its turn (module docstring); its `turn/end`,
     every event of the turn shown to the editor once it is durable."""
-    async def record(trigger: dict[str, Any], body: Any) -> Event:
+    async def record(trigger: dict[str, Any], body: Callable[[int], list[Item]]) -> Event:
         child = ws.child  # after the command ran: the agent it placed the session in
         turn = ws.log.tracker.turn + 1
         recorder = TurnRecorder(turn, agent=child.agent_name, mode=ws.mode, name=child.agent_label)
