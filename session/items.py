@@ -118,7 +118,7 @@ class ToolResultData(TypedDict):
     silent: NotRequired[bool]  # see ToolCallData.silent
     # What an MCP server asked the person during the call (`elicitation/create`) and
     # what came back, in order: [{request: {mode, message, requestedSchema | url,
-    # elicitationId}, answer: {action, content?}}] (docs/protocol.md, "MCP servers").
+    # elicitationId}, answer: {action, content?}, completed?: true}] (docs/protocol.md, "MCP servers").
     elicitations: NotRequired[list[JSON]]
 
 

@@ -90,7 +90,8 @@ async def test_a_child_without_fork_gets_a_fresh_session_seeded_with_the_fork(tm
         fid = forked["sessionId"]
         assert forked["_meta"]["acpBridge"]["wrapped"] == {"forked": "emulated", "seeded": True, "seedTurns": 2,
                                                            "seedLeftOut": 0}
-        assert not agent.updates_of(fid)  # the seed's exchange is the wrapper's, not shown
+        # The seed's exchange is the wrapper's, not shown: only the fork's commands (ours).
+        assert [u["sessionUpdate"] for u in agent.updates_of(fid)] == ["available_commands_update"]
         assert (await agent.prompt(fid, "delta"))["_meta"]["acpBridge"]["turn"] == 3
         assert said(agent, fid) == "delta "
     got = [json.loads(line) for line in record.read_text().splitlines()]

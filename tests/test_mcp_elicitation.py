@@ -58,18 +58,45 @@ def policy_answer(subscribe: bool) -> dict[str, Any]:
 
 async def test_a_url_reaches_a_client_that_shows_urls(tmp_path: Path, work: Path) -> None:
     policy = ClientPolicy(elicitations=[{"action": "accept"}])
-    result, _, _ = await run_tool(tmp_path, work, "visit", BOTH, policy)
+    result, agent, _ = await run_tool(tmp_path, work, "visit", BOTH, policy)
     (asked,) = policy.elicited
     assert (asked["mode"], asked["url"], asked["elicitationId"]) == ("url", "https://example.invalid/sign-in", "e-1")
     assert text_of(result) == "accept"
     assert result["elicitations"][0]["answer"] == {"action": "accept"}
+    # The server said the page's work is done: the client is told (ACP
+    # `elicitation/complete`, validated against the schema) and the call records it.
+    assert completions(agent) == [{"elicitationId": "e-1"}]
+    assert result["elicitations"][0]["completed"] is True
+
+
+async def test_a_completion_after_the_call_is_passed_on_unrecorded(tmp_path: Path, work: Path) -> None:
+    policy = ClientPolicy(elicitations=[{"action": "accept"}], permissions=["allow_once"])
+    model = write_script(tmp_path / "m.json", call("c1", "t__visit_later"), {"text": "done"})
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=model, policy=policy) as agent:
+        await agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": BOTH,
+                                           "clientInfo": {"name": "tests", "version": "0"}})
+        sid = (await agent.request("session/new", {"cwd": str(work), "mcpServers": [test_server()]},
+                                   timeout=60))["sessionId"]
+        assert (await agent.prompt(sid, "go", timeout=60))["stopReason"] == "end_turn"
+        await agent.wait_for(lambda: bool(completions(agent)))
+        # Only the one the client was shown: the server's "never-asked" was dropped.
+        assert completions(agent) == [{"elicitationId": "e-2"}]
+    result = result_of(loaded_events(store, sid), "c1")
+    assert text_of(result) == "accept"
+    assert "completed" not in result["elicitations"][0]  # the result was written before it came
+
+
+def completions(agent: AgentProcess) -> list[Any]:
+    return [m["params"] for d, m in agent.transcript if d == "<-" and m.get("method") == "elicitation/complete"]
 
 
 async def test_a_mode_the_client_lacks_is_declined_without_asking_it(tmp_path: Path, work: Path) -> None:
     policy = ClientPolicy(elicitations=[{"action": "accept"}])
-    result, _, _ = await run_tool(tmp_path, work, "visit", {"elicitation": {"form": {}}}, policy)
+    result, agent, _ = await run_tool(tmp_path, work, "visit", {"elicitation": {"form": {}}}, policy)
     assert policy.elicited == []
     assert text_of(result) == "decline"
+    assert completions(agent) == [] and "completed" not in result["elicitations"][0]
     assert [e["answer"] for e in result["elicitations"]] == [{"action": "decline"}]
     assert result["elicitations"][0]["request"]["mode"] == "url"
 

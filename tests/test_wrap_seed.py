@@ -56,10 +56,12 @@ async def test_seed_fresh_sends_the_transcript_unseen_and_unrecorded(tmp_path: P
         assert loaded["_meta"]["acpBridge"]["wrapped"] == {
             "restored": "fresh", "seeded": True, "seedTurns": 2, "seedLeftOut": 0}
         replayed = second.updates_of(sid)
-        # Only our replay: no chunk of the echoed seed, no permission asked.
+        # Only our replay (and, after the answer, the wrapper's commands): no chunk of
+        # the echoed seed, no permission asked.
         assert [u["sessionUpdate"] for u in replayed] == [
             "user_message_chunk", "agent_message_chunk", "agent_message_chunk", "agent_message_chunk",
-            "user_message_chunk", "agent_message_chunk", "agent_message_chunk", "session_info_update"]
+            "user_message_chunk", "agent_message_chunk", "agent_message_chunk", "session_info_update",
+            "available_commands_update"]
         assert not second.policy.asked
         after = await second.prompt(sid, "six")
         assert after["_meta"]["acpBridge"]["turn"] == 3

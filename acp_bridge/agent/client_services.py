@@ -177,6 +177,13 @@ class AcpClientServices:
         return answer
 
 
+    def elicitation_complete(self, elicitation_id: str) -> None:
+        """ACP `elicitation/complete` (a notification, no session: the id names it), to a
+        client that shows URL elicitations; others were never shown one."""
+        if "url" in self.elicitation_modes:
+            self._conn.notify("elicitation/complete", {"elicitationId": elicitation_id})
+
+
 def elicitation_answer(result: Any) -> dict[str, Any] | None:
     """The client's `elicitation/create` answer as MCP takes it back (`action`, and the
     `content` of an accept: string, number, boolean or list-of-strings values); None

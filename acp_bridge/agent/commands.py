@@ -19,10 +19,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acp_bridge.errors import CommandError
 from acp_bridge.host.commands import TITLE, Command, Outcome
 from acp_bridge.host.export import export_command
-from acp_bridge.host.fork import fork_stored
+from acp_bridge.host.fork import fork_at, fork_command, fork_stored, forked_text
 from acp_bridge.models.catalog import ModelEntry
 from acp_bridge.tools import permissions
 from session import SessionStore
@@ -54,16 +53,12 @@ def session_commands(live: LiveSession, *, models: tuple[ModelEntry, ...], store
         return Outcome(f"Model: {live.choice.model.spec} (from the next turn on)")
 
     async def fork(given: str) -> Outcome:
-        if given and not given.isdigit():
-            raise CommandError(f"/fork takes the number of the last turn the fork holds, not {given!r}")
-        header, plan = await fork_stored(sessions(), live.log, int(given) if given else None)
-        held = f"its turns 1-{plan.turn}" if plan.turn else "none of its turns"
-        return Outcome(f"Forked this session into {header['id']}, with {held}; "
-                       "open it from the session list (session/load).")
+        header, plan = await fork_stored(sessions(), live.log, fork_at(given))
+        return Outcome(forked_text(header["id"], plan))
 
     commands = [
         TITLE,
-        Command("fork", "Fork this session into a new one", fork, hint="the last turn it holds (optional)"),
+        fork_command(fork),
         export_command(live.log, store, backend),
         Command("mode", "Switch the mode: when the agent asks before acting", mode,
                 hint=" | ".join(permissions.MODES)),

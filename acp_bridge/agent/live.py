@@ -22,7 +22,7 @@ import anyio.abc
 
 from acp_bridge.agent.client_services import AcpClientServices
 from acp_bridge.agent.runner import TurnRunner
-from acp_bridge.host.commands import Command, answer_items, invoked, outcome_of, trigger
+from acp_bridge.host.commands import Command, invoked, run_command
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.listing import iso_time
 from acp_bridge.host.tuning import Tuning
@@ -64,10 +64,7 @@ class LiveSession:
     async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
         found = invoked(prompt, self.commands)
         if found is not None:  # a slash command: a turn of its own, without the model
-            command, given = found
-            outcome = await outcome_of(command, given)
-            end = await self.runner.record_turn(trigger(command), prompt, lambda turn: answer_items(turn, outcome))
-            return TurnEnd(end)
+            return TurnEnd(await run_command(found, lambda how, body: self.runner.record_turn(how, prompt, body)))
         return TurnEnd(await self.runner.prompt(self.admit(self, prompt)))
 
     def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
@@ -112,7 +109,8 @@ class LiveSession:
         header = self.log.header
         roots = [Path(header["cwd"]), *(Path(p) for p in header.get("additionalDirectories", []))]
         mcp = McpServers.from_acp(servers, cwd=roots[0], roots=roots, task_group=task_group,
-                                  elicitation=bool(self.elicitation_modes))
+                                  elicitation=bool(self.elicitation_modes),
+                                  on_complete=self.runner.services.elicitation_complete)
         self.mcp = mcp
         # A server's tools/list_changed: the next step is offered its new list.
         mcp.on_change = lambda: self.runner.set_tools([*ALL_TOOLS, *mcp.tools])

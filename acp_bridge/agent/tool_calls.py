@@ -129,7 +129,8 @@ class ToolCalls:
         ToolMachineryError (after writing the failed result) if the tool broke."""
         elicited: list[Any] = []
         ctx = ToolContext(cwd=self._roots[0], roots=self._roots, services=self._services,
-                          progress=self._progress(call.id), elicit=self._elicit(call.id, elicited), elicited=elicited)
+                          progress=self._progress(call.id), elicit=self._elicit(call.id, elicited), elicited=elicited,
+                          completed=self._completed(elicited))
         tool = self._tool(call.name)
         arguments: Any = call.arguments
         title, locations, preview = call.name, [], []
@@ -215,6 +216,18 @@ class ToolCalls:
 
         return elicit
 
+    def _completed(self, elicited: list[Any]) -> Callable[[str], None]:
+        """The call's URL elicitation `elicitation_id` is complete (ToolContext.completed):
+        its entry in the call's `tool/result.elicitations` says `completed: true`, and
+        the client is told."""
+        def completed(elicitation_id: str) -> None:
+            for entry in elicited:
+                if entry["request"].get("mode") == "url" and entry["request"].get("elicitationId") == elicitation_id:
+                    entry["completed"] = True
+            self._services.elicitation_complete(elicitation_id)
+
+        return completed
+
     def _progress(self, call_id: str) -> Callable[[list[Any]], Awaitable[None]] | None:
         sink = self._on_progress
         if sink is None:
@@ -287,3 +300,6 @@ class DurableFirstServices:
     async def elicit(self, call_id: str, request: Mapping[str, Any]) -> dict[str, Any]:
         await self._sync()
         return await self._inner.elicit(call_id, request)
+
+    def elicitation_complete(self, elicitation_id: str) -> None:
+        self._inner.elicitation_complete(elicitation_id)

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from acp_bridge.errors import AuthRequiredError, CommandError
 from session.errors import AcpBridgeError
-from session.events import TITLE_CONFIG, reason
+from session.events import TITLE_CONFIG, Event, reason
 from session.items import (
     Item,
     assistant_chunk,
@@ -81,8 +81,14 @@ def merged(theirs: Any, ours: Sequence[Command]) -> list[Any]:
     none of them names: where both have a name, the agent's is the one offered (and
     run: `invoked` with `names_of` its list)."""
     sent = list(theirs) if isinstance(theirs, list) else []
-    taken = names_of(sent)
-    return [*sent, *(c.available() for c in ours if c.name not in taken)]
+    return [*sent, *(c.available() for c in unshadowed(sent, ours))]
+
+
+def unshadowed(theirs: Any, ours: Sequence[Command]) -> list[Command]:
+    """Ours that no command of a wrapped agent's list `theirs` names: the ones offered
+    beside its own, and the ones a prompt may run (`invoked`)."""
+    taken = names_of(theirs) if isinstance(theirs, list) else set()
+    return [c for c in ours if c.name not in taken]
 
 
 def names_of(available: Iterable[Any]) -> set[str]:
@@ -112,6 +118,21 @@ async def outcome_of(command: Command, given: str) -> Outcome | AcpBridgeError:
         return await command.run(given)
     except AcpBridgeError as exc:
         return exc
+
+
+Record = Callable[[dict[str, Any], Callable[[int], list[Item]]], Awaitable[Event]]
+"""What records a command's turn: given its `trigger` and its events after the prompt
+(`body(turn)`), it writes `turn/start` (the engine's own fields), the prompt, then the
+body, in one durable commit; the `turn/end`."""
+
+
+async def run_command(found: tuple[Command, str], record: Record) -> Event:
+    """Run the command a prompt invoked (`invoked`), then record its turn: what it did
+    comes first (a switch it made is recorded before its turn, as its own), the turn
+    after; its `turn/end`. Our agent's and the wrapper's, one copy."""
+    command, given = found
+    outcome = await outcome_of(command, given)
+    return await record(trigger(command), lambda turn: answer_items(turn, outcome))
 
 
 def answer_items(turn: int, outcome: Outcome | AcpBridgeError) -> list[Item]:

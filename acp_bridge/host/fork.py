@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 import anyio
 
-from acp_bridge.errors import InvalidParamsError, PromptInProgressError
+from acp_bridge.errors import CommandError, InvalidParamsError, PromptInProgressError
+from acp_bridge.host.commands import Command, Outcome
 from acp_bridge.host.engine import OpenAnswer, S, Send
 from session import SessionLog, SessionStore, validate_session_id
 from session.events import Header, WrappedInfo
@@ -83,6 +84,16 @@ async def fork_session(host: Sessions[S], source: str, params: Mapping[str, Any]
     at_turn, replay = fork_options(params)
     if host.answering(source):  # as a load or resume: its turn is not over
         raise PromptInProgressError(source)
+    answer, _ = await fork_opened(host, source, params, at_turn=at_turn, replay=replay)
+    return answer
+
+
+async def fork_opened(host: Sessions[S], source: str, params: Mapping[str, Any], *, at_turn: int | None,
+                      replay: bool = False) -> tuple[dict[str, Any], ForkPlan]:
+    """The fork of `source` made and opened as `session/fork` makes it (`params`: its
+    `cwd`, `mcpServers`, `additionalDirectories`, `_meta`), without its checks: the
+    answer and what the fork holds. `session/fork`'s, and the wrapper's `/fork` (a
+    command of the source's own running turn, which holds turns up to the last ended)."""
     live = host.find(source)
     if live is not None and live.log is not None:
         await anyio.to_thread.run_sync(live.log.flush)  # every event it has, in the store
@@ -105,7 +116,26 @@ async def fork_session(host: Sessions[S], source: str, params: Mapping[str, Any]
     tracker = session.log.tracker
     answer = opened.answer({"forkedFrom": header["forkedFrom"], "repair": plan.report.to_meta(),
                             "turns": tracker.turn, "events": tracker.next_seq})
-    return {"sessionId": header["id"], **answer}
+    return {"sessionId": header["id"], **answer}, plan
+
+
+def fork_command(run: Callable[[str], Awaitable[Outcome]]) -> Command:
+    """The `/fork [N]` command (our agent's and the wrapper's), run by `run`."""
+    return Command("fork", "Fork this session into a new one", run, hint="the last turn it holds (optional)")
+
+
+def fork_at(given: str) -> int | None:
+    """The input of a `/fork [N]` command: the last turn the fork holds (None: the last
+    that ended); CommandError for anything but a number."""
+    if given and not given.isdigit():
+        raise CommandError(f"/fork takes the number of the last turn the fork holds, not {given!r}")
+    return int(given) if given else None
+
+
+def forked_text(fork_id: str, plan: ForkPlan) -> str:
+    """The answer of a `/fork` command (our agent's and the wrapper's)."""
+    held = f"its turns 1-{plan.turn}" if plan.turn else "none of its turns"
+    return f"Forked this session into {fork_id}, with {held}; open it from the session list (session/load)."
 
 
 async def fork_stored(store: SessionStore, log: SessionLog, at_turn: int | None) -> tuple[Header, ForkPlan]:

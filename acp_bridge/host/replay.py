@@ -58,14 +58,17 @@ class ReplayEncoder:
 
     def __init__(self, session_id: str, context_window: int | None,
                  window_of: Callable[[str], int | None] | None = None, *, wrapped: bool = False,
-                 cost: CostMeter | None = None) -> None:
+                 cost: CostMeter | None = None, shown: Callable[[Any], Any] | None = None) -> None:
         # `window_of`: the window of the model a turn ran on (its `turn/start.model`),
         # for `usage_update.size`; without it, every turn's is `context_window`.
         # `wrapped`: a wrapped agent's session (UpdateContext.wrapped); `cost`: a fresh
-        # meter, with a price file (UpdateContext.cost).
+        # meter, with a price file (UpdateContext.cost); `shown`: what the client is
+        # shown of a wrapped agent's update, as the live stream showed it (the wrapper's
+        # own commands added to the agent's: acp_bridge.wrap.commands), else as stored.
         self.context = UpdateContext(replay=True, context_window=context_window, window_of=window_of,
                                      wrapped=wrapped, cost=cost)
         self.wrapped = wrapped
+        self.shown = shown
         self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
         self._prompt_title: str | None = None  # the first prompt's, as the live stream named it
         self._agent_title: str | None = None  # the last a wrapped agent's session_info_update gave
@@ -96,6 +99,8 @@ class ReplayEncoder:
             if event["type"] in _NAMING:
                 self._named_by(event)
             for update in updates_for(event, context):
+                if self.shown is not None and event["type"] == WRAPPED_UPDATE:
+                    update = self.shown(update)
                 append(prefix)
                 append(dumps(update))
                 append(UPDATE_TAIL)

@@ -133,9 +133,16 @@ class ClientServices(WorkspaceServices, Protocol):
         that mode, or that fails, is an answer too (decline, cancel): never raises but
         cancellation."""
 
+    def elicitation_complete(self, elicitation_id: str) -> None:
+        """Tell the client that the URL-mode elicitation `elicitation_id` it was shown is
+        complete (ACP `elicitation/complete`), if it shows URL elicitations."""
+
 
 Elicit = Callable[[Mapping[str, JSON]], Awaitable[dict[str, JSON]]]
 """A call's way to `ClientServices.elicit` (its call id bound), for the MCP tools."""
+
+ElicitationDone = Callable[[str], None]
+"""An elicitation asked in URL mode is complete (the MCP server said so): its id."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,10 @@ class ToolContext:
     # `elicited`, which the call's `tool/result` records, whatever the call's outcome.
     elicit: Elicit | None = None
     elicited: list[JSON] = field(default_factory=list, compare=False, repr=False)
+    # An elicitation the call asked in URL mode is complete, while the call runs: its
+    # `elicited` entry marked, the client told (after the call the server's own
+    # `completed` tells the client alone: acp_bridge.tools.mcp_session).
+    completed: ElicitationDone | None = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,14 @@ import anyio.abc
 import anyio.to_thread
 
 from acp_bridge.errors import ToolError
-from acp_bridge.tools.base import JSON, ToolContext, ToolKind, ToolOutcome, ToolPlan
+from acp_bridge.tools.base import (
+    JSON,
+    ElicitationDone,
+    ToolContext,
+    ToolKind,
+    ToolOutcome,
+    ToolPlan,
+)
 from acp_bridge.tools.mcp_spec import (
     CALL_TIMEOUT_ENV,
     DEFAULT_CALL_TIMEOUT_S,
@@ -62,7 +69,7 @@ class McpTool:
         return ToolPlan(title=f"{self.server.name}: {self.title}", kind=self.kind)
 
     async def run(self, arguments: Mapping[str, JSON], ctx: ToolContext) -> ToolOutcome:
-        result = await self.server.call(self.remote_name, dict(arguments), elicit=ctx.elicit)
+        result = await self.server.call(self.remote_name, dict(arguments), elicit=ctx.elicit, completed=ctx.completed)
         return tool_outcome(self.server.name, self.remote_name, result)
 
 
@@ -94,9 +101,11 @@ class McpServers:
     Each connection is owned by a task of `task_group` (tools/mcp_session.py)."""
 
     def __init__(self, specs: Sequence[McpServerSpec], *, cwd: Path, roots: Sequence[Path],
-                 task_group: anyio.abc.TaskGroup, elicitation: bool = False) -> None:
+                 task_group: anyio.abc.TaskGroup, elicitation: bool = False,
+                 on_complete: ElicitationDone | None = None) -> None:
         self.specs = tuple(specs)
         self._elicitation = elicitation  # the client shows what a server asks: servers may ask
+        self._on_complete = on_complete  # a URL elicitation completed after its call: the client told
         self._cwd = cwd
         self._roots = tuple(roots)
         self._task_group = task_group
@@ -109,9 +118,10 @@ class McpServers:
 
     @classmethod
     def from_acp(cls, servers: Sequence[Mapping[str, Any]], *, cwd: Path, roots: Sequence[Path],
-                 task_group: anyio.abc.TaskGroup, elicitation: bool = False) -> McpServers:
+                 task_group: anyio.abc.TaskGroup, elicitation: bool = False,
+                 on_complete: ElicitationDone | None = None) -> McpServers:
         return cls([McpServerSpec.from_acp(s) for s in servers], cwd=cwd, roots=roots, task_group=task_group,
-                   elicitation=elicitation)
+                   elicitation=elicitation, on_complete=on_complete)
 
     async def start(self) -> None:
         """Start every server at once and wait until each has listed its tools or
@@ -133,7 +143,8 @@ class McpServers:
         call_timeout = timeout_from_env(CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT_S)
         self.servers = [McpServer(spec, cwd=self._cwd, roots=self._roots, task_group=self._task_group,
                                   start_timeout=start_timeout, call_timeout=call_timeout,
-                                  on_tools=self._tools_changed, elicitation=self._elicitation)
+                                  on_tools=self._tools_changed, elicitation=self._elicitation,
+                                  on_complete=self._on_complete)
                         for spec in self.specs]
         async with anyio.create_task_group() as tg:
             for server in self.servers:

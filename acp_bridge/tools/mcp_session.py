@@ -40,7 +40,7 @@ from mcp.shared.exceptions import MCPError
 
 from acp_bridge import __version__
 from acp_bridge.errors import ToolError
-from acp_bridge.tools.base import Elicit
+from acp_bridge.tools.base import Elicit, ElicitationDone
 from acp_bridge.tools.mcp_spec import (
     McpServerSpec,
     elicitation_request,
@@ -51,6 +51,7 @@ from acp_bridge.tools.mcp_spec import (
 from acp_bridge.tools.mcp_transport import STOP_GRACE_S, Link, exited, open_transport
 
 log = logging.getLogger("acp_bridge.tools.mcp")
+URL_IDS_KEPT = 64  # URL elicitations of ended calls whose completion is still passed on
 # The SDK logs its transports' failures itself (tracebacks that may hold a URL with its
 # credentials) through Python's last-resort handler, i.e. our stderr: kept quiet. What a
 # failure means reaches the log and the client through our own messages, redacted.
@@ -74,9 +75,10 @@ class _Connection:
 
     def __init__(self, spec: McpServerSpec, cwd: Path, roots: Sequence[Path],
                  on_tools: Callable[[list[dict[str, Any]]], None],
-                 elicit: ElicitationFnT | None = None) -> None:
+                 elicit: ElicitationFnT | None = None, on_complete: ElicitationDone | None = None) -> None:
         self.spec = spec
         self.elicit = elicit  # the server may ask the person (MCP `elicitation`): its handler
+        self.on_complete = on_complete  # its notifications/elicitation/complete
         self.on_tools = on_tools  # told each list read after notifications/tools/list_changed
         self.cwd = cwd
         self.roots = roots
@@ -91,7 +93,10 @@ class _Connection:
         self.tools_current.set()
 
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
+        if isinstance(message, types.ElicitCompleteNotification):
+            if self.on_complete is not None:
+                self.on_complete(message.params.elicitation_id)
+        elif isinstance(message, types.ToolListChangedNotification):
             if self.tools_current.is_set():
                 self.tools_current = anyio.Event()
             self._tools_changed.set()
@@ -179,10 +184,18 @@ class McpServer:
 
     def __init__(self, spec: McpServerSpec, *, cwd: Path, roots: Sequence[Path], task_group: anyio.abc.TaskGroup,
                  start_timeout: float, call_timeout: float, on_tools: Callable[[McpServer], None],
-                 elicitation: bool = False) -> None:
+                 elicitation: bool = False, on_complete: ElicitationDone | None = None) -> None:
         self.spec = spec
         self._elicitation = elicitation  # advertised to the server: the client shows what it asks
         self._asking: Elicit | None = None  # the running call's way to the person
+        # URL elicitations (MCP `notifications/elicitation/complete`, `_completed`): the
+        # running call's way to record and tell a completion, the ids of the URL
+        # elicitations it had the client shown, and those of the calls that ended (a
+        # completion of one of them is told to the client, `on_complete`, unrecorded).
+        self._completing: ElicitationDone | None = None
+        self._urls: set[str] = set()
+        self._urls_before: dict[str, None] = {}  # in order, the last URL_IDS_KEPT
+        self._on_complete = on_complete
         self._asked: set[anyio.CancelScope] = set()  # its questions not answered yet
         self.name = spec.name
         self._cwd = cwd
@@ -218,7 +231,7 @@ class McpServer:
         try:
             first = self._conn is None
             conn = _Connection(self.spec, self._cwd, self._roots, self._new_tools,
-                               self._elicit if self._elicitation else None)
+                               self._elicit if self._elicitation else None, self._completed)
             self._conn = conn
             await self._task_group.start(conn.run, self._start_timeout)
             if conn.failure is None:
@@ -247,19 +260,42 @@ class McpServer:
                 answer = await ask(request)
             finally:
                 self._asked.discard(scope)
+            if request["mode"] == "url":
+                self._urls.add(str(request["elicitationId"]))
             return types.ElicitResult(action=answer["action"], content=answer.get("content"))
         return types.ElicitResult(action="cancel")  # the call ended first
 
-    async def call(self, tool: str, arguments: dict[str, Any], elicit: Elicit | None = None) -> dict[str, Any]:
-        """`tools/call` as MCP JSON, what the server asks meanwhile through `elicit`.
-        ToolError naming the server if it cannot answer."""
-        self._asking = elicit
+    def _completed(self, elicitation_id: str) -> None:
+        """The server's `notifications/elicitation/complete`: for a URL elicitation of
+        the running call, recorded on it and told (`ToolContext.completed`); of a call
+        that ended, told; of one the client was never shown through us, dropped."""
+        told = self._completing if elicitation_id in self._urls else self._on_complete
+        if elicitation_id in self._urls or elicitation_id in self._urls_before:
+            self._urls.discard(elicitation_id)  # once: a second completion is dropped
+            self._urls_before.pop(elicitation_id, None)
+            if told is not None:
+                told(elicitation_id)
+        else:
+            log.info("MCP server %r: completion of an elicitation it did not ask through acp-bridge: dropped",
+                     self.name)
+
+    async def call(self, tool: str, arguments: dict[str, Any], elicit: Elicit | None = None,
+                   completed: ElicitationDone | None = None) -> dict[str, Any]:
+        """`tools/call` as MCP JSON, what the server asks meanwhile through `elicit`
+        (and says complete, `completed`). ToolError naming the server if it cannot
+        answer."""
+        self._asking, self._completing = elicit, completed
         try:
             return await self._call(tool, arguments)
         finally:
-            self._asking = None
+            self._asking = self._completing = None
             for scope in self._asked:
                 scope.cancel()
+            for elicitation_id in self._urls:
+                self._urls_before[elicitation_id] = None
+            self._urls = set()
+            while len(self._urls_before) > URL_IDS_KEPT:
+                del self._urls_before[next(iter(self._urls_before))]
 
     async def _call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         conn = self._conn

@@ -20,15 +20,18 @@ old turn's, and is dropped; it is never restored by load or resume on that run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
+
+import anyio
 
 from acp_bridge.errors import AgentProtocolError, RequestRefusedError
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import Call, ChildLink, permission_cancelled
+from acp_bridge.wrap.link import Call, ChildLink, obj, permission_cancelled
 from acp_bridge.wrap.sessions import WrappedSession
+from session.fork import ForkPlan
 
 log = logging.getLogger("acp_bridge.wrap.children")
 
@@ -54,6 +57,13 @@ class SessionMap:
     def remove(self, ws: WrappedSession) -> None:
         if ws.child_sid is not None and self.theirs.get(ws.child_sid) is ws:
             del self.theirs[ws.child_sid]
+
+    def busy(self, generation: int, ws: WrappedSession | None) -> bool:
+        """Whether a session other than `ws` has a prompt (or a restore) running in the
+        child's run `generation`: a restart would cut it."""
+        return any(other is not ws and other.generation == generation
+                   and (other.recorder is not None or other.restoring or other.seeding)
+                   for other in self.theirs.values())
 
     def of_child(self, child_sid: Any) -> WrappedSession | None:
         return self.theirs.get(child_sid) if isinstance(child_sid, str) else None
@@ -168,3 +178,70 @@ def new_session_id(result: Any, method: str = "session/new") -> str:
         raise AgentProtocolError(f"the wrapped agent answered {method} without a sessionId")
     child_sid: str = result["sessionId"]
     return child_sid
+
+
+async def close_child(link: ChildLink | None, ws: WrappedSession, caps: dict[str, Any], sessions: SessionMap,
+                      grace: float) -> None:
+    """The child's `session/close` of `ws`'s session, if it has one, waited for until the
+    bound of the editor's close (the cancel `grace` from its cancel of the running turn,
+    else from now): a child that does not answer does not hold the editor's close. A
+    stuck session is told, not waited for (it had its grace)."""
+    if (link is None or not link.alive or ws.child_sid is None or ws.generation != link.generation
+            or not isinstance(caps.get("sessionCapabilities"), dict)
+            or caps["sessionCapabilities"].get("close") is None):
+        return
+    now = anyio.current_time()
+    bound, ws.close_by = ws.close_by or now + grace, None
+    call = link.ask("session/close", {"sessionId": ws.child_sid})
+    with anyio.move_on_after(0 if sessions.is_stuck(ws.child_sid) else max(0.0, bound - now)):
+        await call.done.wait()
+    if not call.done.is_set():
+        log.info("the wrapped agent did not answer session/close of %s in time: closed without it", ws.child_sid)
+        call.late = lambda _: None
+    elif isinstance(call.error, ClientError):
+        log.info("the wrapped agent did not close session %s: %s", ws.child_sid, call.error)
+
+
+# --- the child's side of a fork (docs/wrap.md, "Fork"): whether the child can fork the
+# original's session itself, its `session/fork` asked and its answer checked;
+# `WrapEngine.fork` emulates the fork (a fresh session, seeded) otherwise.
+
+def fork_ask(params: Mapping[str, Any]) -> dict[str, Any]:
+    """What the child is asked for the fork (its `session/fork` or `session/new`): the
+    fork request's cwd, MCP servers, directories and `_meta` less ours."""
+    ask = {"cwd": params["cwd"], **{k: v for k, v in params.items() if k in ("mcpServers", "additionalDirectories")}}
+    meta = {k: v for k, v in obj(params.get("_meta")).items() if k != "acpBridge"}
+    if meta:
+        ask["_meta"] = meta
+    return ask
+
+
+def child_source(caps: Mapping[str, Any], live: WrappedSession | None, plan: ForkPlan,
+                 children: SessionMap) -> str | None:
+    """The child's session of the original (`live`, if it is live here) to fork in the
+    child, if it can be: the child offers `session/fork`, the fork holds every turn,
+    the session is not stuck."""
+    if obj(caps.get("sessionCapabilities")).get("fork") is None or not plan.whole:
+        return None
+    theirs = live.stored_child_sid() if live is not None else plan.source.get("wrapped", {}).get("sessionId")
+    return None if children.is_stuck(theirs) else theirs
+
+
+async def child_fork(link: ChildLink, ask: dict[str, Any], children: SessionMap,
+                     drop_early: Callable[[str], None]) -> tuple[dict[str, Any] | None, str | None]:
+    """The child's answer to its `session/fork` (its `sessionId` checked), or why
+    there is none: an error answer (it cannot fork that session: not on this run...),
+    or an answer that names no new session (none, or one of ours already: taking it
+    would mix two sessions' updates). Either way the fork is emulated. `drop_early`: what
+    the child sent for its fork before it answered (ChildSide.drop_early)."""
+    try:
+        result = obj(await link.call("session/fork", ask))
+        child_sid = new_session_id(result, "session/fork")
+        if child_sid == ask["sessionId"] or children.of_child(child_sid) is not None:
+            raise AgentProtocolError(f"the wrapped agent answered session/fork with a session it had: {child_sid}")
+    except (ClientError, AgentProtocolError) as exc:
+        why = to_rpc_error(exc).message
+        log.info("the wrapped agent did not fork %s (%s): a fresh session, seeded", ask["sessionId"], why)
+        return None, why
+    drop_early(child_sid)
+    return result, None

@@ -32,16 +32,34 @@ from typing import Any
 
 import anyio
 
-from acp_bridge.errors import AgentProtocolError, AgentStartError
-from acp_bridge.host.engine import OpenAnswer, Send
-from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.errors import AgentStartError
+from acp_bridge.host.commands import Command
+from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
-from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
+from acp_bridge.host.replay import Opened, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.incoming import preload_library
-from acp_bridge.rpc.protocol import ClientError, Handler
+from acp_bridge.rpc.protocol import Handler
 from acp_bridge.wrap.child import ChildAgent
-from acp_bridge.wrap.children import Restored, SessionMap, kept_from_editor, new_session_id, restore
+from acp_bridge.wrap.children import (
+    Restored,
+    SessionMap,
+    child_fork,
+    child_source,
+    close_child,
+    fork_ask,
+    kept_from_editor,
+    new_session_id,
+    restore,
+)
+from acp_bridge.wrap.commands import (
+    CommandsOfLog,
+    command_turn,
+    offer,
+    replay_encoder,
+    shown,
+    wrapper_fork,
+)
 from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
@@ -75,6 +93,8 @@ class WrapEngine(Engine[WrappedSession]):
         self.child = ChildAgent(config.command, env=config.env, grace=config.grace, early=early)
         self.children = SessionMap()
         self.side = ChildSide(self.children, lambda: self.host.peer)
+        self.side.shown = lambda ws, update: shown(update, self.commands_of(ws.id))  # ours added
+        self.more_commands: Callable[[str], list[Command]] = lambda sid: []  # `wrap --agent`: `/agent`
         self.link: ChildLink | None = None
         self.init_params: dict[str, Any] | None = None
         self.child_caps: dict[str, Any] = {}
@@ -101,8 +121,8 @@ class WrapEngine(Engine[WrappedSession]):
         the default is started at its first use, acp_bridge.wrap.switch)."""
         await super().start(host)
         host.task_group.start_soon(self._prepare)
-        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True), sink=lambda: None,
-                                    adopt=self._adopt)
+        self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.commands_of),
+                                    sink=CommandsOfLog, adopt=self._adopt)
 
     async def _prepare(self) -> None:
         """While the child boots (0.3-1 s for the SDK's echo agent), in a worker thread:
@@ -171,7 +191,7 @@ class WrapEngine(Engine[WrappedSession]):
         async with self._starting:
             link = self.link
             overdue = link is not None and link.running and bool(self.children.stuck or link.overdue)
-            if link is None or not link.running or (overdue and not self._busy(link, ws)):
+            if link is None or not link.running or (overdue and not self.children.busy(link.generation, ws)):
                 if overdue:
                     log.warning("the wrapped agent did not answer within the cancel grace: restarting it")
                 elif link is None:  # `wrap --agent`: not started yet, or stopped when unused
@@ -188,13 +208,6 @@ class WrapEngine(Engine[WrappedSession]):
                     self._took_init(await link.call("initialize", self.init_params))
                 link.ready = True
             return link
-
-    def _busy(self, link: ChildLink, ws: WrappedSession | None) -> bool:
-        """Whether a session other than `ws` has a prompt (or a restore) running in the
-        child's current run: a restart would cut it."""
-        return any(other is not ws and other.generation == link.generation
-                   and (other.recorder is not None or other.restoring or other.seeding)
-                   for other in self.children.theirs.values())
 
     async def child_session(self, ws: WrappedSession) -> tuple[ChildLink, str]:
         """The child's session for `ws` on its current run (restored if stale, and a
@@ -229,7 +242,7 @@ class WrapEngine(Engine[WrappedSession]):
         seeded: dict[str, Any] = {}
         # A session that moved to this agent (`wrap --agent`) is always seeded: what it
         # knows of the conversation came that way.
-        if restored == "fresh" and (self.config.seed_fresh or ws.moved):
+        if restored == "fresh" and (self.config.seed_fresh or ws.moved or ws.seed_again):
             seeded = await seed(ws, link, self.host.store())
         return restored, result, seeded
 
@@ -244,28 +257,16 @@ class WrapEngine(Engine[WrappedSession]):
             link.notify("session/cancel", {**(params or {}), "sessionId": ws.child_sid})
 
     async def close_child_session(self, ws: WrappedSession) -> None:
-        """The child's `session/close`, if it has one, waited for until the bound of the
-        editor's close (the cancel grace from its cancel of the running turn, else from
-        now): a child that does not answer does not hold the editor's close. A stuck
-        session is told, not waited for (it had its grace)."""
-        link = self.link
-        if (link is None or not link.alive or ws.child_sid is None or ws.generation != link.generation
-                or not isinstance(self.child_caps.get("sessionCapabilities"), dict)
-                or self.child_caps["sessionCapabilities"].get("close") is None):
-            return
-        now = anyio.current_time()
-        bound, ws.close_by = ws.close_by or now + self.cancel_grace, None
-        call = link.ask("session/close", {"sessionId": ws.child_sid})
-        with anyio.move_on_after(0 if self.children.is_stuck(ws.child_sid) else max(0.0, bound - now)):
-            await call.done.wait()
-        if not call.done.is_set():
-            log.info("the wrapped agent did not answer session/close of %s in time: closed without it", ws.child_sid)
-            call.late = lambda _: None
-        elif isinstance(call.error, ClientError):
-            log.info("the wrapped agent did not close session %s: %s", ws.child_sid, call.error)
+        await close_child(self.link, ws, self.child_caps, self.children, self.cancel_grace)
 
     def forget(self, ws: WrappedSession) -> None:
         self.children.remove(ws)
+
+    def commands_of(self, sid: str) -> list[Command]:  # the wrapper's own (acp_bridge.wrap.commands)
+        return [wrapper_fork(self.host, sid), *self.more_commands(sid)]
+
+    async def run_own(self, ws: WrappedSession, found: tuple[Command, str], prompt: list[Any]) -> TurnEnd:
+        return await command_turn(ws, found, prompt, self.host.peer)
 
     def _took_init(self, answer: Any) -> dict[str, Any]:
         result = dict(obj(answer))
@@ -291,6 +292,8 @@ class WrapEngine(Engine[WrappedSession]):
         self.children.bind(ws, child_sid, link.generation)
         ws.took_state(result)
         self.side.adopt(ws)
+        if ws.commands is None:  # else the child's list came first, shown with ours
+            offer(self.host.peer, ws, self.commands_of(ws.id))
         return {**result, "sessionId": ws.id}
 
     def _wrapped(self, child_sid: str) -> WrappedInfo:
@@ -308,14 +311,11 @@ class WrapEngine(Engine[WrappedSession]):
         transcript (docs/wrap.md, "Fork"). The child's session is made first, so the
         fork's header names it."""
         link = await self.ensure_link(self.host.find(source))
-        theirs, why = self._child_source(source, plan), None
-        ask = {"cwd": params["cwd"], **{k: v for k, v in params.items() if k in ("mcpServers", "additionalDirectories")}}
-        meta = {k: v for k, v in obj(params.get("_meta")).items() if k != "acpBridge"}
-        if meta:
-            ask["_meta"] = meta
+        theirs, why = child_source(self.child_caps, self.host.find(source), plan, self.children), None
+        ask = fork_ask(params)
         result: dict[str, Any] | None = None
         if theirs is not None:
-            result, why = await self._child_fork(link, {**ask, "sessionId": theirs})
+            result, why = await child_fork(link, {**ask, "sessionId": theirs}, self.children, self.side.drop_early)
         if result is not None:
             child_sid = result["sessionId"]
         else:
@@ -336,38 +336,18 @@ class WrapEngine(Engine[WrappedSession]):
             ours["forkError"] = why
         if ours["forked"] == "emulated":
             ours.update(await seed(ws, link, self.host.store()))
+            ws.seed_again = True
+        if not self.host.answering(source):  # `/fork`, a command of its turn: the editor has not opened it
+            offer(self.host.peer, ws, self.commands_of(ws.id))
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": ours})
 
-    async def _child_fork(self, link: ChildLink, ask: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-        """The child's answer to its `session/fork` (its `sessionId` checked), or why
-        there is none: an error answer (it cannot fork that session: not on this run...),
-        or an answer that names no new session (none, or one of ours already: taking it
-        would mix two sessions' updates). Either way the fork is emulated."""
-        try:
-            result = obj(await link.call("session/fork", ask))
-            child_sid = new_session_id(result, "session/fork")
-            if child_sid == ask["sessionId"] or self.children.of_child(child_sid) is not None:
-                raise AgentProtocolError(f"the wrapped agent answered session/fork with a session it had: {child_sid}")
-        except (ClientError, AgentProtocolError) as exc:
-            why = to_rpc_error(exc).message
-            log.info("the wrapped agent did not fork %s (%s): a fresh session, seeded", ask["sessionId"], why)
-            return None, why
-        self.side.drop_early(child_sid)
-        return result, None
-
-    def _child_source(self, source: str, plan: ForkPlan) -> str | None:
-        """The child's session of `source` to fork in the child, if it can be: the child
-        offers `session/fork`, the fork holds every turn, the session is not stuck."""
-        if obj(self.child_caps.get("sessionCapabilities")).get("fork") is None or not plan.whole:
-            return None
-        live = self.host.find(source)
-        theirs = live.stored_child_sid() if live is not None else plan.source.get("wrapped", {}).get("sessionId")
-        return None if self.children.is_stuck(theirs) else theirs
-
     def _adopt(self, opened: Opened) -> WrappedSession:
         header = opened.log.header
-        return WrappedSession(self, opened.log, header["cwd"], [], header.get("additionalDirectories"))
+        ws = WrappedSession(self, opened.log, header["cwd"], [], header.get("additionalDirectories"))
+        assert isinstance(opened.sink, CommandsOfLog)
+        ws.commands = opened.sink.theirs
+        return ws
 
     async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
                            live: WrappedSession | None) -> tuple[WrappedSession, RepairReport]:
@@ -380,6 +360,7 @@ class WrapEngine(Engine[WrappedSession]):
         if isinstance(extra, list):
             session.additional_directories = extra
         restored, result, seeded = await self.place(session)
+        offer(self.host.peer, session, self.commands_of(session.id))
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": {"restored": restored, **seeded}})
 

@@ -105,11 +105,13 @@ class TurnRecorder:
         """The turn started and its `turn/end` was not produced yet."""
         return self._started and not self._ended
 
-    def prompt(self, content: list[Any]) -> list[Item]:
+    def prompt(self, content: list[Any], trigger: dict[str, Any] | None = None) -> list[Item]:
+        """`turn/start` and the prompt; `trigger` (default: a prompt) is a wrapper's own
+        command's (acp_bridge.wrap.commands), whose turn the child is not sent."""
         if self._started:
             raise RuntimeError(f"turn {self.turn} was already prompted")
         self._started = True
-        return [turn_start(self.turn, trigger={"kind": "prompt"}, mode=self.mode, model=self.agent,
+        return [turn_start(self.turn, trigger=trigger or {"kind": "prompt"}, mode=self.mode, model=self.agent,
                            agent=self.name),
                 user_message(self.turn, content)]
 

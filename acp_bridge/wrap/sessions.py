@@ -42,6 +42,7 @@ from acp_bridge.errors import (
     AcpBridgeError,
     AgentExitedError,
 )
+from acp_bridge.host.commands import Command, invoked, unshadowed
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.errors import relayed
 from acp_bridge.rpc.protocol import ClientError
@@ -89,6 +90,12 @@ class Child(Protocol):
     def forget(self, ws: WrappedSession) -> None:
         """`ws` is no longer live: its child session id maps to nothing."""
 
+    def commands_of(self, sid: str) -> list[Command]:
+        """The wrapper's own slash commands for the session `sid` (acp_bridge.wrap.commands)."""
+
+    async def run_own(self, ws: WrappedSession, found: tuple[Command, str], prompt: list[Any]) -> TurnEnd:
+        """Run a command of the wrapper's that `prompt` invoked: its turn's end."""
+
 
 @dataclass(eq=False)
 class WrappedSession:
@@ -122,6 +129,12 @@ class WrappedSession:
     # current agent's (its own is `moved_sid`), and a fresh restore is always seeded.
     moved: bool = False
     moved_sid: str | None = None
+    # Its child session was made fresh and seeded (an emulated fork): a fresh restore
+    # seeds it again, as a moved session's is (the editor's load of a `/fork` it made).
+    seed_again: bool = False
+    # The child's slash commands, as its last `available_commands_update` gave them (None:
+    # none yet); the wrapper's own are offered and run beside them (acp_bridge.wrap.commands).
+    commands: list[Any] | None = None
 
     @property
     def id(self) -> str:
@@ -150,11 +163,17 @@ class WrappedSession:
 
     async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
         """Record and pass on one prompt (after a switch of its agent that runs, if one
-        does); the turn's persisted end and the child's answer."""
+        does), or run the wrapper's own command it invokes; the turn's persisted end
+        and the child's answer."""
         self.prompting = True
         try:
             if self.placing is not None:
                 await self.placing.wait()
+            # A command of the wrapper's that no command of the child's names: a turn
+            # of its own, not sent to the child.
+            found = invoked(prompt, unshadowed(self.commands, self.child.commands_of(self.id)))
+            if found is not None:
+                return await self.child.run_own(self, found, prompt)
             return await self._prompt(prompt, params)
         finally:
             self.prompting = False

@@ -37,12 +37,18 @@ from typing import Any, Final
 
 import anyio
 
-from acp_bridge.errors import InvalidParamsError, PromptInProgressError, RequestRefusedError
+from acp_bridge.errors import (
+    InvalidParamsError,
+    PromptInProgressError,
+    RequestRefusedError,
+)
+from acp_bridge.host.commands import Command, commands_update, merged
 from acp_bridge.host.engine import OpenAnswer, Send
 from acp_bridge.host.host import Engine, Host
-from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
+from acp_bridge.host.replay import Opened, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import Handler
+from acp_bridge.wrap.commands import CommandsOfLog, agent_command, offer, replay_encoder, shown
 from acp_bridge.wrap.engine import WrapConfig, WrapEngine
 from acp_bridge.wrap.link import obj
 from acp_bridge.wrap.sessions import WrappedSession
@@ -60,12 +66,13 @@ OTHER_ID: Final = "acp-bridge.agent"  # its id where the child has an option `ag
 OTHER_CATEGORY: Final = "_agent"  # its category where the child has a `model` option (ACP: `_` is free)
 
 
-class AgentOfLog:
+class AgentOfLog(CommandsOfLog):
     """What a load needs of the log to place a session (a `LoadSink`): the agent of its
     last turn or later switch, whether it ever moved, and each agent's own session id
-    as its last switch to that agent recorded it."""
+    as its last switch to that agent recorded it; and the agent's commands."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.agent: str | None = None
         self.moved = False
         self.sessions: dict[str, str] = {}
@@ -73,6 +80,7 @@ class AgentOfLog:
         self._at: dict[str, int] = {}  # the turn during or after which `sessions[name]` was recorded
 
     def feed(self, event: Event) -> None:
+        super().feed(event)
         data = event["data"]
         if event["type"] == TURN_START:
             if isinstance(data.get("turn"), int):
@@ -128,6 +136,8 @@ class SwitchEngine(Engine[WrappedSession]):
         self.engines = {str(c.name): WrapEngine(c, early=early if i == 0 else None) for i, c in enumerate(configs)}
         for engine in self.engines.values():
             engine.side.shown = self._shown
+            if len(configs) > 1:
+                engine.more_commands = self._agent_command
         self.default = next(iter(self.engines.values()))
         self.commands = {name: list(e.config.command) for name, e in self.engines.items()}
         # The child's config options of each live session, as it last gave them.
@@ -157,7 +167,7 @@ class SwitchEngine(Engine[WrappedSession]):
         await super().start(host)
         for engine in self.engines.values():
             await (engine.start(host) if engine is self.default else engine.bind(host))
-        self._opener = StoredOpener(host, encoder=lambda sid: ReplayEncoder(sid, None, wrapped=True),
+        self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.default.commands_of),
                                     sink=AgentOfLog, adopt=self._adopt)
 
     async def aclose(self) -> None:
@@ -183,7 +193,9 @@ class SwitchEngine(Engine[WrappedSession]):
 
     def _shown(self, ws: WrappedSession, update: Any) -> Any:
         """The child's `config_option_update` (its whole set, which an editor puts in
-        place of what it had) with ours added; the log keeps it as the child sent it."""
+        place of what it had) with ours added, its commands with ours; the log keeps it
+        as the child sent it."""
+        update = shown(update, self.engine_of(ws).commands_of(ws.id))
         if isinstance(update, dict) and update.get("sessionUpdate") == "config_option_update" \
                 and isinstance(update.get("configOptions"), list):
             return {**update, **self.offered(ws, {"configOptions": update["configOptions"]})}
@@ -216,6 +228,7 @@ class SwitchEngine(Engine[WrappedSession]):
                         header["id"], name, self.default.config.name)
         engine = self.engines.get(name or "") or self._by_command(header.get("wrapped"))
         ws = WrappedSession(engine, opened.log, header["cwd"], [], header.get("additionalDirectories"))
+        ws.commands = sink.theirs
         ws.moved = sink.moved
         ws.moved_sid = sink.session_of(str(engine.config.name), list(engine.config.command), header)
         return ws
@@ -283,23 +296,34 @@ class SwitchEngine(Engine[WrappedSession]):
         return result
 
     async def switch(self, ws: WrappedSession, name: Any) -> dict[str, Any]:
-        """Hand `ws` to the agent `name` (see the module docstring); the answer."""
-        if not isinstance(name, str) or name not in self.engines:
-            raise InvalidParamsError(f"no agent named {name!r}: this wrapper has {', '.join(self.engines)}",
-                                     field="value")
+        """Hand `ws` to the agent `name` (see the module docstring); the answer, then its
+        commands offered again when the old agent's are gone."""
+        self._named(name)
         if ws.prompting or ws.recorder is not None:
             raise PromptInProgressError(ws.id)
+        had = ws.commands
+        answer = await self._move(ws, name)
+        if had is not None and ws.commands is None:  # the old agent's are gone; the new one gave none
+            offer(self.host.peer, ws, self.engine_of(ws).commands_of(ws.id))
+        return answer
+
+    async def _move(self, ws: WrappedSession, name: Any) -> dict[str, Any]:
+        """The switch itself (steps 2-4), for `session/set_config_option` and `/agent`
+        (which runs in the session's prompt: its turn is recorded after the switch)."""
+        name = self._named(name)
         if ws.placing is not None:
             raise RequestRefusedError(f"session {ws.id} is being handed to another agent already; wait",
                                       code="switching")
         old, new = self.engine_of(ws), self.engines[name]
         if new is old:
             return self.offered(ws, {})
-        before = (ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode)
+        before = (ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode, ws.commands)
         placing = ws.placing = anyio.Event()
         try:
-            # The new agent's mode is what its session/new says (none: none).
+            # The new agent's mode is what its session/new says (none: none), its
+            # commands what it sends.
             ws.child, ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode = new, None, 0, True, None, None
+            ws.commands = None
             try:
                 restored, result, seeded = await new.place(ws)
                 assert ws.child_sid is not None
@@ -311,7 +335,7 @@ class SwitchEngine(Engine[WrappedSession]):
             except BaseException:
                 new.forget(ws)
                 ws.child = old
-                ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode = before
+                ws.child_sid, ws.generation, ws.moved, ws.moved_sid, ws.mode, ws.commands = before
                 if ws.child_sid is not None:
                     old.children.bind(ws, ws.child_sid, ws.generation)
                 with anyio.CancelScope(shield=True):  # a new agent started for nothing goes again
@@ -329,6 +353,37 @@ class SwitchEngine(Engine[WrappedSession]):
                               if isinstance(result.get("configOptions"), list) else {})
         answer["_meta"] = {"acpBridge": {"wrapped": {"agent": name, "restored": restored, **seeded}}}
         return answer
+
+    def _named(self, name: Any) -> str:
+        if not isinstance(name, str) or name not in self.engines:
+            raise InvalidParamsError(f"no agent named {name!r}: this wrapper has {', '.join(self.engines)}",
+                                     field="value")
+        return name
+
+    def _agent_command(self, sid: str) -> list[Command]:
+        """`/agent [NAME]` of the session `sid` (acp_bridge.wrap.commands.agent_command)."""
+        def live() -> WrappedSession:
+            ws = self.host.find(sid)
+            assert ws is not None  # its own prompt runs the command
+            return ws
+
+        return [agent_command(list(self.engines), lambda: self.name_of(live()),
+                              lambda name: self._switch_in_turn(live(), name))]
+
+    async def _switch_in_turn(self, ws: WrappedSession, name: str) -> str:
+        """`/agent NAME`: the switch as the `agent` option makes it (recorded before the
+        command's turn, which then names the new agent), the editor shown the new
+        options and commands; the command's answer."""
+        had = ws.commands
+        answer = await self._move(ws, name)
+        peer = self.host.peer
+        peer.notify_update(ws.id, {"sessionUpdate": "config_option_update", "configOptions": answer["configOptions"]})
+        if had is not None and ws.commands is None:  # the old agent's are gone; the new one gave none
+            peer.notify_update(ws.id, commands_update(merged(None, self.engine_of(ws).commands_of(ws.id))))
+        how = answer["_meta"]["acpBridge"]["wrapped"]
+        told = "shown the conversation so far" if how.get("seeded") else (
+            f"not shown the conversation ({how['seedError']})" if how.get("seedError") else "a fresh session")
+        return f"Agent: {name} (from the next prompt on; {told})."
 
     async def _leave(self, old: WrapEngine, ws: WrappedSession, child_sid: str | None, generation: int) -> None:
         """`ws` left `old`: its child session there closed, the process stopped if no

@@ -31,6 +31,7 @@ import anyio
 
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.wrap.children import SessionMap
+from acp_bridge.wrap.commands import their_commands
 from acp_bridge.wrap.link import ChildLink, permission_cancelled
 from acp_bridge.wrap.sessions import WrappedSession
 from session.items import config_set, wrapped_update
@@ -87,6 +88,8 @@ class ChildSide:
             return
         if update.get("sessionUpdate") == "current_mode_update" and isinstance(update.get("currentModeId"), str):
             ws.mode = update["currentModeId"]
+        elif (theirs := their_commands(update)) is not None:
+            ws.commands = theirs  # shown with ours added (acp_bridge.wrap.commands)
         recorder = ws.recorder
         items = recorder.update(update) if recorder is not None and recorder.open else [wrapped_update(update)]
         if not items:

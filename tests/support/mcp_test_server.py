@@ -2,8 +2,9 @@
 the server, hang, return an image or a resource, and report the server's pid (and start
 a grandchild in its process group, so the tests can see that a whole group dies), and
 one (`grow`) that adds a tool and sends `notifications/tools/list_changed`, and two that
-ask the person through MCP elicitation (`ask`: a form; `visit`: a URL) and say what came
-back.
+ask the person through MCP elicitation (`ask`: a form; `visit`: a URL, whose completion
+it sends, `notifications/elicitation/complete`, once accepted; `visit_later`: the same,
+completed after the call answered) and say what came back.
 
 Run as `python tests/support/mcp_test_server.py [--pid-file PATH] [--http PORT | --sse PORT]`
 (stdio by default; over HTTP on 127.0.0.1). The pid file gets
@@ -13,6 +14,7 @@ one line per process started: the server's pid, then each grandchild's.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import os
 import signal
@@ -142,6 +144,30 @@ async def visit(ctx: Context) -> str:
         answer = await ctx.elicit_url("Sign in on the page", "https://example.invalid/sign-in", "e-1")
     except Exception as exc:
         return f"refused: {exc}"
+    if answer.action == "accept":  # the person went to the page: done there (MCP's URL mode completion)
+        await ctx.session.send_elicit_complete("e-1")
+    return answer.action
+
+
+_later: set[asyncio.Task[None]] = set()  # completions still to send
+
+
+@server.tool()
+async def visit_later(ctx: Context) -> str:
+    """As `visit`, but its completion comes after the call has answered (the page's work
+    takes longer); first it says a completion of an elicitation it never asked."""
+    await ctx.session.send_elicit_complete("never-asked")
+    answer = await ctx.elicit_url("Sign in on the page", "https://example.invalid/later", "e-2")
+    if answer.action == "accept":
+        session = ctx.session
+
+        async def complete() -> None:
+            await anyio.sleep(0.3)
+            await session.send_elicit_complete("e-2")
+
+        task = asyncio.get_running_loop().create_task(complete())
+        _later.add(task)
+        task.add_done_callback(_later.discard)
     return answer.action
 
 

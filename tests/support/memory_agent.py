@@ -1,16 +1,19 @@
 """A raw ACP agent whose answer shows everything it was shown, for tests/test_wrap_switch.py
 (`wrap --agent`: a session handed to another agent must reach it with the conversation).
 
-    python tests/support/memory_agent.py NAME [--record FILE] [--model-option] [--agent-option] [--no-close]
+    python tests/support/memory_agent.py NAME [--record FILE] [--model-option] [--agent-option] [--no-close] [--commands]
 
 Each prompt is answered with one chunk, `NAME saw: ` and the text of every prompt of the
 session so far (the wrapper's seed included), joined by ` | `, then `end_turn`; a prompt
-`sleep MS` waits MS milliseconds first. `agentInfo.name` is NAME. `--model-option`
+`sleep MS` waits MS milliseconds first; a prompt `elicit-url` asks the editor a URL
+elicitation (`elicitation/create`, id `page-1`), then on its answer sends
+`elicitation/complete` and answers with the editor's answer. `agentInfo.name` is NAME. `--model-option`
 offers a config option `model` (category `model`) of its own, `--agent-option` one with
 the id `agent`: the wrapper's option must not hide them (a `set_config_option` of them is
 also told as a `config_option_update`). `--record FILE` appends every
 message it reads (one JSON line each), `--no-close` leaves `session/close` out of its
-capabilities. Plain JSON-RPC over stdio, standard library only: it starts fast.
+capabilities, `--commands` offers slash commands of its own (`fork` among them) after
+each `session/new` answer. Plain JSON-RPC over stdio, standard library only: it starts fast.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.support.unruly_agent import send  # one writer of a line at a time, for the threads
 
 IDS = itertools.count(1)
+# `--commands`: its own slash commands, one of them named as one of the wrapper's.
+COMMANDS = [{"name": "fork", "description": "the memory agent's own fork"},
+            {"name": "recall", "description": "say what it saw", "input": {"hint": "anything"}}]
 
 
 def options(flags: list[str], model: str) -> list[dict[str, Any]]:
@@ -54,6 +60,7 @@ def main() -> None:
     record = flags[flags.index("--record") + 1] if "--record" in flags else None
     sessions: dict[str, list[str]] = {}
     models: dict[str, str] = {}
+    asked: dict[str, tuple[Any, str]] = {}  # `elicit-url`: our request's id -> the prompt's id, session
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -63,6 +70,11 @@ def main() -> None:
                 out.write(json.dumps({"agent": name, **message}) + "\n")
         method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
         if method is None:
+            waiting = asked.pop(str(rid), None)
+            if waiting is not None:  # the editor's answer to `elicit-url`: done on the page
+                prompt_id, sid = waiting
+                send({"jsonrpc": "2.0", "method": "elicitation/complete", "params": {"elicitationId": "page-1"}})
+                answer(prompt_id, sid, name, [json.dumps(message.get("result"))], 0)
             continue
         if method == "initialize":
             caps: dict[str, Any] = {"sessionCapabilities": {} if "--no-close" in flags else {"close": {}}}
@@ -76,11 +88,20 @@ def main() -> None:
             if options(flags, "small"):
                 result["configOptions"] = options(flags, "small")
             send({"jsonrpc": "2.0", "id": rid, "result": result})
+            if "--commands" in flags:  # after the answer, as our own agent offers its commands
+                send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
+                    "sessionUpdate": "available_commands_update", "availableCommands": COMMANDS}}})
         elif method == "session/prompt":
             sid = params["sessionId"]
             text = " ".join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))
             seen = sessions.setdefault(sid, [])
             seen.append(text)
+            if text == "elicit-url":
+                asked[f"ask-{rid}"] = (rid, sid)
+                send({"jsonrpc": "2.0", "id": f"ask-{rid}", "method": "elicitation/create", "params": {
+                    "sessionId": sid, "mode": "url", "message": "Sign in", "url": "https://example.invalid/in",
+                    "elicitationId": "page-1"}})
+                continue
             delay = int(text.split()[1]) if text.startswith("sleep ") else 0
             threading.Thread(target=answer, args=(rid, sid, name, list(seen), delay), daemon=True).start()
         elif method == "session/set_config_option":

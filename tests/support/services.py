@@ -42,3 +42,6 @@ class ScriptedClient(LocalServices):
 
     async def elicit(self, call_id: str, request: Mapping[str, Any]) -> dict[str, Any]:
         return {"action": "decline"}  # nobody to show a form to
+
+    def elicitation_complete(self, elicitation_id: str) -> None:
+        pass  # never shown one
