@@ -135,6 +135,7 @@ class ChildLink:
             try:
                 with self._serving:
                     await self.conn.serve()
+                await self._exit_status()
             except* OSError as group:  # its pipe went away under a write
                 log.info("the connection to the wrapped agent failed: %s", group.exceptions[0])
             finally:
@@ -159,6 +160,15 @@ class ChildLink:
             self._mark_dead()
             self._serving.cancel()
             await anyio.to_thread.run_sync(self.child.kill_pipe_holders, pipes)
+
+    async def _exit_status(self) -> None:
+        # Its stdout ended: mostly because it exited, and the exit watcher's pidfd fires
+        # a moment after the EOF is read. Wait that moment (at most EOF_S, for a child
+        # that closed its stdout and runs on), so the error of every request it owed
+        # names its status, not "exited" alone.
+        if self.status is None and self.child.pid == self.pid:
+            with anyio.move_on_after(EOF_S):
+                self.status = await self.child.wait_died()
 
     def _mark_dead(self) -> None:
         if self.dead.is_set():
