@@ -244,6 +244,9 @@ class JsonlReader:
                     out[sid] = (st.st_size, st.st_mtime_ns, st.st_ino)
         return out
 
+    def unstamped(self) -> set[str]:
+        return set()  # every write changes the stamp
+
     def peek(self, session_id: str) -> SessionPeek:
         try:
             with open(self.path_of(session_id), "rb") as f:

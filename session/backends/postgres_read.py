@@ -103,6 +103,9 @@ class PostgresReader:
                            f"{UPDATED_AT} FROM acp_bridge.sessions s", ())
         return {row[0]: (int(row[1]), int(row[2])) for row in rows}
 
+    def unstamped(self) -> set[str]:
+        return set()  # every write changes the stamp
+
     def peek(self, session_id: str) -> SessionPeek:
         try:
             header_json, title, updated = self._row(validate_session_id(session_id))

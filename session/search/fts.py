@@ -36,6 +36,7 @@ from session.search.base import (
     Hit,
     IndexDamaged,
     Query,
+    SessionBrief,
     SessionRow,
     StatsRow,
     fts5_match,
@@ -44,6 +45,8 @@ from session.search.base import (
 from session.search.sql import (
     SESSION_COLUMNS,
     TURN_COLUMNS,
+    brief_query,
+    briefs_of,
     doc_values,
     hit_of,
     open_turns_query,
@@ -58,7 +61,7 @@ SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE sessions (id TEXT PRIMARY KEY, created INTEGER, cwd TEXT, agent TEXT, title TEXT,
     stamp TEXT, at_seq INTEGER, at_offset INTEGER, at_time INTEGER, at_turn INTEGER, cost REAL,
-    currency TEXT, damaged TEXT) WITHOUT ROWID;
+    currency TEXT, damaged TEXT, header TEXT, checked INTEGER) WITHOUT ROWID;
 CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INTEGER, ended INTEGER,
     model TEXT, mode TEXT, state TEXT, reason TEXT, input INTEGER, output INTEGER, cache_read INTEGER,
     cache_write INTEGER, reasoning INTEGER, steps INTEGER, tools INTEGER, tool_errors INTEGER,
@@ -266,3 +269,55 @@ class FtsIndex:
             self._db.close()
             self._db = None
         self.unlock()
+
+
+class FtsBriefs:
+    """The index file at `path` opened read-only for `sessions list` (see
+    session.search.base.Briefs): a missing file is not made, a damaged one or one of
+    another format or store is not trusted (and left for the indexer to make again)."""
+
+    CHUNK = 500  # ids per query (SQLite's limit on parameters is 32,766 here, 999 in old builds)
+
+    def __init__(self, path: Path, identity: str) -> None:
+        self.path = path.absolute()
+        self.identity = identity
+        self._db: sqlite3.Connection | None = None
+        self._failed = False
+
+    def _conn(self) -> sqlite3.Connection | None:
+        if self._db is None and not self._failed:
+            self._failed = True
+            if not self.path.is_file():
+                return None
+            db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            try:
+                db.execute("PRAGMA query_only = 1")
+                meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            except sqlite3.Error:
+                db.close()
+                return None
+            if meta.get("format") != FORMAT or meta.get("store") != self.identity:
+                db.close()
+                return None
+            self._db, self._failed = db, False
+        return self._db
+
+    def briefs(self, session_ids: Sequence[str]) -> dict[str, SessionBrief] | None:
+        try:
+            db = self._conn()
+            if db is None:
+                return None
+            out: dict[str, SessionBrief] = {}
+            for start in range(0, len(session_ids), self.CHUNK):
+                chunk = list(session_ids[start:start + self.CHUNK])
+                out.update(briefs_of(db.execute(brief_query(f" IN ({', '.join('?' * len(chunk))})"), chunk * 2).fetchall()))
+            return out
+        except (sqlite3.Error, ValueError, TypeError, AttributeError):  # damaged, or not ours to read
+            self.close()
+            self._failed = True
+            return None
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from acp_bridge.cli.sessions.source import Source
     from session.backends.base import Stamp
-    from session.search.base import SearchIndex, SessionRow
+    from session.search.base import Briefs, SearchIndex, SessionRow
 
 INDEX_FILE = "search.sqlite3"
 WAIT = 2.0  # seconds a search waits for another indexer's pass to end
@@ -59,11 +59,30 @@ def open_index(backend: str, root: Path | str, option: str | None) -> SearchInde
         from session.search.pg import PgIndex
 
         return PgIndex(str(root))
-    from session import shown_store
     from session.search.fts import FtsIndex
 
+    return FtsIndex(path, _identity(backend, root))
+
+
+def open_briefs(backend: str, root: Path | str) -> Briefs:
+    """The store's index in its own place, read-only, for `sessions list`
+    (session.search.base.Briefs: never made or written here)."""
+    path = index_path(backend, root, None)
+    if path is None:
+        from session.search.pg import PgBriefs
+
+        return PgBriefs(str(root))
+    from session.search.fts import FtsBriefs
+
+    return FtsBriefs(path, _identity(backend, root))
+
+
+def _identity(backend: str, root: Path | str) -> str:
+    """The store an index file says it indexes: an index copied from another is not trusted."""
+    from session import shown_store
+
     where = os.path.realpath(root) if backend != "postgres" else shown_store(root)
-    return FtsIndex(path, f"{backend}:{where}")
+    return f"{backend}:{where}"
 
 
 @dataclass
