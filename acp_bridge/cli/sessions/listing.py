@@ -109,7 +109,8 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
                 break  # newest first: the rest are older than every row kept
             indexed = summaries.row(sid)
             if indexed is not None:
-                rows.append(indexed)
+                if wanted is None or indexed.header.get("cwd") in wanted:
+                    rows.append(indexed)
                 continue
             if wanted is not None:
                 header = source.peek(sid).header
