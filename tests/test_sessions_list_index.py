@@ -52,7 +52,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
     try:
         store.create(cwd=str(tmp_path / "work-d")).close()  # no turns
         log = store.create(cwd=str(tmp_path / "work-e"), additional_directories=[str(tmp_path / "more")])
-        log.extend(Script().text_turn("with more folders", "done").items)  # type: ignore[arg-type]
+        log.extend(Script().text_turn("with more folders", "done").items)
         log.sync()
         log.close()
     finally:
@@ -98,8 +98,8 @@ def _tamper(kind: str, root: str, sid: str) -> None:
     else:
         import psycopg
 
-        with psycopg.connect(root) as db:
-            db.execute("UPDATE acp_bridge.events SET data = '{\"turn\": 99}' WHERE session_id = %s AND seq = 1",
+        with psycopg.connect(root) as pg:
+            pg.execute("UPDATE acp_bridge.events SET data = '{\"turn\": 99}' WHERE session_id = %s AND seq = 1",
                        (sid,))
 
 
@@ -143,8 +143,8 @@ def test_a_stale_row_or_a_damaged_index_falls_back_to_the_log(store: tuple[str, 
     if kind == "postgres":
         import psycopg
 
-        with psycopg.connect(root) as db:  # an index of another format is not read
-            db.execute("UPDATE acp_bridge_search.meta SET value = '1' WHERE key = 'format'")
+        with psycopg.connect(root) as pg:  # an index of another format is not read
+            pg.execute("UPDATE acp_bridge_search.meta SET value = '1' WHERE key = 'format'")
         assert _status(kind, root, newest) == "damaged"
         return
     path = Path(root) / "index" / "search.sqlite3"
