@@ -23,8 +23,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from acp_bridge.cli.sessions.facts import TurnFeed, session_row
-from session.search.base import IndexDamaged, Rewound
+# facts (the turns, the view) and session.search are imported where they are used:
+# `sessions list` imports this module for `open_briefs` alone.
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,6 +101,8 @@ class Report:
 def catch_up(source: Source, index: SearchIndex, *, wait: float = WAIT,
              progress: Callable[[int, int], None] | None = None) -> Report:
     """Bring `index` up to date with `source` (see the module's docstring)."""
+    from session.search.base import IndexDamaged
+
     report = Report()
     start = time.monotonic()
     if not index.lock(wait):
@@ -139,7 +141,9 @@ def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
                   previous: SessionRow | None, report: Report) -> None:
     """Read one log into the index: from where it stopped, or (no usable previous row,
     or the log changed behind it) from the start."""
+    from acp_bridge.cli.sessions.facts import TurnFeed
     from session import SessionError, SessionNotFoundError
+    from session.search.base import Rewound
 
     resume = previous if previous is not None and previous.at is not None and not previous.damaged else None
     try:
@@ -169,6 +173,7 @@ def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
 
 
 def _damaged_row(source: Source, sid: str, stamp: Stamp, message: str) -> SessionRow:
+    from acp_bridge.cli.sessions.facts import session_row
     from session import SessionError
     from session.search.base import SessionRow
 

@@ -96,8 +96,8 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
     if cwd_filter:
         wanted = {os.path.abspath(cwd_filter), os.path.realpath(cwd_filter)}
     rows: list[Row] = []
-    ids = source.ids()
-    stamps = source.reader.stamps() if ids else {}
+    stamps = source.reader.stamps()  # every session's, in one pass: its ids too
+    ids = list(stamps)
     if limit is not None and 0 <= limit < len(ids):
         ids = sorted(ids, key=lambda sid: (-updated_of(source.name, stamps.get(sid)), sid))
         # newest first by the store's stamps (a stat per JSONL log, one query for a SQL

@@ -98,6 +98,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from acp_bridge.cli.sessions.progress import Progress
+
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROG = "acp-bridge sessions"
@@ -252,11 +254,7 @@ def run(args: argparse.Namespace) -> int:
         return serve(backend, root, args)
     if command in ("search", "stats", "index"):
         return _indexed(command, backend, root, args)
-    from acp_bridge.cli.sessions.listing import list_text
-    from acp_bridge.cli.sessions.progress import Progress
     from acp_bridge.cli.sessions.source import Source, resolve_id
-    from acp_bridge.cli.sessions.transcripts import markdown_chunks, show_chunks
-    from acp_bridge.cli.sessions.walk import Walk
     from acp_bridge.errors import AmbiguousIdError
     from session import (
         InvalidSessionIdError,
@@ -266,11 +264,19 @@ def run(args: argparse.Namespace) -> int:
     from session.errors import ForkTurnError
 
     source = Source(backend, root)
-    progress = Progress(f"{PROG} {command}")
+    progress: Progress | None = None
     try:
         if command in ("list", "ls"):
+            from acp_bridge.cli.sessions.listing import list_text
+
             _write(list_text(source, args))
             return EXIT_OK
+        # What show and export need, imported past the list (its first page: < 0.3 s).
+        from acp_bridge.cli.sessions.progress import Progress
+        from acp_bridge.cli.sessions.transcripts import markdown_chunks, show_chunks
+        from acp_bridge.cli.sessions.walk import Walk
+
+        progress = Progress(f"{PROG} {command}")
         sid = resolve_id(source, args.session_id)
         if command == "fork":
             from acp_bridge.cli.sessions.fork import fork
@@ -315,7 +321,8 @@ def run(args: argparse.Namespace) -> int:
     except _sqlite_error() as exc:
         return _fail(f"cannot read the store {source.root}: {exc}", EXIT_FAIL)
     finally:
-        progress.done()
+        if progress is not None:
+            progress.done()
         source.close()
 
 
