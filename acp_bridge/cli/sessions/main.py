@@ -51,9 +51,10 @@ Decisions (DESIGN.md section 6 leaves the details open):
   the file's mtime for JSONL, the last event's time for SQLite). Status: `completed`,
   `max_tokens`, `max_steps`, `refusal`, `cancelled`, `error: MESSAGE`, `interrupted`,
   `interrupted (unrepaired)` (open turn, no live owner), `running` (open turn, live
-  owner), `open (running or interrupted)` (owner unknown), `damaged`, `no turns`. It
-  reads every log, one streamed pass each (turns and tokens are not indexed), which is
-  fine for a person's store; `--cwd` matches the session cwd exactly (after making DIR absolute). `--json`
+  owner), `open (running or interrupted)` (owner unknown), `damaged`, `no turns`. A
+  session's facts come from the search index's rows while they are fresh (listing.py,
+  `Summaries`; the list never makes or updates the index), else from its log, one
+  streamed pass (the same output either way); `--cwd` matches the session cwd exactly (after making DIR absolute). `--json`
   prints one JSON array (times as epoch ms and local ISO 8601).
 - **Token totals** add up the `usage` of every `assistant/message`: input and output
   always; cache read/write and reasoning tokens when any were reported.
