@@ -72,7 +72,7 @@ def open_briefs(backend: str, root: Path | str) -> Briefs:
         from session.search.pg import PgBriefs
 
         return PgBriefs(str(root))
-    from session.search.fts import FtsBriefs
+    from session.search.fts_read import FtsBriefs
 
     return FtsBriefs(path, _identity(backend, root))
 
