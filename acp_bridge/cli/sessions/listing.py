@@ -165,12 +165,20 @@ class Summaries:
         self._unstamped: set[str] | None = None
         self._briefs: dict[str, SessionBrief] = {}
         self._read = 0  # how much of `order` was asked for
+        self._position: dict[str, int] | None = None  # where each id is in `order`, if needed
 
     def row(self, sid: str) -> Row | None:
         if self._index is None:
             return None
         if sid not in self._briefs and self._read < len(self._order):
-            at = self._read if self._order[self._read] == sid else self._order.index(sid, self._read)
+            if self._order[self._read] == sid:  # the next one not asked for yet, as a list goes
+                at = self._read
+            else:
+                if self._position is None:
+                    self._position = {s: n for n, s in enumerate(self._order)}
+                at = self._position.get(sid, -1)
+            if at < self._read:  # asked for already: the index has no row of it
+                return None
             chunk = self._order[at:at + self.CHUNK]
             self._read = at + len(chunk)
             got = self._index.briefs(chunk)
