@@ -244,3 +244,17 @@ def _index_without_tail(root: str, tail: Path) -> None:
     tail.unlink()
     _index("sqlite", root)
     tail.write_bytes(kept)
+
+
+def test_a_title_the_index_cannot_hold_is_read_from_the_log(store: tuple[str, str], tmp_path: Path) -> None:
+    """A NUL in a prompt: the index's text columns hold U+FFFD instead (PostgreSQL's
+    text cannot hold NUL), so such a row's title is not trusted."""
+    kind, root = store
+    sid = add_session(root, kind, str(tmp_path / "work-f"), Script().text_turn("a\x00b", "ok"), DAY1 + 9_000_000)
+    before = _list(kind, root)
+    title = next(row["title"] for row in orjson.loads(before[0]) if row["id"] == sid)
+    assert title == ("a\ufffdb" if kind == "postgres" else "a\x00b")  # the store's own title column, for postgres
+    _index(kind, root)
+    assert _list(kind, root) == before
+    _tamper(kind, root, sid)  # read from its log: so it says it is damaged
+    assert _status(kind, root, sid) == "damaged"

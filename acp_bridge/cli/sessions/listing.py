@@ -207,6 +207,9 @@ class Summaries:
         row = brief.row
         if row.stamp != self._stamps.get(sid) or row.damaged is not None or not row.checked:
             return False
+        if row.title is not None and "\ufffd" in row.title:
+            return False  # maybe a NUL the index's text column could not hold: the log has it
+
         if brief.turns and (brief.last_turn != brief.turns or brief.last_state == "open"
                             or brief.last_reason is None):
             return False  # an open last turn: running or cut short, for its log to tell
