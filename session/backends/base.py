@@ -129,6 +129,11 @@ class StoreReader(Protocol):
     def stamps(self) -> dict[str, Stamp]:
         """Every stored session's `Stamp`, in one cheap pass (no log is read)."""
 
+    def unstamped(self) -> set[str]:
+        """The sessions holding events their stamp does not count yet, in one cheap pass:
+        SQLite's streamed events in a tail file, which its next durable commit moves into
+        the database (and so into its stamp). Empty for the other stores."""
+
     def peek(self, session_id: str) -> SessionPeek:
         """Best effort, never raising for damage: for a session `stream` refuses."""
 

@@ -210,13 +210,11 @@ class JsonlReader:
         return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
 
     def ids(self) -> list[str]:
-        if not self.sessions_dir.is_dir():
+        try:
+            names = os.listdir(self.sessions_dir)
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return [
-            path.stem
-            for path in self.sessions_dir.iterdir()
-            if path.suffix == ".jsonl" and is_session_id(path.stem)
-        ]
+        return [name[:-6] for name in names if name.endswith(".jsonl") and is_session_id(name[:-6])]
 
     def stream(self, session_id: str, at: At | None = None) -> JsonlStream:
         path = self.path_of(session_id)
@@ -247,6 +245,9 @@ class JsonlReader:
                         continue
                     out[sid] = (st.st_size, st.st_mtime_ns, st.st_ino)
         return out
+
+    def unstamped(self) -> set[str]:
+        return set()  # every write changes the stamp
 
     def peek(self, session_id: str) -> SessionPeek:
         try:

@@ -242,6 +242,9 @@ class MemoryReader:
     def stamps(self) -> dict[str, Stamp]:
         return {sid: (len(stored.records), stored.updated_at) for sid, stored in self._backend.stored.items()}
 
+    def unstamped(self) -> set[str]:
+        return set()  # every write changes the stamp
+
     def peek(self, session_id: str) -> SessionPeek:
         stored = self._backend.stored.get(session_id)
         if stored is None:

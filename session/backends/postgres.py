@@ -1,7 +1,7 @@
 """The PostgreSQL backend: the sessions of many machines in one database.
 
     acp_bridge.schema_version   the schema version (other versions are refused)
-    acp_bridge.sessions         one row per session: header, cwd, title, created_at
+    acp_bridge.sessions         one row per session: header, cwd, title, created_at, last event
     acp_bridge.events           (session_id, seq) -> type, time, data (json, verbatim)
     acp_bridge.torn_events      records a repair cut, kept aside
     acp_bridge.owners           who took a session's lock last (host, pid, token)
@@ -46,10 +46,12 @@ from session.backends.base import (
     validate_session_id,
 )
 from session.backends.postgres_connect import (
+    DDL,
     DURABLE_LEVEL,
     HOST,
     HUNG_UP,
     LOCK_HOLDER,
+    MIGRATE_FROM_1,
     SCHEMA_VERSION,
     UPDATED_AT,
     connect,
@@ -75,42 +77,6 @@ from session.events import Header
 from session.log import now_ms
 from session.scan import parse_header
 
-DDL = f"""
-CREATE SCHEMA IF NOT EXISTS acp_bridge;
-CREATE TABLE acp_bridge.schema_version (version integer NOT NULL);
-CREATE TABLE acp_bridge.sessions (
-    id text PRIMARY KEY,
-    header json NOT NULL,
-    cwd text NOT NULL,
-    title text,
-    created_at bigint NOT NULL,
-    updated_at bigint NOT NULL
-);
-CREATE TABLE acp_bridge.events (
-    session_id text NOT NULL,
-    seq bigint NOT NULL,
-    type text NOT NULL,
-    time bigint NOT NULL,
-    data json NOT NULL,
-    PRIMARY KEY (session_id, seq)
-);
-CREATE TABLE acp_bridge.torn_events (
-    session_id text NOT NULL,
-    seq bigint NOT NULL,
-    type text,
-    time bigint,
-    data json,
-    cut_at bigint NOT NULL
-);
-CREATE TABLE acp_bridge.owners (
-    session_id text PRIMARY KEY,
-    host text NOT NULL,
-    pid integer NOT NULL,
-    token text NOT NULL,
-    since bigint NOT NULL
-);
-INSERT INTO acp_bridge.schema_version VALUES ({SCHEMA_VERSION});
-"""
 # Taken (for one transaction) while the schema is checked and created: two agents
 # opening a new store at once must not both create it.
 SCHEMA_LOCK = 0x6163_702D_6272_6467  # "acp-brdg"
@@ -141,6 +107,9 @@ class PostgresBackend:
                 version = schema_version(db)
                 if version is None:
                     db.execute(DDL)
+                    return
+                if version == 1:  # one scan of the events, once (see SCHEMA_VERSION)
+                    db.execute(MIGRATE_FROM_1)
                     return
         except psycopg.Error as exc:
             raise store_error(self.conninfo, "open the store", exc) from None

@@ -25,13 +25,92 @@ from session.backends.postgres_conninfo import scrub, shown
 from session.errors import SessionLockedError, SessionVersionError, StoreIOError
 
 SCHEMA = "acp_bridge"
-SCHEMA_VERSION = 1
-# A session's `updatedAt`: the time of its last event (an index seek on the events
-# key), or its creation; the sessions row is not rewritten at every commit.
-UPDATED_AT = (
+SCHEMA_VERSION = 2
+"""2: `sessions.last_seq` and `last_time`, the seq and time of the session's last event,
+kept by a trigger on `events` (so a store's stamps are one scan of `sessions`, not an
+index seek per session into millions of events: bench/README.md, "At scale"). A store
+of version 1 is brought to 2 by the first agent that opens it (`MIGRATE_FROM_1`);
+until then a reader reads it as version 1 (`READABLE`)."""
+READABLE = (1, SCHEMA_VERSION)
+# A session's `updatedAt`: the time of its last event, or its creation.
+UPDATED_AT = "greatest(s.updated_at, coalesce(s.last_time, 0))"
+# ...in a store of version 1 (an index seek on the events key per session).
+UPDATED_AT_V1 = (
     "greatest(s.updated_at, coalesce((SELECT e.time FROM acp_bridge.events e "
     "WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1), 0))"
 )
+# The trigger that keeps `last_seq`/`last_time`, once per statement (a COPY of a batch
+# is one), in the writer's own transaction: appended rows move them on; deleted ones
+# (a rollback to a durable point, a repair's cut, a deletion) make them the last row's
+# that is left. Every write of events goes through it, whoever writes.
+LAST_EVENT_DDL = """
+CREATE FUNCTION acp_bridge.events_appended() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE acp_bridge.sessions s SET last_seq = n.seq, last_time = n.time
+    FROM (SELECT DISTINCT ON (session_id) session_id, seq, time FROM appended
+          ORDER BY session_id, seq DESC) n
+    WHERE s.id = n.session_id AND n.seq > coalesce(s.last_seq, -1);
+    RETURN NULL;
+END $$;
+CREATE FUNCTION acp_bridge.events_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE acp_bridge.sessions s SET (last_seq, last_time) = (SELECT e.seq, e.time FROM acp_bridge.events e
+        WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1)
+    WHERE s.id IN (SELECT DISTINCT session_id FROM deleted);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER events_appended AFTER INSERT ON acp_bridge.events REFERENCING NEW TABLE AS appended
+    FOR EACH STATEMENT EXECUTE FUNCTION acp_bridge.events_appended();
+CREATE TRIGGER events_deleted AFTER DELETE ON acp_bridge.events REFERENCING OLD TABLE AS deleted
+    FOR EACH STATEMENT EXECUTE FUNCTION acp_bridge.events_deleted();
+"""
+MIGRATE_FROM_1 = f"""
+ALTER TABLE acp_bridge.sessions ADD COLUMN last_seq bigint, ADD COLUMN last_time bigint;
+{LAST_EVENT_DDL}
+UPDATE acp_bridge.sessions s SET last_seq = e.seq, last_time = e.time
+FROM (SELECT DISTINCT ON (session_id) session_id, seq, time FROM acp_bridge.events
+      ORDER BY session_id, seq DESC) e WHERE e.session_id = s.id;
+UPDATE acp_bridge.schema_version SET version = {SCHEMA_VERSION};
+"""
+# The store's schema, made on first use (session.backends.postgres).
+DDL = f"""
+CREATE SCHEMA IF NOT EXISTS acp_bridge;
+CREATE TABLE acp_bridge.schema_version (version integer NOT NULL);
+CREATE TABLE acp_bridge.sessions (
+    id text PRIMARY KEY,
+    header json NOT NULL,
+    cwd text NOT NULL,
+    title text,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL,
+    last_seq bigint,
+    last_time bigint
+);
+CREATE TABLE acp_bridge.events (
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    type text NOT NULL,
+    time bigint NOT NULL,
+    data json NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE acp_bridge.torn_events (
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    type text,
+    time bigint,
+    data json,
+    cut_at bigint NOT NULL
+);
+CREATE TABLE acp_bridge.owners (
+    session_id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    token text NOT NULL,
+    since bigint NOT NULL
+);
+INSERT INTO acp_bridge.schema_version VALUES ({SCHEMA_VERSION});
+{LAST_EVENT_DDL}"""
 # The owner lock is a session-level advisory lock on this 64-bit key, taken by the
 # agent's connection: PostgreSQL drops it when that connection ends, however it ends.
 LOCK_HOLDER = (
@@ -178,7 +257,9 @@ def schema_version(conn: psycopg.Connection[Any]) -> int | None:
 def schema_version_error(conninfo: str, version: int) -> SessionVersionError:
     return SessionVersionError(
         f"store {shown(conninfo)} has schema version {version}; this build reads only "
-        f"version {SCHEMA_VERSION} (pre-release: no migration)",
+        f"version {SCHEMA_VERSION} (pre-release: no migration)" if version > SCHEMA_VERSION else
+        f"store {shown(conninfo)} has schema version {version}; this build reads only versions "
+        f"{', '.join(map(str, READABLE))} (an agent of this build brings 1 to {SCHEMA_VERSION})",
         version=version,
         supported=SCHEMA_VERSION,
     )

@@ -18,8 +18,9 @@ from session.backends.base import At, SessionPeek, Stamp, validate_session_id
 from session.backends.event_rows import raw_pieces
 from session.backends.postgres_connect import (
     LOCK_HOLDER,
-    SCHEMA_VERSION,
+    READABLE,
     UPDATED_AT,
+    UPDATED_AT_V1,
     connect,
     lock_holder_args,
     schema_version,
@@ -46,6 +47,7 @@ class PostgresReader:
         self.where = shown(conninfo)
         self._db: psycopg.Connection[Any] | None = None
         self._empty = False
+        self._updated_at = UPDATED_AT  # the store's schema version's (see _conn)
 
     def _conn(self) -> psycopg.Connection[Any] | None:
         if self._db is not None or self._empty:
@@ -61,9 +63,11 @@ class PostgresReader:
             db.close()
             self._empty = True
             return None
-        if version != SCHEMA_VERSION:
+        if version not in READABLE:
             db.close()
             raise schema_version_error(self.conninfo, version)
+        if version == 1:  # not yet brought to 2 by an agent: no last_seq, last_time
+            self._updated_at = UPDATED_AT_V1
         self._db = db
         return db
 
@@ -77,8 +81,9 @@ class PostgresReader:
             raise store_error(self.conninfo, "read the store", exc, session_id=sid) from None
 
     def _row(self, sid: str) -> tuple[bytes, str | None, int]:
-        rows = self._query(f"SELECT s.header, s.title, {UPDATED_AT} FROM acp_bridge.sessions s "
-                           "WHERE s.id = %s", (sid,), sid)
+        db = self._conn()  # first: the store's version decides the query
+        rows = self._query(f"SELECT s.header, s.title, {self._updated_at} FROM acp_bridge.sessions s "
+                           "WHERE s.id = %s", (sid,), sid) if db is not None else []
         if not rows:
             raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
         header, title, updated = rows[0]
@@ -97,11 +102,21 @@ class PostgresReader:
         return stream
 
     def stamps(self) -> dict[str, Stamp]:
-        """(last seq, `updatedAt`) of each session: an index seek each, no log read."""
-        rows = self._query("SELECT s.id, coalesce((SELECT e.seq FROM acp_bridge.events e WHERE "
-                           "e.session_id = s.id ORDER BY e.seq DESC LIMIT 1), -1), "
-                           f"{UPDATED_AT} FROM acp_bridge.sessions s", ())
+        """(last seq, `updatedAt`) of each session: one scan of `sessions`, no log read
+        (version 1: an index seek per session for its last event)."""
+        if self._conn() is None:
+            return {}
+        if self._updated_at == UPDATED_AT:
+            rows = self._query(f"SELECT s.id, coalesce(s.last_seq, -1), {UPDATED_AT} FROM acp_bridge.sessions s", ())
+        else:
+            rows = self._query("SELECT s.id, coalesce(e.seq, -1), greatest(s.updated_at, coalesce(e.time, 0)) "
+                               "FROM acp_bridge.sessions s LEFT JOIN LATERAL (SELECT seq, time FROM "
+                               "acp_bridge.events e WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1) e "
+                               "ON true", ())
         return {row[0]: (int(row[1]), int(row[2])) for row in rows}
+
+    def unstamped(self) -> set[str]:
+        return set()  # every write changes the stamp
 
     def peek(self, session_id: str) -> SessionPeek:
         try:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import orjson
 
-from session.backends.base import At, SessionPeek, Stamp, validate_session_id
+from session.backends.base import At, SessionPeek, Stamp, is_session_id, validate_session_id
 from session.backends.event_rows import as_bytes, raw_pieces, row_events
-from session.backends.sqlite_tail import tail_after, tail_path, tail_records
+from session.backends.sqlite_tail import TAILS_DIR, tail_after, tail_path, tail_records
 from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
 from session.events import Event, Header
 from session.files import LockTable, Owner, lock_file
@@ -308,15 +308,37 @@ class SqliteReader:
         return stream
 
     def stamps(self) -> dict[str, Stamp]:
-        """(last seq, `updatedAt`) of each session: an index seek each, no log read."""
+        """(last seq, `updatedAt`) of each session: an index seek each, no log read.
+        One seek for the last seq, and the row by its key (not a second seek, as
+        UPDATED_AT's subquery would make): half the pages, which a fresh reader's every
+        first page pays for (10,000 sessions: bench/README.md, "At scale")."""
         db = self._conn()
         if db is None:
             return {}
         with damage_as_corrupt(self.path):
             rows = db.execute(
-                "SELECT id, coalesce((SELECT seq FROM events WHERE events.session_id = sessions.id "
-                f"ORDER BY seq DESC LIMIT 1), -1), {UPDATED_AT} FROM sessions").fetchall()
+                "SELECT s.id, coalesce(e.seq, -1), max(s.updated_at, coalesce(e.time, 0)) FROM sessions s "
+                "LEFT JOIN events e ON e.session_id = s.id AND e.seq = (SELECT seq FROM events "
+                "WHERE session_id = s.id ORDER BY seq DESC LIMIT 1)").fetchall()
         return {row[0]: (int(row[1]), int(row[2])) for row in rows}
+
+    def unstamped(self) -> set[str]:
+        """The sessions whose tail file holds streamed events (an empty one does not)."""
+        out: set[str] = set()
+        try:
+            entries = os.scandir(self.path.parent / TAILS_DIR)
+        except (FileNotFoundError, NotADirectoryError):
+            return out
+        with entries:
+            for entry in entries:
+                sid = entry.name[:-6]
+                if entry.name.endswith(".jsonl") and is_session_id(sid):
+                    try:
+                        if entry.stat().st_size:
+                            out.add(sid)
+                    except FileNotFoundError:  # moved into the database meanwhile
+                        continue
+        return out
 
     def peek(self, session_id: str) -> SessionPeek:
         try:

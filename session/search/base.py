@@ -19,8 +19,10 @@ from typing import Any, Protocol
 from session.backends.base import At, Stamp
 from session.errors import SearchQueryError
 
-FORMAT = "1"
-"""The index's own format version, stored in it: an index of another is rebuilt."""
+FORMAT = "2"
+"""The index's own format version, stored in it: an index of another is rebuilt.
+2: a session's row keeps its header and whether its log was checked (`sessions list`
+takes its facts from fresh rows)."""
 
 KINDS = ("prompt", "answer", "thought", "tool", "output")
 """What a text of a turn is: the user's prompt, an answer, the model's thinking, a tool
@@ -69,6 +71,23 @@ class SessionRow:
     cost: float | None = None  # a wrapped agent's cumulative `usage_update.cost` at `at`
     currency: str | None = None
     damaged: str | None = None  # why the log cannot be read (then no turn is kept)
+    header: str = "{}"  # the log's header as JSON (what `sessions list` shows of it)
+    # Whether every event read, from seq 0 to where the reading stopped, kept the log
+    # invariants as a load checks them: only then may `list` show the row's facts.
+    checked: bool = False
+
+
+@dataclass
+class SessionBrief:
+    """What `sessions list` shows of a session, from its index rows: the session's row,
+    its number of turns, their token sums, and its last turn's number, state and reason."""
+
+    row: SessionRow
+    turns: int
+    tokens: dict[str, int]
+    last_turn: int | None
+    last_state: str | None
+    last_reason: dict[str, Any] | None
 
 
 @dataclass
@@ -342,6 +361,16 @@ def snippet(text: str, query: Query) -> tuple[str, list[tuple[int, int]]]:
     prefix = "…" if start else ""
     suffix = "…" if end < len(folded) else ""
     return prefix + shown + suffix, [(a + len(prefix), b + len(prefix)) for a, b in marks]
+
+
+class Briefs(Protocol):
+    """An index opened read-only for `sessions list` (fts.FtsBriefs, pg.PgBriefs): never
+    made, rebuilt or written. `briefs` is None where there is nothing to trust (no
+    index, one of another format or store, a damaged one): the caller reads the logs."""
+
+    def briefs(self, session_ids: Sequence[str]) -> dict[str, SessionBrief] | None: ...
+
+    def close(self) -> None: ...
 
 
 class SearchIndex(Protocol):

@@ -58,7 +58,7 @@ SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE sessions (id TEXT PRIMARY KEY, created INTEGER, cwd TEXT, agent TEXT, title TEXT,
     stamp TEXT, at_seq INTEGER, at_offset INTEGER, at_time INTEGER, at_turn INTEGER, cost REAL,
-    currency TEXT, damaged TEXT) WITHOUT ROWID;
+    currency TEXT, damaged TEXT, header TEXT, checked INTEGER) WITHOUT ROWID;
 CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INTEGER, ended INTEGER,
     model TEXT, mode TEXT, state TEXT, reason TEXT, input INTEGER, output INTEGER, cache_read INTEGER,
     cache_write INTEGER, reasoning INTEGER, steps INTEGER, tools INTEGER, tool_errors INTEGER,
@@ -266,3 +266,4 @@ class FtsIndex:
             self._db.close()
             self._db = None
         self.unlock()
+

@@ -26,13 +26,14 @@ import psycopg
 
 from session.backends.postgres_connect import connect
 from session.backends.postgres_conninfo import scrub, shown
-from session.errors import SearchIndexError
+from session.errors import SearchIndexError, StoreIOError
 from session.search.base import (
     FORMAT,
     Feed,
     Filters,
     Hit,
     Query,
+    SessionBrief,
     SessionRow,
     StatsRow,
     snippet,
@@ -41,6 +42,8 @@ from session.search.base import (
 from session.search.sql import (
     SESSION_COLUMNS,
     TURN_COLUMNS,
+    brief_query,
+    briefs_of,
     doc_values,
     hit_of,
     open_turns_query,
@@ -57,7 +60,7 @@ CREATE SCHEMA acp_bridge_search;
 CREATE TABLE {S}meta (key text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE {S}sessions (id text PRIMARY KEY, created bigint, cwd text, agent text, title text,
     stamp text, at_seq bigint, at_offset bigint, at_time bigint, at_turn integer,
-    cost double precision, currency text, damaged text);
+    cost double precision, currency text, damaged text, header text, checked integer);
 CREATE TABLE {S}turns (session_id text NOT NULL, turn integer NOT NULL, started bigint, ended bigint,
     model text, mode text, state text, reason text, input bigint, output bigint, cache_read bigint,
     cache_write bigint, reasoning bigint, steps integer, tools integer, tool_errors integer,
@@ -237,6 +240,59 @@ class PgIndex:
 
     def close(self) -> None:
         self.unlock()
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+
+class PgBriefs:
+    """The index's tables opened read-only for `sessions list` (see
+    session.search.base.Briefs): never made; tables of another format, or none, are
+    not read; any failure is "nothing to trust" (the logs are read instead)."""
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self._db: psycopg.Connection[Any] | None = None
+        self._failed = False
+
+    def _conn(self) -> psycopg.Connection[Any] | None:
+        if self._db is None and not self._failed:
+            self._failed = True
+            try:
+                db = connect(self.conninfo, purpose="sessions")
+            except StoreIOError:
+                return None
+            try:
+                db.execute("SET default_transaction_read_only = on")
+                found = db.execute("SELECT to_regclass('acp_bridge_search.meta'), "
+                                   "to_regclass('acp_bridge_search.turns'), "
+                                   "to_regclass('acp_bridge_search.sessions')").fetchone()
+                if found is None or not all(found):
+                    db.close()
+                    return None
+                row = db.execute(f"SELECT value FROM {S}meta WHERE key = 'format'").fetchone()
+            except psycopg.Error:
+                db.close()
+                return None
+            if row is None or row[0] != FORMAT:
+                db.close()
+                return None
+            self._db, self._failed = db, False
+        return self._db
+
+    def briefs(self, session_ids: Sequence[str]) -> dict[str, SessionBrief] | None:
+        try:
+            db = self._conn()
+            if db is None:
+                return None
+            ids = list(session_ids)
+            return briefs_of(db.execute(brief_query(" = ANY(%s)", S), (ids, ids)).fetchall())
+        except (psycopg.Error, StoreIOError, ValueError, TypeError, AttributeError):
+            self.close()
+            self._failed = True
+            return None
+
+    def close(self) -> None:
         db, self._db = self._db, None
         if db is not None:
             db.close()

@@ -15,6 +15,7 @@ from session.search.base import (
     DocRow,
     Filters,
     Hit,
+    SessionBrief,
     SessionRow,
     StatsRow,
     TurnRow,
@@ -23,7 +24,7 @@ from session.search.base import (
 )
 
 SESSION_COLUMNS = ("id", "created", "cwd", "agent", "title", "stamp", "at_seq", "at_offset", "at_time",
-                   "at_turn", "cost", "currency", "damaged")
+                   "at_turn", "cost", "currency", "damaged", "header", "checked")
 TURN_COLUMNS = ("session_id", "turn", "started", "ended", "model", "mode", "state", "reason", "input",
                 "output", "cache_read", "cache_write", "reasoning", "steps", "tools", "tool_errors",
                 "cost", "currency")
@@ -40,18 +41,45 @@ def _text(values: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def session_values(row: SessionRow) -> tuple[Any, ...]:
     at = row.at
-    return _text((row.id, row.created, row.cwd, row.agent, row.title, ",".join(map(str, row.stamp)),
-                  at.seq if at else None, at.offset if at else None, row.at_time, row.at_turn, row.cost,
-                  row.currency, row.damaged))
+    # The header is JSON text: a NUL in it is escaped already, and must stay so.
+    return (*_text((row.id, row.created, row.cwd, row.agent, row.title, ",".join(map(str, row.stamp)),
+                    at.seq if at else None, at.offset if at else None, row.at_time, row.at_turn, row.cost,
+                    row.currency, row.damaged)), row.header, int(row.checked))
 
 
 def session_of(values: Sequence[Any]) -> SessionRow:
     (sid, created, cwd, agent, title, stamp, at_seq, at_offset, at_time, at_turn, cost, currency,
-     damaged) = values
+     damaged, header, checked) = values
     return SessionRow(sid, int(created), cwd, agent, title,
                       tuple(int(v) for v in stamp.split(",")) if stamp else (),
                       At(int(at_seq), None if at_offset is None else int(at_offset)) if at_seq is not None else None,
-                      at_time, at_turn, cost, currency, damaged)
+                      at_time, at_turn, cost, currency, damaged, header or "{}", bool(checked))
+
+
+def brief_query(ids: str, schema: str = "") -> str:
+    """The rows `briefs_of` reads: each session's row, its turns' count and token sums,
+    and its last turn, for the sessions `ids` selects (SQL after the id column, given
+    twice its parameters: ` IN (?, ?)`, ` = ANY(%s)`)."""
+    sums = ", ".join(f"sum({c}) AS {c}" for c in _TOKEN_COLUMNS)
+    return (f"SELECT {', '.join(f's.{c}' for c in SESSION_COLUMNS)}, a.n, "
+            f"{', '.join(f'a.{c}' for c in _TOKEN_COLUMNS)}, l.turn, l.state, l.reason FROM {schema}sessions s "
+            f"LEFT JOIN (SELECT session_id, count(*) AS n, max(turn) AS last, {sums} FROM {schema}turns "
+            f"WHERE session_id{ids} GROUP BY session_id) a ON a.session_id = s.id "
+            f"LEFT JOIN {schema}turns l ON l.session_id = s.id AND l.turn = a.last WHERE s.id{ids}")
+
+
+def briefs_of(rows: Iterable[Sequence[Any]]) -> dict[str, SessionBrief]:
+    """The rows of `brief_query` by session id."""
+    out: dict[str, SessionBrief] = {}
+    width = len(SESSION_COLUMNS)
+    for values in rows:
+        row = session_of(values[:width])
+        count, *sums = values[width:width + 1 + len(_TOKEN_COLUMNS)]
+        last_turn, state, reason = values[width + 1 + len(_TOKEN_COLUMNS):]
+        tokens = {key: int(v) for key, v in zip(TOKEN_KEYS, sums, strict=True) if v}
+        out[row.id] = SessionBrief(row, int(count or 0), tokens, None if last_turn is None else int(last_turn),
+                                   state, reason_of(reason))
+    return out
 
 
 def turn_values(session_id: str, row: TurnRow) -> tuple[Any, ...]:

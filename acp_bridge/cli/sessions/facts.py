@@ -9,8 +9,10 @@ and checks that that record is still there, the same, before it goes on: a log c
 rewritten behind the index raises `Rewound`, and the indexer reads it from its start.
 The torn-tail rule applies as it does for a load: damage that a `turn/end` follows is
 `SessionCorruptError` (the session is kept as damaged); a torn tail is not indexed.
-No invariant check: a read that starts part-way has no tracker to feed, and the index
-only finds turns, it never loads them.
+The invariants are checked as a load checks them (a read that starts at a `turn/end`
+starts the tracker where that record leaves it): a log that breaks them is still
+indexed, for search, but its row says it was not `checked`, and `sessions list` then
+reads the log itself (and shows it as damaged, as a load would refuse it).
 """
 
 from __future__ import annotations
@@ -33,10 +35,25 @@ OURS = "acp-bridge"  # the agent of a session our own agent recorded
 
 def session_row(sid: str, stream: ReadStream, stamp: Stamp) -> SessionRow:
     """The facts of a session from its header (and the store's title, if it keeps one)."""
+    import orjson
+
     header: dict[str, Any] = dict(stream.header)
     agent = wrapped_agent(header)
     return SessionRow(sid, int(header.get("createdAt") or 0), str(header.get("cwd", "")),
-                      agent.product if agent is not None else OURS, stream.title, stamp)
+                      agent.product if agent is not None else OURS, stream.title, stamp,
+                      header=orjson.dumps(header).decode())
+
+
+def title_after(title: str | None, prompted: bool, event: Event) -> tuple[str | None, bool]:
+    """The index's title of a session once `event` is read, and whether its first prompt
+    has been: the store's own title, else its first prompt's (`first_prompt_title`), as
+    `sessions list` reads it from the log (source.py). The one place the index decides a
+    title: a title set later in the log would be taken here."""
+    from session.backends.base import first_prompt_title
+
+    if prompted or event["type"] != "user/message":
+        return title, prompted
+    return title if title is not None else first_prompt_title(event), True
 
 
 class TurnFeed:
@@ -55,12 +72,14 @@ class TurnFeed:
             self._row.title = self._row.title or previous.title
             self._row.at, self._row.at_time, self._row.at_turn = previous.at, previous.at_time, previous.at_turn
             self._row.cost, self._row.currency = previous.cost, previous.currency
+            self._row.checked = previous.checked
 
     def row(self) -> SessionRow:
         return self._row
 
     def turns(self) -> Iterator[tuple[TurnRow, list[DocRow]]]:
-        from session.backends.base import At, first_prompt_title
+        from session import InvariantError, InvariantTracker
+        from session.backends.base import At
         from session.scan import TailSplitter
 
         stream, row, previous = self._stream, self._row, self._previous
@@ -68,6 +87,16 @@ class TurnFeed:
         splitter = TailSplitter(self.sid, stream.locate, start=at.seq if at is not None else 0)
         builder = TurnBuilder(keep=False)
         checked = at is None
+        # Where the log stands after the turn/end the last read stopped at: outside a
+        # turn, that turn the last (its tool calls all closed with it).
+        tracker: InvariantTracker | None = InvariantTracker(session_id=self.sid)
+        if at is None:
+            row.checked = True
+        elif row.checked and previous is not None:
+            tracker = InvariantTracker(session_id=self.sid, next_seq=at.seq + 1, turn=previous.at_turn or 0)
+        else:
+            tracker = None
+        prompted = at is not None  # turn 1, its prompt with it, ended before where it stopped
         last_end: Event | None = None
         turn_cost: tuple[float, str] | None = None
         try:
@@ -75,12 +104,18 @@ class TurnFeed:
                 if not checked:
                     self._check(block[0] if block else None)
                     checked = True
-                for event in splitter.feed(block):
-                    if event["seq"] == (at.seq if at is not None else -1):
-                        continue  # the turn/end the last read stopped at
+                events = splitter.feed(block)
+                if events and at is not None and events[0]["seq"] == at.seq:
+                    events = events[1:]  # the turn/end the last read stopped at
+                if tracker is not None:
+                    try:
+                        tracker.feed_stored(events)
+                    except InvariantError:  # still indexed (search finds it); `list` reads the log
+                        tracker, row.checked = None, False
+                for event in events:
                     etype = event["type"]
-                    if etype == "user/message" and row.title is None:
-                        row.title = first_prompt_title(event)
+                    if etype == "user/message":
+                        row.title, prompted = title_after(row.title, prompted, event)
                     elif etype == "wrapped/update":
                         turn_cost = _reported_cost(event, turn_cost)
                     done = builder.feed(event)

@@ -23,8 +23,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from acp_bridge.cli.sessions.facts import TurnFeed, session_row
-from session.search.base import IndexDamaged, Rewound
+# facts (the turns, the view) and session.search are imported where they are used:
+# `sessions list` imports this module for `open_briefs` alone.
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from acp_bridge.cli.sessions.source import Source
     from session.backends.base import Stamp
-    from session.search.base import SearchIndex, SessionRow
+    from session.search.base import Briefs, SearchIndex, SessionRow
 
 INDEX_FILE = "search.sqlite3"
 WAIT = 2.0  # seconds a search waits for another indexer's pass to end
@@ -59,11 +59,30 @@ def open_index(backend: str, root: Path | str, option: str | None) -> SearchInde
         from session.search.pg import PgIndex
 
         return PgIndex(str(root))
-    from session import shown_store
     from session.search.fts import FtsIndex
 
+    return FtsIndex(path, _identity(backend, root))
+
+
+def open_briefs(backend: str, root: Path | str) -> Briefs:
+    """The store's index in its own place, read-only, for `sessions list`
+    (session.search.base.Briefs: never made or written here)."""
+    path = index_path(backend, root, None)
+    if path is None:
+        from session.search.pg import PgBriefs
+
+        return PgBriefs(str(root))
+    from session.search.fts_read import FtsBriefs
+
+    return FtsBriefs(path, _identity(backend, root))
+
+
+def _identity(backend: str, root: Path | str) -> str:
+    """The store an index file says it indexes: an index copied from another is not trusted."""
+    from session import shown_store
+
     where = os.path.realpath(root) if backend != "postgres" else shown_store(root)
-    return FtsIndex(path, f"{backend}:{where}")
+    return f"{backend}:{where}"
 
 
 @dataclass
@@ -82,6 +101,8 @@ class Report:
 def catch_up(source: Source, index: SearchIndex, *, wait: float = WAIT,
              progress: Callable[[int, int], None] | None = None) -> Report:
     """Bring `index` up to date with `source` (see the module's docstring)."""
+    from session.search.base import IndexDamaged
+
     report = Report()
     start = time.monotonic()
     if not index.lock(wait):
@@ -120,7 +141,9 @@ def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
                   previous: SessionRow | None, report: Report) -> None:
     """Read one log into the index: from where it stopped, or (no usable previous row,
     or the log changed behind it) from the start."""
+    from acp_bridge.cli.sessions.facts import TurnFeed
     from session import SessionError, SessionNotFoundError
+    from session.search.base import Rewound
 
     resume = previous if previous is not None and previous.at is not None and not previous.damaged else None
     try:
@@ -150,6 +173,7 @@ def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
 
 
 def _damaged_row(source: Source, sid: str, stamp: Stamp, message: str) -> SessionRow:
+    from acp_bridge.cli.sessions.facts import session_row
     from session import SessionError
     from session.search.base import SessionRow
 

@@ -51,9 +51,10 @@ Decisions (DESIGN.md section 6 leaves the details open):
   the file's mtime for JSONL, the last event's time for SQLite). Status: `completed`,
   `max_tokens`, `max_steps`, `refusal`, `cancelled`, `error: MESSAGE`, `interrupted`,
   `interrupted (unrepaired)` (open turn, no live owner), `running` (open turn, live
-  owner), `open (running or interrupted)` (owner unknown), `damaged`, `no turns`. It
-  reads every log, one streamed pass each (turns and tokens are not indexed), which is
-  fine for a person's store; `--cwd` matches the session cwd exactly (after making DIR absolute). `--json`
+  owner), `open (running or interrupted)` (owner unknown), `damaged`, `no turns`. A
+  session's facts come from the search index's rows while they are fresh (listing.py,
+  `Summaries`; the list never makes or updates the index), else from its log, one
+  streamed pass (the same output either way); `--cwd` matches the session cwd exactly (after making DIR absolute). `--json`
   prints one JSON array (times as epoch ms and local ISO 8601).
 - **Token totals** add up the `usage` of every `assistant/message`: input and output
   always; cache read/write and reasoning tokens when any were reported.
@@ -97,6 +98,8 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from acp_bridge.cli.sessions.progress import Progress
 
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -252,11 +255,7 @@ def run(args: argparse.Namespace) -> int:
         return serve(backend, root, args)
     if command in ("search", "stats", "index"):
         return _indexed(command, backend, root, args)
-    from acp_bridge.cli.sessions.listing import list_text
-    from acp_bridge.cli.sessions.progress import Progress
     from acp_bridge.cli.sessions.source import Source, resolve_id
-    from acp_bridge.cli.sessions.transcripts import markdown_chunks, show_chunks
-    from acp_bridge.cli.sessions.walk import Walk
     from acp_bridge.errors import AmbiguousIdError
     from session import (
         InvalidSessionIdError,
@@ -266,11 +265,19 @@ def run(args: argparse.Namespace) -> int:
     from session.errors import ForkTurnError
 
     source = Source(backend, root)
-    progress = Progress(f"{PROG} {command}")
+    progress: Progress | None = None
     try:
         if command in ("list", "ls"):
+            from acp_bridge.cli.sessions.listing import list_text
+
             _write(list_text(source, args))
             return EXIT_OK
+        # What show and export need, imported past the list (its first page: < 0.3 s).
+        from acp_bridge.cli.sessions.progress import Progress
+        from acp_bridge.cli.sessions.transcripts import markdown_chunks, show_chunks
+        from acp_bridge.cli.sessions.walk import Walk
+
+        progress = Progress(f"{PROG} {command}")
         sid = resolve_id(source, args.session_id)
         if command == "fork":
             from acp_bridge.cli.sessions.fork import fork
@@ -315,7 +322,8 @@ def run(args: argparse.Namespace) -> int:
     except _sqlite_error() as exc:
         return _fail(f"cannot read the store {source.root}: {exc}", EXIT_FAIL)
     finally:
-        progress.done()
+        if progress is not None:
+            progress.done()
         source.close()
 
 

@@ -40,7 +40,9 @@ def token_text(usage: dict[str, int]) -> str:
 
 def tokens_json(usage: dict[str, int]) -> dict[str, int]:
     out = {"inputTokens": usage.get("inputTokens", 0), "outputTokens": usage.get("outputTokens", 0)}
-    out.update({k: v for k, v in usage.items() if k not in out and v})
+    # In USAGE_KEYS' order, whatever order a log reported them in: the same JSON from a
+    # log as from the search index's sums (`sessions list`).
+    out.update({k: usage[k] for k in USAGE_KEYS[2:] if usage.get(k)})
     return out
 
 

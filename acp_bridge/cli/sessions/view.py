@@ -11,12 +11,21 @@ from acp_bridge.cli.sessions.turns import Tool, Turn, TurnBuilder
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
-    from typing import Any
+    from typing import Any, Protocol
 
     from acp_bridge.cli.sessions.source import Stored
     from session import Owner
     from session.events import Event
     from session.scan import TornTail
+
+    class Ended(Protocol):
+        """What a last turn's status is worded from: a `Turn`, or what `list` keeps of one."""
+
+        @property
+        def reason(self) -> dict[str, Any] | None: ...
+
+        @property
+        def end_on_disk(self) -> bool: ...
 
 AGENT_DATA_LIMIT = 500  # characters of a wrapped agent's error data `show` prints
 
@@ -46,17 +55,22 @@ class States:
 
     def status(self) -> tuple[str | None, str]:
         """(machine status, short text) of the last turn, for `list`."""
-        turn = self.last
-        if turn is None:
-            return None, "no turns"
-        if turn.reason is None:
-            return "running", "running"
-        if not turn.end_on_disk:
-            if self.owner == "unknown":
-                return "open", "open (running or interrupted)"
-            return "interrupted", "interrupted (unrepaired)"
-        kind = str(turn.reason.get("kind"))
-        return kind, reason_text(turn.reason, long=False)
+        return last_status(self.last, self.owner)
+
+
+def last_status(turn: Ended | None, owner: str) -> tuple[str | None, str]:
+    """(machine status, short text) of a session's last turn, for `list`; `owner` as
+    `session.Owner` says it (live, none, unknown)."""
+    if turn is None:
+        return None, "no turns"
+    if turn.reason is None:
+        return "running", "running"
+    if not turn.end_on_disk:
+        if owner == "unknown":
+            return "open", "open (running or interrupted)"
+        return "interrupted", "interrupted (unrepaired)"
+    kind = str(turn.reason.get("kind"))
+    return kind, reason_text(turn.reason, long=False)
 
 
 class View(States):
