@@ -192,6 +192,8 @@ async def test_title_command_names_the_session_everywhere(tmp_path: Path, work: 
     assert "\n  title    Foo\n" in sessions_cli(store, backend, "show", sid)
     assert sessions_cli(store, backend, "export", sid, "--format", "md").startswith("# Foo\n")
     assert "<h1>Foo</h1>" in sessions_cli(store, backend, "export", sid, "--format", "html")
+    sessions_cli(store, backend, "index")  # from here `list` takes the indexed rows
+    assert cli_titles(store, backend) == {sid: "Foo", other: "another question"}
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
