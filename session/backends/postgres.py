@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -49,12 +48,13 @@ from session.backends.postgres_connect import (
     DDL,
     DURABLE_LEVEL,
     HOST,
-    HUNG_UP,
     LOCK_HOLDER,
     MIGRATE_FROM_1,
     SCHEMA_VERSION,
     UPDATED_AT,
+    Spares,
     connect,
+    dropped,
     lock_holder_args,
     lock_key,
     locked_error,
@@ -90,7 +90,7 @@ class PostgresBackend:
         self._mutex = threading.RLock()
         self._held: dict[str, str] = {}  # session id -> token of the lock we hold
         self._lost: set[str] = set()  # sessions whose lock went with a dropped connection
-        self._spare: list[psycopg.Connection[Any]] = []  # reading connections, for reuse
+        self._spares = Spares(conninfo, "loader")  # reading connections, for reuse
         self.generation = 0  # counts reconnections: a session checks the store after one
         self._db: psycopg.Connection[Any] | None = connect(conninfo, purpose="agent")
         try:
@@ -128,7 +128,7 @@ class PostgresBackend:
         """The agent's connection, reconnected (locks taken back) if it was lost.
         Called under the mutex."""
         db = self._db
-        if db is not None and not db.closed and not _dropped(db):
+        if db is not None and not db.closed and not dropped(db):
             return db
         if db is not None:
             db.close()
@@ -222,26 +222,12 @@ class PostgresBackend:
 
     def reader_connection(self) -> psycopg.Connection[Any]:
         """A connection for reading a log (a spare one if healthy, else a new one)."""
-        with self._mutex:
-            while self._spare:
-                db = self._spare.pop()
-                if not db.closed and not _dropped(db):
-                    return db
-                db.close()
-        return connect(self.conninfo, purpose="loader")
+        return self._spares.take()
 
     def give_back(self, db: psycopg.Connection[Any]) -> None:
-        """A reading connection, done with: kept for the next load if it is healthy."""
-        try:
-            db.execute("ROLLBACK")
-        except psycopg.Error:
-            db.close()
-            return
-        with self._mutex:
-            if len(self._spare) < 2 and self._db is not None:
-                self._spare.append(db)
-                return
-        db.close()
+        """A reading connection, done with: kept for the next load if it is healthy
+        and the backend is open."""
+        self._spares.give_back(db, keep=self._db is not None)
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -342,26 +328,8 @@ class PostgresBackend:
 
     def close(self) -> None:
         with self._mutex:
-            for db in [*self._spare, *([self._db] if self._db is not None else [])]:
-                db.close()  # the server drops the advisory locks with the connection
-            self._spare, self._db = [], None
+            self._spares.close()
+            if self._db is not None:
+                self._db.close()  # the server drops the advisory locks with the connection
+            self._db = None
             self._held.clear()
-
-
-def _dropped(db: psycopg.Connection[Any]) -> bool:
-    """Whether an idle connection was closed by the server (a restart, an
-    administrator's pg_terminate_backend): its socket is readable with nothing asked.
-    Checked before each use, so a connection dropped while idle costs no failed write."""
-    if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        return False
-    try:
-        # A notice or a parameter report also wakes it: read what came, and again (a
-        # server that hung up sent its FATAL message first, then the end of the stream).
-        for _ in range(3):
-            if not select.select([db.fileno()], [], [], 0)[0]:
-                break
-            db.pgconn.consume_input()
-            db.pgconn.is_busy()  # parses what came: a FATAL reaches the notice handler
-    except (OSError, ValueError, psycopg.OperationalError):
-        return True
-    return db in HUNG_UP or db.pgconn.status != psycopg.pq.ConnStatus.OK

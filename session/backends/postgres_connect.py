@@ -12,7 +12,9 @@ order, spacing), so `raw` gives back the bytes written, and people can query the
 from __future__ import annotations
 
 import os
+import select
 import socket
+import threading
 import weakref
 from typing import Any
 
@@ -263,3 +265,64 @@ def schema_version_error(conninfo: str, version: int) -> SessionVersionError:
         version=version,
         supported=SCHEMA_VERSION,
     )
+
+
+def dropped(db: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection was closed by the server (a restart, an
+    administrator's pg_terminate_backend): its socket is readable with nothing asked.
+    Checked before each use, so a connection dropped while idle costs no failed write."""
+    if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    try:
+        # A notice or a parameter report also wakes it: read what came, and again (a
+        # server that hung up sent its FATAL message first, then the end of the stream).
+        for _ in range(3):
+            if not select.select([db.fileno()], [], [], 0)[0]:
+                break
+            db.pgconn.consume_input()
+            db.pgconn.is_busy()  # parses what came: a FATAL reaches the notice handler
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
+    return db in HUNG_UP or db.pgconn.status != psycopg.pq.ConnStatus.OK
+
+
+class Spares:
+    """Reading connections kept for the next read of a log (at most `keep`), each
+    checked before reuse: a connection costs a log read more than its rows do (a
+    connect, the set-up queries), and a list reads a page of logs one after another."""
+
+    def __init__(self, conninfo: str, purpose: str, keep: int = 2) -> None:
+        self.conninfo, self.purpose, self.keep = conninfo, purpose, keep
+        self._kept: list[psycopg.Connection[Any]] = []
+        self._mutex = threading.Lock()
+        self._closed = False  # a connection given back after `close` is closed, not kept
+
+    def take(self) -> psycopg.Connection[Any]:
+        """A kept connection if one is healthy, else a new one (StoreIOError)."""
+        with self._mutex:
+            while self._kept:
+                db = self._kept.pop()
+                if not db.closed and not dropped(db):
+                    return db
+                db.close()
+        return connect(self.conninfo, purpose=self.purpose)
+
+    def give_back(self, db: psycopg.Connection[Any], *, keep: bool = True) -> None:
+        """A connection done with: its transaction ended, then kept if `keep` and there
+        is room, else closed."""
+        try:
+            db.execute("ROLLBACK")
+        except psycopg.Error:
+            db.close()
+            return
+        with self._mutex:
+            if keep and not self._closed and len(self._kept) < self.keep:
+                self._kept.append(db)
+                return
+        db.close()
+
+    def close(self) -> None:
+        with self._mutex:
+            kept, self._kept, self._closed = self._kept, [], True
+        for db in kept:
+            db.close()

@@ -21,6 +21,7 @@ from session.backends.postgres_connect import (
     READABLE,
     UPDATED_AT,
     UPDATED_AT_V1,
+    Spares,
     connect,
     lock_holder_args,
     schema_version,
@@ -48,6 +49,7 @@ class PostgresReader:
         self._db: psycopg.Connection[Any] | None = None
         self._empty = False
         self._updated_at = UPDATED_AT  # the store's schema version's (see _conn)
+        self._spares = Spares(conninfo, "reader", keep=1)  # the streams' connections: one log after another
 
     def _conn(self) -> psycopg.Connection[Any] | None:
         if self._db is not None or self._empty:
@@ -96,7 +98,8 @@ class PostgresReader:
         sid = validate_session_id(session_id)
         header_json, title, updated = self._row(sid)
         header = parse_header(sid, header_json, "the sessions row")
-        stream = PostgresStream(self.conninfo, header, start=at.seq if at is not None else 0)
+        stream = PostgresStream(self.conninfo, header, start=at.seq if at is not None else 0,
+                                spares=self._spares)
         stream.updated, stream.where = updated, f"{self.where} (table acp_bridge.events)"
         stream.title = title or header.get("title")
         return stream
@@ -173,4 +176,5 @@ class PostgresReader:
         db, self._db = self._db, None
         if db is not None:
             db.close()
+        self._spares.close()
 

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from session.backends.event_rows import row_events
-from session.backends.postgres_connect import connect, store_error
+from session.backends.postgres_connect import Spares, connect, store_error
 from session.events import Event, Header
 from session.scan import Damage
 
@@ -30,9 +30,10 @@ class PostgresStream:
     where = ""
 
     def __init__(self, conninfo: str, header: Header, conn: psycopg.Connection[Any] | None = None,
-                 start: int = 0) -> None:
+                 start: int = 0, spares: Spares | None = None) -> None:
         self.header = header
         self.conninfo = conninfo
+        self._spares = spares  # where its connection comes from and goes back to (a reader's)
         self._start = start  # the seq of the first row read (a read from `At`)
         self._db = conn
         self._began = False
@@ -41,7 +42,7 @@ class PostgresStream:
     def connection(self) -> psycopg.Connection[Any]:
         """The stream's own connection, in its snapshot's transaction (begun on first use)."""
         if self._db is None:
-            self._db = connect(self.conninfo, purpose="reader")
+            self._db = self._spares.take() if self._spares is not None else connect(self.conninfo, purpose="reader")
         if not self._began:  # explicit: the connection is in autocommit mode
             self._db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             self._began = True
@@ -115,5 +116,9 @@ class PostgresStream:
             self._done(db)
 
     def _done(self, db: psycopg.Connection[Any]) -> None:
-        """Let go of the connection (a subclass may keep it for the next load)."""
-        db.close()
+        """Let go of the connection: back to the reader's spares (for the next log of a
+        list), else closed (a subclass may keep it for the next load)."""
+        if self._spares is not None:
+            self._spares.give_back(db)
+        else:
+            db.close()
