@@ -97,9 +97,17 @@ async def run_through_wrapper(fixture: Path, store: Path, work: Path,
         # Less the wrapper's own offer of its commands after `session/new`, when the
         # agent had sent none yet: not the agent's, so not recorded (the replay shows
         # the agent's lists with ours, and a load is followed by the offer again).
-        live = [u for u in editor.updates_of(sid) if not (
-            u.get("sessionUpdate") == "available_commands_update"
-            and [c["name"] for c in u["availableCommands"]] == ["fork"])]
+        def live_now() -> list[Any]:
+            return [u for u in editor.updates_of(sid) if not (
+                u.get("sessionUpdate") == "available_commands_update"
+                and [c["name"] for c in u["availableCommands"]] == ["fork"])]
+
+        # An agent may send updates after its last answer (qwen-code sends its command
+        # list after the last prompt's): the editor has them all before the load, or a
+        # busy machine lets the load overtake the last of them.
+        sent = sum(1 for e in script(fixture) if e["from"] == "agent" and e["msg"].get("method") == "session/update")
+        await editor.wait_for(lambda: len(live_now()) >= sent, timeout=10)
+        live = live_now()
         # The same process replays the live session from what its log has written.
         await editor.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         again = editor.replayed(sid)
