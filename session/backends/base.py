@@ -9,6 +9,7 @@ the shared contract suite in tests/.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -250,6 +251,24 @@ def with_size(torn: TornTail | None, stream: StoredStream) -> TornTail | None:
 def is_session_id(value: object) -> bool:
     """Whether `value` is an id this store issues (a lowercase UUID)."""
     return isinstance(value, str) and _SESSION_ID.fullmatch(value) is not None
+
+
+def session_files(folder: os.PathLike[str] | str) -> Iterator[tuple[str, os.stat_result]]:
+    """Each `<id>.jsonl` in `folder` (a JSONL store's logs, a SQLite store's tail files)
+    and its stat, one scan: nothing when the folder is missing; a file gone between
+    the scan and its stat is passed over."""
+    try:
+        entries = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    with entries:
+        for entry in entries:
+            sid = entry.name[:-6]
+            if entry.name.endswith(".jsonl") and is_session_id(sid):
+                try:
+                    yield sid, entry.stat()
+                except FileNotFoundError:  # deleted, or moved into the database, meanwhile
+                    continue
 
 
 def validate_session_id(session_id: object) -> str:

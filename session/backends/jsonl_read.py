@@ -20,6 +20,7 @@ from session.backends.base import (
     Stamp,
     first_prompt_title,
     is_session_id,
+    session_files,
     titled,
     validate_session_id,
 )
@@ -230,21 +231,7 @@ class JsonlReader:
 
     def stamps(self) -> dict[str, Stamp]:
         """(size, mtime in ns, inode) of each log: one stat each, nothing read."""
-        out: dict[str, Stamp] = {}
-        try:
-            entries = os.scandir(self.sessions_dir)
-        except FileNotFoundError:
-            return out
-        with entries:
-            for entry in entries:
-                sid = entry.name[:-6]
-                if entry.name.endswith(".jsonl") and is_session_id(sid):
-                    try:
-                        st = entry.stat()
-                    except FileNotFoundError:  # deleted meanwhile
-                        continue
-                    out[sid] = (st.st_size, st.st_mtime_ns, st.st_ino)
-        return out
+        return {sid: (st.st_size, st.st_mtime_ns, st.st_ino) for sid, st in session_files(self.sessions_dir)}
 
     def unstamped(self) -> set[str]:
         return set()  # every write changes the stamp

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from session.backends.base import At, SessionPeek, Stamp, is_session_id, validate_session_id
+from session.backends.base import At, SessionPeek, Stamp, session_files, validate_session_id
 from session.backends.event_rows import as_bytes, raw_pieces, row_events
 from session.backends.sqlite_tail import TAILS_DIR, tail_after, tail_path, tail_records
 from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
@@ -324,21 +324,7 @@ class SqliteReader:
 
     def unstamped(self) -> set[str]:
         """The sessions whose tail file holds streamed events (an empty one does not)."""
-        out: set[str] = set()
-        try:
-            entries = os.scandir(self.path.parent / TAILS_DIR)
-        except (FileNotFoundError, NotADirectoryError):
-            return out
-        with entries:
-            for entry in entries:
-                sid = entry.name[:-6]
-                if entry.name.endswith(".jsonl") and is_session_id(sid):
-                    try:
-                        if entry.stat().st_size:
-                            out.add(sid)
-                    except FileNotFoundError:  # moved into the database meanwhile
-                        continue
-        return out
+        return {sid for sid, st in session_files(self.path.parent / TAILS_DIR) if st.st_size}
 
     def peek(self, session_id: str) -> SessionPeek:
         try:

@@ -33,7 +33,6 @@ from session.search.base import (
     Filters,
     Hit,
     Query,
-    SessionBrief,
     SessionRow,
     StatsRow,
     snippet,
@@ -42,8 +41,8 @@ from session.search.base import (
 from session.search.sql import (
     SESSION_COLUMNS,
     TURN_COLUMNS,
+    ReadOnlyBriefs,
     brief_query,
-    briefs_of,
     doc_values,
     hit_of,
     open_turns_query,
@@ -245,54 +244,38 @@ class PgIndex:
             db.close()
 
 
-class PgBriefs:
+class PgBriefs(ReadOnlyBriefs):
     """The index's tables opened read-only for `sessions list` (see
     session.search.base.Briefs): never made; tables of another format, or none, are
     not read; any failure is "nothing to trust" (the logs are read instead)."""
 
+    errors = (psycopg.Error, StoreIOError, *ReadOnlyBriefs.errors)
+
     def __init__(self, conninfo: str) -> None:
+        super().__init__()
         self.conninfo = conninfo
-        self._db: psycopg.Connection[Any] | None = None
-        self._failed = False
 
-    def _conn(self) -> psycopg.Connection[Any] | None:
-        if self._db is None and not self._failed:
-            self._failed = True
-            try:
-                db = connect(self.conninfo, purpose="sessions")
-            except StoreIOError:
-                return None
-            try:
-                db.execute("SET default_transaction_read_only = on")
-                found = db.execute("SELECT to_regclass('acp_bridge_search.meta'), "
-                                   "to_regclass('acp_bridge_search.turns'), "
-                                   "to_regclass('acp_bridge_search.sessions')").fetchone()
-                if found is None or not all(found):
-                    db.close()
-                    return None
-                row = db.execute(f"SELECT value FROM {S}meta WHERE key = 'format'").fetchone()
-            except psycopg.Error:
-                db.close()
-                return None
-            if row is None or row[0] != FORMAT:
-                db.close()
-                return None
-            self._db, self._failed = db, False
-        return self._db
-
-    def briefs(self, session_ids: Sequence[str]) -> dict[str, SessionBrief] | None:
+    def _open(self) -> psycopg.Connection[Any] | None:
         try:
-            db = self._conn()
-            if db is None:
-                return None
-            ids = list(session_ids)
-            return briefs_of(db.execute(brief_query(" = ANY(%s)", S), (ids, ids)).fetchall())
-        except (psycopg.Error, StoreIOError, ValueError, TypeError, AttributeError):
-            self.close()
-            self._failed = True
+            db = connect(self.conninfo, purpose="sessions")
+        except StoreIOError:
             return None
-
-    def close(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
+        try:
+            db.execute("SET default_transaction_read_only = on")
+            found = db.execute("SELECT to_regclass('acp_bridge_search.meta'), "
+                               "to_regclass('acp_bridge_search.turns'), "
+                               "to_regclass('acp_bridge_search.sessions')").fetchone()
+            if found is None or not all(found):
+                db.close()
+                return None
+            row = db.execute(f"SELECT value FROM {S}meta WHERE key = 'format'").fetchone()
+        except psycopg.Error:
             db.close()
+            return None
+        if row is None or row[0] != FORMAT:
+            db.close()
+            return None
+        return db
+
+    def _rows(self, db: psycopg.Connection[Any], session_ids: list[str]) -> list[Sequence[Any]]:
+        return db.execute(brief_query(" = ANY(%s)", S), (session_ids, session_ids)).fetchall()

@@ -153,3 +153,46 @@ def open_turns_query(filters: Filters, by: str, mark: str, schema: str = "") -> 
     conditions.append("t.state = 'open'")
     return (f"SELECT {GROUPS[by]}, t.session_id FROM {schema}turns t JOIN {schema}sessions s "
             f"ON s.id = t.session_id WHERE {' AND '.join(conditions)}", args)
+
+
+class ReadOnlyBriefs:
+    """What both indexes' read-only side for `sessions list` does alike (see
+    session.search.base.Briefs): opened once, on first use (`_open`: None when there is
+    nothing to trust); any failure while reading (`errors`) closes it and says "nothing
+    to trust" from then on, so the list reads the logs instead."""
+
+    errors: tuple[type[Exception], ...] = (ValueError, TypeError, AttributeError)  # and the driver's
+
+    def __init__(self) -> None:
+        self._db: Any = None
+        self._failed = False
+
+    def _open(self) -> Any:
+        """The connection, checked (the index's format and owner), or None."""
+        raise NotImplementedError
+
+    def _rows(self, db: Any, session_ids: list[str]) -> list[Sequence[Any]]:
+        """The rows of `brief_query` for `session_ids`."""
+        raise NotImplementedError
+
+    def _conn(self) -> Any:
+        if self._db is None and not self._failed:
+            self._failed = True  # one try: an open that fails (or raises) is not retried
+            db = self._open()
+            if db is not None:
+                self._db, self._failed = db, False
+        return self._db
+
+    def briefs(self, session_ids: Sequence[str]) -> dict[str, SessionBrief] | None:
+        try:
+            db = self._conn()
+            return None if db is None else briefs_of(self._rows(db, list(session_ids)))
+        except self.errors:  # damaged, or not ours to read
+            self.close()
+            self._failed = True
+            return None
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
