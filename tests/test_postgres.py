@@ -75,10 +75,10 @@ def test_schema_is_created_on_first_use_and_versioned(pg_dsn: str) -> None:
     assert sql(pg_dsn, "SELECT to_regnamespace('acp_bridge')") == [(None,)]  # ...left untouched
     backend = open_backend("postgres", pg_dsn)
     backend.close()
-    assert sql(pg_dsn, "SELECT version FROM acp_bridge.schema_version") == [(2,)]
+    assert sql(pg_dsn, "SELECT version FROM acp_bridge.schema_version") == [(3,)]
     open_backend("postgres", pg_dsn).close()  # opened again: nothing created twice
-    sql(pg_dsn, "UPDATE acp_bridge.schema_version SET version = 3")
-    with pytest.raises(SessionVersionError, match="schema version 3; this build reads only version 2"):
+    sql(pg_dsn, "UPDATE acp_bridge.schema_version SET version = 4")
+    with pytest.raises(SessionVersionError, match="schema version 4; this build reads only version 3"):
         open_backend("postgres", pg_dsn)
     with pytest.raises(SessionVersionError):
         open_reader("postgres", pg_dsn).ids()

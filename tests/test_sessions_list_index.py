@@ -33,12 +33,17 @@ def _root(kind: str, tmp_path: Path, pg_dsn: str | None) -> str:
 
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(backend, root) of a store of five sessions: the search tests' two (ours: completed,
-    then an error; a wrapped agent's: cancelled, then left open), one without turns, one
-    whose token kinds come in another order, one with additional directories."""
     kind = str(request.param)
     dsn = request.getfixturevalue("pg_dsn") if kind == "postgres" else None
     root = _root(kind, tmp_path, dsn)
+    write_five(kind, root, tmp_path)
+    return kind, root
+
+
+def write_five(kind: str, root: str, tmp_path: Path) -> None:
+    """A store of five sessions: the search tests' two (ours: completed, then an error;
+    a wrapped agent's: cancelled, then left open), one without turns, one whose token
+    kinds come in another order, one with additional directories."""
     write_store(root, kind, tmp_path)
     tokens = Script().start_turn("reasoning first").start_step()
     tokens.add("assistant/message", {"turn": 1, "step": 1, "content": [{"type": "text", "text": "a"}],
@@ -57,7 +62,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
         log.close()
     finally:
         store.close()
-    return kind, root
 
 
 def _list(kind: str, root: str, *args: str) -> tuple[bytes, bytes]:
@@ -134,7 +138,7 @@ def test_a_stale_row_or_a_damaged_index_falls_back_to_the_log(store: tuple[str, 
     _index(kind, root)
     # Sessions the index has no row of yet, among those it has: read from their logs
     # (the index asked for three sessions at a time, so some are missing from a chunk).
-    from acp_bridge.cli.sessions.listing import Summaries
+    from acp_bridge.cli.sessions.rows import Summaries
 
     monkeypatch.setattr(Summaries, "CHUNK", 3)
     for n, base in enumerate((DAY0 + 60_000, DAY1 + 60_000, DAY1 + 3_660_000)):

@@ -111,6 +111,22 @@ class SessionPeek(NamedTuple):
     title: str | None
 
 
+# The events of a log's outline: what `sessions list` counts of its turns (their number,
+# how each ended, the tokens of each step's message), in a log checked when written.
+OUTLINE_TYPES = ("turn/start", "step/start", "assistant/message", "turn/end")
+
+
+class Outline(NamedTuple):
+    """A session's outline (`StoreReader.outlines`): its stored header (JSON), the title
+    the store keeps, its `Stamp` when read, and its `OUTLINE_TYPES` events in seq order,
+    each `assistant/message`'s data cut to its `usage`."""
+
+    header: bytes
+    title: str | None
+    stamp: Stamp
+    events: list[Event]
+
+
 class StoreReader(Protocol):
     """A store opened read-only, for tools outside the agent (`acp-bridge sessions`):
     it never takes a lock, repairs, creates a folder or a file, or writes. A session
@@ -149,7 +165,22 @@ class StoreReader(Protocol):
     def owner(self, session_id: str) -> Owner:
         """Whether a live process owns the session now (never by trying its lock)."""
 
+    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
+        """`owner` of each of `session_ids`, in one pass where the store can (`owners_of`
+        otherwise)."""
+
+    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
+        """The outlines of those of `session_ids` whose every stored event was checked
+        as a load checks it when it was written (or last loaded), in one cheap read; a
+        store that cannot vouch for a log that way (a file may be torn or changed behind
+        its back: JSONL, SQLite) gives none, and its logs are read whole."""
+
     def close(self) -> None: ...
+
+
+def owners_of(reader: StoreReader, session_ids: Sequence[str]) -> dict[str, Owner]:
+    """`StoreReader.owners` one session at a time (a lock file each: nothing to batch)."""
+    return {sid: reader.owner(sid) for sid in session_ids}
 
 
 class BackendSession(Protocol):

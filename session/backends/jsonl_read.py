@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -15,11 +15,13 @@ import orjson
 
 from session.backends.base import (
     At,
+    Outline,
     SessionPeek,
     SessionSummary,
     Stamp,
     first_prompt_title,
     is_session_id,
+    owners_of,
     session_files,
     titled,
     validate_session_id,
@@ -261,6 +263,12 @@ class JsonlReader:
 
     def owner(self, session_id: str) -> Owner:
         return self._locks.owner(lock_file(self.locks_dir, validate_session_id(session_id)))
+
+    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
+        return owners_of(self, session_ids)
+
+    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
+        return {}  # its logs are read whole (see StoreReader.outlines)
 
     def close(self) -> None:
         pass

@@ -17,6 +17,7 @@ from session.backends.base import (
     At,
     BackendSession,
     Encoded,
+    Outline,
     SessionPeek,
     SessionSummary,
     Stamp,
@@ -26,6 +27,7 @@ from session.backends.base import (
     event_line,
     first_prompt_title,
     last_set_title,
+    owners_of,
     read_whole,
     validate_session_id,
 )
@@ -263,6 +265,12 @@ class MemoryReader:
 
     def owner(self, session_id: str) -> Owner:
         return Owner("live", os.getpid()) if self._backend.owns(session_id) else Owner("none")
+
+    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
+        return owners_of(self, session_ids)
+
+    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
+        return {}  # its logs are read whole (see StoreReader.outlines)
 
     def close(self) -> None:
         pass

@@ -50,6 +50,7 @@ from session.backends.postgres_connect import (
     HOST,
     LOCK_HOLDER,
     MIGRATE_FROM_1,
+    MIGRATE_FROM_2,
     SCHEMA_VERSION,
     UPDATED_AT,
     Spares,
@@ -92,7 +93,7 @@ class PostgresBackend:
         self._lost: set[str] = set()  # sessions whose lock went with a dropped connection
         self._spares = Spares(conninfo, "loader")  # reading connections, for reuse
         self.generation = 0  # counts reconnections: a session checks the store after one
-        self._db: psycopg.Connection[Any] | None = connect(conninfo, purpose="agent")
+        self._db: psycopg.Connection[Any] | None = connect(conninfo, purpose="agent", writer=True)
         try:
             self._check_schema(self._db)
         except BaseException:
@@ -110,6 +111,9 @@ class PostgresBackend:
                     return
                 if version == 1:  # one scan of the events, once (see SCHEMA_VERSION)
                     db.execute(MIGRATE_FROM_1)
+                    version = 2
+                if version == 2:
+                    db.execute(MIGRATE_FROM_2)
                     return
         except psycopg.Error as exc:
             raise store_error(self.conninfo, "open the store", exc) from None
@@ -133,7 +137,7 @@ class PostgresBackend:
         if db is not None:
             db.close()
         self._db = None
-        db = connect(self.conninfo, purpose="agent")
+        db = connect(self.conninfo, purpose="agent", writer=True)
         self._db = db
         self.generation += 1
         for sid, token in list(self._held.items()):

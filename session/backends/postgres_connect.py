@@ -27,13 +27,17 @@ from session.backends.postgres_conninfo import scrub, shown
 from session.errors import SessionLockedError, SessionVersionError, StoreIOError
 
 SCHEMA = "acp_bridge"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2: `sessions.last_seq` and `last_time`, the seq and time of the session's last event,
 kept by a trigger on `events` (so a store's stamps are one scan of `sessions`, not an
-index seek per session into millions of events: bench/README.md, "At scale"). A store
-of version 1 is brought to 2 by the first agent that opens it (`MIGRATE_FROM_1`);
-until then a reader reads it as version 1 (`READABLE`)."""
-READABLE = (1, SCHEMA_VERSION)
+index seek per session into millions of events: bench/README.md, "At scale").
+3: `sessions.checked_seq`, how far the session's rows were written (or read whole) by
+an agent that checked every event first (`CHECKED_WRITER`), so `sessions list` can
+read a page's facts from a few rows of each log (`PostgresReader.outlines`) instead
+of reading and checking each log whole. A store of version 1 or 2 is brought to 3 by
+the first agent that opens it (`MIGRATE_FROM_1`, `MIGRATE_FROM_2`); until then a
+reader reads it as it is (`READABLE`)."""
+READABLE = (1, 2, SCHEMA_VERSION)
 # A session's `updatedAt`: the time of its last event, or its creation.
 UPDATED_AT = "greatest(s.updated_at, coalesce(s.last_time, 0))"
 # ...in a store of version 1 (an index seek on the events key per session).
@@ -41,37 +45,77 @@ UPDATED_AT_V1 = (
     "greatest(s.updated_at, coalesce((SELECT e.time FROM acp_bridge.events e "
     "WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1), 0))"
 )
-# The trigger that keeps `last_seq`/`last_time`, once per statement (a COPY of a batch
-# is one), in the writer's own transaction: appended rows move them on; deleted ones
-# (a rollback to a durable point, a repair's cut, a deletion) make them the last row's
-# that is left. Every write of events goes through it, whoever writes.
-LAST_EVENT_DDL = """
-CREATE FUNCTION acp_bridge.events_appended() RETURNS trigger LANGUAGE plpgsql AS $$
+# Set ('on') on the agent's own connections, whose every event went through the
+# session log's invariant check before it was written (session.log). The triggers move
+# `checked_seq` on with `last_seq` only for such a writer, and only while it was
+# current; any other write of events (an INSERT, UPDATE or DELETE by hand, an older
+# build) leaves it unknown (NULL), and `list` reads that session's log whole again.
+CHECKED_WRITER = "acp_bridge.checked_writer"
+# The triggers that keep `last_seq`/`last_time` and `checked_seq`, once per statement
+# (a COPY of a batch is one), in the writer's own transaction: appended rows move them
+# on; deleted ones (a rollback to a durable point, a repair's cut, a deletion) make
+# them the last row's that is left. Every write of events goes through them, whoever
+# writes. `checked_seq` is -1 for a checked session without events (`insert_session`).
+LAST_EVENT_DDL = f"""
+CREATE OR REPLACE FUNCTION acp_bridge.events_appended() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE checked boolean := coalesce(current_setting('{CHECKED_WRITER}', true), '') = 'on';
 BEGIN
-    UPDATE acp_bridge.sessions s SET last_seq = n.seq, last_time = n.time
+    UPDATE acp_bridge.sessions s SET last_seq = n.seq, last_time = n.time,
+        checked_seq = CASE WHEN checked AND s.checked_seq = coalesce(s.last_seq, -1) THEN n.seq
+                           ELSE s.checked_seq END
     FROM (SELECT DISTINCT ON (session_id) session_id, seq, time FROM appended
           ORDER BY session_id, seq DESC) n
     WHERE s.id = n.session_id AND n.seq > coalesce(s.last_seq, -1);
+    IF NOT checked THEN
+        UPDATE acp_bridge.sessions s SET checked_seq = NULL
+        WHERE s.id IN (SELECT DISTINCT session_id FROM appended) AND s.checked_seq IS NOT NULL;
+    END IF;
     RETURN NULL;
 END $$;
-CREATE FUNCTION acp_bridge.events_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION acp_bridge.events_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE checked boolean := coalesce(current_setting('{CHECKED_WRITER}', true), '') = 'on';
 BEGIN
     UPDATE acp_bridge.sessions s SET (last_seq, last_time) = (SELECT e.seq, e.time FROM acp_bridge.events e
         WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1)
     WHERE s.id IN (SELECT DISTINCT session_id FROM deleted);
+    -- a checked writer cuts a tail: what is left was checked as far as it was before
+    UPDATE acp_bridge.sessions s SET checked_seq = CASE
+        WHEN checked AND s.checked_seq >= coalesce(s.last_seq, -1) THEN coalesce(s.last_seq, -1)
+        WHEN checked THEN s.checked_seq END
+    WHERE s.id IN (SELECT DISTINCT session_id FROM deleted);
     RETURN NULL;
 END $$;
+CREATE OR REPLACE FUNCTION acp_bridge.events_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE acp_bridge.sessions s SET checked_seq = NULL
+    WHERE s.id IN (SELECT DISTINCT session_id FROM changed) AND s.checked_seq IS NOT NULL;
+    RETURN NULL;
+END $$;
+"""
+LAST_EVENT_TRIGGERS = """
 CREATE TRIGGER events_appended AFTER INSERT ON acp_bridge.events REFERENCING NEW TABLE AS appended
     FOR EACH STATEMENT EXECUTE FUNCTION acp_bridge.events_appended();
 CREATE TRIGGER events_deleted AFTER DELETE ON acp_bridge.events REFERENCING OLD TABLE AS deleted
     FOR EACH STATEMENT EXECUTE FUNCTION acp_bridge.events_deleted();
 """
+CHANGED_TRIGGER = """
+CREATE TRIGGER events_changed AFTER UPDATE ON acp_bridge.events REFERENCING NEW TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION acp_bridge.events_changed();
+"""
 MIGRATE_FROM_1 = f"""
 ALTER TABLE acp_bridge.sessions ADD COLUMN last_seq bigint, ADD COLUMN last_time bigint;
-{LAST_EVENT_DDL}
 UPDATE acp_bridge.sessions s SET last_seq = e.seq, last_time = e.time
 FROM (SELECT DISTINCT ON (session_id) session_id, seq, time FROM acp_bridge.events
       ORDER BY session_id, seq DESC) e WHERE e.session_id = s.id;
+{LAST_EVENT_DDL}
+{LAST_EVENT_TRIGGERS}
+"""
+# Sessions written before version 3 are unknown (NULL) until an agent loads them
+# (OwnedPostgresStream.session: a load checks the log whole).
+MIGRATE_FROM_2 = f"""
+ALTER TABLE acp_bridge.sessions ADD COLUMN checked_seq bigint;
+{LAST_EVENT_DDL}
+{CHANGED_TRIGGER}
 UPDATE acp_bridge.schema_version SET version = {SCHEMA_VERSION};
 """
 # The store's schema, made on first use (session.backends.postgres).
@@ -86,7 +130,8 @@ CREATE TABLE acp_bridge.sessions (
     created_at bigint NOT NULL,
     updated_at bigint NOT NULL,
     last_seq bigint,
-    last_time bigint
+    last_time bigint,
+    checked_seq bigint
 );
 CREATE TABLE acp_bridge.events (
     session_id text NOT NULL,
@@ -112,7 +157,18 @@ CREATE TABLE acp_bridge.owners (
     since bigint NOT NULL
 );
 INSERT INTO acp_bridge.schema_version VALUES ({SCHEMA_VERSION});
-{LAST_EVENT_DDL}"""
+{LAST_EVENT_DDL}
+{LAST_EVENT_TRIGGERS}
+{CHANGED_TRIGGER}"""
+# A page of sessions' outlines (PostgresReader.outlines): those checked to their last
+# seq, with their rows of the outline's types (an assistant message cut to its usage).
+OUTLINE = f"""
+SELECT s.id, s.header, s.title, coalesce(s.last_seq, -1), {UPDATED_AT}, e.seq, e.type, e.time,
+    CASE WHEN e.type = 'assistant/message' THEN json_build_object('usage', e.data -> 'usage') ELSE e.data END
+FROM acp_bridge.sessions s
+LEFT JOIN acp_bridge.events e ON e.session_id = s.id AND e.type = ANY(%s)
+WHERE s.id = ANY(%s) AND s.checked_seq = coalesce(s.last_seq, -1)
+ORDER BY s.id, e.seq"""
 # The owner lock is a session-level advisory lock on this 64-bit key, taken by the
 # agent's connection: PostgreSQL drops it when that connection ends, however it ends.
 LOCK_HOLDER = (
@@ -120,6 +176,14 @@ LOCK_HOLDER = (
     "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
     "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid LIMIT 1"
+)
+# ...of many sessions at once: (id, pid) of those whose lock is held.
+LOCK_HOLDERS = (
+    "SELECT DISTINCT ON (p.id) p.id, o.pid FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS p(id, hi, lo) "
+    "JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND l.classid = p.hi::oid AND l.objid = p.lo::oid "
+    "LEFT JOIN acp_bridge.owners o ON o.session_id = p.id ORDER BY p.id"
 )
 HOST = socket.gethostname()
 # Connections the server said FATAL to while they were idle (see `connect`).
@@ -145,9 +209,10 @@ LINK_DEFAULTS: dict[str, Any] = {"connect_timeout": 10, "keepalives_idle": 30, "
                                  "keepalives_count": 3, "tcp_user_timeout": 30_000}
 
 
-def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
+def connect(conninfo: str, *, purpose: str, writer: bool = False) -> psycopg.Connection[Any]:
     """An autocommit connection whose commits are asynchronous unless a transaction
-    says otherwise (`set_durable` at the durability points).
+    says otherwise (`set_durable` at the durability points); `writer`: the agent's own,
+    which writes only checked events (`CHECKED_WRITER`).
     Raises StoreIOError, its message free of passwords."""
     try:
         given = conninfo_to_dict(conninfo)
@@ -169,7 +234,8 @@ def connect(conninfo: str, *, purpose: str) -> psycopg.Connection[Any]:
     try:
         row = conn.execute("SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'").fetchone()
         DURABLE_LEVEL[conn] = durable_level(row[0] if row else None)
-        conn.execute("SET synchronous_commit = off")
+        conn.execute("SELECT set_config('synchronous_commit', 'off', false), set_config(%s, %s, false)",
+                     (CHECKED_WRITER, "on" if writer else "off"))
     except psycopg.Error as exc:
         conn.close()
         raise store_error(conninfo, "set up the connection", exc) from None
@@ -261,7 +327,7 @@ def schema_version_error(conninfo: str, version: int) -> SessionVersionError:
         f"store {shown(conninfo)} has schema version {version}; this build reads only "
         f"version {SCHEMA_VERSION} (pre-release: no migration)" if version > SCHEMA_VERSION else
         f"store {shown(conninfo)} has schema version {version}; this build reads only versions "
-        f"{', '.join(map(str, READABLE))} (an agent of this build brings 1 to {SCHEMA_VERSION})",
+        f"{', '.join(map(str, READABLE))} (an agent of this build brings older ones to {SCHEMA_VERSION})",
         version=version,
         supported=SCHEMA_VERSION,
     )

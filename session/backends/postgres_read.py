@@ -8,17 +8,27 @@ records in session.backends.postgres_stream.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
 import psycopg
 
-from session.backends.base import At, SessionPeek, Stamp, validate_session_id
+from session.backends.base import (
+    OUTLINE_TYPES,
+    At,
+    Outline,
+    SessionPeek,
+    Stamp,
+    validate_session_id,
+)
 from session.backends.event_rows import raw_pieces
 from session.backends.postgres_connect import (
     LOCK_HOLDER,
+    LOCK_HOLDERS,
+    OUTLINE,
     READABLE,
+    SCHEMA_VERSION,
     UPDATED_AT,
     UPDATED_AT_V1,
     Spares,
@@ -49,6 +59,7 @@ class PostgresReader:
         self._db: psycopg.Connection[Any] | None = None
         self._empty = False
         self._updated_at = UPDATED_AT  # the store's schema version's (see _conn)
+        self._version = SCHEMA_VERSION
         self._spares = Spares(conninfo, "reader", keep=1)  # the streams' connections: one log after another
 
     def _conn(self) -> psycopg.Connection[Any] | None:
@@ -70,6 +81,7 @@ class PostgresReader:
             raise schema_version_error(self.conninfo, version)
         if version == 1:  # not yet brought to 2 by an agent: no last_seq, last_time
             self._updated_at = UPDATED_AT_V1
+        self._version = version
         self._db = db
         return db
 
@@ -171,6 +183,39 @@ class PostgresReader:
         if not rows:
             return Owner("none")
         return Owner("live", rows[0][1])
+
+    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
+        """One query for them all (`LOCK_HOLDERS`)."""
+        if not session_ids:
+            return {}
+        keys = [lock_holder_args(validate_session_id(sid)) for sid in session_ids]
+        rows = self._query(LOCK_HOLDERS, ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]))
+        live = {sid: Owner("live", pid) for sid, pid in rows}
+        return {sid: live.get(sid, Owner("none")) for sid in session_ids}
+
+    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
+        """One query: the sessions whose `checked_seq` is their last seq (every row
+        written by a checked writer, or checked by the last load: postgres_connect's
+        CHECKED_WRITER), their outline rows found through the `events_outline` index.
+        A store of version 1 or 2 keeps no `checked_seq`: none."""
+        if not session_ids or self._conn() is None or self._version < 3:
+            return {}
+        rows = self._query(OUTLINE, (list(OUTLINE_TYPES), list(session_ids)))
+        out: dict[str, Outline] = {}
+        bad: set[str] = set()
+        for sid, header, title, last_seq, updated, seq, etype, time, data in rows:
+            outline = out.get(sid)
+            if outline is None:
+                outline = out[sid] = Outline(bytes(header), title, (int(last_seq), int(updated)), [])
+            if seq is None:
+                continue  # no turns
+            try:
+                outline.events.append({"type": etype, "seq": seq, "time": time, "data": orjson.loads(data)})
+            except orjson.JSONDecodeError:
+                bad.add(sid)  # cannot be (a json column): the log will say
+        for sid in bad:
+            del out[sid]
+        return out
 
     def close(self) -> None:
         db, self._db = self._db, None

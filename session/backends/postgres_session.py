@@ -180,8 +180,16 @@ class OwnedPostgresStream(PostgresStream):
         if not self._owned:
             raise RuntimeError("the stream was released")
         self._owned = False
-        return PostgresSession(self._backend, self.header["id"], next_seq=next_seq,
-                               has_title=self._has_title)
+        sid = self.header["id"]
+        # The load checked every row before `next_seq`: a session written before schema
+        # version 3, or touched by another writer, is known checked again (so `list` may
+        # read its facts from its outline: postgres_connect.CHECKED_WRITER). Only a
+        # shortcut for `list`: a failure here is the next write's to meet.
+        with contextlib.suppress(psycopg.Error, StoreIOError), \
+                self._backend.owned(sid, sync=False, atomic=False) as db:
+            db.execute("UPDATE acp_bridge.sessions SET checked_seq = %s WHERE id = %s "
+                       "AND checked_seq IS DISTINCT FROM %s", (next_seq - 1, sid, next_seq - 1))
+        return PostgresSession(self._backend, sid, next_seq=next_seq, has_title=self._has_title)
 
     def release(self) -> None:
         if self._owned:
@@ -201,8 +209,8 @@ def insert_events(db: psycopg.Connection[Any], sid: str, batch: Sequence[Encoded
 
 
 def insert_session(db: psycopg.Connection[Any], header: Header, title: str | None) -> None:
-    db.execute("INSERT INTO acp_bridge.sessions (id, header, cwd, title, created_at, updated_at) "
-               "VALUES (%s, %s::json, %s, %s, %s, %s)",
+    db.execute("INSERT INTO acp_bridge.sessions (id, header, cwd, title, created_at, updated_at, checked_seq) "
+               "VALUES (%s, %s::json, %s, %s, %s, %s, -1)",
                (header["id"], json_text(header), text_column(header["cwd"]),
                 text_column(title if title is not None else header.get("title")),
                 header["createdAt"], header["createdAt"]))

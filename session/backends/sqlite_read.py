@@ -8,12 +8,20 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import orjson
 
-from session.backends.base import At, SessionPeek, Stamp, session_files, validate_session_id
+from session.backends.base import (
+    At,
+    Outline,
+    SessionPeek,
+    Stamp,
+    owners_of,
+    session_files,
+    validate_session_id,
+)
 from session.backends.event_rows import as_bytes, raw_pieces, row_events
 from session.backends.sqlite_tail import TAILS_DIR, tail_after, tail_path, tail_records
 from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
@@ -374,6 +382,12 @@ class SqliteReader:
 
     def owner(self, session_id: str) -> Owner:
         return self._locks.owner(lock_file(self.locks_dir, validate_session_id(session_id)))
+
+    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
+        return owners_of(self, session_ids)
+
+    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
+        return {}  # its logs are read whole (see StoreReader.outlines)
 
     def close(self) -> None:
         if self._db is not None:

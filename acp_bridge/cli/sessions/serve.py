@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from acp_bridge.cli.sessions.listing import Row
+    from acp_bridge.cli.sessions.rows import Row
 
     Page = tuple[int, Iterator[str]]
     Params = Mapping[str, list[str]]  # a request's query string, parsed
