@@ -74,6 +74,9 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("stats --by day", ["stats"]),
     ("stats --by model", ["stats", "--by", "model"]),
 ]
+# What a store that vouches for no session costs (one written before schema version 3,
+# or by hand): shown, not a target (such sessions are vouched for as agents load them).
+DIAGNOSTIC = ("list -n 50 (logs)",)
 BASELINE_COMMANDS = ("list -n 50", "list", "list -n 50 (indexed)")
 ONCE = ("index (first)", "list")  # the first changes the store's index; the second takes 20-150 s
 
@@ -316,6 +319,8 @@ def measure(n: int, backends: list[str], scratch: Path, baseline: Path | None,
 
 
 def _target(command: str) -> float | None:
+    if command in DIAGNOSTIC:
+        return None
     return next((s for prefix, s in TARGETS.items() if command.startswith(prefix)), None)
 
 
@@ -326,7 +331,8 @@ def render(results: dict[str, Any]) -> str:
         ok = run["code"] == 0 and run["peak_mb"] < TARGET_MB and (seconds is None or run["seconds"] < seconds)
         rows.append([run["backend"], run["command"], run["tree"], f"{run['seconds']:,.2f}",
                      "" if seconds is None else f"< {seconds:g}", f"{run['peak_mb']:,.1f}", f"{run['load1']:.1f}",
-                     str(run["code"]), ("PASS" if ok else "FAIL") if run["tree"] == "ours" else ""])
+                     str(run["code"]), "" if run["tree"] != "ours" or run["command"] in DIAGNOSTIC
+                     else "PASS" if ok else "FAIL"])
     return table(["backend", "command", "code", "seconds", "target s", "peak RSS MB", "load", "exit", "verdict"],
                  rows, left=3)
 

@@ -64,7 +64,7 @@ def write_five(kind: str, root: str, tmp_path: Path) -> None:
         store.close()
 
 
-def _list(kind: str, root: str, *args: str) -> tuple[bytes, bytes]:
+def list_both(kind: str, root: str, *args: str) -> tuple[bytes, bytes]:
     """(`list --json ARGS`, `list ARGS`), each checked to exit 0 with nothing on stderr."""
     out = []
     for extra in (("--json",), ()):
@@ -80,7 +80,7 @@ def _index(kind: str, root: str) -> None:
 
 
 def _ids(kind: str, root: str) -> list[str]:
-    return [row["id"] for row in orjson.loads(_list(kind, root)[0])]
+    return [row["id"] for row in orjson.loads(list_both(kind, root)[0])]
 
 
 def _tamper(kind: str, root: str, sid: str) -> None:
@@ -108,16 +108,16 @@ def _tamper(kind: str, root: str, sid: str) -> None:
 
 
 def _status(kind: str, root: str, sid: str, *args: str) -> str:
-    rows = {row["id"]: row for row in orjson.loads(_list(kind, root, *args)[0])}
+    rows = {row["id"]: row for row in orjson.loads(list_both(kind, root, *args)[0])}
     return str(rows[sid]["status"])
 
 
 def test_the_list_from_fresh_index_rows_is_the_list_from_the_logs(store: tuple[str, str], tmp_path: Path) -> None:
     kind, root = store
     cwd = str(tmp_path / "work-a")
-    before = [_list(kind, root), _list(kind, root, "-n", "2"), _list(kind, root, "--cwd", cwd)]
+    before = [list_both(kind, root), list_both(kind, root, "-n", "2"), list_both(kind, root, "--cwd", cwd)]
     _index(kind, root)
-    after = [_list(kind, root), _list(kind, root, "-n", "2"), _list(kind, root, "--cwd", cwd)]
+    after = [list_both(kind, root), list_both(kind, root, "-n", "2"), list_both(kind, root, "--cwd", cwd)]
     assert after == before
     listed = orjson.loads(before[0][0])
     assert {row["status"] for row in listed} >= {"error", "interrupted", "completed", None}
@@ -128,8 +128,8 @@ def test_the_list_from_fresh_index_rows_is_the_list_from_the_logs(store: tuple[s
     # session's last turn is open, so its log is read, whatever the index says.
     newest_closed = next(row["id"] for row in listed if row["status"] not in ("interrupted", None))
     _tamper(kind, root, newest_closed)
-    assert _list(kind, root) == before[0]
-    assert _list(kind, root, "-n", "2") == before[1]
+    assert list_both(kind, root) == before[0]
+    assert list_both(kind, root, "-n", "2") == before[1]
 
 
 def test_a_stale_row_or_a_damaged_index_falls_back_to_the_log(store: tuple[str, str], tmp_path: Path,
@@ -143,14 +143,14 @@ def test_a_stale_row_or_a_damaged_index_falls_back_to_the_log(store: tuple[str, 
     monkeypatch.setattr(Summaries, "CHUNK", 3)
     for n, base in enumerate((DAY0 + 60_000, DAY1 + 60_000, DAY1 + 3_660_000)):
         add_session(root, kind, str(tmp_path / "work-a"), Script().text_turn(f"new {n}", "ok"), base)
-    mixed = [_list(kind, root), _list(kind, root, "-n", "6")]
+    mixed = [list_both(kind, root), list_both(kind, root, "-n", "6")]
     assert len(orjson.loads(mixed[0][0])) == 8
-    assert [_list(kind, root), _list(kind, root, "-n", "6")] == _without_index(kind, root)
+    assert [list_both(kind, root), list_both(kind, root, "-n", "6")] == _without_index(kind, root)
     _index(kind, root)
     ids = _ids(kind, root)
     newest = ids[0]
     append_turn(root, kind, newest, "one more", "yes", DAY1 + 9_000_000)  # the log grew after indexing
-    grown = _list(kind, root)
+    grown = list_both(kind, root)
     assert orjson.loads(grown[0])[0]["turns"] == 2
     _tamper(kind, root, newest)  # its stamp is not the index's: its log is read
     assert _status(kind, root, newest) == "damaged"
@@ -172,10 +172,10 @@ def test_a_stale_row_or_a_damaged_index_falls_back_to_the_log(store: tuple[str, 
     for suffix in ("-wal", "-shm"):
         (path.parent / f"{path.name}{suffix}").unlink(missing_ok=True)
     path.write_bytes(b"not a database, " * 512)  # damaged: nothing said, the logs read
-    listed = _list(kind, root)
+    listed = list_both(kind, root)
     assert path.read_bytes() == b"not a database, " * 512  # and the list left it as it was
     path.unlink()
-    assert listed == _list(kind, root)
+    assert listed == list_both(kind, root)
     assert _status(kind, root, newest) == "damaged"
 
 
@@ -187,14 +187,14 @@ def _without_index(kind: str, root: str) -> list[tuple[bytes, bytes]]:
         with psycopg.connect(root, autocommit=True) as pg:
             pg.execute("ALTER SCHEMA acp_bridge_search RENAME TO aside")
         try:
-            return [_list(kind, root), _list(kind, root, "-n", "6")]
+            return [list_both(kind, root), list_both(kind, root, "-n", "6")]
         finally:
             with psycopg.connect(root, autocommit=True) as pg:
                 pg.execute("ALTER SCHEMA aside RENAME TO acp_bridge_search")
     index, aside = Path(root) / "index", Path(root) / "aside"
     index.rename(aside)
     try:
-        return [_list(kind, root), _list(kind, root, "-n", "6")]
+        return [list_both(kind, root), list_both(kind, root, "-n", "6")]
     finally:
         aside.rename(index)
 
@@ -211,10 +211,10 @@ def test_a_log_that_breaks_the_invariants_is_listed_from_itself(tmp_path: Path) 
     event["time"] = -1  # epoch ms must not be negative: the invariants, not the scan
     lines[3] = orjson.dumps(event) + b"\n"
     path.write_bytes(b"".join(lines))
-    before = _list("jsonl", root)
+    before = list_both("jsonl", root)
     assert orjson.loads(before[0])[0]["status"] == "damaged"
     _index("jsonl", root)
-    assert _list("jsonl", root) == before
+    assert list_both("jsonl", root) == before
     db = sqlite3.connect(Path(root) / "index" / "search.sqlite3")
     assert db.execute("SELECT checked FROM sessions WHERE id = ?", (sid,)).fetchone() == (0,)
     db.close()
@@ -226,7 +226,7 @@ def test_streamed_events_in_a_sqlite_tail_are_read_from_the_log(tmp_path: Path) 
     root = str(tmp_path / "store")
     sid = add_session(root, "sqlite", "/w", Script().text_turn("first", "ok"), DAY0)
     _index("sqlite", root)
-    indexed = _list("sqlite", root)
+    indexed = list_both("sqlite", root)
     tail = Path(root) / "tails" / f"{sid}.jsonl"
     tail.parent.mkdir(exist_ok=True)
     events = Script(first_turn=2).start_turn("second").items
@@ -236,10 +236,10 @@ def test_streamed_events_in_a_sqlite_tail_are_read_from_the_log(tmp_path: Path) 
              for n, (t, d) in enumerate(events)]
     tail.write_bytes(b"".join(line + b"\n" for line in lines))
     (Path(root) / "index" / "search.sqlite3").unlink()  # what the log says, without an index
-    expected = _list("sqlite", root)
+    expected = list_both("sqlite", root)
     assert orjson.loads(expected[0])[0]["turns"] == 2
     _index_without_tail(root, tail)
-    assert _list("sqlite", root) == expected
+    assert list_both("sqlite", root) == expected
 
 
 def _index_without_tail(root: str, tail: Path) -> None:
@@ -255,10 +255,10 @@ def test_a_title_the_index_cannot_hold_is_read_from_the_log(store: tuple[str, st
     text cannot hold NUL), so such a row's title is not trusted."""
     kind, root = store
     sid = add_session(root, kind, str(tmp_path / "work-f"), Script().text_turn("a\x00b", "ok"), DAY1 + 9_000_000)
-    before = _list(kind, root)
+    before = list_both(kind, root)
     title = next(row["title"] for row in orjson.loads(before[0]) if row["id"] == sid)
     assert title == ("a\ufffdb" if kind == "postgres" else "a\x00b")  # the store's own title column, for postgres
     _index(kind, root)
-    assert _list(kind, root) == before
+    assert list_both(kind, root) == before
     _tamper(kind, root, sid)  # read from its log: so it says it is damaged
     assert _status(kind, root, sid) == "damaged"

@@ -26,7 +26,7 @@ import psycopg
 from session import SessionStore, open_backend
 from session.backends.postgres_connect import CHECKED_WRITER
 from tests.support.logs import Script, write
-from tests.test_sessions_list_index import _list, write_five
+from tests.test_sessions_list_index import list_both, write_five
 
 KIND = "postgres"
 
@@ -43,7 +43,7 @@ def checked(dsn: str) -> dict[str, bool | None]:
 
 
 def rows(dsn: str) -> dict[str, dict[str, Any]]:
-    return {row["id"]: row for row in orjson.loads(_list(KIND, dsn)[0])}
+    return {row["id"]: row for row in orjson.loads(list_both(KIND, dsn)[0])}
 
 
 def behind_the_triggers(dsn: str, query: str, *params: Any) -> None:
@@ -67,9 +67,9 @@ def test_the_list_from_outlines_is_the_list_from_the_logs(pg_dsn: str, tmp_path:
     write_five(KIND, pg_dsn, tmp_path)
     assert set(checked(pg_dsn).values()) == {True}  # every row written by the agent's store
     cwd = str(tmp_path / "work-a")
-    outlined = [_list(KIND, pg_dsn), _list(KIND, pg_dsn, "-n", "2"), _list(KIND, pg_dsn, "--cwd", cwd)]
+    outlined = [list_both(KIND, pg_dsn), list_both(KIND, pg_dsn, "-n", "2"), list_both(KIND, pg_dsn, "--cwd", cwd)]
     sql(pg_dsn, "UPDATE acp_bridge.sessions SET checked_seq = NULL")  # nothing vouched for: the logs read
-    assert [_list(KIND, pg_dsn), _list(KIND, pg_dsn, "-n", "2"), _list(KIND, pg_dsn, "--cwd", cwd)] == outlined
+    assert [list_both(KIND, pg_dsn), list_both(KIND, pg_dsn, "-n", "2"), list_both(KIND, pg_dsn, "--cwd", cwd)] == outlined
     listed = orjson.loads(outlined[0][0])
     assert {row["status"] for row in listed} >= {"error", "interrupted", "completed", None}
     assert next(row for row in listed if row["title"] == "reasoning first")["tokens"] == {
@@ -79,7 +79,7 @@ def test_the_list_from_outlines_is_the_list_from_the_logs(pg_dsn: str, tmp_path:
     sql(pg_dsn, "UPDATE acp_bridge.sessions SET checked_seq = coalesce(last_seq, -1)")
     closed = next(row["id"] for row in listed if row["status"] not in ("interrupted", None))
     tamper(pg_dsn, closed, hidden=True)
-    assert _list(KIND, pg_dsn) == outlined[0]
+    assert list_both(KIND, pg_dsn) == outlined[0]
     # ...while its log says it is damaged.
     sql(pg_dsn, "UPDATE acp_bridge.sessions SET checked_seq = NULL WHERE id = %s", closed)
     assert rows(pg_dsn)[closed]["status"] == "damaged"
@@ -163,4 +163,58 @@ def test_only_a_checked_writer_moves_checked_seq_on(pg_dsn: str) -> None:
     assert checked(pg_dsn)[other.id] is None  # what came before is still unknown
     as_writer("DELETE FROM acp_bridge.events WHERE session_id = %s AND seq >= 100", other.id)
     assert checked(pg_dsn)[other.id] is None
+    store.close()
+
+
+def test_a_live_owner_is_listed_from_one_query_of_the_locks(pg_dsn: str) -> None:
+    """The owners of a page's sessions come from one query (`PostgresReader.owners`),
+    the same as one query a session (`owner`): live, with the holder's pid, or none."""
+    import os
+
+    from session import open_reader
+
+    store = SessionStore(open_backend(KIND, pg_dsn))
+    held = store.create(cwd="/w")
+    write(held, Script().text_turn("held", "yes"))
+    held.flush()
+    free = store.create(cwd="/w")
+    write(free, Script().text_turn("free", "no"))
+    free.close()
+    try:
+        listed = rows(pg_dsn)
+        assert (listed[held.id]["live"], listed[held.id]["ownerPid"]) == (True, os.getpid())
+        assert listed[free.id]["live"] is False and "ownerPid" not in listed[free.id]
+        reader = open_reader(KIND, pg_dsn)
+        try:
+            ids = [held.id, free.id]
+            assert reader.owners(ids) == {sid: reader.owner(sid) for sid in ids}
+        finally:
+            reader.close()
+        sql(pg_dsn, "UPDATE acp_bridge.sessions SET checked_seq = NULL")
+        assert rows(pg_dsn) == listed  # from the logs, one owner query each
+    finally:
+        held.close()
+        store.close()
+
+
+def test_a_version_2_store_is_listed_from_its_logs_then_vouched_for_as_it_is_loaded(pg_dsn: str) -> None:
+    store = SessionStore(open_backend(KIND, pg_dsn))
+    ids = []
+    for n in range(2):
+        log = store.create(cwd="/w")
+        write(log, Script().text_turn(f"prompt {n}", "ok"))
+        log.close()
+        ids.append(log.id)
+    store.close()
+    listed = list_both(KIND, pg_dsn)
+    sql(pg_dsn, "DROP TRIGGER events_changed ON acp_bridge.events; DROP FUNCTION acp_bridge.events_changed(); "
+        "ALTER TABLE acp_bridge.sessions DROP COLUMN checked_seq; UPDATE acp_bridge.schema_version SET version = 2")
+    assert list_both(KIND, pg_dsn) == listed  # read as version 2: no outline, the logs
+    store = SessionStore(open_backend(KIND, pg_dsn))  # brought to 3: nothing vouched for yet
+    assert sql(pg_dsn, "SELECT version FROM acp_bridge.schema_version") == [(3,)]
+    assert checked(pg_dsn) == {ids[0]: None, ids[1]: None}
+    assert list_both(KIND, pg_dsn) == listed
+    store.load(ids[0]).log.close()
+    assert checked(pg_dsn) == {ids[0]: True, ids[1]: None}
+    assert list_both(KIND, pg_dsn) == listed
     store.close()

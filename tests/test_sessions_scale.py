@@ -72,6 +72,32 @@ def test_the_scale_bench_runs(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [out]  # the scratch store is removed
 
 
+def test_the_bench_copies_in_postgres_are_what_an_agent_would_have_written(pg_dsn: str) -> None:
+    """bench/sessions_scale.py's PostgreSQL copies: vouched for by the store, as the
+    agent's sessions are (`checked_seq`), and listed from their outlines exactly as
+    from their logs (each log checked as a load checks it)."""
+    import psycopg
+
+    from bench.sessions_scale import build_sql, unvouched
+
+    build_sql("postgres", pg_dsn, 6)
+    with psycopg.connect(pg_dsn) as db:
+        assert db.execute("SELECT count(*), count(*) FILTER (WHERE checked_seq = last_seq), count(title) "
+                          "FROM acp_bridge.sessions").fetchone() == (6, 6, 6)
+
+    def listed() -> bytes:
+        result = cli("--store", pg_dsn, "--backend", "postgres", "list", "--json")
+        assert result.code == 0, result.err
+        return result.raw
+
+    outlined = listed()
+    with unvouched(pg_dsn, True):
+        assert listed() == outlined
+    rows = orjson.loads(outlined)
+    assert len(rows) == 6 and {row["status"] for row in rows} == {"completed"}
+    assert all("w0000" in row["title"] for row in rows)
+
+
 def test_the_served_list_is_the_newest_page(tmp_path: Path) -> None:
     """`serve`'s list shows the newest LIST_PAGE sessions (reading only their logs) and
     says how many older ones it leaves to the search."""

@@ -196,7 +196,8 @@ class PostgresReader:
     def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
         """One query: the sessions whose `checked_seq` is their last seq (every row
         written by a checked writer, or checked by the last load: postgres_connect's
-        CHECKED_WRITER), their outline rows found through the `events_outline` index.
+        CHECKED_WRITER), with their rows of the outline's types (found by the events'
+        key: about 8 ms for a page of 50 sessions of 627 events each, bench/README.md).
         A store of version 1 or 2 keeps no `checked_seq`: none."""
         if not session_ids or self._conn() is None or self._version < 3:
             return {}
