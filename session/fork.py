@@ -23,13 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from session.backends.base import StoredStream, first_prompt_title, set_title, titled
+from session.backends.base import StoredStream
 from session.errors import ForkTurnError, InvariantError
 from session.events import SESSION_FORMAT_VERSION, TURN_START, Event, Header, WrappedInfo
 from session.invariants import InvariantTracker
 from session.loading import invariant_corruption
 from session.repair import RepairReport, interrupted_turn_closers, report_of
 from session.scan import TailSplitter
+from session.titles import first_prompt_title, set_title, titled
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A session's title (issue 25): the rule (session.backends.base.session_title) as a
+"""A session's title (issue 25): the rule (session.titles.session_title) as a
 table; JSONL's title file across a crash at each point between the `/title` event and
 the file (real processes killed there); and our agent end to end over stdio, `/title`
 then `session/list` and `acp-bridge sessions list`, `show` and `export` in fresh processes, on
@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from session import SessionStore, open_backend, open_reader
-from session.backends.base import last_set_title, session_title, set_title
 from session.backends.jsonl_title import read_kept, title_path
+from session.titles import last_set_title, session_title, set_title
 from tests.support.acp_client import AgentProcess
 from tests.support.logs import Script, events_of, write
 

@@ -33,8 +33,8 @@ from acp_bridge.rpc.connection import Connection
 from acp_bridge.tools import permissions
 from acp_bridge.tools.local import LocalServices
 from session import SessionLog
-from session.backends.base import title_from_content
 from session.events import TURN_START, USER_MESSAGE, Event
+from session.titles import title_from_content
 from session.transcript import Transcript, history_budget
 
 if TYPE_CHECKING:

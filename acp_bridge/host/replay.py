@@ -30,7 +30,6 @@ from acp_bridge.host.tuning import Tuning
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
 from session import SessionLog, SessionStore
-from session.backends.base import title_from_content
 from session.events import (
     ASSISTANT_CHUNK,
     CONFIG_SET,
@@ -42,6 +41,7 @@ from session.events import (
 )
 from session.repair import RepairReport
 from session.scan import TailSplitter
+from session.titles import title_from_content
 
 if TYPE_CHECKING:
     from acp_bridge.host.host import Host

@@ -19,11 +19,9 @@ from session.backends.base import (
     SessionPeek,
     SessionSummary,
     Stamp,
-    first_prompt_title,
     is_session_id,
     owners_of,
     session_files,
-    titled,
     validate_session_id,
 )
 from session.backends.jsonl_title import TITLES, kept_title
@@ -31,6 +29,7 @@ from session.errors import SessionCorruptError, SessionNotFoundError
 from session.events import USER_MESSAGE, Event
 from session.files import LockTable, Owner, lock_file
 from session.scan import Damage, parse_events, parse_header
+from session.titles import first_prompt_title, titled
 
 # Logs are read this much at a time: large enough to amortize, small enough to bound memory.
 READ_BLOCK = 256 << 10

@@ -1,7 +1,7 @@
 """The title `/title` gave a JSONL session, kept beside its append-only log.
 
 A JSONL log never rewrites its header, and `list` reads only the head of each log, so
-the last `config/set session/title` (session.backends.base.session_title) is kept in a
+the last `config/set session/title` (session.titles.session_title) is kept in a
 small file, `titles/<id>.json`, replaced whole (session.files.publish). The log is the
 truth; the file says one of
 
@@ -29,10 +29,11 @@ from typing import BinaryIO, NamedTuple
 
 import orjson
 
-from session.backends.base import is_session_id, last_set_title, set_title
+from session.backends.base import is_session_id
 from session.errors import StoreIOError
 from session.events import CONFIG_SET, Event
 from session.files import private_dir, publish
+from session.titles import last_set_title, set_title
 
 TITLES = "titles"  # the folder, under the store's
 # How a stored `config/set` line starts (session.backends.base.event_line writes every line).

@@ -25,8 +25,6 @@ from session.backends.base import (
     changed_while_forked,
     check_batch_seqs,
     event_line,
-    first_prompt_title,
-    last_set_title,
     owners_of,
     read_whole,
     validate_session_id,
@@ -35,6 +33,7 @@ from session.errors import SessionExistsError, SessionLockedError, SessionNotFou
 from session.events import Event, Header
 from session.files import Owner
 from session.scan import Damage, TornTail, parse_events, parse_header
+from session.titles import first_prompt_title, last_set_title
 
 
 @dataclass
@@ -43,7 +42,7 @@ class _Stored:
     records: list[bytes] = field(default_factory=list)  # event lines, no newline
     updated_at: int = 0
     title: str | None = None  # the header's, else the first prompt's
-    set_title: str | None = None  # the last `/title` (session.backends.base.session_title)
+    set_title: str | None = None  # the last `/title` (session.titles.session_title)
 
     @property
     def listed(self) -> str | None:

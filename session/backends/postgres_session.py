@@ -14,19 +14,14 @@ from typing import Any, Protocol
 import orjson
 import psycopg
 
-from session.backends.base import (
-    Encoded,
-    changed_while_forked,
-    check_batch_seqs,
-    first_prompt_title,
-    last_set_title,
-)
+from session.backends.base import Encoded, changed_while_forked, check_batch_seqs
 from session.backends.postgres_connect import store_error
 from session.backends.postgres_stream import PostgresStream
 from session.errors import StoreIOError
 from session.events import Header
 from session.log import now_ms
 from session.scan import TornTail
+from session.titles import first_prompt_title, last_set_title
 
 INSERT_ONE = ("INSERT INTO acp_bridge.events (session_id, seq, type, time, data) "
               "VALUES (%s, %s, %s, %s, %s::json)")

@@ -17,13 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from session.backends.base import (
-    Encoded,
-    check_batch_seqs,
-    event_line,
-    first_prompt_title,
-    last_set_title,
-)
+from session.backends.base import Encoded, check_batch_seqs, event_line
 from session.backends.event_rows import Row
 from session.backends.sqlite_read import SqliteStream
 from session.backends.sqlite_space import is_full
@@ -32,6 +26,7 @@ from session.errors import StoreIOError
 from session.events import Header
 from session.files import OwnerLock
 from session.scan import TornTail
+from session.titles import first_prompt_title, last_set_title
 
 
 class Store(Protocol):

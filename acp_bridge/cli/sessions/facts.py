@@ -49,7 +49,7 @@ def title_after(title: str | None, prompted: bool, event: Event) -> tuple[str | 
     has been: the store's own title, else its first prompt's (`first_prompt_title`), as
     `sessions list` reads it from the log (source.py). The one place the index decides a
     title: a title set later in the log would be taken here."""
-    from session.backends.base import first_prompt_title
+    from session.titles import first_prompt_title
 
     if prompted or event["type"] != "user/message":
         return title, prompted

@@ -108,8 +108,8 @@ class Source:
 
 def title_of(events: list[Event]) -> str | None:
     """The title of a session without a stored one: its first prompt's text, whatever
-    comes before it (the stores' rule: session.backends.base.first_prompt_title)."""
-    from session.backends.base import first_prompt_title
+    comes before it (the stores' rule: session.titles.first_prompt_title)."""
+    from session.titles import first_prompt_title
 
     for event in events:
         if event["type"] == "user/message":
@@ -164,10 +164,10 @@ class Summary:
 def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) -> Summary:
     """Raises SessionCorruptError, worded as `SessionStore.load` words it."""
     from session import InvariantError, InvariantTracker
-    from session.backends.base import first_prompt_title
     from session.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TURN_START, USER_MESSAGE
     from session.loading import invariant_corruption
     from session.scan import TailSplitter
+    from session.titles import first_prompt_title
 
     splitter = TailSplitter(sid, locate)
     tracker = InvariantTracker(session_id=sid)

@@ -63,11 +63,12 @@ class Walk(States):
     def turns(self) -> Iterator[Turn]:
         """Every turn, in order, each once it is complete (the last one at the end)."""
         from session import InvariantError, InvariantTracker
-        from session.backends.base import first_prompt_title, with_size
+        from session.backends.base import with_size
         from session.events import USER_MESSAGE
         from session.loading import invariant_corruption
         from session.repair import interrupted_turn_closers
         from session.scan import TailSplitter
+        from session.titles import first_prompt_title
 
         sid, stream = self.id, self._stream
         splitter = TailSplitter(sid, stream.locate)
