@@ -166,8 +166,8 @@ class StoreReader(Protocol):
         """Whether a live process owns the session now (never by trying its lock)."""
 
     def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
-        """`owner` of each of `session_ids`, in one pass where the store can (`owners_of`
-        otherwise)."""
+        """`owner` of each of `session_ids`, in one pass where the store can
+        (`FileReader.owners` otherwise)."""
 
     def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
         """The outlines of those of `session_ids` whose every stored event was checked
@@ -178,9 +178,20 @@ class StoreReader(Protocol):
     def close(self) -> None: ...
 
 
-def owners_of(reader: StoreReader, session_ids: Sequence[str]) -> dict[str, Owner]:
-    """`StoreReader.owners` one session at a time (a lock file each: nothing to batch)."""
-    return {sid: reader.owner(sid) for sid in session_ids}
+class FileReader:
+    """What a reader of files (the lock files of JSONL and SQLite, or memory) answers
+    for the protocol's batch methods: owners one session at a time (a lock file each:
+    nothing to batch), and no outline (a file may be torn or rewritten behind the
+    store's back: its logs are read whole and checked)."""
+
+    def owner(self, session_id: str) -> Owner:
+        raise NotImplementedError
+
+    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
+        return {sid: self.owner(sid) for sid in session_ids}
+
+    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
+        return {}
 
 
 class BackendSession(Protocol):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -15,12 +15,11 @@ import orjson
 
 from session.backends.base import (
     At,
-    Outline,
+    FileReader,
     SessionPeek,
     SessionSummary,
     Stamp,
     is_session_id,
-    owners_of,
     session_files,
     validate_session_id,
 )
@@ -195,7 +194,7 @@ def _json_line(line: bytes) -> object:
         return None
 
 
-class JsonlReader:
+class JsonlReader(FileReader):
     """A JSONL store opened read-only (see session.backends.base.StoreReader): nothing
     is created, locked or repaired; a missing store folder is an empty store."""
 
@@ -262,12 +261,6 @@ class JsonlReader:
 
     def owner(self, session_id: str) -> Owner:
         return self._locks.owner(lock_file(self.locks_dir, validate_session_id(session_id)))
-
-    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
-        return owners_of(self, session_ids)
-
-    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
-        return {}  # its logs are read whole (see StoreReader.outlines)
 
     def close(self) -> None:
         pass

@@ -17,7 +17,7 @@ from session.backends.base import (
     At,
     BackendSession,
     Encoded,
-    Outline,
+    FileReader,
     SessionPeek,
     SessionSummary,
     Stamp,
@@ -25,7 +25,6 @@ from session.backends.base import (
     changed_while_forked,
     check_batch_seqs,
     event_line,
-    owners_of,
     read_whole,
     validate_session_id,
 )
@@ -218,7 +217,7 @@ class MemorySession:
         self._backend.disown(self.session_id)
 
 
-class MemoryReader:
+class MemoryReader(FileReader):
     """The read-only view of a memory store (see session.backends.base.StoreReader):
     a memory store lives in its backend, so this reads through it; the owner of a
     session is this process while a handle has it open."""
@@ -264,12 +263,6 @@ class MemoryReader:
 
     def owner(self, session_id: str) -> Owner:
         return Owner("live", os.getpid()) if self._backend.owns(session_id) else Owner("none")
-
-    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
-        return owners_of(self, session_ids)
-
-    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
-        return {}  # its logs are read whole (see StoreReader.outlines)
 
     def close(self) -> None:
         pass

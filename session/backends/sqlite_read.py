@@ -8,17 +8,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 
 from session.backends.base import (
     At,
-    Outline,
+    FileReader,
     SessionPeek,
     Stamp,
-    owners_of,
     session_files,
     validate_session_id,
 )
@@ -250,7 +249,7 @@ def schema_version_error(path: Path, version: int) -> SessionVersionError:
     )
 
 
-class SqliteReader:
+class SqliteReader(FileReader):
     """A SQLite store opened read-only (see session.backends.base.StoreReader): the
     database is opened with `mode=ro` (SQLite may leave its empty `-wal`/`-shm` side
     files; the database itself is not written), a missing or never-initialized database
@@ -382,12 +381,6 @@ class SqliteReader:
 
     def owner(self, session_id: str) -> Owner:
         return self._locks.owner(lock_file(self.locks_dir, validate_session_id(session_id)))
-
-    def owners(self, session_ids: Sequence[str]) -> dict[str, Owner]:
-        return owners_of(self, session_ids)
-
-    def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
-        return {}  # its logs are read whole (see StoreReader.outlines)
 
     def close(self) -> None:
         if self._db is not None:
