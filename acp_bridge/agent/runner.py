@@ -5,7 +5,9 @@ ACP layer turns events into `session/update`s), so what a client sees is what th
 holds (acp_bridge.agent.turn_writer writes them). The turn runs inside a cancel scope: `cancel(by)` ends it promptly as
 `cancelled`; cancellation from outside (the agent is stopping) closes it as
 `interrupted` with cause `shutdown`, using the same closers as crash repair. A failed
-write of the log ends the turn with what the log kept (`_store_failed`).
+write of the log ends the turn with what the log kept (`_store_failed`). A step's model
+call (its context, its retries, its stream) is acp_bridge.agent.model_call's; its tool
+calls are acp_bridge.agent.tool_calls'.
 """
 
 from __future__ import annotations
@@ -13,36 +15,26 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from acp_bridge.agent.context import CONTEXT_TRIES, Context, refused_as_too_long
+from acp_bridge.agent.context import Context
+from acp_bridge.agent.model_call import StepCall, ask_model, step_end_reason
 from acp_bridge.agent.tool_calls import DurableFirstServices, ProgressSink, ToolCalls
 from acp_bridge.agent.turn_close import StepText, partial_answer, step_content
 from acp_bridge.agent.turn_writer import EventSink, TurnWriter
 from acp_bridge.errors import PromptInProgressError
 from acp_bridge.host.tuning import Tuning
-from acp_bridge.models import (
-    Finish,
-    Model,
-    ModelRequest,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallChunk,
-    UsageChunk,
-)
+from acp_bridge.models import Model
 from acp_bridge.tools import permissions
 from acp_bridge.tools.base import ClientServices, Tool
 from session import Event, SessionLog, StoreIOError, reason
 from session.closers import EndedEarly, closers, open_turn
-from session.events import Reason, Usage
+from session.events import Reason
 from session.items import (
-    ChunkKind,
     Item,
-    assistant_chunk,
     assistant_message,
     config_set,
     step_end,
@@ -55,7 +47,6 @@ from session.transcript import Transcript
 
 logger = logging.getLogger("acp_bridge.agent.runner")
 DEFAULT_MAX_STEPS = 50
-_DELTAS = (TextDelta, ReasoningDelta)
 
 
 class TurnRunner:
@@ -301,84 +292,17 @@ class TurnRunner:
         await self._writer.append(step_start(turn, number))
         await self._before_model()
         step = self._step = StepText(number)
-        model, specs = self._turn_model, self._calls.specs()
-        window = self.context.window(model.name, model.context_window)
-        shown = self.context.choose(self.transcript, window, specs)
-        for tried in range(1, CONTEXT_TRIES + 1):
-            request = ModelRequest(self.transcript.messages[shown.start:], specs, self._turn_effort,
-                                   turn=turn, step=number, cwd=str(self.context_roots[0]))
-            calls, usage, finish = await self._call_model(request, step, turn)
-            if not refused_as_too_long(finish) or step.text or step.reasoning or calls:
-                break
-            assert finish is not None
-            fewer = self.context.retry(self.transcript, model.name, window, specs, shown, finish)
-            if fewer is None or tried == CONTEXT_TRIES:  # the turn fails; the next prompt goes without it
-                why = ("this turn alone is longer than the model's context" if fewer is None
-                       else f"refused {tried} times, each time with fewer older turns")
-                finish = replace(finish, message=f"{finish.message} ({why})")
-                break
-            logger.info("session %s: %s; trying again without %d older message(s)",
-                        self.log.id, finish.message, fewer.start - shown.start)
-            window, shown = self.context.window(model.name, model.context_window), fewer
-        self.context.measured(shown, usage)
-        learned = self.context.windows.get(model.name)
-        if usage is not None and learned is not None and "contextWindow" not in usage:
-            # The server's own window, once a refusal said it: the editor's meter (and
-            # the replay's) shows that rather than a guess the server proved wrong.
-            usage = {**usage, "contextWindow": learned}
-        if finish is None:
-            finish = Finish("error", message="the model stream ended without finishing", code="model_error")
-        if finish.reason not in ("stop", "tool_calls"):
-            calls = []  # cut off, refused or failed: its tool calls are not trusted
-        content = step_content(step, calls)
-        if content or usage is not None:
-            await self._writer.append(assistant_message(turn, number, content, usage))
+        call = StepCall(self.log.id, self._turn_model, self._turn_effort, self._calls.specs(), turn,
+                        str(self.context_roots[0]))
+        answer = await ask_model(call, step, self.transcript, self.context, self._writer.streamed)
+        content = step_content(step, answer.calls)
+        if content or answer.usage is not None:
+            await self._writer.append(assistant_message(turn, number, content, answer.usage))
         step.message_written = True
-        if finish.reason == "error":
-            fields: dict[str, Any] = {"step": number, "message": finish.message or "model error"}
-            if finish.code is not None:
-                fields["code"] = finish.code
-            if finish.retryable is not None:
-                fields["retryable"] = finish.retryable
-            return reason("error", **fields)
-        if finish.reason in ("max_tokens", "refusal"):
-            return reason(finish.reason)
-        if not calls:
-            return reason("completed")
-        return await self._calls.run_all(turn, number, calls)
-
-    async def _call_model(self, request: ModelRequest, step: StepText,
-                          turn: int) -> tuple[list[ToolCallChunk], Usage | None, Finish | None]:
-        """One call of the turn's model: its deltas streamed to the log as they come,
-        its tool calls, usage and finish returned."""
-        calls: list[ToolCallChunk] = []
-        usage: Usage | None = None
-        finish: Finish | None = None
-        streamed, number = self._writer.streamed, step.number
-        try:
-            async with contextlib.aclosing(self._turn_model.stream(request)) as stream:  # type: ignore[type-var]
-                async for chunk in stream:
-                    if isinstance(chunk, _DELTAS):
-                        kind: ChunkKind
-                        if isinstance(chunk, TextDelta):
-                            kind = "text"
-                            step.text.append(chunk.text)
-                        else:
-                            kind = "reasoning"
-                            step.reasoning.append(chunk.text)
-                        await streamed(assistant_chunk(turn, number, kind, chunk.text))
-                    elif isinstance(chunk, ToolCallChunk):
-                        calls.append(chunk)
-                    elif isinstance(chunk, UsageChunk):
-                        usage = chunk.usage
-                    elif isinstance(chunk, Finish):
-                        finish = chunk
-                        break
-        except StoreIOError:
-            raise  # the log failed, not the model: the turn ends as `_store_failed` says
-        except Exception as exc:  # a provider bug: the step fails, the turn says why
-            finish = Finish("error", message=f"{type(exc).__name__}: {exc}", code="model_error")
-        return calls, usage, finish
+        end = step_end_reason(answer.finish, number, answer.calls)
+        if end is not None:
+            return end
+        return await self._calls.run_all(turn, number, answer.calls)
 
     async def record_setting(self, config_id: str, value: str) -> None:
         """Record a changed session setting (`config/set`, made durable) between turns.

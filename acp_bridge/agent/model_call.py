@@ -1,0 +1,143 @@
+"""The model call of one step of a turn (acp_bridge.agent.runner runs the step around
+it): the part of the transcript the model is shown (acp_bridge.agent.context), shown
+again with fewer older turns while the provider refuses it as longer than its context,
+its deltas streamed to the log as they come; then the step's end reason from its finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from acp_bridge.agent.context import CONTEXT_TRIES, Context, refused_as_too_long
+from acp_bridge.agent.turn_close import StepText
+from acp_bridge.models import (
+    Finish,
+    Model,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallChunk,
+    UsageChunk,
+)
+from session import StoreIOError, reason
+from session.events import Reason, Usage
+from session.items import ChunkKind, Item, assistant_chunk
+from session.transcript import Transcript
+
+# The runner's logger: the call is a part of its turn.
+logger = logging.getLogger("acp_bridge.agent.runner")
+_DELTAS = (TextDelta, ReasoningDelta)
+
+Streamed = Callable[[Item], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """What one step asks its model: whose turn, which step, with what."""
+
+    session_id: str
+    model: Model
+    effort: str | None
+    tools: Sequence[Mapping[str, Any]]
+    turn: int
+    cwd: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the model gave: its tool calls (none unless it finished to stop or call
+    tools), its usage and its finish (an error finish where the stream had none)."""
+
+    calls: list[ToolCallChunk]
+    usage: Usage | None
+    finish: Finish
+
+
+async def ask_model(call: StepCall, step: StepText, transcript: Transcript, context: Context,
+                    streamed: Streamed) -> Answer:
+    """The model's answer in `step`: shown what fits its context, and shown less (up to
+    CONTEXT_TRIES times) while it refuses that as too long without having said anything."""
+    model, specs = call.model, call.tools
+    window = context.window(model.name, model.context_window)
+    shown = context.choose(transcript, window, specs)
+    for tried in range(1, CONTEXT_TRIES + 1):
+        request = ModelRequest(transcript.messages[shown.start:], specs, call.effort,
+                               turn=call.turn, step=step.number, cwd=call.cwd)
+        calls, usage, finish = await _stream(model, request, step, call.turn, streamed)
+        if not refused_as_too_long(finish) or step.text or step.reasoning or calls:
+            break
+        assert finish is not None
+        fewer = context.retry(transcript, model.name, window, specs, shown, finish)
+        if fewer is None or tried == CONTEXT_TRIES:  # the turn fails; the next prompt goes without it
+            why = ("this turn alone is longer than the model's context" if fewer is None
+                   else f"refused {tried} times, each time with fewer older turns")
+            finish = replace(finish, message=f"{finish.message} ({why})")
+            break
+        logger.info("session %s: %s; trying again without %d older message(s)",
+                    call.session_id, finish.message, fewer.start - shown.start)
+        window, shown = context.window(model.name, model.context_window), fewer
+    context.measured(shown, usage)
+    learned = context.windows.get(model.name)
+    if usage is not None and learned is not None and "contextWindow" not in usage:
+        # The server's own window, once a refusal said it: the editor's meter (and
+        # the replay's) shows that rather than a guess the server proved wrong.
+        usage = {**usage, "contextWindow": learned}
+    if finish is None:
+        finish = Finish("error", message="the model stream ended without finishing", code="model_error")
+    if finish.reason not in ("stop", "tool_calls"):
+        calls = []  # cut off, refused or failed: its tool calls are not trusted
+    return Answer(calls, usage, finish)
+
+
+def step_end_reason(finish: Finish, number: int, calls: list[ToolCallChunk]) -> Reason | None:
+    """The turn's end reason if it ends with step `number` (None: its tool calls run)."""
+    if finish.reason == "error":
+        fields: dict[str, Any] = {"step": number, "message": finish.message or "model error"}
+        if finish.code is not None:
+            fields["code"] = finish.code
+        if finish.retryable is not None:
+            fields["retryable"] = finish.retryable
+        return reason("error", **fields)
+    if finish.reason in ("max_tokens", "refusal"):
+        return reason(finish.reason)
+    if not calls:
+        return reason("completed")
+    return None
+
+
+async def _stream(model: Model, request: ModelRequest, step: StepText, turn: int,
+                  streamed: Streamed) -> tuple[list[ToolCallChunk], Usage | None, Finish | None]:
+    """One call of the turn's model: its deltas streamed to the log as they come,
+    its tool calls, usage and finish returned."""
+    calls: list[ToolCallChunk] = []
+    usage: Usage | None = None
+    finish: Finish | None = None
+    number = step.number
+    try:
+        async with contextlib.aclosing(model.stream(request)) as stream:  # type: ignore[type-var]
+            async for chunk in stream:
+                if isinstance(chunk, _DELTAS):
+                    kind: ChunkKind
+                    if isinstance(chunk, TextDelta):
+                        kind = "text"
+                        step.text.append(chunk.text)
+                    else:
+                        kind = "reasoning"
+                        step.reasoning.append(chunk.text)
+                    await streamed(assistant_chunk(turn, number, kind, chunk.text))
+                elif isinstance(chunk, ToolCallChunk):
+                    calls.append(chunk)
+                elif isinstance(chunk, UsageChunk):
+                    usage = chunk.usage
+                elif isinstance(chunk, Finish):
+                    finish = chunk
+                    break
+    except StoreIOError:
+        raise  # the log failed, not the model: the turn ends as the runner's `_store_failed` says
+    except Exception as exc:  # a provider bug: the step fails, the turn says why
+        finish = Finish("error", message=f"{type(exc).__name__}: {exc}", code="model_error")
+    return calls, usage, finish
