@@ -1,23 +1,17 @@
 """What a search index holds and answers, whatever keeps it (session.search.fts, .pg):
-the rows of a session, its turns and their texts; the query language and the filters;
-a hit and its snippet; a row of usage figures. Pure, but for the `SearchIndex` protocol
-its implementations fill in.
-
-Texts are tokenized as SQLite's `unicode61` tokenizer does (letters and digits, case
-folded, nothing else), and the PostgreSQL index is given the same tokens, so a query
-finds the same turns in every store: `main.py` is the two words `main py`, found as a
-phrase.
+the rows of a session, its turns and their texts (cut in pieces); the filters; a hit; a
+row of usage figures. Pure, but for the `SearchIndex` protocol its implementations fill
+in. The query language and the snippets are session.search.query's.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from session.backends.base import At, Stamp
-from session.errors import SearchQueryError
+from session.search.query import Query
 
 FORMAT = "2"
 """The index's own format version, stored in it: an index of another is rebuilt.
@@ -39,7 +33,6 @@ TEXT_LIMIT = 4_000_000
 """Characters of one text indexed at most (a tool's output of 50 MB is found by its
 first 4 M characters)."""
 
-_TOKEN = re.compile(r"[^\W_]+")
 # What a snippet marks a match with in a stored text: never part of one (`clean_text`).
 MARK, UNMARK = "\ue000", "\ue001"
 
@@ -169,95 +162,6 @@ class Hit:
     marks: list[tuple[int, int]] = field(default_factory=list)
 
 
-# --- the query language --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Term:
-    tokens: tuple[str, ...]  # a phrase: these tokens in this order
-    prefix: bool  # the last token is a prefix
-    negated: bool
-
-
-@dataclass(frozen=True)
-class Query:
-    """`word word` (both), `"a phrase"`, `pre*` (a prefix), `-word` (not), `a OR b`:
-    groups of terms, any group matching. Words are tokenized as the texts are."""
-
-    groups: tuple[tuple[Term, ...], ...]
-    text: str
-
-    def positive_tokens(self) -> list[tuple[str, bool]]:
-        """(token, is a prefix) of every term that is not negated: what a snippet marks."""
-        out = []
-        for group in self.groups:
-            for term in group:
-                if not term.negated:
-                    out += [(t, term.prefix and i == len(term.tokens) - 1) for i, t in enumerate(term.tokens)]
-        return out
-
-
-_PART = re.compile(r'(-?)"([^"]*)"(\*?)|(\S+)')
-
-
-def tokens_of(text: str) -> list[str]:
-    """The tokens of a text, as the index has them (unicode61: letters and digits, folded)."""
-    return [t.casefold() for t in _TOKEN.findall(text)]
-
-
-def parse_query(text: str) -> Query:
-    """Raises SearchQueryError for a query without anything to find."""
-    groups: list[tuple[Term, ...]] = []
-    current: list[Term] = []
-    for match in _PART.finditer(text):
-        neg, phrase, star, word = match.groups()
-        if word is not None:
-            if word == "OR":
-                groups.append(tuple(current))
-                current = []
-                continue
-            neg = "-" if word.startswith("-") and len(word) > 1 else ""
-            body = word[1:] if neg else word
-            star = "*" if body.endswith("*") else ""
-            phrase = body
-        tokens = tuple(tokens_of(phrase))
-        if tokens:
-            current.append(Term(tokens, bool(star), bool(neg)))
-    groups.append(tuple(current))
-    kept = tuple(g for g in groups if g)
-    if not kept or any(all(t.negated for t in g) for g in kept):
-        raise SearchQueryError(
-            f"nothing to search for in {text!r}: give at least one word (letters or digits) "
-            "to find in each part, e.g. `timeout -retry` or `\"exact phrase\"`")
-    return Query(kept, text)
-
-
-def fts5_match(query: Query) -> str:
-    """The query in SQLite FTS5's MATCH syntax."""
-    def term(t: Term) -> str:
-        return '"' + " ".join(t.tokens) + '"' + ("*" if t.prefix else "")
-
-    parts = []
-    for group in query.groups:
-        positive = " AND ".join(term(t) for t in group if not t.negated)
-        negative = "".join(f" NOT {term(t)}" for t in group if t.negated)
-        parts.append(f"({positive}{negative})")
-    return " OR ".join(parts)
-
-
-def tsquery(query: Query) -> str:
-    """The query as PostgreSQL `to_tsquery('simple', ...)` text (tokens are letters and
-    digits only: nothing to quote)."""
-    def term(t: Term) -> str:
-        words = [f"'{tok}'" for tok in t.tokens]
-        if t.prefix:
-            words[-1] += ":*"
-        inner = " <-> ".join(words)
-        return ("!" if t.negated else "") + (f"({inner})" if len(words) > 1 else inner)
-
-    return " | ".join("(" + " & ".join(term(t) for t in group) + ")" for group in query.groups)
-
-
 # --- filters ---------------------------------------------------------------------------------
 
 
@@ -331,36 +235,6 @@ def pieces(text: str) -> list[str]:
     if text.strip():
         out.append(text)
     return out
-
-
-SNIPPET = 200  # characters of a snippet, about
-
-
-def snippet(text: str, query: Query) -> tuple[str, list[tuple[int, int]]]:
-    """`text` around its first match (whitespace folded), at most about SNIPPET
-    characters, with the (start, end) of every match in it. One copy for every index,
-    so a hit reads the same whatever the store."""
-    folded = " ".join(text.split())
-    wanted = query.positive_tokens()
-    if not wanted:
-        return folded[:SNIPPET], []
-    alternatives = sorted({re.escape(t) + (r"[^\W_]*" if prefix else "") for t, prefix in wanted},
-                          key=len, reverse=True)
-    pattern = re.compile(r"(?<![^\W_])(?:" + "|".join(alternatives) + r")(?![^\W_])", re.IGNORECASE)
-    first = pattern.search(folded)
-    start = 0 if first is None else max(0, first.start() - SNIPPET // 4)
-    if start:
-        space = folded.find(" ", start)
-        start = space + 1 if 0 <= space < (first.start() if first else start) else start
-    end = min(len(folded), start + SNIPPET)
-    if end < len(folded):
-        space = folded.rfind(" ", start, end)
-        end = space if space > (first.end() if first else start) else end
-    shown = folded[start:end]
-    marks = [(m.start(), m.end()) for m in pattern.finditer(shown)]
-    prefix = "…" if start else ""
-    suffix = "…" if end < len(folded) else ""
-    return prefix + shown + suffix, [(a + len(prefix), b + len(prefix)) for a, b in marks]
 
 
 class Briefs(Protocol):

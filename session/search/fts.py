@@ -35,12 +35,10 @@ from session.search.base import (
     Filters,
     Hit,
     IndexDamaged,
-    Query,
     SessionRow,
     StatsRow,
-    fts5_match,
-    snippet,
 )
+from session.search.query import Query, fts5_match, snippet
 from session.search.sql import (
     SESSION_COLUMNS,
     TURN_COLUMNS,

@@ -8,7 +8,7 @@ over a GIN index on their `tsvector`.
     turns     one row per turn: model, state, tokens, reported cost
     docs      one row per indexed text (or piece of one), its `tsv` GIN-indexed
 
-The `tsv` is made from the text's tokens as session.search.base cuts them (the
+The `tsv` is made from the text's tokens as session.search.query cuts them (the
 `simple` configuration: no stemming, no stop words), so a query finds what it finds
 in the file stores' FTS5 index. One indexer at a time writes (an advisory lock in the
 two-key space, apart from the agents' session locks); searches read meanwhile. Tables
@@ -32,12 +32,10 @@ from session.search.base import (
     Feed,
     Filters,
     Hit,
-    Query,
     SessionRow,
     StatsRow,
-    snippet,
-    tsquery,
 )
+from session.search.query import Query, snippet, tsquery
 from session.search.sql import (
     SESSION_COLUMNS,
     TURN_COLUMNS,

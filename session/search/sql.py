@@ -20,8 +20,8 @@ from session.search.base import (
     StatsRow,
     TurnRow,
     pieces,
-    tokens_of,
 )
+from session.search.query import tokens_of
 
 SESSION_COLUMNS = ("id", "created", "cwd", "agent", "title", "stamp", "at_seq", "at_offset", "at_time",
                    "at_turn", "cost", "currency", "damaged", "header", "checked")

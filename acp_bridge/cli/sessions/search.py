@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from acp_bridge.cli.sessions.source import Source
-    from session.search.base import Filters, Hit, Query, SearchIndex
+    from session.search.base import Filters, Hit, SearchIndex
+    from session.search.query import Query
 
 ENDED = ("completed", "cancelled", "error", "interrupted", "running", "max_tokens", "max_steps", "refusal")
 LIMIT = 20
@@ -163,7 +164,7 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
     import sys
 
     from acp_bridge.cli.sessions.indexer import catch_up, notes, open_index
-    from session.search.base import parse_query
+    from session.search.query import parse_query
 
     text = " ".join(args.query)
     query = parse_query(text)  # SearchQueryError before the index is touched

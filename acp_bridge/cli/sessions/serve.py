@@ -121,7 +121,8 @@ class Site:
         from acp_bridge.cli.sessions.search_page import LIMIT, MAX_LIMIT, form, hits_html
         from acp_bridge.errors import ConfigError
         from session import SearchQueryError
-        from session.search.base import KINDS, parse_query
+        from session.search.base import KINDS
+        from session.search.query import parse_query
 
         if rest:
             return not_found()
