@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from acp_bridge.host.engine import TurnEnd
-from acp_bridge.host.host import answer_of
+from acp_bridge.host.prompts import answer_of
 from acp_bridge.host.settlement import turn_usage
 from session import Event
 from tests.support.acp_client import AgentProcess, write_script

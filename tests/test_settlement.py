@@ -10,7 +10,7 @@ import pytest
 from acp_bridge.errors import TurnFailedError
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.host.host import answer_of
+from acp_bridge.host.prompts import answer_of
 from acp_bridge.host.settlement import PromptAnswer, Settlement, TurnFailed, settle
 from session import Event
 from session.events import REASON_KINDS, Reason, reason

@@ -20,7 +20,7 @@ import pytest
 from acp_bridge.errors import TurnFailedError
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.host.host import answer_of
+from acp_bridge.host.prompts import answer_of
 from tests.support.acp_client import AgentProcess
 from tests.support.peers import stored_log, texts
 from tests.support.wrapped import WrappedProcess

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from acp_bridge.errors import TurnFailedError
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.host.host import answer_of
+from acp_bridge.host.prompts import answer_of
 from acp_bridge.rpc.protocol import error_object
 from acp_bridge.wrap.record import TurnRecorder
 from session import SessionStore, check_invariants

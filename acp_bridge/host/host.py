@@ -4,7 +4,7 @@
 The host owns the store and the table of live sessions, the session methods, the params
 check of every method, replay on load, log before send, one prompt at a time, cancel
 routing, and the answer of every prompt settled from its persisted `turn/end`
-(docs/architecture.md). Every failure a handler lets out becomes one JSON-RPC error in
+(docs/architecture.md; the prompts, their cancels and answers: acp_bridge.host.prompts). Every failure a handler lets out becomes one JSON-RPC error in
 one place (acp_bridge.host.errors.to_rpc_error, which the connection is handed).
 """
 
@@ -13,9 +13,8 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
-import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic
@@ -23,32 +22,27 @@ from typing import Any, Generic
 import anyio
 import anyio.abc
 
-from acp_bridge.errors import PromptInProgressError, TurnFailedError
-from acp_bridge.host.engine import OpenAnswer, S, Send, TurnEnd
+from acp_bridge.errors import PromptInProgressError
+from acp_bridge.host.engine import OpenAnswer, S, Send
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.fork import fork_session
 from acp_bridge.host.listing import list_page
 from acp_bridge.host.params import check_params
-from acp_bridge.host.settlement import TurnFailed, settle, turn_usage
+from acp_bridge.host.prompts import Prompts
 from acp_bridge.host.tuning import Tuning
-from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.connection import Connection, Fallback
-from acp_bridge.rpc.incoming import on_cancel
 from acp_bridge.rpc.protocol import Handler
 from acp_bridge.rpc.transport import LineReader, Writer
 from session import (
     SessionLog,
     SessionNotFoundError,
     SessionStore,
-    StoreIOError,
     open_backend,
     validate_session_id,
 )
-from session.events import Event, WrappedInfo
+from session.events import WrappedInfo
 from session.fork import ForkPlan
 from session.repair import RepairReport
-
-log = logging.getLogger("acp_bridge.host")
 
 
 class Engine(abc.ABC, Generic[S]):
@@ -127,7 +121,7 @@ class Host(Generic[S]):
         self._store: SessionStore | None = None
         self._opening = threading.Lock()
         self._live: dict[str, S] = {}
-        self._prompting: dict[str, anyio.Event] = {}  # session id -> set when its prompt returns
+        self._prompts = Prompts()
         self._conn: Connection | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -180,7 +174,7 @@ class Host(Generic[S]):
 
     def answering(self, session_id: str) -> bool:
         """Whether the live session `session_id` is answering a prompt."""
-        return session_id in self._prompting
+        return self._prompts.answering(session_id)
 
     async def send_replay(self, payload: bytes) -> None:
         """Encoded `session/update` lines of a replay, to the client at its own pace."""
@@ -265,7 +259,7 @@ class Host(Generic[S]):
     async def _open(self, sid: str, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
         validate_session_id(sid)
         live = self._live.get(sid)
-        if live is not None and sid in self._prompting:
+        if live is not None and self._prompts.answering(sid):
             raise PromptInProgressError(sid)
         session, report = await self.engine.open_session(sid, params, self.send_replay if replay else None, live)
         opened = await self.engine.attach(session, params)
@@ -309,10 +303,7 @@ class Host(Generic[S]):
     async def _shut(self, sid: str, session: S) -> None:
         """End the live session `sid`: its running turn cancelled (by session/close) and
         answered, then the session closed."""
-        done = self._prompting.get(sid)
-        if done is not None:
-            session.cancel("session/close", None)
-            await done.wait()
+        await self._prompts.cancel_and_wait(sid, session)
         self._live.pop(sid, None)
         await session.close(stopping=False)
 
@@ -320,77 +311,16 @@ class Host(Generic[S]):
         hint = "session/load or session/resume" if self._spec is not None else "session/new or session/load"
         return SessionNotFoundError(f"session {sid} is not open in {self.engine.label}: use {hint}", session_id=sid)
 
-    # --- prompts and cancels -----------------------------------------------------------
+    # --- prompts and cancels (acp_bridge.host.prompts) ---------------------------------
 
     async def prompt(self, sessionId: str, prompt: list[Any], **rest: Any) -> dict[str, Any]:
-        session = self.session(sessionId)
-        if sessionId in self._prompting:
-            raise PromptInProgressError(sessionId)
-        done = self._prompting[sessionId] = anyio.Event()
-        # `$/cancel_request` of this request (rpc's to route) cancels the turn, which is
-        # then answered `cancelled`; an engine with no turn to cancel declines, and the
-        # request itself is cancelled (-32800).
-        on_cancel(lambda: session.cancel("$/cancel_request", None))
-        try:
-            turn = await session.prompt(prompt, rest)
-        except StoreIOError as exc:
-            # A full or failing disk, not a bug: one line in the log, not a traceback.
-            log.warning("%s", exc.message)
-            raise
-        finally:
-            del self._prompting[sessionId]
-            done.set()
-        if not turn.shown:  # how the turn ended, as our agent's own stream shows it
-            for update in updates_for(turn.end, UpdateContext(replay=False)):
-                self.peer.notify_update(sessionId, update)
-        return answer_of(turn, session.log.events if session.log is not None else ())
+        return await self._prompts.run(sessionId, self.session(sessionId), prompt, rest, self.peer.notify_update)
 
     def _cancel_now(self, params: Any) -> bool | None:
-        """`session/cancel` in the connection's reader, as it is read: it takes effect
-        before the reader takes the next message (the client's `cancelled` answer to a
-        permission request, which ACP has it send right after), so the cancel wins
-        however the two are read (docs/protocol.md). Left to a task (False) when no
-        prompt runs yet: a prompt read in the same write has not started, and its task
-        runs first."""
-        if not isinstance(params, dict):
-            log.info("session/cancel ignored: params must be an object")
-            return None
-        try:
-            check_params("session/cancel", params)
-        except Exception as exc:  # a notification: nobody to answer
-            log.info("session/cancel ignored: %s", to_rpc_error(exc).message)
-            return None
-        session = self._live.get(params["sessionId"])
-        if session is None or params["sessionId"] not in self._prompting:
-            return False
-        session.cancel("session/cancel", params)
-        return None
+        return self._prompts.cancel_now(params, self._live)
 
     async def cancel(self, sessionId: str, **rest: Any) -> None:
-        session = self._live.get(sessionId)
-        if session is None or sessionId not in self._prompting:
-            log.info("session/cancel for %s: no running prompt", sessionId)
-            return
-        session.cancel("session/cancel", {**rest, "sessionId": sessionId})
-
-
-def answer_of(turn: TurnEnd, events: Iterable[Event] = ()) -> dict[str, Any]:
-    """The prompt's answer: settled from the persisted `turn/end` (its `stopReason` and
-    `_meta.acpBridge`), after what the engine adds; a failed turn is an error. `usage`
-    is the turn's as `events` (the log's, from the turn's start) recorded it, unless the
-    engine's answer has one (a wrapped agent's own, as it sent it)."""
-    settled = settle(turn.end)
-    if isinstance(settled, TurnFailed):
-        raise TurnFailedError(settled.error)
-    answer = {k: v for k, v in turn.answer.items() if k not in ("stopReason", "_meta")}
-    meta = turn.answer.get("_meta")
-    answer["stopReason"] = settled["stopReason"]
-    if "usage" not in answer:
-        usage = turn_usage(events, turn.end["data"]["turn"])
-        if usage is not None:
-            answer["usage"] = usage
-    answer["_meta"] = {**(meta if isinstance(meta, dict) else {}), **settled["_meta"]}
-    return answer
+        self._prompts.cancel(sessionId, rest, self._live)
 
 
 async def _hand_off_in_threads(logs: list[SessionLog]) -> None:
