@@ -1,11 +1,16 @@
-"""What both benchmarks (bench/persistence.py, bench/protocol.py) share: the repository
-root, the fixtures' working directory and fixed clock, the word list of their
-code-like text, the file system probe and the layout of their tables."""
+"""What the benchmarks (bench/persistence.py, bench/protocol.py, ...) share: the
+repository root, the fixtures' working directory and fixed clock, the word list of their
+code-like text, the file system probe, the layout of their tables and where their
+results go."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 CWD = "/home/dev/project"
@@ -47,3 +52,16 @@ def table(headers: list[str], rows: list[list[str]], left: int = 2) -> str:
                          for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
 
     return "\n".join([fmt(headers), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows)])
+
+
+def write_results(text: str, results: dict[str, Any], json_path: str | None) -> None:
+    """The table `text` on stdout, and the `results` as JSON to `json_path` if given;
+    `-`: the JSON on stdout and the table on stderr (for a pipe)."""
+    data = orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n"
+    if json_path == "-":
+        print(text, file=sys.stderr)
+        sys.stdout.buffer.write(data)
+    else:
+        print(text)
+        if json_path:
+            Path(json_path).write_bytes(data)

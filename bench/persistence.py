@@ -20,14 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the bench package beside it
     sys.path.insert(0, str(ROOT))
 
 from bench import persistence_measure as measure  # noqa: E402 (needs ROOT on sys.path)
-from bench.common import table  # noqa: E402
+from bench.common import table, write_results  # noqa: E402
 from bench.persistence_measure import bench_append, bench_load, machine_info  # noqa: E402
 from bench.persistence_workloads import EVENTS_PER_TURN, realistic_items, streaming_items  # noqa: E402
 
@@ -216,14 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = pstats.Stats(profiler, stream=sys.stderr)
         stats.sort_stats("cumulative").print_stats(args.profile)
         stats.sort_stats("tottime").print_stats(args.profile)
-    text = render(results)
-    if args.json == "-":
-        print(text, file=sys.stderr)
-        sys.stdout.buffer.write(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        print(text)
-        if args.json:
-            Path(args.json).write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
+    write_results(render(results), results, args.json)
     return 0
 
 

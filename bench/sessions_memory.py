@@ -31,13 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # measure the tree this script is in, not whatever is installed
     sys.path.insert(0, str(ROOT))
 
-from bench.common import CWD, FIXED_TIME, table  # noqa: E402 (needs ROOT on sys.path)
+from bench.common import CWD, FIXED_TIME, table, write_results  # noqa: E402 (needs ROOT on sys.path)
 from bench.persistence_workloads import streaming_items  # noqa: E402
 from bench.protocol_workloads import CHUNKS_PER_TURN, EVENTS_PER_TURN, RESULT_BYTES, build_log  # noqa: E402
 from session import SessionStore, open_backend  # noqa: E402
@@ -166,14 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     results["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version()}
-    text = render(results)
-    if args.json == "-":
-        print(text, file=sys.stderr)
-        sys.stdout.buffer.write(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        print(text)
-        if args.json:
-            Path(args.json).write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
+    write_results(render(results), results, args.json)
     failed = [r for r in results["runs"] if r["code_tree"] == "ours" and (r["code"] or r["peak_mb"] >= TARGET_MB)]
     return 1 if failed else 0
 
