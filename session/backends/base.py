@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NotRequired, Protocol, TypedDict
 
+import orjson
+
 from session.errors import InvalidSessionIdError, SequenceError, StoreIOError
 from session.events import Event, Header
 from session.files import Owner
@@ -109,6 +111,16 @@ class SessionPeek(NamedTuple):
     header: dict[str, Any] | None
     updated: int | None
     title: str | None
+
+
+def peek_of(header: bytes | str | None, updated: int | None, title: str | None) -> SessionPeek:
+    """The peek of a SQL store's sessions row: its header JSON kept if it is an object
+    (not JSON, not an object, or none: None)."""
+    try:
+        value = orjson.loads(header) if header is not None else None
+    except (orjson.JSONDecodeError, TypeError):  # TypeError: SQLite holds any type
+        value = None
+    return SessionPeek(value if isinstance(value, dict) else None, updated, title)
 
 
 # The events of a log's outline: what `sessions list` counts of its turns (their number,

@@ -20,6 +20,7 @@ from session.backends.base import (
     Outline,
     SessionPeek,
     Stamp,
+    peek_of,
     validate_session_id,
 )
 from session.backends.event_rows import raw_pieces
@@ -138,11 +139,7 @@ class PostgresReader:
             header_json, title, updated = self._row(validate_session_id(session_id))
         except SessionNotFoundError:
             return SessionPeek(None, None, None)
-        try:
-            header = orjson.loads(header_json)
-        except orjson.JSONDecodeError:
-            header = None
-        return SessionPeek(header if isinstance(header, dict) else None, updated, title)
+        return peek_of(header_json, updated, title)
 
     def raw(self, session_id: str) -> bytes:
         """The stored header, then one line per event row in seq order, the stored

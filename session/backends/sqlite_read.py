@@ -11,13 +11,12 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
-
 from session.backends.base import (
     At,
     FileReader,
     SessionPeek,
     Stamp,
+    peek_of,
     session_files,
     validate_session_id,
 )
@@ -338,11 +337,7 @@ class SqliteReader(FileReader):
             header_blob, title, updated = self._row(session_id)
         except (SessionNotFoundError, SessionCorruptError):  # best effort: nothing to say
             return SessionPeek(None, None, None)
-        try:
-            header = orjson.loads(header_blob)
-        except (orjson.JSONDecodeError, TypeError):
-            header = None
-        return SessionPeek(header if isinstance(header, dict) else None, updated, title)
+        return peek_of(header_blob, updated, title)
 
     def raw(self, session_id: str) -> bytes:
         """The stored header, then one line per event row in seq order, with the stored
