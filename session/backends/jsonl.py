@@ -87,15 +87,20 @@ class JsonlBackend:
         return read_whole(self.open_stream(session_id))
 
     def open_stream(self, session_id: str) -> OwnedJsonlStream:
-        path = self.path_of(session_id)
-        if not path.exists():
-            raise SessionNotFoundError(f"session {session_id} not found", session_id=session_id)
-        lock = OwnerLock.acquire(self._lock_path(session_id), session_id)
+        path, lock = self._own(session_id)
         try:
             return OwnedJsonlStream(session_id, log_opener(session_id, path), (self, path, lock))
         except BaseException:
             lock.release()
             raise
+
+    def _own(self, session_id: str) -> tuple[Path, OwnerLock]:
+        """The log of the stored session `session_id` and its live owner's lock (open
+        and delete take it)."""
+        path = self.path_of(session_id)
+        if not path.exists():
+            raise SessionNotFoundError(f"session {session_id} not found", session_id=session_id)
+        return path, OwnerLock.acquire(self._lock_path(session_id), session_id)
 
     def read_stream(self, session_id: str) -> JsonlStream:
         path = self.path_of(session_id)
@@ -139,10 +144,7 @@ class JsonlBackend:
         return out
 
     def delete(self, session_id: str) -> None:
-        path = self.path_of(session_id)
-        if not path.exists():
-            raise SessionNotFoundError(f"session {session_id} not found", session_id=session_id)
-        lock = OwnerLock.acquire(self._lock_path(session_id), session_id)
+        path, lock = self._own(session_id)
         try:
             path.unlink(missing_ok=True)
             fsync_dir(self.sessions_dir)

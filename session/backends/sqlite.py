@@ -227,9 +227,7 @@ class SqliteBackend:
 
     def open_stream(self, session_id: str) -> OwnedSqliteStream:
         sid = validate_session_id(session_id)
-        if self._row(sid) is None:
-            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
-        lock = OwnerLock.acquire(self._lock_path(sid), sid)
+        lock = self._own(sid)
         try:
             header, has_title = self._header(sid)  # again: deleted while we took the lock?
         except BaseException:
@@ -238,6 +236,12 @@ class SqliteBackend:
         stream = OwnedSqliteStream(self, header, has_title=has_title)
         stream.lock = lock
         return stream
+
+    def _own(self, sid: str) -> OwnerLock:
+        """The live owner's lock of the stored session `sid` (open and delete take it)."""
+        if self._row(sid) is None:
+            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
+        return OwnerLock.acquire(self._lock_path(sid), sid)
 
     def read_stream(self, session_id: str) -> SqliteStream:
         header, _ = self._header(validate_session_id(session_id))
@@ -278,9 +282,7 @@ class SqliteBackend:
 
     def delete(self, session_id: str) -> None:
         sid = validate_session_id(session_id)
-        if self._row(sid) is None:
-            raise SessionNotFoundError(f"session {sid} not found", session_id=sid)
-        lock = OwnerLock.acquire(self._lock_path(sid), sid)
+        lock = self._own(sid)
         try:
             try:
                 with self.transaction(full=True) as db:
