@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 
 from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
-from tests.support.cancel_race import asked_times, permission_rounds_script, wire_shape
+from tests.support.cancel_race import (
+    asked_times,
+    cancel_with_the_answer,
+    permission_rounds_script,
+    prompt_and_cancel_in_one_write,
+    wire_shape,
+)
 from tests.support.logs import loaded_events
 
 pytestmark = pytest.mark.anyio
@@ -133,14 +138,7 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
                 answer = agent.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
                 await agent.wait_for(asked_times(policy, n + 1))
                 start = len(agent.transcript)
-                (asked,) = [m for d, m in agent.transcript if d == "<-"
-                            and m.get("method") == "session/request_permission"][n:]
-                cancel = {"jsonrpc": "2.0", "method": by, "params": {"sessionId": sid} if by == "session/cancel"
-                          else {"requestId": f"prompt-{n}"}}
-                reply = {"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}}
-                pair = [cancel, reply] if cancel_first else [reply, cancel]
-                agent.transcript.extend(("->", m) for m in pair)
-                await agent.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
+                await cancel_with_the_answer(agent, sid, n, by, cancel_first=cancel_first)
             assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
                 "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
             rounds.append(wire_shape([m for d, m in agent.transcript[start:] if d == "<-"]))
@@ -169,13 +167,6 @@ async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, wo
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
-        prompt = {"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
-                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write it"}]}}
-        cancel = {"jsonrpc": "2.0", "method": by,
-                  "params": {"sessionId": sid} if by == "session/cancel" else {"requestId": "p"}}
-        agent._requested["p"] = "session/prompt"  # its answer is schema-checked as a prompt's
-        await agent.send_raw(orjson.dumps(prompt) + b"\n" + orjson.dumps(cancel) + b"\n")
-        await agent.wait_for(lambda: any(d == "<-" and m.get("id") == "p" for d, m in agent.transcript))
-        (answer,) = [m for d, m in agent.transcript if d == "<-" and m.get("id") == "p"]
+        answer = await prompt_and_cancel_in_one_write(agent, sid, by)
     assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": by}
     assert not (work / "out.txt").exists()

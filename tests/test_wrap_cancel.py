@@ -17,11 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 
 from tests.support.acp_client import ClientPolicy, write_script
-from tests.support.cancel_race import asked_times, permission_rounds_script, wire_shape
+from tests.support.cancel_race import (
+    asked_times,
+    cancel_with_the_answer,
+    permission_rounds_script,
+    prompt_and_cancel_in_one_write,
+    wire_shape,
+)
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess, serve_command
 
@@ -51,17 +56,8 @@ async def test_the_editors_cancel_wins_over_its_permission_answer_in_either_orde
                 answer = editor.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
                 await editor.wait_for(asked_times(policy, n + 1))
                 start = len(editor.transcript)
-                (asked,) = [m for d, m in editor.transcript if d == "<-"
-                            and m.get("method") == "session/request_permission"][n:]
                 # Every other round the editor's answer would let the write run.
-                allow = [o["optionId"] for o in asked["params"]["options"] if o["kind"] == "allow_once"]
-                outcome = {"outcome": "cancelled"} if n % 2 == 0 else {"outcome": "selected", "optionId": allow[0]}
-                cancel = {"jsonrpc": "2.0", "method": by, "params": {"sessionId": sid} if by == "session/cancel"
-                          else {"requestId": f"prompt-{n}"}}
-                reply = {"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": outcome}}
-                pair = [cancel, reply] if cancel_first else [reply, cancel]
-                editor.transcript.extend(("->", m) for m in pair)
-                await editor.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
+                await cancel_with_the_answer(editor, sid, n, by, cancel_first=cancel_first, allow=n % 2 == 1)
             assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
                 "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
             rounds.append(wire_shape([m for d, m in editor.transcript[start:] if d == "<-"], drop_meta=True))
@@ -128,14 +124,7 @@ async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, wo
                               policy=policy) as editor:
         await editor.initialize()
         sid = await editor.new_session(work)
-        prompt = {"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
-                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write it"}]}}
-        cancel = {"jsonrpc": "2.0", "method": by,
-                  "params": {"sessionId": sid} if by == "session/cancel" else {"requestId": "p"}}
-        editor._requested["p"] = "session/prompt"  # its answer is schema-checked as a prompt's
-        await editor.send_raw(orjson.dumps(prompt) + b"\n" + orjson.dumps(cancel) + b"\n")
-        await editor.wait_for(lambda: any(d == "<-" and m.get("id") == "p" for d, m in editor.transcript))
-        (answer,) = [m for d, m in editor.transcript if d == "<-" and m.get("id") == "p"]
+        answer = await prompt_and_cancel_in_one_write(editor, sid, by)
     assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": by}
     # The editor is not asked about a turn it cancelled (a permission request the child
     # makes after our session/cancel is answered `cancelled` by the wrapper).
