@@ -4,6 +4,7 @@ kills exactly the groups still listed when its pipe closes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -118,14 +119,27 @@ def spawn_group(d: Path, name: str) -> tuple[subprocess.Popen[bytes], int]:
     return proc, int((d / name).read_text())
 
 
+@contextlib.contextmanager
+def two_groups(d: Path, survivors: list[int], reaper: Reaper) -> Iterator[tuple[tuple[subprocess.Popen[bytes], int], tuple[subprocess.Popen[bytes], int]]]:
+    """Two groups of spawn_group's, "a" and "b", for the reaper to watch; on the way
+    out, a group still running is killed, and the reaper closed."""
+    groups = spawn_group(d, "a"), spawn_group(d, "b")
+    survivors.extend(pid for proc, child in groups for pid in (proc.pid, child))
+    try:
+        yield groups
+    finally:
+        for proc, _ in groups:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reaper.close()
+
+
 def test_the_watchdog_kills_the_groups_still_listed_when_its_pipe_closes(
     tmp_path: Path, survivors: list[int]
 ) -> None:
     reaper = Reaper()
-    listed, listed_child = spawn_group(tmp_path, "a")
-    done, done_child = spawn_group(tmp_path, "b")
-    survivors.extend([listed.pid, listed_child, done.pid, done_child])
-    try:
+    with two_groups(tmp_path, survivors, reaper) as ((listed, listed_child), (done, done_child)):
         reaper.ensure_running()
         reaper.watch(listed.pid)
         reaper.watch(done.pid)
@@ -134,22 +148,13 @@ def test_the_watchdog_kills_the_groups_still_listed_when_its_pipe_closes(
         assert listed.wait(timeout=GONE_WITHIN_S) == -signal.SIGKILL
         assert wait_gone([listed_child]) == []
         assert alive(done.pid) and alive(done_child)
-    finally:
-        for proc in (listed, done):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        reaper.close()
 
 
 def test_a_killed_watchdog_is_replaced_and_told_every_listed_group(
     tmp_path: Path, survivors: list[int]
 ) -> None:
     reaper = Reaper()
-    first, first_child = spawn_group(tmp_path, "a")
-    second, _second_child = spawn_group(tmp_path, "b")
-    survivors.extend([first.pid, first_child, second.pid, _second_child])
-    try:
+    with two_groups(tmp_path, survivors, reaper) as ((first, first_child), (second, second_child)):
         reaper.watch(first.pid)
         old = reaper.watchdog_pid
         assert old is not None
@@ -163,10 +168,4 @@ def test_a_killed_watchdog_is_replaced_and_told_every_listed_group(
         reaper.close()
         assert first.wait(timeout=GONE_WITHIN_S) == -signal.SIGKILL
         assert second.wait(timeout=GONE_WITHIN_S) == -signal.SIGKILL
-        assert wait_gone([first_child, _second_child]) == []
-    finally:
-        for proc in (first, second):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        reaper.close()
+        assert wait_gone([first_child, second_child]) == []
