@@ -76,7 +76,7 @@ async def test_an_answer_that_fills_the_window_does_not_wedge_the_session(
     # A new process measures the loaded history the same way, from the log's counts.
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         assert (await agent.prompt(sid, "and now?"))["stopReason"] == "end_turn"
     assert llama.refused == []
     assert llama.prompts[-1] < long_answer + 200
@@ -100,7 +100,7 @@ async def test_a_refusal_is_answered_by_sending_fewer_older_turns(
     # tried again with fewer older turns, sized by the numbers the server gave.
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         assert (await agent.prompt(sid, f"8 {padding}"))["stopReason"] == "end_turn"
         assert len(llama.refused) == 1
         assert llama.prompts[-1] < N_CTX
@@ -152,7 +152,7 @@ async def test_without_a_window_setting_the_servers_refusal_teaches_the_window(
     # A new process learns it again, at the cost of one refused request.
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         for n in range(2):
             assert (await agent.prompt(sid, f"again {n}"))["stopReason"] == "end_turn"
     assert len(llama.refused) == 2

@@ -85,7 +85,7 @@ async def test_a_permission_answered_cancelled_ends_the_turn_by_that_answer(tmp_
     # The log keeps the cause: a later load reports it (and accepts it as valid).
     async with AgentProcess(store) as later:
         await later.initialize()
-        loaded = await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await later.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         failed: list[dict[str, Any]] = [u for u in later.updates_of(sid) if u.get("status") == "failed"]
         assert [u["_meta"]["acpBridge"]["permission"] for u in failed] == [{"outcome": "cancelled"}]

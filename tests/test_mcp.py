@@ -148,7 +148,7 @@ async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Pat
         assert (await agent.prompt(sid, "draw"))["stopReason"] == "end_turn"
         shown = final_update(agent, sid, "p")["content"]
         # The replay shows the same blocks from the log.
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         replayed = final_update(agent, sid, "p")["content"]
     events = loaded_events(tmp_path / "store", sid)
     # The agent's secrets do not reach a server; what the client gave it does.

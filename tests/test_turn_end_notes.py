@@ -88,7 +88,7 @@ async def test_every_end_but_completed_has_its_note_live_and_on_load(tmp_path: P
         assert "result" in later[0] or "error" in later[0], later[0]
     async with AgentProcess(store) as loader:
         await loader.initialize()
-        await loader.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await loader.load_session(sid, work)
     replayed = loader.replayed(sid)  # not the commands it is offered after the load's answer
     assert notes(replayed) == expected
     # The load names the session last, as the live stream named it at the first prompt.
@@ -142,7 +142,7 @@ async def test_a_load_names_the_session_again(tmp_path: Path, work: Path) -> Non
         await agent.prompt(sid, "and then?")
     async with AgentProcess(store) as loader:
         await loader.initialize()
-        await loader.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await loader.load_session(sid, work)
         listed = await loader.request("session/list", {})
     named = loader.replayed(sid)[-1]
     assert named["sessionUpdate"] == "session_info_update"

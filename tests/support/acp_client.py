@@ -273,6 +273,10 @@ class AgentProcess:
         result = await self.request("session/new", {"cwd": str(cwd), "mcpServers": [], **extra})
         return str(result["sessionId"])
 
+    async def load_session(self, sid: str, cwd: Path) -> Any:
+        """`session/load` of a stored session, no MCP servers; its answer."""
+        return await self.request("session/load", {"sessionId": sid, "cwd": str(cwd), "mcpServers": []})
+
     async def prompt(self, sid: str, text: str, **kw: Any) -> Any:
         return await self.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
                                   **kw)
