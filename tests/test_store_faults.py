@@ -21,7 +21,7 @@ from session.backends.sqlite import SqliteBackend
 from session.backends.sqlite_session import SqliteSession
 from session.backends.sqlite_tail import TailFile, tail_path
 from session.log import FLUSH_EVENTS
-from tests.support.logs import Script, write
+from tests.support.logs import Script, clean_events, write
 
 
 def eio(*args: Any, **kwargs: Any) -> None:
@@ -43,10 +43,7 @@ def closes_as_written(store: SessionStore, log: SessionLog) -> list[Any]:
 
 
 def reloaded(store: SessionStore, sid: str) -> list[Any]:
-    loaded = store.load(sid)
-    assert not loaded.report.repaired, loaded.report
-    events = list(loaded.log.events)
-    loaded.log.close()
+    events = clean_events(store, sid)
     check_invariants(events, closed=True)
     return events
 
