@@ -255,23 +255,13 @@ def check_cut_turns(run: Run) -> None:
 
 
 async def run_b_wrap(runs: list[Run], backend: str, store: Path, child_store: Path, scripts: Path) -> None:
-    from .reload import _load_one
+    from .reload import load_every_run  # (reload imports this module)
 
     live = [r for r in runs if r.sid]
     script = scripts / "b.json"
     script.write_bytes(orjson.dumps({"steps": [{"text": B_TEXT}] * len(live)}))
-    try:
-        agent = WrapMatrixAgent(store, child_command(child_store, backend, script), backend=backend)
-        async with agent:
-            await agent.initialize()
-            for run in live:
-                await _load_one(agent, run, wrapped=True)
-        if agent.returncode != 0:
-            for run in live:
-                run.fail(f"wrapper B exited with {agent.returncode}: {agent.stderr[-2000:]!r}")
-    except Exception as exc:
-        for run in live:
-            run.fail(f"driving wrapper B failed: {type(exc).__name__}: {exc}")
+    await load_every_run(lambda: WrapMatrixAgent(store, child_command(child_store, backend, script), backend=backend),
+                         live, "wrapper B", wrapped=True)
 
 
 def turn_texts(updates: list[dict[str, Any]], bounds: list[int] | None = None) -> list[dict[str, str]]:
