@@ -22,11 +22,11 @@ import pytest
 
 from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
 from tests.support.cancel_race import (
-    asked_times,
-    cancel_with_the_answer,
+    check_cancelled_log,
+    check_rounds_alike,
     permission_rounds_script,
     prompt_and_cancel_in_one_write,
-    wire_shape,
+    race_rounds,
 )
 from tests.support.logs import loaded_events
 
@@ -128,33 +128,16 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
     model = permission_rounds_script(tmp_path / "script.json", ROUNDS)
     store = tmp_path / "store"
     policy = ClientPolicy(hang_permissions=True)  # the test answers, with the cancel
-    rounds: list[list[Any]] = []
 
     async with AgentProcess(store, model=model, policy=policy) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
-        for n in range(ROUNDS):
-            async with anyio.create_task_group() as tg:
-                answer = agent.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
-                await agent.wait_for(asked_times(policy, n + 1))
-                start = len(agent.transcript)
-                await cancel_with_the_answer(agent, sid, n, by, cancel_first=cancel_first)
-            assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
-                "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
-            rounds.append(wire_shape([m for d, m in agent.transcript[start:] if d == "<-"]))
+        rounds = await race_rounds(agent, policy, sid, ROUNDS, by, cancel_first=cancel_first)
     assert agent.returncode == 0
     assert not (work / "out.txt").exists()
-    first = rounds[0]
-    assert {"method": "$/cancel_request"} not in first
-    (failed,) = [u for u in first if u.get("status") == "failed"]
-    assert failed["content"][0]["content"]["text"] == "The tool call was cancelled (before it ran)."
+    failed = check_rounds_alike(rounds)
     assert "permission" not in failed.get("_meta", {}).get("acpBridge", {})
-    assert [r for r in rounds if r != first] == [], first
-    events = loaded_events(store, sid)
-    results = [e["data"] for e in events if e["type"] == "tool/result"]
-    assert len(results) == ROUNDS and not any("permission" in r for r in results)
-    ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
-    assert ends == [{"kind": "cancelled", "by": by}] * ROUNDS
+    check_cancelled_log(loaded_events(store, sid), ROUNDS, by)
 
 
 @pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])

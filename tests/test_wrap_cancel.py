@@ -14,18 +14,17 @@ request it answered. Every round leaves the same wire and the same two logs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from tests.support.acp_client import ClientPolicy, write_script
 from tests.support.cancel_race import (
-    asked_times,
-    cancel_with_the_answer,
+    check_cancelled_log,
+    check_rounds_alike,
     permission_rounds_script,
     prompt_and_cancel_in_one_write,
-    wire_shape,
+    race_rounds,
 )
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess, serve_command
@@ -46,34 +45,18 @@ async def test_the_editors_cancel_wins_over_its_permission_answer_in_either_orde
     model = permission_rounds_script(tmp_path / "script.json", ROUNDS)
     inner = tmp_path / "inner-store"
     policy = ClientPolicy(hang_permissions=True)  # the test answers, with the cancel
-    rounds: list[list[Any]] = []
 
     async with WrappedProcess(tmp_path / "store", serve_command(inner, model), policy=policy) as editor:
         await editor.initialize()
         sid = await editor.new_session(work)
-        for n in range(ROUNDS):
-            async with anyio.create_task_group() as tg:
-                answer = editor.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
-                await editor.wait_for(asked_times(policy, n + 1))
-                start = len(editor.transcript)
-                # Every other round the editor's answer would let the write run.
-                await cancel_with_the_answer(editor, sid, n, by, cancel_first=cancel_first, allow=n % 2 == 1)
-            assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
-                "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
-            rounds.append(wire_shape([m for d, m in editor.transcript[start:] if d == "<-"], drop_meta=True))
+        # Every other round the editor's answer would let the write run.
+        rounds = await race_rounds(editor, policy, sid, ROUNDS, by, cancel_first=cancel_first,
+                                   allow_every_other=True, drop_meta=True)
     assert editor.returncode == 0
     assert not (work / "out.txt").exists()
-    first = rounds[0]
-    assert {"method": "$/cancel_request"} not in first
-    (failed,) = [u for u in first if u.get("status") == "failed"]
-    assert failed["content"][0]["content"]["text"] == "The tool call was cancelled (before it ran)."
-    assert [r for r in rounds if r != first] == [], first
+    check_rounds_alike(rounds)
     # The wrapper's log: every turn ended by the editor's cancel, no permission recorded.
-    events = loaded_events(tmp_path / "store", sid)
-    results = [e["data"] for e in events if e["type"] == "tool/result"]
-    assert len(results) == ROUNDS and not any("permission" in r for r in results)
-    assert [e["data"]["reason"] for e in events if e["type"] == "turn/end"] == [
-        {"kind": "cancelled", "by": by}] * ROUNDS
+    check_cancelled_log(loaded_events(tmp_path / "store", sid), ROUNDS, by)
     # The wrapped agent's own log: it read the session/cancel before the `cancelled`
     # answer the wrapper gave it, every round.
     (child_sid,) = stored_sessions(inner)

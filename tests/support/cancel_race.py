@@ -1,7 +1,8 @@
 """Shared by the tests of a cancel and a permission answer read together, for our agent
 (tests/test_e2e_permission_flow.py) and through the wrapper (tests/test_wrap_cancel.py):
-the script that asks for permission once per round, the cancel and the answer sent in
-one write, a prompt and its cancel sent in one write, and the shape of one round's wire.
+the script that asks for permission once per round, the rounds of a cancel and the
+answer sent in one write and what they must all leave, a prompt and its cancel sent in
+one write, and the shape of one round's wire.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 
 from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
@@ -48,6 +50,45 @@ async def cancel_with_the_answer(client: AgentProcess, sid: str, n: int, by: str
         pair.reverse()
     client.transcript.extend(("->", m) for m in pair)
     await client.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
+
+
+async def race_rounds(client: AgentProcess, policy: ClientPolicy, sid: str, count: int, by: str, *,
+                      cancel_first: bool, allow_every_other: bool = False,
+                      drop_meta: bool = False) -> list[list[Any]]:
+    """`count` rounds of cancel_with_the_answer (with `allow_every_other`, odd rounds
+    answer `allow_once`), each prompt answered `cancelled` by that cancel; each round's
+    wire_shape."""
+    rounds: list[list[Any]] = []
+    for n in range(count):
+        async with anyio.create_task_group() as tg:
+            answer = client.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
+            await client.wait_for(asked_times(policy, n + 1))
+            start = len(client.transcript)
+            await cancel_with_the_answer(client, sid, n, by, cancel_first=cancel_first,
+                                         allow=allow_every_other and n % 2 == 1)
+        assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
+            "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
+        rounds.append(wire_shape([m for d, m in client.transcript[start:] if d == "<-"], drop_meta=drop_meta))
+    return rounds
+
+
+def check_rounds_alike(rounds: list[list[Any]]) -> dict[str, Any]:
+    """Every round left the same wire: the write failed before it ran, and no
+    `$/cancel_request` went out for the request the client answered. The failed update."""
+    first = rounds[0]
+    assert {"method": "$/cancel_request"} not in first
+    (failed,) = [u for u in first if u.get("status") == "failed"]
+    assert failed["content"][0]["content"]["text"] == "The tool call was cancelled (before it ran)."
+    assert [r for r in rounds if r != first] == [], first
+    return dict(failed)
+
+
+def check_cancelled_log(events: list[dict[str, Any]], count: int, by: str) -> None:
+    """A log of `count` such rounds: every turn ended by the cancel, no permission recorded."""
+    results = [e["data"] for e in events if e["type"] == "tool/result"]
+    assert len(results) == count and not any("permission" in r for r in results)
+    assert [e["data"]["reason"] for e in events if e["type"] == "turn/end"] == [
+        {"kind": "cancelled", "by": by}] * count
 
 
 async def prompt_and_cancel_in_one_write(client: AgentProcess, sid: str, by: str) -> dict[str, Any]:
