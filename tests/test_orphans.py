@@ -28,6 +28,14 @@ def tree_command(d: Path) -> str:
             f"wait")
 
 
+def tree_script(tmp_path: Path) -> tuple[Path, str]:
+    """A work folder, and a `script:` model whose one tool call runs tree_command there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return work, write_script(tmp_path / "script.json", {"toolCalls": [
+        {"id": "c1", "name": "run_command", "arguments": {"command": tree_command(work)}}]})
+
+
 def read_pids(d: Path, timeout: float = 20) -> list[int]:
     """The three pids, once all are written."""
     names = ("shell.pid", "child.pid", "grandchild.pid")
@@ -55,10 +63,7 @@ def survivors() -> Iterator[list[int]]:
 async def test_sigkill_of_the_agent_kills_its_command_and_the_commands_children(
     tmp_path: Path, survivors: list[int]
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    model = write_script(tmp_path / "script.json", {"toolCalls": [
-        {"id": "c1", "name": "run_command", "arguments": {"command": tree_command(work)}}]})
+    work, model = tree_script(tmp_path)
     # No terminal capability: the agent runs the command itself (tools/local.py).
     policy = ClientPolicy(permissions=["allow_once"])
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
@@ -78,10 +83,7 @@ async def test_sigkill_of_the_agent_kills_its_command_and_the_commands_children(
 def test_sigkill_of_chat_kills_the_command_it_ran_for_the_agent(
     tmp_path: Path, survivors: list[int]
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    model = write_script(tmp_path / "script.json", {"toolCalls": [
-        {"id": "c1", "name": "run_command", "arguments": {"command": tree_command(work)}}]})
+    work, model = tree_script(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
     # chat serves the agent's terminal/*: the command is chat's child, not the agent's.
     chat = subprocess.Popen(
