@@ -34,6 +34,13 @@ pytestmark = pytest.mark.anyio
 ROUNDS = 6
 
 
+def wrapped_write(tmp_path: Path, policy: ClientPolicy) -> WrappedProcess:
+    """A wrapper in front of our agent, whose model writes out.txt (so asks permission)."""
+    model = write_script(tmp_path / "script.json", {"toolCalls": [
+        {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]})
+    return WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner-store", model), policy=policy)
+
+
 def stored_sessions(store: Path) -> list[str]:
     return [p.stem for p in store.rglob("*.jsonl")]
 
@@ -73,11 +80,8 @@ async def test_a_cancel_with_the_permission_unanswered_cancels_it_at_the_editor_
     # turn ends by the cancel. (The child numbers its requests as the wrapper does, so
     # the child's own id would look the same here: that it is not passed on is pinned
     # by the test above, where the editor answered.)
-    model = write_script(tmp_path / "script.json", {"toolCalls": [
-        {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]})
     policy = ClientPolicy(hang_permissions=True)
-    async with WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner-store", model),
-                              policy=policy) as editor:
+    async with wrapped_write(tmp_path, policy) as editor:
         await editor.initialize()
         sid = await editor.new_session(work)
         async with anyio.create_task_group() as tg:
@@ -100,11 +104,8 @@ async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, wo
     # A cancel read with its prompt, before the prompt's task has started, is left to
     # a task (that runs after the prompt's has): the prompt still ends cancelled by it,
     # and nothing is written.
-    model = write_script(tmp_path / "script.json", {"toolCalls": [
-        {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]})
     policy = ClientPolicy(hang_permissions=True)
-    async with WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner-store", model),
-                              policy=policy) as editor:
+    async with wrapped_write(tmp_path, policy) as editor:
         await editor.initialize()
         sid = await editor.new_session(work)
         answer = await prompt_and_cancel_in_one_write(editor, sid, by)
