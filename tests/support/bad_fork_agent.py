@@ -21,7 +21,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: the repository on the path, for the core
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.support.raw_agent import answer, chunk, fail, messages, prompt_text, record
+from tests.support.raw_agent import answer, echo, fail, messages, prompt_text, record
 
 SESSIONS = itertools.count(1)
 
@@ -53,9 +53,7 @@ def main() -> None:
         elif method == "session/prompt":
             sid, text = params.get("sessionId", ""), prompt_text(params)
             record(path, {"sessionId": sid, "text": text})
-            for word in text.split()[:20]:
-                chunk(sid, word + " ")
-            result = {"stopReason": "end_turn"}
+            result = echo(sid, text.split()[:20])
         else:
             fail(rid, -32601, f"no {method} here")
             continue

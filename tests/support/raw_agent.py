@@ -40,6 +40,13 @@ def chunk(sid: str, text: str) -> None:
     update(sid, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
 
 
+def echo(sid: str, words: list[str]) -> dict[str, Any]:
+    """The words back, one chunk each; the prompt's `end_turn` result."""
+    for word in words:
+        chunk(sid, word + " ")
+    return {"stopReason": "end_turn"}
+
+
 def prompt_text(params: dict[str, Any], joiner: str = " ") -> str:
     """The text blocks of a `session/prompt`'s params, joined."""
     return joiner.join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))

@@ -37,7 +37,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: the repository on the path, for the core
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.support.raw_agent import answer, chunk, fail, messages, prompt_text, record, send
+from tests.support.raw_agent import answer, chunk, echo, fail, messages, prompt_text, record, send
 
 SESSIONS = itertools.count(1)
 
@@ -89,9 +89,7 @@ def main() -> None:
                 threading.Thread(target=stream, args=(rid, sid, int(words[1]), int(words[2]), ask_at),
                                  daemon=True).start()
                 continue
-            for word in words:
-                chunk(sid, word + " ")
-            result = {"stopReason": "end_turn"}
+            result = echo(sid, words)
         else:
             fail(rid, -32601, f"no {method} here")
             continue
