@@ -20,7 +20,7 @@ from session import derive_messages
 from tests.support.acp_client import AgentError, AgentProcess
 from tests.support.llama_like import LlamaLike
 from tests.support.logs import loaded_events
-from tests.support.sse_server import SSEServer
+from tests.support.sse_server import openai_server
 
 pytestmark = pytest.mark.anyio
 
@@ -30,10 +30,7 @@ N_CTX = 8192
 @pytest.fixture
 def llama(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[LlamaLike]:
     model = LlamaLike(N_CTX, chars_per_token=getattr(request, "param", 4))
-    with SSEServer(responder=model) as server:
-        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+    with openai_server(monkeypatch, model, key="sk-local"):
         monkeypatch.setenv("ACP_BRIDGE_CONTEXT_WINDOW", str(N_CTX))
         monkeypatch.setenv("ACP_BRIDGE_OPENAI_ATTEMPTS", "1")
         yield model
