@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
+    WRITE_STEP,
     AgentError,
     AgentProcess,
     ClientPolicy,
@@ -42,8 +43,7 @@ async def test_handshake_and_text_turn(tmp_path: Path, work: Path, snapshot_json
 async def test_tool_call_with_permission_granted_and_rejected(tmp_path: Path, work: Path, snapshot_json: Any) -> None:
     model = write_script(
         tmp_path / "script.json",
-        {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]},
+        WRITE_STEP,
         {"text": "Written."},
         {"toolCalls": [{"id": "w2", "name": "write_file", "arguments": {"path": "no.txt", "content": "x"}}]},
         {"text": "Fine, not written."},

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
+from tests.support.acp_client import WRITE_STEP, AgentProcess, ClientPolicy, write_script
 from tests.support.cancel_race import (
     check_cancelled_log,
     check_rounds_alike,
@@ -33,8 +33,6 @@ from tests.support.logs import loaded_events
 pytestmark = pytest.mark.anyio
 
 ORDER = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
-WRITE = {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]}
 
 
 def status_trail(agent: AgentProcess, call_id: str) -> list[tuple[str, str]]:
@@ -54,7 +52,7 @@ def assert_never_backwards(trail: list[tuple[str, str]]) -> None:
 ])
 async def test_a_permission_request_never_moves_a_call_back(tmp_path: Path, work: Path, answer: str,
                                                     expected: list[tuple[str, str]], written: bool) -> None:
-    model = write_script(tmp_path / "script.json", WRITE, {"text": "done"})
+    model = write_script(tmp_path / "script.json", WRITE_STEP, {"text": "done"})
     async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=[answer])) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
@@ -69,7 +67,7 @@ async def test_a_permission_request_never_moves_a_call_back(tmp_path: Path, work
 async def test_a_permission_answered_cancelled_ends_the_turn_by_that_answer(tmp_path: Path, work: Path) -> None:
     # The client answered the permission request `cancelled` without a session/cancel
     # (ACP's outcome for "the prompt turn was cancelled"): the turn says what ended it.
-    model = write_script(tmp_path / "script.json", WRITE, {"text": "never"}, {"text": "next"})
+    model = write_script(tmp_path / "script.json", WRITE_STEP, {"text": "never"}, {"text": "next"})
     store = tmp_path / "store"
     async with AgentProcess(store, model=model, policy=ClientPolicy(permissions=[None])) as agent:
         await agent.initialize()
@@ -92,7 +90,7 @@ async def test_a_permission_answered_cancelled_ends_the_turn_by_that_answer(tmp_
 
 
 async def test_a_session_cancel_during_the_permission_reports_the_call_not_run(tmp_path: Path, work: Path) -> None:
-    model = write_script(tmp_path / "script.json", WRITE)
+    model = write_script(tmp_path / "script.json", WRITE_STEP)
     policy = ClientPolicy(hang_permissions=True)
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         await agent.initialize()
@@ -145,7 +143,7 @@ async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, wo
     # The reader handles a cancel itself only for a prompt already running; one read
     # with its prompt, whose task has not started, is left to a task that runs after
     # the prompt's has: the prompt still ends cancelled, by that cancel.
-    model = write_script(tmp_path / "script.json", WRITE)
+    model = write_script(tmp_path / "script.json", WRITE_STEP)
     policy = ClientPolicy(hang_permissions=True)
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         await agent.initialize()

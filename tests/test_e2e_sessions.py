@@ -25,6 +25,7 @@ import orjson
 import pytest
 
 from tests.support.acp_client import (
+    WRITE_STEP,
     AgentError,
     AgentProcess,
     ClientPolicy,
@@ -151,8 +152,7 @@ async def test_cancel_mid_stream(tmp_path: Path, work: Path, snapshot_json: Any)
 async def test_cancel_mid_permission(tmp_path: Path, work: Path, snapshot_json: Any) -> None:
     model = write_script(
         tmp_path / "script.json",
-        {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]},
+        WRITE_STEP,
         {"text": "fine"},
     )
     policy = ClientPolicy(hang_permissions=True)

@@ -329,6 +329,11 @@ _PYTEST_NUMBER = re.compile(r"(?<=[a-z_])\d+$")
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 
+# A script step many tests share: write out.txt, so ask for permission first.
+WRITE_STEP: dict[str, Any] = {"text": "Writing.", "toolCalls": [
+    {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]}
+
+
 def write_script(path: Path, *steps: dict[str, Any], chunk_delay_ms: int = 0) -> str:
     """Write a `script:` model file (one entry per model call) and return its spec."""
     doc: dict[str, Any] = {"steps": list(steps)}
