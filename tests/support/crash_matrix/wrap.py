@@ -51,10 +51,12 @@ from .kill import (
     MatrixAgent,
     MatrixPolicy,
     check_command_gone,
+    drive_failed,
     file_state,
     finish_a,
     killer,
     send_prompts,
+    write_scenario,
 )
 from .oracle import Run, read_raw
 from .scenarios import SCENARIOS
@@ -120,10 +122,7 @@ async def run_a_wrap(run: Run, backend: str, store: Path, child_store: Path, scr
     the same wrapper and stop it normally."""
     point, scenario = run.point, SCENARIOS[run.point.scenario]
     script, after = scripts / f"a{run.index:04d}.json", scripts / f"a{run.index:04d}-after.json"
-    doc: dict[str, Any] = {"steps": list(scenario.steps)}
-    if scenario.chunk_delay_ms:
-        doc["chunkDelayMs"] = scenario.chunk_delay_ms
-    script.write_bytes(orjson.dumps(doc))
+    write_scenario(script, scenario)
     # Twice: a prompt the dead child never read is sent again to the restarted one
     # (docs/wrap.md, "Restart, not loss"), before the prompt after the kill.
     after.write_bytes(orjson.dumps({"steps": [{"text": AFTER_TEXT}] * 2}))
@@ -158,11 +157,8 @@ async def run_a_wrap(run: Run, backend: str, store: Path, child_store: Path, scr
                         run.returncode = await agent.proc.wait()
                         await agent.eof.wait()
                     tg.cancel_scope.cancel()
-    except Exception as exc:  # a harness failure (schema violation, timeout...) is a failure too
-        run.fail(f"driving the wrapper failed: {type(exc).__name__}: {exc}")
-        if agent.killed_at_updates is None:
-            with contextlib.suppress(Exception):
-                agent.kill()
+    except Exception as exc:
+        drive_failed(run, agent, "the wrapper", exc)
         if target == "child":
             with contextlib.suppress(Exception):
                 agent.kill9()
