@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
+    FS_AND_TERMINAL_STEP,
     WRITE_STEP,
     AgentError,
     AgentProcess,
@@ -67,10 +68,7 @@ async def test_tool_call_with_permission_granted_and_rejected(tmp_path: Path, wo
 async def test_client_side_fs_and_terminal(tmp_path: Path, work: Path) -> None:
     model = write_script(
         tmp_path / "script.json",
-        {"toolCalls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}},
-                       {"id": "e1", "name": "edit_file",
-                        "arguments": {"path": "notes.txt", "old_text": "two", "new_text": "2"}},
-                       {"id": "x1", "name": "run_command", "arguments": {"command": "cat notes.txt"}}]},
+        FS_AND_TERMINAL_STEP,
         {"text": "done"},
     )
     policy = ClientPolicy(permissions=["allow_once", "allow_once"])

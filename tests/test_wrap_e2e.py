@@ -19,6 +19,7 @@ import pytest
 from session import SessionStore, check_invariants, open_backend
 from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
+    FS_AND_TERMINAL_STEP,
     WRITE_STEP,
     AgentProcess,
     ClientPolicy,
@@ -121,10 +122,7 @@ async def test_tool_call_permission_granted_and_rejected(tmp_path: Path, snapsho
 async def test_client_fs_and_terminal_served_by_the_editor(tmp_path: Path, snapshot_json: Any) -> None:
     model = write_script(
         tmp_path / "script.json",
-        {"toolCalls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}},
-                       {"id": "e1", "name": "edit_file",
-                        "arguments": {"path": "notes.txt", "old_text": "two", "new_text": "2"}},
-                       {"id": "x1", "name": "run_command", "arguments": {"command": "cat notes.txt"}}]},
+        FS_AND_TERMINAL_STEP,
         {"text": "done"},
     )
     expected, got, wrapped = await both(tmp_path, model, lambda a, w: prompts(a, w, "go"), caps=CLIENT_CAPS_ALL,

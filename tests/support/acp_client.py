@@ -333,6 +333,13 @@ _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 WRITE_STEP: dict[str, Any] = {"text": "Writing.", "toolCalls": [
     {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]}
 
+# Read, edit and run in the session's folder (the `work` fixture's notes.txt): served by
+# the client when it offers fs and terminal.
+FS_AND_TERMINAL_STEP: dict[str, Any] = {"toolCalls": [
+    {"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}},
+    {"id": "e1", "name": "edit_file", "arguments": {"path": "notes.txt", "old_text": "two", "new_text": "2"}},
+    {"id": "x1", "name": "run_command", "arguments": {"command": "cat notes.txt"}}]}
+
 
 def write_script(path: Path, *steps: dict[str, Any], chunk_delay_ms: int = 0) -> str:
     """Write a `script:` model file (one entry per model call) and return its spec."""
