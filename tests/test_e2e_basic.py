@@ -12,7 +12,7 @@ import pytest
 from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
     FS_AND_TERMINAL_STEP,
-    WRITE_STEP,
+    WRITE_TWICE_STEPS,
     AgentError,
     AgentProcess,
     ClientPolicy,
@@ -42,13 +42,7 @@ async def test_handshake_and_text_turn(tmp_path: Path, work: Path, snapshot_json
 
 
 async def test_tool_call_with_permission_granted_and_rejected(tmp_path: Path, work: Path, snapshot_json: Any) -> None:
-    model = write_script(
-        tmp_path / "script.json",
-        WRITE_STEP,
-        {"text": "Written."},
-        {"toolCalls": [{"id": "w2", "name": "write_file", "arguments": {"path": "no.txt", "content": "x"}}]},
-        {"text": "Fine, not written."},
-    )
+    model = write_script(tmp_path / "script.json", *WRITE_TWICE_STEPS)
     policy = ClientPolicy(permissions=["allow_once", "reject_once"])
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         await agent.initialize()

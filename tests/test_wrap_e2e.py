@@ -21,6 +21,7 @@ from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
     FS_AND_TERMINAL_STEP,
     WRITE_STEP,
+    WRITE_TWICE_STEPS,
     AgentProcess,
     ClientPolicy,
     normalized,
@@ -98,13 +99,7 @@ async def test_text_and_thoughts(tmp_path: Path, snapshot_json: Any) -> None:
 
 
 async def test_tool_call_permission_granted_and_rejected(tmp_path: Path, snapshot_json: Any) -> None:
-    model = write_script(
-        tmp_path / "script.json",
-        WRITE_STEP,
-        {"text": "Written."},
-        {"toolCalls": [{"id": "w2", "name": "write_file", "arguments": {"path": "no.txt", "content": "x"}}]},
-        {"text": "Fine, not written."},
-    )
+    model = write_script(tmp_path / "script.json", *WRITE_TWICE_STEPS)
     expected, got, wrapped = await both(tmp_path, model, lambda a, w: prompts(a, w, "write it", "write another"),
                                         permissions=("allow_once", "reject_once"))
     assert results(got) == results(expected)

@@ -332,6 +332,13 @@ _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 # A script step many tests share: write out.txt, so ask for permission first.
 WRITE_STEP: dict[str, Any] = {"text": "Writing.", "toolCalls": [
     {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]}
+# Two turns: WRITE_STEP, then a second write (of no.txt), to allow and to refuse.
+WRITE_TWICE_STEPS: tuple[dict[str, Any], ...] = (
+    WRITE_STEP,
+    {"text": "Written."},
+    {"toolCalls": [{"id": "w2", "name": "write_file", "arguments": {"path": "no.txt", "content": "x"}}]},
+    {"text": "Fine, not written."},
+)
 
 # Read, edit and run in the session's folder (the `work` fixture's notes.txt): served by
 # the client when it offers fs and terminal.
