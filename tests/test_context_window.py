@@ -20,7 +20,7 @@ from session import derive_messages
 from tests.support.acp_client import AgentError, AgentProcess
 from tests.support.llama_like import LlamaLike
 from tests.support.logs import loaded_events
-from tests.support.sse_server import SSEServer
+from tests.support.sse_server import openai_server
 
 pytestmark = pytest.mark.anyio
 
@@ -30,10 +30,7 @@ N_CTX = 8192
 @pytest.fixture
 def llama(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[LlamaLike]:
     model = LlamaLike(N_CTX, chars_per_token=getattr(request, "param", 4))
-    with SSEServer(responder=model) as server:
-        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+    with openai_server(monkeypatch, model, key="sk-local"):
         monkeypatch.setenv("ACP_BRIDGE_CONTEXT_WINDOW", str(N_CTX))
         monkeypatch.setenv("ACP_BRIDGE_OPENAI_ATTEMPTS", "1")
         yield model
@@ -76,7 +73,7 @@ async def test_an_answer_that_fills_the_window_does_not_wedge_the_session(
     # A new process measures the loaded history the same way, from the log's counts.
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         assert (await agent.prompt(sid, "and now?"))["stopReason"] == "end_turn"
     assert llama.refused == []
     assert llama.prompts[-1] < long_answer + 200
@@ -100,7 +97,7 @@ async def test_a_refusal_is_answered_by_sending_fewer_older_turns(
     # tried again with fewer older turns, sized by the numbers the server gave.
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         assert (await agent.prompt(sid, f"8 {padding}"))["stopReason"] == "end_turn"
         assert len(llama.refused) == 1
         assert llama.prompts[-1] < N_CTX
@@ -152,7 +149,7 @@ async def test_without_a_window_setting_the_servers_refusal_teaches_the_window(
     # A new process learns it again, at the cost of one refused request.
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         for n in range(2):
             assert (await agent.prompt(sid, f"again {n}"))["stopReason"] == "end_turn"
     assert len(llama.refused) == 2

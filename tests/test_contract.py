@@ -42,7 +42,7 @@ from session.log import FLUSH_EVENTS, encode
 from session.transcript import unanswered_calls
 from tests.conftest import BACKEND_KINDS
 from tests.support import tamper
-from tests.support.logs import Script, closers_of, write
+from tests.support.logs import Script, clean_events, closers_of, write
 
 
 @pytest.fixture(params=(*BACKEND_KINDS, "postgres"))
@@ -60,15 +60,6 @@ def backend(backend_kind: str, store_dir: Path, request: pytest.FixtureRequest) 
 
 def strip_time(events: list[Event] | Any) -> list[tuple[str, int, dict[str, Any]]]:
     return [(e["type"], e["seq"], e["data"]) for e in events]
-
-
-def reload(store: SessionStore, sid: str) -> list[Event]:
-    loaded = store.load(sid)
-    try:
-        assert not loaded.report.repaired, loaded.report
-        return list(loaded.log.events)
-    finally:
-        loaded.log.close()
 
 
 # --- round trip ------------------------------------------------------------------
@@ -96,7 +87,7 @@ def test_round_trip_keeps_unicode_and_odd_text(store: SessionStore) -> None:
     log = store.create(cwd="/w")
     written = write(log, Script().text_turn(odd, odd))
     log.close()
-    assert reload(store, log.id) == written
+    assert clean_events(store, log.id) == written
 
 
 def test_empty_session_loads(store: SessionStore) -> None:
@@ -196,7 +187,7 @@ def test_repair_is_durable_and_done_once(store: SessionStore) -> None:
     first = store.load(sid)
     repaired = list(first.log.events)
     first.log.close()
-    assert reload(store, sid) == repaired
+    assert clean_events(store, sid) == repaired
 
 
 # --- continuation after repair ---------------------------------------------------
@@ -212,7 +203,7 @@ def test_continuation_after_repair(store: SessionStore) -> None:
     assert more[0]["data"]["turn"] == 3
     assert more[0]["seq"] == last["seq"] + 1
     log.close()
-    events = reload(store, sid)
+    events = clean_events(store, sid)
     check_invariants(events, closed=True)
     assert [e["seq"] for e in events] == list(range(len(events)))
     assert events[-len(more) :] == more
@@ -226,7 +217,7 @@ def test_shutdown_closers_through_the_log(store: SessionStore) -> None:
     assert log.close_interrupted() == []
     assert log.pending == 0
     log.close()
-    events = reload(store, log.id)
+    events = clean_events(store, log.id)
     assert events[-1]["data"]["reason"]["cause"] == "shutdown"
 
 
@@ -243,7 +234,7 @@ def test_version_rejected(store: SessionStore) -> None:
     assert log.id in str(err.value) and "version 1" in str(err.value)
     assert err.value.data()["version"] == 1
     tamper.set_header_version(store.backend, log.id, 0)
-    reload(store, log.id)  # the failed load released the session
+    clean_events(store, log.id)  # the failed load released the session
 
 
 def test_seq_gap_in_committed_region_rejected(store: SessionStore) -> None:

@@ -20,7 +20,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from session import SessionStore, check_invariants
@@ -28,28 +27,17 @@ from session.backends.jsonl import JsonlBackend
 from tests.support.crash_matrix import (
     CI_SAMPLE,
     KillPoint,
-    Report,
     Run,
     check_final,
-    format_counts,
     parse_raw,
     random_point,
-    run_matrix,
+    run_passing,
     sample_points,
 )
 from tests.support.logs import Script, write
 
 # One random point per backend on top of the fixed sample; override to explore.
 SEED = int(os.environ.get("CRASH_MATRIX_SEED", "20240611"))
-
-
-def run(points: list[KillPoint], backend: str, root: Path) -> Report:
-    report = anyio.run(lambda: run_matrix(points, backend, root, jobs=2))
-    counts = report.counts()
-    print(format_counts(counts))
-    assert report.failures == [], "\n".join(report.failures)
-    assert counts["loads_ok"] == counts["kill_points"] == len(points)
-    return report
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
@@ -59,7 +47,7 @@ def test_crash_matrix_ci_sample(tmp_path: Path, backend: str) -> None:
     answer, plus one seeded random point."""
     rng = random.Random(f"{SEED}-{backend}")
     points = [*CI_SAMPLE, random_point(rng)]
-    report = run(points, backend, tmp_path)
+    report = run_passing(points, backend, tmp_path)
     counts = report.counts()
     # The sample really lands inside turns (not only between them), with calls cut.
     assert counts["mid_turn"] >= 4, counts
@@ -78,7 +66,7 @@ def test_crash_matrix_ci_sample(tmp_path: Path, backend: str) -> None:
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 def test_crash_matrix_long(tmp_path: Path, backend: str) -> None:
     points = sample_points(int(os.environ.get("CRASH_MATRIX_POINTS", "200")), SEED)
-    run(points, backend, tmp_path)
+    run_passing(points, backend, tmp_path)
 
 
 # --- the oracle catches what it should ----------------------------------------------------

@@ -22,11 +22,8 @@ import pytest
 
 from tests.support.crash_matrix import (
     CI_SAMPLE,
-    KillPoint,
-    Report,
-    format_counts,
     random_point,
-    run_matrix,
+    run_passing,
     sample_points,
 )
 from tests.support.crash_matrix.wrap import WrapMatrixAgent, child_command
@@ -35,21 +32,12 @@ from tests.support.processes import wait_gone
 SEED = int(os.environ.get("CRASH_MATRIX_SEED", "20240611"))
 
 
-def run(points: list[KillPoint], backend: str, root: Path, target: str) -> Report:
-    report = anyio.run(lambda: run_matrix(points, backend, root, jobs=2, wrap=target))
-    counts = report.counts()
-    print(format_counts(counts))
-    assert report.failures == [], "\n".join(report.failures)
-    assert counts["loads_ok"] == counts["kill_points"] == len(points)
-    return report
-
-
 @pytest.mark.parametrize("target", ["wrapper", "child"])
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 def test_wrap_crash_matrix_ci_sample(tmp_path: Path, backend: str, target: str) -> None:
     rng = random.Random(f"{SEED}-{backend}-{target}")
     points = [*CI_SAMPLE, random_point(rng)]
-    report = run(points, backend, tmp_path, target)
+    report = run_passing(points, backend, tmp_path, target)
     counts = report.counts()
     by_label = {r.point.label(): r for r in report.runs}
     if target == "wrapper":
@@ -70,7 +58,7 @@ def test_wrap_crash_matrix_ci_sample(tmp_path: Path, backend: str, target: str) 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 def test_wrap_crash_matrix_long(tmp_path: Path, backend: str, target: str) -> None:
     points = sample_points(int(os.environ.get("CRASH_MATRIX_POINTS", "200")), SEED)
-    run(points, backend, tmp_path, target)
+    run_passing(points, backend, tmp_path, target)
 
 
 # --- found by the matrix ------------------------------------------------------------------

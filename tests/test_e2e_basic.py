@@ -11,6 +11,8 @@ import pytest
 
 from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
+    FS_AND_TERMINAL_STEP,
+    WRITE_TWICE_STEPS,
     AgentError,
     AgentProcess,
     ClientPolicy,
@@ -40,14 +42,7 @@ async def test_handshake_and_text_turn(tmp_path: Path, work: Path, snapshot_json
 
 
 async def test_tool_call_with_permission_granted_and_rejected(tmp_path: Path, work: Path, snapshot_json: Any) -> None:
-    model = write_script(
-        tmp_path / "script.json",
-        {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]},
-        {"text": "Written."},
-        {"toolCalls": [{"id": "w2", "name": "write_file", "arguments": {"path": "no.txt", "content": "x"}}]},
-        {"text": "Fine, not written."},
-    )
+    model = write_script(tmp_path / "script.json", *WRITE_TWICE_STEPS)
     policy = ClientPolicy(permissions=["allow_once", "reject_once"])
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         await agent.initialize()
@@ -67,10 +62,7 @@ async def test_tool_call_with_permission_granted_and_rejected(tmp_path: Path, wo
 async def test_client_side_fs_and_terminal(tmp_path: Path, work: Path) -> None:
     model = write_script(
         tmp_path / "script.json",
-        {"toolCalls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}},
-                       {"id": "e1", "name": "edit_file",
-                        "arguments": {"path": "notes.txt", "old_text": "two", "new_text": "2"}},
-                       {"id": "x1", "name": "run_command", "arguments": {"command": "cat notes.txt"}}]},
+        FS_AND_TERMINAL_STEP,
         {"text": "done"},
     )
     policy = ClientPolicy(permissions=["allow_once", "allow_once"])

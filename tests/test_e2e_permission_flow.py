@@ -18,18 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 
-from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
-from tests.support.cancel_race import asked_times, permission_rounds_script, wire_shape
+from tests.support.acp_client import WRITE_STEP, AgentProcess, ClientPolicy, write_script
+from tests.support.cancel_race import (
+    check_cancelled_log,
+    check_rounds_alike,
+    permission_rounds_script,
+    prompt_and_cancel_in_one_write,
+    race_rounds,
+)
 from tests.support.logs import loaded_events
 
 pytestmark = pytest.mark.anyio
 
 ORDER = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
-WRITE = {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]}
 
 
 def status_trail(agent: AgentProcess, call_id: str) -> list[tuple[str, str]]:
@@ -49,7 +52,7 @@ def assert_never_backwards(trail: list[tuple[str, str]]) -> None:
 ])
 async def test_a_permission_request_never_moves_a_call_back(tmp_path: Path, work: Path, answer: str,
                                                     expected: list[tuple[str, str]], written: bool) -> None:
-    model = write_script(tmp_path / "script.json", WRITE, {"text": "done"})
+    model = write_script(tmp_path / "script.json", WRITE_STEP, {"text": "done"})
     async with AgentProcess(tmp_path / "store", model=model, policy=ClientPolicy(permissions=[answer])) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
@@ -64,7 +67,7 @@ async def test_a_permission_request_never_moves_a_call_back(tmp_path: Path, work
 async def test_a_permission_answered_cancelled_ends_the_turn_by_that_answer(tmp_path: Path, work: Path) -> None:
     # The client answered the permission request `cancelled` without a session/cancel
     # (ACP's outcome for "the prompt turn was cancelled"): the turn says what ended it.
-    model = write_script(tmp_path / "script.json", WRITE, {"text": "never"}, {"text": "next"})
+    model = write_script(tmp_path / "script.json", WRITE_STEP, {"text": "never"}, {"text": "next"})
     store = tmp_path / "store"
     async with AgentProcess(store, model=model, policy=ClientPolicy(permissions=[None])) as agent:
         await agent.initialize()
@@ -80,14 +83,14 @@ async def test_a_permission_answered_cancelled_ends_the_turn_by_that_answer(tmp_
     # The log keeps the cause: a later load reports it (and accepts it as valid).
     async with AgentProcess(store) as later:
         await later.initialize()
-        loaded = await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await later.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         failed: list[dict[str, Any]] = [u for u in later.updates_of(sid) if u.get("status") == "failed"]
         assert [u["_meta"]["acpBridge"]["permission"] for u in failed] == [{"outcome": "cancelled"}]
 
 
 async def test_a_session_cancel_during_the_permission_reports_the_call_not_run(tmp_path: Path, work: Path) -> None:
-    model = write_script(tmp_path / "script.json", WRITE)
+    model = write_script(tmp_path / "script.json", WRITE_STEP)
     policy = ClientPolicy(hang_permissions=True)
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         await agent.initialize()
@@ -123,40 +126,16 @@ async def test_a_session_cancel_and_a_cancelled_answer_read_together_end_the_tur
     model = permission_rounds_script(tmp_path / "script.json", ROUNDS)
     store = tmp_path / "store"
     policy = ClientPolicy(hang_permissions=True)  # the test answers, with the cancel
-    rounds: list[list[Any]] = []
 
     async with AgentProcess(store, model=model, policy=policy) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
-        for n in range(ROUNDS):
-            async with anyio.create_task_group() as tg:
-                answer = agent.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
-                await agent.wait_for(asked_times(policy, n + 1))
-                start = len(agent.transcript)
-                (asked,) = [m for d, m in agent.transcript if d == "<-"
-                            and m.get("method") == "session/request_permission"][n:]
-                cancel = {"jsonrpc": "2.0", "method": by, "params": {"sessionId": sid} if by == "session/cancel"
-                          else {"requestId": f"prompt-{n}"}}
-                reply = {"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}}
-                pair = [cancel, reply] if cancel_first else [reply, cancel]
-                agent.transcript.extend(("->", m) for m in pair)
-                await agent.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
-            assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
-                "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
-            rounds.append(wire_shape([m for d, m in agent.transcript[start:] if d == "<-"]))
+        rounds = await race_rounds(agent, policy, sid, ROUNDS, by, cancel_first=cancel_first)
     assert agent.returncode == 0
     assert not (work / "out.txt").exists()
-    first = rounds[0]
-    assert {"method": "$/cancel_request"} not in first
-    (failed,) = [u for u in first if u.get("status") == "failed"]
-    assert failed["content"][0]["content"]["text"] == "The tool call was cancelled (before it ran)."
+    failed = check_rounds_alike(rounds)
     assert "permission" not in failed.get("_meta", {}).get("acpBridge", {})
-    assert [r for r in rounds if r != first] == [], first
-    events = loaded_events(store, sid)
-    results = [e["data"] for e in events if e["type"] == "tool/result"]
-    assert len(results) == ROUNDS and not any("permission" in r for r in results)
-    ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
-    assert ends == [{"kind": "cancelled", "by": by}] * ROUNDS
+    check_cancelled_log(loaded_events(store, sid), ROUNDS, by)
 
 
 @pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])
@@ -164,18 +143,11 @@ async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, wo
     # The reader handles a cancel itself only for a prompt already running; one read
     # with its prompt, whose task has not started, is left to a task that runs after
     # the prompt's has: the prompt still ends cancelled, by that cancel.
-    model = write_script(tmp_path / "script.json", WRITE)
+    model = write_script(tmp_path / "script.json", WRITE_STEP)
     policy = ClientPolicy(hang_permissions=True)
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
-        prompt = {"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
-                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write it"}]}}
-        cancel = {"jsonrpc": "2.0", "method": by,
-                  "params": {"sessionId": sid} if by == "session/cancel" else {"requestId": "p"}}
-        agent._requested["p"] = "session/prompt"  # its answer is schema-checked as a prompt's
-        await agent.send_raw(orjson.dumps(prompt) + b"\n" + orjson.dumps(cancel) + b"\n")
-        await agent.wait_for(lambda: any(d == "<-" and m.get("id") == "p" for d, m in agent.transcript))
-        (answer,) = [m for d, m in agent.transcript if d == "<-" and m.get("id") == "p"]
+        answer = await prompt_and_cancel_in_one_write(agent, sid, by)
     assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": by}
     assert not (work / "out.txt").exists()

@@ -25,6 +25,7 @@ import orjson
 import pytest
 
 from tests.support.acp_client import (
+    WRITE_STEP,
     AgentError,
     AgentProcess,
     ClientPolicy,
@@ -151,8 +152,7 @@ async def test_cancel_mid_stream(tmp_path: Path, work: Path, snapshot_json: Any)
 async def test_cancel_mid_permission(tmp_path: Path, work: Path, snapshot_json: Any) -> None:
     model = write_script(
         tmp_path / "script.json",
-        {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]},
+        WRITE_STEP,
         {"text": "fine"},
     )
     policy = ClientPolicy(hang_permissions=True)
@@ -210,7 +210,7 @@ async def test_cancel_request_cancels_a_running_prompt(tmp_path: Path, work: Pat
     # The cancelled turn, partial answer included, replays in a new process as it streamed.
     async with AgentProcess(tmp_path / "store", model=model) as later:
         await later.initialize()
-        await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await later.load_session(sid, work)
     live = [u for u in content_updates(agent, sid) if u["sessionUpdate"] != "session_info_update"]
     *replayed, named = [u for u in content_updates(later, sid) if u["sessionUpdate"] != "user_message_chunk"]
     assert replayed == live
@@ -294,7 +294,7 @@ async def test_load_after_restart_replays_what_was_streamed(tmp_path: Path, work
     model2 = write_script(tmp_path / "script2.json", {"text": "turn three"})
     async with AgentProcess(store, model=model2) as agent2:
         await agent2.initialize()
-        loaded = await agent2.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await agent2.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         *replayed, named = content_updates(agent2, sid)
         # Named again last, as the live stream named it at the first prompt.
@@ -350,7 +350,7 @@ async def test_load_after_kill9_mid_tool(tmp_path: Path, work: Path, snapshot_js
     model2 = write_script(tmp_path / "script2.json", {"text": "back again"})
     async with AgentProcess(store, model=model2) as agent2:
         await agent2.initialize()
-        loaded = await agent2.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await agent2.load_session(sid, work)
         repair = loaded["_meta"]["acpBridge"]["repair"]
         assert repair["repaired"] is True
         assert repair["interruptedTurn"] == 2 and repair["syntheticResults"] == 1
@@ -391,7 +391,7 @@ async def test_load_after_kill9_mid_stream_keeps_the_prompt(tmp_path: Path, work
             tg.cancel_scope.cancel()
     async with AgentProcess(store) as agent2:
         await agent2.initialize()
-        loaded = await agent2.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await agent2.load_session(sid, work)
         users = [u["content"] for u in agent2.updates_of(sid) if u["sessionUpdate"] == "user_message_chunk"]
         assert users == [{"type": "text", "text": "remember me"}]
         # Every word the client was shown before the kill (each reached the log before
@@ -523,7 +523,7 @@ async def test_close_and_delete(tmp_path: Path, work: Path) -> None:
         with pytest.raises(AgentError) as err:
             await agent.prompt(sid, "closed?")
         assert err.value.code == -32002 and (err.value.data or {}).get("sessionId") == sid
-        loaded = await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await agent.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         assert (await agent.prompt(sid, "open again"))["_meta"]["acpBridge"]["turn"] == 2
 
@@ -531,7 +531,7 @@ async def test_close_and_delete(tmp_path: Path, work: Path) -> None:
         await agent.prompt(doomed, "delete me")
         assert await agent.request("session/delete", {"sessionId": doomed}) == {}
         with pytest.raises(AgentError) as err:
-            await agent.request("session/load", {"sessionId": doomed, "cwd": str(work), "mcpServers": []})
+            await agent.load_session(doomed, work)
         assert err.value.code == -32002
         assert (err.value.data or {}).get("sessionId") == doomed and doomed in str(err.value.message)
         with pytest.raises(AgentError) as err:
@@ -564,7 +564,7 @@ async def test_close_while_a_prompt_runs_cancels_it(tmp_path: Path, work: Path) 
             "turn": 1, "reason": {"kind": "cancelled", "by": "session/close"}}}}
         # The prompt is answered before the close is.
         assert answer_index(agent, "session/prompt") < answer_index(agent, "session/close")
-        loaded = await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await agent.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         assert (await agent.prompt(sid, "again"))["stopReason"] == "end_turn"
     assert agent.returncode == 0
@@ -627,7 +627,7 @@ async def test_stdin_closed_mid_turn(tmp_path: Path, work: Path) -> None:
 
     async with AgentProcess(store) as later:
         await later.initialize()
-        loaded = await later.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await later.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["repair"]["repaired"] is False
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] is None
         assert chunks(later, sid) == ["never ", "ends", shutdown_notice]

@@ -329,7 +329,7 @@ async def test_deep_content_in_a_prompt_is_refused_and_the_session_stays_usable(
         assert result["stopReason"] == "end_turn" and result["_meta"]["acpBridge"]["turn"] == 1
     async with AgentProcess(tmp_path / "store") as again:
         await again.initialize()
-        await again.request("session/load", {"sessionId": sid, "cwd": str(empty_work), "mcpServers": []})
+        await again.load_session(sid, empty_work)
         users = [u["content"]["text"] for u in again.updates_of(sid) if u["sessionUpdate"] == "user_message_chunk"]
         assert users == ["after that"]
 

@@ -112,7 +112,7 @@ async def test_a_fork_holds_the_turns_and_goes_on_apart(
     # A fork loads and replays like any session, in another process.
     async with AgentProcess(store) as again:
         await again.initialize()
-        loaded = await again.request("session/load", {"sessionId": forked, "cwd": str(work), "mcpServers": []})
+        loaded = await again.load_session(forked, work)
         assert loaded["_meta"]["acpBridge"]["turns"] == 3
         users = ["".join(u["content"]["text"] for u in again.replayed(forked) if u["sessionUpdate"] ==
                          "user_message_chunk" and u["content"]["type"] == "text")]
@@ -134,7 +134,7 @@ async def test_a_fork_can_replay_its_history_before_the_answer(tmp_path: Path, w
         assert bad.value.code == -32602 and (bad.value.data or {}).get("field") == "_meta.acpBridge.replay"
     async with AgentProcess(store) as again:
         await again.initialize()
-        await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await again.load_session(sid, work)
         original = again.replayed(sid)
     # The fork's replay is the original's, as a load of it replays it.
     assert sent == original and any(u["sessionUpdate"] == "user_message_chunk" for u in sent)

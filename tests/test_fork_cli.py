@@ -74,7 +74,7 @@ async def test_sessions_fork_prints_a_fork_that_loads(kind: str, tmp_path: Path,
         sid: None, fid: {"sessionId": sid, "turn": 2}, whole: {"sessionId": sid, "turn": 4}}
     async with AgentProcess(store, backend=kind) as again:
         await again.initialize()
-        loaded = await again.request("session/load", {"sessionId": fid, "cwd": str(work), "mcpServers": []})
+        loaded = await again.load_session(fid, work)
         assert loaded["_meta"]["acpBridge"]["turns"] == 2
         assert (await again.prompt(fid, "after two"))["_meta"]["acpBridge"]["turn"] == 3
 

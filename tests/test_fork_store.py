@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,23 +19,13 @@ from session.errors import ForkTurnError
 from session.events import Event
 from session.items import config_set
 from tests.support import tamper
-from tests.support.logs import Script, closers_of, write
+from tests.support.logs import Script, closers_of, load_clean, write
 from tests.test_contract import backend, backend_kind  # noqa: F401 (every backend, PostgreSQL too)
 
 
 def stored(store: SessionStore, sid: str) -> list[Event]:
     """The events of `sid` as stored now, read without its lock (type, seq, time, data)."""
     return list(read_stored(store.backend.read_stream(sid)).events)
-
-
-def loaded(store: SessionStore, sid: str) -> tuple[list[Event], dict[str, Any]]:
-    """The events and header of `sid` as a load gives them; it must need no repair."""
-    opened = store.load(sid)
-    try:
-        assert not opened.report.repaired, opened.report
-        return list(opened.log.events), dict(opened.log.header)
-    finally:
-        opened.log.close()
 
 
 def test_a_fork_holds_every_turn_and_says_where_it_came_from(store: SessionStore) -> None:
@@ -49,7 +38,7 @@ def test_a_fork_holds_every_turn_and_says_where_it_came_from(store: SessionStore
     header = store.fork(plan, cwd="/w/b", additional_directories=["/w/lib"])
     assert header["id"] != log.id and header["forkedFrom"] == {"sessionId": log.id, "turn": 3}
     assert (header["cwd"], header["additionalDirectories"], "wrapped" in header) == ("/w/b", ["/w/lib"], False)
-    events, stored_header = loaded(store, header["id"])
+    events, stored_header = load_clean(store, header["id"])
     assert events == before and stored_header == header  # the same events, times included
     assert stored(store, log.id) == before  # the original, untouched
     listed = {s["id"]: s for s in store.list()}
@@ -79,10 +68,10 @@ def test_a_fork_at_a_turn_ends_where_the_next_turn_starts(store: SessionStore) -
     assert (at_one.upto, at_one.turn, at_one.whole) == (second, 1, False)
     header = store.fork(at_one, cwd="/w")
     assert header["forkedFrom"]["turn"] == 1 and header["title"] == "named"  # a given title is kept
-    forked, _ = loaded(store, header["id"])
+    forked, _ = load_clean(store, header["id"])
     assert forked == events[:second] and forked[-1]["type"] == "config/set"
     none = store.fork(store.plan_fork(log.id, at_turn=0), cwd="/w")
-    assert loaded(store, none["id"])[0] == [] and none["forkedFrom"] == {"sessionId": log.id, "turn": 0}
+    assert load_clean(store, none["id"])[0] == [] and none["forkedFrom"] == {"sessionId": log.id, "turn": 0}
     assert store.plan_fork(log.id, at_turn=3).whole
     with pytest.raises(ForkTurnError) as past:
         store.plan_fork(log.id, at_turn=4)
@@ -103,7 +92,7 @@ def test_an_interrupted_last_turn_is_closed_in_the_fork_not_in_the_original(stor
     assert plan.report.to_meta() | {"interruptedTurn": 2} == plan.report.to_meta()
     assert (plan.report.synthetic_results, plan.report.closers) == (1, len(closers))
     header = store.fork(plan, cwd="/w")
-    assert loaded(store, header["id"])[0] == before + closers
+    assert load_clean(store, header["id"])[0] == before + closers
     assert stored(store, log.id) == before  # the original waits for its own load's repair
     repaired = store.load(log.id)
     assert [(e["type"], e["seq"], e["data"]) for e in repaired.log.events][len(before):] == \
@@ -119,7 +108,7 @@ def test_a_running_turn_is_left_out_and_cannot_be_forked_at(store: SessionStore)
     start = next(e["seq"] for e in events if e["type"] == "turn/start" and e["data"]["turn"] == 2)
     plan = store.plan_fork(log.id)
     assert (plan.upto, plan.turn, plan.closers, plan.whole) == (start, 1, [], True)
-    assert loaded(store, store.fork(plan, cwd="/w")["id"])[0] == events[:start]
+    assert load_clean(store, store.fork(plan, cwd="/w")["id"])[0] == events[:start]
     with pytest.raises(ForkTurnError, match="still running"):
         store.plan_fork(log.id, at_turn=2)
     log.close()
@@ -134,7 +123,7 @@ def test_a_torn_tail_is_not_copied(store: SessionStore) -> None:
     plan = store.plan_fork(log.id)  # turn 2 lost its end: open, nobody owns it
     kept = events[:-1]
     assert plan.upto == len(kept) and plan.closers == closers_of(kept)
-    assert loaded(store, store.fork(plan, cwd="/w")["id"])[0] == kept + plan.closers
+    assert load_clean(store, store.fork(plan, cwd="/w")["id"])[0] == kept + plan.closers
 
 
 def test_a_copy_that_finds_less_than_its_plan_makes_nothing(store: SessionStore) -> None:
@@ -157,7 +146,7 @@ def test_a_wrapped_original_keeps_its_agent_but_not_its_session(store: SessionSt
     # The wrapped agent's session is the original's: a fork never goes on in it.
     assert plain["wrapped"] == {"command": ["agent", "--acp"], "agentInfo": {"name": "a", "version": "1"}}
     given = store.fork(store.plan_fork(log.id), cwd="/w", wrapped={"command": ["b"], "sessionId": "theirs-2"})
-    assert loaded(store, given["id"])[1]["wrapped"] == {"command": ["b"], "sessionId": "theirs-2"}
+    assert load_clean(store, given["id"])[1]["wrapped"] == {"command": ["b"], "sessionId": "theirs-2"}
 
 
 _KILLED_OWNER = """
@@ -191,6 +180,6 @@ def test_a_fork_of_a_session_whose_owner_was_killed_mid_stream_holds_what_it_str
             ["part one", "part two"]
         plan = store.plan_fork(sid)
         assert plan.turn == 2 and plan.closers == closers_of(before)
-        assert loaded(store, store.fork(plan, cwd="/w")["id"])[0] == before + plan.closers
+        assert load_clean(store, store.fork(plan, cwd="/w")["id"])[0] == before + plan.closers
     finally:
         store.close()

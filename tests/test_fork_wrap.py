@@ -72,7 +72,7 @@ async def test_a_child_that_offers_fork_forks_its_session_with_ours(tmp_path: Pa
     # The fork goes on in another wrapper: its child loads the child's fork.
     async with WrappedProcess(ours, child) as again:
         await again.initialize()
-        loaded = await again.request("session/load", {"sessionId": fid, "cwd": str(work), "mcpServers": []})
+        loaded = await again.load_session(fid, work)
         assert loaded["_meta"]["acpBridge"]["wrapped"]["restored"] == "load"
         assert (await again.prompt(fid, "four"))["_meta"]["acpBridge"]["turn"] == 4
     assert ended(theirs, child_fork) == [1, 2, 3, 4]

@@ -26,9 +26,9 @@ import anyio
 import orjson
 import pytest
 
-from session import SessionStore, check_invariants, open_backend
 from session.backends.sqlite_space import reserve_size
 from tests.support.acp_client import AgentProcess, write_script
+from tests.support.logs import stored_clean
 
 SIZES = {"400k": 400 << 10, "2m": 2 << 20, "10m": 10 << 20}
 REAL_CAUSES = ("No space left on device", "database or disk is full")
@@ -91,19 +91,6 @@ def check_failure(answer: dict[str, Any]) -> str:
     return message
 
 
-def stored(store: Path, backend: str, sid: str) -> list[Any]:
-    sessions = SessionStore(open_backend(backend, store))
-    try:
-        loaded = sessions.load(sid)
-        events = list(loaded.log.events)
-        loaded.log.close()
-    finally:
-        sessions.close()
-    assert not loaded.report.repaired, loaded.report  # nothing was left open
-    check_invariants(events, closed=True)
-    return events
-
-
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 @pytest.mark.parametrize("delay", [0, 1], ids=["fast", "slow"])
 def test_a_turn_too_big_for_the_disk_is_undone_and_the_next_prompt_works(
@@ -137,7 +124,7 @@ def test_a_turn_too_big_for_the_disk_is_undone_and_the_next_prompt_works(
     for name in ("first", "small", "small 2", "small 3"):  # nothing was freed in between
         assert answers[name]["result"]["stopReason"] == "end_turn", (name, answers[name])
 
-    events = stored(store, backend, sid)
+    events = stored_clean(store, sid, backend)
     prompts = [e["data"]["content"][0]["text"] for e in events if e["type"] == "user/message"]
     ends = {e["data"]["turn"]: e["data"]["reason"] for e in events if e["type"] == "turn/end"}
     turn_of = {text: turn for turn, text in enumerate(prompts, start=1)}
@@ -216,7 +203,7 @@ def test_a_full_store_still_lists_shows_exports_and_deletes(tiny_fs: Path, tmp_p
 
     anyio.run(main)
     check_reads(store, backend, seen["kept"], "the one to keep")  # the agent gone, still full
-    events = stored(store, backend, seen["kept"])
+    events = stored_clean(store, seen["kept"], backend)
     prompts = [e["data"]["content"][0]["text"] for e in events if e["type"] == "user/message"]
     assert prompts[0] == "the one to keep" and prompts[-1] == "after the delete"
 

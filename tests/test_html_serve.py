@@ -19,18 +19,16 @@ import pytest
 from acp_bridge.cli.sessions.page import CSP_HEADER
 from acp_bridge.cli.sessions.serve import BACK
 from session import SessionLockedError, SessionStore, open_backend
-from tests.support.acp_client import ClientPolicy
 from tests.support.html_sessions import (
-    XSS_AGENT,
     Served,
     active_parts,
     fetch,
     listening_sockets,
     parse_page,
+    waiting_on_a_permission,
     without_search_form,
 )
 from tests.support.pg_server import PgServer
-from tests.support.wrapped import WrappedProcess
 from tests.test_html_export import export, kind, stores
 from tests.test_sessions_cli import store_state
 
@@ -111,33 +109,26 @@ def test_a_session_an_agent_has_open_is_shown_as_far_as_it_is_on_disk(tmp_path: 
     store = tmp_path / "store"
 
     async def main() -> None:
-        async with WrappedProcess(store, XSS_AGENT, backend=kind,
-                                  policy=ClientPolicy(hang_permissions=True)) as agent:
-            await agent.initialize()
-            sid = await agent.new_session(work)
-            async with anyio.create_task_group() as tg:
-                agent.prompt_soon(tg, sid, "look")
-                await agent.wait_for(lambda: bool(agent.policy.asked))  # the turn waits on us
-                before = store_state(store)
-                with Served(store, kind) as served:
-                    status, _, body = await anyio.to_thread.run_sync(fetch, served.url + f"session/{sid}")
-                    listed = (await anyio.to_thread.run_sync(fetch, served.url))[2]
-                assert served.returncode == 0
-                assert status == 200
-                page = parse_page(body)
-                (turn,) = page.find_all("section", "turn")
-                assert turn.attrs["class"] == "turn st-running"
-                text = html.unescape(page.all_text())
-                assert f"running (in process {agent.proc.pid})" in text
-                assert "no result yet" in text and "The turn is still running" in text
-                assert "owner" in text and "live: an agent has it open" in text
-                assert "running" in html.unescape(parse_page(listed).all_text())
-                assert store_state(store) == before
-                backend = open_backend(kind, store)
-                with pytest.raises(SessionLockedError):  # still the agent's
-                    SessionStore(backend).load(sid)
-                backend.close()
-                tg.cancel_scope.cancel()
+        async with waiting_on_a_permission(store, kind, work, "look") as (agent, sid):
+            before = store_state(store)
+            with Served(store, kind) as served:
+                status, _, body = await anyio.to_thread.run_sync(fetch, served.url + f"session/{sid}")
+                listed = (await anyio.to_thread.run_sync(fetch, served.url))[2]
+            assert served.returncode == 0
+            assert status == 200
+            page = parse_page(body)
+            (turn,) = page.find_all("section", "turn")
+            assert turn.attrs["class"] == "turn st-running"
+            text = html.unescape(page.all_text())
+            assert f"running (in process {agent.proc.pid})" in text
+            assert "no result yet" in text and "The turn is still running" in text
+            assert "owner" in text and "live: an agent has it open" in text
+            assert "running" in html.unescape(parse_page(listed).all_text())
+            assert store_state(store) == before
+            backend = open_backend(kind, store)
+            with pytest.raises(SessionLockedError):  # still the agent's
+                SessionStore(backend).load(sid)
+            backend.close()
 
     anyio.run(main)
 

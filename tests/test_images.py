@@ -107,7 +107,7 @@ async def test_images_reach_the_model_are_logged_once_and_replayed(
 
     async with AgentProcess(store, model="openai:gpt-4o") as again:
         await again.initialize()
-        await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await again.load_session(sid, work)
         replayed = [u["content"] for u in again.updates_of(sid) if u["sessionUpdate"] == "user_message_chunk"]
         assert replayed == PROMPT  # as the client sent it, both copies whole
         assert (await again.prompt(sid, "and now?"))["stopReason"] == "end_turn"

@@ -22,7 +22,7 @@ import pytest
 from tests.support.acp_client import AgentError, AgentProcess, ClientPolicy, write_script
 from tests.support.logs import loaded_events
 from tests.support.processes import alive, wait_gone
-from tests.support.sse_server import SSEServer, chunk, stream_reply, text_reply
+from tests.support.sse_server import chunk, openai_server, stream_reply, text_reply
 
 pytestmark = pytest.mark.anyio
 
@@ -148,7 +148,7 @@ async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Pat
         assert (await agent.prompt(sid, "draw"))["stopReason"] == "end_turn"
         shown = final_update(agent, sid, "p")["content"]
         # The replay shows the same blocks from the log.
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         replayed = final_update(agent, sid, "p")["content"]
     events = loaded_events(tmp_path / "store", sid)
     # The agent's secrets do not reach a server; what the client gave it does.
@@ -333,10 +333,7 @@ def test_the_environment_of_these_tests_has_the_servers() -> None:
 
 async def test_an_openai_model_is_offered_the_tools_and_reads_the_result(tmp_path: Path, work: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    with SSEServer() as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", api.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-e2e")
+    with openai_server(monkeypatch) as api:
         api.push(stream_reply(chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {
                      "name": "t__echo", "arguments": '{"text": "from the server"}'}}]}), chunk({}, "tool_calls")),
                  text_reply("It said so."))

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.acp_client import AgentProcess, ClientPolicy, write_script
 from tests.support.logs import loaded_events
-from tests.support.sse_server import SSEServer, chunk, stream_reply, text_reply
+from tests.support.sse_server import chunk, openai_server, stream_reply, text_reply
 from tests.test_mcp import call, open_session, result_of, test_server, text_of, time_server
 
 pytestmark = pytest.mark.anyio
@@ -66,10 +66,7 @@ async def test_the_tools_of_a_server_without_the_sdk_are_errors_naming_it(tmp_pa
 
 async def test_a_changed_tool_list_is_offered_at_the_next_step(tmp_path: Path, work: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    with SSEServer() as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", api.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-e2e")
+    with openai_server(monkeypatch) as api:
         api.push(tool_call_reply("call_1", "t__grow", "{}"),
                  tool_call_reply("call_2", "t__grown", '{"text": "new"}'),
                  text_reply("Done."))

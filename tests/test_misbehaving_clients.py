@@ -35,7 +35,6 @@ import anyio
 import orjson
 import pytest
 
-from session import Event, SessionStore, check_invariants, open_backend
 from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
     AgentError,
@@ -43,6 +42,7 @@ from tests.support.acp_client import (
     ClientPolicy,
     write_script,
 )
+from tests.support.logs import stored_clean
 
 pytestmark = pytest.mark.anyio
 
@@ -102,19 +102,6 @@ def results(agent: AgentProcess, sid: str) -> dict[str, dict[str, Any]]:
             if u["sessionUpdate"] in ("tool_call", "tool_call_update") and u.get("status") in ("completed", "failed")}
 
 
-def stored_events(store: Path, sid: str, backend: str = "jsonl") -> list[Event]:
-    b = open_backend(backend, store)
-    try:
-        loaded = SessionStore(b).load(sid)
-        assert not loaded.report.repaired, loaded.report
-        events = list(loaded.log.events)
-        loaded.log.close()
-    finally:
-        b.close()
-    check_invariants(events, closed=True)
-    return events
-
-
 def request_id_of(agent: AgentProcess, method: str) -> Any:
     (rid,) = [m["id"] for d, m in agent.transcript if d == "<-" and m.get("method") == method and "id" in m]
     return rid
@@ -147,7 +134,7 @@ async def test_unanswered_permission_then_cancel_request_and_a_late_answer(tmp_p
     assert agent.returncode == 0
     assert not (work / "out.txt").exists()
     assert results(agent, sid)["w1"]["status"] == "failed"
-    stored_events(tmp_path / "store", sid)
+    stored_clean(tmp_path / "store", sid)
 
 
 async def test_unanswered_permission_then_session_close(tmp_path: Path, work: Path) -> None:
@@ -163,7 +150,7 @@ async def test_unanswered_permission_then_session_close(tmp_path: Path, work: Pa
         assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/close"}
     assert agent.returncode == 0
     assert not (work / "ran").exists()
-    events = stored_events(tmp_path / "store", sid)
+    events = stored_clean(tmp_path / "store", sid)
     assert events[-1]["data"]["reason"] == {"kind": "cancelled", "by": "session/close"}
 
 
@@ -269,7 +256,7 @@ async def garbage_turns(tmp_path: Path, work: Path,
                 problems[name] = ""
     assert agent.returncode == 0
     for sid in sids.values():
-        stored_events(tmp_path / "store", sid)
+        stored_clean(tmp_path / "store", sid)
     return problems
 
 
@@ -347,7 +334,7 @@ async def test_stdin_closed_mid_turn_exits_promptly(tmp_path: Path, work: Path, 
             with anyio.fail_after(2):
                 while _alive(pid):
                     await anyio.sleep(0.02)
-        events = stored_events(store, sid)
+        events = stored_clean(store, sid)
         assert events[-1]["data"]["reason"] == {"kind": "interrupted", "cause": "shutdown"}
     finally:
         if pid_file.exists() and pid_file.read_text().strip().isdigit():
@@ -455,7 +442,7 @@ async def test_two_prompts_at_once_one_runs_the_other_is_refused(tmp_path: Path,
         assert refused[0]["error"]["data"]["code"] == "prompt_in_progress"
         assert (await agent.prompt(sid, "after"))["_meta"]["acpBridge"]["turn"] == 2
     assert agent.returncode == 0
-    events = stored_events(tmp_path / "store", sid)
+    events = stored_clean(tmp_path / "store", sid)
     assert sum(1 for e in events if e["type"] == "turn/start") == 2
 
 
@@ -488,10 +475,10 @@ async def test_two_processes_on_one_session(tmp_path: Path, work: Path, backend:
                 owner.kill9()  # the owner dies mid-turn: its lock goes with it
                 await owner.proc.wait()
                 tg.cancel_scope.cancel()
-        loaded = await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await second.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["repair"]["interruptedTurn"] == 1
         assert (await second.prompt(sid, "mine now"))["_meta"]["acpBridge"]["turn"] == 2
     assert second.returncode == 0
-    events = stored_events(store, sid, backend)
+    events = stored_clean(store, sid, backend)
     assert [e["data"]["reason"] for e in events if e["type"] == "turn/end"] == [
         {"kind": "interrupted", "cause": "crash"}, {"kind": "completed"}]

@@ -123,7 +123,7 @@ async def test_switch_is_recorded_survives_load_and_runs_the_next_turn(
 
     async with AgentProcess(store, model=fast, args=("--model", strong)) as again:
         await again.initialize()
-        loaded = await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await again.load_session(sid, work)
         options = options_of(loaded)
         assert options["model"]["currentValue"] == strong_spec
         assert options["thought_level"]["currentValue"] == "high"
@@ -160,7 +160,7 @@ async def test_a_replayed_turn_shows_the_window_of_the_model_it_ran_on(tmp_path:
     for models in (("echo", "--model", script), ("echo",)):
         async with AgentProcess(store, model=models[0], args=models[1:]) as again:
             await again.initialize()
-            await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+            await again.load_session(sid, work)
             assert sizes(again, sid) == live, models
 
 

@@ -4,6 +4,7 @@ kills exactly the groups still listed when its pipe closes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,6 +26,14 @@ def tree_command(d: Path) -> str:
     return (f"echo $$ > {d}/shell.pid; "
             f"sh -c 'sleep 60 & echo $! > {d}/grandchild.pid; wait' & echo $! > {d}/child.pid; "
             f"wait")
+
+
+def tree_script(tmp_path: Path) -> tuple[Path, str]:
+    """A work folder, and a `script:` model whose one tool call runs tree_command there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return work, write_script(tmp_path / "script.json", {"toolCalls": [
+        {"id": "c1", "name": "run_command", "arguments": {"command": tree_command(work)}}]})
 
 
 def read_pids(d: Path, timeout: float = 20) -> list[int]:
@@ -54,10 +63,7 @@ def survivors() -> Iterator[list[int]]:
 async def test_sigkill_of_the_agent_kills_its_command_and_the_commands_children(
     tmp_path: Path, survivors: list[int]
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    model = write_script(tmp_path / "script.json", {"toolCalls": [
-        {"id": "c1", "name": "run_command", "arguments": {"command": tree_command(work)}}]})
+    work, model = tree_script(tmp_path)
     # No terminal capability: the agent runs the command itself (tools/local.py).
     policy = ClientPolicy(permissions=["allow_once"])
     async with AgentProcess(tmp_path / "store", model=model, policy=policy) as agent:
@@ -77,10 +83,7 @@ async def test_sigkill_of_the_agent_kills_its_command_and_the_commands_children(
 def test_sigkill_of_chat_kills_the_command_it_ran_for_the_agent(
     tmp_path: Path, survivors: list[int]
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    model = write_script(tmp_path / "script.json", {"toolCalls": [
-        {"id": "c1", "name": "run_command", "arguments": {"command": tree_command(work)}}]})
+    work, model = tree_script(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
     # chat serves the agent's terminal/*: the command is chat's child, not the agent's.
     chat = subprocess.Popen(
@@ -118,14 +121,27 @@ def spawn_group(d: Path, name: str) -> tuple[subprocess.Popen[bytes], int]:
     return proc, int((d / name).read_text())
 
 
+@contextlib.contextmanager
+def two_groups(d: Path, survivors: list[int], reaper: Reaper) -> Iterator[tuple[tuple[subprocess.Popen[bytes], int], tuple[subprocess.Popen[bytes], int]]]:
+    """Two groups of spawn_group's, "a" and "b", for the reaper to watch; on the way
+    out, a group still running is killed, and the reaper closed."""
+    groups = spawn_group(d, "a"), spawn_group(d, "b")
+    survivors.extend(pid for proc, child in groups for pid in (proc.pid, child))
+    try:
+        yield groups
+    finally:
+        for proc, _ in groups:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reaper.close()
+
+
 def test_the_watchdog_kills_the_groups_still_listed_when_its_pipe_closes(
     tmp_path: Path, survivors: list[int]
 ) -> None:
     reaper = Reaper()
-    listed, listed_child = spawn_group(tmp_path, "a")
-    done, done_child = spawn_group(tmp_path, "b")
-    survivors.extend([listed.pid, listed_child, done.pid, done_child])
-    try:
+    with two_groups(tmp_path, survivors, reaper) as ((listed, listed_child), (done, done_child)):
         reaper.ensure_running()
         reaper.watch(listed.pid)
         reaper.watch(done.pid)
@@ -134,22 +150,13 @@ def test_the_watchdog_kills_the_groups_still_listed_when_its_pipe_closes(
         assert listed.wait(timeout=GONE_WITHIN_S) == -signal.SIGKILL
         assert wait_gone([listed_child]) == []
         assert alive(done.pid) and alive(done_child)
-    finally:
-        for proc in (listed, done):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        reaper.close()
 
 
 def test_a_killed_watchdog_is_replaced_and_told_every_listed_group(
     tmp_path: Path, survivors: list[int]
 ) -> None:
     reaper = Reaper()
-    first, first_child = spawn_group(tmp_path, "a")
-    second, _second_child = spawn_group(tmp_path, "b")
-    survivors.extend([first.pid, first_child, second.pid, _second_child])
-    try:
+    with two_groups(tmp_path, survivors, reaper) as ((first, first_child), (second, second_child)):
         reaper.watch(first.pid)
         old = reaper.watchdog_pid
         assert old is not None
@@ -163,10 +170,4 @@ def test_a_killed_watchdog_is_replaced_and_told_every_listed_group(
         reaper.close()
         assert first.wait(timeout=GONE_WITHIN_S) == -signal.SIGKILL
         assert second.wait(timeout=GONE_WITHIN_S) == -signal.SIGKILL
-        assert wait_gone([first_child, _second_child]) == []
-    finally:
-        for proc in (first, second):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        reaper.close()
+        assert wait_gone([first_child, second_child]) == []

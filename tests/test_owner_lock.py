@@ -23,6 +23,7 @@ from typing import Any, cast
 import pytest
 
 from session import (
+    Backend,
     InvalidSessionIdError,
     SessionLockedError,
     SessionStore,
@@ -92,6 +93,25 @@ def new_session(store: SessionStore) -> tuple[str, int]:
     return log.id, len(events)
 
 
+def stored_session(kind: str, root: Path) -> tuple[Backend, SessionStore, str, int]:
+    """A backend of that kind at root, its store and a session of new_session's."""
+    backend = open_backend(kind, root)
+    store = SessionStore(backend)
+    return (backend, store, *new_session(store))
+
+
+@contextlib.contextmanager
+def holding(
+    kind: str, root: Path, sid: str, mode: str = "idle"
+) -> Iterator[tuple[subprocess.Popen[bytes], list[str]]]:
+    """A holder child that owns the session, stopped (if still running) on the way out."""
+    proc, fields = start_holder(kind, root, sid, mode)
+    try:
+        yield proc, fields
+    finally:
+        stop(proc)
+
+
 def start_holder(
     kind: str, root: Path, sid: str, mode: str = "idle"
 ) -> tuple[subprocess.Popen[bytes], list[str]]:
@@ -113,6 +133,14 @@ def start_holder(
     return proc, line.decode().split()[1:]
 
 
+def refused_then_killed(store: SessionStore, sid: str, proc: subprocess.Popen[bytes]) -> None:
+    """The live owner's session is refused to us; then the owner gets SIGKILL."""
+    with pytest.raises(SessionLockedError):
+        store.load(sid)
+    proc.kill()
+    proc.wait(timeout=10)
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -126,11 +154,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 @pytest.mark.parametrize("kind", FILE_BACKENDS)
 def test_second_process_is_refused_until_owner_is_killed(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "store"
-    backend = open_backend(kind, root)
-    store = SessionStore(backend)
-    sid, count = new_session(store)
-    proc, _ = start_holder(kind, root, sid)
-    try:
+    backend, store, sid, count = stored_session(kind, root)
+    with holding(kind, root, sid) as (proc, _):
         with pytest.raises(SessionLockedError) as info:
             store.load(sid)
         err = info.value
@@ -153,8 +178,6 @@ def test_second_process_is_refused_until_owner_is_killed(tmp_path: Path, kind: s
 
         proc.kill()  # SIGKILL: no cleanup runs in the owner
         assert proc.wait(timeout=10) == -signal.SIGKILL
-    finally:
-        stop(proc)
 
     loaded = store.load(sid)  # the kernel dropped the lock with the process
     assert loaded.report.repaired is False
@@ -167,17 +190,9 @@ def test_second_process_is_refused_until_owner_is_killed(tmp_path: Path, kind: s
 @pytest.mark.parametrize("kind", FILE_BACKENDS)
 def test_owner_killed_mid_turn_leaves_a_repairable_log(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "store"
-    backend = open_backend(kind, root)
-    store = SessionStore(backend)
-    sid, count = new_session(store)
-    proc, _ = start_holder(kind, root, sid, mode="mid-turn")
-    try:
-        with pytest.raises(SessionLockedError):
-            store.load(sid)
-        proc.kill()
-        proc.wait(timeout=10)
-    finally:
-        stop(proc)
+    backend, store, sid, count = stored_session(kind, root)
+    with holding(kind, root, sid, mode="mid-turn") as (proc, _):
+        refused_then_killed(store, sid, proc)
     loaded = store.load(sid)
     events = list(loaded.log.events)
     loaded.log.close()
@@ -200,33 +215,25 @@ def test_owner_killed_while_its_tool_process_lives_on(tmp_path: Path, kind: str)
     # The owner started a long-running tool process, then got SIGKILL: the tool process
     # must not have inherited the lock, or the session would stay locked while it runs.
     root = tmp_path / "store"
-    backend = open_backend(kind, root)
-    store = SessionStore(backend)
-    sid, count = new_session(store)
-    proc, fields = start_holder(kind, root, sid, mode="spawn")
-    tool_pid = int(fields[1])
-    try:
-        with pytest.raises(SessionLockedError):
-            store.load(sid)
-        proc.kill()
-        proc.wait(timeout=10)
-        os.kill(tool_pid, 0)  # the tool process is still running
-        loaded = store.load(sid)
-        assert len(loaded.log.events) == count
-        loaded.log.close()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(tool_pid, signal.SIGKILL)
-        stop(proc)
+    backend, store, sid, count = stored_session(kind, root)
+    with holding(kind, root, sid, mode="spawn") as (proc, fields):
+        tool_pid = int(fields[1])
+        try:
+            refused_then_killed(store, sid, proc)
+            os.kill(tool_pid, 0)  # the tool process is still running
+            loaded = store.load(sid)
+            assert len(loaded.log.events) == count
+            loaded.log.close()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(tool_pid, signal.SIGKILL)
     backend.close()
 
 
 @pytest.mark.parametrize("kind", FILE_BACKENDS)
 def test_child_is_refused_while_this_process_owns_the_session(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "store"
-    backend = open_backend(kind, root)
-    store = SessionStore(backend)
-    sid, count = new_session(store)
+    backend, store, sid, count = stored_session(kind, root)
     owned = store.load(sid)
 
     def contend() -> subprocess.CompletedProcess[str]:
@@ -260,9 +267,7 @@ def test_child_is_refused_while_this_process_owns_the_session(tmp_path: Path, ki
 
 @pytest.mark.parametrize("kind", ALL_BACKENDS)
 def test_two_loads_in_one_process_conflict(tmp_path: Path, kind: str) -> None:
-    backend = open_backend(kind, tmp_path / "store")
-    store = SessionStore(backend)
-    sid, count = new_session(store)
+    backend, store, sid, count = stored_session(kind, tmp_path / "store")
     first = store.load(sid)
     with pytest.raises(SessionLockedError) as info:
         store.load(sid)
@@ -343,9 +348,7 @@ def tree(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("kind", ALL_BACKENDS)
 def test_invalid_session_ids_are_refused_without_touching_files(tmp_path: Path, kind: str) -> None:
-    backend = open_backend(kind, tmp_path / "store")
-    store = SessionStore(backend)
-    sid, _ = new_session(store)
+    backend, store, sid, _ = stored_session(kind, tmp_path / "store")
     escape = Path("/tmp/escape.jsonl")
     before, around, escaped = tree(tmp_path), sorted(os.listdir(tmp_path.parent)), escape.exists()
     for bad in BAD_IDS:

@@ -25,13 +25,16 @@ import pytest
 from acp_bridge.tools import permissions
 from session import Event
 from session.transcript import derive_messages
-from tests.support.acp_client import AgentProcess, ClientErrorAnswer, ClientPolicy, write_script
+from tests.support.acp_client import (
+    WRITE_STEP,
+    AgentProcess,
+    ClientErrorAnswer,
+    ClientPolicy,
+    write_script,
+)
 from tests.support.logs import loaded_events
 
 pytestmark = pytest.mark.anyio
-
-WRITE = {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]}
 
 
 def run(call_id: str, command: str) -> dict[str, Any]:
@@ -77,7 +80,7 @@ async def load(agent: AgentProcess, sid: str, work: Path) -> dict[str, Any]:
 ], ids=["json-rpc error", "not an option offered"])
 async def test_a_failed_permission_request_is_recorded_as_failed_and_the_model_told_so(
         tmp_path: Path, work: Path, answer: Any, record: dict[str, Any], told: str) -> None:
-    model = write_script(tmp_path / "script.json", WRITE, {"text": "I could not write it."})
+    model = write_script(tmp_path / "script.json", WRITE_STEP, {"text": "I could not write it."})
     store = tmp_path / "store"
     async with AgentProcess(store, model=model, policy=ClientPolicy(permissions=[answer])) as agent:
         await agent.initialize()
@@ -229,7 +232,7 @@ async def test_a_call_killed_while_it_runs_may_have_run(tmp_path: Path, work: Pa
 async def test_a_call_is_pending_while_it_waits_for_approval_live_and_on_replay(
         tmp_path: Path, work: Path, answer: str | None, live: list[str], replayed: list[str]) -> None:
     store = tmp_path / "store"
-    model = write_script(tmp_path / "s.json", WRITE, {"text": "ok"}, {"text": "ok"})
+    model = write_script(tmp_path / "s.json", WRITE_STEP, {"text": "ok"}, {"text": "ok"})
     async with AgentProcess(store, model=model, policy=ClientPolicy(permissions=[answer])) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)

@@ -27,7 +27,7 @@ from session.closers import interrupted_text
 from session.events import INTERRUPTED_CODE, REASON_KINDS, is_synthetic_result
 from session.transcript import Message, unanswered_calls
 from tests.support.log_strategies import valid_logs
-from tests.support.logs import Script, closers_of, write
+from tests.support.logs import Script, clean_events, closers_of, load_clean, write
 from tests.support.strategies import characters
 
 BACKEND_KINDS = ("memory", "jsonl", "sqlite")
@@ -331,11 +331,9 @@ def test_store_load_repairs_any_cut(kind: str, events: list[Event], data: st.Dat
         clock.now = (got[-1]["time"] if got else 0) + 1
         more = write(again.log, Script(first_turn=turns + 1).text_turn("next", "ok then"))
         again.log.close()
-        last = store.load(sid)
-        assert not last.report.repaired
-        assert list(last.log.events) == got + more
-        check_invariants(last.log.events, closed=True)
-        last.log.close()
+        last = clean_events(store, sid)
+        assert last == got + more
+        check_invariants(last, closed=True)
 
 
 @pytest.mark.parametrize("kind", BACKEND_KINDS)
@@ -355,11 +353,9 @@ def test_store_shutdown_closes_any_cut(kind: str, events: list[Event], data: st.
         assert closers == closers_of(prefix, cause="shutdown", time=clock.now)
         assert list(log.events) == prefix + closers
         log.close()
-        loaded = store.load(log.id)
-        assert not loaded.report.repaired
-        assert list(loaded.log.events) == prefix + closers
-        check_invariants(loaded.log.events, closed=True)
-        loaded.log.close()
+        loaded = clean_events(store, log.id)
+        assert loaded == prefix + closers
+        check_invariants(loaded, closed=True)
 
 
 @pytest.mark.parametrize("kind", BACKEND_KINDS)
@@ -376,16 +372,12 @@ def test_store_round_trips_json(
     clock = Clock()
     with store_of(kind, clock) as store:
         sid = write_events(store, clock, events, cwd=cwd, title=title, additional_directories=extra)
-        loaded = store.load(sid)
-        assert not loaded.report.repaired
-        got = list(loaded.log.events)
+        got, header = load_clean(store, sid)
         assert got == events
         assert_same_json(got, events)
-        header = loaded.log.header
         assert header["cwd"] == cwd
         assert header.get("title") == title
         assert header.get("additionalDirectories", []) == extra
-        loaded.log.close()
 
 
 # --- the invariant checker refuses targeted damage -----------------------------------

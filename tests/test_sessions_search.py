@@ -254,30 +254,21 @@ def test_a_search_while_an_agent_owns_its_session(tmp_path: Path, kind: str) -> 
     `running`, and nothing of the store is locked, repaired or written."""
     import anyio
 
-    from tests.support.acp_client import ClientPolicy
-    from tests.support.html_sessions import XSS_AGENT
-    from tests.support.wrapped import WrappedProcess
+    from tests.support.html_sessions import waiting_on_a_permission
 
     store = tmp_path / "store"
     work = tmp_path / "work"
     work.mkdir()
 
     async def main() -> None:
-        async with WrappedProcess(store, XSS_AGENT, backend=kind,
-                                  policy=ClientPolicy(hang_permissions=True)) as agent:
-            await agent.initialize()
-            sid = await agent.new_session(work)
-            async with anyio.create_task_group() as tg:
-                agent.prompt_soon(tg, sid, "look at the marmot")
-                await agent.wait_for(lambda: bool(agent.policy.asked))
-                before = files_of(store)
-                hits = await anyio.to_thread.run_sync(lambda: search(tmp_path, kind, "marmot"))
-                assert [(h["sessionId"], h["turn"], h["state"]) for h in hits] == [(sid, 1, "running")]
-                running = await anyio.to_thread.run_sync(lambda: search(tmp_path, kind, "marmot", "--ended",
-                                                                        "running"))
-                assert found(running) == [(sid, 1)]
-                assert files_of(store) == before
-                tg.cancel_scope.cancel()
+        async with waiting_on_a_permission(store, kind, work, "look at the marmot") as (_, sid):
+            before = files_of(store)
+            hits = await anyio.to_thread.run_sync(lambda: search(tmp_path, kind, "marmot"))
+            assert [(h["sessionId"], h["turn"], h["state"]) for h in hits] == [(sid, 1, "running")]
+            running = await anyio.to_thread.run_sync(lambda: search(tmp_path, kind, "marmot", "--ended",
+                                                                    "running"))
+            assert found(running) == [(sid, 1)]
+            assert files_of(store) == before
 
     anyio.run(main)
 

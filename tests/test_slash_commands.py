@@ -57,7 +57,7 @@ async def test_commands_are_offered_after_new_load_and_resume(tmp_path: Path, wo
         await agent.prompt(sid, "hello")
     async with AgentProcess(store, args=("--model", script)) as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         await agent.wait_for(lambda: len(offered(agent, sid)) == 1)
         await agent.request("session/resume", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
         await agent.wait_for(lambda: len(offered(agent, sid)) == 2)
@@ -92,7 +92,7 @@ async def test_title_is_recorded_and_named_live_and_on_load(tmp_path: Path, work
     assert turn2[2]["data"] == {"configId": "session/title", "value": "Budget review", "turn": 2}
     async with AgentProcess(store) as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         replay = agent.replayed(sid)
     named = [u["title"] for u in replay if u["sessionUpdate"] == "session_info_update"]
     assert named and named[-1] == "Budget review"  # the replay's last word on the title is the set one
@@ -170,7 +170,7 @@ async def test_mode_and_model_take_the_paths_of_their_methods(tmp_path: Path, wo
     # a reload takes them back as `session/set_mode` and `set_config_option` would leave them
     async with AgentProcess(store, args=("--model", script)) as agent:
         await agent.initialize()
-        loaded = await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await agent.load_session(sid, work)
     assert loaded["modes"]["currentModeId"] == "read_only"
     assert loaded["configOptions"][1]["currentValue"] == script
 
@@ -227,7 +227,7 @@ async def test_fork_makes_a_stored_fork_to_open(tmp_path: Path, work: Path) -> N
     async with AgentProcess(store) as agent:
         await agent.initialize()
         for fork_id, prompts in zip(forks, (["first words", "second words"], ["first words"]), strict=True):
-            loaded = await agent.request("session/load", {"sessionId": fork_id, "cwd": str(work), "mcpServers": []})
+            loaded = await agent.load_session(fork_id, work)
             assert loaded["_meta"]["acpBridge"]["turns"] == len(prompts)
             users = [u["content"]["text"] for u in agent.replayed(fork_id) if u["sessionUpdate"] == "user_message_chunk"]
             assert users == prompts

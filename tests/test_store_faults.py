@@ -14,25 +14,36 @@ from typing import Any
 
 import pytest
 
-from session import SessionStore, StoreIOError, check_invariants
+from session import SessionLog, SessionStore, StoreIOError, check_invariants
 from session.backends import jsonl as jsonl_module
 from session.backends.jsonl import JsonlBackend
 from session.backends.sqlite import SqliteBackend
 from session.backends.sqlite_session import SqliteSession
 from session.backends.sqlite_tail import TailFile, tail_path
 from session.log import FLUSH_EVENTS
-from tests.support.logs import Script, write
+from tests.support.logs import Script, clean_events, write
 
 
 def eio(*args: Any, **kwargs: Any) -> None:
     raise OSError(errno.EIO, "Input/output error")
 
 
+def opened(backend: Any) -> tuple[SessionStore, SessionLog]:
+    """A store on the backend and a new session in it."""
+    store = SessionStore(backend)
+    return store, store.create(cwd="/w")
+
+
+def closes_as_written(store: SessionStore, log: SessionLog) -> list[Any]:
+    """Close the log: what it holds is what the store loads again; its events."""
+    expected = list(log.events)
+    log.close()
+    assert reloaded(store, log.id) == expected
+    return expected
+
+
 def reloaded(store: SessionStore, sid: str) -> list[Any]:
-    loaded = store.load(sid)
-    assert not loaded.report.repaired, loaded.report
-    events = list(loaded.log.events)
-    loaded.log.close()
+    events = clean_events(store, sid)
     check_invariants(events, closed=True)
     return events
 
@@ -41,8 +52,7 @@ def test_jsonl_fsync_failure_rolls_back_and_drops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = JsonlBackend(tmp_path)
-    store = SessionStore(backend)
-    log = store.create(cwd="/w")
+    store, log = opened(backend)
     write(log, Script().text_turn())
     path = backend.path_of(log.id)
     durable = path.read_bytes()
@@ -65,16 +75,13 @@ def test_jsonl_fsync_failure_rolls_back_and_drops(
     log.sync()
     assert path.read_bytes() == durable  # nothing dropped is written later
     write(log, Script(first_turn=2).text_turn("again", "fine"))
-    expected = list(log.events)
-    log.close()
-    assert reloaded(store, log.id) == expected
+    expected = closes_as_written(store, log)
     assert not any(e["data"].get("chunk", {}).get("text") in ("a", "b") for e in expected)
 
 
 def test_jsonl_short_write_is_truncated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = JsonlBackend(tmp_path)
-    store = SessionStore(backend)
-    log = store.create(cwd="/w")
+    store, log = opened(backend)
     path = backend.path_of(log.id)
     header_only = path.read_bytes()
 
@@ -89,9 +96,7 @@ def test_jsonl_short_write_is_truncated(tmp_path: Path, monkeypatch: pytest.Monk
     assert (log.pending, log.tracker.next_seq, list(log.events)) == (0, 0, [])
     monkeypatch.undo()
     write(log, Script().text_turn("second try", "works"))  # the next turn writes at once
-    expected = list(log.events)
-    log.close()
-    assert reloaded(store, log.id) == expected
+    expected = closes_as_written(store, log)
     assert expected[1]["data"]["content"][0]["text"] == "second try"
 
 
@@ -102,8 +107,7 @@ def test_a_failed_hand_off_is_raised_to_the_next_append(
     # failure there is not the sender's to handle: the log rolls back and the turn
     # that wrote the events hears of it at its next append.
     backend = JsonlBackend(tmp_path)
-    store = SessionStore(backend)
-    log = store.create(cwd="/w")
+    _, log = opened(backend)
     write(log, Script().text_turn())
     log.sync()
     turn = Script(first_turn=2).start_turn()
@@ -129,8 +133,7 @@ def test_sqlite_failure_drops_the_streamed_tail_and_goes_on(
     # durable commit leaves the database as it was (SQLite rolls the transaction back)
     # and the tail is cut, so nothing of the failed step is stored anywhere.
     backend = SqliteBackend(tmp_path)
-    store = SessionStore(backend)
-    log = store.create(cwd="/w")
+    store, log = opened(backend)
     write(log, Script().text_turn())
     script = Script(first_turn=2).start_turn().start_step()
     for n in range(FLUSH_EVENTS + 5):
@@ -168,8 +171,7 @@ def test_sqlite_a_tail_that_could_not_be_cut_is_cut_before_the_next_write(
     # If even the truncate fails, the tail keeps lines past the durable point; they are
     # cut before anything else is appended, so the rewrite never follows them.
     backend = SqliteBackend(tmp_path)
-    store = SessionStore(backend)
-    log = store.create(cwd="/w")
+    store, log = opened(backend)
     write(log, Script().start_turn())
     log.sync()  # the prompt is durable (as before an external model)
     tail = tail_path(tmp_path, log.id)

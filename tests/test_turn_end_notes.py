@@ -20,13 +20,17 @@ import pytest
 from acp_bridge.host.listing import iso_time
 from acp_bridge.host.replay import ReplayEncoder
 from acp_bridge.host.updates import end_notice
-from tests.support.acp_client import AgentError, AgentProcess, ClientPolicy, write_script
+from tests.support.acp_client import (
+    WRITE_STEP,
+    AgentError,
+    AgentProcess,
+    ClientPolicy,
+    write_script,
+)
 from tests.support.logs import loaded_events
 
 pytestmark = pytest.mark.anyio
 
-WRITE = {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]}
 CANCELLED = {"kind": "cancelled", "by": "session/cancel"}
 BY_PERMISSION = {"kind": "cancelled", "by": "session/request_permission"}
 FAILED = {"kind": "error", "step": 1, "message": "the provider is overloaded", "code": "overloaded",
@@ -52,7 +56,7 @@ async def four_ends(tmp_path: Path, work: Path) -> tuple[Path, str, AgentProcess
     model = write_script(
         tmp_path / "script.json",
         {"text": "counting one two", "hang": True},
-        WRITE,
+        WRITE_STEP,
         {"text": "partial", "error": {"message": FAILED["message"], "code": "overloaded", "retryable": True}},
         {"text": "cut", "finish": "max_tokens"},
         {"text": "all good"},
@@ -88,7 +92,7 @@ async def test_every_end_but_completed_has_its_note_live_and_on_load(tmp_path: P
         assert "result" in later[0] or "error" in later[0], later[0]
     async with AgentProcess(store) as loader:
         await loader.initialize()
-        await loader.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await loader.load_session(sid, work)
     replayed = loader.replayed(sid)  # not the commands it is offered after the load's answer
     assert notes(replayed) == expected
     # The load names the session last, as the live stream named it at the first prompt.
@@ -142,7 +146,7 @@ async def test_a_load_names_the_session_again(tmp_path: Path, work: Path) -> Non
         await agent.prompt(sid, "and then?")
     async with AgentProcess(store) as loader:
         await loader.initialize()
-        await loader.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await loader.load_session(sid, work)
         listed = await loader.request("session/list", {})
     named = loader.replayed(sid)[-1]
     assert named["sessionUpdate"] == "session_info_update"

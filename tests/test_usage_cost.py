@@ -50,7 +50,7 @@ async def test_usage_updates_carry_the_sessions_cost(tmp_path: Path, work: Path)
         assert not agent.violations
     async with AgentProcess(store, model=model, args=("--prices", str(prices))) as agent:
         await agent.initialize()
-        await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await agent.load_session(sid, work)
         # The replay counts from the session's start; the next turn goes on from there.
         assert costs(agent.replayed(sid)) == [{"amount": t, "currency": "EUR"} for t in totals[:2]]
         await agent.prompt(sid, "third")  # (a fresh process's script model starts at its first step)

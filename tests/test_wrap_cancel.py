@@ -14,20 +14,31 @@ request it answered. Every round leaves the same wire and the same two logs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
-import orjson
 import pytest
 
 from tests.support.acp_client import ClientPolicy, write_script
-from tests.support.cancel_race import asked_times, permission_rounds_script, wire_shape
+from tests.support.cancel_race import (
+    check_cancelled_log,
+    check_rounds_alike,
+    permission_rounds_script,
+    prompt_and_cancel_in_one_write,
+    race_rounds,
+)
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess, serve_command
 
 pytestmark = pytest.mark.anyio
 
 ROUNDS = 6
+
+
+def wrapped_write(tmp_path: Path, policy: ClientPolicy) -> WrappedProcess:
+    """A wrapper in front of our agent, whose model writes out.txt (so asks permission)."""
+    model = write_script(tmp_path / "script.json", {"toolCalls": [
+        {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]})
+    return WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner-store", model), policy=policy)
 
 
 def stored_sessions(store: Path) -> list[str]:
@@ -41,43 +52,18 @@ async def test_the_editors_cancel_wins_over_its_permission_answer_in_either_orde
     model = permission_rounds_script(tmp_path / "script.json", ROUNDS)
     inner = tmp_path / "inner-store"
     policy = ClientPolicy(hang_permissions=True)  # the test answers, with the cancel
-    rounds: list[list[Any]] = []
 
     async with WrappedProcess(tmp_path / "store", serve_command(inner, model), policy=policy) as editor:
         await editor.initialize()
         sid = await editor.new_session(work)
-        for n in range(ROUNDS):
-            async with anyio.create_task_group() as tg:
-                answer = editor.prompt_soon(tg, sid, "write it", request_id=f"prompt-{n}")
-                await editor.wait_for(asked_times(policy, n + 1))
-                start = len(editor.transcript)
-                (asked,) = [m for d, m in editor.transcript if d == "<-"
-                            and m.get("method") == "session/request_permission"][n:]
-                # Every other round the editor's answer would let the write run.
-                allow = [o["optionId"] for o in asked["params"]["options"] if o["kind"] == "allow_once"]
-                outcome = {"outcome": "cancelled"} if n % 2 == 0 else {"outcome": "selected", "optionId": allow[0]}
-                cancel = {"jsonrpc": "2.0", "method": by, "params": {"sessionId": sid} if by == "session/cancel"
-                          else {"requestId": f"prompt-{n}"}}
-                reply = {"jsonrpc": "2.0", "id": asked["id"], "result": {"outcome": outcome}}
-                pair = [cancel, reply] if cancel_first else [reply, cancel]
-                editor.transcript.extend(("->", m) for m in pair)
-                await editor.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in pair))  # one write
-            assert answer["result"] == {"stopReason": "cancelled", "_meta": {"acpBridge": {
-                "turn": n + 1, "reason": {"kind": "cancelled", "by": by}}}}, f"round {n}"
-            rounds.append(wire_shape([m for d, m in editor.transcript[start:] if d == "<-"], drop_meta=True))
+        # Every other round the editor's answer would let the write run.
+        rounds = await race_rounds(editor, policy, sid, ROUNDS, by, cancel_first=cancel_first,
+                                   allow_every_other=True, drop_meta=True)
     assert editor.returncode == 0
     assert not (work / "out.txt").exists()
-    first = rounds[0]
-    assert {"method": "$/cancel_request"} not in first
-    (failed,) = [u for u in first if u.get("status") == "failed"]
-    assert failed["content"][0]["content"]["text"] == "The tool call was cancelled (before it ran)."
-    assert [r for r in rounds if r != first] == [], first
+    check_rounds_alike(rounds)
     # The wrapper's log: every turn ended by the editor's cancel, no permission recorded.
-    events = loaded_events(tmp_path / "store", sid)
-    results = [e["data"] for e in events if e["type"] == "tool/result"]
-    assert len(results) == ROUNDS and not any("permission" in r for r in results)
-    assert [e["data"]["reason"] for e in events if e["type"] == "turn/end"] == [
-        {"kind": "cancelled", "by": by}] * ROUNDS
+    check_cancelled_log(loaded_events(tmp_path / "store", sid), ROUNDS, by)
     # The wrapped agent's own log: it read the session/cancel before the `cancelled`
     # answer the wrapper gave it, every round.
     (child_sid,) = stored_sessions(inner)
@@ -94,11 +80,8 @@ async def test_a_cancel_with_the_permission_unanswered_cancels_it_at_the_editor_
     # turn ends by the cancel. (The child numbers its requests as the wrapper does, so
     # the child's own id would look the same here: that it is not passed on is pinned
     # by the test above, where the editor answered.)
-    model = write_script(tmp_path / "script.json", {"toolCalls": [
-        {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]})
     policy = ClientPolicy(hang_permissions=True)
-    async with WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner-store", model),
-                              policy=policy) as editor:
+    async with wrapped_write(tmp_path, policy) as editor:
         await editor.initialize()
         sid = await editor.new_session(work)
         async with anyio.create_task_group() as tg:
@@ -121,21 +104,11 @@ async def test_a_cancel_in_the_write_of_its_prompt_cancels_it(tmp_path: Path, wo
     # A cancel read with its prompt, before the prompt's task has started, is left to
     # a task (that runs after the prompt's has): the prompt still ends cancelled by it,
     # and nothing is written.
-    model = write_script(tmp_path / "script.json", {"toolCalls": [
-        {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]})
     policy = ClientPolicy(hang_permissions=True)
-    async with WrappedProcess(tmp_path / "store", serve_command(tmp_path / "inner-store", model),
-                              policy=policy) as editor:
+    async with wrapped_write(tmp_path, policy) as editor:
         await editor.initialize()
         sid = await editor.new_session(work)
-        prompt = {"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
-                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write it"}]}}
-        cancel = {"jsonrpc": "2.0", "method": by,
-                  "params": {"sessionId": sid} if by == "session/cancel" else {"requestId": "p"}}
-        editor._requested["p"] = "session/prompt"  # its answer is schema-checked as a prompt's
-        await editor.send_raw(orjson.dumps(prompt) + b"\n" + orjson.dumps(cancel) + b"\n")
-        await editor.wait_for(lambda: any(d == "<-" and m.get("id") == "p" for d, m in editor.transcript))
-        (answer,) = [m for d, m in editor.transcript if d == "<-" and m.get("id") == "p"]
+        answer = await prompt_and_cancel_in_one_write(editor, sid, by)
     assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": by}
     # The editor is not asked about a turn it cancelled (a permission request the child
     # makes after our session/cancel is answered `cancelled` by the wrapper).

@@ -103,7 +103,7 @@ async def test_a_cancel_the_child_ignores_is_answered_by_the_wrapper_within_the_
         assert {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": child_sid}} in \
             read_by_agent(record)
         if by == "session/close":  # closed: the editor loads it again to go on
-            await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+            await agent.load_session(sid, work)
         before = len(agent.updates_of(sid))
         again = await agent.prompt(sid, "one two")
         assert again["stopReason"] == "end_turn" and again["_meta"]["acpBridge"]["turn"] == 2

@@ -24,7 +24,7 @@ import pytest
 from acp_bridge import __version__
 from session import SessionStore, open_backend
 from session.events import WrappedInfo
-from tests.support.acp_client import write_script
+from tests.support.acp_client import WRITE_STEP, write_script
 from tests.support.logs import Script, write
 from tests.test_chat import chat_env, run_chat
 from tests.test_sessions_cli import cli
@@ -154,8 +154,7 @@ class Chats:
         self.root, self.kind = root, kind
         self.store, self.inner = root / "store", root / "inner"  # the wrapper's, the agent's own
         steps = ({"thinking": "Let me think.", "text": "Hello there."},
-                 {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                                     "arguments": {"path": "out.txt", "content": "hi\n"}}]},
+                 WRITE_STEP,
                  {"text": "Written."})
         self.model = write_script(root / "script.json", *steps)
         self.direct = self.run("direct", ["--model", self.model])

@@ -82,7 +82,7 @@ async def test_ours_are_offered_after_the_childs_and_its_own_name_wins(tmp_path:
     # Rebuilt on replay: the stored list shown with ours, then offered after the answer.
     async with Switching(store, agents()) as again:
         await again.initialize()
-        await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await again.load_session(sid, work)
         # (alpha cannot load its session: its fresh one sends the list again, live.)
         replayed = offers(again.replayed(sid))
         assert replayed and all(listed == [*THEIRS, OURS_AGENT] for listed in replayed), replayed
@@ -168,7 +168,7 @@ async def test_fork_through_wrap_makes_a_fork_that_loads(tmp_path: Path, work: P
                              "list (session/load). The wrapped agent was given a fresh session, shown the "
                              "fork's conversation.")
         assert not wrapper.updates_of(fid)  # stored and kept for the editor, not shown to it
-        loaded = await wrapper.request("session/load", {"sessionId": fid, "cwd": str(work), "mcpServers": []})
+        loaded = await wrapper.load_session(fid, work)
         assert loaded["_meta"]["acpBridge"]["turns"] == 1
         replayed = [u for u in wrapper.replayed(fid) if u["sessionUpdate"] == "user_message_chunk"]
         assert [u["content"]["text"] for u in replayed] == ["the sky is green"]

@@ -19,6 +19,9 @@ import pytest
 from session import SessionStore, check_invariants, open_backend
 from tests.support.acp_client import (
     CLIENT_CAPS_ALL,
+    FS_AND_TERMINAL_STEP,
+    WRITE_STEP,
+    WRITE_TWICE_STEPS,
     AgentProcess,
     ClientPolicy,
     normalized,
@@ -96,14 +99,7 @@ async def test_text_and_thoughts(tmp_path: Path, snapshot_json: Any) -> None:
 
 
 async def test_tool_call_permission_granted_and_rejected(tmp_path: Path, snapshot_json: Any) -> None:
-    model = write_script(
-        tmp_path / "script.json",
-        {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                            "arguments": {"path": "out.txt", "content": "hi\n"}}]},
-        {"text": "Written."},
-        {"toolCalls": [{"id": "w2", "name": "write_file", "arguments": {"path": "no.txt", "content": "x"}}]},
-        {"text": "Fine, not written."},
-    )
+    model = write_script(tmp_path / "script.json", *WRITE_TWICE_STEPS)
     expected, got, wrapped = await both(tmp_path, model, lambda a, w: prompts(a, w, "write it", "write another"),
                                         permissions=("allow_once", "reject_once"))
     assert results(got) == results(expected)
@@ -121,10 +117,7 @@ async def test_tool_call_permission_granted_and_rejected(tmp_path: Path, snapsho
 async def test_client_fs_and_terminal_served_by_the_editor(tmp_path: Path, snapshot_json: Any) -> None:
     model = write_script(
         tmp_path / "script.json",
-        {"toolCalls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}},
-                       {"id": "e1", "name": "edit_file",
-                        "arguments": {"path": "notes.txt", "old_text": "two", "new_text": "2"}},
-                       {"id": "x1", "name": "run_command", "arguments": {"command": "cat notes.txt"}}]},
+        FS_AND_TERMINAL_STEP,
         {"text": "done"},
     )
     expected, got, wrapped = await both(tmp_path, model, lambda a, w: prompts(a, w, "go"), caps=CLIENT_CAPS_ALL,
@@ -192,9 +185,7 @@ async def test_max_steps(tmp_path: Path, snapshot_json: Any) -> None:
 async def test_a_permission_answered_cancelled_is_recorded_as_that_answer(tmp_path: Path) -> None:
     # The editor ends the turn by answering the permission `cancelled`, with no
     # session/cancel: the wrapper records that cause, as serve alone does.
-    write = {"text": "Writing.", "toolCalls": [{"id": "w1", "name": "write_file",
-                                                "arguments": {"path": "out.txt", "content": "hi\n"}}]}
-    model = write_script(tmp_path / "script.json", write, {"text": "next"})
+    model = write_script(tmp_path / "script.json", WRITE_STEP, {"text": "next"})
     expected, got, _ = await both(tmp_path, model, lambda a, w: prompts(a, w, "write it"), permissions=(None,))
     reason = {"kind": "cancelled", "by": "session/request_permission"}
     assert results(expected)[0]["_meta"]["acpBridge"]["reason"] == reason

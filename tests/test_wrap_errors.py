@@ -130,7 +130,7 @@ async def test_error_answers_pass_through_and_settle_again_from_the_log(tmp_path
     # turn ends still answer as the editor was answered.
     async with error_agent(store, kind) as again:
         await again.initialize()
-        loaded = await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await again.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["turns"] == len(CASES)
         replayed = again.updates_of(sid)
     # Each turn's text, then the note that says it failed, live as on the reload.

@@ -109,7 +109,7 @@ async def run_through_wrapper(fixture: Path, store: Path, work: Path,
         await editor.wait_for(lambda: len(live_now()) >= sent, timeout=10)
         live = live_now()
         # The same process replays the live session from what its log has written.
-        await editor.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await editor.load_session(sid, work)
         again = editor.replayed(sid)
     return sid, live, again, recorded
 
@@ -137,7 +137,7 @@ async def test_load_replays_what_the_editor_saw_live(fixture: Path, backend: str
         [u for u in sent if u in [x for t in recorded.turns for x in t["updates"]]]
     async with WrappedProcess(store, replay_child(fixture), backend=backend) as second:
         await second.initialize()
-        await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        await second.load_session(sid, work)
         replayed = second.replayed(sid)
     assert without_prompts(replayed) == live
     prompts = [u["content"]["text"] for u in replayed if u.get("sessionUpdate") == "user_message_chunk"]

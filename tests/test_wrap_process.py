@@ -51,7 +51,7 @@ async def test_sdk_echo_agent_without_load_session_loads_from_our_log(tmp_path: 
     assert first.returncode == 0
     async with WrappedProcess(store, sdk_echo_command()) as second:
         await second.initialize()
-        loaded = await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await second.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["wrapped"] == {"restored": "fresh"}
         assert loaded["_meta"]["acpBridge"]["turns"] == 2
         replayed = second.updates_of(sid)

@@ -43,7 +43,7 @@ async def two_turns(store: Path, work: Path, record: Path) -> str:
 
 async def load(agent: AgentProcess, sid: str, work: Path) -> dict[str, Any]:
     await agent.initialize()
-    result = await agent.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+    result = await agent.load_session(sid, work)
     assert isinstance(result, dict)
     return result
 

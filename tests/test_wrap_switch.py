@@ -100,7 +100,7 @@ async def test_a_session_moves_to_another_agent_with_its_conversation(tmp_path: 
     # (the memory agent cannot load its own session: a fresh one, seeded).
     async with Switching(store, agents) as again:
         await again.initialize()
-        loaded = await again.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []})
+        loaded = await again.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["wrapped"]["agent"] == "beta"
         assert loaded["_meta"]["acpBridge"]["wrapped"]["seeded"] is True
         assert ours(loaded["configOptions"])["currentValue"] == "beta"
@@ -242,7 +242,7 @@ async def test_a_fork_of_a_moved_session_stays_with_its_agent(tmp_path: Path, wo
         await again.prompt(second["sessionId"], "again")
         assert again.text_of(second["sessionId"]).startswith("beta saw: ")
         # A load of the first fork places it with beta, in a session of its own.
-        loaded = await again.request("session/load", {"sessionId": fid, "cwd": str(work), "mcpServers": []})
+        loaded = await again.load_session(fid, work)
         assert loaded["_meta"]["acpBridge"]["wrapped"]["agent"] == "beta"
     turns = [e["data"]["agent"] for e in loaded_events(store, fid) if e["type"] == "turn/start"]
     assert turns == ["alpha", "beta"]

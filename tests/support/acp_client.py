@@ -273,6 +273,10 @@ class AgentProcess:
         result = await self.request("session/new", {"cwd": str(cwd), "mcpServers": [], **extra})
         return str(result["sessionId"])
 
+    async def load_session(self, sid: str, cwd: Path) -> Any:
+        """`session/load` of a stored session, no MCP servers; its answer."""
+        return await self.request("session/load", {"sessionId": sid, "cwd": str(cwd), "mcpServers": []})
+
     async def prompt(self, sid: str, text: str, **kw: Any) -> Any:
         return await self.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
                                   **kw)
@@ -323,6 +327,25 @@ class AgentProcess:
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _PYTEST_NUMBER = re.compile(r"(?<=[a-z_])\d+$")
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+
+
+# A script step many tests share: write out.txt, so ask for permission first.
+WRITE_STEP: dict[str, Any] = {"text": "Writing.", "toolCalls": [
+    {"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hi\n"}}]}
+# Two turns: WRITE_STEP, then a second write (of no.txt), to allow and to refuse.
+WRITE_TWICE_STEPS: tuple[dict[str, Any], ...] = (
+    WRITE_STEP,
+    {"text": "Written."},
+    {"toolCalls": [{"id": "w2", "name": "write_file", "arguments": {"path": "no.txt", "content": "x"}}]},
+    {"text": "Fine, not written."},
+)
+
+# Read, edit and run in the session's folder (the `work` fixture's notes.txt): served by
+# the client when it offers fs and terminal.
+FS_AND_TERMINAL_STEP: dict[str, Any] = {"toolCalls": [
+    {"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}},
+    {"id": "e1", "name": "edit_file", "arguments": {"path": "notes.txt", "old_text": "two", "new_text": "2"}},
+    {"id": "x1", "name": "run_command", "arguments": {"command": "cat notes.txt"}}]}
 
 
 def write_script(path: Path, *steps: dict[str, Any], chunk_delay_ms: int = 0) -> str:

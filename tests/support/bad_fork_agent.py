@@ -14,32 +14,30 @@ standard library.
 from __future__ import annotations
 
 import itertools
-import json
 import sys
+from pathlib import Path
 from typing import Any
+
+if __name__ == "__main__":  # run as a script: the repository on the path, for the core
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.raw_agent import answer, echo, fail, messages, prompt_text, record
 
 SESSIONS = itertools.count(1)
 
 
-def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def fork_answer(mode: str, rid: Any, params: dict[str, Any]) -> dict[str, Any]:
+def answer_fork(mode: str, rid: Any, params: dict[str, Any]) -> None:
     if mode == "error":
-        return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "cannot fork today"}}
+        fail(rid, -32603, "cannot fork today")
+        return
     result: Any = {"no-id": {"modes": None}, "same-id": {"sessionId": params.get("sessionId")},
                    "not-object": "forked"}[mode]
-    return {"jsonrpc": "2.0", "id": rid, "result": result}
+    answer(rid, result)
 
 
 def main() -> None:
-    record, mode = sys.argv[1], sys.argv[2]
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        message = json.loads(line)
+    path, mode = sys.argv[1], sys.argv[2]
+    for message in messages():
         method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
         if method is None or rid is None:
             continue
@@ -49,23 +47,17 @@ def main() -> None:
         elif method == "session/new":
             result = {"sessionId": f"bad-{next(SESSIONS)}"}
         elif method == "session/fork":
-            with open(record, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"fork": params}) + "\n")
-            send(fork_answer(mode, rid, params))
+            record(path, {"fork": params})
+            answer_fork(mode, rid, params)
             continue
         elif method == "session/prompt":
-            sid = params.get("sessionId", "")
-            text = " ".join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))
-            with open(record, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"sessionId": sid, "text": text}) + "\n")
-            for word in text.split()[:20]:
-                send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
-                    "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": word + " "}}}})
-            result = {"stopReason": "end_turn"}
+            sid, text = params.get("sessionId", ""), prompt_text(params)
+            record(path, {"sessionId": sid, "text": text})
+            result = echo(sid, text.split()[:20])
         else:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no {method} here"}})
+            fail(rid, -32601, f"no {method} here")
             continue
-        send({"jsonrpc": "2.0", "id": rid, "result": result})
+        answer(rid, result)
 
 
 if __name__ == "__main__":

@@ -11,21 +11,17 @@ and `acp-bridge chat`.
 
 from __future__ import annotations
 
-import json
 import sys
+from pathlib import Path
 from typing import Any
+
+if __name__ == "__main__":  # run as a script: the repository on the path, for the core
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.raw_agent import answer, fail, messages, send, update
 
 HIJACK = "\u001b[2J\u001b[H\u001b]0;pwned\u0007\u009b31m"
 SID = "hostile-session-1"
-
-
-def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def update(sid: str, body: dict[str, Any]) -> None:
-    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": body}})
 
 
 def modes() -> dict[str, Any]:
@@ -53,10 +49,7 @@ def prompt_turn(sid: str) -> None:
 def main() -> None:
     print(f"starting{HIJACK}", file=sys.stderr, flush=True)  # its log, too, is untrusted
     pending_prompt: Any = None
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        message = json.loads(line)
+    for message in messages():
         method, rid = message.get("method"), message.get("id")
         params = message.get("params") or {}
         if method is None:  # the answer to our permission question: finish the turn
@@ -66,7 +59,7 @@ def main() -> None:
                                                                       "text": f"output{HIJACK}\nexit code 0"}},
                                      {"type": "diff", "path": f"/w/file{HIJACK}.txt", "oldText": "a\n",
                                       "newText": f"b{HIJACK}\n"}]})
-            send({"jsonrpc": "2.0", "id": pending_prompt, "result": {"stopReason": f"odd{HIJACK}"}})
+            answer(pending_prompt, {"stopReason": f"odd{HIJACK}"})
             continue
         if method == "initialize":
             result: Any = {"protocolVersion": 1, "agentCapabilities": {"loadSession": False},
@@ -78,14 +71,14 @@ def main() -> None:
             prompt_turn(params.get("sessionId", SID))
             continue
         elif method == "session/set_mode":
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"no such mode{HIJACK}"}})
+            fail(rid, -32602, f"no such mode{HIJACK}")
             continue
         elif rid is None:
             continue
         else:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"not here{HIJACK}"}})
+            fail(rid, -32601, f"not here{HIJACK}")
             continue
-        send({"jsonrpc": "2.0", "id": rid, "result": result})
+        answer(rid, result)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ every payload reaches the store the way a wrapped agent's output does."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 
-from tests.support.acp_client import ClientPolicy
+from tests.support.acp_client import AgentProcess, ClientPolicy
 from tests.support.wrapped import WrappedProcess
 from tests.support.xss_agent import TAGS
 
@@ -50,6 +52,22 @@ async def _crashed(store: Path | str, backend: str, cwd: Path) -> str:
             await agent.proc.wait()
             tg.cancel_scope.cancel()
         return sid
+
+
+@contextlib.asynccontextmanager
+async def waiting_on_a_permission(store: Path | str, backend: str, cwd: Path,
+                                  text: str) -> AsyncIterator[tuple[AgentProcess, str]]:
+    """A wrapped session mid-turn, live: prompted with `text`, its turn waits on a
+    permission request nobody answers; the turn is cancelled on the way out."""
+    async with WrappedProcess(store, XSS_AGENT, backend=backend,
+                              policy=ClientPolicy(hang_permissions=True)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(cwd)
+        async with anyio.create_task_group() as tg:
+            agent.prompt_soon(tg, sid, text)
+            await agent.wait_for(lambda: bool(agent.policy.asked))  # the turn waits on us
+            yield agent, sid
+            tg.cancel_scope.cancel()
 
 
 def record_hostile(store: Path | str, backend: str, cwd: Path) -> dict[str, str]:

@@ -139,6 +139,34 @@ def closers_of(events: Sequence[Event], *, cause: Literal["crash", "shutdown"] =
     return interrupted_turn_closers(check_invariants(events), time=stamp, cause=cause)
 
 
+def load_clean(store: SessionStore, sid: str) -> tuple[list[Event], dict[str, Any]]:
+    """The events and header of `sid` as a load gives them; the load must need no repair
+    (the log is closed again either way)."""
+    opened = store.load(sid)
+    try:
+        assert not opened.report.repaired, opened.report
+        return list(opened.log.events), dict(opened.log.header)
+    finally:
+        opened.log.close()
+
+
+def clean_events(store: SessionStore, sid: str) -> list[Event]:
+    """load_clean's events."""
+    return load_clean(store, sid)[0]
+
+
+def stored_clean(store: Path, sid: str, backend: str = "jsonl") -> list[Event]:
+    """A closed session's events from the store at that path, on a backend opened for the
+    read: the load needs no repair, and the events keep the invariants of a closed log."""
+    sessions = SessionStore(open_backend(backend, store))
+    try:
+        events = clean_events(sessions, sid)
+    finally:
+        sessions.close()
+    check_invariants(events, closed=True)
+    return events
+
+
 def loaded_events(store: Path, sid: str, backend: str = "jsonl") -> list[dict[str, Any]]:
     """A stored session's events as a load gives them (checked, and repaired if a crash
     left its last turn open)."""

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.support.unruly_agent import send  # one writer of a line at a time, for the threads
+from tests.support.raw_agent import messages, prompt_text, record, send
 
 IDS = itertools.count(1)
 # `--commands`: its own slash commands, one of them named as one of the wrapper's.
@@ -57,17 +57,13 @@ def answer(rid: Any, sid: str, name: str, seen: list[str], delay_ms: int) -> Non
 
 def main() -> None:
     name, flags = sys.argv[1], sys.argv[2:]
-    record = flags[flags.index("--record") + 1] if "--record" in flags else None
+    path = flags[flags.index("--record") + 1] if "--record" in flags else None
     sessions: dict[str, list[str]] = {}
     models: dict[str, str] = {}
     asked: dict[str, tuple[Any, str]] = {}  # `elicit-url`: our request's id -> the prompt's id, session
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        message = json.loads(line)
-        if record is not None:
-            with open(record, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"agent": name, **message}) + "\n")
+    for message in messages():
+        if path is not None:
+            record(path, {"agent": name, **message})
         method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
         if method is None:
             waiting = asked.pop(str(rid), None)
@@ -93,7 +89,7 @@ def main() -> None:
                     "sessionUpdate": "available_commands_update", "availableCommands": COMMANDS}}})
         elif method == "session/prompt":
             sid = params["sessionId"]
-            text = " ".join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))
+            text = prompt_text(params)
             seen = sessions.setdefault(sid, [])
             seen.append(text)
             if text == "elicit-url":

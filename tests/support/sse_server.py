@@ -20,12 +20,13 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
 import orjson
+import pytest
 
 
 @dataclass
@@ -241,3 +242,15 @@ async def _read_request(reader: asyncio.StreamReader) -> Received | None:
         headers[name.strip().lower()] = value.strip()
     body = await reader.readexactly(int(headers.get("content-length", "0")))
     return Received(method, path, headers, body)
+
+
+@contextlib.contextmanager
+def openai_server(monkeypatch: pytest.MonkeyPatch, responder: Callable[[Received], Reply] | None = None,
+                  *, key: str = "sk-e2e") -> Iterator[SSEServer]:
+    """An SSEServer the OpenAI provider of the agents a test starts is pointed at (their
+    environment: the base URL, a key, and no proxy for 127.0.0.1)."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with SSEServer(responder) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+        yield server

@@ -13,7 +13,6 @@ and `acp-bridge chat`.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -21,19 +20,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__":  # run as a script: the repository on the path, for the core
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.raw_agent import answer, fail, messages, send, update
+
 SID = "talking-session-1"
-LOCK = threading.Lock()
-
-
-def send(message: dict[str, Any]) -> None:
-    with LOCK:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
 
 
 def chunk(text: str) -> None:
-    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": SID, "update": {
-        "sessionUpdate": "agent_message_chunk", "messageId": "m1", "content": {"type": "text", "text": text}}}})
+    update(SID, {"sessionUpdate": "agent_message_chunk", "messageId": "m1",
+                 "content": {"type": "text", "text": text}})
 
 
 def talk_when_told() -> None:
@@ -49,13 +46,10 @@ def talk_when_told() -> None:
 
 def main() -> None:
     pending_prompt: Any = None
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        message = json.loads(line)
+    for message in messages():
         method, rid = message.get("method"), message.get("id")
         if method is None:  # the answer to the permission question: the turn ends
-            send({"jsonrpc": "2.0", "id": pending_prompt, "result": {"stopReason": "end_turn"}})
+            answer(pending_prompt, {"stopReason": "end_turn"})
             continue
         if method == "initialize":
             result: Any = {"protocolVersion": 1, "agentCapabilities": {"loadSession": False},
@@ -73,9 +67,9 @@ def main() -> None:
         elif rid is None:
             continue
         else:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "not here"}})
+            fail(rid, -32601, "not here")
             continue
-        send({"jsonrpc": "2.0", "id": rid, "result": result})
+        answer(rid, result)
 
 
 if __name__ == "__main__":

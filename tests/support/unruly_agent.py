@@ -27,26 +27,19 @@ few tens of milliseconds, so tests can restart it many times.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-LOCK = threading.Lock()
+if __name__ == "__main__":  # run as a script: the repository on the path, for the core
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.raw_agent import answer, chunk, echo, fail, messages, prompt_text, record, send
+
 SESSIONS = itertools.count(1)
-
-
-def send(message: dict[str, Any]) -> None:
-    with LOCK:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
-
-
-def chunk(sid: str, text: str) -> None:
-    send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
-        "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}})
 
 
 def stream(rid: Any, sid: str, count: int, every_ms: int, ask_at: int | None) -> None:
@@ -59,28 +52,19 @@ def stream(rid: Any, sid: str, count: int, every_ms: int, ask_at: int | None) ->
                 "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}]}})
             send({"jsonrpc": "2.0", "id": "fs", "method": "fs/read_text_file",
                   "params": {"sessionId": sid, "path": "/etc/hostname"}})
-    send({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})
-
-
-def prompt_text(params: dict[str, Any]) -> str:
-    return " ".join(b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict))
+    answer(rid, {"stopReason": "end_turn"})
 
 
 def main() -> None:
-    record = sys.argv[sys.argv.index("--record") + 1] if "--record" in sys.argv else None
+    path = sys.argv[sys.argv.index("--record") + 1] if "--record" in sys.argv else None
     hung = "--hang-if" in sys.argv and os.path.exists(sys.argv[sys.argv.index("--hang-if") + 1])
     failing: dict[str, Any] = {}  # session id -> the prompt that fails at its cancel
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        message = json.loads(line)
-        if record is not None:
-            with open(record, "a", encoding="utf-8") as out:
-                out.write(json.dumps(message) + "\n")
+    for message in messages():
+        if path is not None:
+            record(path, message)
         method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
         if method == "session/cancel" and params.get("sessionId") in failing:
-            send({"jsonrpc": "2.0", "id": failing.pop(params["sessionId"]),
-                  "error": {"code": -32800, "message": "Request cancelled"}})
+            fail(failing.pop(params["sessionId"]), -32800, "Request cancelled")
             continue
         if hung or method is None or rid is None:
             continue  # answers, notifications (session/cancel: ignored), or nothing at all any more
@@ -105,13 +89,11 @@ def main() -> None:
                 threading.Thread(target=stream, args=(rid, sid, int(words[1]), int(words[2]), ask_at),
                                  daemon=True).start()
                 continue
-            for word in words:
-                chunk(sid, word + " ")
-            result = {"stopReason": "end_turn"}
+            result = echo(sid, words)
         else:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no {method} here"}})
+            fail(rid, -32601, f"no {method} here")
             continue
-        send({"jsonrpc": "2.0", "id": rid, "result": result})
+        answer(rid, result)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,14 @@ a usage update, and `end_turn`.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-if __name__ == "__main__":  # run as a script: the repository on the path, for the helpers
+if __name__ == "__main__":  # run as a script: the repository on the path, for the core
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.support.hostile_agent import send, update  # (after the path is set)
+from tests.support.raw_agent import answer, chunk, fail, messages, prompt_text, send, update
 
 RUN = "document.title='PWNED'"
 MAKE = "document.body.appendChild(Object.assign(document.createElement('b'),{id:'pwned'}))"
@@ -91,15 +90,12 @@ def finish_turn(sid: str, prompt_id: Any) -> None:
     update(sid, {"sessionUpdate": "usage_update", "used": 1234, "size": 200000})
     update(sid, {"sessionUpdate": "agent_message_chunk",
                  "content": {"type": "text", "text": f"Done [here](javascript:{RUN})."}})
-    send({"jsonrpc": "2.0", "id": prompt_id, "result": {"stopReason": "end_turn"}})
+    answer(prompt_id, {"stopReason": "end_turn"})
 
 
 def main() -> None:
     pending: Any = None
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        message = json.loads(line)
+    for message in messages():
         method, rid = message.get("method"), message.get("id")
         params = message.get("params") or {}
         if method is None:  # the answer to our permission question
@@ -108,28 +104,26 @@ def main() -> None:
                 pending = None
             continue
         if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": 1, "agentCapabilities": {"loadSession": False},
-                "agentInfo": {"name": f"xss {TAGS}", "version": "1<script>"}}})
+            answer(rid, {"protocolVersion": 1, "agentCapabilities": {"loadSession": False},
+                         "agentInfo": {"name": f"xss {TAGS}", "version": "1<script>"}})
         elif method == "session/new":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"sessionId": SID}})
+            answer(rid, {"sessionId": SID})
         elif method == "session/prompt":
-            text = "".join(b.get("text", "") for b in params.get("prompt", []) if isinstance(b, dict))
+            text = prompt_text(params, joiner="")
             if text.startswith("fail"):
-                send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": f"failed {TAGS}"}})
+                fail(rid, -32603, f"failed {TAGS}")
                 continue
             pending = rid
             if text.startswith("wait"):
-                update(SID, {"sessionUpdate": "agent_message_chunk",
-                             "content": {"type": "text", "text": f"waiting {TAGS}"}})
+                chunk(SID, f"waiting {TAGS}")
                 continue
             start_turn(params.get("sessionId", SID))
         elif method == "session/cancel":
             if pending is not None:
-                send({"jsonrpc": "2.0", "id": pending, "result": {"stopReason": "cancelled"}})
+                answer(pending, {"stopReason": "cancelled"})
                 pending = None
         elif rid is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"not here {TAGS}"}})
+            fail(rid, -32601, f"not here {TAGS}")
 
 
 if __name__ == "__main__":

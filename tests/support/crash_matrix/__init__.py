@@ -30,12 +30,12 @@ kill), `reload` (phases B and C: load over the wire, then in-process), `oracle` 
 record of one kill point, an independent reading of the stored log, the checks),
 `matrix` (the whole run on one backend and its report), `wrap` (the same through
 `acp-bridge wrap` around our own serve, the wrapper or its child killed:
-`run_matrix(..., wrap="wrapper" | "child")`). Used by
+`run_matrix(..., wrap="wrapper" | "child")`; `run_passing`, the run the tests make of it). Used by
 tests/test_crash_matrix.py (the CI sample and the soak form) and by
 bench/crash_matrix.py (the command line of the long form).
 """
 
-from .matrix import Report, format_counts, run_matrix
+from .matrix import Report, format_counts, run_matrix, run_passing
 from .oracle import Raw, Run, check_final, parse_raw
 from .scenarios import CI_SAMPLE, SCENARIOS, KillPoint, Scenario, random_point, sample_points
 
@@ -52,5 +52,6 @@ __all__ = [
     "parse_raw",
     "random_point",
     "run_matrix",
+    "run_passing",
     "sample_points",
 ]

@@ -19,7 +19,7 @@ from tests.support.acp_schema import validate_agent_message
 from tests.support.processes import wait_gone
 
 from .oracle import Run, check_phase_a, parse_raw, read_raw
-from .scenarios import SCENARIOS
+from .scenarios import SCENARIOS, Scenario
 
 # --- phase A: run and kill ----------------------------------------------------------
 
@@ -117,14 +117,28 @@ def prepare_work(work: Path) -> None:
     (work / "sub" / "a.txt").write_text("alpha\n")
 
 
-async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: float = 60) -> None:
-    """Start A on a new session, drive the scenario, kill it at the point."""
-    point, scenario = run.point, SCENARIOS[run.point.scenario]
-    script = scripts / f"a{run.index:04d}.json"
+def write_scenario(script: Path, scenario: Scenario) -> None:
+    """The `script:` model file of a scenario's steps."""
     doc: dict[str, Any] = {"steps": list(scenario.steps)}
     if scenario.chunk_delay_ms:
         doc["chunkDelayMs"] = scenario.chunk_delay_ms
     script.write_bytes(orjson.dumps(doc))
+
+
+def drive_failed(run: Run, agent: MatrixAgent, who: str, exc: Exception) -> None:
+    """A harness failure (schema violation, timeout...) is a failure too: the run says
+    so, and the process is killed if the point has not killed it."""
+    run.fail(f"driving {who} failed: {type(exc).__name__}: {exc}")
+    if agent.killed_at_updates is None:
+        with contextlib.suppress(Exception):
+            agent.kill()
+
+
+async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: float = 60) -> None:
+    """Start A on a new session, drive the scenario, kill it at the point."""
+    point, scenario = run.point, SCENARIOS[run.point.scenario]
+    script = scripts / f"a{run.index:04d}.json"
+    write_scenario(script, scenario)
     policy = MatrixPolicy(scenario.permissions, point.n if point.kind == "permission" else None)
     before = file_state(run.work)
     agent = MatrixAgent(store, model=f"script:{script}", backend=backend, policy=policy,
@@ -144,11 +158,8 @@ async def run_a(run: Run, backend: str, store: Path, scripts: Path, timeout: flo
                     run.returncode = await agent.proc.wait()
                     await agent.eof.wait()
                     tg.cancel_scope.cancel()
-    except Exception as exc:  # a harness failure (schema violation, timeout...) is a failure too
-        run.fail(f"driving agent A failed: {type(exc).__name__}: {exc}")
-        if agent.killed_at_updates is None:
-            with contextlib.suppress(Exception):
-                agent.kill()
+    except Exception as exc:
+        drive_failed(run, agent, "agent A", exc)
     finally:
         check_command_gone(run)
     if run.returncode is not None and run.returncode != -signal.SIGKILL:

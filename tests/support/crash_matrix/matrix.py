@@ -97,6 +97,17 @@ async def run_matrix(points: Sequence[KillPoint], backend: str, root: Path, jobs
     return Report(backend, runs, time.monotonic() - start, wrap)
 
 
+def run_passing(points: Sequence[KillPoint], backend: str, root: Path, wrap: str | None = None) -> Report:
+    """run_matrix (two jobs) as the tests run it: its counts printed, and every kill
+    point must pass and load."""
+    report = anyio.run(lambda: run_matrix(points, backend, root, jobs=2, wrap=wrap))
+    counts = report.counts()
+    print(format_counts(counts))
+    assert report.failures == [], "\n".join(report.failures)
+    assert counts["loads_ok"] == counts["kill_points"] == len(points)
+    return report
+
+
 def format_counts(counts: dict[str, Any]) -> str:
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts["by_kind"].items()))
     scenarios = ", ".join(f"{k} {v}" for k, v in sorted(counts["by_scenario"].items()))

@@ -4,6 +4,7 @@ wire by one new agent (repair report, replay, one more prompt, close), then in-p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +26,24 @@ async def run_b(runs: list[Run], backend: str, store: Path, scripts: Path) -> No
     live = [r for r in runs if r.sid]
     script = scripts / "b.json"
     script.write_bytes(orjson.dumps({"steps": [{"text": "back after the crash"}] * len(live)}))
+    await load_every_run(lambda: MatrixAgent(store, model=f"script:{script}", backend=backend), live, "agent B")
+
+
+async def load_every_run(agent_of: Callable[[], AgentProcess], live: list[Run], who: str, *,
+                         wrapped: bool = False) -> None:
+    """Phase B's drive, by our agent or by the wrapper (`who` names it): one new process
+    loads every live run's session; what goes wrong fails every run."""
     try:
-        async with MatrixAgent(store, model=f"script:{script}", backend=backend) as agent:
+        async with agent_of() as agent:
             await agent.initialize()
             for run in live:
-                await _load_one(agent, run)
+                await _load_one(agent, run, wrapped=wrapped)
         if agent.returncode != 0:
             for run in live:
-                run.fail(f"agent B exited with {agent.returncode}: {agent.stderr[-2000:]!r}")
+                run.fail(f"{who} exited with {agent.returncode}: {agent.stderr[-2000:]!r}")
     except Exception as exc:
         for run in live:
-            run.fail(f"driving agent B failed: {type(exc).__name__}: {exc}")
+            run.fail(f"driving {who} failed: {type(exc).__name__}: {exc}")
 
 
 async def _load_one(agent: AgentProcess, run: Run, *, wrapped: bool = False) -> None:

@@ -51,10 +51,12 @@ from .kill import (
     MatrixAgent,
     MatrixPolicy,
     check_command_gone,
+    drive_failed,
     file_state,
     finish_a,
     killer,
     send_prompts,
+    write_scenario,
 )
 from .oracle import Run, read_raw
 from .scenarios import SCENARIOS
@@ -120,10 +122,7 @@ async def run_a_wrap(run: Run, backend: str, store: Path, child_store: Path, scr
     the same wrapper and stop it normally."""
     point, scenario = run.point, SCENARIOS[run.point.scenario]
     script, after = scripts / f"a{run.index:04d}.json", scripts / f"a{run.index:04d}-after.json"
-    doc: dict[str, Any] = {"steps": list(scenario.steps)}
-    if scenario.chunk_delay_ms:
-        doc["chunkDelayMs"] = scenario.chunk_delay_ms
-    script.write_bytes(orjson.dumps(doc))
+    write_scenario(script, scenario)
     # Twice: a prompt the dead child never read is sent again to the restarted one
     # (docs/wrap.md, "Restart, not loss"), before the prompt after the kill.
     after.write_bytes(orjson.dumps({"steps": [{"text": AFTER_TEXT}] * 2}))
@@ -158,11 +157,8 @@ async def run_a_wrap(run: Run, backend: str, store: Path, child_store: Path, scr
                         run.returncode = await agent.proc.wait()
                         await agent.eof.wait()
                     tg.cancel_scope.cancel()
-    except Exception as exc:  # a harness failure (schema violation, timeout...) is a failure too
-        run.fail(f"driving the wrapper failed: {type(exc).__name__}: {exc}")
-        if agent.killed_at_updates is None:
-            with contextlib.suppress(Exception):
-                agent.kill()
+    except Exception as exc:
+        drive_failed(run, agent, "the wrapper", exc)
         if target == "child":
             with contextlib.suppress(Exception):
                 agent.kill9()
@@ -255,23 +251,13 @@ def check_cut_turns(run: Run) -> None:
 
 
 async def run_b_wrap(runs: list[Run], backend: str, store: Path, child_store: Path, scripts: Path) -> None:
-    from .reload import _load_one
+    from .reload import load_every_run  # (reload imports this module)
 
     live = [r for r in runs if r.sid]
     script = scripts / "b.json"
     script.write_bytes(orjson.dumps({"steps": [{"text": B_TEXT}] * len(live)}))
-    try:
-        agent = WrapMatrixAgent(store, child_command(child_store, backend, script), backend=backend)
-        async with agent:
-            await agent.initialize()
-            for run in live:
-                await _load_one(agent, run, wrapped=True)
-        if agent.returncode != 0:
-            for run in live:
-                run.fail(f"wrapper B exited with {agent.returncode}: {agent.stderr[-2000:]!r}")
-    except Exception as exc:
-        for run in live:
-            run.fail(f"driving wrapper B failed: {type(exc).__name__}: {exc}")
+    await load_every_run(lambda: WrapMatrixAgent(store, child_command(child_store, backend, script), backend=backend),
+                         live, "wrapper B", wrapped=True)
 
 
 def turn_texts(updates: list[dict[str, Any]], bounds: list[int] | None = None) -> list[dict[str, str]]:
