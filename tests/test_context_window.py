@@ -53,6 +53,9 @@ async def test_an_answer_that_fills_the_window_does_not_wedge_the_session(
         for n in range(6):  # before: six refusals in a row ("request (8233 tokens) exceeds ...")
             assert (await agent.prompt(sid, f"hello {n}"))["stopReason"] == "end_turn"
         assert llama.refused == []
+        # Every request's system message names the session's working directory.
+        assert len(llama.systems) == len(llama.prompts)
+        assert {s.rsplit(" The session's working directory is ", 1)[-1] for s in llama.systems} == {f"{work}."}
         # The answer was left out (the first request and each of these carry the same
         # system message and tools): every request is far below the window.
         assert all(p < long_answer + 200 for p in llama.prompts[1:])

@@ -36,7 +36,7 @@ from acp_bridge.models.base import Finish, ModelChunk, ModelRequest
 from acp_bridge.models.openai_env import DEFAULT_BASE_URL, read_env
 from acp_bridge.models.openai_errors import http_error
 from acp_bridge.models.openai_key import find_key
-from acp_bridge.models.openai_request import context_window, request_body
+from acp_bridge.models.openai_request import context_window, request_body, system_prompt
 from acp_bridge.models.openai_stream import SSEDecoder, StreamAssembler, whole_completion
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,8 @@ class OpenAIModel:
             self._client = None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        body = request_body(self.model, request.messages, request.tools, images=self.images,
-                            reasoning_effort=request.reasoning_effort)
+        body = request_body(self.model, request.messages, request.tools, system=system_prompt(request.cwd),
+                            images=self.images, reasoning_effort=request.reasoning_effort)
         attempt = 0
         while True:
             attempt += 1

@@ -23,6 +23,13 @@ SYSTEM_PROMPT = (
     "relative to the session's working directory. Keep answers short and say what you changed."
 )
 
+
+def system_prompt(cwd: str | None) -> str:
+    """The system message, naming the session's working directory when there is one: a
+    model that must say where a file is, or run a command there, should not have to ask
+    (`pwd`) first. The path is the editor's, as given at session/new."""
+    return SYSTEM_PROMPT if not cwd else f"{SYSTEM_PROMPT} The session's working directory is {cwd}."
+
 # Context windows (tokens) of models people commonly point this at; the longest prefix
 # of the model name wins, after dropping a router prefix such as "openai/".
 CONTEXT_WINDOWS: Mapping[str, int] = {

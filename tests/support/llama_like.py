@@ -39,6 +39,7 @@ class LlamaLike:
     chars_per_token: int = 4
     prompts: list[int] = field(default_factory=list)  # prompt tokens of every request, refused ones too
     refused: list[int] = field(default_factory=list)  # the prompt tokens of each refused request
+    systems: list[str] = field(default_factory=list)  # the system message of every request
     _cache: list[bytes] = field(default_factory=list)  # the messages of the last request, as sent
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -55,8 +56,11 @@ class LlamaLike:
         body = request.json
         n_prompt, per_message = self.tokens_of(body)
         messages = [orjson.dumps(m) for m in body.get("messages", [])]
+        first = (body.get("messages") or [{}])[0]
         with self._lock:
             self.prompts.append(n_prompt)
+            if first.get("role") == "system":
+                self.systems.append(str(first.get("content")))
             if n_prompt >= self.n_ctx:
                 self.refused.append(n_prompt)
                 return _exceeded(n_prompt, self.n_ctx)
