@@ -95,6 +95,17 @@ async def test_text_stream_and_the_request(server: SSEServer, model: OpenAIModel
     read = body["tools"][0]
     assert read["type"] == "function" and set(read["function"]) == {"name", "description", "parameters"}
     assert read["function"]["parameters"]["type"] == "object"
+    assert "working directory is" not in body["messages"][0]["content"]  # no session: none named
+
+
+async def test_the_system_message_names_the_sessions_working_directory(server: SSEServer,
+                                                                      model: OpenAIModel) -> None:
+    server.push(text_reply("ok"))
+    [c async for c in model.stream(ModelRequest(PROMPT, [], cwd="/home/dev/my project"))]
+    (req,) = server.requests
+    system = req.json["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].endswith("The session's working directory is /home/dev/my project.")
 
 
 async def test_recorded_bytes_split_anywhere(server: SSEServer, model: OpenAIModel) -> None:
