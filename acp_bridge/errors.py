@@ -21,6 +21,8 @@ persistence layer's family shares it):
     │   ├── AgentExitedError        it exited while a request waited on it
     │   ├── AgentStartError         it cannot be (re)started
     │   └── AgentProtocolError      it answered something ACP does not allow
+    ├── LifecycleError          a wrapped session's event its lifecycle has no rule for
+    │                           (a bug of the wrapper's: acp_bridge.wrap.lifecycle)
     ├── RequestRefusedError     a request we do not serve now (the wrapped agent's while
     │                           acp-bridge seeds its session)
     │   └── ReplayError             the fake agent's recording cannot serve a prompt
@@ -109,6 +111,11 @@ class AgentStartError(WrappedAgentError):
 
 class AgentProtocolError(WrappedAgentError):
     code = "agent_protocol"
+
+
+class LifecycleError(AcpBridgeError):
+    """An event a wrapped session's lifecycle has no rule for in the state it is in
+    (acp_bridge.wrap.lifecycle.step): a bug of the wrapper's, answered -32603."""
 
 
 class RequestRefusedError(AcpBridgeError):

@@ -1,7 +1,6 @@
 """The child's sessions as the wrapper sees them: the child's ids of ours (`SessionMap`),
-the ones stuck in a turn the wrapper ended, what of the child's traffic is kept from the
-editor (`kept_from_editor`), and restoring a session on the child's current run
-(`restore`).
+the ones stuck in a turn the wrapper ended, restoring a session on the child's current
+run (`restore`), closing one, and the child's side of a fork.
 
 A session whose child id is stale (the child died and was restarted, or the session was
 just loaded from the store) is restored on the current run before anything is passed on
@@ -21,51 +20,55 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 
-from acp_bridge.errors import AgentProtocolError, RequestRefusedError
+from acp_bridge.errors import AgentProtocolError
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import Call, ChildLink, obj, permission_cancelled
+from acp_bridge.wrap.lifecycle import restore_ways
+from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.signals import Act, Bound, LateAnswer, RestoreBegan, RestoreRefused
+from acp_bridge.wrap.state import Way
+from acp_bridge.wrap.turns import WrappedTurns
 from session.fork import ForkPlan
 
 log = logging.getLogger("acp_bridge.wrap.children")
 
 
 class SessionMap:
-    """The child's session ids -> ours, for the sessions live here; and the child
-    sessions that are `stuck` on the child's current run."""
+    """The child's session ids -> our sessions' turns, for the sessions live here; and the
+    child sessions that are `stuck` on the child's current run."""
 
     def __init__(self) -> None:
-        self.theirs: dict[str, WrappedSession] = {}
+        self.theirs: dict[str, WrappedTurns] = {}
+        self._sid: dict[WrappedTurns, str] = {}  # the other way
         # Child session id -> the prompt of it whose answer the wrapper stopped waiting
         # for (the cancel grace ran out). What the child sends for that session until it
         # answers (for good, if a fresh session replaced it) is the old turn's: dropped.
         self.stuck: dict[str, Call] = {}
         self.dropped: dict[str, int] = {}  # stuck session -> messages of it dropped
 
-    def bind(self, ws: WrappedSession, child_sid: str, generation: int) -> None:
-        if ws.child_sid is not None and self.theirs.get(ws.child_sid) is ws:
-            del self.theirs[ws.child_sid]
-        ws.child_sid, ws.generation = child_sid, generation
-        self.theirs[child_sid] = ws
+    def bind(self, turns: WrappedTurns, child_sid: str) -> None:
+        self.remove(turns)
+        self.theirs[child_sid] = turns
+        self._sid[turns] = child_sid
 
-    def remove(self, ws: WrappedSession) -> None:
-        if ws.child_sid is not None and self.theirs.get(ws.child_sid) is ws:
-            del self.theirs[ws.child_sid]
+    def remove(self, turns: WrappedTurns) -> None:
+        child_sid = self._sid.pop(turns, None)
+        if child_sid is not None and self.theirs.get(child_sid) is turns:
+            del self.theirs[child_sid]
 
-    def busy(self, generation: int, ws: WrappedSession | None) -> bool:
-        """Whether a session other than `ws` has a prompt (or a restore) running in the
-        child's run `generation`: a restart would cut it."""
-        return any(other is not ws and other.generation == generation
-                   and (other.recorder is not None or other.restoring or other.seeding)
+    def busy(self, generation: int, turns: WrappedTurns | None) -> bool:
+        """Whether a session other than `turns`'s has a prompt (or the child's replay of
+        it, or a seed) running in the child's run `generation`: a restart would cut it."""
+        return any(other is not turns and other.session.state.busy
+                   and other.session.state.bound_on(generation) is not None
                    for other in self.theirs.values())
 
-    def of_child(self, child_sid: Any) -> WrappedSession | None:
+    def of_child(self, child_sid: Any) -> WrappedTurns | None:
         return self.theirs.get(child_sid) if isinstance(child_sid, str) else None
 
     def is_stuck(self, child_sid: Any) -> bool:
@@ -78,16 +81,19 @@ class SessionMap:
             log.info("the wrapped agent's session %s runs a turn acp-bridge ended: dropping its %s and what "
                      "follows until it answers", child_sid, what)
 
-    def stick(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
-        """`ws`'s child session `child_sid` is stuck until the child answers `call`:
-        then it is in step again, if it is still `ws`'s."""
+    def stick(self, turns: WrappedTurns, child_sid: str, call: Call) -> None:
+        """The child session `child_sid` of `turns`'s session is stuck until the child
+        answers `call`: then it is in step again, if it is still that session's."""
         self.stuck[child_sid] = call
 
         def late(done: Call) -> None:
+            ws = turns.session
             if done.error is None:
                 log.info("session %s: the wrapped agent answered its cancelled turn late (%s): dropped, with %d "
                          "message(s) before it", ws.id, done.result, self.dropped.get(child_sid, 0))
-            if self.stuck.get(child_sid) is done and self.theirs.get(child_sid) is ws and done.error is None:
+            if self.stuck.get(child_sid) is not done or self.theirs.get(child_sid) is not turns:
+                return
+            if Act.UNSTICK in ws.to(LateAnswer(child_sid, ok=done.error is None)):
                 del self.stuck[child_sid]
                 self.dropped.pop(child_sid, None)
 
@@ -102,71 +108,45 @@ class SessionMap:
         self.dropped.clear()
 
 
-def kept_from_editor(fallback_for: Callable[[ChildLink], Fallback],
-                     sessions: SessionMap) -> Callable[[ChildLink], Fallback]:
-    """The child's requests and notifications for a session being seeded
-    (acp_bridge.wrap.seed), or for a stuck one (a turn the wrapper ended), never reach
-    the editor: a permission is answered `cancelled`, other requests refused,
-    notifications dropped. Everything else goes to `fallback_for`'s handler."""
-    def make(link: ChildLink) -> Fallback:
-        inner = fallback_for(link)
-
-        async def fallback(method: str, params: Any, is_request: bool) -> Any:
-            child_sid = params.get("sessionId") if isinstance(params, dict) else None
-            ws = sessions.of_child(child_sid)
-            if sessions.is_stuck(child_sid):
-                sessions.drop(child_sid, method)
-                code, why = "cancelled", "after acp-bridge ended the session's turn"
-            elif ws is not None and ws.seeding:
-                log.info("session %s: %s of the wrapped agent while seeding: kept from the editor", ws.id, method)
-                code, why = "seeding", "while acp-bridge seeds the session"
-            else:
-                return await inner(method, params, is_request)
-            if not is_request:
-                return None
-            if method == "session/request_permission":
-                return permission_cancelled()
-            raise RequestRefusedError(f"{method} is not available {why}", code=code)
-
-        return fallback
-
-    return make
-
-
-Restored = Literal["load", "resume", "fresh"]
-
-
-async def restore(ws: WrappedSession, link: ChildLink, caps: dict[str, Any],
-                  sessions: SessionMap) -> tuple[Restored, dict[str, Any]]:
-    """Give `ws` a session on the child's current run; which way, and the child's answer
-    (its modes, config options...). A child that refuses to load or resume its old
-    session gets a fresh one (it lost it): AgentExitedError and nothing else goes out."""
-    old = ws.stored_child_sid()
-    if sessions.is_stuck(old):  # it still runs a turn we ended: only a new one is ours
-        old = None
-    session_caps = caps.get("sessionCapabilities") or {}
-    ways: list[tuple[Restored, str]] = []
-    if old is not None and caps.get("loadSession") is True:
-        ways.append(("load", "session/load"))
-    if old is not None and isinstance(session_caps, dict) and session_caps.get("resume") is not None:
-        ways.append(("resume", "session/resume"))
-    for restored, method in ways:
-        assert old is not None
-        sessions.bind(ws, old, link.generation)
-        ws.restoring = restored == "load"
+async def restore(turns: WrappedTurns, link: ChildLink, caps: dict[str, Any],
+                  sessions: SessionMap) -> tuple[Way, dict[str, Any]]:
+    """Give the session a session on the child's current run, the ways tried in the
+    order `lifecycle.restore_ways` gives; which way, and the child's answer (its modes,
+    config options...). A child that refuses to load or resume its old session gets a
+    fresh one (it lost it): AgentExitedError and nothing else goes out."""
+    ws, generation = turns.session, link.generation
+    last = ws.state.child_sid
+    if sessions.is_stuck(last):  # it still runs a turn we ended: only a new one is ours
+        last = None
+    for way in restore_ways(caps, last):
+        if way == "fresh":
+            break
+        assert last is not None
+        method = f"session/{way}"
+        ws.to(RestoreBegan(way, last, generation))
+        sessions.bind(turns, last)  # its replay is routed to the session (and dropped)
         try:
-            result = await link.call(method, {**ws.session_params(), "sessionId": old})
+            result = await link.call(method, {**ws.session_params(), "sessionId": last})
         except ClientError as exc:
-            log.info("the wrapped agent refused %s of %s (%s): trying the next way", method, old,
+            ws.to(RestoreRefused())
+            log.info("the wrapped agent refused %s of %s (%s): trying the next way", method, last,
                      to_rpc_error(exc).message)
             continue
-        finally:
-            ws.restoring = False
+        except BaseException:
+            ws.to(RestoreRefused())
+            raise
+        ws.to(Bound(last, generation, ws.state.agent))
         ws.took_state(result)
-        return restored, result if isinstance(result, dict) else {}
-    result = await link.call("session/new", ws.session_params())
-    child_sid = new_session_id(result)
-    sessions.bind(ws, child_sid, link.generation)
+        return way, result if isinstance(result, dict) else {}
+    ws.to(RestoreBegan("fresh", None, generation))
+    try:
+        result = await link.call("session/new", ws.session_params())
+        child_sid = new_session_id(result)
+    except BaseException:
+        ws.to(RestoreRefused())
+        raise
+    sessions.bind(turns, child_sid)
+    ws.to(Bound(child_sid, generation, ws.state.agent))
     ws.took_state(result)
     log.info("session %s: a fresh session %s in the wrapped agent", ws.id, child_sid)
     return "fresh", result
@@ -180,26 +160,23 @@ def new_session_id(result: Any, method: str = "session/new") -> str:
     return child_sid
 
 
-async def close_child(link: ChildLink | None, ws: WrappedSession, caps: dict[str, Any], sessions: SessionMap,
-                      grace: float) -> None:
-    """The child's `session/close` of `ws`'s session, if it has one, waited for until the
-    bound of the editor's close (the cancel `grace` from its cancel of the running turn,
-    else from now): a child that does not answer does not hold the editor's close. A
-    stuck session is told, not waited for (it had its grace)."""
-    if (link is None or not link.alive or ws.child_sid is None or ws.generation != link.generation
+async def close_child(link: ChildLink | None, child_sid: str | None, caps: dict[str, Any], wait: float) -> None:
+    """The child's `session/close` of its session `child_sid` on `link`'s run, if it has
+    one, waited for at most `wait` seconds (the bound of the editor's close: the cancel
+    grace from its cancel of the running turn, else from now; none for a stuck session,
+    which had its grace): a child that does not answer does not hold the editor's close."""
+    if (link is None or not link.alive or child_sid is None
             or not isinstance(caps.get("sessionCapabilities"), dict)
             or caps["sessionCapabilities"].get("close") is None):
         return
-    now = anyio.current_time()
-    bound, ws.close_by = ws.close_by or now + grace, None
-    call = link.ask("session/close", {"sessionId": ws.child_sid})
-    with anyio.move_on_after(0 if sessions.is_stuck(ws.child_sid) else max(0.0, bound - now)):
+    call = link.ask("session/close", {"sessionId": child_sid})
+    with anyio.move_on_after(max(0.0, wait)):
         await call.done.wait()
     if not call.done.is_set():
-        log.info("the wrapped agent did not answer session/close of %s in time: closed without it", ws.child_sid)
+        log.info("the wrapped agent did not answer session/close of %s in time: closed without it", child_sid)
         call.late = lambda _: None
     elif isinstance(call.error, ClientError):
-        log.info("the wrapped agent did not close session %s: %s", ws.child_sid, call.error)
+        log.info("the wrapped agent did not close session %s: %s", child_sid, call.error)
 
 
 # --- the child's side of a fork (docs/wrap.md, "Fork"): whether the child can fork the
@@ -223,7 +200,7 @@ def child_source(caps: Mapping[str, Any], live: WrappedSession | None, plan: For
     the session is not stuck."""
     if obj(caps.get("sessionCapabilities")).get("fork") is None or not plan.whole:
         return None
-    theirs = live.stored_child_sid() if live is not None else plan.source.get("wrapped", {}).get("sessionId")
+    theirs = live.state.child_sid if live is not None else plan.source.get("wrapped", {}).get("sessionId")
     return None if children.is_stuck(theirs) else theirs
 
 

@@ -34,6 +34,7 @@ from acp_bridge.rpc.connection import Connection
 from acp_bridge.wrap.link import obj
 from acp_bridge.wrap.record import TurnRecorder
 from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.turns import WrappedTurns
 from session.events import CONFIG_SET, WRAPPED_UPDATE, Event
 from session.items import Item
 
@@ -84,15 +85,15 @@ def offer(peer: Connection, ws: WrappedSession, ours: Sequence[Command]) -> None
                             "params": {"sessionId": ws.id, "update": update}})
 
 
-def wrapper_fork(host: Sessions[WrappedSession], sid: str) -> Command:
+def wrapper_fork(host: Sessions[WrappedTurns], sid: str) -> Command:
     """`/fork [N]` of the session `sid`: a fork as `session/fork` makes it, with the
     session's own cwd, MCP servers and directories; the answer names the fork and how
     the agent's side was made."""
     async def run(given: str) -> Outcome:
         at_turn = fork_at(given)
-        ws = host.find(sid)
-        assert ws is not None  # its own prompt runs the command
-        answer, plan = await fork_opened(host, sid, ws.session_params(), at_turn=at_turn)
+        turns = host.find(sid)
+        assert turns is not None  # its own prompt runs the command
+        answer, plan = await fork_opened(host, sid, turns.session.session_params(), at_turn=at_turn)
         how = obj(obj(obj(answer.get("_meta")).get("acpBridge")).get("wrapped"))
         if how.get("forked") == "child":
             side = "forked its session too"
@@ -122,12 +123,14 @@ def agent_command(names: Sequence[str], current: Callable[[], str],
     return Command("agent", "Hand this session to another wrapped agent", run, hint=" | ".join(names))
 
 
-async def command_turn(ws: WrappedSession, found: tuple[Command, str], prompt: list[Any],
+async def command_turn(turns: WrappedTurns, found: tuple[Command, str], prompt: list[Any],
                        peer: Connection) -> TurnEnd:
     """Run a command of ours and record its turn (module docstring); its `turn/end`,
     every event of the turn shown to the editor once it is durable."""
+    ws = turns.session
+
     async def record(trigger: dict[str, Any], body: Callable[[int], list[Item]]) -> Event:
-        child = ws.child  # after the command ran: the agent it placed the session in
+        child = turns.child  # after the command ran: the agent it placed the session in
         turn = ws.log.tracker.turn + 1
         recorder = TurnRecorder(turn, agent=child.agent_name, mode=ws.mode, name=child.agent_label)
         items: list[Item] = [*recorder.prompt(prompt, trigger), *body(turn)]

@@ -1,106 +1,85 @@
 """`acp-bridge wrap` as an engine of the host: an ACP agent to the editor, an ACP client
-to the wrapped agent.
+to the wrapped agents.
 
-Two connections: the editor's, the host's (acp_bridge.host), and the child's over its
-pipes (acp_bridge.wrap.link, its handlers in acp_bridge.wrap.upstream). The session
-methods that are about our log are the host's, answered as for our own agent
-(`session/load`, `session/resume`, `session/list`, `session/close`, `session/delete`);
-`session/new` and `session/prompt` are the child's, recorded on the way
-(acp_bridge.wrap.sessions); everything else the editor sends (`authenticate`,
-`session/set_mode`, `session/set_config_option`, extension and unknown methods) is
-passed on as it is (`forward`), with the session id mapped, and answered with the
-child's answer.
+One engine over N wrapped agents (`-- COMMAND` is N = 1; `--agent NAME=COMMAND ...` is
+N named ones, acp_bridge.wrap.moves): each agent is a `ChildDriver` (its process, its
+runs, the ids of the sessions placed in it, acp_bridge.wrap.driver), and each session
+names the agent it is placed in (`State.agent`, acp_bridge.wrap.state). The engine
+routes every method of a session to that agent.
 
-The child is spawned at start-up and restarted at the next request after it died
-(sessions are then restored on the new run, acp_bridge.wrap.children.restore). The child's own
-errors are relayed unchanged (acp_bridge.host.errors.relayed).
-
-A child that still runs a turn the wrapper ended (it did not answer a cancelled prompt
-within the cancel grace: a stuck child session) is restarted at the next request that
-needs it, unless another session's prompt runs in it: the stuck session then gets a
-fresh child session instead, and the running turn is not cut (docs/wrap.md, "The
-cancel grace").
+Connections: the editor's, the host's (acp_bridge.host), and each child's over its pipes
+(acp_bridge.wrap.link, its handlers in acp_bridge.wrap.upstream). The session methods that
+are about our log are the host's, answered as for our own agent (`session/load`,
+`session/resume`, `session/list`, `session/close`, `session/delete`); `session/new` and
+`session/prompt` are the child's, recorded on the way (acp_bridge.wrap.turns);
+everything else the editor sends (`authenticate`, `session/set_mode`,
+`session/set_config_option`, extension and unknown methods) is passed on as it is
+(`forward`), with the session id mapped, and answered with the child's answer. The
+child's own errors are relayed unchanged (acp_bridge.host.errors.relayed).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
 
-from acp_bridge.errors import AgentStartError
-from acp_bridge.host.commands import Command
+from acp_bridge.host.commands import Command, commands_update, merged
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.incoming import preload_library
 from acp_bridge.rpc.protocol import Handler
-from acp_bridge.wrap.child import ChildAgent
-from acp_bridge.wrap.children import (
-    Restored,
-    SessionMap,
-    child_fork,
-    child_source,
-    close_child,
-    fork_ask,
-    kept_from_editor,
-    new_session_id,
-    restore,
-)
+from acp_bridge.wrap.children import SessionMap, child_fork, child_source, fork_ask, new_session_id
 from acp_bridge.wrap.commands import (
-    CommandsOfLog,
+    agent_command,
     command_turn,
     offer,
     replay_encoder,
     shown,
+    their_commands,
     wrapper_fork,
 )
-from acp_bridge.wrap.link import Call, ChildLink, obj
+from acp_bridge.wrap.driver import ChildDriver, WrapConfig
+from acp_bridge.wrap.link import obj
+from acp_bridge.wrap.moves import AgentOfLog, Mover, answer_text
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.spawn import Early
+from acp_bridge.wrap.state import State, Unplaced
+from acp_bridge.wrap.turns import WrappedTurns
 from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
+from session.backends.base import read_stored
 from session.events import WrappedInfo
 from session.fork import ForkPlan
 from session.repair import RepairReport
 
 log = logging.getLogger("acp_bridge.wrap")
 
-
-@dataclass(frozen=True)
-class WrapConfig:
-    store_dir: Path | str  # a folder, or a PostgreSQL connection string
-    command: list[str]
-    cancel_grace: float  # seconds a cancelled prompt waits for the child's answer (`--cancel-grace`)
-    backend: str = "jsonl"
-    grace: float = 2.0  # seconds the child gets to exit after its stdin closed
-    env: dict[str, str] | None = field(default=None)
-    seed_fresh: bool = False  # seed a fresh child session with the transcript (wrap/seed.py)
-    name: str | None = None  # `--agent NAME=COMMAND`: the agent's name (None: `-- COMMAND`)
+__all__ = ["WrapConfig", "WrapEngine"]
 
 
-class WrapEngine(Engine[WrappedSession]):
+class WrapEngine(Engine[WrappedTurns]):
     label = "this agent"
 
-    def __init__(self, config: WrapConfig, *, early: Early | None = None) -> None:
-        self.config = config
-        # `early`: the first process of `config.command`, spawned by the command line.
-        self.child = ChildAgent(config.command, env=config.env, grace=config.grace, early=early)
-        self.children = SessionMap()
-        self.side = ChildSide(self.children, lambda: self.host.peer)
-        self.side.shown = lambda ws, update: shown(update, self.commands_of(ws.id))  # ours added
-        self.more_commands: Callable[[str], list[Command]] = lambda sid: []  # `wrap --agent`: `/agent`
-        self.link: ChildLink | None = None
-        self.init_params: dict[str, Any] | None = None
-        self.child_caps: dict[str, Any] = {}
-        self.child_info: dict[str, Any] | None = None
-        self._starting = anyio.Lock()
-        self._opener: StoredOpener[WrappedSession] | None = None
+    def __init__(self, configs: list[WrapConfig], *, early: Early | None = None) -> None:
+        if not configs or (configs[0].name is not None and any(c.name is None for c in configs)):
+            raise ValueError("every agent needs a name")
+        self.drivers: dict[str, ChildDriver] = {}
+        for i, config in enumerate(configs):
+            sessions = SessionMap()
+            side = ChildSide(sessions, lambda: self.host.peer, self._shown)
+            # `early`: the default agent's process, spawned by the command line (wrap.spawn).
+            driver = ChildDriver(config, side, sessions, store=lambda: self.host.store(),
+                                 early=early if i == 0 else None)
+            self.drivers[driver.name] = driver
+        self.default = next(iter(self.drivers.values()))
+        # `--agent`: the `agent` option and the moves between agents.
+        self.mover = Mover(self.drivers) if configs[0].name is not None else None
+        self._opener: StoredOpener[WrappedTurns] | None = None
         self._prepared = anyio.Event()  # `_prepare` has tried to open the store
 
     # --- the engine ------------------------------------------------------------------
@@ -111,18 +90,17 @@ class WrapEngine(Engine[WrappedSession]):
     def fallback(self) -> Fallback:
         return self.forward
 
-    async def start(self, host: Host[WrappedSession]) -> None:
-        """Spawn the child (OSError if it cannot be)."""
-        await self.bind(host)
-        await self._new_link()
-
-    async def bind(self, host: Host[WrappedSession]) -> None:
-        """Serve `host`, the child not spawned yet (`wrap --agent`: an agent other than
-        the default is started at its first use, acp_bridge.wrap.switch)."""
+    async def start(self, host: Host[WrappedTurns]) -> None:
+        """Spawn the default agent (OSError if it cannot be); the others at first use."""
         await super().start(host)
         host.task_group.start_soon(self._prepare)
         self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.commands_of),
-                                    sink=CommandsOfLog, adopt=self._adopt)
+                                    sink=AgentOfLog, adopt=self._adopt)
+        for driver in self.drivers.values():
+            if driver is self.default:
+                await driver.start(host.task_group)
+            else:
+                driver.bind(host.task_group)
 
     async def _prepare(self) -> None:
         """While the child boots (0.3-1 s for the SDK's echo agent), in a worker thread:
@@ -139,146 +117,75 @@ class WrapEngine(Engine[WrappedSession]):
         await anyio.to_thread.run_sync(preload_library)
 
     async def aclose(self) -> None:
-        if self.link is not None:
-            await self.link.close()
+        for driver in self.drivers.values():
+            await driver.aclose()
 
-    async def stop_unused(self) -> None:
-        """Stop the child (its whole process group, as at shutdown) if no live session
-        of ours is placed in it any more; it is started again at its next use."""
-        link = self.link
-        if link is None or self.children.theirs:
-            return
-        self.link = None
-        log.info("no session uses the wrapped agent %s any more: stopping it", self.agent_label or self.agent_name)
-        await link.close()
+    # --- what the sessions' turns need (acp_bridge.wrap.turns.Agents) ---------------------
 
-    @property
-    def agent_name(self) -> str:
-        name = (self.child_info or {}).get("name")
-        return name if isinstance(name, str) else Path(self.config.command[0]).name
+    def child_of(self, ws: WrappedSession) -> ChildDriver:
+        return self.drivers.get(ws.state.agent) or self.default
 
-    @property
-    def agent_label(self) -> str | None:
-        return self.config.name
+    def commands_of(self, sid: str) -> list[Command]:
+        """The wrapper's own slash commands for `sid` (acp_bridge.wrap.commands): `/fork`,
+        and `/agent` with more than one agent."""
+        ours = [wrapper_fork(self.host, sid)]
+        if len(self.drivers) > 1:
+            ours.append(agent_command(list(self.drivers), lambda: self._live(sid).session.state.agent,
+                                      lambda name: self._move_in_turn(self._live(sid), name)))
+        return ours
 
-    @property
-    def cancel_grace(self) -> float:
-        return self.config.cancel_grace
+    async def run_own(self, turns: WrappedTurns, found: tuple[Command, str], prompt: list[Any]) -> TurnEnd:
+        return await command_turn(turns, found, prompt, self.host.peer)
 
-    # --- the child -------------------------------------------------------------------
+    def _live(self, sid: str) -> WrappedTurns:
+        turns = self.host.find(sid)
+        assert turns is not None  # its own prompt runs the command
+        return turns
 
-    async def _new_link(self, *, grace: float | None = None) -> ChildLink:
-        # Whole or not at all: a spawned child always has its link (a cancel here
-        # would leave a process nobody reads).
-        with anyio.CancelScope(shield=True):
-            if self.link is not None:
-                await self.link.close(grace=grace)
-            self.children.new_run()
-            await self.child.start(self.host.task_group)
-            link = ChildLink(self.child, fallback_for=kept_from_editor(self.side.fallback_for, self.children),
-                             inline=self.side.inline())
-            await self.host.task_group.start(link.run)
-            self.link = link
-        return link
+    def _shown(self, ws: WrappedSession, update: Any) -> Any:
+        """What the editor is shown of the child's update: its command list with ours,
+        its config options with ours (`--agent`); the log keeps it as the child sent it."""
+        if their_commands(update) is not None:  # (ours are made only for a list: not per chunk)
+            update = shown(update, self.commands_of(ws.id))
+        if self.mover is not None:
+            turns = self.host.find(ws.id)
+            if turns is not None:
+                update = self.mover.shown(turns, update)
+        return update
 
-    async def ensure_link(self, ws: WrappedSession | None = None) -> ChildLink:
-        """The child's connection, restarted (and initialized again) if it died, or if
-        it is overdue (it runs a turn the wrapper ended, or did not answer the wrapper
-        within a cancel's grace) and no other prompt (than `ws`'s) runs in it."""
-        link = self.link
-        if link is not None and link.running and link.ready and not (self.children.stuck or link.overdue):
-            return link  # the usual case: no lock, no checkpoint
-        async with self._starting:
-            link = self.link
-            overdue = link is not None and link.running and bool(self.children.stuck or link.overdue)
-            if link is None or not link.running or (overdue and not self.children.busy(link.generation, ws)):
-                if overdue:
-                    log.warning("the wrapped agent did not answer within the cancel grace: restarting it")
-                elif link is None:  # `wrap --agent`: not started yet, or stopped when unused
-                    log.info("starting the wrapped agent %s", self.agent_label or self.agent_name)
-                else:
-                    log.warning("the wrapped agent is not running: restarting it")
-                try:
-                    # An overdue child is not waited for: it had its grace.
-                    link = await self._new_link(grace=0 if overdue else None)
-                except OSError as exc:
-                    raise AgentStartError(f"the wrapped agent cannot be started: {exc}") from None
-            if not link.ready:  # a restart (or one whose `initialize` was given up)
-                if self.init_params is not None:
-                    self._took_init(await link.call("initialize", self.init_params))
-                link.ready = True
-            return link
+    def _offered(self, turns: WrappedTurns, fields: dict[str, Any]) -> dict[str, Any]:
+        return self.mover.offered(turns, fields) if self.mover is not None else fields
 
-    async def child_session(self, ws: WrappedSession) -> tuple[ChildLink, str]:
-        """The child's session for `ws` on its current run (restored if stale, and a
-        fresh one if it is stuck in a turn the wrapper ended)."""
-        link = await self.ensure_link(ws)
-        if ws.child_sid is None or ws.generation != link.generation or self.children.is_stuck(ws.child_sid):
-            await self._restore(ws, link)
-        assert ws.child_sid is not None
-        return link, ws.child_sid
+    def _made(self, turns: WrappedTurns, ours: dict[str, Any]) -> dict[str, Any]:
+        """`_meta.acpBridge.wrapped` of an answer that places a session: with `--agent`,
+        the agent it is placed in."""
+        return {**ours, "agent": turns.session.state.agent} if self.mover is not None else ours
 
-    def stuck(self, ws: WrappedSession, child_sid: str, call: Call) -> None:
-        self.children.stick(ws, child_sid, call)
+    # --- the editor's methods ----------------------------------------------------------
 
-    def overdue(self, ws: WrappedSession) -> None:
-        """The child did not answer what `ws`'s prompt needed first (its start, its
-        `initialize`, the session's restore) within a cancel's grace: it is restarted at
-        its next use, and what it says of `ws`'s half-restored session until then is
-        dropped."""
-        link = self.link
-        if link is None:
-            return
-        link.overdue = True
-        if ws.child_sid is not None and ws.generation == link.generation:
-            self.children.stuck[ws.child_sid] = Call("restore")  # never answered: until the restart
-        ws.generation = 0  # restored again at its next use
-
-    async def _restore(self, ws: WrappedSession, link: ChildLink) -> tuple[Restored, dict[str, Any], dict[str, Any]]:
-        """`restore`, then (with `--seed-fresh`, when it ended fresh) the seed prompt:
-        how, the child's answer, and what the seed adds to `_meta.acpBridge.wrapped`."""
-        restored, result = await restore(ws, link, self.child_caps, self.children)
-        self.side.adopt(ws)
-        seeded: dict[str, Any] = {}
-        # A session that moved to this agent (`wrap --agent`) is always seeded: what it
-        # knows of the conversation came that way.
-        if restored == "fresh" and (self.config.seed_fresh or ws.moved or ws.seed_again):
-            seeded = await seed(ws, link, self.host.store())
-        return restored, result, seeded
-
-    async def place(self, ws: WrappedSession) -> tuple[Restored, dict[str, Any], dict[str, Any]]:
-        """Give `ws` a session on this child's current run (the child started if need
-        be): `_restore`'s answer."""
-        return await self._restore(ws, await self.ensure_link(ws))
-
-    def tell_cancel(self, ws: WrappedSession, params: Mapping[str, Any] | None) -> None:
-        link = self.link
-        if link is not None and ws.child_sid is not None and ws.generation == link.generation:
-            link.notify("session/cancel", {**(params or {}), "sessionId": ws.child_sid})
-
-    async def close_child_session(self, ws: WrappedSession) -> None:
-        await close_child(self.link, ws, self.child_caps, self.children, self.cancel_grace)
-
-    def forget(self, ws: WrappedSession) -> None:
-        self.children.remove(ws)
-
-    def commands_of(self, sid: str) -> list[Command]:  # the wrapper's own (acp_bridge.wrap.commands)
-        return [wrapper_fork(self.host, sid), *self.more_commands(sid)]
-
-    async def run_own(self, ws: WrappedSession, found: tuple[Command, str], prompt: list[Any]) -> TurnEnd:
-        return await command_turn(ws, found, prompt, self.host.peer)
-
-    def _took_init(self, answer: Any) -> dict[str, Any]:
-        result = dict(obj(answer))
-        self.child_caps = dict(obj(result.get("agentCapabilities")))
-        info = result.get("agentInfo")
-        self.child_info = info if isinstance(info, dict) else None
+    async def initialize(self, **params: Any) -> dict[str, Any]:
+        driver = self.default
+        link = await driver.ensure_link()
+        driver.init_params = params
+        result = driver.took_init(await link.call("initialize", params))
+        for other in self.drivers.values():
+            if other is not driver:
+                other.init_params = params  # what each agent is sent when it starts
+        caps = dict(driver.caps)
+        caps["loadSession"] = True
+        caps["sessionCapabilities"] = {**obj(caps.get("sessionCapabilities")),
+                                       "list": {}, "resume": {}, "close": {}, "delete": {}, "fork": {}}
+        result["agentCapabilities"] = caps
+        meta = obj(result.get("_meta"))
+        ours = {**obj(meta.get("acpBridge")), "wrapped": {"agentInfo": driver.info}}
+        if self.mover is not None:
+            ours["agents"] = list(self.drivers)
+        result["_meta"] = {**meta, "acpBridge": ours}
         return result
 
-    # --- sessions --------------------------------------------------------------------
-
     async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        link = await self.ensure_link()
+        driver = self.default
+        link = await driver.ensure_link()
         cwd, mcp = params["cwd"], params["mcpServers"]
         rest = {k: v for k, v in params.items() if k not in ("cwd", "mcpServers")}
         result = await link.call("session/new", {**rest, "cwd": cwd, "mcpServers": mcp})
@@ -286,113 +193,167 @@ class WrapEngine(Engine[WrappedSession]):
         extra = params.get("additionalDirectories")
         additional = extra if isinstance(extra, list) else None
         await self._prepared.wait()  # never two threads opening the store
-        session_log = await self.host.create_log(cwd=cwd, additional=additional, wrapped=self._wrapped(child_sid))
-        ws = WrappedSession(self, session_log, cwd, list(mcp), additional)
-        self.host.add(ws.id, ws)
-        self.children.bind(ws, child_sid, link.generation)
-        ws.took_state(result)
-        self.side.adopt(ws)
-        if ws.commands is None:  # else the child's list came first, shown with ours
-            offer(self.host.peer, ws, self.commands_of(ws.id))
-        return {**result, "sessionId": ws.id}
-
-    def _wrapped(self, child_sid: str) -> WrappedInfo:
-        """The header's `wrapped` of a session whose child session is `child_sid`."""
-        wrapped: WrappedInfo = {"command": list(self.config.command), "sessionId": child_sid}
-        if self.child_info is not None:
-            wrapped["agentInfo"] = self.child_info
-        return wrapped
+        session_log = await self.host.create_log(cwd=cwd, additional=additional, wrapped=driver.wrapped(child_sid))
+        turns = WrappedTurns(WrappedSession(session_log, cwd, State(driver.name), list(mcp), additional), self)
+        self.host.add(turns.id, turns)
+        driver.adopt(turns, child_sid, link.generation, result)
+        if turns.session.commands is None:  # else the child's list came first, shown with ours
+            offer(self.host.peer, turns.session, self.commands_of(turns.id))
+        return self._offered(turns, {**result, "sessionId": turns.id})
 
     async def fork(self, source: str, params: Mapping[str, Any], plan: ForkPlan,
-                   make: Callable[[WrappedInfo | None], Awaitable[WrappedSession]]) -> OpenAnswer:
-        """Our log is forked (`make`) with the child's context of the fork: the child's
-        own fork of the original's session when it offers `session/fork` and the fork
-        holds the whole conversation, else a fresh session seeded with the fork's
-        transcript (docs/wrap.md, "Fork"). The child's session is made first, so the
-        fork's header names it."""
-        link = await self.ensure_link(self.host.find(source))
-        theirs, why = child_source(self.child_caps, self.host.find(source), plan, self.children), None
-        ask = fork_ask(params)
+                   make: Callable[[WrappedInfo | None], Awaitable[WrappedTurns]]) -> OpenAnswer:
+        """Our log is forked (`make`) with the child's context of the fork, by the agent
+        the original is placed in: that child's own fork of the original's session when
+        it offers `session/fork` and the fork holds the whole conversation, else a fresh
+        session seeded with the fork's transcript (docs/wrap.md, "Fork"). The child's
+        session is made first, so the fork's header names it."""
+        live = self.host.find(source)
+        driver = self.child_of(live.session) if live is not None else await anyio.to_thread.run_sync(
+            self._driver_of_stored, source)
+        link = await driver.ensure_link(live)
+        theirs = child_source(driver.caps, live.session if live is not None else None, plan, driver.sessions)
+        ask, why = fork_ask(params), None
         result: dict[str, Any] | None = None
         if theirs is not None:
-            result, why = await child_fork(link, {**ask, "sessionId": theirs}, self.children, self.side.drop_early)
+            result, why = await child_fork(link, {**ask, "sessionId": theirs}, driver.sessions,
+                                           driver.side.drop_early)
         if result is not None:
             child_sid = result["sessionId"]
         else:
             result = obj(await link.call("session/new", {"mcpServers": [], **ask}))
             child_sid = new_session_id(result)
         try:
-            ws = await make(self._wrapped(child_sid))
+            turns = await make(driver.wrapped(child_sid))
         except BaseException:
-            if obj(self.child_caps.get("sessionCapabilities")).get("close") is not None:
+            if obj(driver.caps.get("sessionCapabilities")).get("close") is not None:
                 link.ask("session/close", {"sessionId": child_sid}).late = lambda _: None
             raise
+        ws = turns.session
         ws.mcp_servers = list(params.get("mcpServers") or [])
-        self.children.bind(ws, child_sid, link.generation)
-        ws.took_state(result)
-        self.side.adopt(ws)
+        driver.adopt(turns, child_sid, link.generation, result)
         ours: dict[str, Any] = {"forked": "child" if theirs is not None and why is None else "emulated"}
         if why is not None:
             ours["forkError"] = why
         if ours["forked"] == "emulated":
             ours.update(await seed(ws, link, self.host.store()))
-            ws.seed_again = True
+            ws.carried = True  # a fresh restore of it is seeded again
         if not self.host.answering(source):  # `/fork`, a command of its turn: the editor has not opened it
             offer(self.host.peer, ws, self.commands_of(ws.id))
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
-        return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": ours})
+        return OpenAnswer(self._offered(turns, fields), meta=obj(result.get("_meta")),
+                          ours={"wrapped": self._made(turns, ours)})
 
-    def _adopt(self, opened: Opened) -> WrappedSession:
+    def _driver_of_stored(self, session_id: str) -> ChildDriver:
+        """The agent a load of the stored `session_id` would place it in (its log read
+        as stored, without its lock)."""
+        if self.mover is None:
+            return self.default
+        stored = read_stored(self.host.store().backend.read_stream(session_id))  # closes it
+        sink = AgentOfLog()
+        for event in stored.events:
+            sink.feed(event)
+        return self._placed(sink.agent, stored.header.get("wrapped"))
+
+    def _placed(self, name: str | None, wrapped: WrappedInfo | None) -> ChildDriver:
+        """The agent named `name` (the log's last turn's or move's), else the one with the
+        header's command, else the default."""
+        driver = self.drivers.get(name or "")
+        if driver is not None:
+            return driver
+        command = wrapped.get("command") if wrapped is not None else None
+        return next((d for d in self.drivers.values() if d.config.command == command), self.default)
+
+    def _adopt(self, opened: Opened) -> WrappedTurns:
+        sink = opened.sink
+        assert isinstance(sink, AgentOfLog)
         header = opened.log.header
-        ws = WrappedSession(self, opened.log, header["cwd"], [], header.get("additionalDirectories"))
-        assert isinstance(opened.sink, CommandsOfLog)
-        ws.commands = opened.sink.theirs
-        return ws
+        wrapped = header.get("wrapped")
+        last = wrapped.get("sessionId") if wrapped is not None else None
+        driver, carried = self.default, False
+        if self.mover is not None:
+            name = sink.agent
+            if name is not None and name not in self.drivers:
+                log.warning("session %s: its agent %r is not configured here: placed in the default, %r",
+                            header["id"], name, self.default.name)
+            driver = self._placed(name, wrapped)
+            if sink.moved:  # its child sessions are its moves' (a fresh one is seeded)
+                last, carried = sink.session_of(driver.name, list(driver.config.command), header), True
+        state = State(driver.name, Unplaced(last))
+        ws = WrappedSession(opened.log, header["cwd"], state, [], header.get("additionalDirectories"),
+                            commands=sink.theirs, carried=carried)
+        return WrappedTurns(ws, self)
 
     async def open_session(self, session_id: str, params: Mapping[str, Any], send: Send | None,
-                           live: WrappedSession | None) -> tuple[WrappedSession, RepairReport]:
+                           live: WrappedTurns | None) -> tuple[WrappedTurns, RepairReport]:
         assert self._opener is not None
         return await self._opener(session_id, params, send, live)
 
-    async def attach(self, session: WrappedSession, params: Mapping[str, Any]) -> OpenAnswer:
-        session.cwd, session.mcp_servers = params["cwd"], params.get("mcpServers") or []
+    async def attach(self, session: WrappedTurns, params: Mapping[str, Any]) -> OpenAnswer:
+        ws = session.session
+        ws.cwd, ws.mcp_servers = params["cwd"], params.get("mcpServers") or []
         extra = params.get("additionalDirectories")
         if isinstance(extra, list):
-            session.additional_directories = extra
-        restored, result, seeded = await self.place(session)
-        offer(self.host.peer, session, self.commands_of(session.id))
-        fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
-        return OpenAnswer(fields, meta=obj(result.get("_meta")), ours={"wrapped": {"restored": restored, **seeded}})
-
-    # --- the editor's other methods --------------------------------------------------
-
-    async def initialize(self, **params: Any) -> dict[str, Any]:
-        link = await self.ensure_link()
-        self.init_params = params
-        result = self._took_init(await link.call("initialize", params))
-        caps = dict(self.child_caps)
-        caps["loadSession"] = True
-        caps["sessionCapabilities"] = {**obj(caps.get("sessionCapabilities")),
-                                       "list": {}, "resume": {}, "close": {}, "delete": {}, "fork": {}}
-        result["agentCapabilities"] = caps
-        meta = obj(result.get("_meta"))
-        ours = obj(meta.get("acpBridge"))
-        result["_meta"] = {**meta, "acpBridge": {**ours, "wrapped": {"agentInfo": self.child_info}}}
-        return result
+            ws.additional_directories = extra
+        placing = await self.child_of(ws).place(session)
+        offer(self.host.peer, ws, self.commands_of(ws.id))
+        fields = {k: v for k, v in placing.result.items() if k not in ("sessionId", "_meta")}
+        return OpenAnswer(self._offered(session, fields), meta=obj(placing.result.get("_meta")),
+                          ours={"wrapped": self._made(session, {"restored": placing.way, **placing.seeded})})
 
     async def forward(self, method: str, params: Any, is_request: bool) -> Any:
-        """Any other method of the editor: passed on, the session id mapped both ways
-        (in the params, and in the result the child answers with)."""
-        ws = self.host.find(params.get("sessionId")) if isinstance(params, dict) else None
-        link = await self.ensure_link(ws)
-        if ws is not None:
-            link, child_sid = await self.child_session(ws)
-            params = {**params, "sessionId": child_sid}
+        """Any other method of the editor: passed on to the agent of the session it
+        names (the default without one), the session id mapped both ways (in the params,
+        and in the result the child answers with); a switch of the `agent` option is a
+        move (acp_bridge.wrap.moves)."""
+        turns = self.host.find(params.get("sessionId")) if isinstance(params, dict) else None
+        mover = self.mover
+        if turns is not None and mover is not None and method == "session/set_config_option" \
+                and mover.is_ours(turns, params.get("configId")):
+            if not is_request:
+                log.info("session %s: a switch of its agent sent as a notification: ignored", turns.id)
+                return None
+            return await self._move(turns, params.get("value"))
+        driver = self.child_of(turns.session) if turns is not None else self.default
+        link = await driver.ensure_link(turns)
+        if turns is None:
+            if not is_request:
+                link.notify(method, params)
+                return None
+            return await link.call(method, params)
+        link, child_sid = await driver.child_session(turns)
+        params = {**params, "sessionId": child_sid}
         if not is_request:
             link.notify(method, params)
             return None
         result = await link.call(method, params)
-        if ws is None:
-            return result
-        took_setting(ws, method, params, result)
-        return mapped_session(result, child_sid, ws.id)
+        took_setting(turns.session, method, params, result)
+        result = mapped_session(result, child_sid, turns.id)
+        if method == "session/set_config_option" and isinstance(result, dict):
+            result = self._offered(turns, result)
+        return result
+
+    async def _move(self, turns: WrappedTurns, name: Any) -> dict[str, Any]:
+        """`session/set_config_option` of the `agent` option: the move's answer, then the
+        commands offered again when the source's are gone."""
+        assert self.mover is not None
+        ws = turns.session
+        had = ws.commands
+        answer = await self.mover.move(turns, name)
+        if had is not None and ws.commands is None:  # the source's are gone; the target gave none
+            offer(self.host.peer, ws, self.commands_of(ws.id))
+        return answer
+
+    async def _move_in_turn(self, turns: WrappedTurns, name: str) -> str:
+        """`/agent NAME`: the move as the `agent` option makes it (recorded before the
+        command's turn, which then names the new agent), the editor shown the new
+        options and commands; the command's answer."""
+        assert self.mover is not None
+        ws = turns.session
+        had = ws.commands
+        answer = await self.mover.move(turns, name, in_command=True)
+        peer = self.host.peer
+        peer.notify_update(ws.id, {"sessionUpdate": "config_option_update", "configOptions": answer["configOptions"]})
+        if had is not None and ws.commands is None:  # the source's are gone; the target gave none
+            peer.notify_update(ws.id, commands_update(merged(None, self.commands_of(ws.id))))
+        return answer_text(answer, name)

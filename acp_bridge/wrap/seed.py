@@ -6,9 +6,9 @@ With `--seed-fresh` the wrapper sends it one `session/prompt` of its own: a text
 with a short preface and the conversation as text (per turn, the user's prompt and the
 agent's final text, from our log's model transcript, the last whole turns that fit
 `SEED_CHARS`). The exchange is the wrapper's: it is not recorded as a turn and not shown
-to the editor (the session is `restoring` and `seeding` meanwhile: the child's updates
-are dropped, a permission it asks for is answered `cancelled`, its other requests are
-refused, its notifications dropped: acp_bridge.wrap.children.kept_from_editor). Opt-in: it
+to the editor (the session is `Seeding` meanwhile: the child's updates are dropped, a
+permission it asks for is answered `cancelled`, its other requests are refused, its
+notifications dropped: acp_bridge.wrap.lifecycle, acp_bridge.wrap.upstream). Opt-in: it
 costs a model call of the wrapped agent.
 """
 
@@ -26,6 +26,7 @@ from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.wrap.link import ChildLink, obj
 from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.signals import SeedBegan, SeedEnded
 from session import SessionStore
 from session.events import Event
 from session.scan import Damage
@@ -115,15 +116,16 @@ async def seed(ws: WrappedSession, link: ChildLink, store: SessionStore) -> dict
     """Send the seed prompt to `ws`'s (fresh) child session; what the load answer's
     `_meta.acpBridge.wrapped` adds: `seeded`, `seedTurns`, `seedLeftOut`, `seedError`.
     Never raises for the child's failure (an error answer, its death): the load goes on."""
-    assert ws.child_sid is not None
+    child_sid = ws.state.child_sid
+    assert child_sid is not None
     await anyio.to_thread.run_sync(ws.log.flush)
     messages = await anyio.to_thread.run_sync(read_messages, store, ws.id)
     text = seed_text(messages)
     if text.turns == 0:
         return {"seeded": False, "seedTurns": 0}
-    params = {"sessionId": ws.child_sid, "prompt": [{"type": "text", "text": text.text}]}
+    params = {"sessionId": child_sid, "prompt": [{"type": "text", "text": text.text}]}
     out: dict[str, Any] = {"seedTurns": text.turns, "seedLeftOut": text.left_out}
-    ws.restoring = ws.seeding = True
+    ws.to(SeedBegan())
     done = False
     try:
         result = await link.call("session/prompt", params)
@@ -134,11 +136,11 @@ async def seed(ws: WrappedSession, link: ChildLink, store: SessionStore) -> dict
         log.warning("session %s: the wrapped agent failed the seed prompt: %s", ws.id, why)
         return {**out, "seeded": False, "seedError": why}
     finally:
-        ws.restoring = ws.seeding = False
+        ws.to(SeedEnded())
         if not done:  # our wait was cancelled (the editor cancelled the load): stop it
-            link.notify("session/cancel", {"sessionId": ws.child_sid})
+            link.notify("session/cancel", {"sessionId": child_sid})
     stop = obj(result).get("stopReason")
     if stop in ("cancelled", "refusal") or not isinstance(stop, str):
         return {**out, "seeded": False, "seedError": f"the wrapped agent ended the seed prompt with {stop!r}"}
-    log.info("session %s: seeded the fresh session %s with %d turn(s)", ws.id, ws.child_sid, text.turns)
+    log.info("session %s: seeded the fresh session %s with %d turn(s)", ws.id, child_sid, text.turns)
     return {**out, "seeded": True}

@@ -22,12 +22,11 @@ def start_child(argv: list[str]) -> Early:
 
 def serve(args: argparse.Namespace, early: Early | None = None) -> int:
     from acp_bridge import __version__
-    from acp_bridge.host.host import Engine, Host, StoreSpec
+    from acp_bridge.host.host import Host, StoreSpec
     from acp_bridge.host.stdio import configure_logging, serve_stdio
     from acp_bridge.host.tuning import ProcessTuning
     from acp_bridge.wrap.engine import WrapConfig, WrapEngine
-    from acp_bridge.wrap.sessions import WrappedSession
-    from acp_bridge.wrap.switch import SwitchEngine
+    from acp_bridge.wrap.turns import WrappedTurns
     from session import shown_store, store_location
 
     configure_logging(args.log_file, args.log_level)
@@ -41,11 +40,10 @@ def serve(args: argparse.Namespace, early: Early | None = None) -> int:
     shown = ", ".join(f"{c.name}={' '.join(c.command)}" for c in configs) if config.name else " ".join(config.command)
     print(f"acp-bridge {__version__}: wrapping {shown}, store {shown_store(config.store_dir)} "
           f"({config.backend})", file=sys.stderr, flush=True)
-    # `--agent`: several agents, a session handed between them (acp_bridge.wrap.switch);
+    # `--agent`: several agents, a session handed between them (acp_bridge.wrap.moves);
     # the early child is the default agent's.
-    engine: Engine[WrappedSession] = SwitchEngine(configs, early=early) if config.name is not None \
-        else WrapEngine(config, early=early)
-    host: Host[WrappedSession] = Host(engine, StoreSpec(config.store_dir, config.backend), tuning=ProcessTuning())
+    engine = WrapEngine(configs, early=early)
+    host: Host[WrappedTurns] = Host(engine, StoreSpec(config.store_dir, config.backend), tuning=ProcessTuning())
 
     def not_started(exc: OSError) -> int:  # the child cannot be spawned
         print(f"acp-bridge: cannot run {config.command[0]!r}: {exc.strerror or exc}", file=sys.stderr)

@@ -29,29 +29,35 @@ from typing import Any, Final
 
 import anyio
 
+from acp_bridge.errors import RequestRefusedError
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.commands import their_commands
 from acp_bridge.wrap.link import ChildLink, permission_cancelled
 from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.signals import Act, ChildRequest, ChildUpdate, PermissionAnswered
+from acp_bridge.wrap.turns import WrappedTurns
 from session.items import config_set, wrapped_update
 
 log = logging.getLogger("acp_bridge.wrap.upstream")
 
 EARLY_SESSIONS: Final = 16  # child sessions whose early updates are held
 EARLY_UPDATES: Final = 256  # updates held per such session (more are dropped)
+PERMISSION: Final = "session/request_permission"
+CHILD_UPDATE: Final = ChildUpdate()
 
 
 class ChildSide:
-    """The handlers of the child's connection (one per wrapper, serving every run)."""
+    """The handlers of the child's connection (one per agent, serving every run)."""
 
-    def __init__(self, sessions: SessionMap, editor: Callable[[], Connection]) -> None:
+    def __init__(self, sessions: SessionMap, editor: Callable[[], Connection],
+                 shown: Callable[[WrappedSession, Any], Any]) -> None:
         self._sessions = sessions
         self._editor = editor
         self._early: OrderedDict[str, list[Any]] = OrderedDict()
-        # What the editor is shown of an update, if not the update as the child sent it
-        # (`wrap --agent`: our `agent` option added to the child's config options).
-        self.shown: Callable[[WrappedSession, Any], Any] | None = None
+        # What the editor is shown of an update (the wrapper's commands added to the
+        # child's list; `wrap --agent`: our `agent` option added to its config options).
+        self._shown = shown
 
     def inline(self) -> dict[str, Inline]:
         return {"session/update": self.on_update}
@@ -72,15 +78,16 @@ class ChildSide:
         if self._sessions.is_stuck(child_sid):  # of a turn the wrapper ended (the cancel grace)
             self._sessions.drop(child_sid, "updates")
             return
-        ws = self._sessions.of_child(child_sid)
-        if ws is None:
+        turns = self._sessions.of_child(child_sid)
+        if turns is None:
             self._hold(child_sid, params)
             return
-        if ws.restoring:
-            return  # the child's own replay of a session we replayed from our log
+        ws = turns.session
+        if Act.RECORD not in ws.to(CHILD_UPDATE):
+            return  # the child's own replay of a session we replayed from our log, or the seed's
         update = params.get("update")
         self.record(ws, update)
-        self._editor().notify_update(ws.id, update if self.shown is None else self.shown(ws, update))
+        self._editor().notify_update(ws.id, self._shown(ws, update))
 
     def record(self, ws: WrappedSession, update: Any) -> None:
         """Append what `update` means to the session's log (not sent: the caller does)."""
@@ -121,19 +128,34 @@ class ChildSide:
 
     def adopt(self, ws: WrappedSession) -> None:
         """`ws` is now bound to its child session: its early updates go through."""
-        held = self._early.pop(ws.child_sid or "", None)
+        held = self._early.pop(ws.state.child_sid or "", None)
         for params in held or ():
             self.on_update(params)
 
     # --- requests and other notifications --------------------------------------------
 
     async def on_message(self, link: ChildLink, method: str, params: Any, is_request: bool) -> Any:
-        ws = self._sessions.of_child(params.get("sessionId")) if isinstance(params, dict) else None
+        child_sid = params.get("sessionId") if isinstance(params, dict) else None
+        if self._sessions.is_stuck(child_sid):
+            self._sessions.drop(child_sid, method)
+            return kept(method, is_request, "cancelled", "after acp-bridge ended the session's turn")
+        turns = self._sessions.of_child(child_sid)
+        if turns is None:
+            acts: tuple[Act, ...] = (Act.ASK_EDITOR,)
+        else:
+            acts = turns.session.to(ChildRequest(permission=method == PERMISSION))
+        if Act.KEEP_FROM_EDITOR in acts:
+            assert turns is not None
+            log.info("session %s: %s of the wrapped agent while seeding: kept from the editor", turns.id, method)
+            return kept(method, is_request, "seeding", "while acp-bridge seeds the session")
+        ws = turns.session if turns is not None else None
         out = {**params, "sessionId": ws.id} if ws is not None else params
         editor = self._editor()
         if not is_request:
             editor.notify(method, out)
             return None
+        if Act.ANSWER_CANCELLED in acts:  # a permission asked after the editor's cancel was read
+            return permission_cancelled()
 
         async def ask() -> Any:
             if ws is not None and not ws.log.closed:
@@ -142,13 +164,15 @@ class ChildSide:
                 self._asking(ws, method, params)
                 await anyio.to_thread.run_sync(ws.log.sync)
             result = await editor.request(method, out)  # its error is relayed as it came (ClientError)
-            return mapped_session(result, ws.id, ws.child_sid) if ws is not None and ws.child_sid else result
+            child_sid = ws.state.child_sid if ws is not None else None
+            return mapped_session(result, ws.id, child_sid) if ws is not None and child_sid else result
 
-        if method == "session/request_permission" and ws is not None and ws.recorder is not None:
-            return await self._ask_permission(ws, link, params, ask)
+        if Act.RECORD_PERMISSION in acts:
+            assert turns is not None
+            return await self._ask_permission(turns, link, params, ask)
         return await link.guarded(ask)
 
-    async def _ask_permission(self, ws: WrappedSession, link: ChildLink, params: dict[str, Any],
+    async def _ask_permission(self, turns: WrappedTurns, link: ChildLink, params: dict[str, Any],
                               ask: Callable[[], Awaitable[Any]]) -> Any:
         """A permission request of the running turn: the editor's answer, recorded,
         unless the editor cancelled the turn before that answer was acted on (its
@@ -156,15 +180,21 @@ class ChildSide:
         this task runs after). The child is then answered `cancelled`, as ACP has a
         client answer the permission requests of a cancelled turn, and nothing is
         recorded: the cancel wins, as in our own agent (docs/wrap.md)."""
-        if ws.cancelling:
-            return permission_cancelled()
+        result: Any = None
         with anyio.CancelScope() as scope:
-            ws.asking.add(scope)
+            turns.asking.add(scope)
             try:
                 result = await link.guarded(ask)
             finally:
-                ws.asking.discard(scope)
-        if scope.cancelled_caught or ws.cancelling:
+                turns.asking.discard(scope)
+        ws = turns.session
+        tool_call = params.get("toolCall")
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        # The editor ended the turn through its answer, not a session/cancel: the turn
+        # says so, as our own agent's does (docs/protocol.md).
+        cancelled = (isinstance(tool_call, dict) and isinstance(outcome, dict) and outcome.get("outcome") == "cancelled"
+                     and ws.recorder is not None and ws.recorder.open and not ws.log.closed)
+        if Act.ANSWER_CANCELLED in ws.to(PermissionAnswered(cancelled=cancelled, interrupted=scope.cancelled_caught)):
             return permission_cancelled()
         self._permission(ws, params, result)
         return result
@@ -176,7 +206,7 @@ class ChildSide:
         recorder = ws.recorder
         if recorder is None or not recorder.open:
             return
-        tool_call = params.get("toolCall") if method == "session/request_permission" else None
+        tool_call = params.get("toolCall") if method == PERMISSION else None
         items = recorder.asking(tool_call if isinstance(tool_call, dict) else None)
         if items:
             ws.log.extend(items)
@@ -188,13 +218,20 @@ class ChildSide:
             return
         tool_call, outcome = params.get("toolCall"), result.get("outcome")
         if isinstance(tool_call, dict) and isinstance(outcome, dict):
-            if outcome.get("outcome") == "cancelled" and ws.cancelled_by is None:
-                # The editor ended the turn through its answer, not a session/cancel:
-                # the turn says so, as our own agent's does (docs/protocol.md).
-                ws.cancelled_by = "session/request_permission"
             items = recorder.permission(tool_call, outcome)
             if items:
                 ws.log.extend(items)
+
+
+def kept(method: str, is_request: bool, code: str, why: str) -> Any:
+    """What the child is answered for a message kept from the editor (of a stuck session,
+    or of one being seeded): a permission `cancelled`, another request refused, a
+    notification dropped."""
+    if not is_request:
+        return None
+    if method == PERMISSION:
+        return permission_cancelled()
+    raise RequestRefusedError(f"{method} is not available {why}", code=code)
 
 
 def mapped_session(result: Any, ours: str, theirs: str) -> Any:
