@@ -16,7 +16,7 @@ usage"), on the shared machinery of acp_bridge.host.commands.
 - `/fork [N]` forks the session as `session/fork` does (acp_bridge.host.fork, through
   the engine's `fork`: the agent's own fork, else a fresh session seeded); the fork is
   open in the wrapper, its agent session kept for the editor's `session/load`. `/agent`
-  (wrap --agent with more than one agent) is acp_bridge.wrap.switch's.
+  (wrap --agent with more than one agent) moves the session (acp_bridge.wrap.moves).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def wrapper_fork(host: Sessions[WrappedTurns], sid: str) -> Command:
 
 def agent_command(names: Sequence[str], current: Callable[[], str],
                   switch: Callable[[str], Awaitable[str]]) -> Command:
-    """`/agent [NAME]` (`wrap --agent` with more than one agent: acp_bridge.wrap.switch):
+    """`/agent [NAME]` (`wrap --agent` with more than one agent: acp_bridge.wrap.moves):
     without a name, the agents and the `current` one; with one, `switch` to it (its
     answer's text). An unknown name is the command's error."""
     async def run(given: str) -> Outcome:
