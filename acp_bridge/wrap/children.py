@@ -30,7 +30,14 @@ from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.wrap.lifecycle import restore_ways
 from acp_bridge.wrap.link import Call, ChildLink, obj
 from acp_bridge.wrap.sessions import WrappedSession
-from acp_bridge.wrap.signals import Act, Bound, LateAnswer, RestoreBegan, RestoreRefused
+from acp_bridge.wrap.signals import (
+    Act,
+    Bound,
+    LateAnswer,
+    RestoreAbandoned,
+    RestoreBegan,
+    RestoreRefused,
+)
 from acp_bridge.wrap.state import Way
 from acp_bridge.wrap.turns import WrappedTurns
 from session.fork import ForkPlan
@@ -132,8 +139,8 @@ async def restore(turns: WrappedTurns, link: ChildLink, caps: dict[str, Any],
             log.info("the wrapped agent refused %s of %s (%s): trying the next way", method, last,
                      to_rpc_error(exc).message)
             continue
-        except BaseException:
-            ws.to(RestoreRefused())
+        except BaseException as exc:
+            _stopped(ws, exc, sessions)
             raise
         ws.to(Bound(last, generation, ws.state.agent))
         ws.took_state(result)
@@ -142,14 +149,25 @@ async def restore(turns: WrappedTurns, link: ChildLink, caps: dict[str, Any],
     try:
         result = await link.call("session/new", ws.session_params())
         child_sid = new_session_id(result)
-    except BaseException:
-        ws.to(RestoreRefused())
+    except BaseException as exc:
+        _stopped(ws, exc, sessions)
         raise
     sessions.bind(turns, child_sid)
     ws.to(Bound(child_sid, generation, ws.state.agent))
     ws.took_state(result)
     log.info("session %s: a fresh session %s in the wrapped agent", ws.id, child_sid)
     return "fresh", result
+
+
+def _stopped(ws: WrappedSession, exc: BaseException, sessions: SessionMap) -> None:
+    """A restore that did not end: refused (the child died, or answered nonsense), or
+    abandoned (our wait was cancelled: the child may still be at it)."""
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        ws.to(RestoreRefused())
+    elif Act.STICK in ws.to(RestoreAbandoned()):
+        child_sid = ws.state.child_sid
+        assert child_sid is not None
+        sessions.stuck[child_sid] = Call("restore")  # never answered: until the child's restart
 
 
 def new_session_id(result: Any, method: str = "session/new") -> str:

@@ -37,7 +37,7 @@ from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import Bound
 from acp_bridge.wrap.spawn import Early
-from acp_bridge.wrap.state import State, Way
+from acp_bridge.wrap.state import State, Stuck, Way
 from acp_bridge.wrap.turns import WrappedTurns
 from acp_bridge.wrap.upstream import ChildSide
 from session import SessionStore
@@ -197,17 +197,24 @@ class ChildDriver:
         """The child's session for `turns`' session on its current run (restored if it
         has none there, and a fresh one if it is stuck in a turn the wrapper ended)."""
         link = await self.ensure_link(turns)
-        child_sid = turns.session.state.placed_on(link.generation)
-        if child_sid is None or self.sessions.is_stuck(child_sid):
-            await self._restore(turns, link)
-            child_sid = turns.session.state.placed_on(link.generation)
+        state = turns.session.state
+        child_sid = state.bound_on(link.generation)
+        if child_sid is None or isinstance(state.place, Stuck) or self.sessions.is_stuck(child_sid):
+            async with turns.restoring:  # one restore at a time: a second caller finds it done
+                state = turns.session.state
+                child_sid = state.bound_on(link.generation)
+                if child_sid is None or isinstance(state.place, Stuck) or self.sessions.is_stuck(child_sid):
+                    await self._restore(turns, link)
+                    child_sid = turns.session.state.bound_on(link.generation)
         assert child_sid is not None
         return link, child_sid
 
     async def place(self, turns: WrappedTurns) -> Placing:
         """Give the session a session on this child's current run (the child started if
-        need be)."""
-        return await self._restore(turns, await self.ensure_link(turns))
+        need be): a load's and a move's, even if it has one there."""
+        link = await self.ensure_link(turns)
+        async with turns.restoring:
+            return await self._restore(turns, link)
 
     async def _restore(self, turns: WrappedTurns, link: ChildLink) -> Placing:
         """`restore`, then the seed prompt when `seeds` says so."""

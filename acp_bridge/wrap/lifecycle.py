@@ -44,6 +44,7 @@ from acp_bridge.wrap.signals import (
     Prompted,
     Reached,
     ReachFailed,
+    RestoreAbandoned,
     RestoreBegan,
     RestoreRefused,
     SeedBegan,
@@ -187,7 +188,8 @@ def _grace_over(s: State, e: GraceOver) -> Step:
     # It was not reached in time (a start, an `initialize`, a restore that hangs): the
     # child is restarted at its next use, and the session restored again then.
     before = (A.RECORD_PROMPT,) if turn.stage == "starting" else NOTHING
-    return _end(s, "forced", *before, A.OVERDUE, place=Unplaced(s.child_sid))
+    place = s.place if isinstance(s.place, Stuck) else Unplaced(s.child_sid)
+    return _end(s, "forced", *before, A.OVERDUE, place=place)
 
 
 def _interrupted(s: State, e: Interrupted) -> Step:
@@ -283,6 +285,17 @@ def _restore_refused(s: State, e: RestoreRefused) -> Step:
     return Step(replace(s, place=Unplaced(place.last)), NOTHING)
 
 
+def _restore_abandoned(s: State, e: RestoreAbandoned) -> Step:
+    place = s.place
+    if not isinstance(place, Restoring):
+        raise _illegal(s, e)
+    if place.child_sid is None:  # a fresh one it may still make: never ours
+        return Step(replace(s, place=Unplaced(place.last)), NOTHING)
+    # It may still be loading or resuming it: what it sends of it is dropped until it is
+    # restarted (it never answers now), and the next use gives the session a fresh one.
+    return Step(replace(s, place=Stuck(place.child_sid, place.generation)), (A.STICK,))
+
+
 def _bound(s: State, e: Bound) -> Step:
     return Step(replace(s, agent=e.agent, place=Placed(e.child_sid, e.generation)), NOTHING)
 
@@ -332,7 +345,7 @@ _RULES: Final[dict[type[Any], Callable[[State, Any], Step]]] = {
     Answered: _answered, GraceOver: _grace_over, Interrupted: _interrupted, Finished: _finished,
     Cancel: _cancel, Stop: _stop, Close: _close, ChildUpdate: _child_update, ChildRequest: _child_request,
     PermissionAnswered: _permission_answered, LateAnswer: _late_answer, RestoreBegan: _restore_began,
-    RestoreRefused: _restore_refused, Bound: _bound, SeedBegan: _seed_began, SeedEnded: _seed_ended,
+    RestoreRefused: _restore_refused, RestoreAbandoned: _restore_abandoned, Bound: _bound, SeedBegan: _seed_began, SeedEnded: _seed_ended,
     SwitchAsked: _switch_asked, Moved: _moved, MoveFailed: _move_failed,
 }
 

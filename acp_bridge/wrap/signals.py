@@ -5,7 +5,8 @@ lifecycle").
 Events come from the editor (`Prompted`, `Cancel`, `Stop`, `Close`, `SwitchAsked`), the
 child (`ChildUpdate`, `ChildRequest`, `Answered`, `LateAnswer`, `PermissionAnswered`) and
 the driver's own waits and timers (`Began`, `Reached`, `ReachFailed`, `Asking`,
-`GraceOver`, `Interrupted`, `Finished`, `RestoreBegan`, `RestoreRefused`, `Bound`,
+`GraceOver`, `Interrupted`, `Finished`, `RestoreBegan`, `RestoreRefused`,
+`RestoreAbandoned`, `Bound`,
 `SeedBegan`, `SeedEnded`, `Moved`, `MoveFailed`). `Act`s are what the driver then
 performs, in order.
 
@@ -139,6 +140,12 @@ class RestoreRefused:
 
 
 @dataclass(frozen=True, slots=True)
+class RestoreAbandoned:
+    """The wait for the child's load, resume or new session was stopped (a cancel's
+    grace, the editor's cancel of its load): the child may still be at it."""
+
+
+@dataclass(frozen=True, slots=True)
 class Bound:
     """The child's session `child_sid` on the run `generation` of the agent `agent` is
     the session's."""
@@ -180,7 +187,7 @@ class MoveFailed:
 
 Event = (Prompted | Began | Reached | ReachFailed | Asking | Answered | GraceOver | Interrupted | Finished
          | Cancel | Stop | Close | ChildUpdate | ChildRequest | PermissionAnswered | LateAnswer | RestoreBegan
-         | RestoreRefused | Bound | SeedBegan | SeedEnded | SwitchAsked | Moved | MoveFailed)
+         | RestoreRefused | RestoreAbandoned | Bound | SeedBegan | SeedEnded | SwitchAsked | Moved | MoveFailed)
 
 
 class Act(enum.Enum):

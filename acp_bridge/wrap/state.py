@@ -148,7 +148,9 @@ class State:
     def child_sid(self) -> str | None:
         """The child's session id it is bound to (on any run), if any."""
         place = self.place
-        return place.last if isinstance(place, Unplaced) else place.child_sid
+        if isinstance(place, Unplaced | Restoring):
+            return place.child_sid if isinstance(place, Restoring) and place.child_sid else place.last
+        return place.child_sid
 
     def placed_on(self, generation: int) -> str | None:
         """Its child session id, if it is placed (and in step) on the run `generation`."""

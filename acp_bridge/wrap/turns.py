@@ -26,10 +26,11 @@ during the prompt closes the turn `interrupted`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final, Protocol
 
 import anyio
@@ -127,6 +128,7 @@ class WrappedTurns:
         self._stopping: anyio.CancelScope | None = None  # the running prompt's wait on the child
         self._waiting: anyio.CancelScope | None = None  # a wait on the child, until the grace
         self.move_done: anyio.Event | None = None  # set when a move of the session ends
+        self.restoring = anyio.Lock()  # held while the session is given a child session
         self._prompt: list[Any] = []
 
     @property
@@ -243,13 +245,17 @@ class WrappedTurns:
             await call.done.wait()
         return call.done.is_set()
 
-    def _grace(self) -> anyio.CancelScope:
+    @contextlib.contextmanager
+    def _grace(self) -> Iterator[anyio.CancelScope]:
         """A wait on the child that ends at the grace of the editor's cancel (`cancel`
         moves its deadline)."""
         turn = self.session.state.turn
-        scope = self._waiting = anyio.CancelScope(deadline=turn.deadline if isinstance(turn, Cancelling)
-                                                  else math.inf)
-        return scope
+        with anyio.CancelScope(deadline=turn.deadline if isinstance(turn, Cancelling) else math.inf) as waiting:
+            self._waiting = waiting
+            try:
+                yield waiting
+            finally:
+                self._waiting = None
 
     def _perform(self, recorder: TurnRecorder, acts: tuple[Act, ...]) -> None:
         for act in acts:

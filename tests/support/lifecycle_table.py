@@ -35,6 +35,7 @@ from acp_bridge.wrap.signals import (
     Prompted,
     Reached,
     ReachFailed,
+    RestoreAbandoned,
     RestoreBegan,
     RestoreRefused,
     SeedBegan,
@@ -101,6 +102,7 @@ PLACES: list[tuple[str, State]] = [
 ]
 PLACE_EVENTS: list[tuple[str, Event]] = [
     ("RestoreBegan", RestoreBegan("load", "c0", 1)), ("RestoreRefused", RestoreRefused()),
+    ("RestoreAbandoned", RestoreAbandoned()),
     ("Bound", Bound("c1", 1, "a")), ("SeedBegan", SeedBegan()), ("SeedEnded", SeedEnded()),
     ("LateAnswer", LateAnswer("c1", ok=True)), ("LateAnswer(error)", LateAnswer("c1", ok=False)),
     ("ChildUpdate", ChildUpdate()), ("ChildRequest", ChildRequest()),
