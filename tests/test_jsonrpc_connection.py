@@ -59,6 +59,37 @@ async def test_notify_update_writes_the_bytes_notify_writes(sid: str) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("sid", SESSION_IDS)
+async def test_an_update_after_the_answer_follows_it_in_one_write_with_notifys_bytes(sid: str) -> None:
+    """`notify_update_after_answer`: the session's update right behind the answer of the
+    request that asked for it, in the same write (the client reads both before its next
+    request), byte for byte the `session/update` `notify` writes; outside a request (a
+    notification's handler), at once."""
+    async def opens(**_: Any) -> dict[str, Any]:
+        for update in UPDATES:
+            conn.notify_update_after_answer(sid, update)
+        return {"sessionId": sid}
+
+    async def note(**_: Any) -> None:
+        conn.notify_update_after_answer(sid, UPDATES[0])
+
+    conn, reader, writer = connection({"opens": opens, "note": note})
+    await reader.send.send(line({"jsonrpc": "2.0", "id": 1, "method": "opens", "params": {}},
+                                {"jsonrpc": "2.0", "method": "note", "params": {}}))
+    reader.send.close()
+    await conn.serve()
+    expected, ended, plain = connection()
+    for update in [*UPDATES, UPDATES[0]]:
+        expected.notify("session/update", {"sessionId": sid, "update": update})
+    ended.send.close()
+    await expected.serve()
+    lines = bytes(writer.data).splitlines(keepends=True)
+    assert orjson.loads(lines[0]) == {"jsonrpc": "2.0", "result": {"sessionId": sid}, "id": 1}
+    assert b"".join(lines[1:]) == bytes(plain.data)
+    assert writer.writes <= 2  # the answer and its updates in one write (the note's may be its own)
+
+
+@pytest.mark.anyio
 async def test_everything_queued_goes_out_in_order_in_few_writes() -> None:
     conn, reader, writer = connection()
     for n in range(1000):

@@ -280,8 +280,7 @@ class FakeAgent(Engine[FakeSession]):
         for event in events:
             for update in self._updates(ctx, event):
                 if after_answer:
-                    peer.send_after_answer({"jsonrpc": "2.0", "method": "session/update",
-                                            "params": {"sessionId": sid, "update": update}})
+                    peer.notify_update_after_answer(sid, update)
                 else:
                     peer.notify_update(sid, update)
 
