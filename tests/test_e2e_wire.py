@@ -385,7 +385,7 @@ ANSWERED_WITH_THE_ID: list[tuple[dict[str, Any], int | None, str | None]] = [
 
 async def test_every_request_whose_id_can_be_read_is_answered_with_it(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
-        # Before the first `initialize` is answered (its own path, before jsonrpcserver).
+        # Before the first `initialize` is answered (its own member order).
         answer = await raw_call(agent, line(request(0, "initialize", None) | {"params": None}), 0, "initialize")
         assert code_of(answer) == -32602 and answer["error"]["data"]["field"] == "protocolVersion"
         await agent.initialize()
