@@ -7,6 +7,10 @@ persistence layer's family shares it):
     ├── SessionError            the session log and store (session/errors.py): not found,
     │                           locked, corrupt, version, store I/O, invalid id, ...; the
     │                           search index and its queries (search_index, search_query)
+    ├── IndexDamaged            the search index's own file is damaged: the indexer makes it
+    │                           again (session/errors.py; never a failure of a session)
+    ├── Rewound                 a log changed behind what the index read: the indexer reads
+    │                           it again (session/errors.py; likewise)
     ├── RpcError                a JSON-RPC error response as it goes on the wire
     │                           (acp_bridge.rpc.protocol: the connection's own refusals, and
     │                           what `to_rpc_error` makes of every other error)
@@ -26,8 +30,13 @@ persistence layer's family shares it):
     ├── RequestRefusedError     a request we do not serve now (the wrapped agent's while
     │                           acp-bridge seeds its session)
     │   └── ReplayError             the fake agent's recording cannot serve a prompt
+    ├── MethodNotFoundError     a request for a method this side does not serve at all
+    ├── ClientServiceError      a client's `fs/*` or `terminal/*` that failed (acp_bridge.client)
+    │   ├── ClientResourceNotFoundError   the file or terminal it names is not there
+    │   └── ClientParamsError             params the service cannot take
     ├── ModelSpecError          a `--model` spec that names no model we can make
     ├── ConfigError             a start-up value that cannot work (option, problem)
+    ├── PriceFileError          a price file that cannot be read as prices (acp_bridge.prices)
     ├── ToolError               a tool call the model should see fail
     │   └── NotTextError            a file that is not UTF-8 text (acp_bridge.tools.base)
     ├── ToolMachineryError      a tool failed in a way the model cannot act on
@@ -39,7 +48,9 @@ persistence layer's family shares it):
 
 Domain code raises these, never wire errors; each becomes a JSON-RPC error in one
 function, acp_bridge.host.errors.to_rpc_error (codes and `data.code` words:
-docs/protocol.md, "Errors"). Errors a wrapped agent answers are passed on as they came
+docs/protocol.md, "Errors"), which every connection is handed by its owner: the host's,
+the wrapper's link to its child, and a client's connection to its agent (chat, the
+snapshot driver, the demo). Errors a wrapped agent answers are passed on as they came
 (`ClientError` keeps the peer's error object whole: acp_bridge.host.errors.relayed).
 """
 
@@ -127,6 +138,32 @@ class ReplayError(RequestRefusedError):
     that differs from the recorded one (`details`: `code`, `recording`)."""
 
 
+class MethodNotFoundError(AcpBridgeError):
+    """A request for a method this side does not serve (-32601); `details`, if any, are
+    the error's `data` (the fake agent names the method)."""
+
+
+class ClientServiceError(AcpBridgeError):
+    """A request for a service a client offers its agent (`fs/*`, `terminal/*`) that
+    failed: -32603 with the message alone. A client's answers to its agent are a code
+    and words, no `data` (the agent hands the words to the model). `bug`: the failure is
+    not one we expected (an exception of the handler's own, in its own words); its
+    traceback is logged."""
+
+    def __init__(self, message: str, *, bug: bool = False) -> None:
+        super().__init__(message)
+        self.bug = bug
+
+
+class ClientResourceNotFoundError(ClientServiceError):
+    """The file or terminal a client service request names is not there (-32002)."""
+
+
+class ClientParamsError(ClientServiceError):
+    """Params a client service cannot take: names its handler does not have, a path
+    outside the workspace, a file that is not text (-32602)."""
+
+
 class AgentGone(AcpBridgeError):
     """The agent a client talks to exited (its stdout ended) before it answered."""
 
@@ -142,6 +179,11 @@ class ConfigError(AcpBridgeError):
         super().__init__(f"{option}: {problem}")
         self.option = option
         self.problem = problem
+
+
+class PriceFileError(AcpBridgeError, ValueError):
+    """A price file that cannot be read as prices (acp_bridge.prices): names the first
+    thing wrong; the start-up check makes it a ConfigError of `--prices`."""
 
 
 class ToolError(AcpBridgeError):

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from acp_bridge.errors import PriceFileError
 from session.events import ASSISTANT_MESSAGE, TURN_START
 
 # Cost figures are kept to this many decimals (a millionth of the currency's unit).
@@ -32,10 +33,6 @@ DIGITS = 6
 _PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
 _FIELDS = frozenset({*_PRICE_FIELDS, "input_includes_cache"})
 _CURRENCY = re.compile(r"[A-Z]{3}")
-
-
-class PriceFileError(ValueError):
-    """A price file that cannot be used: what is wrong, and where in the file."""
 
 
 @dataclass(frozen=True)

@@ -117,15 +117,17 @@ class AgentError(RuntimeError):
 
 class AgentProc:
     """One agent process and the raw NDJSON client that drives it (synchronous: one
-    request at a time, reading until its answer; the same code for every agent)."""
+    request at a time, reading until its answer; the same code for every agent). `cwd`:
+    where it runs (`python -m acp_bridge` runs the checkout there: bench/startup_compare.py)."""
 
-    def __init__(self, argv: list[str], stderr_path: Path, timeout: float, env: dict[str, str] | None = None) -> None:
+    def __init__(self, argv: list[str], stderr_path: Path, timeout: float, env: dict[str, str] | None = None,
+                 cwd: Path = ROOT) -> None:
         self.argv = argv
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "wb")  # noqa: SIM115 (closed in close())
         self.spawned = time.perf_counter()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, bufsize=0, cwd=ROOT, env=env)
+                                     stderr=self._stderr, bufsize=0, cwd=cwd, env=env)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._stdin: IO[bytes] = self.proc.stdin
         raw = cast(io.RawIOBase, self.proc.stdout)

@@ -137,3 +137,17 @@ class SearchQueryError(SessionError):
     """A search query that names nothing to find (only exclusions, or no word at all)."""
 
     code = "search_query"
+
+
+# Signals between the search index and its indexer, caught by the indexer: not
+# SessionErrors, which the indexer takes for a log it cannot read (the session is
+# listed as damaged), where these mean "make the index again" and "read the log again".
+
+
+class IndexDamaged(AcpBridgeError):
+    """The index itself is damaged (its database says so): the indexer makes it again."""
+
+
+class Rewound(AcpBridgeError):
+    """The log no longer holds what the index read up to (cut, replaced, rewritten):
+    the indexer reads it again from its start. Raised by a feed, caught by the indexer."""

@@ -27,7 +27,9 @@ from acp_bridge.cli.chat.render import (
 )
 from acp_bridge.cli.chat.stdio import LineInput
 from acp_bridge.client.methods import Terminals, read_text_file, write_text_file
-from acp_bridge.rpc.protocol import INTERNAL_ERROR, RpcError
+from acp_bridge.errors import ClientResourceNotFoundError, ClientServiceError
+from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.rpc.protocol import INTERNAL_ERROR
 from tests.support.acp_client import write_script
 
 CHAT = [sys.executable, "-m", "acp_bridge", "chat"]  # through the real entry, as a person runs it
@@ -388,11 +390,11 @@ async def test_client_terminal_without_a_limit_keeps_everything_and_reports_spaw
         assert not output["truncated"] and output["output"].startswith("X=1\n1\n")
         assert output["output"].endswith("\n19999\n20000\n")
         await terminals.release(terminalId=tid)
-        with pytest.raises(RpcError, match="unknown terminal"):
+        with pytest.raises(ClientResourceNotFoundError, match="unknown terminal"):
             await terminals.output(terminalId=tid)
-        with pytest.raises(RpcError, match="cannot start /no/such/program") as failed:
+        with pytest.raises(ClientServiceError, match="cannot start /no/such/program") as failed:
             await terminals.create(sessionId="s", command="/no/such/program", cwd=str(tmp_path))
-        assert failed.value.code == INTERNAL_ERROR
+        assert to_rpc_error(failed.value).code == INTERNAL_ERROR
         tg.cancel_scope.cancel()
 
 

@@ -1,8 +1,9 @@
 """The client's connection to an agent child (acp_bridge.client.connection) and the
 stream adapters it reads and writes through (acp_bridge.rpc.transport): lines and the
 length guard over a child's stdout, a broken stdin as BrokenPipeError, the agent's
-requests served with the client's own error words, and our request failing with
-`AgentGone` when the agent exits before it answers."""
+requests served, their failures answered by the one conversion the owner hands the
+connection, and our request failing with `AgentGone` when the agent exits before it
+answers."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import anyio
 import pytest
 
 from acp_bridge.client.connection import AgentConnection
-from acp_bridge.errors import AgentGone
+from acp_bridge.errors import AgentGone, ClientServiceError, MethodNotFoundError
+from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc import StreamLineReader, StreamWriter
-from acp_bridge.rpc.protocol import ClientError, RpcError
+from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.rpc.transport import TooLong
 
 pytestmark = pytest.mark.anyio
@@ -69,11 +71,11 @@ async def test_the_agents_requests_are_served_and_ours_fails_when_it_exits() -> 
 
     async def serve(method: str, params: dict[str, Any]) -> Any:
         if method == "terminal/create":
-            raise ValueError("no terminals here")
+            raise ClientServiceError("no terminals here")
         return {"content": f"read {params['path']}"}
 
     async with await anyio.open_process(python(AGENT), **PIPES) as proc, anyio.create_task_group() as tg:
-        conn = AgentConnection(proc, serve, inline={"note": notes.append})
+        conn = AgentConnection(proc, serve, error_for=to_rpc_error, inline={"note": notes.append})
         tg.start_soon(conn.run)
         with anyio.fail_after(10), pytest.raises(AgentGone):
             await conn.request("session/prompt", {"sessionId": "s"})
@@ -85,8 +87,8 @@ async def test_the_agents_requests_are_served_and_ours_fails_when_it_exits() -> 
                             "params": {"sessionId": "s"}}
     assert sorted(note["answers"], key=lambda a: a["id"]) == [
         {"jsonrpc": "2.0", "id": 1, "result": {"content": "read /x"}},
-        # A failure of the client's own is answered in the exception's words.
-        {"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "ValueError: no terminals here"}}]
+        # A failure of the client's services is answered in its words, without data.
+        {"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "no terminals here"}}]
 
 
 async def test_the_agents_error_answer_is_a_client_error() -> None:
@@ -99,10 +101,10 @@ for line in sys.stdin:
 """
 
     async def serve(method: str, params: dict[str, Any]) -> Any:
-        raise RpcError(-32601, method)
+        raise MethodNotFoundError(method)
 
     async with await anyio.open_process(python(code), **PIPES) as proc, anyio.create_task_group() as tg:
-        conn = AgentConnection(proc, serve)
+        conn = AgentConnection(proc, serve, error_for=to_rpc_error)
         tg.start_soon(conn.run)
         with anyio.fail_after(10), pytest.raises(ClientError) as raised:
             await conn.request("session/new", {})
@@ -119,11 +121,11 @@ sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"last":
 """
 
     async def serve(method: str, params: dict[str, Any]) -> Any:
-        raise RpcError(-32601, method)
+        raise MethodNotFoundError(method)
 
     for _ in range(5):
         async with await anyio.open_process(python(code), **PIPES) as proc, anyio.create_task_group() as tg:
-            conn = AgentConnection(proc, serve)
+            conn = AgentConnection(proc, serve, error_for=to_rpc_error)
             tg.start_soon(conn.run)
             with anyio.fail_after(10):
                 assert await conn.request("session/close", {}) == {"last": True}

@@ -385,7 +385,7 @@ ANSWERED_WITH_THE_ID: list[tuple[dict[str, Any], int | None, str | None]] = [
 
 async def test_every_request_whose_id_can_be_read_is_answered_with_it(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
-        # Before the first `initialize` is answered (its own path, before jsonrpcserver).
+        # Before the first `initialize` is answered (its own member order).
         answer = await raw_call(agent, line(request(0, "initialize", None) | {"params": None}), 0, "initialize")
         assert code_of(answer) == -32602 and answer["error"]["data"]["field"] == "protocolVersion"
         await agent.initialize()
@@ -448,6 +448,38 @@ async def test_unknown_methods(tmp_path: Path) -> None:
             answer = await raw_call(agent, line(request(rid, method, {})), rid)
             assert code_of(answer) == -32601 and answer["id"] == rid, (method, answer)
         await still_works(agent)
+
+
+def loaded_at_exit(marker: Path) -> list[str]:
+    """The agent's command line after the interpreter: the agent, which writes at its
+    exit whether jsonrpcserver was imported to `marker`."""
+    return ["-c", "import atexit, sys\n"
+                  f"atexit.register(lambda: open({str(marker)!r}, 'w').write(str('jsonrpcserver' in sys.modules)))\n"
+                  "from acp_bridge.cli.main import main\nsys.argv[0] = 'acp-bridge'\nsys.exit(main())\n"]
+
+
+@pytest.mark.parametrize("unknown", [False, True])
+async def test_jsonrpcserver_is_imported_only_for_what_nothing_of_ours_serves(tmp_path: Path, empty_work: Path,
+                                                                               unknown: bool) -> None:
+    """A session opened and used, notifications ours and nobody's: no jsonrpcserver
+    (and no jsonschema behind it) in the process. A request for an unknown method: the
+    library answers it, as it always has."""
+    marker = tmp_path / "loaded"
+    agent = AgentProcess(tmp_path / "store")
+    agent.command[1:3] = loaded_at_exit(marker)
+    async with agent:
+        await agent.initialize()
+        sid = await agent.new_session(empty_work)
+        await agent.notify("session/cancel", {"sessionId": sid})
+        await agent.notify("no/such_notification", {})
+        assert (await agent.prompt(sid, "hi"))["stopReason"] == "end_turn"
+        if unknown:
+            mark = len(agent.lines)
+            await raw_call(agent, line(request(9, "no/such_method", {})), 9)
+            assert agent.lines[mark:] == [b'{"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found",'
+                                          b'"data":"no/such_method"},"id":9}']
+    assert agent.returncode == 0
+    assert marker.read_text() == str(unknown)
 
 
 async def test_unknown_notifications_and_stray_responses_are_ignored(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ identical to jsonrpcserver's own dispatch, byte for byte, and the stream adapter
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ import orjson
 import pytest
 
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.rpc import current_request_id
+from acp_bridge.rpc import current_request_id, incoming
 from acp_bridge.rpc.connection import Connection
 from acp_bridge.rpc.protocol import UPDATE_HEAD, RpcError, invalid_params, valid_envelope
 from tests.support.rpc_pipes import FakeReader, FakeWriter, line
@@ -56,6 +57,37 @@ async def test_notify_update_writes_the_bytes_notify_writes(sid: str) -> None:
         assert fast.startswith(b'{"jsonrpc":"2.0","method":"session/update"')  # what clients match on
         assert fast.startswith(UPDATE_HEAD)
     assert [m["params"]["update"] for m in writer.messages()[::2]] == UPDATES
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sid", SESSION_IDS)
+async def test_an_update_after_the_answer_follows_it_in_one_write_with_notifys_bytes(sid: str) -> None:
+    """`notify_update_after_answer`: the session's update right behind the answer of the
+    request that asked for it, in the same write (the client reads both before its next
+    request), byte for byte the `session/update` `notify` writes; outside a request (a
+    notification's handler), at once."""
+    async def opens(**_: Any) -> dict[str, Any]:
+        for update in UPDATES:
+            conn.notify_update_after_answer(sid, update)
+        return {"sessionId": sid}
+
+    async def note(**_: Any) -> None:
+        conn.notify_update_after_answer(sid, UPDATES[0])
+
+    conn, reader, writer = connection({"opens": opens, "note": note})
+    await reader.send.send(line({"jsonrpc": "2.0", "id": 1, "method": "opens", "params": {}},
+                                {"jsonrpc": "2.0", "method": "note", "params": {}}))
+    reader.send.close()
+    await conn.serve()
+    expected, ended, plain = connection()
+    for update in [*UPDATES, UPDATES[0]]:
+        expected.notify("session/update", {"sessionId": sid, "update": update})
+    ended.send.close()
+    await expected.serve()
+    lines = bytes(writer.data).splitlines(keepends=True)
+    assert orjson.loads(lines[0]) == {"jsonrpc": "2.0", "result": {"sessionId": sid}, "id": 1}
+    assert b"".join(lines[1:]) == bytes(plain.data)
+    assert writer.writes <= 2  # the answer and its updates in one write (the note's may be its own)
 
 
 @pytest.mark.anyio
@@ -332,6 +364,62 @@ async def test_what_rpc_answers_itself_keeps_json_rpcs_member_order() -> None:
         b'{"jsonrpc":"2.0","id":4,"result":{"passed":"other"}}',
         b'{"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"not here"}}',
         b'{"jsonrpc":"2.0","id":6,"error":{"code":-32800,"message":"Request cancelled","data":{"code":"cancelled"}}}',
+    ]
+
+
+@pytest.mark.anyio
+async def test_no_message_we_serve_waits_for_jsonrpcservers_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """jsonrpcserver (jsonschema behind it: ~85 ms) is imported by the first message
+    nothing of ours serves, and only then: with its import held, `initialize`, the
+    requests and notifications after it, and a valid notification nobody serves are
+    all answered (in the member order they always had); a request for an unknown method
+    waits for it, and gets the library's answer."""
+    held, imports = threading.Event(), list[str]()
+    real = incoming._import_library
+
+    def held_import() -> Callable[[Any], Any]:
+        imports.append("jsonrpcserver")
+        held.wait(10)
+        return real()
+
+    monkeypatch.setattr(incoming, "_import_library", held_import)
+    noted: list[Any] = []
+
+    async def initialize(**_: Any) -> Any:
+        return {"protocolVersion": 1}
+
+    async def new(**_: Any) -> Any:
+        return {"sessionId": "s"}
+
+    async def note(**params: Any) -> None:
+        noted.append(params)
+
+    conn, reader, writer = connection({"initialize": initialize, "session/new": new, "note": note})
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve)
+            for message in [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+                            {"jsonrpc": "2.0", "method": "note", "params": {"n": 1}},
+                            {"jsonrpc": "2.0", "method": "no/such_notification", "params": {}},
+                            {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {}}]:
+                await reader.send.send(line(message))
+            while len(writer.messages()) < 2 or not noted:
+                await anyio.sleep(0.001)
+            assert imports == []  # none of them needed the library
+            await reader.send.send(line({"jsonrpc": "2.0", "id": 3, "method": "no/such_method", "params": {}}))
+            while not imports:
+                await anyio.sleep(0.001)
+            await anyio.sleep(0.05)
+            assert len(writer.messages()) == 2  # the unknown method waits for the library
+            held.set()
+            while len(writer.messages()) < 3:
+                await anyio.sleep(0.001)
+            reader.send.close()
+    assert imports == ["jsonrpcserver"] and noted == [{"n": 1}]
+    assert bytes(writer.data).splitlines() == [
+        b'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1}}',
+        b'{"jsonrpc":"2.0","result":{"sessionId":"s"},"id":2}',
+        b'{"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found","data":"no/such_method"},"id":3}',
     ]
 
 

@@ -66,8 +66,8 @@ async def serve(methods: dict[str, Callable[..., Any]], *writes: bytes, until: i
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(conn.serve)
-            # First jsonrpcserver is loaded, as after an agent's `initialize` (its
-            # answer to an invalid notification): no request below waits for it.
+            # First jsonrpcserver is loaded (its answer to an invalid notification):
+            # no request below waits for it.
             await reader.send.send(line({"jsonrpc": "1.0", "method": "warm/up"}))
             while not writer.messages():
                 await anyio.sleep(0.001)

@@ -170,8 +170,7 @@ class AgentEngine(Engine["LiveSession"]):
         """The session's slash commands, right after the answer that opens it (the
         client knows the session id by then)."""
         update = commands_update([c.available() for c in live.commands])
-        self.host.peer.send_after_answer({"jsonrpc": "2.0", "method": "session/update",
-                                          "params": {"sessionId": live.log.id, "update": update}})
+        self.host.peer.notify_update_after_answer(live.log.id, update)
 
     def _encoder(self, session_id: str) -> ReplayEncoder:
         return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter())

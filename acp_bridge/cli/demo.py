@@ -25,6 +25,7 @@ import orjson
 from acp_bridge.cli.safe_text import clean
 from acp_bridge.client.connection import AgentConnection
 from acp_bridge.errors import AgentGone
+from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.protocol import ClientError
 
 EXIT_WAIT = 10.0  # seconds the agent gets to exit after its stdin closes
@@ -35,7 +36,8 @@ class _Agent:
 
     def __init__(self, process: anyio.abc.Process) -> None:
         self.proc = process
-        self.conn = AgentConnection(process, self._permission, inline={"session/update": self._update})
+        self.conn = AgentConnection(process, self._permission, error_for=to_rpc_error,
+                                    inline={"session/update": self._update})
 
     @staticmethod
     def _update(params: Any) -> None:

@@ -362,7 +362,8 @@ def read_prices(value: str | None, backend: str, store: Path | str) -> Prices | 
     import tomllib
     from pathlib import Path
 
-    from acp_bridge.prices import PriceFileError, parse_prices
+    from acp_bridge.errors import PriceFileError
+    from acp_bridge.prices import parse_prices
 
     option = "--prices"
     if not value and os.environ.get("ACP_BRIDGE_PRICES"):

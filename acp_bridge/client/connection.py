@@ -8,7 +8,9 @@ its `$/cancel_request`), the notifications given `inline` handled in the reader,
 the order they arrive (an update is shown before the answer that follows it). Here is
 what a client adds: the agent's requests go to one `serve(method, params)`, a request
 of ours fails with `AgentGone` when the agent's output ends before its answer, and
-`stop` ends the child.
+`stop` ends the child. How a failure of `serve` is answered is the owner's to say: it
+hands the connection the one conversion of errors (acp_bridge.host.errors.to_rpc_error,
+which this layer cannot import), or a policy around it (the snapshot driver's).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import anyio.abc
 
 from acp_bridge.errors import AgentGone
 from acp_bridge.rpc.connection import Connection, Inline
-from acp_bridge.rpc.protocol import INTERNAL_ERROR, ErrorMapper, RpcError
+from acp_bridge.rpc.protocol import ErrorMapper
 from acp_bridge.rpc.transport import LineReader, StreamLineReader, StreamWriter, Writer
 
 DRAIN_S: Final = 2.0  # how long what is queued for the agent may take to be written before its stdin closes
@@ -35,24 +37,16 @@ def _gone() -> AgentGone:
     return AgentGone("the agent has exited")
 
 
-def own_words(exc: BaseException) -> RpcError:
-    """A client's error answer for a failure of one of its handlers: an RpcError as it
-    is, anything else in the exception's own words (the agent hands them to the model,
-    and the tool result shows them), not rpc's `internal error: ...`."""
-    if isinstance(exc, RpcError):
-        return exc
-    return RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
-
-
 class AgentConnection:
     """JSON-RPC with the agent `process` (started with pipes for stdin and stdout): its
-    requests to `serve`, its notifications in `inline` (others are ignored). `reader`
+    requests to `serve`, a failure of which `error_for` answers, its notifications in
+    `inline` (others are ignored). `reader`
     and `writer` stand in for the pipes' own adapters (a wrapper that records the
     traffic); `ids` are our request ids (rpc's `acp-bridge:N` by default). Run `run`
     in a task."""
 
-    def __init__(self, process: anyio.abc.Process, serve: Serve, *, inline: Mapping[str, Inline] | None = None,
-                 error_for: ErrorMapper = own_words, ids: Iterator[Any] | None = None,
+    def __init__(self, process: anyio.abc.Process, serve: Serve, *, error_for: ErrorMapper,
+                 inline: Mapping[str, Inline] | None = None, ids: Iterator[Any] | None = None,
                  reader: LineReader | None = None, writer: Writer | None = None) -> None:
         assert process.stdin is not None and process.stdout is not None
         self.process = process

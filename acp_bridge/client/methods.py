@@ -4,6 +4,10 @@ acp_bridge.tools.local_terminal), and the dispatch of the agent's requests to th
 to the client's permission question (`acp-bridge chat` asks it at the keyboard; the
 snapshot driver serves `terminal/*` from here too). Files are written atomically and
 commands run in their own process groups, the same way whichever side runs them.
+
+A failure is a domain error (acp_bridge.errors: `ClientServiceError` and its kinds,
+`MethodNotFoundError`), answered by the connection's owner through the one conversion
+(acp_bridge.host.errors.to_rpc_error, handed to the connection).
 """
 
 from __future__ import annotations
@@ -18,14 +22,14 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from acp_bridge.errors import ToolError
-from acp_bridge.rpc.protocol import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-    RESOURCE_NOT_FOUND,
-    RpcError,
+from acp_bridge.errors import (
+    ClientParamsError,
+    ClientResourceNotFoundError,
+    ClientServiceError,
+    MethodNotFoundError,
+    ToolError,
 )
+from acp_bridge.rpc.protocol import is_bug
 from acp_bridge.tools.base import ExitStatus
 from acp_bridge.tools.local import read_text, write_text
 from acp_bridge.tools.local_terminal import LocalTerminal, start_terminal
@@ -40,17 +44,17 @@ async def read_text_file(path: str, line: int | None = None, limit: int | None =
         return {"content": await anyio.to_thread.run_sync(read_text, Path(path), line, limit)}
     except ToolError as exc:
         if exc.code == "not_found":
-            raise RpcError(RESOURCE_NOT_FOUND, exc.message) from None
-        raise RpcError(INTERNAL_ERROR, f"cannot read {path}: {exc.message}") from None
+            raise ClientResourceNotFoundError(exc.message) from None
+        raise ClientServiceError(f"cannot read {path}: {exc.message}") from None
     except OSError as exc:
-        raise RpcError(INTERNAL_ERROR, f"cannot read {path}: {exc}") from None
+        raise ClientServiceError(f"cannot read {path}: {exc}") from None
 
 
 async def write_text_file(path: str, content: str, **_: Any) -> dict[str, Any]:
     try:
         await anyio.to_thread.run_sync(write_text, Path(path), content)
     except OSError as exc:
-        raise RpcError(INTERNAL_ERROR, f"cannot write {path}: {exc}") from None
+        raise ClientServiceError(f"cannot write {path}: {exc}") from None
     return {}
 
 
@@ -79,7 +83,7 @@ class Terminals:
                                             cwd=None if cwd is None else Path(cwd),
                                             output_byte_limit=outputByteLimit, env=environ)
         except OSError as exc:
-            raise RpcError(INTERNAL_ERROR, f"cannot start {command}: {exc}") from None
+            raise ClientServiceError(f"cannot start {command}: {exc}") from None
         terminal_id = f"term-{next(self._ids)}"
         self._items[terminal_id] = terminal
         return {"terminalId": terminal_id}
@@ -87,7 +91,7 @@ class Terminals:
     def _get(self, terminalId: str) -> LocalTerminal:
         terminal = self._items.get(terminalId)
         if terminal is None:
-            raise RpcError(RESOURCE_NOT_FOUND, f"unknown terminal {terminalId!r}")
+            raise ClientResourceNotFoundError(f"unknown terminal {terminalId!r}")
         return terminal
 
     async def output(self, terminalId: str, **_: Any) -> dict[str, Any]:
@@ -107,7 +111,7 @@ class Terminals:
     async def release(self, terminalId: str, **_: Any) -> dict[str, Any]:
         terminal = self._items.pop(terminalId, None)
         if terminal is None:
-            raise RpcError(RESOURCE_NOT_FOUND, f"unknown terminal {terminalId!r}")
+            raise ClientResourceNotFoundError(f"unknown terminal {terminalId!r}")
         await terminal.release()
         return {}
 
@@ -136,9 +140,17 @@ class ClientMethods:
     async def serve(self, method: str, params: dict[str, Any]) -> Any:
         handler = self._handlers.get(method)
         if handler is None:
-            raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+            raise MethodNotFoundError(f"method not found: {method}")
         try:
             inspect.signature(handler).bind(**params)
         except TypeError as exc:
-            raise RpcError(INVALID_PARAMS, f"invalid params for {method}: {exc}") from None
-        return await handler(**params)
+            raise ClientParamsError(f"invalid params for {method}: {exc}") from None
+        try:
+            return await handler(**params)
+        except (ClientServiceError, MethodNotFoundError):
+            raise
+        except Exception as exc:
+            # Any other failure is answered in the exception's own words (the agent
+            # hands them to the model, and the tool result shows them), not as an
+            # internal error; its traceback is logged if it says our code is wrong.
+            raise ClientServiceError(f"{type(exc).__name__}: {exc}", bug=is_bug(exc)) from exc

@@ -1,17 +1,25 @@
 """Domain errors as JSON-RPC errors: the one function where they become error
-responses (every connection a host or an engine makes is handed `to_rpc_error`).
+responses (every connection a host or an engine makes is handed `to_rpc_error`, and so
+is every client's connection to its agent, by its owner: chat, the snapshot driver, the
+demo; acp_bridge.client cannot import it, and needs no mapper of its own).
 
 Handlers let domain errors propagate (acp_bridge.errors: the `AcpBridgeError` tree);
 `to_rpc_error` turns each into a code, a message a person can act on, and `data` a
-program can read (`data.code` is always a stable word). An `RpcError` (the connection's
-own) passes through; anything else is a bug: -32603 `internal`.
+program can read (`data.code` is always a stable word). A client's answers to its
+agent are the exception: a code and words, no `data`, as clients have always answered
+(`ClientServiceError`). An `RpcError` (the connection's own) passes through; anything
+else is a bug: -32603 `internal`.
 """
 
 from __future__ import annotations
 
 from acp_bridge.errors import (
     AuthRequiredError,
+    ClientParamsError,
+    ClientResourceNotFoundError,
+    ClientServiceError,
     InvalidParamsError,
+    MethodNotFoundError,
     ModelSpecError,
     PromptInProgressError,
     RequestRefusedError,
@@ -22,6 +30,7 @@ from acp_bridge.rpc.protocol import (
     AUTH_REQUIRED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    METHOD_NOT_FOUND,
     RESOURCE_NOT_FOUND,
     SESSION_BUSY,
     SESSION_DAMAGED,
@@ -76,6 +85,14 @@ def to_rpc_error(exc: BaseException) -> RpcError:
         return RpcError(INTERNAL_ERROR, exc.message, {"code": exc.code, **exc.details})
     if isinstance(exc, RequestRefusedError):
         return RpcError(INTERNAL_ERROR, exc.message, dict(exc.details))
+    if isinstance(exc, ClientResourceNotFoundError):
+        return RpcError(RESOURCE_NOT_FOUND, exc.message)
+    if isinstance(exc, ClientParamsError):
+        return RpcError(INVALID_PARAMS, exc.message)
+    if isinstance(exc, ClientServiceError):
+        return RpcError(INTERNAL_ERROR, exc.message)
+    if isinstance(exc, MethodNotFoundError):
+        return RpcError(METHOD_NOT_FOUND, exc.message, dict(exc.details) or None)
     if isinstance(exc, ClientError):
         return relayed(exc)
     return internal_error(exc)

@@ -162,10 +162,16 @@ class Connection:
                 slot.append(("failed", error))
                 done.set()
 
-    def send_after_answer(self, message: Any) -> None:
-        """Queue `message` to go out right after the answer of the request this task
-        is handling (at once outside of one): what a recorded agent sent after it
-        answered (the fake agent's updates between turns)."""
+    def notify_update_after_answer(self, session_id: str, update: Any) -> None:
+        """Queue the `session/update` of `update` for `session_id` to go out right after
+        the answer of the request this task is handling (at once outside of one): a
+        session's commands after the answer that opens it (the client knows the session
+        id by then), what a recorded agent sent after it answered (the fake agent's
+        updates between turns). The envelope is rpc's, as every other message's."""
+        self._after_answer({"jsonrpc": "2.0", "method": "session/update",
+                            "params": {"sessionId": session_id, "update": update}})
+
+    def _after_answer(self, message: Any) -> None:
         request_id = current_request_id()
         if request_id is None:
             self.send(message)

@@ -6,18 +6,20 @@ method (our handler, or a proxy's `fallback` for a method we do not serve), call
 one place (`_outcome`, where an exception becomes an error through `error_for`, the
 one place that happens), and builds the response in one place
 (acp_bridge.rpc.protocol.response). jsonrpcserver answers, through its public API,
-what nothing of ours serves: an unknown method (-32601) and an invalid notification
-(-32600, id null). It is not on the path of the methods we serve: its method lookup,
-signature check and result objects cost ~14 µs a request (bench/README.md), more than
-the rest of a small request, so the lookup of our methods is a dict's; the responses
-of our methods keep the library's member order (see `response`).
+what nothing of ours serves: a request for an unknown method (-32601) and an invalid
+notification (-32600, id null); a valid notification nobody serves has no answer, and
+needs no library to say so. It is not on the path of the methods we serve: its method
+lookup, signature check and result objects cost ~14 µs a request (bench/README.md),
+more than the rest of a small request, so the lookup of our methods is a dict's.
 
-`initialize` is answered before jsonrpcserver is imported: its package loads jsonschema
-(~85 ms and ~10 MB of RSS) and an HTTP server we do not use (DESIGN.md section 1). The
-first `initialize` answer is queued at once, then the library is imported in a worker
-thread; a message before that imports it first. (Our methods do not need it any more:
-the wait is kept so that start-up, its memory and the answers' member order stay what
-they were; dropping it would answer `session/new` ~45 ms sooner.)
+Nor is its import: its package loads jsonschema (~85 ms and ~10 MB of RSS) and an HTTP
+server we do not use, so it is imported, in a worker thread, by the first message that
+needs it, and only then (a client that sends none never loads it); no message we serve
+waits for it (bench/README.md, "Issue 32"). The answers of our methods keep the member
+order they had when the library was loaded after the first message: the first
+`initialize`, answered before anything else, in JSON-RPC's order (`jsonrpc, id,
+result`), every later answer in the library's (`jsonrpc, result, id`; see `response`),
+so the bytes clients see are the ones they always saw.
 
 `$/cancel_request` is ours, never a handler's (`cancel`): it cancels the named request's
 task, which is answered -32800, unless the handler registered a hook with `on_cancel`
@@ -125,7 +127,10 @@ class Incoming:
         self.inline: dict[str, Inline] = {**(inline or {}), CANCEL_REQUEST: self._cancel_now}
         self._error_for = error_for  # exceptions -> error responses (the agent's own)
         self._inflight: dict[tuple[str, Any], _Call] = {}  # request key -> the request being answered
-        self._library: Callable[[Any], Any] | None = None  # jsonrpcserver, imported after initialize
+        self._library: Callable[[Any], Any] | None = None  # jsonrpcserver, imported when first needed
+        # Our handlers' answers go out in the library's member order from the first
+        # message on that is not the first `initialize` (see the module's docstring).
+        self._library_order = False
 
     def run_inline(self, message: Any) -> bool:
         """Handle an inline notification now (see `Inline`); False if `message` is not
@@ -170,18 +175,15 @@ class Incoming:
             fn, args, kwargs = self._fallback, (method, params, is_request), {}
         else:  # an unknown method, or a notification with params by position
             return await self._unserved(message)
-        # The first `initialize` is answered before the library is loaded, in JSON-RPC's
-        # member order; any other method waits for it, and its answer keeps the
-        # library's member order (see `response`), as when the library built them. A
-        # fallback's answers were never the library's.
-        direct = load = False
-        if fn is handler and self._library is None:
-            direct = is_request and not batched and method == "initialize"
-            load = not direct
+        # The first `initialize`, answered before anything else, in JSON-RPC's member
+        # order; every other answer of our handlers in the library's (see `response`).
+        # A fallback's answers were never the library's.
+        first = False
+        if fn is handler and not self._library_order:
+            first = is_request and not batched and method == "initialize"
+            self._library_order = True
         if not is_request:
             _current.set(None)  # a worker task serves one message after another
-            if load:
-                await self._load_library()
             result, error = await self._outcome(method, fn, args, kwargs)
             if error is not None:
                 log.info("notification %s failed: %s", method, error.message)
@@ -192,19 +194,12 @@ class Incoming:
         _current.set(call)
         try:
             with call.scope:
-                if load:
-                    await self._load_library()
                 result, error = await self._outcome(method, fn, args, kwargs)
         finally:
             self._inflight.pop(key, None)
         if call.scope.cancelled_caught:
             return response(request_id, error=RpcError(REQUEST_CANCELLED, "Request cancelled", {"code": "cancelled"}))
-        answer = response(request_id, result, error=error, library_order=fn is handler and not direct)
-        if direct:
-            self._send(answer)  # queued before the import that follows it
-            await self._load_library()
-            return None
-        return answer
+        return response(request_id, result, error=error, library_order=fn is handler and not first)
 
     async def _outcome(self, method: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
                        kwargs: dict[str, Any]) -> tuple[Any, RpcError | None]:
@@ -220,14 +215,14 @@ class Incoming:
     async def _unserved(self, message: Any) -> Any:
         """jsonrpcserver's answer to what none of ours serves, through its public
         `dispatch_to_serializable`: -32601 for an unknown method, -32600 (id null) for
-        an invalid notification, nothing for a valid one."""
-        library = self._library or await self._load_library()
-        return library(message)
-
-    async def _load_library(self) -> Callable[[Any], Any]:
+        an invalid notification; nothing for a valid notification, without the library
+        (it has no answer to give one)."""
+        self._library_order = True
+        if "id" not in message and valid_envelope(message):
+            return None
         if self._library is None:
             self._library = await anyio.to_thread.run_sync(_import_library)
-        return self._library
+        return self._library(message)
 
     def cancel(self, request_id: Any) -> bool:
         """Cancel the request `request_id` if it is being answered: its hook (see
@@ -263,17 +258,10 @@ def _checked(message: Any) -> Any:
     return message
 
 
-def preload_library() -> None:
-    """Import jsonrpcserver now, in a worker thread (anyio.to_thread), for a process
-    that is idle before its first request: the wrapper while its child boots, so the
-    import is not on the path of the editor's `session/new` (issue 23, start-up)."""
-    _import_library()
-
-
 def _import_library() -> Callable[[Any], Any]:
     """Import jsonrpcserver (and jsonschema behind it), in a worker thread: the one
-    place it is imported, after `initialize` is answered. Python's import lock keeps
-    two first messages from importing it twice."""
+    place it is imported, by the first message nothing of ours serves. Python's import
+    lock keeps two such messages from importing it twice."""
     from jsonrpcserver import dispatch_to_serializable
 
     def unserved(message: Any) -> Any:

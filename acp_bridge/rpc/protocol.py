@@ -249,8 +249,8 @@ def response(id_: Any, result: Any = None, *, error: RpcError | None = None,
     `result`, or `error`. The one place a response is built.
 
     Members come in JSON-RPC's order, `jsonrpc, id, result|error`, for what rpc has
-    always answered itself (`initialize` before jsonrpcserver is loaded, a proxy's
-    fallback, refused envelopes, cancels). With `library_order`, in the order
+    always answered itself (the first `initialize`, answered before anything else, a
+    proxy's fallback, refused envelopes, cancels). With `library_order`, in the order
     jsonrpcserver serializes them (`serialize_success`, `serialize_error`: `jsonrpc,
     result|error, id`), which every method's answer has carried since the library
     answered them: the bytes on the wire stay what clients have seen. Unlike the

@@ -24,16 +24,17 @@ import orjson
 
 from acp_bridge.client.connection import AgentConnection
 from acp_bridge.client.methods import ClientMethods
-from acp_bridge.errors import AgentGone, ScenarioError
-from acp_bridge.models.replay_models import MODELS_ENV as REPLAY_MODELS_ENV
-from acp_bridge.rpc.protocol import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-    RESOURCE_NOT_FOUND,
-    ClientError,
-    RpcError,
+from acp_bridge.errors import (
+    AgentGone,
+    ClientParamsError,
+    ClientResourceNotFoundError,
+    ClientServiceError,
+    MethodNotFoundError,
+    ScenarioError,
 )
+from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.models.replay_models import MODELS_ENV as REPLAY_MODELS_ENV
+from acp_bridge.rpc.protocol import ClientError, RpcError
 from acp_bridge.rpc.transport import LineReader, StreamLineReader, StreamWriter, TooLong, Writer
 from acp_bridge.snapshot.scenario import Scenario, Step
 
@@ -110,8 +111,8 @@ class AgentProcess:
         assert proc.stdout is not None and proc.stdin is not None
         tap = Tap(self.run.traffic, StreamLineReader(proc.stdout), StreamWriter(proc.stdin))
         # Our requests numbered 1, 2, 3, ... as an editor numbers them.
-        self.conn = AgentConnection(proc, self._answer, inline={"session/update": self._on_update},
-                                    error_for=_answers_or_fails, ids=itertools.count(1), reader=tap, writer=tap)
+        self.conn = AgentConnection(proc, self.answer_agent, inline={"session/update": self._on_update},
+                                    error_for=answers_or_fails, ids=itertools.count(1), reader=tap, writer=tap)
         tg.start_soon(self.conn.run)
         tg.start_soon(self._read_stderr)
 
@@ -126,7 +127,8 @@ class AgentProcess:
             self.cancel_after = None
             self.cancel()
 
-    async def _answer(self, method: str, params: dict[str, Any]) -> Any:
+    async def answer_agent(self, method: str, params: dict[str, Any]) -> Any:
+        """The client's answer to the agent's request `method` (the connection's `serve`)."""
         if method == "session/request_permission":
             answer = self.answers.pop(0) if self.answers else "cancelled"
             if answer == "cancel":
@@ -136,27 +138,27 @@ class AgentProcess:
             return self._file(method, params)
         if method.startswith("terminal/") and self.serves_terminal and self.client is not None:
             return await self.client.serve(method, params)
-        raise RpcError(METHOD_NOT_FOUND, f"the snapshot client serves no {method}")
+        raise MethodNotFoundError(f"the snapshot client serves no {method}")
 
     @staticmethod
     async def _no_permission(**_: Any) -> Any:
-        raise RpcError(INTERNAL_ERROR, "the snapshot client answers permissions itself")  # never routed here
+        raise ClientServiceError("the snapshot client answers permissions itself")  # never routed here
 
     def _file(self, method: str, params: dict[str, Any]) -> Any:
         """The client's files, for a scenario that advertises `fs`: the session's own
         folder only (the workspace copy), as an editor serves its open project."""
         path = Path(str(params.get("path", "")))
         if not path.resolve().is_relative_to(self.run.workspace):
-            raise RpcError(INVALID_PARAMS, f"{path} is outside the workspace")
+            raise ClientParamsError(f"{path} is outside the workspace")
         try:
             if method == "fs/write_text_file":
                 path.write_text(str(params.get("content", "")), encoding="utf-8")
                 return {}
             lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
         except OSError as exc:
-            raise RpcError(RESOURCE_NOT_FOUND, f"{path}: {exc.strerror}") from None
+            raise ClientResourceNotFoundError(f"{path}: {exc.strerror}") from None
         except UnicodeDecodeError:
-            raise RpcError(INVALID_PARAMS, f"{path} is not UTF-8 text") from None
+            raise ClientParamsError(f"{path} is not UTF-8 text") from None
         start = max(int(params.get("line") or 1) - 1, 0)
         limit = params.get("limit")
         return {"content": "".join(lines[start:start + limit] if limit else lines[start:])}
@@ -192,11 +194,12 @@ class AgentProcess:
         return f"; its stderr ends: {text[-500:]}" if text else ""
 
 
-def _answers_or_fails(exc: BaseException) -> RpcError:
-    """How the client answers a failure of its own: an RpcError is its answer; anything
-    else (a permission request without the option the scenario answers) ends the run."""
-    if isinstance(exc, RpcError):
-        return exc
+def answers_or_fails(exc: BaseException) -> RpcError:
+    """How the client answers a failure of its own: what its services refuse, as every
+    connection answers it (to_rpc_error); anything else (a permission request without
+    the option the scenario answers, a failure that says our code is wrong) ends the run."""
+    if isinstance(exc, ClientServiceError | MethodNotFoundError) and not exc.bug:
+        return to_rpc_error(exc)
     raise exc
 
 

@@ -36,14 +36,14 @@ from typing import Any
 import anyio
 
 from acp_bridge import __version__
-from acp_bridge.errors import InvalidParamsError, ReplayError
+from acp_bridge.errors import InvalidParamsError, MethodNotFoundError, ReplayError
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.models.recording import ReadLog
 from acp_bridge.models.replay import CHECK_ENV, RECORD_AGAIN, same_up_to_cwd
 from acp_bridge.rpc.connection import Fallback
-from acp_bridge.rpc.protocol import METHOD_NOT_FOUND, ClientError, Handler, RpcError
+from acp_bridge.rpc.protocol import ClientError, Handler
 from acp_bridge.snapshot.fake_recording import FakeRecording, permission_request, read_fake
 from session import Event, SessionLog, SessionNotFoundError
 from session.events import (
@@ -163,8 +163,8 @@ class FakeAgent(Engine[FakeSession]):
         if not is_request:
             return None
         served = sorted(m for m in self.host.methods() if not m.startswith("$/"))
-        raise RpcError(METHOD_NOT_FOUND, f"method not found: {method} (the fake agent serves {', '.join(served)})",
-                       {"method": method})
+        raise MethodNotFoundError(f"method not found: {method} (the fake agent serves {', '.join(served)})",
+                                  method=method)
 
     async def initialize(self, protocolVersion: int, **_: Any) -> dict[str, Any]:
         wrapped: dict[str, Any] = dict(self.header.get("wrapped") or {})
@@ -280,8 +280,7 @@ class FakeAgent(Engine[FakeSession]):
         for event in events:
             for update in self._updates(ctx, event):
                 if after_answer:
-                    peer.send_after_answer({"jsonrpc": "2.0", "method": "session/update",
-                                            "params": {"sessionId": sid, "update": update}})
+                    peer.notify_update_after_answer(sid, update)
                 else:
                     peer.notify_update(sid, update)
 

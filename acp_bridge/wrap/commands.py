@@ -81,8 +81,7 @@ def offer(peer: Connection, ws: WrappedSession, ours: Sequence[Command]) -> None
     """The commands of `ws` (the agent's as it last gave them, then ours), right after
     the answer that opens it (the editor knows the session id by then)."""
     update = commands_update(merged(ws.commands, ours))
-    peer.send_after_answer({"jsonrpc": "2.0", "method": "session/update",
-                            "params": {"sessionId": ws.id, "update": update}})
+    peer.notify_update_after_answer(ws.id, update)
 
 
 def wrapper_fork(host: Sessions[WrappedTurns], sid: str) -> Command:

@@ -31,7 +31,6 @@ from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, StoredOpener
 from acp_bridge.rpc.connection import Fallback
-from acp_bridge.rpc.incoming import preload_library
 from acp_bridge.rpc.protocol import Handler
 from acp_bridge.wrap.children import SessionMap, child_fork, child_source, fork_ask, new_session_id
 from acp_bridge.wrap.commands import (
@@ -104,17 +103,16 @@ class WrapEngine(Engine[WrappedTurns]):
 
     async def _prepare(self) -> None:
         """While the child boots (0.3-1 s for the SDK's echo agent), in a worker thread:
-        the store is opened (SQLite's connection and schema check sync the disk) and
-        jsonrpcserver imported, so neither is on the path of the editor's first
-        `session/new` (issue 23, start-up). A store that cannot be opened is left for
-        `session/new` to meet, and answer for, as before."""
+        the store is opened (SQLite's connection and schema check sync the disk), so it
+        is not on the path of the editor's first `session/new` (issue 23, start-up). A
+        store that cannot be opened is left for `session/new` to meet, and answer for,
+        as before."""
         try:
             await anyio.to_thread.run_sync(self.host.store)
         except Exception as exc:  # reported where it is used: session/new, list, load
             log.debug("opening the store early failed: %s", exc)
         finally:
             self._prepared.set()
-        await anyio.to_thread.run_sync(preload_library)
 
     async def aclose(self) -> None:
         for driver in self.drivers.values():

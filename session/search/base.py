@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from session.backends.base import At, Stamp
+from session.errors import IndexDamaged as IndexDamaged  # what a search index and its feeds raise
+from session.errors import Rewound as Rewound
 from session.search.query import Query
 
 FORMAT = "2"
@@ -35,15 +37,6 @@ first 4 M characters)."""
 
 # What a snippet marks a match with in a stored text: never part of one (`clean_text`).
 MARK, UNMARK = "\ue000", "\ue001"
-
-
-class IndexDamaged(Exception):
-    """The index itself is damaged (its database says so): the indexer makes it again."""
-
-
-class Rewound(Exception):
-    """The log no longer holds what the index read up to (cut, replaced, rewritten):
-    the indexer reads it again from its start. Raised by a feed, caught by the indexer."""
 
 
 @dataclass

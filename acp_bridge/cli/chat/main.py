@@ -48,6 +48,7 @@ from acp_bridge.cli.startup import agent_settings, cancel_grace
 from acp_bridge.client.connection import AgentConnection
 from acp_bridge.client.methods import ClientMethods
 from acp_bridge.errors import AgentGone
+from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.protocol import ClientError
 
 if TYPE_CHECKING:
@@ -188,7 +189,8 @@ class Chat(SlashCommands):
         code = 1
         async with anyio.create_task_group() as tg:
             methods = ClientMethods(tg, self._permission)
-            self._conn = conn = AgentConnection(process, methods.serve, inline={"session/update": self._on_update})
+            self._conn = conn = AgentConnection(process, methods.serve, error_for=to_rpc_error,
+                                                inline={"session/update": self._on_update})
             tg.start_soon(conn.run)
             tg.start_soon(self._watch)
             tg.start_soon(relay_stderr, process, self._stderr_above)
