@@ -7,6 +7,7 @@ type, and its constructor, are in session.items. Nothing here does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
 SESSION_FORMAT_VERSION: Final = 0
@@ -84,7 +85,9 @@ ReasonKind = Literal[
 # Each names the ACP message through which the client ended the turn; the last one is
 # a permission request the client answered `cancelled`.
 CANCELLED_BY: Final = ("session/cancel", "session/close", "$/cancel_request", "session/request_permission")
+CancelledBy = Literal["session/cancel", "session/close", "$/cancel_request", "session/request_permission"]
 INTERRUPT_CAUSES: Final = ("crash", "shutdown")
+InterruptCause = Literal["crash", "shutdown"]
 
 # The error code that marks a synthetic result written by crash/shutdown repair.
 INTERRUPTED_CODE: Final = "interrupted"
@@ -192,21 +195,54 @@ class AgentError(TypedDict):
     data: NotRequired[JSON]  # any JSON value, null included; absent: it sent none
 
 
-class Reason(TypedDict, total=False):
-    """`turn/end.reason`: `kind` plus the fields of that kind (DESIGN.md section 2)."""
+# `turn/end.reason`: `kind` plus the fields of that kind (DESIGN.md section 2), one
+# TypedDict per kind so that a reader's `if reason["kind"] == "error":` narrows to the
+# fields that kind has. `_REASON_FIELDS` below is the same table for the checks at run
+# time (tests/test_typed_events.py holds the two equal).
 
-    kind: ReasonKind
+
+class CompletedReason(TypedDict):
+    kind: Literal["completed"]
+
+
+class MaxTokensReason(TypedDict):
+    kind: Literal["max_tokens"]
+
+
+class MaxStepsReason(TypedDict):
+    kind: Literal["max_steps"]
     limit: int | None  # None: a wrapped agent hit a step limit it does not name
-    by: str
-    # `cancelled` only, and only `true`: a wrapped agent did not answer the cancelled
-    # prompt within the cancel grace, and `acp-bridge wrap` ended the turn itself.
-    forced: bool
+
+
+class RefusalReason(TypedDict):
+    kind: Literal["refusal"]
+
+
+class CancelledReason(TypedDict):
+    kind: Literal["cancelled"]
+    by: CancelledBy
+    # Only ever `true`: a wrapped agent did not answer the cancelled prompt within the
+    # cancel grace, and `acp-bridge wrap` ended the turn itself.
+    forced: NotRequired[Literal[True]]
+
+
+class ErrorReason(TypedDict):
+    kind: Literal["error"]
     step: int
     message: str
-    code: str
-    retryable: bool
-    agentError: AgentError
-    cause: str
+    code: NotRequired[str]
+    retryable: NotRequired[bool]
+    agentError: NotRequired[AgentError]
+
+
+class InterruptedReason(TypedDict):
+    kind: Literal["interrupted"]
+    cause: InterruptCause
+
+
+Reason = (CompletedReason | MaxTokensReason | MaxStepsReason | RefusalReason | CancelledReason
+          | ErrorReason | InterruptedReason)
+"""`turn/end.reason`: one of the seven kinds, each with its own fields."""
 
 
 def reason(kind: ReasonKind, **fields: JSON) -> Reason:
@@ -256,6 +292,13 @@ def reason_problem(value: JSON) -> str | None:
     return None
 
 
+def checked_reason(value: JSON) -> Reason | None:
+    """`value` typed as the reason it is, or None if it is none (`reason_problem`): for
+    a reason read from outside a checked log (the search index keeps those of logs the
+    invariants refused)."""
+    return cast("Reason", value) if reason_problem(value) is None else None
+
+
 def _agent_error_problem(error: JSON) -> str | None:
     """Why `error` cannot be answered again as a JSON-RPC error object, or None."""
     if not isinstance(error, dict):
@@ -267,14 +310,14 @@ def _agent_error_problem(error: JSON) -> str | None:
     return None
 
 
-def tool_calls_of(message_data: dict[str, JSON]) -> list[ToolCallBlock]:
+def tool_calls_of(message_data: Mapping[str, JSON]) -> list[ToolCallBlock]:
     """The tool-call blocks of an `assistant/message` event's data, in order."""
     blocks = message_data.get("content", ())
     calls = [b for b in blocks if type(b) is dict and b.get("type") == "tool-call"]
     return cast("list[ToolCallBlock]", calls)
 
 
-def is_synthetic_result(data: dict[str, JSON]) -> bool:
+def is_synthetic_result(data: Mapping[str, JSON]) -> bool:
     """A `tool/result` written by the interrupted-turn closers, not by a tool."""
     error = data.get("error")
     return (

@@ -30,6 +30,8 @@ from session.events import (
     Event,
     tool_calls_of,
 )
+from session.items import AssistantMessageData
+from session.typed import typed
 
 
 class UserMessage(TypedDict):
@@ -100,7 +102,7 @@ def content_tokens(blocks: Iterable[JSON]) -> int:
     return estimate_tokens(size) + media * MEDIA_TOKENS
 
 
-def counted_tokens(data: dict[str, JSON]) -> int | None:
+def counted_tokens(data: AssistantMessageData) -> int | None:
     """The provider's count of an `assistant/message`'s content as it is sent back:
     its usage's outputTokens less the reasoning, which is not sent back (its
     reasoningTokens, else its reasoning blocks estimated); None without a count."""
@@ -108,11 +110,11 @@ def counted_tokens(data: dict[str, JSON]) -> int | None:
     output = usage.get("outputTokens") if isinstance(usage, dict) else None
     if type(output) is not int or output <= 0:
         return None
-    assert isinstance(usage, dict)
+    assert usage is not None
     reasoning = usage.get("reasoningTokens")
     if type(reasoning) is not int:
         reasoning = sum(estimate_tokens(len(str(b.get("text", "")).encode())) for b in data["content"]
-                        if isinstance(b, dict) and b.get("type") == "reasoning")
+                        if b["type"] == "reasoning")
     sent = output - reasoning
     return sent if sent > 0 else None
 
@@ -139,23 +141,25 @@ class Transcript:
         self._turns: list[int] = []  # the index of each turn's first (user) message
 
     def feed(self, event: Event) -> None:
-        etype, data = event["type"], event["data"]
-        if etype == USER_MESSAGE:
-            self._add({"role": "user", "content": data["content"]}, None)
-        elif etype == ASSISTANT_MESSAGE:
+        ev = typed(event)
+        if ev["type"] == USER_MESSAGE:
+            self._add({"role": "user", "content": ev["data"]["content"]}, None)
+        elif ev["type"] == ASSISTANT_MESSAGE:
+            data = ev["data"]
             if not data["content"]:
                 return
             for block in tool_calls_of(data):
                 self._names[block["id"]] = block["name"]
             self._add({"role": "assistant", "content": data["content"]}, counted_tokens(data))
-        elif etype == TOOL_RESULT:
+        elif ev["type"] == TOOL_RESULT:
+            result = ev["data"]
             self._add(
                 {
                     "role": "tool",
-                    "callId": data["callId"],
-                    "name": self._names.pop(data["callId"], ""),
-                    "content": data["content"],
-                    "isError": data["isError"],
+                    "callId": result["callId"],
+                    "name": self._names.pop(result["callId"], ""),
+                    "content": result["content"],
+                    "isError": result["isError"],
                 },
                 None,
             )

@@ -20,6 +20,7 @@ import pytest
 from acp_bridge.host.listing import iso_time
 from acp_bridge.host.replay import ReplayEncoder
 from acp_bridge.host.updates import end_notice
+from session.events import CancelledReason, ErrorReason, MaxTokensReason, Reason
 from tests.support.acp_client import (
     WRITE_STEP,
     AgentError,
@@ -31,11 +32,11 @@ from tests.support.logs import loaded_events
 
 pytestmark = pytest.mark.anyio
 
-CANCELLED = {"kind": "cancelled", "by": "session/cancel"}
-BY_PERMISSION = {"kind": "cancelled", "by": "session/request_permission"}
-FAILED = {"kind": "error", "step": 1, "message": "the provider is overloaded", "code": "overloaded",
-          "retryable": True}
-MAX_TOKENS = {"kind": "max_tokens"}
+CANCELLED: CancelledReason = {"kind": "cancelled", "by": "session/cancel"}
+BY_PERMISSION: CancelledReason = {"kind": "cancelled", "by": "session/request_permission"}
+FAILED: ErrorReason = {"kind": "error", "step": 1, "message": "the provider is overloaded", "code": "overloaded",
+                       "retryable": True}
+MAX_TOKENS: MaxTokensReason = {"kind": "max_tokens"}
 
 
 def notes(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -43,7 +44,7 @@ def notes(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and str(u.get("messageId", "")).endswith("-end")]
 
 
-def note(turn: int, reason: dict[str, Any]) -> dict[str, Any]:
+def note(turn: int, reason: Reason) -> dict[str, Any]:
     text = end_notice(reason)
     assert text is not None
     return {"sessionUpdate": "agent_message_chunk", "messageId": f"t{turn}-end",

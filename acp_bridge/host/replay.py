@@ -42,6 +42,7 @@ from session.events import (
 from session.repair import RepairReport
 from session.scan import TailSplitter
 from session.titles import title_from_content
+from session.typed import AnyEvent, typed_all
 
 if TYPE_CHECKING:
     from acp_bridge.host.host import Host
@@ -82,9 +83,11 @@ class ReplayEncoder:
         chunk_head = prefix + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
         parts: list[bytes] = []
         append = parts.append
-        for event in block:
-            if event["type"] == ASSISTANT_CHUNK:
-                data = event["data"]
+        # Each event twice, as stored (for `updates_for` and the sink) and typed (for
+        # the branches here), without a call per event: this loop runs once per event.
+        for event, ev in zip(block, typed_all(block), strict=True):
+            if ev["type"] == ASSISTANT_CHUNK:
+                data = ev["data"]
                 chunk = data["chunk"]
                 if chunk["type"] == "text":
                     if not wrapped:
@@ -96,10 +99,10 @@ class ReplayEncoder:
                         continue
             elif others is not None:
                 others.append(event)
-            if event["type"] in _NAMING:
-                self._named_by(event)
+            if ev["type"] in _NAMING:
+                self._named_by(ev)
             for update in updates_for(event, context):
-                if self.shown is not None and event["type"] == WRAPPED_UPDATE:
+                if self.shown is not None and ev["type"] == WRAPPED_UPDATE:
                     update = self.shown(update)
                 append(prefix)
                 append(dumps(update))
@@ -108,19 +111,17 @@ class ReplayEncoder:
             self._last_time = block[-1]["time"]
         return b"".join(parts)
 
-    def _named_by(self, event: Event) -> None:
-        data = event["data"]
+    def _named_by(self, event: AnyEvent) -> None:
         if event["type"] == USER_MESSAGE:
             if self._prompt_title is None:
-                self._prompt_title = title_from_content(data["content"])
-            return
-        if event["type"] == CONFIG_SET:
-            if data["configId"] == TITLE_CONFIG:
-                self._set_title = data["value"]
-            return
-        update = data["update"]
-        if update.get("sessionUpdate") == "session_info_update" and isinstance(update.get("title"), str):
-            self._agent_title = update["title"]
+                self._prompt_title = title_from_content(event["data"]["content"])
+        elif event["type"] == CONFIG_SET:
+            if event["data"]["configId"] == TITLE_CONFIG:
+                self._set_title = event["data"]["value"]
+        elif event["type"] == WRAPPED_UPDATE:
+            update = event["data"]["update"]
+            if update.get("sessionUpdate") == "session_info_update" and isinstance(update.get("title"), str):
+                self._agent_title = update["title"]
 
     def title(self, header: Header) -> bytes:
         """The line that names the session once its replay is over: a client that titles a

@@ -19,7 +19,8 @@ from typing import Any, Final, TypedDict
 import orjson
 
 from acp_bridge.rpc.protocol import AUTH_REQUIRED, INTERNAL_ERROR
-from session.events import ASSISTANT_MESSAGE, TURN_END, Event
+from session.events import ASSISTANT_MESSAGE, REASON_KINDS, TURN_END, Event
+from session.typed import typed
 
 # turn/end reason kind -> ACP StopReason, for the kinds that are success answers.
 STOP_REASONS: Final[dict[str, str]] = {
@@ -91,12 +92,14 @@ def settle(turn_end: Event) -> Settlement:
     Raises ValueError for anything that is not a `turn/end` with a known reason kind:
     that is a programming error, since the log's invariants admit no other kind.
     """
-    if turn_end["type"] != TURN_END:
-        raise ValueError(f"settle() needs a {TURN_END} event, got {turn_end['type']!r}")
-    turn: int = turn_end["data"]["turn"]
-    reason: dict[str, Any] = turn_end["data"]["reason"]
-    kind = reason.get("kind")
-    if kind == "error":
+    end = typed(turn_end)
+    if end["type"] != TURN_END:
+        raise ValueError(f"settle() needs a {TURN_END} event, got {end['type']!r}")
+    turn = end["data"]["turn"]
+    reason = end["data"]["reason"]
+    if reason.get("kind") not in REASON_KINDS:  # held by the invariants: no such log is read
+        raise ValueError(f"turn {turn}: unknown turn/end reason kind {reason.get('kind')!r}")
+    if reason["kind"] == "error":
         if "agentError" in reason:
             # A copy (JSON in, JSON out): the answer never aliases the event.
             return TurnFailed(orjson.loads(orjson.dumps(reason["agentError"])))
@@ -111,10 +114,7 @@ def settle(turn_end: Event) -> Settlement:
         else:
             code, message = INTERNAL_ERROR, f"{TURN_FAILED}{reason['message']}"
         return TurnFailed({"code": code, "message": message, "data": dict(data)})
-    stop = STOP_REASONS.get(kind) if isinstance(kind, str) else None
-    if stop is None:
-        raise ValueError(f"turn {turn}: unknown turn/end reason kind {kind!r}")
-    return {"stopReason": stop, "_meta": {"acpBridge": {"turn": turn, "reason": dict(reason)}}}
+    return {"stopReason": STOP_REASONS[reason["kind"]], "_meta": {"acpBridge": {"turn": turn, "reason": dict(reason)}}}
 
 
 def turn_usage(events: Iterable[Event], turn: int) -> dict[str, int] | None:
@@ -123,9 +123,10 @@ def turn_usage(events: Iterable[Event], turn: int) -> dict[str, int] | None:
     if the turn recorded none (`echo`; an agent that reports none)."""
     totals: dict[str, int] = {}
     for event in events:
-        if event["type"] != ASSISTANT_MESSAGE or event["data"]["turn"] != turn:
+        ev = typed(event)
+        if ev["type"] != ASSISTANT_MESSAGE or ev["data"]["turn"] != turn:
             continue
-        usage = event["data"].get("usage")
+        usage = ev["data"].get("usage")
         if not isinstance(usage, dict):
             continue
         for name, count in usage.items():

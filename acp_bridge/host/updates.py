@@ -85,9 +85,18 @@ from session.events import (
     USER_MESSAGE,
     WRAPPED_UPDATE,
     Event,
+    Reason,
     ToolCallBlock,
     tool_calls_of,
 )
+from session.items import (
+    AssistantChunkData,
+    AssistantMessageData,
+    ToolCallData,
+    ToolResultData,
+    TurnEndData,
+)
+from session.typed import typed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -102,11 +111,11 @@ DEFAULT_CONTEXT_WINDOW: Final = 128_000
 """`usage_update.size` when the model does not report its window (echo, script): a
 common window size, so a client's meter stays meaningful rather than absent."""
 
-# Token fields of `usage` that occupy the context window, each token once. inputTokens
-# is every token of the request, those read from or written to a cache included (the
-# provider's prompt_tokens: cacheReadTokens and cacheWriteTokens are parts of it, not
-# additions; docs/persistence.md, "usage"), and reasoningTokens is part of outputTokens.
-_CONTEXT_TOKEN_FIELDS: Final = ("inputTokens", "outputTokens")
+# The token fields of `usage` that occupy the context window, each token once, are
+# inputTokens and outputTokens (`_assistant_message`): inputTokens is every token of the
+# request, those read from or written to a cache included (the provider's prompt_tokens:
+# cacheReadTokens and cacheWriteTokens are parts of it, not additions;
+# docs/persistence.md, "usage"), and reasoningTokens is part of outputTokens.
 
 # Why an interrupted turn stopped, per `cause` (session.events.INTERRUPT_CAUSES), and
 # who cancelled a cancelled one, per `by` (session.events.CANCELLED_BY), in words for
@@ -161,43 +170,43 @@ class UpdateContext:
 
 def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
     """The `session/update` payloads for `event`, in order (often none)."""
-    etype, data = event["type"], event["data"]
-    if etype == ASSISTANT_CHUNK:  # most events of a log: tested first
-        return _assistant_chunk(data, ctx.wrapped)
-    if etype == TURN_START:
+    ev = typed(event)
+    if ev["type"] == ASSISTANT_CHUNK:  # most events of a log: tested first
+        return _assistant_chunk(ev["data"], ctx.wrapped)
+    if ev["type"] == TURN_START:
         ctx.state.calls.clear()
         ctx.state.announced.clear()
+        model = ev["data"].get("model")
         if ctx.window_of is not None:
-            model = data.get("model")
             ctx.state.window = ctx.window_of(model) if isinstance(model, str) else ctx.context_window
         if ctx.cost is not None:
-            ctx.cost.turn(data.get("model"))
+            ctx.cost.turn(model)
         return []
-    if etype == USER_MESSAGE:
+    if ev["type"] == USER_MESSAGE:
         if not ctx.replay:
             return []
-        msg_id = f"t{data['turn']}-user"
+        msg_id = f"t{ev['data']['turn']}-user"
         # An image the prompt held twice is stored once (acp_bridge.content.compact_images).
-        return [_chunk("user_message_chunk", block, msg_id) for block in expand_images(data["content"])]
-    if etype == ASSISTANT_MESSAGE:
-        return _assistant_message(data, ctx)
-    if etype == TOOL_CALL:
-        return _tool_call(data, ctx)
-    if etype == TOOL_RESULT:
-        return _tool_result(data, ctx)
-    if etype == TURN_END:
-        return _turn_end(data)
-    if etype == TOOL_PERMISSION:
-        meta = {META_KEY: {"permission": data["permission"]}}
-        return [{"sessionUpdate": "tool_call_update", "toolCallId": data["callId"], "status": "in_progress",
+        return [_chunk("user_message_chunk", block, msg_id) for block in expand_images(ev["data"]["content"])]
+    if ev["type"] == ASSISTANT_MESSAGE:
+        return _assistant_message(ev["data"], ctx)
+    if ev["type"] == TOOL_CALL:
+        return _tool_call(ev["data"], ctx)
+    if ev["type"] == TOOL_RESULT:
+        return _tool_result(ev["data"], ctx)
+    if ev["type"] == TURN_END:
+        return _turn_end(ev["data"])
+    if ev["type"] == TOOL_PERMISSION:
+        meta = {META_KEY: {"permission": ev["data"]["permission"]}}
+        return [{"sessionUpdate": "tool_call_update", "toolCallId": ev["data"]["callId"], "status": "in_progress",
                  "_meta": meta}]
-    if etype == WRAPPED_UPDATE:
-        update = data["update"]
+    if ev["type"] == WRAPPED_UPDATE:
+        update = ev["data"]["update"]
         if update.get("sessionUpdate") == "tool_call" and isinstance(update.get("toolCallId"), str):
             ctx.state.announced.add(update["toolCallId"])  # the closers' result updates it
         return [update]
-    if etype == CONFIG_SET and data["configId"] == TITLE_CONFIG:
-        return [{"sessionUpdate": "session_info_update", "title": data["value"]}]
+    if ev["type"] == CONFIG_SET and ev["data"]["configId"] == TITLE_CONFIG:
+        return [{"sessionUpdate": "session_info_update", "title": ev["data"]["value"]}]
     # step/start, step/end, other settings: nothing to show.
     return []
 
@@ -210,26 +219,25 @@ def interrupted_notice(cause: str) -> str:
     return f"\n\n[This turn was interrupted: {why}.]"
 
 
-def end_notice(end: dict[str, Any]) -> str | None:
+def end_notice(end: Reason) -> str | None:
     """The text shown for a turn that ended with reason `end` (starting with a blank
     line, as `interrupted_notice`), or None for a completed one."""
-    kind = end.get("kind")
-    if kind == "interrupted":
-        return interrupted_notice(str(end.get("cause")))
-    if kind == "cancelled":
-        text = f"This turn was cancelled: {_CANCEL_WHY.get(str(end.get('by')), 'it was stopped before it finished')}."
-    elif kind == "error":
-        message = str(end.get("message") or "an error").rstrip(".")
+    if end["kind"] == "interrupted":
+        return interrupted_notice(end["cause"])
+    if end["kind"] == "cancelled":
+        text = f"This turn was cancelled: {_CANCEL_WHY.get(end['by'], 'it was stopped before it finished')}."
+    elif end["kind"] == "error":
+        message = (end["message"] or "an error").rstrip(".")
         text = f"This turn failed: {message}."
-    elif kind == "max_tokens":
+    elif end["kind"] == "max_tokens":
         text = "This turn stopped: the model reached its output limit."
-    elif kind == "max_steps":
-        limit = end.get("limit")
+    elif end["kind"] == "max_steps":
+        limit = end["limit"]
         steps = f"{limit} steps" if type(limit) is int else "steps"
         text = f"This turn stopped: it reached the agent's limit of {steps} in one turn."
-    elif kind == "refusal":
+    elif end["kind"] == "refusal":
         text = "This turn stopped: the model refused to answer."
-    else:  # completed (or a kind this version does not know: say nothing)
+    else:  # completed
         return None
     return f"\n\n[{text}]"
 
@@ -248,7 +256,7 @@ def _chunk(kind: str, content: Any, msg_id: str) -> SessionUpdate:
     return {"sessionUpdate": kind, "content": content, "messageId": msg_id}
 
 
-def _assistant_chunk(data: dict[str, Any], wrapped: bool) -> list[SessionUpdate]:
+def _assistant_chunk(data: AssistantChunkData, wrapped: bool) -> list[SessionUpdate]:
     chunk = data["chunk"]
     kind = chunk["type"]
     if kind == "text":
@@ -266,7 +274,7 @@ def _assistant_chunk(data: dict[str, Any], wrapped: bool) -> list[SessionUpdate]
     return [shown]
 
 
-def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+def _assistant_message(data: AssistantMessageData, ctx: UpdateContext) -> list[SessionUpdate]:
     # Its text and reasoning were already streamed as chunks; remember its tool calls
     # so a result for a call that never started can still be titled.
     for block in tool_calls_of(data):
@@ -274,7 +282,7 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
     usage = data.get("usage")
     if not isinstance(usage, dict) or data.get("silent"):
         return []
-    used = sum(int(usage.get(name) or 0) for name in _CONTEXT_TOKEN_FIELDS)
+    used = int(usage.get("inputTokens") or 0) + int(usage.get("outputTokens") or 0)
     size = usage.get("contextWindow")
     if type(size) is not int:
         window = ctx.state.window if ctx.window_of is not None else ctx.context_window
@@ -286,7 +294,7 @@ def _assistant_message(data: dict[str, Any], ctx: UpdateContext) -> list[Session
     return [update]
 
 
-def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+def _tool_call(data: ToolCallData, ctx: UpdateContext) -> list[SessionUpdate]:
     if data.get("silent"):
         return []
     call_id = data["callId"]
@@ -308,9 +316,9 @@ def _tool_call(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
     return [call, running]
 
 
-def _turn_end(data: dict[str, Any]) -> list[SessionUpdate]:
+def _turn_end(data: TurnEndData) -> list[SessionUpdate]:
     end = data["reason"]
-    text = end_notice(end) if isinstance(end, dict) else None
+    text = end_notice(end)
     if text is None:
         return []
     meta = {META_KEY: {"turn": data["turn"], "reason": end}}
@@ -318,7 +326,7 @@ def _turn_end(data: dict[str, Any]) -> list[SessionUpdate]:
              "messageId": f"t{data['turn']}-end", "_meta": meta}]
 
 
-def _tool_result(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate]:
+def _tool_result(data: ToolResultData, ctx: UpdateContext) -> list[SessionUpdate]:
     if data.get("silent"):
         return []
     call_id = data["callId"]
@@ -350,7 +358,7 @@ def _tool_result(data: dict[str, Any], ctx: UpdateContext) -> list[SessionUpdate
     return [created]
 
 
-def _result_content(data: dict[str, Any], replay: bool) -> list[Any]:
+def _result_content(data: ToolResultData, replay: bool) -> list[Any]:
     """ACP ToolCallContent: the tool's display if it made one, else its result blocks."""
     display = data.get("display")
     if display:

@@ -6,7 +6,7 @@ in. The query language and the snippets are session.search.query's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -84,7 +84,7 @@ class TurnRow:
     model: str | None
     mode: str | None
     state: str  # one of STATES
-    reason: dict[str, Any] | None
+    reason: Mapping[str, Any] | None  # as the log holds it (one the invariants refused too)
     tokens: dict[str, int]  # session.events.Usage's token counts, summed over the steps
     steps: int
     tools: int

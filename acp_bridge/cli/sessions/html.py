@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from acp_bridge.cli.sessions.source import Source
     from acp_bridge.cli.sessions.turns import Step, Tool, Turn
     from acp_bridge.cli.sessions.walk import Walk
+    from session.items import ToolResultData
 
     Line = str | Lines
 
@@ -151,7 +152,7 @@ def _step(step: Step, turn: Turn) -> list[Line]:
     return out
 
 
-def _permission(result: dict[str, object]) -> str:
+def _permission(result: ToolResultData) -> str:
     permission = result.get("permission")
     text = permission_text(permission)
     if text is None:

@@ -14,7 +14,7 @@ from acp_bridge.cli.sessions.view import View, last_status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any
 
     from acp_bridge.cli.sessions.source import Source
@@ -53,7 +53,7 @@ class Brief:
 
 class LastTurn(typing.NamedTuple):
     number: int
-    reason: dict[str, Any] | None
+    reason: Mapping[str, Any] | None
     end_on_disk: bool
 
 

@@ -8,7 +8,7 @@ from acp_bridge.cli.safe_text import clean
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
     from typing import Any
 
 # show: how much of a tool's result to print without --full.
@@ -20,7 +20,7 @@ USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteToken
                "reasoningTokens")
 
 
-def add_usage(total: dict[str, int], usage: dict[str, Any]) -> None:
+def add_usage(total: dict[str, int], usage: Mapping[str, Any]) -> None:
     for key in USAGE_KEYS:
         value = usage.get(key)
         if isinstance(value, int) and not isinstance(value, bool):

@@ -5,12 +5,14 @@ comes (`Spool`), and `TurnBuilder`, which builds them one event at a time."""
 from __future__ import annotations
 
 from acp_bridge.cli.sessions.text import add_usage
+from session.typed import typed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from session.events import Event
+    from session.events import Event, Reason
+    from session.items import AssistantMessageData, ToolCallData, ToolResultData, TurnStartData
 
 
 class Tool:
@@ -24,7 +26,7 @@ class Tool:
         self.title: str | None = None
         self.kind: str | None = None
         self.started = False
-        self.result: dict[str, Any] | None = None
+        self.result: ToolResultData | None = None
         self.result_on_disk = True
 
 
@@ -97,7 +99,7 @@ class Turn:
     __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
                  "started_at", "steps", "usage")
 
-    def __init__(self, number: int, started_at: int, data: dict[str, Any]) -> None:
+    def __init__(self, number: int, started_at: int, data: TurnStartData) -> None:
         self.number = number
         self.started_at = started_at
         self.mode: str | None = data.get("mode")
@@ -105,7 +107,7 @@ class Turn:
         self.agent: str | None = data.get("agent")  # `wrap --agent`: the agent's name
         self.prompt: list[Any] = []
         self.steps: list[Step] = []
-        self.reason: dict[str, Any] | None = None
+        self.reason: Reason | None = None
         self.ended_at: int | None = None
         self.end_on_disk = True
         self.usage: dict[str, int] = {}
@@ -136,48 +138,51 @@ class TurnBuilder:
         return self.on_disk is None or seq < self.on_disk
 
     def feed(self, event: Event) -> Turn | None:
-        etype, data = event["type"], event["data"]
+        # Defensive reads (`.get`, types tested) all the same: the search index builds
+        # turns of logs the invariants refused too (acp_bridge.cli.sessions.facts).
+        ev = typed(event)
         turn, step = self.turn, self._step
-        if etype == "turn/start":
+        if ev["type"] == "turn/start":
             self.count += 1
-            self.turn = Turn(int(data.get("turn", self.count)), event["time"], data)
+            self.turn = Turn(int(ev["data"].get("turn", self.count)), ev["time"], ev["data"])
             if not self.keep:
                 self.turns.clear()
             self.turns.append(self.turn)
             self._step, self._tools = None, {}
         elif turn is None:
             pass  # outside a turn: the invariant check refuses such logs
-        elif etype == "user/message":
-            turn.prompt.extend(data.get("content") or [])
-        elif etype == "step/start":
-            self._step = Step(int(data.get("step", len(turn.steps) + 1)))
+        elif ev["type"] == "user/message":
+            turn.prompt.extend(ev["data"].get("content") or [])
+        elif ev["type"] == "step/start":
+            self._step = Step(int(ev["data"].get("step", len(turn.steps) + 1)))
             turn.steps.append(self._step)
-        elif etype == "turn/end":
-            turn.reason = data.get("reason") or {}
-            turn.ended_at = event["time"]
-            turn.end_on_disk = self._stored(event["seq"])
+        elif ev["type"] == "turn/end":
+            turn.reason = ev["data"].get("reason") or {}
+            turn.ended_at = ev["time"]
+            turn.end_on_disk = self._stored(ev["seq"])
             self.turn = self._step = None
             return turn
         elif step is None:
             pass
-        elif etype == "assistant/chunk":
-            chunk = data.get("chunk") or {}
+        elif ev["type"] == "assistant/chunk":
+            chunk = ev["data"].get("chunk") or {}
             target = step.chunk_reasoning if chunk.get("type") == "reasoning" else step.chunk_text
             target.write(str(chunk.get("text", "")))
-        elif etype == "assistant/message":
-            self._message(turn, step, data)
-        elif etype == "tool/call":
-            tool = _tool_of(self._tools, step, data)
-            tool.name = str(data.get("name", tool.name))
-            tool.arguments = data.get("arguments", tool.arguments)
-            tool.title, tool.kind, tool.started = data.get("title"), data.get("kind"), True
-        elif etype == "tool/result":
-            tool = _tool_of(self._tools, step, data)
-            tool.result = data
-            tool.result_on_disk = self._stored(event["seq"])
+        elif ev["type"] == "assistant/message":
+            self._message(turn, step, ev["data"])
+        elif ev["type"] == "tool/call":
+            call = ev["data"]
+            tool = _tool_of(self._tools, step, call)
+            tool.name = str(call.get("name", tool.name))
+            tool.arguments = call.get("arguments", tool.arguments)
+            tool.title, tool.kind, tool.started = call.get("title"), call.get("kind"), True
+        elif ev["type"] == "tool/result":
+            tool = _tool_of(self._tools, step, ev["data"])
+            tool.result = ev["data"]
+            tool.result_on_disk = self._stored(ev["seq"])
         return None
 
-    def _message(self, turn: Turn, step: Step, data: dict[str, Any]) -> None:
+    def _message(self, turn: Turn, step: Step, data: AssistantMessageData) -> None:
         step.has_message = True
         step.chunk_text.close()  # the message has their text
         step.chunk_reasoning.close()
@@ -197,7 +202,7 @@ class TurnBuilder:
             add_usage(turn.usage, usage)
 
 
-def _tool_of(tools: dict[str, Tool], step: Step, data: dict[str, Any]) -> Tool:
+def _tool_of(tools: dict[str, Tool], step: Step, data: ToolCallData | ToolResultData) -> Tool:
     """The call a tool/call or tool/result names (one without a call block is added)."""
     call_id = str(data.get("callId"))
     tool = tools.get(call_id)

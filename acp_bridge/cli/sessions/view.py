@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from acp_bridge.cli.sessions.text import add_usage, cut, json_text, local_time, one_line
 from acp_bridge.cli.sessions.turns import Tool, Turn, TurnBuilder
+from session.events import checked_reason
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
         """What a last turn's status is worded from: a `Turn`, or what `list` keeps of one."""
 
         @property
-        def reason(self) -> dict[str, Any] | None: ...
+        def reason(self) -> Mapping[str, Any] | None: ...
 
         @property
         def end_on_disk(self) -> bool: ...
@@ -124,37 +125,41 @@ def _build_turns(events: Iterable[Event], *, on_disk: int) -> list[Turn]:
     return builder.turns
 
 
-def reason_text(reason: dict[str, Any], *, long: bool) -> str:
-    kind = reason.get("kind")
-    if kind == "error":
-        text = f"error: {one_line(str(reason.get('message', '')))}"
+def reason_text(reason: Mapping[str, Any], *, long: bool) -> str:
+    """How a turn ended, in words; `reason` as the log or the search index holds it."""
+    known = checked_reason(reason)
+    if known is None:  # not a reason the invariants admit (a refused log, as the index keeps it)
+        return one_line(str(reason.get("kind")))
+    # Every value from the log is shown through one_line: control characters escaped. The
+    # invariants check a reason's fields are there, not each one's type: str() them.
+    if known["kind"] == "error":
+        text = f"error: {one_line(str(known['message']))}"
         if long:
-            details = [f"step {one_line(str(reason.get('step')))}"]
-            if reason.get("code"):
-                details.append(f"code {one_line(str(reason['code']))}")
-            if reason.get("retryable"):
+            details = [f"step {one_line(str(known['step']))}"]
+            if known.get("code"):
+                details.append(f"code {one_line(str(known.get('code')))}")
+            if known.get("retryable"):
                 details.append("retryable")
             text += f" ({', '.join(details)})"
-            sent = reason.get("agentError")
-            if isinstance(sent, dict):  # a wrapped agent's own error: its code and data say why
-                text += f"; the agent answered {one_line(str(sent.get('code')))}"
+            sent = known.get("agentError")
+            if sent is not None:  # a wrapped agent's own error: its code and data say why
+                text += f"; the agent answered {sent['code']}"
                 if "data" in sent:
                     text += f", data: {cut(one_line(json_text(sent['data'])), AGENT_DATA_LIMIT)}"
         return text
-    # Every value from the log is shown through one_line: control characters escaped.
     if not long:
-        return one_line(str(kind))
-    if kind == "cancelled":
+        return known["kind"]
+    if known["kind"] == "cancelled":
         # forced: a wrapped agent that did not stop within the cancel grace (docs/wrap.md).
-        forced = "; the agent did not stop, acp-bridge ended the turn" if reason.get("forced") is True else ""
-        return f"cancelled (by {one_line(str(reason.get('by')))}{forced})"
-    if kind == "interrupted":
-        return f"interrupted ({one_line(str(reason.get('cause')))})"
-    if kind == "max_steps":
-        return f"max_steps (limit {one_line(str(reason.get('limit')))})"
-    if kind == "max_tokens":
+        forced = "; the agent did not stop, acp-bridge ended the turn" if known.get("forced") else ""
+        return f"cancelled (by {known['by']}{forced})"
+    if known["kind"] == "interrupted":
+        return f"interrupted ({known['cause']})"
+    if known["kind"] == "max_steps":
+        return f"max_steps (limit {one_line(str(known['limit']))})"
+    if known["kind"] == "max_tokens":
         return "max_tokens (the model hit its output limit)"
-    return one_line(str(kind))
+    return known["kind"]
 
 
 def turn_duration(turn: Turn) -> str | None:
@@ -181,8 +186,8 @@ def turn_info(turn: Turn) -> str:
 
 
 def result_mark(tool: Tool) -> str:
-    result = tool.result or {}
-    if not result.get("isError"):
+    result = tool.result
+    if result is None or not result.get("isError"):
         return ""
     error = result.get("error")
     code = error.get("code") if isinstance(error, dict) else None
@@ -191,7 +196,7 @@ def result_mark(tool: Tool) -> str:
 
 def tool_diffs(tool: Tool) -> list[tuple[str, str | None, str]]:
     """(path, old text, new text) of the diffs a tool result displays."""
-    display = (tool.result or {}).get("display")
+    display = tool.result.get("display") if tool.result is not None else None
     out = []
     for item in display if isinstance(display, list) else []:
         if isinstance(item, dict) and item.get("type") == "diff":
