@@ -288,7 +288,7 @@ PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.hos
                 "acp_bridge.host.updates", "acp_bridge.tools.permissions", "session.events",
                 "acp_bridge.models.base", "acp_bridge.models.catalog", "acp_bridge.models.options",
                 "session.invariants", "session.repair", "session.transcript", "session.scan",
-                "session.items", "session.closers", "session.titles", "acp_bridge.prices",
+                "session.items", "session.typed", "session.closers", "session.titles", "acp_bridge.prices",
                 "acp_bridge.wrap.state", "acp_bridge.wrap.signals", "acp_bridge.wrap.lifecycle")
 PURE_STDLIB = frozenset({"__future__", "collections", "collections.abc", "dataclasses", "enum",
                          "functools", "itertools", "math", "re", "typing", "orjson"})
