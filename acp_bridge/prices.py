@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from acp_bridge.errors import PriceFileError
-from session.events import ASSISTANT_MESSAGE, TURN_START
+from session.events import ASSISTANT_MESSAGE, TURN_START, Event
+from session.typed import typed
 
 # Cost figures are kept to this many decimals (a millionth of the currency's unit).
 DIGITS = 6
@@ -154,16 +155,14 @@ class CostMeter:
         self.total = (self.total or 0.0) + cost
         return self.total
 
-    def feed(self, event: Mapping[str, Any]) -> None:
+    def feed(self, event: Event) -> None:
         """One stored event (what a load reads before the session is live)."""
-        data = event.get("data")
-        if not isinstance(data, dict):
-            return
-        if event.get("type") == TURN_START:
-            self.turn(data.get("model"))
-        elif event.get("type") == ASSISTANT_MESSAGE and not data.get("silent") \
-                and isinstance(data.get("usage"), dict):
-            self.step(data["usage"])
+        ev = typed(event)
+        if ev["type"] == TURN_START:
+            self.turn(ev["data"].get("model"))
+        elif ev["type"] == ASSISTANT_MESSAGE and not ev["data"].get("silent") \
+                and isinstance(usage := ev["data"].get("usage"), dict):
+            self.step(usage)
 
     def amount(self) -> dict[str, Any] | None:
         """ACP's `Cost` (`{amount, currency}`) of the total so far, or None."""

@@ -31,6 +31,7 @@ from session.loading import invariant_corruption
 from session.repair import RepairReport, interrupted_turn_closers, report_of
 from session.scan import TailSplitter
 from session.titles import first_prompt_title, set_title, titled
+from session.typed import typed_all
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def plan_fork(stream: StoredStream, at_turn: int | None, running: Callable[[], b
     for block in stream.blocks():
         events = splitter.feed(block)
         if at_turn is not None:
-            stop = next((i for i, e in enumerate(events)
+            stop = next((i for i, e in enumerate(typed_all(events))
                          if e["type"] == TURN_START and e["data"]["turn"] > at_turn), None)
             if stop is not None:
                 events, cut = events[:stop], count + stop

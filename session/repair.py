@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from session.closers import Interrupted, closers, open_turn
-from session.events import TOOL_RESULT, Event
+from session.events import TOOL_RESULT, TURN_END, Event
 from session.invariants import InvariantTracker
+from session.typed import typed
 
 
 def interrupted_turn_closers(
@@ -35,10 +36,16 @@ def report_of(closers: list[Event], *, torn_bytes: int = 0, torn_records: int = 
         torn_bytes=torn_bytes,
         torn_records=torn_records,
         kept_aside=kept_aside,
-        interrupted_turn=closers[-1]["data"]["turn"] if closers else None,
+        interrupted_turn=_turn_ended(closers),
         synthetic_results=sum(1 for c in closers if c["type"] == TOOL_RESULT),
         closers=len(closers),
     )
+
+
+def _turn_ended(closers: list[Event]) -> int | None:
+    """The turn the closers end (the last of them is its `turn/end`), or None."""
+    last = typed(closers[-1]) if closers else None
+    return last["data"]["turn"] if last is not None and last["type"] == TURN_END else None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from acp_bridge.host.settlement import TurnFailed, settle, turn_usage
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.incoming import on_cancel
 from session import StoreIOError
-from session.events import Event
+from session.events import TURN_END, Event
+from session.typed import typed
 
 log = logging.getLogger("acp_bridge.host")  # the host's: these are its prompts
 
@@ -112,8 +113,9 @@ def answer_of(turn: TurnEnd, events: Iterable[Event] = ()) -> dict[str, Any]:
     answer = {k: v for k, v in turn.answer.items() if k not in ("stopReason", "_meta")}
     meta = turn.answer.get("_meta")
     answer["stopReason"] = settled["stopReason"]
-    if "usage" not in answer:
-        usage = turn_usage(events, turn.end["data"]["turn"])
+    end = typed(turn.end)
+    if "usage" not in answer and end["type"] == TURN_END:  # settle() takes no other event
+        usage = turn_usage(events, end["data"]["turn"])
         if usage is not None:
             answer["usage"] = usage
     answer["_meta"] = {**(meta if isinstance(meta, dict) else {}), **settled["_meta"]}

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Set
 from typing import Any, Final, Literal
 
 from session.events import TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT, Event
+from session.typed import typed
 
 Decision = Literal["allow", "ask", "deny"]
 Rule = tuple[str, str | None]
@@ -107,15 +108,15 @@ class RememberedAlways:
         self._open: dict[str, Rule] = {}  # callId -> its rule, until its result
 
     def feed(self, event: Event) -> None:
-        etype = event["type"]
-        if etype == TOOL_CALL:
-            data = event["data"]
-            self._open[data["callId"]] = always_rule(data["name"], data["kind"], data["arguments"])
-        elif etype == TOOL_PERMISSION:
-            self._learn(self._open.get(event["data"]["callId"]), event["data"].get("permission"))
-        elif etype == TOOL_RESULT:
-            data = event["data"]
-            self._learn(self._open.pop(data["callId"], None), data.get("permission"))
+        ev = typed(event)
+        if ev["type"] == TOOL_CALL:
+            call = ev["data"]
+            self._open[call["callId"]] = always_rule(call["name"], call["kind"], call["arguments"])
+        elif ev["type"] == TOOL_PERMISSION:
+            self._learn(self._open.get(ev["data"]["callId"]), ev["data"].get("permission"))
+        elif ev["type"] == TOOL_RESULT:
+            result = ev["data"]
+            self._learn(self._open.pop(result["callId"], None), result.get("permission"))
 
     def _learn(self, rule: Rule | None, permission: Any) -> None:
         if rule is not None and isinstance(permission, dict) and permission.get("optionId") == ALLOW_ALWAYS:

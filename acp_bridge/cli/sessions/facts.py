@@ -21,6 +21,7 @@ from acp_bridge.cli.sessions.text import blocks_text, json_text
 from acp_bridge.cli.sessions.turns import Turn, TurnBuilder
 from acp_bridge.cli.sessions.view import tool_diffs, wrapped_agent
 from session.search.base import DocRow, Rewound, SessionRow, TurnRow
+from session.typed import typed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
     from session.backends.base import ReadStream, Stamp
     from session.events import Event
+    from session.items import WrappedUpdateData
+    from session.typed import TurnEndEvent
 
 OURS = "acp-bridge"  # the agent of a session our own agent recorded
 
@@ -97,7 +100,7 @@ class TurnFeed:
         else:
             tracker = None
         prompted = at is not None  # turn 1, its prompt with it, ended before where it stopped
-        last_end: Event | None = None
+        last_end: TurnEndEvent | None = None
         turn_cost: tuple[float, str] | None = None
         try:
             for block in stream.blocks():
@@ -113,11 +116,11 @@ class TurnFeed:
                     except InvariantError:  # still indexed (search finds it); `list` reads the log
                         tracker, row.checked = None, False
                 for event in events:
-                    etype = event["type"]
-                    if etype == "user/message":
+                    ev = typed(event)
+                    if ev["type"] == "user/message":
                         row.title, prompted = title_after(row.title, prompted, event)
-                    elif etype == "wrapped/update":
-                        turn_cost = _reported_cost(event, turn_cost)
+                    elif ev["type"] == "wrapped/update":
+                        turn_cost = _reported_cost(ev["data"], turn_cost)
                     done = builder.feed(event)
                     if done is None:
                         continue
@@ -125,7 +128,8 @@ class TurnFeed:
                         yield self._rows(done, turn_cost)
                     finally:
                         done.close()
-                    turn_cost, last_end = None, event
+                    assert ev["type"] == "turn/end"  # what completes a turn
+                    turn_cost, last_end = None, ev
             if not checked:
                 raise Rewound(f"session {self.sid}: the log ends before where the index stopped")
             splitter.finish()  # a torn tail is not indexed: a load will cut it
@@ -168,10 +172,10 @@ class TurnFeed:
         return facts, docs_of(turn)
 
 
-def _reported_cost(event: Event, last: tuple[float, str] | None) -> tuple[float, str] | None:
+def _reported_cost(data: WrappedUpdateData, last: tuple[float, str] | None) -> tuple[float, str] | None:
     """A wrapped agent's `usage_update.cost` (ACP: the session's cumulative cost), if
     this update carries one."""
-    update = event["data"].get("update")
+    update = data.get("update")
     cost = update.get("cost") if isinstance(update, dict) and update.get("sessionUpdate") == "usage_update" else None
     if not isinstance(cost, dict):
         return last

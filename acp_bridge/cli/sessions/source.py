@@ -168,6 +168,7 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
     from session.loading import invariant_corruption
     from session.scan import TailSplitter
     from session.titles import first_prompt_title
+    from session.typed import typed_all
 
     splitter = TailSplitter(sid, locate)
     tracker = InvariantTracker(session_id=sid)
@@ -183,25 +184,24 @@ def summarize(sid: str, blocks: Iterable[list[Event | Damage]], locate: Locate) 
             tracker.feed_stored(events)
         except InvariantError as exc:
             raise invariant_corruption(sid, exc, locate) from None
-        for event in events:
-            etype = event["type"]
-            if etype == TURN_START:
+        for event, ev in zip(events, typed_all(events), strict=True):
+            if ev["type"] == TURN_START:
                 turns += 1
                 out.last_turn = [event]
                 usage_last = {}
                 continue
             if not turns:  # a wrapped agent's updates before its first turn: no turn's
                 continue
-            if etype == ASSISTANT_CHUNK:  # `list` shows no text; a streamed step may be huge
+            if ev["type"] == ASSISTANT_CHUNK:  # `list` shows no text; a streamed step may be huge
                 last_chunk = event
                 continue
             out.last_turn.append(event)
-            if etype == ASSISTANT_MESSAGE:
-                usage = event["data"].get("usage")
+            if ev["type"] == ASSISTANT_MESSAGE:
+                usage = ev["data"].get("usage")
                 if isinstance(usage, dict):
                     add_usage(usage_all, usage)
                     add_usage(usage_last, usage)
-            elif etype == USER_MESSAGE and not seen_prompt:
+            elif ev["type"] == USER_MESSAGE and not seen_prompt:
                 seen_prompt = True
                 out.first_title = first_prompt_title(event)
     if last_chunk is not None and out.last_turn and last_chunk["seq"] > out.last_turn[-1]["seq"]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from acp_bridge.cli.sessions.text import add_usage, cut, json_text, local_time, one_line
 from acp_bridge.cli.sessions.turns import Tool, Turn, TurnBuilder
 from session.events import checked_reason
+from session.typed import typed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -251,8 +252,9 @@ def view_notes(torn: TornTail | None, running: bool, closers: list[Event]) -> li
             f"{torn.records} damaged record(s) at the end ({place}: {one_line(torn.reason)}) "
             "would be cut (and kept aside) when the session is next loaded."
         )
-    if closers:
-        turn = closers[-1]["data"]["turn"]
+    end = typed(closers[-1]) if closers else None
+    if end is not None and end["type"] == "turn/end":  # the closers end with it
+        turn = end["data"]["turn"]
         notes.append(
             f"turn {turn} was cut short and has not been repaired on disk yet; it is shown "
             "as loading will close it. Nothing was written."
