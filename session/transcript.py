@@ -141,6 +141,8 @@ class Transcript:
         self._turns: list[int] = []  # the index of each turn's first (user) message
 
     def feed(self, event: Event) -> None:
+        if event["type"] not in _MESSAGE_TYPES:  # most events of a log: skipped before the typed view
+            return
         ev = typed(event)
         if ev["type"] == USER_MESSAGE:
             self._add({"role": "user", "content": ev["data"]["content"]}, None)

@@ -98,6 +98,9 @@ def decide(mode: str, kind: str, rule: Rule, always: Set[Rule]) -> Decision:
     return "ask"
 
 
+_CALL_EVENTS = frozenset({TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT})
+
+
 class RememberedAlways:
     """The rules the person allowed always (`Rule`s), gathered from a log read in
     blocks: an "always" answer is recorded on the call's `tool/permission` (written
@@ -108,6 +111,8 @@ class RememberedAlways:
         self._open: dict[str, Rule] = {}  # callId -> its rule, until its result
 
     def feed(self, event: Event) -> None:
+        if event["type"] not in _CALL_EVENTS:  # most events of a log: skipped before the typed view
+            return
         ev = typed(event)
         if ev["type"] == TOOL_CALL:
             call = ev["data"]

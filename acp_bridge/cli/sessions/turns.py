@@ -142,7 +142,12 @@ class TurnBuilder:
         # turns of logs the invariants refused too (acp_bridge.cli.sessions.facts).
         ev = typed(event)
         turn, step = self.turn, self._step
-        if ev["type"] == "turn/start":
+        if ev["type"] == "assistant/chunk":  # most events of a log: tested first
+            if step is not None:  # (a step is open only inside a turn)
+                chunk = ev["data"].get("chunk") or {}
+                target = step.chunk_reasoning if chunk.get("type") == "reasoning" else step.chunk_text
+                target.write(str(chunk.get("text", "")))
+        elif ev["type"] == "turn/start":
             self.count += 1
             self.turn = Turn(int(ev["data"].get("turn", self.count)), ev["time"], ev["data"])
             if not self.keep:
@@ -164,10 +169,6 @@ class TurnBuilder:
             return turn
         elif step is None:
             pass
-        elif ev["type"] == "assistant/chunk":
-            chunk = ev["data"].get("chunk") or {}
-            target = step.chunk_reasoning if chunk.get("type") == "reasoning" else step.chunk_text
-            target.write(str(chunk.get("text", "")))
         elif ev["type"] == "assistant/message":
             self._message(turn, step, ev["data"])
         elif ev["type"] == "tool/call":
