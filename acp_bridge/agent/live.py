@@ -36,6 +36,7 @@ from session import SessionLog
 from session.events import TURN_START, USER_MESSAGE, Event
 from session.titles import title_from_content
 from session.transcript import Transcript, history_budget
+from session.typed import typed
 
 if TYPE_CHECKING:
     from acp_bridge.prices import CostMeter
@@ -122,9 +123,9 @@ class LiveSession:
 def last_mode(events: Sequence[Event]) -> str:
     """The mode of the log's last turn, which a session carries on with."""
     for event in reversed(events):
-        if event["type"] == TURN_START:
-            mode: str = event["data"].get("mode", permissions.DEFAULT_MODE)
-            return mode
+        ev = typed(event)
+        if ev["type"] == TURN_START:
+            return ev["data"].get("mode", permissions.DEFAULT_MODE)
     return permissions.DEFAULT_MODE
 
 
@@ -152,8 +153,9 @@ def make_live(
     async def on_event(event: Event) -> None:
         for update in updates_for(event, live.ctx):
             conn.notify_update(sid, update)
-        if event["type"] == USER_MESSAGE and event["data"]["turn"] == 1:
-            title = title_from_content(event["data"]["content"])
+        ev = typed(event)
+        if ev["type"] == USER_MESSAGE and ev["data"]["turn"] == 1:
+            title = title_from_content(ev["data"]["content"])
             if title is not None:  # the session is named by its first prompt
                 conn.notify_update(sid, {"sessionUpdate": "session_info_update", "title": title,
                                          "updatedAt": iso_time(event["time"])})

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from acp_bridge.models.catalog import DEFAULT_EFFORT, EFFORT_LEVELS, ModelEntry, find
 from session.events import CONFIG_SET, TURN_START, Event
+from session.typed import typed
 
 MODEL_OPTION: Final = "model"
 THOUGHT_OPTION: Final = "thought_level"
@@ -76,15 +77,15 @@ def stored_choice(events: Iterable[Event], models: Sequence[ModelEntry]) -> Choi
     model: Any = None
     effort: Any = None
     for event in reversed(list(events)):
-        etype, data = event["type"], event["data"]
-        if etype == CONFIG_SET:
-            if model is None and data.get("configId") == MODEL_OPTION:
-                model = data.get("value")
-            if effort is None and data.get("configId") == THOUGHT_OPTION:
-                effort = data.get("value")
-        elif etype == TURN_START:
-            model = data.get("model") if model is None else model
-            effort = data.get("thoughtLevel") if effort is None else effort
+        ev = typed(event)
+        if ev["type"] == CONFIG_SET:
+            if model is None and ev["data"]["configId"] == MODEL_OPTION:
+                model = ev["data"]["value"]
+            if effort is None and ev["data"]["configId"] == THOUGHT_OPTION:
+                effort = ev["data"]["value"]
+        elif ev["type"] == TURN_START:
+            model = ev["data"].get("model") if model is None else model
+            effort = ev["data"].get("thoughtLevel") if effort is None else effort
         if model is not None and effort is not None:
             break
     return choice_for(find(models, model) or models[0], effort)

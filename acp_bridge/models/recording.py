@@ -46,9 +46,13 @@ from session.events import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
+    Reason,
+    Usage,
     tool_calls_of,
 )
+from session.items import ToolResultData
 from session.loading import invariant_corruption
+from session.typed import typed
 
 
 @dataclass(frozen=True)
@@ -68,9 +72,9 @@ class RecordedCall:
     step: int
     chunks: tuple[tuple[str, str], ...]  # ("text" | "reasoning", text), as streamed
     tool_calls: tuple[tuple[str, str, str], ...]  # (id, name, arguments JSON text)
-    usage: dict[str, Any] | None
+    usage: Usage | None
     end: CallEnd
-    results: tuple[dict[str, Any], ...]  # the step's tool/result data, in log order
+    results: tuple[ToolResultData, ...]  # the step's tool/result data, in log order
 
 
 @dataclass(frozen=True)
@@ -181,8 +185,8 @@ class _Step:
     step: int
     chunks: list[tuple[str, str]] = field(default_factory=list)
     calls: list[tuple[str, str, str]] = field(default_factory=list)
-    usage: dict[str, Any] | None = None
-    results: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage | None = None
+    results: list[ToolResultData] = field(default_factory=list)
 
 
 def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Recording:
@@ -202,40 +206,41 @@ def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Record
     images: set[str] = set()
     running: str | None = None  # the model of the open turn
     for event in events:
-        etype, data = event["type"], event["data"]
-        if etype == TURN_START:
+        ev = typed(event)
+        if ev["type"] == TURN_START:
+            start = ev["data"]
             open_steps = []
-            running = data.get("model") if isinstance(data.get("model"), str) else None
+            running = start.get("model") if isinstance(start.get("model"), str) else None
             if model is None:
                 model = running
             if running is not None:
                 models.setdefault(running)
-                if data.get("thoughtLevel") is not None:
+                if start.get("thoughtLevel") is not None:
                     reasoning.add(running)
-        elif etype == CONFIG_SET:
-            if data.get("configId") == "model" and isinstance(data.get("value"), str):
-                models.setdefault(data["value"])
-        elif etype == USER_MESSAGE:
-            prompts[data["turn"]] = data["content"]
-            if running is not None and has_images(data["content"]):
+        elif ev["type"] == CONFIG_SET:
+            if ev["data"].get("configId") == "model" and isinstance(ev["data"].get("value"), str):
+                models.setdefault(ev["data"]["value"])
+        elif ev["type"] == USER_MESSAGE:
+            prompts[ev["data"]["turn"]] = ev["data"]["content"]
+            if running is not None and has_images(ev["data"]["content"]):
                 images.add(running)
-        elif etype == STEP_START:
-            open_steps.append(_Step(data["turn"], data["step"]))
-        elif etype == ASSISTANT_CHUNK:
-            open_steps[-1].chunks.append((data["chunk"]["type"], data["chunk"]["text"]))
-        elif etype == ASSISTANT_MESSAGE:
+        elif ev["type"] == STEP_START:
+            open_steps.append(_Step(ev["data"]["turn"], ev["data"]["step"]))
+        elif ev["type"] == ASSISTANT_CHUNK:
+            open_steps[-1].chunks.append((ev["data"]["chunk"]["type"], ev["data"]["chunk"]["text"]))
+        elif ev["type"] == ASSISTANT_MESSAGE:
             step = open_steps[-1]
-            step.calls += [(b["id"], b["name"], b["arguments"]) for b in tool_calls_of(data)]
-            if data.get("usage") is not None:
-                step.usage = data["usage"]
-        elif etype == TOOL_RESULT:
-            open_steps[-1].results.append(data)
-        elif etype == TURN_END:
-            turn = data["turn"]
+            step.calls += [(b["id"], b["name"], b["arguments"]) for b in tool_calls_of(ev["data"])]
+            if ev["data"].get("usage") is not None:
+                step.usage = ev["data"]["usage"]
+        elif ev["type"] == TOOL_RESULT:
+            open_steps[-1].results.append(ev["data"])
+        elif ev["type"] == TURN_END:
+            turn = ev["data"]["turn"]
             steps[turn] = len(open_steps)
             for index, step in enumerate(open_steps):
                 last = index == len(open_steps) - 1
-                end = _end_of(step, data["reason"]) if last else "tool_calls"
+                end = _end_of(step, ev["data"]["reason"]) if last else "tool_calls"
                 calls[(turn, step.step)] = RecordedCall(
                     turn, step.step, tuple(step.chunks), tuple(step.calls), step.usage, end,
                     tuple(step.results))
@@ -243,17 +248,16 @@ def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Record
                      reasoning=frozenset(reasoning), images=frozenset(images))
 
 
-def _end_of(step: _Step, reason: dict[str, Any]) -> CallEnd:
+def _end_of(step: _Step, reason: Reason) -> CallEnd:
     """How the last model call of a turn ended, from the turn's end reason."""
-    kind = reason["kind"]
     if step.calls:
         # The model asked for tools; whatever ended the turn came after the call.
         return "tool_calls"
-    if kind == "completed":
+    if reason["kind"] == "completed":
         return "stop"
-    if kind in ("max_tokens", "refusal"):
-        return str(kind)
-    if kind == "error":
+    if reason["kind"] == "max_tokens" or reason["kind"] == "refusal":
+        return reason["kind"]
+    if reason["kind"] == "error":
         return CallError(str(reason.get("message", "model error")), reason.get("code"),
                          reason.get("retryable"))
     # cancelled or interrupted while the model was still streaming (or a max_steps turn

@@ -99,13 +99,13 @@ class ReplayModel:
             await anyio.sleep_forever()
         if isinstance(end, CallError):
             if call.usage is not None and override is None:
-                yield UsageChunk(call.usage)  # type: ignore[arg-type]
+                yield UsageChunk(call.usage)
             yield Finish("error", message=end.message, code=end.code, retryable=end.retryable)
             return
         for call_id, name, arguments in call.tool_calls:
             yield ToolCallChunk(call_id, name, moved(arguments, self.recording.cwd, request.cwd))
         if call.usage is not None:
-            yield UsageChunk(call.usage)  # type: ignore[arg-type]
+            yield UsageChunk(call.usage)
         yield Finish(end)  # type: ignore[arg-type]
 
     def _failed(self, turn: int, step: int, code: str, why: str) -> Finish:

@@ -32,6 +32,7 @@ from acp_bridge.models.replay_models import stand_ins
 from acp_bridge.tools import permissions
 from session import Event
 from session.events import CONFIG_SET, TOOL_CALL, TURN_END, TURN_START, WRAPPED_UPDATE
+from session.typed import typed, typed_all
 
 
 @dataclass
@@ -75,28 +76,31 @@ def read_fake(log: ReadLog, source: str) -> FakeRecording:
     turn = 0
     last_options: list[dict[str, Any]] | None = None
     for event in log.events:
-        etype, data = event["type"], event["data"]
-        if etype == TURN_START:
-            turn = data["turn"]
+        ev = typed(event)
+        if ev["type"] == TURN_START:
+            turn = ev["data"]["turn"]
             out.turns[turn] = []
-            if isinstance(data.get("mode"), str) and data["mode"] not in out.modes:
-                out.modes.append(data["mode"])
+            mode = ev["data"].get("mode")
+            if isinstance(mode, str) and mode not in out.modes:
+                out.modes.append(mode)
         if turn in out.turns and (not out.turns[turn] or out.turns[turn][-1]["type"] != TURN_END):
             out.turns[turn].append(event)
         else:
             out.between.setdefault(turn, []).append(event)
-        if etype == TOOL_CALL and data.get("silent"):  # a wrapped agent's call, as it last described it
+        if ev["type"] == TOOL_CALL and ev["data"].get("silent"):  # a wrapped agent's call, as it last described it
+            data = ev["data"]
             out.calls[data["callId"]] = {"title": data["title"], "kind": data["kind"], "rawInput": data["arguments"],
                                          **({"locations": data["locations"]} if data.get("locations") else {})}
-        elif etype == TOOL_CALL:
+        elif ev["type"] == TOOL_CALL:
+            data = ev["data"]
             call = next((u for u in updates_for(event, UpdateContext(replay=True))
                          if u.get("sessionUpdate") == "tool_call"), None)
             if call is not None:
                 out.calls[data["callId"]] = {k: v for k, v in call.items() if k not in ("sessionUpdate", "status")}
             if not out.wrapped:  # our agent's options were made per call; a wrapped agent's are not kept
                 out.rules[data["callId"]] = permissions.always_rule(data["name"], data["kind"], data["arguments"])
-        elif etype == WRAPPED_UPDATE and isinstance(data.get("update"), dict):
-            update = data["update"]
+        elif ev["type"] == WRAPPED_UPDATE and isinstance(ev["data"].get("update"), dict):
+            update = ev["data"]["update"]
             if update.get("sessionUpdate") == "current_mode_update" and isinstance(update.get("currentModeId"), str) \
                     and update["currentModeId"] not in out.modes:
                 out.modes.append(update["currentModeId"])
@@ -113,8 +117,8 @@ def _our_options(log: ReadLog, source: str, mode: str) -> list[dict[str, Any]]:
     """Our agent's config options at the start of the recorded session."""
     recording = derive_calls(source, log.header, log.events)
     models = [ModelEntry(e.spec, images=e.images, reasoning=e.reasoning) for e in stand_ins(recording, {})]
-    effort = next((e["data"]["value"] for e in log.events
-                   if e["type"] == CONFIG_SET and e["data"].get("configId") == options.THOUGHT_OPTION), None)
+    effort = next((e["data"]["value"] for e in typed_all(log.events)
+                   if e["type"] == CONFIG_SET and e["data"]["configId"] == options.THOUGHT_OPTION), None)
     return [*permissions.mode_state(mode)["configOptions"],
             *options.model_options(models, options.choice_for(models[0], effort))]
 
