@@ -11,7 +11,7 @@ from acp_bridge.errors import TurnFailedError
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.prompts import answer_of
-from acp_bridge.host.settlement import PromptAnswer, Settlement, TurnFailed, settle
+from acp_bridge.host.settlement import PromptAnswer, Settlement, StopReason, TurnFailed, settle
 from session import Event
 from session.events import REASON_KINDS, Reason, reason
 from tests.support.acp_schema import validate_def
@@ -21,7 +21,7 @@ def turn_end(turn: int, why: Mapping[str, Any]) -> Event:
     return {"type": "turn/end", "seq": 9, "time": 0, "data": {"turn": turn, "reason": dict(why)}}
 
 
-def success(turn: int, stop: str, why: dict[str, Any]) -> PromptAnswer:
+def success(turn: int, stop: StopReason, why: dict[str, Any]) -> PromptAnswer:
     return {"stopReason": stop, "_meta": {"acpBridge": {"turn": turn, "reason": why}}}
 
 

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from acp_bridge import __version__
 from acp_bridge.agent import auth
@@ -28,7 +28,12 @@ from acp_bridge.errors import InvalidParamsError
 from acp_bridge.host.commands import commands_update
 from acp_bridge.host.engine import OpenAnswer
 from acp_bridge.host.host import Engine, Host
-from acp_bridge.host.params import MCP_TRANSPORTS
+from acp_bridge.host.params import (
+    MCP_TRANSPORTS,
+    NewSessionRequest,
+    SetSessionConfigOptionRequest,
+    SetSessionModeRequest,
+)
 from acp_bridge.host.replay import Opened, ReplayEncoder, StoredOpener
 from acp_bridge.models import options
 from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
@@ -184,12 +189,12 @@ class AgentEngine(Engine["LiveSession"]):
         return self._activate(opened.log, transcript=kept.transcript, always_allowed=kept.always.rules,
                               cost=kept.cost)
 
-    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def new_session(self, params: NewSessionRequest) -> dict[str, Any]:
         self._require_key(self.config.models[0])
         self.model()  # a model that cannot be made fails here, before the store holds an empty session
         session_log = await self.host.create_log(cwd=params["cwd"], additional=params.get("additionalDirectories"))
         live = self._activate(session_log)
-        mcp = await live.connect_mcp(params.get("mcpServers"), self.host.task_group)
+        mcp = await live.connect_mcp(params["mcpServers"], self.host.task_group)
         self._offer_commands(live)
         return {"sessionId": session_log.id, **self._state(live),
                 **({"_meta": {"acpBridge": mcp}} if mcp else {})}
@@ -255,19 +260,20 @@ class AgentEngine(Engine["LiveSession"]):
         removed = auth.logout()
         return {"_meta": {"acpBridge": {"removed": removed}}}
 
-    async def set_mode(self, sessionId: str, modeId: str, **_: Any) -> dict[str, Any]:
-        self.switch_mode(self.host.session(sessionId), sessionId, modeId, "modeId")
+    async def set_mode(self, **params: Unpack[SetSessionModeRequest]) -> dict[str, Any]:
+        sid = params["sessionId"]
+        self.switch_mode(self.host.session(sid), sid, params["modeId"], "modeId")
         return {}
 
-    async def set_config_option(self, sessionId: str, configId: str, value: Any = None,
-                                **_: Any) -> dict[str, Any]:
+    async def set_config_option(self, **params: Unpack[SetSessionConfigOptionRequest]) -> dict[str, Any]:
+        sessionId, configId, value = params["sessionId"], params["configId"], params["value"]
         live = self.host.session(sessionId)
         if configId == "mode":
             self.switch_mode(live, sessionId, value, "value")
         elif configId == options.MODEL_OPTION:
             await self.switch_model(live, sessionId, value)
         elif configId == options.THOUGHT_OPTION and live.choice.effort is not None:
-            if value not in EFFORT_LEVELS:
+            if not isinstance(value, str) or value not in EFFORT_LEVELS:
                 raise InvalidParamsError(f"unknown thought level {value!r}: use one of {', '.join(EFFORT_LEVELS)}",
                                          field="value")
             await live.runner.record_setting(configId, value)

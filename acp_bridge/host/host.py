@@ -17,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic
+from typing import Any, Generic, Unpack
 
 import anyio
 import anyio.abc
@@ -27,7 +27,7 @@ from acp_bridge.host.engine import OpenAnswer, S, Send
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.fork import fork_session
 from acp_bridge.host.listing import list_page
-from acp_bridge.host.params import check_params
+from acp_bridge.host.params import NewSessionRequest, check_params
 from acp_bridge.host.prompts import Prompts
 from acp_bridge.host.tuning import Tuning
 from acp_bridge.rpc.connection import Connection, Fallback
@@ -77,7 +77,7 @@ class Engine(abc.ABC, Generic[S]):
         config options), each taking the params as keywords (checked by the host)."""
 
     @abc.abstractmethod
-    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def new_session(self, params: NewSessionRequest) -> dict[str, Any]:
         """`session/new`: a new session (its log made with `Host.create_log`), made live
         with `Host.add`, and the answer."""
 
@@ -247,7 +247,7 @@ class Host(Generic[S]):
 
     # --- the session methods -----------------------------------------------------------
 
-    async def new_session(self, **params: Any) -> dict[str, Any]:
+    async def new_session(self, **params: Unpack[NewSessionRequest]) -> dict[str, Any]:
         return await self.engine.new_session(params)
 
     async def load_session(self, sessionId: str, **params: Any) -> dict[str, Any]:

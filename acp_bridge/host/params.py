@@ -4,13 +4,18 @@ A small declarative checker rather than a JSON Schema validator at run time: it 
 fast, imports nothing, and its errors name the offending field (`-32602` with
 `data.field`). Unknown fields are allowed, as the protocol's extensibility asks. The
 e2e tests hold these specs to the official schema.
+
+Beside the checks, the params the host and the engines act on as TypedDicts, written
+once here after the vendored schema's definitions of the same name
+(tests/support/acp/schema.json; tests/test_acp_types.py holds them to it and to
+`SPECS`), and `checked`, which types what `check_params` passed.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, overload
 
 from acp_bridge.errors import InvalidParamsError
 
@@ -199,6 +204,81 @@ SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
     "session/prompt": {"sessionId": (STRING, True), "prompt": (prompt_blocks, True)},
     "session/cancel": {"sessionId": (STRING, True)},
 }
+
+
+ContentBlock = dict[str, Any]  # checked by `content_block`
+McpServer = dict[str, Any]  # checked by `mcp_server`
+Meta = dict[str, Any] | None
+
+
+class NewSessionRequest(TypedDict):
+    cwd: str
+    mcpServers: list[McpServer]
+    additionalDirectories: NotRequired[list[str]]
+    _meta: NotRequired[Meta]
+
+
+class LoadSessionRequest(TypedDict):
+    sessionId: str
+    cwd: str
+    mcpServers: list[McpServer]
+    additionalDirectories: NotRequired[list[str]]
+    _meta: NotRequired[Meta]
+
+
+class ResumeSessionRequest(TypedDict):
+    sessionId: str
+    cwd: str
+    mcpServers: NotRequired[list[McpServer]]
+    additionalDirectories: NotRequired[list[str]]
+    _meta: NotRequired[Meta]
+
+
+class PromptRequest(TypedDict):
+    sessionId: str
+    prompt: list[ContentBlock]
+    _meta: NotRequired[Meta]
+
+
+class CancelNotification(TypedDict):
+    sessionId: str
+    _meta: NotRequired[Meta]
+
+
+class SetSessionModeRequest(TypedDict):
+    sessionId: str
+    modeId: str
+    _meta: NotRequired[Meta]
+
+
+class SetSessionConfigOptionRequest(TypedDict):
+    sessionId: str
+    configId: str
+    value: str | bool
+    type: NotRequired[str]  # "boolean" with a boolean value; absent with a value id
+    _meta: NotRequired[Meta]
+
+
+@overload
+def checked(method: Literal["session/new"], params: Mapping[str, Any]) -> NewSessionRequest: ...
+@overload
+def checked(method: Literal["session/load"], params: Mapping[str, Any]) -> LoadSessionRequest: ...
+@overload
+def checked(method: Literal["session/resume"], params: Mapping[str, Any]) -> ResumeSessionRequest: ...
+@overload
+def checked(method: Literal["session/prompt"], params: Mapping[str, Any]) -> PromptRequest: ...
+@overload
+def checked(method: Literal["session/cancel"], params: Mapping[str, Any]) -> CancelNotification: ...
+@overload
+def checked(method: Literal["session/set_mode"], params: Mapping[str, Any]) -> SetSessionModeRequest: ...
+@overload
+def checked(method: Literal["session/set_config_option"],
+            params: Mapping[str, Any]) -> SetSessionConfigOptionRequest: ...
+def checked(method: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`params` of `method`, checked (`check_params`: InvalidParamsError naming the field)
+    and typed as that method's request: the check just made is what the type says."""
+    check_params(method, params)
+    return params
 
 
 def check_params(method: str, params: Mapping[str, Any]) -> None:

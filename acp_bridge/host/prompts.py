@@ -16,7 +16,7 @@ import anyio
 from acp_bridge.errors import PromptInProgressError, TurnFailedError
 from acp_bridge.host.engine import TurnEnd, Turns
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.host.params import check_params
+from acp_bridge.host.params import checked
 from acp_bridge.host.settlement import TurnFailed, settle, turn_usage
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.incoming import on_cancel
@@ -83,12 +83,12 @@ class Prompts:
             log.info("session/cancel ignored: params must be an object")
             return None
         try:
-            check_params("session/cancel", params)
+            request = checked("session/cancel", params)
         except Exception as exc:  # a notification: nobody to answer
             log.info("session/cancel ignored: %s", to_rpc_error(exc).message)
             return None
-        session = live.get(params["sessionId"])
-        if session is None or params["sessionId"] not in self._running:
+        session = live.get(request["sessionId"])
+        if session is None or request["sessionId"] not in self._running:
             return False
         session.cancel("session/cancel", params)
         return None

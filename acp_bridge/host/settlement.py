@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, TypedDict
+from typing import Any, Final, Literal, TypedDict
 
 import orjson
 
@@ -22,8 +22,11 @@ from acp_bridge.rpc.protocol import AUTH_REQUIRED, INTERNAL_ERROR
 from session.events import ASSISTANT_MESSAGE, REASON_KINDS, TURN_END, Event
 from session.typed import typed
 
+StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+"""ACP's `StopReason` (tests/test_acp_types.py holds it to the vendored schema)."""
+
 # turn/end reason kind -> ACP StopReason, for the kinds that are success answers.
-STOP_REASONS: Final[dict[str, str]] = {
+STOP_REASONS: Final[dict[str, StopReason]] = {
     "completed": "end_turn",
     "max_tokens": "max_tokens",
     "max_steps": "max_turn_requests",
@@ -47,9 +50,9 @@ _TOTAL_FIELDS: Final = ("inputTokens", "outputTokens", "cacheReadTokens", "cache
 
 
 class PromptAnswer(TypedDict):
-    """A `PromptResponse` result."""
+    """A `PromptResponse` result, as settled (`answer_of` adds the turn's `usage`)."""
 
-    stopReason: str
+    stopReason: StopReason
     _meta: dict[str, Any]
 
 
