@@ -27,7 +27,13 @@ from acp_bridge.host.engine import OpenAnswer, S, Send
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.host.fork import fork_session
 from acp_bridge.host.listing import list_page
-from acp_bridge.host.params import NewSessionRequest, check_params
+from acp_bridge.host.params import (
+    LoadSessionRequest,
+    NewSessionRequest,
+    PromptRequest,
+    ResumeSessionRequest,
+    check_params,
+)
 from acp_bridge.host.prompts import Prompts
 from acp_bridge.host.tuning import Tuning
 from acp_bridge.rpc.connection import Connection, Fallback
@@ -250,13 +256,15 @@ class Host(Generic[S]):
     async def new_session(self, **params: Unpack[NewSessionRequest]) -> dict[str, Any]:
         return await self.engine.new_session(params)
 
-    async def load_session(self, sessionId: str, **params: Any) -> dict[str, Any]:
-        return await self._open(sessionId, params, replay=True)
+    async def load_session(self, **params: Unpack[LoadSessionRequest]) -> dict[str, Any]:
+        return await self._open(params, replay=True)
 
-    async def resume_session(self, sessionId: str, **params: Any) -> dict[str, Any]:
-        return await self._open(sessionId, params, replay=False)
+    async def resume_session(self, **params: Unpack[ResumeSessionRequest]) -> dict[str, Any]:
+        return await self._open(params, replay=False)
 
-    async def _open(self, sid: str, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
+    async def _open(self, request: LoadSessionRequest | ResumeSessionRequest, *, replay: bool) -> dict[str, Any]:
+        sid = request["sessionId"]
+        params = _without(request, "sessionId")  # what the engine takes: the rest
         validate_session_id(sid)
         live = self._live.get(sid)
         if live is not None and self._prompts.answering(sid):
@@ -313,8 +321,10 @@ class Host(Generic[S]):
 
     # --- prompts and cancels (acp_bridge.host.prompts) ---------------------------------
 
-    async def prompt(self, sessionId: str, prompt: list[Any], **rest: Any) -> dict[str, Any]:
-        return await self._prompts.run(sessionId, self.session(sessionId), prompt, rest, self.peer.notify_update)
+    async def prompt(self, **params: Unpack[PromptRequest]) -> dict[str, Any]:
+        sid = params["sessionId"]
+        return await self._prompts.run(sid, self.session(sid), params["prompt"], _without(params, "sessionId", "prompt"),
+                                       self.peer.notify_update)
 
     def _cancel_now(self, params: Any) -> bool | None:
         return self._prompts.cancel_now(params, self._live)
@@ -326,6 +336,11 @@ class Host(Generic[S]):
 async def _hand_off_in_threads(logs: list[SessionLog]) -> None:
     for session_log in logs:
         await anyio.to_thread.run_sync(functools.partial(session_log.hand_off, wait=True))
+
+
+def _without(params: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    """`params` less the members `names` (those a handler takes itself), in their order."""
+    return {name: value for name, value in params.items() if name not in names}
 
 
 def _checked(method: str, fn: Callable[..., Awaitable[Any]]) -> Handler:
