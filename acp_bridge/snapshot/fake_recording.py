@@ -55,7 +55,8 @@ class FakeRecording:
     @property
     def first_mode(self) -> str | None:
         first = self.turns.get(1, [])
-        mode = first[0]["data"].get("mode") if first else None
+        start = typed(first[0]) if first else None  # turn 1's turn/start
+        mode = start["data"].get("mode") if start is not None and start["type"] == TURN_START else None
         return mode if isinstance(mode, str) else (self.modes[0] if self.modes else None)
 
     def mode_state(self, mode: str | None) -> dict[str, Any]:
