@@ -25,6 +25,7 @@ from session.backends.base import BackendSession, Encoded
 from session.closers import Interrupted, closers, open_turn
 from session.errors import EventDataError, SessionClosedError, StoreIOError
 from session.events import (
+    ASSISTANT_CHUNK,
     STEP_END,
     TOOL_CALL,
     TOOL_PERMISSION,
@@ -35,7 +36,7 @@ from session.events import (
     Header,
 )
 from session.invariants import InvariantTracker, OpenCall
-from session.items import Item
+from session.items import ChunkKind, Item, assistant_chunk
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable;
@@ -47,6 +48,7 @@ DURABLE_TYPES: Final = frozenset({TOOL_CALL, TOOL_PERMISSION, STEP_END, TURN_END
 # them sooner, before their updates are sent).
 FLUSH_EVENTS: Final = 512
 FLUSH_BYTES: Final = 1 << 20
+_CHUNK_KINDS: Final = ("text", "reasoning")
 
 # orjson would silently turn these into strings; the log takes JSON data only.
 _ENCODE_OPTIONS: Final = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -92,7 +94,9 @@ class SessionLog:
         self._clock = clock
         self._unwritten: list[Encoded] = []  # appended, not yet handed to the backend
         self._unwritten_bytes = 0
-        self._unsynced: list[Encoded] = []  # written to the backend, not yet durable
+        # How many events were written to the backend and are not durable yet (only
+        # counted: the backend has their bytes, and a stream's would be held to its end).
+        self._unsynced = 0
         self._closed = False
         # The log is used from the event loop and, for durable commits, from worker
         # threads, and the sender hands buffered events to the OS from its own task
@@ -132,7 +136,7 @@ class SessionLog:
     @property
     def pending(self) -> int:
         """Events appended but not yet durable."""
-        return len(self._unwritten) + len(self._unsynced)
+        return len(self._unwritten) + self._unsynced
 
     @property
     def buffered(self) -> int:
@@ -154,10 +158,11 @@ class SessionLog:
         with self._lock:
             return self._extend(items)
 
-    def _extend(self, items: Iterable[Item]) -> list[Event]:
+    def _extend(self, items: Iterable[Item], stamp: int | None = None) -> list[Event]:
         self._check_open()
         self._raise_failure()
-        stamp = self._clock()
+        if stamp is None:
+            stamp = self._clock()
         tracker = self._tracker
         # The batch is checked on the live tracker; a refused batch leaves no trace: a
         # single event is refused before it changes anything (encode, then `feed`, which
@@ -193,6 +198,41 @@ class SessionLog:
             if len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES:
                 self._write(sync=False)
         return [encoded.event for encoded in batch]
+
+    def append_chunk(self, turn: int, step: int, kind: ChunkKind, text: str,
+                     sent: dict[str, Any] | None = None) -> Event:
+        """`append(*assistant_chunk(turn, step, kind, text, sent))`, on a fast path for
+        most events of a stream (a wrapped agent's chunks): a chunk of the open step
+        makes the same event and bytes with the checks the tracker's own fast path makes
+        (`InvariantTracker.feed_all`), in one call. Anything that path does not accept
+        (a closed log, a failure to report, another step, not JSON) goes through
+        `extend`, which refuses or raises as it always does."""
+        with self._lock:
+            tracker = self._tracker
+            if self._closed or self._failure is not None or not tracker.step_open or not tracker.in_turn \
+                    or tracker.turn != turn or tracker.step != step or kind not in _CHUNK_KINDS \
+                    or type(text) is not str:
+                return self._extend([assistant_chunk(turn, step, kind, text, sent)])[0]
+            stamp = self._clock()
+            data: dict[str, Any] = {"turn": turn, "step": step, "chunk": {"type": kind, "text": text}}
+            if sent:
+                data["sent"] = sent
+            try:
+                if type(stamp) is not int or stamp < 0:
+                    raise TypeError
+                data_json = orjson.dumps(data, option=_ENCODE_OPTIONS)
+            except TypeError:  # `extend` words the refusal (with the same time)
+                return self._extend([assistant_chunk(turn, step, kind, text, sent)], stamp)[0]
+            seq = tracker.next_seq
+            event: Event = {"type": ASSISTANT_CHUNK, "seq": seq, "time": stamp, "data": data}
+            tracker.next_seq = seq + 1
+            self._events.append(event)
+            size = len(data_json)
+            self._unwritten.append(Encoded(event, bytes(memoryview(data_json)) if size < 2048 else data_json))
+            self._unwritten_bytes += size
+            if len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES:
+                self._write(sync=False)
+            return event
 
     def flush(self) -> None:
         """Hand buffered events to the backend without waiting for the disk."""
@@ -241,11 +281,11 @@ class SessionLog:
             self._roll_back()
             raise
         if sync:
-            self._unsynced = []
+            self._unsynced = 0
             self._durable_tracker = _copy(self._tracker)
             self._prior_events = None
         else:
-            self._unsynced.extend(batch)
+            self._unsynced += len(batch)
         self._unwritten, self._unwritten_bytes = [], 0
 
     def _roll_back(self) -> None:
@@ -262,7 +302,7 @@ class SessionLog:
             del events[max(cut - events[0]["seq"], 0):]
         self._events, self._prior_events = events, None
         self._tracker = _copy(durable)
-        self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, []
+        self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, 0
 
     def close_interrupted(self, *, cause: Literal["crash", "shutdown"] = "shutdown") -> list[Event]:
         """Close an open turn with the interrupted closers (the agent is stopping

@@ -188,8 +188,17 @@ class Connection:
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._out.run)
             async with anyio.create_task_group() as requests:
-                async for line in self._reader.lines():
-                    self._on_line(line, requests)
+                # A reader that has them gives the lines of each read together
+                # (`_Lines.batches`): one loop step a read, not an async one a line.
+                batches = getattr(self._reader, "batches", None)
+                if batches is not None:
+                    on_line = self._on_line
+                    async for batch in batches():
+                        for line in batch:
+                            on_line(line, requests)
+                else:
+                    async for line in self._reader.lines():
+                        self._on_line(line, requests)
                 log.info("stdin closed: stopping")
                 if self._on_eof is not None:
                     await self._on_eof()
@@ -204,17 +213,20 @@ class Connection:
             self.send(response(None, error=RpcError(INVALID_REQUEST, "message too large", {
                 "code": "too_large", "size": line.size, "limit": self._reader.max_line})))
             return
-        if not line.strip():
-            return
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
+            if not line.strip():  # a blank line: nothing
+                return
             # Answered with the request's id where it can still be read, so a client
             # waiting on that id is not left hanging (acp_bridge.rpc.protocol.salvaged_id).
             self.send(response(salvaged_id(line), error=RpcError(PARSE_ERROR, "Parse error", {
                 "code": "parse_error", "detail": str(exc)})))
             return
-        if isinstance(message, list):
+        if type(message) is dict and "method" in message:  # a request or notification (most of a stream)
+            if not self._in.run_inline(message):
+                self._spawn(tg, self._single(message))
+        elif isinstance(message, list):
             if not message:
                 self.send(response(None, error=RpcError(INVALID_REQUEST, "Invalid Request: empty batch")))
                 return

@@ -20,9 +20,9 @@ import contextlib
 import fcntl
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import anyio
 import anyio.abc
@@ -69,6 +69,19 @@ class _Lines:
         """`lines` ended (EOF, an error, or its consumer stopped)."""
 
     async def lines(self) -> AsyncIterator[bytes | TooLong]:
+        batches = self.batches()
+        try:
+            async for batch in batches:
+                for line in batch:
+                    yield line
+        finally:
+            await batches.aclose()
+
+    async def batches(self) -> AsyncGenerator[list[bytes | TooLong], None]:
+        """What `lines` yields, the lines of one read at a time (never an empty list):
+        split by one C call rather than a Python step a line, as a stream of small
+        messages comes a few hundred to a read."""
+        max_line = self.max_line
         try:
             buffer = bytearray()
             skipping = 0  # bytes of an over-long line dropped so far
@@ -76,32 +89,30 @@ class _Lines:
                 chunk = await self._read()
                 if not chunk:
                     if skipping:
-                        yield TooLong(skipping + len(buffer))
+                        yield [TooLong(skipping + len(buffer))]
                     elif buffer.strip():
-                        yield bytes(buffer)  # a last line without newline still counts
+                        yield [bytes(buffer)]  # a last line without newline still counts
                     return
-                start = 0
-                while True:
-                    end = chunk.find(b"\n", start)
-                    if end < 0:
-                        break
+                whole = chunk.split(b"\n")
+                rest = whole.pop()  # after the last newline: the start of a line
+                if whole:
+                    parts = cast("list[bytes | TooLong]", whole)
+                    first = whole[0]  # the end of the line the buffer holds the start of
                     if skipping:
-                        yield TooLong(skipping + end - start)
+                        parts[0] = TooLong(skipping + len(first))
                         skipping = 0
-                    elif len(buffer) + end - start > self.max_line:
-                        yield TooLong(len(buffer) + end - start)
+                    elif len(buffer) + len(first) > max_line:
+                        parts[0] = TooLong(len(buffer) + len(first))
                         buffer = bytearray()
                     elif buffer:
-                        buffer += chunk[start:end]
-                        line, buffer = bytes(buffer), bytearray()
-                        yield line
-                    else:
-                        yield chunk[start:end]
-                    start = end + 1
-                rest = chunk[start:]
+                        buffer += first
+                        parts[0], buffer = bytes(buffer), bytearray()
+                    if len(whole) > 1 and max(map(len, whole[1:])) > max_line:
+                        parts[1:] = [TooLong(len(line)) if len(line) > max_line else line for line in whole[1:]]
+                    yield parts
                 if skipping:
                     skipping += len(rest)
-                elif len(buffer) + len(rest) > self.max_line:
+                elif len(buffer) + len(rest) > max_line:
                     skipping, buffer = len(buffer) + len(rest), bytearray()
                 else:
                     buffer += rest

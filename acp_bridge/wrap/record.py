@@ -79,6 +79,11 @@ OTHER_ERROR: Final = "agent_error"
 
 _CHUNKS: Final[dict[str, ChunkKind]] = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
 
+# A chunk of the open step (`TurnRecorder.streamed`): its step, kind, text and `sent`,
+# the arguments of `SessionLog.append_chunk` after the turn. A plain tuple: one is made
+# for most updates of a stream.
+StreamedChunk = tuple[int, ChunkKind, str, "dict[str, Any] | None"]
+
 
 class TurnRecorder:
     """One turn of a wrapped agent. `prompt` starts it; `answer`, `failed` or
@@ -135,6 +140,35 @@ class TurnRecorder:
             if type(size) is int:
                 self._context["contextWindow"] = size
         return [wrapped_update(update, self.turn)]
+
+    def streamed(self, update: dict[str, Any]) -> StreamedChunk | None:
+        """The fast path of `update` for most of a stream: a text or thought chunk that
+        goes on the open step as it stands (a step without calls, so no step ends or
+        starts before it). It is taken in exactly as `update` takes it, and what
+        `update` would return, one `assistant/chunk`, is returned as its parts, for
+        `SessionLog.append_chunk`. None for anything else, with nothing taken in:
+        `update` decides then."""
+        step = self._step
+        if step is None or step.calls or self._ended:  # an open step exists only in a started turn
+            return None
+        name = update.get("sessionUpdate")
+        if name == "agent_message_chunk":
+            kind: ChunkKind = "text"
+        elif name == "agent_thought_chunk":
+            kind = "reasoning"
+        else:
+            return None
+        content = update.get("content")
+        if not isinstance(content, dict) or content.get("type") != "text":
+            return None
+        text = content.get("text")
+        if not isinstance(text, str):
+            return None
+        step.say(kind, text)
+        sent: dict[str, Any] | None = None
+        if len(update) != 2 or len(content) != 2:  # more than {sessionUpdate, content: {type, text}}
+            sent = self._sent(update)
+        return step.number, kind, text, sent
 
     def asking(self, tool_call: dict[str, Any] | None = None) -> list[Item]:
         """The agent asks the editor something in this turn (a permission about
@@ -243,12 +277,19 @@ class TurnRecorder:
         step.say(kind, text)
         sent: dict[str, Any] | None = None
         if len(update) != 2 or len(update["content"]) != 2:  # more than {sessionUpdate, content: {type, text}}
-            sent = {k: v for k, v in update.items() if k not in ("sessionUpdate", "content")}
-            if len(update["content"]) != 2:
-                sent["content"] = update["content"]
-            self._add_meta_usage(update.get("_meta"))
+            sent = self._sent(update)
         items.append(assistant_chunk(self.turn, step.number, kind, text, sent))
         return items
+
+    def _sent(self, update: dict[str, Any]) -> dict[str, Any]:
+        """What a chunk's update holds besides its kind and text (its `_meta`, an id, a
+        content block's other fields): kept in its `assistant/chunk`, so a replay sends
+        the update as it came; a `_meta.usage` counts towards the turn's usage."""
+        sent = {k: v for k, v in update.items() if k not in ("sessionUpdate", "content")}
+        if len(update["content"]) != 2:
+            sent["content"] = update["content"]
+        self._add_meta_usage(update.get("_meta"))
+        return sent
 
     def _add_meta_usage(self, meta: Any) -> None:
         usage = acp_usage(meta.get("usage")) if isinstance(meta, dict) else None

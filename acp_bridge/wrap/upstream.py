@@ -50,7 +50,9 @@ class ChildSide:
         self._editor = editor
         self._early: OrderedDict[str, list[Any]] = OrderedDict()
         # What the editor is shown of an update, if not the update as the child sent it
-        # (`wrap --agent`: our `agent` option added to the child's config options).
+        # (our commands added to the child's list; `wrap --agent`: our `agent` option
+        # added to the child's config options). It never changes a message or thought
+        # chunk, which the fast path (`_streamed`) passes on without it.
         self.shown: Callable[[WrappedSession, Any], Any] | None = None
 
     def inline(self) -> dict[str, Inline]:
@@ -79,8 +81,29 @@ class ChildSide:
         if ws.restoring:
             return  # the child's own replay of a session we replayed from our log
         update = params.get("update")
+        if self._streamed(ws, update):
+            return
         self.record(ws, update)
         self._editor().notify_update(ws.id, update if self.shown is None else self.shown(ws, update))
+
+    def _streamed(self, ws: WrappedSession, update: Any) -> bool:
+        """A text or thought chunk of the running turn's open step (most of a stream),
+        recorded and passed on, on its fast path (`TurnRecorder.streamed`,
+        `SessionLog.append_chunk`): the same event, the same bytes and the same order
+        as `record` and `notify_update` give it. False, with nothing done, for anything
+        else."""
+        recorder = ws.recorder
+        if recorder is None or not isinstance(update, dict) or ws.log.closed:
+            return False
+        chunk = recorder.streamed(update)
+        if chunk is None:
+            return False
+        try:
+            ws.log.append_chunk(recorder.turn, *chunk)
+        except Exception:  # the prompt's end meets it again (and answers for it)
+            log.exception("session %s: recording an update of the wrapped agent failed", ws.id)
+        self._editor().notify_update(ws.id, update)  # `shown` leaves a chunk as it is
+        return True
 
     def record(self, ws: WrappedSession, update: Any) -> None:
         """Append what `update` means to the session's log (not sent: the caller does)."""
