@@ -4,7 +4,7 @@ codex-acp, qwen-code, opencode and gemini-cli with a client), and streams as fas
 can, so `acp-bridge wrap` can be measured against a real agent's message shapes without
 the agent or a network.
 
-    python bench/recorded_agent.py RECORDING
+    python bench/recorded_agent.py RECORDING [CHUNKS_PER_S]
 
 Standard library and orjson only, no ACP library: it reads one JSON-RPC line at a time
 from stdin and writes each message with its own write, as the real agents do.
@@ -15,7 +15,8 @@ from stdin and writes each message with its own write, as the real agents do.
   the recording's own `agent_message_chunk` and `agent_thought_chunk` updates (the
   agent's fields and `_meta` as it sent them: opencode's `messageId`, qwen-code's empty
   chunks carrying `_meta.usage`), as fast as it writes; then the recording's answer to
-  its first prompt.
+  its first prompt. With CHUNKS_PER_S, it keeps to that rate instead (it sleeps when
+  ahead: a real agent's pace, the wrapper woken for a chunk or a few at a time).
 - `session/cancel` and other notifications: ignored; any other request: -32601.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 import orjson
@@ -57,7 +59,7 @@ class Recording:
             raise SystemExit(f"{path}: no agent_message_chunk to stream")
 
 
-def main(path: str) -> int:
+def main(path: str, rate: float = 0.0) -> int:
     recording = Recording(path)
     # Each update's line encoded once, ahead: the fake spends its time writing.
     lines = [orjson.dumps(msg) + b"\n" for msg in recording.chunks]
@@ -87,8 +89,16 @@ def main(path: str) -> int:
             words = sum(len(block.get("text", "").split()) for block in msg["params"]["prompt"]
                         if isinstance(block, dict))
             count = len(lines)
-            for i in range(words):
-                write(lines[i % count])
+            if rate <= 0:
+                for i in range(words):
+                    write(lines[i % count])
+            else:
+                start = time.perf_counter()
+                for i in range(words):
+                    ahead = start + i / rate - time.perf_counter()
+                    if ahead > 0:
+                        time.sleep(ahead)
+                    write(lines[i % count])
             answer(rid, recording.prompt)
         else:
             write(orjson.dumps({"jsonrpc": "2.0", "id": rid,
@@ -97,4 +107,4 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0.0))

@@ -36,7 +36,7 @@ from session.events import (
     Header,
 )
 from session.invariants import InvariantTracker, OpenCall
-from session.items import ChunkKind, Item, assistant_chunk
+from session.items import ChunkKind, Item
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable;
@@ -49,6 +49,7 @@ DURABLE_TYPES: Final = frozenset({TOOL_CALL, TOOL_PERMISSION, STEP_END, TURN_END
 FLUSH_EVENTS: Final = 512
 FLUSH_BYTES: Final = 1 << 20
 _CHUNK_KINDS: Final = ("text", "reasoning")
+_new_encoded: Final = tuple.__new__  # `Encoded(event, data)` without the call of its __new__
 
 # orjson would silently turn these into strings; the log takes JSON data only.
 _ENCODE_OPTIONS: Final = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -158,11 +159,10 @@ class SessionLog:
         with self._lock:
             return self._extend(items)
 
-    def _extend(self, items: Iterable[Item], stamp: int | None = None) -> list[Event]:
+    def _extend(self, items: Iterable[Item]) -> list[Event]:
         self._check_open()
         self._raise_failure()
-        if stamp is None:
-            stamp = self._clock()
+        stamp = self._clock()
         tracker = self._tracker
         # The batch is checked on the live tracker; a refused batch leaves no trace: a
         # single event is refused before it changes anything (encode, then `feed`, which
@@ -199,40 +199,63 @@ class SessionLog:
                 self._write(sync=False)
         return [encoded.event for encoded in batch]
 
-    def append_chunk(self, turn: int, step: int, kind: ChunkKind, text: str,
-                     sent: dict[str, Any] | None = None) -> Event:
-        """`append(*assistant_chunk(turn, step, kind, text, sent))`, on a fast path for
-        most events of a stream (a wrapped agent's chunks): a chunk of the open step
-        makes the same event and bytes with the checks the tracker's own fast path makes
-        (`InvariantTracker.feed_all`), in one call. Anything that path does not accept
-        (a closed log, a failure to report, another step, not JSON) goes through
-        `extend`, which refuses or raises as it always does."""
+    def append_chunks(self, turn: int, chunks: Sequence[tuple[int, ChunkKind, str, dict[str, Any] | None]]) -> int:
+        """The fast path of most events of a stream (a wrapped agent's chunks): each of
+        `chunks` (step, kind, text, sent) appended as `append(*assistant_chunk(turn,
+        ...))` would, in order, while it is a chunk of the open step, with the checks the
+        tracker's own fast path makes (`InvariantTracker.feed_all`): the same events and
+        bytes, in one call. Returns how many were appended; the first one it does not
+        take (a closed log, a failure to report, another step, not JSON) is the caller's
+        to `append`, which refuses or raises as it always does. Never raises: a write
+        that fails here is reported as a hand-off's is (by the next append)."""
         with self._lock:
-            tracker = self._tracker
-            if self._closed or self._failure is not None or not tracker.step_open or not tracker.in_turn \
-                    or tracker.turn != turn or tracker.step != step or kind not in _CHUNK_KINDS \
-                    or type(text) is not str:
-                return self._extend([assistant_chunk(turn, step, kind, text, sent)])[0]
-            stamp = self._clock()
+            count = self._append_chunks(turn, chunks)
+            if count and (len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES):
+                try:
+                    self._write(sync=False)
+                except StoreIOError as exc:
+                    self._failure = exc
+            return count
+
+    def _append_chunks(self, turn: int, chunks: Iterable[tuple[int, ChunkKind, str, dict[str, Any] | None]]) -> int:
+        tracker = self._tracker
+        if self._closed or self._failure is not None or not tracker.step_open or not tracker.in_turn \
+                or tracker.turn != turn:
+            return 0
+        clock, events, unwritten, dumps, step = self._clock, self._events, self._unwritten, orjson.dumps, tracker.step
+        # Each event's data as orjson writes `{"turn": T, "step": S, "chunk": {"type":
+        # K, "text": X}[, "sent": ...]}`, built around the text's own encoding: the same
+        # bytes, right-sized (`encode` copies orjson's), in one pass.
+        heads = {kind: b'{"turn":%d,"step":%d,"chunk":{"type":"%s","text":' % (turn, step, kind.encode())
+                 for kind in _CHUNK_KINDS}
+        seq, size, count = tracker.next_seq, 0, 0
+        for at, kind, text, sent in chunks:
+            if at != step or kind not in heads or type(text) is not str:
+                break
             data: dict[str, Any] = {"turn": turn, "step": step, "chunk": {"type": kind, "text": text}}
-            if sent:
-                data["sent"] = sent
             try:
-                if type(stamp) is not int or stamp < 0:
-                    raise TypeError
-                data_json = orjson.dumps(data, option=_ENCODE_OPTIONS)
-            except TypeError:  # `extend` words the refusal (with the same time)
-                return self._extend([assistant_chunk(turn, step, kind, text, sent)], stamp)[0]
-            seq = tracker.next_seq
+                if sent:
+                    data["sent"] = sent
+                    data_json = b"".join((heads[kind], dumps(text), b'},"sent":', dumps(sent, option=_ENCODE_OPTIONS),
+                                          b"}"))
+                else:
+                    data_json = b"".join((heads[kind], dumps(text), b"}}"))
+            except TypeError:  # `extend` words the refusal
+                break
+            # The clock last, once the chunk is taken (a clock that gives no time, which
+            # the tracker refuses, is asked again by `extend`).
+            stamp = clock()
+            if type(stamp) is not int or stamp < 0:
+                break
             event: Event = {"type": ASSISTANT_CHUNK, "seq": seq, "time": stamp, "data": data}
-            tracker.next_seq = seq + 1
-            self._events.append(event)
-            size = len(data_json)
-            self._unwritten.append(Encoded(event, bytes(memoryview(data_json)) if size < 2048 else data_json))
-            self._unwritten_bytes += size
-            if len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES:
-                self._write(sync=False)
-            return event
+            events.append(event)
+            unwritten.append(_new_encoded(Encoded, (event, data_json)))
+            seq += 1
+            size += len(data_json)
+            count += 1
+        tracker.next_seq = seq
+        self._unwritten_bytes += size
+        return count
 
     def flush(self) -> None:
         """Hand buffered events to the backend without waiting for the disk."""

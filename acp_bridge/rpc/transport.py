@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import io
 import os
 import stat
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -73,14 +74,15 @@ class _Lines:
         try:
             async for batch in batches:
                 for line in batch:
-                    yield line
+                    yield line[:-1] if type(line) is bytes and line[-1:] == b"\n" else line
         finally:
             await batches.aclose()
 
     async def batches(self) -> AsyncGenerator[list[bytes | TooLong], None]:
-        """What `lines` yields, the lines of one read at a time (never an empty list):
-        split by one C call rather than a Python step a line, as a stream of small
-        messages comes a few hundred to a read."""
+        """What `lines` yields, the lines of one read at a time (never an empty list),
+        each with its newline (the last line of the stream may have none): found by
+        one C call (a memchr per line) rather than a Python step a line, as a stream of
+        small messages comes a few hundred to a read."""
         max_line = self.max_line
         try:
             buffer = bytearray()
@@ -93,22 +95,24 @@ class _Lines:
                     elif buffer.strip():
                         yield [bytes(buffer)]  # a last line without newline still counts
                     return
-                whole = chunk.split(b"\n")
-                rest = whole.pop()  # after the last newline: the start of a line
+                whole = io.BytesIO(chunk).readlines()
+                rest = b"" if whole[-1][-1:] == b"\n" else whole.pop()  # the start of a line
                 if whole:
                     parts = cast("list[bytes | TooLong]", whole)
                     first = whole[0]  # the end of the line the buffer holds the start of
+                    size = len(first) - 1  # without its newline
                     if skipping:
-                        parts[0] = TooLong(skipping + len(first))
+                        parts[0] = TooLong(skipping + size)
                         skipping = 0
-                    elif len(buffer) + len(first) > max_line:
-                        parts[0] = TooLong(len(buffer) + len(first))
+                    elif len(buffer) + size > max_line:
+                        parts[0] = TooLong(len(buffer) + size)
                         buffer = bytearray()
                     elif buffer:
                         buffer += first
                         parts[0], buffer = bytes(buffer), bytearray()
-                    if len(whole) > 1 and max(map(len, whole[1:])) > max_line:
-                        parts[1:] = [TooLong(len(line)) if len(line) > max_line else line for line in whole[1:]]
+                    if len(whole) > 1 and max(map(len, whole[1:])) > max_line + 1:
+                        parts[1:] = [TooLong(len(line) - 1) if len(line) > max_line + 1 else line
+                                     for line in whole[1:]]
                     yield parts
                 if skipping:
                     skipping += len(rest)

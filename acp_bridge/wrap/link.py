@@ -41,7 +41,7 @@ import anyio.abc
 
 from acp_bridge.errors import AgentExitedError
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.rpc.connection import Connection, Fallback, Inline
+from acp_bridge.rpc.connection import Connection, Fallback, Inline, InlineRun
 from acp_bridge.wrap.child import ChildAgent
 
 log = logging.getLogger("acp_bridge.wrap.link")
@@ -181,6 +181,9 @@ class ChildLink:
             scope.cancel()
 
     def _while_alive(self, handler: Inline) -> Inline:
+        if isinstance(handler, InlineRun):
+            return _RunWhileAlive(self, handler)
+
         def handle(params: Any) -> bool | None:
             if self.dead.is_set():
                 self._dropped += 1
@@ -276,3 +279,29 @@ class ChildLink:
             if not self._ended.is_set():
                 self._serving.cancel()
                 await self._ended.wait()
+
+
+class _RunWhileAlive:
+    """`ChildLink._while_alive` of a handler that takes runs (`InlineRun`): a run read
+    together is handled, or dropped, as a whole (the link dies in another task, never
+    while the reader handles what it read)."""
+
+    __slots__ = ("_handler", "_link")
+
+    def __init__(self, link: ChildLink, handler: InlineRun) -> None:
+        self._link = link
+        self._handler = handler
+
+    def __call__(self, params: Any) -> bool | None:
+        link = self._link
+        if link.dead.is_set():
+            link._dropped += 1
+            return None
+        return self._handler(params)
+
+    def run(self, params: list[Any]) -> None:
+        link = self._link
+        if link.dead.is_set():
+            link._dropped += len(params)
+            return
+        self._handler.run(params)
