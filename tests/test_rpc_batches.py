@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import anyio.abc
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acp_bridge.rpc.connection import Connection
-from acp_bridge.rpc.transport import TooLong, _Lines
+from acp_bridge.rpc.transport import StreamLineReader, TooLong
 from tests.support.rpc_pipes import FakeWriter
 
 # jsonrpcserver (which answers what nobody serves) reads its schema with a deprecated call
@@ -27,15 +28,24 @@ pytestmark = [pytest.mark.anyio,
               pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning")]
 
 
-class Reads(_Lines):
-    """A reader whose reads return `chunks`, in order, then EOF."""
+class Chunks(anyio.abc.ByteReceiveStream):
+    """A byte stream whose receives return `chunks`, in order, then its end."""
 
-    def __init__(self, chunks: list[bytes], max_line: int) -> None:
+    def __init__(self, chunks: list[bytes]) -> None:
         self._chunks = iter(chunks)
-        self.max_line = max_line
 
-    async def _read(self) -> bytes:
-        return next(self._chunks, b"")
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        chunk = next(self._chunks, None)
+        if chunk is None:
+            raise anyio.EndOfStream
+        return chunk
+
+    async def aclose(self) -> None:
+        pass
+
+
+def reads(chunks: list[bytes], max_line: int) -> StreamLineReader:
+    return StreamLineReader(Chunks(chunks), max_line=max_line)
 
 
 def expected(stream: bytes, max_line: int) -> list[bytes | TooLong]:
@@ -57,8 +67,8 @@ def cut(stream: bytes, at: list[int]) -> list[bytes]:
 
 
 async def collect(chunks: list[bytes], max_line: int) -> tuple[list[Any], list[Any]]:
-    lines = [line async for line in Reads(chunks, max_line).lines()]
-    batches = [batch async for batch in Reads(chunks, max_line).batches()]
+    lines = [line async for line in reads(chunks, max_line).lines()]
+    batches = [batch async for batch in reads(chunks, max_line).batches()]
     return lines, batches
 
 
