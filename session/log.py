@@ -86,9 +86,14 @@ class SessionLog:
         clock: Callable[[], int],
         *,
         keep_history: bool = True,
+        keep_chunks: bool = True,
     ) -> None:
         self._backend = backend_session
         self._keep_history = keep_history
+        # Without it, the `assistant/chunk`s appended are not kept in `events` (nothing
+        # reads a live log's chunks back from memory: a stream's bulk, held to its turn's
+        # end and scanned by the cyclic collector meanwhile).
+        self._keep_chunks = keep_chunks
         self.header: Final = header
         self._events = events
         self._tracker = tracker
@@ -121,7 +126,8 @@ class SessionLog:
     def events(self) -> Sequence[Event]:
         """The events held in memory, buffered ones included, in seq order: every
         event of the session if the log keeps its history, otherwise those since the
-        last `turn/start` (the open or last turn). `tracker.next_seq` counts them all."""
+        last `turn/start` (the open or last turn); without `keep_chunks`, less the
+        `assistant/chunk`s it appended. `tracker.next_seq` counts them all."""
         return self._events
 
     @property
@@ -183,11 +189,13 @@ class SessionLog:
             raise
         durable = False
         for encoded in batch:
-            if encoded.event["type"] == TURN_START and not self._keep_history:
+            etype = encoded.event["type"]
+            if etype == TURN_START and not self._keep_history:
                 self._prior_events = self._events
                 self._events = []
-            self._events.append(encoded.event)
-            durable = durable or encoded.event["type"] in DURABLE_TYPES
+            if etype != ASSISTANT_CHUNK or self._keep_chunks:
+                self._events.append(encoded.event)
+            durable = durable or etype in DURABLE_TYPES
         if durable:
             # Written straight from the batch, not through `_unwritten`: `buffered`
             # stays as it was while a worker thread writes and syncs it.
@@ -222,7 +230,8 @@ class SessionLog:
         if self._closed or self._failure is not None or not tracker.step_open or not tracker.in_turn \
                 or tracker.turn != turn:
             return 0
-        clock, events, unwritten, dumps, step = self._clock, self._events, self._unwritten, orjson.dumps, tracker.step
+        clock, unwritten, dumps, step = self._clock, self._unwritten, orjson.dumps, tracker.step
+        events = self._events if self._keep_chunks else None
         # Each event's data as orjson writes `{"turn": T, "step": S, "chunk": {"type":
         # K, "text": X}[, "sent": ...]}`, built around the text's own encoding: the same
         # bytes, right-sized (`encode` copies orjson's), in one pass.
@@ -248,7 +257,8 @@ class SessionLog:
             if type(stamp) is not int or stamp < 0:
                 break
             event: Event = {"type": ASSISTANT_CHUNK, "seq": seq, "time": stamp, "data": data}
-            events.append(event)
+            if events is not None:
+                events.append(event)
             unwritten.append(_new_encoded(Encoded, (event, data_json)))
             seq += 1
             size += len(data_json)
@@ -321,8 +331,8 @@ class SessionLog:
         events = self._events
         if self._prior_events is not None and (not events or events[0]["seq"] >= cut):
             events = self._prior_events  # the last `turn/start` itself is dropped
-        if events:
-            del events[max(cut - events[0]["seq"], 0):]
+        while events and events[-1]["seq"] >= cut:  # in seq order (with gaps, if chunks are not kept)
+            events.pop()
         self._events, self._prior_events = events, None
         self._tracker = _copy(durable)
         self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, 0

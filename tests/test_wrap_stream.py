@@ -26,8 +26,15 @@ from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.upstream import ChildSide
 from session import SessionLog, SessionStore
 from session.backends.memory import MemoryBackend
-from session.errors import EventDataError, InvariantError, SessionClosedError
-from session.items import assistant_chunk, step_start, turn_start, user_message
+from session.errors import EventDataError, InvariantError, SessionClosedError, StoreIOError
+from session.items import (
+    assistant_chunk,
+    assistant_message,
+    step_end,
+    step_start,
+    turn_start,
+    user_message,
+)
 from tests.support.acp_updates import PROMPT, call, done, text, thought
 
 CHILD, OTHER = "child-1", "child-2"
@@ -72,7 +79,7 @@ class Wrapped:
         self.side.shown = _shown
         self.logs: list[SessionLog] = []
         for n, child in enumerate([CHILD, OTHER][:sessions]):
-            log = store.create(cwd="/w", keep_history=False)
+            log = store.create(cwd="/w", keep_history=False, keep_chunks=False)  # as the host makes it
             ws = _session(log)
             recorder = ws.recorder = TurnRecorder(1, agent="wrap:test")
             log.extend(recorder.prompt(PROMPT))
@@ -193,9 +200,10 @@ def test_the_recorded_agents_updates_in_any_runs(recording: Path) -> None:
 # --- SessionLog.append_chunks against `extend`, case by case ------------------------------
 
 
-def _log(clock: Callable[[], int] | None = None) -> SessionLog:
+def _log(clock: Callable[[], int] | None = None, *, keep_chunks: bool = True) -> SessionLog:
     ticks = itertools.count(50)
-    log = SessionStore(MemoryBackend(), clock=clock or (lambda: next(ticks))).create(cwd="/w", keep_history=False)
+    log = SessionStore(MemoryBackend(), clock=clock or (lambda: next(ticks))).create(
+        cwd="/w", keep_history=False, keep_chunks=keep_chunks)
     log.extend([turn_start(1, trigger={"kind": "prompt"}, model="m"), user_message(1, PROMPT), step_start(1, 1)])
     return log
 
@@ -220,10 +228,11 @@ CASES: list[tuple[str, list[tuple[int, Any, Any, Any]], int]] = [
 ]
 
 
+@pytest.mark.parametrize("keep_chunks", [True, False])
 @pytest.mark.parametrize(("name", "chunks", "taken"), CASES, ids=[c[0] for c in CASES])
 def test_append_chunks_takes_what_extend_takes_and_makes_the_same_events(
-        name: str, chunks: list[tuple[int, Any, Any, Any]], taken: int) -> None:
-    fast, general = _log(), _log()
+        name: str, chunks: list[tuple[int, Any, Any, Any]], taken: int, keep_chunks: bool) -> None:
+    fast, general = _log(keep_chunks=keep_chunks), _log(keep_chunks=keep_chunks)
     assert fast.append_chunks(1, chunks) == taken
     for step, kind, text_, sent in chunks:
         try:
@@ -266,3 +275,59 @@ def test_notify_updates_is_notify_update_of_each() -> None:
     many.notify_updates("s1", [])
     assert b"".join(many._queue) == b"".join(one._queue)
     assert many.queued_bytes == one.queued_bytes
+
+
+# --- a log that keeps no chunks in memory (the host's) -------------------------------------
+
+
+def test_a_log_without_chunks_keeps_the_rest_and_stores_everything() -> None:
+    log = _log(keep_chunks=False)
+    assert log.append_chunks(1, [(1, "text", "a", None)]) == 1
+    log.extend([assistant_chunk(1, 1, "reasoning", "b"), assistant_message(1, 1, [{"type": "text", "text": "a"}])])
+    kept = [e["type"] for e in log.events]
+    assert kept == ["turn/start", "user/message", "step/start", "assistant/message"]
+    assert [e["seq"] for e in log.events] == [0, 1, 2, 5] and log.tracker.next_seq == 6
+    assert [orjson.loads(r)["type"] for r in _records(log)] == [
+        "turn/start", "user/message", "step/start", "assistant/chunk", "assistant/chunk", "assistant/message"]
+
+
+def test_a_failed_write_rolls_a_log_without_chunks_back_to_its_durable_point(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its events have gaps where the chunks were: what follows the durable point goes,
+    found by seq."""
+    log = _log(keep_chunks=False)
+    log.append_chunks(1, [(1, "text", "a", None), (1, "text", "b", None)])
+    log.extend([assistant_message(1, 1, [{"type": "text", "text": "ab"}]), step_end(1, 1)])  # durable
+    log.extend([step_start(1, 2)])
+    log.append_chunks(1, [(2, "text", "c", None), (2, "text", "d", None)])
+    log.extend([assistant_message(1, 2, [{"type": "text", "text": "cd"}])])
+    assert [e["seq"] for e in log.events] == [0, 1, 2, 5, 6, 7, 10]
+
+    def fail(batch: Any, *, sync: bool) -> None:
+        raise StoreIOError("the disk is full")
+
+    monkeypatch.setattr(log._backend, "write", fail)
+    with pytest.raises(StoreIOError):
+        log.sync()
+    assert [e["seq"] for e in log.events] == [0, 1, 2, 5, 6]
+    assert log.tracker.next_seq == log.durable_seq == 7
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_load_keeps_its_last_turn_less_its_chunks_or_not_and_closes_it_as_stored(keep: bool) -> None:
+    """Loaded without `keep_chunks`, a log keeps the rest of its last turn; the repair
+    closers of a turn cut short take the time of its last stored event all the same (a
+    chunk, not kept)."""
+    store = SessionStore(MemoryBackend(), clock=itertools.count(10).__next__)
+    log = store.create(cwd="/w")
+    log.extend([turn_start(1, trigger={"kind": "prompt"}, model="m"), user_message(1, PROMPT), step_start(1, 1)])
+    log.append_chunks(1, [(1, "text", "a", None), (1, "reasoning", "b", None)])
+    log.close()  # the turn left open, as a crash leaves it
+    load = store.loading(log.id, keep_chunks=keep)
+    stored = [event for block in load for event in block]
+    assert load.loaded is not None
+    events = list(load.loaded.log.events)
+    load.loaded.log.close()
+    closers = [e for e in stored if e["seq"] >= 5]
+    assert closers and {e["time"] for e in closers} == {stored[4]["time"]}  # the last chunk's
+    assert events == (stored if keep else [e for e in stored if e["type"] != "assistant/chunk"])
