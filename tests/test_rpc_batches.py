@@ -179,3 +179,53 @@ async def test_a_parse_error_names_the_line_as_it_was_read() -> None:
         await Connection(OneLine(), conn_writer, {}).serve()
     assert with_batches.messages() == conn_writer.messages()
     assert with_batches.messages()[0]["id"] == 3
+
+
+# --- a paced reader (the wrapped agent's stdout) -------------------------------------------
+
+
+async def _paced(pace: float, gaps: list[float]) -> tuple[list[int], list[float]]:
+    """A writer that sends a line after each of `gaps` (seconds) into a pipe read by an
+    FdLineReader paced at `pace`: the lines of each read, and how long each read came
+    after the last line it holds was written."""
+    import os
+
+    from acp_bridge.rpc.transport import FdLineReader
+
+    rfd, wfd = os.pipe()
+    reader = FdLineReader(rfd, pace=pace)
+    sizes: list[int] = []
+    late: list[float] = []
+    written: list[float] = []
+
+    async def write() -> None:
+        for n, gap in enumerate(gaps):
+            await anyio.sleep(gap)
+            written.append(anyio.current_time())
+            os.write(wfd, b"%d\n" % n)
+        os.close(wfd)
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                async for batch in reader.batches():
+                    sizes.append(len(batch))
+                    late.append(anyio.current_time() - written[sum(sizes) - 1])
+    finally:
+        reader.close()
+        os.close(rfd)
+    return sizes, late
+
+
+async def test_a_paced_reader_takes_a_stream_a_pace_at_a_time() -> None:
+    sizes, _ = await _paced(0.05, [0.005] * 60)  # 0.3 s of lines, 5 ms apart
+    assert sum(sizes) == 60 and len(sizes) <= 9  # about one read per 50 ms, not one per line
+    unpaced, _ = await _paced(0.0, [0.005] * 60)
+    assert sum(unpaced) == 60 and len(unpaced) > 30  # each line its own read
+
+
+async def test_a_paced_reader_reads_a_line_after_a_quiet_pace_at_once() -> None:
+    sizes, late = await _paced(0.2, [0.0, 0.5])
+    assert sizes == [1, 1]
+    assert late[1] < 0.1  # not held for the pace: none of it was left since the last read

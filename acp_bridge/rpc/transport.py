@@ -127,11 +127,18 @@ class _Lines:
 class FdLineReader(_Lines):
     """Lines (without the newline) from a file descriptor, until EOF."""
 
-    def __init__(self, fd: int, *, max_line: int = DEFAULT_MAX_LINE) -> None:
+    def __init__(self, fd: int, *, max_line: int = DEFAULT_MAX_LINE, pace: float = 0.0) -> None:
         self.fd = fd
         self.max_line = max_line
         self._was_blocking = os.get_blocking(fd)
         os.set_blocking(fd, False)
+        # The least time (s) from one read to the next (0: none). A peer that streams
+        # small messages faster than they are handled one wake-up each is then read a
+        # `pace` worth at a time: one wake-up, one read and one run of them (the wrapped
+        # agent's stdout: at most `FLUSH_WINDOW_S`, the time the updates wait to be
+        # written anyway). The first message after a quiet `pace` is read at once.
+        self._pace = pace
+        self._read_at = float("-inf")
         # On asyncio the descriptor stays registered with the loop between reads (see
         # `_wait`): where, the wait under way, readiness seen with nobody waiting, and
         # data read for a wait that was cancelled before it took it.
@@ -145,6 +152,17 @@ class FdLineReader(_Lines):
         kept, self._kept = self._kept, None
         if kept is not None:
             return kept
+        if self._pace:
+            rest = self._read_at + self._pace - anyio.current_time()
+            if rest > 0:
+                await anyio.sleep(rest)
+                self._empty = False  # what came meanwhile is read at once
+            data = await self._read_more()
+            self._read_at = anyio.current_time()
+            return data
+        return await self._read_more()
+
+    async def _read_more(self) -> bytes:
         if self._empty:
             self._empty = False
             data = await self._wait()
