@@ -181,19 +181,20 @@ async def test_a_parse_error_names_the_line_as_it_was_read() -> None:
     assert with_batches.messages()[0]["id"] == 3
 
 
-# --- a paced reader (the wrapped agent's stdout) -------------------------------------------
+# --- holding a read back (the wrapped agent's stdout while it streams) ---------------------
 
 
-async def _paced(pace: float, gaps: list[float]) -> tuple[list[int], list[float]]:
+async def _reads(gaps: list[float], hold: float) -> tuple[list[int], list[float]]:
     """A writer that sends a line after each of `gaps` (seconds) into a pipe read by an
-    FdLineReader paced at `pace`: the lines of each read, and how long each read came
-    after the last line it holds was written."""
+    FdLineReader whose every read is held `hold` seconds after the one before (as the
+    wrapper's link holds a streaming child's): the lines of each read, and how long
+    each read came after the last line it holds was written."""
     import os
 
     from acp_bridge.rpc.transport import FdLineReader
 
     rfd, wfd = os.pipe()
-    reader = FdLineReader(rfd, pace=pace)
+    reader = FdLineReader(rfd)
     sizes: list[int] = []
     late: list[float] = []
     written: list[float] = []
@@ -212,20 +213,34 @@ async def _paced(pace: float, gaps: list[float]) -> tuple[list[int], list[float]
                 async for batch in reader.batches():
                     sizes.append(len(batch))
                     late.append(anyio.current_time() - written[sum(sizes) - 1])
+                    if hold:
+                        reader.hold_next(reader.read_at + hold)
     finally:
         reader.close()
         os.close(rfd)
     return sizes, late
 
 
-async def test_a_paced_reader_takes_a_stream_a_pace_at_a_time() -> None:
-    sizes, _ = await _paced(0.05, [0.005] * 60)  # 0.3 s of lines, 5 ms apart
+async def test_a_held_reader_takes_a_stream_a_while_at_a_time() -> None:
+    sizes, _ = await _reads([0.005] * 60, hold=0.05)  # 0.3 s of lines, 5 ms apart
     assert sum(sizes) == 60 and len(sizes) <= 9  # about one read per 50 ms, not one per line
-    unpaced, _ = await _paced(0.0, [0.005] * 60)
-    assert sum(unpaced) == 60 and len(unpaced) > 30  # each line its own read
+    unheld, _ = await _reads([0.005] * 60, hold=0.0)
+    assert sum(unheld) == 60 and len(unheld) > 30  # each line its own read
 
 
-async def test_a_paced_reader_reads_a_line_after_a_quiet_pace_at_once() -> None:
-    sizes, late = await _paced(0.2, [0.0, 0.5])
+async def test_a_hold_that_has_passed_does_not_delay_a_read() -> None:
+    sizes, late = await _reads([0.0, 0.5], hold=0.2)
     assert sizes == [1, 1]
-    assert late[1] < 0.1  # not held for the pace: none of it was left since the last read
+    assert late[1] < 0.1  # the hold was over when the line came: read at once
+
+
+def test_the_link_holds_a_read_only_while_runs_come_read_after_read() -> None:
+    from acp_bridge.wrap.link import Pacer
+
+    pacer = Pacer(window=0.001)
+    # A turn's chunk, its answer (a read without a run), the next turn's chunk: none held.
+    assert [pacer.ran(1, 0.0), pacer.ran(3, 0.002)] == [None, None]
+    # A stream (that chunk's read, then more): each next read is held for the window.
+    assert [pacer.ran(4, 0.003), pacer.ran(5, 0.004), pacer.ran(6, 0.005)] == pytest.approx([0.004, 0.005, 0.006])
+    assert pacer.ran(6, 0.005) is None  # a second run in the same read (another session's)
+    assert pacer.ran(8, 0.010) is None  # the stream paused for a read

@@ -127,18 +127,16 @@ class _Lines:
 class FdLineReader(_Lines):
     """Lines (without the newline) from a file descriptor, until EOF."""
 
-    def __init__(self, fd: int, *, max_line: int = DEFAULT_MAX_LINE, pace: float = 0.0) -> None:
+    def __init__(self, fd: int, *, max_line: int = DEFAULT_MAX_LINE) -> None:
         self.fd = fd
         self.max_line = max_line
         self._was_blocking = os.get_blocking(fd)
         os.set_blocking(fd, False)
-        # The least time (s) from one read to the next (0: none). A peer that streams
-        # small messages faster than they are handled one wake-up each is then read a
-        # `pace` worth at a time: one wake-up, one read and one run of them (the wrapped
-        # agent's stdout: at most `FLUSH_WINDOW_S`, the time the updates wait to be
-        # written anyway). The first message after a quiet `pace` is read at once.
-        self._pace = pace
-        self._read_at = float("-inf")
+        # Reads that returned data, and when the last did (loop time); the next read
+        # waits until `_hold` (0: it does not wait): `hold_next`.
+        self.reads = 0
+        self.read_at = float("-inf")
+        self._hold = 0.0
         # On asyncio the descriptor stays registered with the loop between reads (see
         # `_wait`): where, the wait under way, readiness seen with nobody waiting, and
         # data read for a wait that was cancelled before it took it.
@@ -148,19 +146,26 @@ class FdLineReader(_Lines):
         self._kept: bytes | None = None
         self._empty = False  # the callback's last read left the pipe empty
 
+    def hold_next(self, until: float) -> None:
+        """Do not read again before `until` (loop time): the owner of a peer that
+        streams small messages has them read a while's worth at a time, one wake-up and
+        one read for many (the wrapper's link, acp_bridge.wrap.link). Once: the read
+        after the next one does not wait."""
+        self._hold = until
+
     async def _read(self) -> bytes:
         kept, self._kept = self._kept, None
-        if kept is not None:
-            return kept
-        if self._pace:
-            rest = self._read_at + self._pace - anyio.current_time()
-            if rest > 0:
-                await anyio.sleep(rest)
-                self._empty = False  # what came meanwhile is read at once
-            data = await self._read_more()
-            self._read_at = anyio.current_time()
-            return data
-        return await self._read_more()
+        if kept is None:
+            hold, self._hold = self._hold, 0.0
+            if hold:
+                rest = hold - anyio.current_time()
+                if rest > 0:
+                    await anyio.sleep(rest)
+                    self._empty = False  # what came meanwhile is read at once
+            kept = await self._read_more()
+        self.reads += 1
+        self.read_at = anyio.current_time()
+        return kept
 
     async def _read_more(self) -> bytes:
         if self._empty:

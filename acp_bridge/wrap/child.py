@@ -46,7 +46,6 @@ from typing import IO
 import anyio
 import anyio.abc
 
-from acp_bridge.rpc.outgoing import FLUSH_WINDOW_S
 from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
 from acp_bridge.tools.reaper import REAPER
 from acp_bridge.wrap.spawn import Early, spawn
@@ -120,10 +119,7 @@ class ChildAgent:
         self._proc, self._status, self._died, self._closing = proc, None, anyio.Event(), False
         self._stdin, self._stdout = stdin, stdout
         self.starts += 1
-        # Read a flush window's worth at a time while it streams: its updates wait that
-        # long to be written anyway (rpc.outgoing), and a wake-up per message costs more
-        # than handling one (issue 32, bench/README.md).
-        self._reader = FdLineReader(stdout, pace=FLUSH_WINDOW_S)
+        self._reader = FdLineReader(stdout)
         self._writer = FdWriter(stdin)
         log.info("started the wrapped agent (pid %d): %s", proc.pid, " ".join(self.argv))
         task_group.start_soon(self._watch, proc, self._died)
