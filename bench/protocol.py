@@ -53,6 +53,7 @@ from bench.protocol_agents import SDK, Ctx, Spec, ours, wrapped  # noqa: E402
 from bench.protocol_mcp import bench_mcp, render_mcp  # noqa: E402
 from bench.protocol_measure import WARMUP_TURNS, bench_load, bench_quick, bench_stream  # noqa: E402
 from bench.protocol_profile import run_profiles  # noqa: E402
+from bench.protocol_recorded import AGENTS, bench_recorded, recording, render_recorded  # noqa: E402
 from bench.protocol_report import TARGETS, render, summary_rows  # noqa: E402
 from bench.protocol_workloads import (  # noqa: E402
     CHUNKS_PER_TURN,
@@ -63,7 +64,7 @@ from bench.protocol_workloads import (  # noqa: E402
 )
 
 BACKENDS = ("jsonl", "sqlite", "postgres")  # postgres: a local server, started here
-SECTIONS = ("startup", "turn", "stream", "load", "scale", "big", "mcp")
+SECTIONS = ("startup", "turn", "stream", "load", "scale", "big", "mcp", "recorded")
 
 FULL = {
     "stream_words": 20_000,
@@ -158,6 +159,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also run `acp-bridge wrap --backend B -- python bench/sdk_echo_agent.py` "
                              "(wrap-sdk-B, B in --backends) in start-up/per-turn, streaming and load "
                              "(not scale or big), and profile it with --profile (default on; --no-wrap)")
+    parser.add_argument("--recorded-agents", default=",".join(AGENTS),
+                        help="the `recorded` section's agents, played from tests/wrapped_agents/ by "
+                             f"bench/recorded_agent.py (default {','.join(AGENTS)}; gemini-cli too)")
+    parser.add_argument("--recorded-chunks", type=int, default=5_000,
+                        help="chunks of the `recorded` section's streamed prompt (default 5000)")
+    parser.add_argument("--repeat-recorded", type=int, default=7,
+                        help="rounds of the `recorded` section, each the agent alone and wrapped (default 7)")
+    parser.add_argument("--recorded-rate", type=float, default=0.0, metavar="CHUNKS_PER_S",
+                        help="the recorded agents stream at this rate (default 0: as fast as they write)")
     parser.add_argument("--profile-top", type=int, default=30, help="functions per profile listing (default 30)")
     parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
                         help="write results as JSON to PATH; alone: JSON on stdout, table on stderr")
@@ -181,6 +191,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--repeat, --repeat-big, --stream-words and --turns must be >= 1")
     if args.load_results < 1 or args.load_chunks < 2 * args.load_results:
         parser.error("--load-chunks must be at least twice --load-results (>= 1)")
+    args.recorded = [a.strip() for a in args.recorded_agents.split(",") if a.strip()]
+    for agent in args.recorded:
+        recording(agent)  # exits naming the agent if there is no recording of it
+    if args.recorded_chunks < 1 or args.repeat_recorded < 1:
+        parser.error("--recorded-chunks and --repeat-recorded must be >= 1")
     return args
 
 
@@ -209,6 +224,9 @@ def run_section(section: str, args: argparse.Namespace, ctx: Ctx, specs: list[Sp
         results["big"] = bench_load(ctx, args.kinds, turns, CHUNKS_PER_TURN, result_bytes, args.repeat_big, "big")
     elif section == "mcp" and section in args.sections:
         results["mcp"] = bench_mcp(ctx, args.repeat)
+    elif section == "recorded" and section in args.sections:
+        results["recorded"] = bench_recorded(ctx, args.recorded, args.kinds[0], args.recorded_chunks,
+                                             args.repeat_recorded, args.recorded_rate)
     elif section == "profile" and args.profile:
         results["profile"] = run_profiles(ctx, Path(args.profile), args)
 
@@ -267,7 +285,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine_info(args.tmp),
         "params": {key: getattr(args, key) for key in (
             "repeat", "repeat_big", "kinds", "sections", "stream_words", "turns", "load_chunks",
-            "load_results", "scale", "big_mb", "big_result_kb", "quick", "wrap", "slow_disk")} | {
+            "load_results", "scale", "big_mb", "big_result_kb", "quick", "wrap", "slow_disk", "recorded",
+            "recorded_chunks", "repeat_recorded", "recorded_rate")} | {
             "warmup_turns": WARMUP_TURNS, "chunks_per_turn": CHUNKS_PER_TURN, "result_bytes": RESULT_BYTES},
         "targets": {k: f"{op} {v:g}" for k, (op, v) in TARGETS.items()},
     }
@@ -289,7 +308,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results = run(args)
-    text = render(results) + (render_mcp(results["mcp"]) if "mcp" in results else "")
+    text = render(results) + (render_mcp(results["mcp"]) if "mcp" in results else "") \
+        + (render_recorded(results["recorded"]) if "recorded" in results else "")
     data = orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
     if args.json == "-":
         print(text, file=sys.stderr)

@@ -82,16 +82,22 @@ class Spec:
     backend: str | None = None  # ours and wrap only
     nosync: bool = False  # diagnostic only: ours (or the wrapper) with fsync made a no-op
     wrap: bool = False  # `acp-bridge wrap --store S --backend B -- python bench/sdk_echo_agent.py`
+    # Another agent's command line (bench/recorded_agent.py: protocol_recorded): run
+    # alone, or wrapped with `wrap`, in place of the SDK echo agent.
+    agent: tuple[str, ...] = ()
 
     def argv(self, store: Path, prefix: tuple[str, ...] = ()) -> list[str]:
         """The command line; `prefix` (interpreter options) applies to the process we
         spawn: for a wrap spec the wrapper, not the agent it wraps."""
         if self.name == "sdk":
             return [sys.executable, *prefix, str(SDK_AGENT)]
+        if self.agent and not self.wrap:
+            return list(self.agent)
         assert self.backend is not None
         where = str(pg_store.location(self.backend, store))  # postgres: the folder's database
         if self.wrap:
-            args = ["wrap", "--store", where, "--backend", self.backend, "--", sys.executable, str(SDK_AGENT)]
+            agent = self.agent or (sys.executable, str(SDK_AGENT))
+            args = ["wrap", "--store", where, "--backend", self.backend, "--", *agent]
         else:
             args = ["--store", where, "--backend", self.backend, "--model", "echo"]
         if self.nosync:

@@ -29,11 +29,16 @@ TARGETS: dict[str, tuple[str, float]] = {
     # issue 23: what wrap adds to the SDK agent's own initialize and session/new, in ms.
     "wrap_init_added": ("<=", 30.0),
     "wrap_new_added": ("<=", 30.0),
+    # issue 32: the recorded fast agents (bench/protocol_recorded.py), each wrapped against
+    # itself alone: the chunk rate's ratio, and ms added to initialize and session/new.
+    "recorded_stream": (">=", 0.95),
+    "recorded_init_added": ("<=", 20.0),
+    "recorded_new_added": ("<=", 20.0),
 }
 # Summary metrics reported without a target (pass is None): wrap's start-up, memory, load.
-INFO = ("wrap_startup", "wrap_memory", "wrap_memory_tree", "wrap_load")
+INFO = ("wrap_startup", "wrap_memory", "wrap_memory_tree", "wrap_load", "recorded_cpu")
 # Summary metrics whose "ratio" is a difference in ms (wrap - sdk), not a ratio.
-ADDED = ("wrap_init_added", "wrap_new_added")
+ADDED = ("wrap_init_added", "wrap_new_added", "recorded_init_added", "recorded_new_added")
 
 
 def verdict(metric: str, value: float) -> bool:
@@ -121,6 +126,18 @@ def summary_rows(results: dict[str, Any], backends: list[str], wrap: bool = Fals
             add("wrap_load", f"wrap: session/load events/s, {load['events']:,} events (+ a fresh child session)",
                 b, s["events_per_s"], load["bare"]["events_per_s"], "events/s",
                 s["events_per_s"] / load["bare"]["events_per_s"], "bare")
+    recorded = results.get("recorded")
+    for agent, r in (recorded or {}).get("agents", {}).items():
+        a, w, b = r["alone"], r["wrapped"], recorded["backend"]  # type: ignore[index]
+        add("recorded_stream", f"wrap: chunks/s, {agent} (recorded) at full speed, {recorded['chunks']:,} chunks",  # type: ignore[index]
+            b, w["chunks_per_s"], a["chunks_per_s"], "chunks/s", r["stream_ratio"], agent)
+        add("recorded_cpu", f"wrap: the wrapper's CPU us a chunk, {agent} (recorded); reference: the agent's", b,
+            w["cpu_us_per_chunk"], a["cpu_us_per_chunk"], "us", w["cpu_us_per_chunk"] / a["cpu_us_per_chunk"]
+            if a["cpu_us_per_chunk"] else float("nan"), agent)
+        add("recorded_init_added", f"wrap: spawn -> initialize answered, ms added to {agent}'s (recorded)", b,
+            w["initialize_ms"], a["initialize_ms"], "ms", r["init_added_ms"], agent)
+        add("recorded_new_added", f"wrap: session/new round trip, ms added to {agent}'s (recorded)", b,
+            w["session_new_ms"], a["session_new_ms"], "ms", r["new_added_ms"], agent)
     big = results.get("big")
     if big:
         for b in backends:
@@ -139,6 +156,8 @@ def num(value: float | None, unit: str = "") -> str:
         return "-"
     if unit == "s":
         return f"{value:.3f}"
+    if unit == "us":
+        return f"{value:.2f}"
     if unit in ("ms",):
         return f"{value:.3f}"
     if unit == "MB":

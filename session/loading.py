@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from session.backends.base import Backend, BackendSession, with_size
 from session.errors import InvariantError, SessionCorruptError
-from session.events import TURN_START, Event
+from session.events import ASSISTANT_CHUNK, TURN_START, Event
 from session.invariants import InvariantTracker
 from session.log import SessionLog, encode
 from session.repair import RepairReport, interrupted_turn_closers, report_of
@@ -37,14 +37,16 @@ class SessionLoad:
     the earlier blocks on has already passed those on). Abandoning the iteration
     (closing the generator) releases the session. Unless `keep_history`, the log keeps
     only the events since the last `turn/start`, which is all that repair and the
-    live turn need.
+    live turn need; unless `keep_chunks`, less their `assistant/chunk`s (SessionLog.events).
     """
 
     def __init__(
-        self, backend: Backend, session_id: str, clock: Callable[[], int], *, keep_history: bool
+        self, backend: Backend, session_id: str, clock: Callable[[], int], *, keep_history: bool,
+        keep_chunks: bool = True,
     ) -> None:
         self.session_id = session_id
         self.keep_history = keep_history
+        self.keep_chunks = keep_chunks
         self.loaded: LoadedSession | None = None
         self._backend = backend
         self._clock = clock  # stamps the live log's events
@@ -57,6 +59,7 @@ class SessionLoad:
             splitter = TailSplitter(sid, stream.locate)
             tracker = InvariantTracker(session_id=sid)
             kept: list[Event] = []
+            last_time = 0  # of the last event stored (a chunk, maybe, not kept)
             for block in stream.blocks():
                 events = splitter.feed(block)
                 if not events:
@@ -65,10 +68,11 @@ class SessionLoad:
                     tracker.feed_stored(events)  # shapes checked by the scan
                 except InvariantError as exc:
                     raise invariant_corruption(sid, exc, stream.locate) from None
-                kept = _keep(kept, events, everything=self.keep_history)
+                kept = _keep(kept, events, everything=self.keep_history, chunks=self.keep_chunks)
+                last_time = events[-1]["time"]
                 yield events
             torn = with_size(splitter.finish(), stream)
-            closers = interrupted_turn_closers(tracker, time=kept[-1]["time"] if kept else 0)
+            closers = interrupted_turn_closers(tracker, time=last_time)
             tracker.feed_all(closers)
             stream.close()
             handle = stream.session(tracker.next_seq - len(closers), torn)
@@ -89,18 +93,21 @@ class SessionLoad:
                            torn_records=torn.records if torn else 0, kept_aside=kept_aside)
         log = SessionLog(
             handle, stream.header, kept, tracker, self._clock,
-            keep_history=self.keep_history,
+            keep_history=self.keep_history, keep_chunks=self.keep_chunks,
         )
         self.loaded = LoadedSession(log, report)
 
 
-def _keep(kept: list[Event], block: list[Event], *, everything: bool) -> list[Event]:
-    """`kept` with `block` added: all of it, or only what follows the last turn/start."""
+def _keep(kept: list[Event], block: list[Event], *, everything: bool, chunks: bool = True) -> list[Event]:
+    """`kept` with `block` added: all of it, or only what follows the last turn/start;
+    without `chunks`, less its `assistant/chunk`s."""
     if not everything:
         for index in range(len(block) - 1, -1, -1):
             if block[index]["type"] == TURN_START:
-                return block[index:]
-    kept.extend(block)
+                block = block[index:]
+                kept = []
+                break
+    kept.extend(block if chunks else [e for e in block if e["type"] != ASSISTANT_CHUNK])
     return kept
 
 

@@ -25,6 +25,7 @@ from session.backends.base import BackendSession, Encoded
 from session.closers import Interrupted, closers, open_turn
 from session.errors import EventDataError, SessionClosedError, StoreIOError
 from session.events import (
+    ASSISTANT_CHUNK,
     STEP_END,
     TOOL_CALL,
     TOOL_PERMISSION,
@@ -35,7 +36,7 @@ from session.events import (
     Header,
 )
 from session.invariants import InvariantTracker, OpenCall
-from session.items import Item
+from session.items import ChunkKind, Item
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable;
@@ -47,6 +48,8 @@ DURABLE_TYPES: Final = frozenset({TOOL_CALL, TOOL_PERMISSION, STEP_END, TURN_END
 # them sooner, before their updates are sent).
 FLUSH_EVENTS: Final = 512
 FLUSH_BYTES: Final = 1 << 20
+_CHUNK_KINDS: Final = ("text", "reasoning")
+_new_encoded: Final = tuple.__new__  # `Encoded(event, data)` without the call of its __new__
 
 # orjson would silently turn these into strings; the log takes JSON data only.
 _ENCODE_OPTIONS: Final = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -83,16 +86,23 @@ class SessionLog:
         clock: Callable[[], int],
         *,
         keep_history: bool = True,
+        keep_chunks: bool = True,
     ) -> None:
         self._backend = backend_session
         self._keep_history = keep_history
+        # Without it, the `assistant/chunk`s appended are not kept in `events` (nothing
+        # reads a live log's chunks back from memory: a stream's bulk, held to its turn's
+        # end and scanned by the cyclic collector meanwhile).
+        self._keep_chunks = keep_chunks
         self.header: Final = header
         self._events = events
         self._tracker = tracker
         self._clock = clock
         self._unwritten: list[Encoded] = []  # appended, not yet handed to the backend
         self._unwritten_bytes = 0
-        self._unsynced: list[Encoded] = []  # written to the backend, not yet durable
+        # How many events were written to the backend and are not durable yet (only
+        # counted: the backend has their bytes, and a stream's would be held to its end).
+        self._unsynced = 0
         self._closed = False
         # The log is used from the event loop and, for durable commits, from worker
         # threads, and the sender hands buffered events to the OS from its own task
@@ -116,7 +126,8 @@ class SessionLog:
     def events(self) -> Sequence[Event]:
         """The events held in memory, buffered ones included, in seq order: every
         event of the session if the log keeps its history, otherwise those since the
-        last `turn/start` (the open or last turn). `tracker.next_seq` counts them all."""
+        last `turn/start` (the open or last turn); without `keep_chunks`, less the
+        `assistant/chunk`s it appended. `tracker.next_seq` counts them all."""
         return self._events
 
     @property
@@ -132,7 +143,7 @@ class SessionLog:
     @property
     def pending(self) -> int:
         """Events appended but not yet durable."""
-        return len(self._unwritten) + len(self._unsynced)
+        return len(self._unwritten) + self._unsynced
 
     @property
     def buffered(self) -> int:
@@ -178,11 +189,13 @@ class SessionLog:
             raise
         durable = False
         for encoded in batch:
-            if encoded.event["type"] == TURN_START and not self._keep_history:
+            etype = encoded.event["type"]
+            if etype == TURN_START and not self._keep_history:
                 self._prior_events = self._events
                 self._events = []
-            self._events.append(encoded.event)
-            durable = durable or encoded.event["type"] in DURABLE_TYPES
+            if etype != ASSISTANT_CHUNK or self._keep_chunks:
+                self._events.append(encoded.event)
+            durable = durable or etype in DURABLE_TYPES
         if durable:
             # Written straight from the batch, not through `_unwritten`: `buffered`
             # stays as it was while a worker thread writes and syncs it.
@@ -193,6 +206,66 @@ class SessionLog:
             if len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES:
                 self._write(sync=False)
         return [encoded.event for encoded in batch]
+
+    def append_chunks(self, turn: int, chunks: Sequence[tuple[int, ChunkKind, str, dict[str, Any] | None]]) -> int:
+        """The fast path of most events of a stream (a wrapped agent's chunks): each of
+        `chunks` (step, kind, text, sent) appended as `append(*assistant_chunk(turn,
+        ...))` would, in order, while it is a chunk of the open step, with the checks the
+        tracker's own fast path makes (`InvariantTracker.feed_all`): the same events and
+        bytes, in one call. Returns how many were appended; the first one it does not
+        take (a closed log, a failure to report, another step, not JSON) is the caller's
+        to `append`, which refuses or raises as it always does. Never raises: a write
+        that fails here is reported as a hand-off's is (by the next append)."""
+        with self._lock:
+            count = self._append_chunks(turn, chunks)
+            if count and (len(self._unwritten) >= FLUSH_EVENTS or self._unwritten_bytes >= FLUSH_BYTES):
+                try:
+                    self._write(sync=False)
+                except StoreIOError as exc:
+                    self._failure = exc
+            return count
+
+    def _append_chunks(self, turn: int, chunks: Iterable[tuple[int, ChunkKind, str, dict[str, Any] | None]]) -> int:
+        tracker = self._tracker
+        if self._closed or self._failure is not None or not tracker.step_open or not tracker.in_turn \
+                or tracker.turn != turn:
+            return 0
+        clock, unwritten, dumps, step = self._clock, self._unwritten, orjson.dumps, tracker.step
+        events = self._events if self._keep_chunks else None
+        # Each event's data as orjson writes `{"turn": T, "step": S, "chunk": {"type":
+        # K, "text": X}[, "sent": ...]}`, built around the text's own encoding: the same
+        # bytes, right-sized (`encode` copies orjson's), in one pass.
+        heads = {kind: b'{"turn":%d,"step":%d,"chunk":{"type":"%s","text":' % (turn, step, kind.encode())
+                 for kind in _CHUNK_KINDS}
+        seq, size, count = tracker.next_seq, 0, 0
+        for at, kind, text, sent in chunks:
+            if at != step or kind not in heads or type(text) is not str:
+                break
+            data: dict[str, Any] = {"turn": turn, "step": step, "chunk": {"type": kind, "text": text}}
+            try:
+                if sent:
+                    data["sent"] = sent
+                    data_json = b"".join((heads[kind], dumps(text), b'},"sent":', dumps(sent, option=_ENCODE_OPTIONS),
+                                          b"}"))
+                else:
+                    data_json = b"".join((heads[kind], dumps(text), b"}}"))
+            except TypeError:  # `extend` words the refusal
+                break
+            # The clock last, once the chunk is taken (a clock that gives no time, which
+            # the tracker refuses, is asked again by `extend`).
+            stamp = clock()
+            if type(stamp) is not int or stamp < 0:
+                break
+            event: Event = {"type": ASSISTANT_CHUNK, "seq": seq, "time": stamp, "data": data}
+            if events is not None:
+                events.append(event)
+            unwritten.append(_new_encoded(Encoded, (event, data_json)))
+            seq += 1
+            size += len(data_json)
+            count += 1
+        tracker.next_seq = seq
+        self._unwritten_bytes += size
+        return count
 
     def flush(self) -> None:
         """Hand buffered events to the backend without waiting for the disk."""
@@ -241,11 +314,11 @@ class SessionLog:
             self._roll_back()
             raise
         if sync:
-            self._unsynced = []
+            self._unsynced = 0
             self._durable_tracker = _copy(self._tracker)
             self._prior_events = None
         else:
-            self._unsynced.extend(batch)
+            self._unsynced += len(batch)
         self._unwritten, self._unwritten_bytes = [], 0
 
     def _roll_back(self) -> None:
@@ -258,11 +331,11 @@ class SessionLog:
         events = self._events
         if self._prior_events is not None and (not events or events[0]["seq"] >= cut):
             events = self._prior_events  # the last `turn/start` itself is dropped
-        if events:
-            del events[max(cut - events[0]["seq"], 0):]
+        while events and events[-1]["seq"] >= cut:  # in seq order (with gaps, if chunks are not kept)
+            events.pop()
         self._events, self._prior_events = events, None
         self._tracker = _copy(durable)
-        self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, []
+        self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, 0
 
     def close_interrupted(self, *, cause: Literal["crash", "shutdown"] = "shutdown") -> list[Event]:
         """Close an open turn with the interrupted closers (the agent is stopping

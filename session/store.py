@@ -31,12 +31,14 @@ class SessionStore:
         title: str | None = None,
         session_id: str | None = None,
         keep_history: bool = True,
+        keep_chunks: bool = True,
         wrapped: WrappedInfo | None = None,
     ) -> SessionLog:
         """A new, durable, owned session with a fresh UUID (or `session_id`). Without
         `keep_history` the log keeps only the events of its last turn in memory (the
-        agent: a session may stream for hours). `wrapped` marks a session recorded by
-        `acp-bridge wrap` (the header's `wrapped` field)."""
+        agent: a session may stream for hours), without `keep_chunks` none of the
+        `assistant/chunk`s it appends (SessionLog.events). `wrapped` marks a session
+        recorded by `acp-bridge wrap` (the header's `wrapped` field)."""
         sid = validate_session_id(session_id) if session_id is not None else str(uuid4())
         header: Header = {
             "type": "session",
@@ -54,7 +56,7 @@ class SessionStore:
         handle = self.backend.create(header)
         return SessionLog(
             handle, header, [], InvariantTracker(session_id=sid), self.clock,
-            keep_history=keep_history,
+            keep_history=keep_history, keep_chunks=keep_chunks,
         )
 
     def load(self, session_id: str) -> LoadedSession:
@@ -68,10 +70,11 @@ class SessionStore:
         assert load.loaded is not None
         return load.loaded
 
-    def loading(self, session_id: str, *, keep_history: bool = False) -> SessionLoad:
+    def loading(self, session_id: str, *, keep_history: bool = False, keep_chunks: bool = True) -> SessionLoad:
         """A load to run block by block (see session.loading.SessionLoad)."""
         return SessionLoad(
-            self.backend, validate_session_id(session_id), self.clock, keep_history=keep_history
+            self.backend, validate_session_id(session_id), self.clock, keep_history=keep_history,
+            keep_chunks=keep_chunks,
         )
 
     def plan_fork(self, session_id: str, *, at_turn: int | None = None) -> ForkPlan:

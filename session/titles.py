@@ -47,7 +47,8 @@ def last_set_title(events: Iterable[Any]) -> str | None:
     store's title becomes when it writes a batch of them)."""
     found = None
     for event in events:
-        found = set_title(event) or found
+        if isinstance(event, dict) and event.get("type") == CONFIG_SET:  # a stream's chunks: skipped here
+            found = set_title(event) or found
     return found
 
 

@@ -23,7 +23,8 @@ SCRIPT = ROOT / "bench" / "protocol.py"
 
 TINY = ["--repeat", "1", "--repeat-big", "1", "--stream-words", "120", "--turns", "10",
         "--load-chunks", "200", "--load-results", "4", "--scale", "150", "--big-mb", "0.3",
-        "--diagnose-nosync", "--only", "startup,turn,stream,load,scale,big"]  # mcp: its own test below
+        "--diagnose-nosync", "--recorded-chunks", "60", "--repeat-recorded", "1",
+        "--only", "startup,turn,stream,load,scale,big,recorded"]  # mcp: its own test below
 
 
 def _bench_module(name: str) -> ModuleType:
@@ -155,11 +156,21 @@ def test_bench_runs_with_tiny_sizes(runs: dict[str, Run]) -> None:
             assert (metric, backend) in metrics
     added = ("wrap_init_added", "wrap_new_added")  # ms wrap adds to the SDK agent's: may be negative
     for r in results["summary"]:
-        assert r["metric"] in added or r["ratio"] > 0, r
-        assert r["pass"] is None if r["metric"].startswith("wrap_") and r["metric"] not in (
-            "wrap_turn", "wrap_stream", *added) else isinstance(r["pass"], bool), r
+        assert r["metric"] in (*added, "recorded_init_added", "recorded_new_added") or r["ratio"] > 0, r
+        assert r["pass"] is None if r["metric"] in ("wrap_startup", "wrap_memory", "wrap_memory_tree", "wrap_load",
+                                                     "recorded_cpu") else isinstance(r["pass"], bool), r
     for r in (r for r in results["summary"] if r["metric"] in added):
         assert r["ratio"] == pytest.approx(r["ours"] - r["reference"]) and r["target"] == "<= 30", r
+    recorded = results["recorded"]  # issue 32: the recorded fast agents, alone and wrapped
+    assert recorded["chunks"] == 60 and set(recorded["agents"]) == {"codex-acp", "qwen-code", "opencode"}
+    for agent, r in recorded["agents"].items():
+        for side in ("alone", "wrapped"):
+            assert r[side]["chunks_per_s"] > 0 and r[side]["initialize_ms"] > 0 and len(r[side]["runs"]) == 1, agent
+        assert r["wrapped"]["cpu_us_per_chunk"] > 0 and r["wrapped"]["child_cpu_us_per_chunk"] > 0, agent
+        assert r["stream_ratio"] == pytest.approx(r["wrapped"]["chunks_per_s"] / r["alone"]["chunks_per_s"])
+        for metric in ("recorded_stream", "recorded_cpu", "recorded_init_added", "recorded_new_added"):
+            assert any(row["metric"] == metric and row["reference_name"] == agent for row in results["summary"])
+    assert "RECORDED AGENTS through wrap" in run.stdout
     stream_cpu = results["stream"]["wrap-sdk-jsonl"]
     assert stream_cpu["cpu_us_per_chunk"] >= 0 and stream_cpu["child_cpu_us_per_chunk"] >= 0
     turn = next(r for r in results["summary"] if r["metric"] == "wrap_turn")

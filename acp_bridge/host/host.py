@@ -157,10 +157,12 @@ class Host(Generic[S]):
     async def create_log(self, *, cwd: str, additional: list[str] | None,
                          wrapped: WrappedInfo | None = None) -> SessionLog:
         """A new session in the store, owned by this process (its log keeps only its last
-        turn in memory: a session may stream for hours)."""
+        turn in memory, less its chunks: a session may stream for hours, and nothing
+        reads them back from memory)."""
         store = self.store()
         return await anyio.to_thread.run_sync(lambda: store.create(
-            cwd=cwd, additional_directories=additional or (), keep_history=False, wrapped=wrapped))
+            cwd=cwd, additional_directories=additional or (), keep_history=False, keep_chunks=False,
+            wrapped=wrapped))
 
     def add(self, session_id: str, session: S) -> None:
         """`session` is live here from now on."""

@@ -163,8 +163,9 @@ async def open_stored(
     """Load (and repair) a stored session for this process; with `replay`, every
     block of its events (the repair closers included) is encoded in the worker thread
     and sent. Raises the SessionError family; ownership is released if the load does
-    not complete."""
-    load = store.loading(session_id)
+    not complete. The live log keeps its last turn in memory, less its chunks (as
+    `Host.create_log`'s)."""
+    load = store.loading(session_id, keep_chunks=False)
     blocks = iter(load)
     assert isinstance(blocks, Generator)
     encode = replay[0].encode if replay is not None else None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -44,9 +44,24 @@ from acp_bridge.rpc.protocol import (
 )
 from acp_bridge.rpc.transport import LineReader, TooLong, Writer
 
-__all__ = ["Connection", "Fallback", "Inline"]
+__all__ = ["Connection", "Fallback", "Inline", "InlineRun"]
 
 log = logging.getLogger("acp_bridge.rpc.connection")
+
+_UNREAD: Final = object()  # a line `_on_batch` left to `_on_line` to parse (and answer)
+
+
+@runtime_checkable
+class InlineRun(Protocol):
+    """An `Inline` handler that also takes a run of its notifications at once: `run`
+    gets the params of consecutive ones read together, in order, and handles each as
+    the handler would (what it returns included: a run handler handles every one), in
+    one call. A stream's `session/update`s come a few hundred to a read (the wrapper's
+    child: acp_bridge.wrap.upstream)."""
+
+    def __call__(self, params: Any) -> bool | None: ...
+
+    def run(self, params: list[Any]) -> None: ...
 
 SHUTDOWN_GRACE: Final = 1.5  # seconds the running requests get to answer after stdin closes
 IDLE_WORKERS: Final = 8  # request tasks kept waiting for the next request; more end
@@ -97,11 +112,15 @@ class Connection:
         # Called before each write to the client (the agent's log hand-off).
         self._out = Outgoing(writer, before_write)
         self._in = Incoming(methods, self._out.send, error_for=error_for, fallback=fallback, inline=inline)
+        # The inline handlers that take a run of their notifications at once.
+        self._runs: dict[str, Callable[[list[Any]], None]] = {
+            name: handler.run for name, handler in (inline or {}).items() if isinstance(handler, InlineRun)}
         # Sending is the queue's own: bound here, not wrapped, as `notify_update` runs
         # for every chunk streamed.
         self.send = self._out.send
         self.notify = self._out.notify
         self.notify_update = self._out.notify_update
+        self.notify_updates = self._out.notify_updates
         self.send_raw = self._out.send_raw
         self.drain = self._out.drain
         self._ids = ids if ids is not None else map(own_request_id, itertools.count(1))
@@ -194,8 +213,15 @@ class Connection:
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._out.run)
             async with anyio.create_task_group() as requests:
-                async for line in self._reader.lines():
-                    self._on_line(line, requests)
+                # A reader that has them gives the lines of each read together
+                # (`_Lines.batches`): one loop step a read, not an async one a line.
+                batches = getattr(self._reader, "batches", None)
+                if batches is not None:
+                    async for batch in batches():
+                        self._on_batch(batch, requests)
+                else:
+                    async for line in self._reader.lines():
+                        self._on_line(line, requests)
                 log.info("stdin closed: stopping")
                 if self._on_eof is not None:
                     await self._on_eof()
@@ -205,22 +231,72 @@ class Connection:
                 requests.cancel_scope.cancel()
             self._out.close()
 
+    def _on_batch(self, batch: list[bytes | TooLong], tg: anyio.abc.TaskGroup) -> None:
+        """The lines of one read (each with its newline: `_Lines.batches`), in order, as
+        `_on_line` takes each; but consecutive notifications of a method whose inline
+        handler takes runs (`InlineRun`) go to its `run` together, once the line after
+        them is read (or the batch ends), before that line is handled."""
+        runs = self._runs
+        loads, method, params = orjson.loads, None, list[Any]()
+        for line in batch:
+            if type(line) is not bytes:  # TooLong
+                message: Any = _UNREAD
+            else:
+                try:
+                    message = loads(line)
+                except orjson.JSONDecodeError:
+                    # `_on_line` answers it, from the line as it was (an error names
+                    # where it stopped reading).
+                    message, line = _UNREAD, line[:-1] if line[-1:] == b"\n" else line
+                else:
+                    # What `Incoming.run_inline` takes, for a method with a run handler.
+                    if runs and type(message) is dict and "id" not in message and message.get("jsonrpc") == "2.0":
+                        name = message.get("method")
+                        if type(name) is str and name in runs:
+                            if name != method and params:
+                                self._run(method, params)
+                                params = []
+                            method = name
+                            params.append(message.get("params"))
+                            continue
+            if params:
+                self._run(method, params)
+                method, params = None, []
+            if message is _UNREAD:
+                self._on_line(line, tg)
+            else:
+                self._on_message(message, tg)
+        if params:
+            self._run(method, params)
+
+    def _run(self, method: Any, params: list[Any]) -> None:
+        try:
+            self._runs[method](params)
+        except Exception:  # notifications have no answer to carry the failure
+            log.exception("handling %d %s notification(s) failed", len(params), method)
+
     def _on_line(self, line: bytes | TooLong, tg: anyio.abc.TaskGroup) -> None:
         if isinstance(line, TooLong):
             self.send(response(None, error=RpcError(INVALID_REQUEST, "message too large", {
                 "code": "too_large", "size": line.size, "limit": self._reader.max_line})))
             return
-        if not line.strip():
-            return
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
+            if not line.strip():  # a blank line: nothing
+                return
             # Answered with the request's id where it can still be read, so a client
             # waiting on that id is not left hanging (acp_bridge.rpc.protocol.salvaged_id).
             self.send(response(salvaged_id(line), error=RpcError(PARSE_ERROR, "Parse error", {
                 "code": "parse_error", "detail": str(exc)})))
             return
-        if isinstance(message, list):
+        self._on_message(message, tg)
+
+    def _on_message(self, message: Any, tg: anyio.abc.TaskGroup) -> None:
+        if type(message) is dict and "method" in message:  # a request or notification (most of a stream)
+            if not self._in.run_inline(message):
+                self._spawn(tg, self._single(message))
+        elif isinstance(message, list):
             if not message:
                 self.send(response(None, error=RpcError(INVALID_REQUEST, "Invalid Request: empty batch")))
                 return

@@ -125,12 +125,26 @@ class Outgoing:
         """Queue the `session/update` notification of `update` for `session_id`: the
         same bytes as `notify("session/update", {"sessionId": ..., "update": ...})`,
         built with one encoding of the update and a per-session prefix."""
-        prefix = self._prefixes.get(session_id)
-        if prefix is None:
-            if len(self._prefixes) >= PREFIX_CACHE_SIZE:
-                self._prefixes.clear()
-            prefix = self._prefixes[session_id] = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
-        data = b"".join((prefix, orjson.dumps(update), UPDATE_TAIL))
+        prefix = self._prefixes.get(session_id) or self._prefix(session_id)
+        self._queue_updates(b"".join((prefix, orjson.dumps(update), UPDATE_TAIL)))
+
+    def notify_updates(self, session_id: str, updates: list[Any]) -> None:
+        """`notify_update` of each of `updates`, in order: the same bytes, joined at
+        once (a stream's run of chunks read together)."""
+        if updates:
+            prefix, dumps = self._prefixes.get(session_id) or self._prefix(session_id), orjson.dumps
+            self._queue_updates(b"".join((prefix, (UPDATE_TAIL + prefix).join([dumps(u) for u in updates]),
+                                          UPDATE_TAIL)))
+
+    def _prefix(self, session_id: str) -> bytes:
+        """The bytes of a notification of `session_id` before its update, kept."""
+        if len(self._prefixes) >= PREFIX_CACHE_SIZE:
+            self._prefixes.clear()
+        prefix = self._prefixes[session_id] = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'
+        return prefix
+
+    def _queue_updates(self, data: bytes) -> None:
+        """Queue streamed updates' bytes, written by `_flush` (module docstring)."""
         loop = self._loop
         if loop is None or self._writer_idle is None or self._closed or self._broken:
             self._enqueue(data)  # the writer task is at work (or woken, or the end is near)

@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import io
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import anyio
 import anyio.abc
@@ -69,6 +70,20 @@ class _Lines:
         """`lines` ended (EOF, an error, or its consumer stopped)."""
 
     async def lines(self) -> AsyncIterator[bytes | TooLong]:
+        batches = self.batches()
+        try:
+            async for batch in batches:
+                for line in batch:
+                    yield line[:-1] if type(line) is bytes and line[-1:] == b"\n" else line
+        finally:
+            await batches.aclose()
+
+    async def batches(self) -> AsyncGenerator[list[bytes | TooLong], None]:
+        """What `lines` yields, the lines of one read at a time (never an empty list),
+        each with its newline (the last line of the stream may have none): found by
+        one C call (a memchr per line) rather than a Python step a line, as a stream of
+        small messages comes a few hundred to a read."""
+        max_line = self.max_line
         try:
             buffer = bytearray()
             skipping = 0  # bytes of an over-long line dropped so far
@@ -76,32 +91,32 @@ class _Lines:
                 chunk = await self._read()
                 if not chunk:
                     if skipping:
-                        yield TooLong(skipping + len(buffer))
+                        yield [TooLong(skipping + len(buffer))]
                     elif buffer.strip():
-                        yield bytes(buffer)  # a last line without newline still counts
+                        yield [bytes(buffer)]  # a last line without newline still counts
                     return
-                start = 0
-                while True:
-                    end = chunk.find(b"\n", start)
-                    if end < 0:
-                        break
+                whole = io.BytesIO(chunk).readlines()
+                rest = b"" if whole[-1][-1:] == b"\n" else whole.pop()  # the start of a line
+                if whole:
+                    parts = cast("list[bytes | TooLong]", whole)
+                    first = whole[0]  # the end of the line the buffer holds the start of
+                    size = len(first) - 1  # without its newline
                     if skipping:
-                        yield TooLong(skipping + end - start)
+                        parts[0] = TooLong(skipping + size)
                         skipping = 0
-                    elif len(buffer) + end - start > self.max_line:
-                        yield TooLong(len(buffer) + end - start)
+                    elif len(buffer) + size > max_line:
+                        parts[0] = TooLong(len(buffer) + size)
                         buffer = bytearray()
                     elif buffer:
-                        buffer += chunk[start:end]
-                        line, buffer = bytes(buffer), bytearray()
-                        yield line
-                    else:
-                        yield chunk[start:end]
-                    start = end + 1
-                rest = chunk[start:]
+                        buffer += first
+                        parts[0], buffer = bytes(buffer), bytearray()
+                    if len(whole) > 1 and max(map(len, whole[1:])) > max_line + 1:
+                        parts[1:] = [TooLong(len(line) - 1) if len(line) > max_line + 1 else line
+                                     for line in whole[1:]]
+                    yield parts
                 if skipping:
                     skipping += len(rest)
-                elif len(buffer) + len(rest) > self.max_line:
+                elif len(buffer) + len(rest) > max_line:
                     skipping, buffer = len(buffer) + len(rest), bytearray()
                 else:
                     buffer += rest
@@ -117,6 +132,11 @@ class FdLineReader(_Lines):
         self.max_line = max_line
         self._was_blocking = os.get_blocking(fd)
         os.set_blocking(fd, False)
+        # Reads that returned data, and when the last did (loop time); the next read
+        # waits until `_hold` (0: it does not wait): `hold_next`.
+        self.reads = 0
+        self.read_at = float("-inf")
+        self._hold = 0.0
         # On asyncio the descriptor stays registered with the loop between reads (see
         # `_wait`): where, the wait under way, readiness seen with nobody waiting, and
         # data read for a wait that was cancelled before it took it.
@@ -126,10 +146,28 @@ class FdLineReader(_Lines):
         self._kept: bytes | None = None
         self._empty = False  # the callback's last read left the pipe empty
 
+    def hold_next(self, until: float) -> None:
+        """Do not read again before `until` (loop time): the owner of a peer that
+        streams small messages has them read a while's worth at a time, one wake-up and
+        one read for many (the wrapper's link, acp_bridge.wrap.link). Once: the read
+        after the next one does not wait."""
+        self._hold = until
+
     async def _read(self) -> bytes:
         kept, self._kept = self._kept, None
-        if kept is not None:
-            return kept
+        if kept is None:
+            hold, self._hold = self._hold, 0.0
+            if hold:
+                rest = hold - anyio.current_time()
+                if rest > 0:
+                    await anyio.sleep(rest)
+                    self._empty = False  # what came meanwhile is read at once
+            kept = await self._read_more()
+        self.reads += 1
+        self.read_at = anyio.current_time()
+        return kept
+
+    async def _read_more(self) -> bytes:
         if self._empty:
             self._empty = False
             data = await self._wait()

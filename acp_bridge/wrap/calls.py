@@ -83,11 +83,17 @@ class Step:
     calls: list[str] = field(default_factory=list)  # every call of the step, in order
 
     def say(self, kind: ChunkKind, text: str) -> None:
+        self.texts_for(kind).append(text)
+
+    def texts_for(self, kind: ChunkKind) -> list[str]:
+        """Where the step's next text of `kind` goes: the run it said last, if of that
+        kind, else a new one."""
         last = self.said[-1] if self.said else None
         if isinstance(last, tuple) and last[0] == kind:
-            last[1].append(text)
-        else:
-            self.said.append((kind, [text]))
+            return last[1]
+        texts: list[str] = []
+        self.said.append((kind, texts))
+        return texts
 
 
 def step_items(turn: int, step: Step, calls: Mapping[str, AnnouncedCall], *, results: bool) -> list[Item]:

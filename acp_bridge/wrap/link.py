@@ -41,7 +41,8 @@ import anyio.abc
 
 from acp_bridge.errors import AgentExitedError
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.rpc.connection import Connection, Fallback, Inline
+from acp_bridge.rpc.connection import Connection, Fallback, Inline, InlineRun
+from acp_bridge.rpc.outgoing import FLUSH_WINDOW_S
 from acp_bridge.wrap.child import ChildAgent
 
 log = logging.getLogger("acp_bridge.wrap.link")
@@ -98,6 +99,8 @@ class ChildLink:
         self.pid = child.pid
         self.generation = child.starts  # sessions restored on this run carry it
         self.writer = child.writer
+        self._reader = child.reader
+        self._pacer = Pacer()
         handlers = {name: self._while_alive(handler) for name, handler in inline.items()}
         self.conn = Connection(child.reader, child.writer, {}, fallback=self._fallback_while_alive(fallback_for(self)),
                                inline=handlers, error_for=to_rpc_error)
@@ -180,7 +183,17 @@ class ChildLink:
         for scope in list(self._waiting):
             scope.cancel()
 
+    def _streaming(self) -> None:
+        """A run of the child's notifications was handled (`Pacer`)."""
+        reader = self._reader
+        until = self._pacer.ran(reader.reads, reader.read_at)
+        if until is not None:
+            reader.hold_next(until)
+
     def _while_alive(self, handler: Inline) -> Inline:
+        if isinstance(handler, InlineRun):
+            return _RunWhileAlive(self, handler)
+
         def handle(params: Any) -> bool | None:
             if self.dead.is_set():
                 self._dropped += 1
@@ -276,3 +289,50 @@ class ChildLink:
             if not self._ended.is_set():
                 self._serving.cancel()
                 await self._ended.wait()
+
+
+class Pacer:
+    """When the child's next read waits (FdLineReader.hold_next): if the read before
+    the one that brought a run of notifications brought one too, the child streams,
+    and its next read waits for the rest of the flush window. A wake-up and a read for
+    each message of a fast agent cost more than handling it, and its updates wait that
+    long to be written anyway (rpc.outgoing; issue 32, bench/README.md). Not after a
+    lone run: a turn's last chunk and the answer right behind it are read at once."""
+
+    def __init__(self, window: float = FLUSH_WINDOW_S) -> None:
+        self.window = window
+        self._read = -1  # the read the last run came in
+
+    def ran(self, reads: int, read_at: float) -> float | None:
+        """A run came in read number `reads`, made at `read_at`: until when the next
+        read waits, if it does."""
+        streams = reads == self._read + 1
+        self._read = reads
+        return read_at + self.window if streams else None
+
+
+class _RunWhileAlive:
+    """`ChildLink._while_alive` of a handler that takes runs (`InlineRun`): a run read
+    together is handled, or dropped, as a whole (the link dies in another task, never
+    while the reader handles what it read)."""
+
+    __slots__ = ("_handler", "_link")
+
+    def __init__(self, link: ChildLink, handler: InlineRun) -> None:
+        self._link = link
+        self._handler = handler
+
+    def __call__(self, params: Any) -> bool | None:
+        link = self._link
+        if link.dead.is_set():
+            link._dropped += 1
+            return None
+        return self._handler(params)
+
+    def run(self, params: list[Any]) -> None:
+        link = self._link
+        if link.dead.is_set():
+            link._dropped += len(params)
+            return
+        self._handler.run(params)
+        link._streaming()

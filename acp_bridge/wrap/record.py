@@ -79,6 +79,11 @@ OTHER_ERROR: Final = "agent_error"
 
 _CHUNKS: Final[dict[str, ChunkKind]] = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
 
+# A chunk of the open step (`TurnRecorder.streamed`): its step, kind, text and `sent`,
+# the arguments of `SessionLog.append_chunk` after the turn. A plain tuple: one is made
+# for most updates of a stream.
+StreamedChunk = tuple[int, ChunkKind, str, "dict[str, Any] | None"]
+
 
 class TurnRecorder:
     """One turn of a wrapped agent. `prompt` starts it; `answer`, `failed` or
@@ -135,6 +140,42 @@ class TurnRecorder:
             if type(size) is int:
                 self._context["contextWindow"] = size
         return [wrapped_update(update, self.turn)]
+
+    def streamed(self, updates: list[dict[str, Any]]) -> list[StreamedChunk]:
+        """The fast path of most of a stream: of `updates`, those from the first on that
+        are text or thought chunks going on the open step as it stands (a step without
+        calls, so no step ends or starts before them). Each is taken in exactly as
+        `update` takes it, and what `update` would return for it, one
+        `assistant/chunk`, is returned as its parts (for `SessionLog.append_chunks`).
+        Nothing is taken in from the first update on that is not such a chunk:
+        `update` decides for it."""
+        step = self._step
+        chunks: list[StreamedChunk] = []
+        if step is None or step.calls or self._ended:  # an open step exists only in a started turn
+            return chunks
+        number, run, texts = step.number, None, None
+        for update in updates:
+            name = update.get("sessionUpdate")
+            if name == "agent_message_chunk":
+                kind: ChunkKind = "text"
+            elif name == "agent_thought_chunk":
+                kind = "reasoning"
+            else:
+                break
+            content = update.get("content")
+            if not isinstance(content, dict) or content.get("type") != "text":
+                break
+            text = content.get("text")
+            if not isinstance(text, str):
+                break
+            if kind != run or texts is None:
+                run, texts = kind, step.texts_for(kind)
+            texts.append(text)  # Step.say
+            if len(update) != 2 or len(content) != 2:  # more than {sessionUpdate, content: {type, text}}
+                chunks.append((number, kind, text, self._sent(update)))
+            else:
+                chunks.append((number, kind, text, None))
+        return chunks
 
     def asking(self, tool_call: dict[str, Any] | None = None) -> list[Item]:
         """The agent asks the editor something in this turn (a permission about
@@ -243,12 +284,22 @@ class TurnRecorder:
         step.say(kind, text)
         sent: dict[str, Any] | None = None
         if len(update) != 2 or len(update["content"]) != 2:  # more than {sessionUpdate, content: {type, text}}
-            sent = {k: v for k, v in update.items() if k not in ("sessionUpdate", "content")}
-            if len(update["content"]) != 2:
-                sent["content"] = update["content"]
-            self._add_meta_usage(update.get("_meta"))
+            sent = self._sent(update)
         items.append(assistant_chunk(self.turn, step.number, kind, text, sent))
         return items
+
+    def _sent(self, update: dict[str, Any]) -> dict[str, Any]:
+        """What a chunk's update holds besides its kind and text (its `_meta`, an id, a
+        content block's other fields): kept in its `assistant/chunk`, so a replay sends
+        the update as it came; a `_meta.usage` counts towards the turn's usage."""
+        sent = dict(update)  # the others in their order, as the update has them
+        del sent["sessionUpdate"]
+        content = sent.pop("content")
+        if len(content) != 2:
+            sent["content"] = content
+        if "_meta" in sent:
+            self._add_meta_usage(sent["_meta"])
+        return sent
 
     def _add_meta_usage(self, meta: Any) -> None:
         usage = acp_usage(meta.get("usage")) if isinstance(meta, dict) else None

@@ -34,10 +34,11 @@ from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.commands import their_commands
 from acp_bridge.wrap.link import ChildLink, permission_cancelled
+from acp_bridge.wrap.record import StreamedChunk
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import Act, ChildRequest, ChildUpdate, PermissionAnswered
 from acp_bridge.wrap.turns import WrappedTurns
-from session.items import config_set, wrapped_update
+from session.items import assistant_chunk, config_set, wrapped_update
 
 log = logging.getLogger("acp_bridge.wrap.upstream")
 
@@ -55,12 +56,14 @@ class ChildSide:
         self._sessions = sessions
         self._editor = editor
         self._early: OrderedDict[str, list[Any]] = OrderedDict()
-        # What the editor is shown of an update (the wrapper's commands added to the
-        # child's list; `wrap --agent`: our `agent` option added to its config options).
+        # What the editor is shown of an update (our commands added to the child's
+        # list; `wrap --agent`: our `agent` option added to the child's config options).
+        # It never changes a message or thought chunk, which the fast path (`_stream`)
+        # passes on without it.
         self._shown = shown
 
     def inline(self) -> dict[str, Inline]:
-        return {"session/update": self.on_update}
+        return {"session/update": _Updates(self)}
 
     def fallback_for(self, link: ChildLink) -> Fallback:
         async def fallback(method: str, params: Any, is_request: bool) -> Any:
@@ -88,6 +91,72 @@ class ChildSide:
         update = params.get("update")
         self.record(ws, update)
         self._editor().notify_update(ws.id, self._shown(ws, update))
+
+    def on_updates(self, batch: list[Any]) -> None:
+        """`on_update` of each of `batch` (the params of `session/update`s read
+        together), in order; the text and thought chunks of one session's running turn
+        that follow each other go on their fast path together (`_stream`)."""
+        index, count = 0, len(batch)
+        while index < count:
+            after = self._stream(batch, index)
+            if after == index:
+                self.on_update(batch[index])
+                after += 1
+            index = after
+
+    def _stream(self, batch: list[Any], start: int) -> int:
+        """The chunks from `batch[start]` on that go on the open step of one session's
+        running turn (most of a stream), recorded and queued for the editor on their
+        fast path (`TurnRecorder.streamed`, `SessionLog.append_chunks`, one
+        `notify_updates`): the same events, bytes and order as `on_update` one after
+        the other (nothing is written out between them either way; `shown` leaves a
+        chunk as it is). Returns the index after them (`start`: none)."""
+        params = batch[start]
+        if not isinstance(params, dict):
+            return start
+        child_sid = params.get("sessionId")
+        if self._sessions.is_stuck(child_sid):
+            return start
+        turns = self._sessions.of_child(child_sid)
+        if turns is None:
+            return start
+        ws = turns.session
+        recorder = ws.recorder
+        # The same gate as `on_update`'s (the lifecycle's), and a turn open to record on.
+        if Act.RECORD not in ws.to(CHILD_UPDATE) or recorder is None or ws.log.closed:
+            return start
+        updates: list[dict[str, Any]] = []
+        index, count = start, len(batch)
+        while index < count:
+            params = batch[index]
+            if not isinstance(params, dict) or params.get("sessionId") != child_sid:
+                break
+            update = params.get("update")
+            if not isinstance(update, dict):
+                break
+            updates.append(update)
+            index += 1
+        chunks = recorder.streamed(updates)
+        if chunks:
+            self._record_chunks(ws, recorder.turn, chunks)
+            self._editor().notify_updates(ws.id, updates[:len(chunks)] if len(chunks) < len(updates) else updates)
+        return start + len(chunks)
+
+    @staticmethod
+    def _record_chunks(ws: WrappedSession, turn: int, chunks: list[StreamedChunk]) -> None:
+        """`chunks` appended to the log, each as `record` appends its item: on the
+        log's fast path while it takes them, else one at a time (a failure logged, as
+        `record` logs it, and the next one appended)."""
+        done, count = 0, len(chunks)
+        while done < count:
+            try:
+                done += ws.log.append_chunks(turn, chunks[done:] if done else chunks)
+                if done < count:
+                    step, kind, text, sent = chunks[done]
+                    done += 1
+                    ws.log.extend([assistant_chunk(turn, step, kind, text, sent)])
+            except Exception:  # the prompt's end meets it again (and answers for it)
+                log.exception("session %s: recording an update of the wrapped agent failed", ws.id)
 
     def record(self, ws: WrappedSession, update: Any) -> None:
         """Append what `update` means to the session's log (not sent: the caller does)."""
@@ -264,3 +333,19 @@ def took_setting(ws: WrappedSession, method: str, params: dict[str, Any], result
         ws.log.extend([config_set(chosen["id"], chosen["currentValue"], tracker.turn if tracker.in_turn else None)])
     except Exception:  # a setting that cannot be recorded does not undo the switch the child made
         log.exception("session %s: recording a config option of the wrapped agent failed", ws.id)
+
+
+class _Updates:
+    """The child's `session/update`s in its connection's reader (an `InlineRun`): one
+    at a time, or a run of them read together."""
+
+    __slots__ = ("_side",)
+
+    def __init__(self, side: ChildSide) -> None:
+        self._side = side
+
+    def __call__(self, params: Any) -> None:
+        self._side.on_update(params)
+
+    def run(self, params: list[Any]) -> None:
+        self._side.on_updates(params)

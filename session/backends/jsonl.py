@@ -32,6 +32,7 @@ from session.backends.base import (
     changed_while_forked,
     check_batch_seqs,
     event_line,
+    event_lines,
     read_whole,
     validate_session_id,
 )
@@ -209,7 +210,7 @@ class JsonlSession:
                 self._stale = False
             if batch:
                 self._titles.before([item.event for item in batch], self.durable_size)
-                write_all(self._fd, b"".join(map(event_line, batch)))
+                write_all(self._fd, event_lines(batch))
             self._next_seq += len(batch)
             if sync:
                 os.fdatasync(self._fd)

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from session.backends.base import Encoded, check_batch_seqs, event_line
+from session.backends.base import Encoded, check_batch_seqs, event_lines
 from session.backends.event_rows import Row
 from session.backends.sqlite_read import SqliteStream
 from session.backends.sqlite_space import is_full
@@ -82,7 +82,7 @@ class SqliteSession:
             if sync:
                 self._commit(batch)
             elif batch:
-                self._tail.append(b"".join(map(event_line, batch)))
+                self._tail.append(event_lines(batch))
                 self._streamed.extend(batch)
         except (sqlite3.Error, OSError) as exc:
             self._roll_back()
