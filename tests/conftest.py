@@ -11,6 +11,9 @@ from syrupy.location import PyTestLocation
 from session import Backend, SessionStore, open_backend
 from tests.support.pg_server import PgServer
 
+# The tiers (unit, integration, long) and the unit guard: tests/support/tiers.py.
+pytest_plugins = ["tests.support.tiers", "pytester"]
+
 BACKEND_KINDS = ("memory", "jsonl", "sqlite")
 
 

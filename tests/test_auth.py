@@ -56,6 +56,7 @@ def terminal_login(agent: AgentProcess, key: str) -> subprocess.CompletedProcess
                           env={**os.environ, "ACP_BRIDGE_LOGIN": "1"})
 
 
+@pytest.mark.integration
 async def test_no_key_auth_methods_login_authenticate_then_sessions(
         tmp_path: Path, work: Path, env: SSEServer, snapshot_json: Any) -> None:
     store, agent_log = tmp_path / "store", tmp_path / "agent.log"
@@ -112,6 +113,7 @@ async def test_no_key_auth_methods_login_authenticate_then_sessions(
     assert normalized(auth_traffic, tmp_path) == snapshot_json
 
 
+@pytest.mark.integration
 async def test_authenticate_refuses_a_key_the_provider_refuses(tmp_path: Path, work: Path, env: SSEServer) -> None:
     save_key(BAD_KEY)
     store, agent_log = tmp_path / "store", tmp_path / "agent.log"
@@ -134,6 +136,7 @@ async def test_authenticate_refuses_a_key_the_provider_refuses(tmp_path: Path, w
     assert_no_key_in(store, agent_log, agent.stderr.decode())
 
 
+@pytest.mark.integration
 async def test_a_key_in_the_environment_needs_no_authenticate(tmp_path: Path, work: Path, env: SSEServer,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", GOOD_KEY)
@@ -146,6 +149,7 @@ async def test_a_key_in_the_environment_needs_no_authenticate(tmp_path: Path, wo
     assert env.requests[0].headers["authorization"] == f"Bearer {GOOD_KEY}"
 
 
+@pytest.mark.integration
 async def test_switching_to_an_openai_model_without_a_key(tmp_path: Path, work: Path, env: SSEServer) -> None:
     async with AgentProcess(tmp_path / "store", model="echo", args=("--model", "openai:gpt-4o")) as agent:
         init = await agent.initialize()
@@ -184,6 +188,7 @@ def assert_no_key_in(store: Path, *logs: Path | str) -> None:
             assert key not in text
 
 
+@pytest.mark.integration
 def test_initialize_with_an_openai_model_stays_lean(tmp_path: Path) -> None:
     """Offering auth methods and the model catalog costs no httpx, no key file read:
     both come only with a session or `authenticate`."""
@@ -200,6 +205,7 @@ def test_initialize_with_an_openai_model_stays_lean(tmp_path: Path) -> None:
     assert not {"httpx", "acp_bridge.models.openai", "acp_bridge.models.openai_key"} & imported
 
 
+@pytest.mark.integration
 def test_login_refuses_what_cannot_be_a_key(tmp_path: Path, env: SSEServer) -> None:
     for typed, problem in (("", "the key is empty"), ("sk two words", "spaces")):
         out = subprocess.run([sys.executable, "-m", "acp_bridge", "login"], input=typed + "\n",
@@ -219,6 +225,7 @@ def test_auth_method_shapes_match_the_schema() -> None:
     assert auth_methods(parse_specs(["echo", "script:/s.json"]), {"auth": {"terminal": True}}) == []
 
 
+@pytest.mark.integration
 async def test_logout_forgets_the_key_until_a_login(tmp_path: Path, work: Path, env: SSEServer) -> None:
     """`logout` (stable in schema-v1.21.0, advertised as agentCapabilities.auth.logout)
     removes the key `acp-bridge login` stored: the next prompt needs a key again, and a
@@ -248,6 +255,7 @@ async def test_logout_forgets_the_key_until_a_login(tmp_path: Path, work: Path, 
     assert len([r for r in env.requests if r.path.endswith("/chat/completions")]) == 2  # none while logged out
 
 
+@pytest.mark.integration
 async def test_logout_forgets_a_key_of_the_environment_too(tmp_path: Path, work: Path, env: SSEServer,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", GOOD_KEY)
@@ -261,6 +269,7 @@ async def test_logout_forgets_a_key_of_the_environment_too(tmp_path: Path, work:
     assert env.requests == []
 
 
+@pytest.mark.integration
 async def test_logout_is_not_offered_without_a_key_to_forget(tmp_path: Path, env: SSEServer) -> None:
     save_key(GOOD_KEY)
     async with AgentProcess(tmp_path / "store") as agent:  # echo: no key anywhere
@@ -272,6 +281,7 @@ async def test_logout_is_not_offered_without_a_key_to_forget(tmp_path: Path, env
     assert key_path(tmp_path).exists()  # another configuration's key is not ours to remove
 
 
+@pytest.mark.integration
 async def test_logout_through_wrap_is_the_wrapped_agents(tmp_path: Path, work: Path, env: SSEServer) -> None:
     from tests.support.wrapped import WrappedProcess, serve_command
 

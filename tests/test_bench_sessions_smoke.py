@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bench.sessions_memory import COMMANDS, ROOT, TARGET_MB
+
+pytestmark = pytest.mark.integration
 
 
 def test_sessions_memory_bench_runs_every_command(tmp_path: Path) -> None:

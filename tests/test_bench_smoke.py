@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import orjson
+import pytest
 
 from session import check_invariants
 
@@ -69,6 +70,7 @@ def test_workloads_follow_the_invariants() -> None:
     assert tracker.in_turn and tracker.step_open and len(tracker.unanswered()) == 2
 
 
+@pytest.mark.integration
 def test_bench_runs_with_tiny_sizes(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     scratch = tmp_path / "scratch"
@@ -111,6 +113,7 @@ def test_bench_runs_with_tiny_sizes(tmp_path: Path) -> None:
             assert load["events_per_s"] > 0 and load["ratio"] > 0
 
 
+@pytest.mark.integration
 def test_json_on_stdout(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

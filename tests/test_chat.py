@@ -96,6 +96,7 @@ def first(tmp_path_factory: pytest.TempPathFactory) -> First:
     return First(tmp_path_factory.mktemp("chat"))
 
 
+@pytest.mark.integration
 def test_text_answer_and_thinking(first: First) -> None:
     assert first.code == 0, first.err
     # The session is made by the first prompt, not at start-up (so a /load leaves no empty one).
@@ -105,6 +106,7 @@ def test_text_answer_and_thinking(first: First) -> None:
     assert "\x1b[" not in first.out  # no styling when stdout is not a terminal
 
 
+@pytest.mark.integration
 def test_permission_allowed_writes_the_file(first: First) -> None:
     assert (first.work / "out.txt").read_text() == "hi\nthere\n"
     assert ("Writing.\n⚙ Write out.txt [pending]\n? Write out.txt (edit)\n    out.txt +2 -0 (new file)\n"
@@ -114,12 +116,14 @@ def test_permission_allowed_writes_the_file(first: First) -> None:
             "  ✓ completed: out.txt +2 -0 (new file)\nWritten.\n") in first.out
 
 
+@pytest.mark.integration
 def test_rejected_call_fails(first: First) -> None:
     assert not (first.work / "no.txt").exists()
     assert ("  [a]llow once / allow a[l]ways / [r]eject: r\n  ✗ failed: The user rejected this tool call.\n"
             "Fine, not written.\n") in first.out
 
 
+@pytest.mark.integration
 def test_tools_go_through_the_client(first: First) -> None:
     assert (first.work / "notes.txt").read_text() == "one\n2\n"
     assert "⚙ Read notes.txt [pending]\n  ✓ completed\n" in first.out
@@ -129,6 +133,7 @@ def test_tools_go_through_the_client(first: First) -> None:
     assert f"  ✓ completed: exit code 0\n  │ ppid={first.pid}\nRan.\n" in first.out
 
 
+@pytest.mark.integration
 def test_read_only_mode_refuses_without_asking(first: First) -> None:
     assert "> /mode read_only\n[mode: read_only]\n" in first.out
     assert ("> write in read only\n⚙ Write ro.txt [pending]\n"
@@ -136,12 +141,14 @@ def test_read_only_mode_refuses_without_asking(first: First) -> None:
     assert not (first.work / "ro.txt").exists()
 
 
+@pytest.mark.integration
 def test_failed_turn_shows_the_error(first: First) -> None:
     # The agent's note of how the turn ended, said once (not again from the error answer).
     assert "> fail\n[This turn failed: boom.]\n> " in first.out
     assert "[error:" not in first.out
 
 
+@pytest.mark.integration
 def test_sessions_lists_the_session_and_quit_stops(first: First) -> None:
     table = first.out.split("> /sessions\n", 1)[1]
     header, row = table.splitlines()[:2]
@@ -151,6 +158,7 @@ def test_sessions_lists_the_session_and_quit_stops(first: First) -> None:
     assert "never sent" not in first.out
 
 
+@pytest.mark.integration
 def test_load_replays_a_previous_session(first: First) -> None:
     model = write_script(first.work.parent / "script2.json", {"text": "Back again."})
     code, out, err, _ = run_chat(first.store, first.work, [f"/load {first.sid}", "again"], "--model", model)
@@ -162,6 +170,7 @@ def test_load_replays_a_previous_session(first: First) -> None:
     assert f"[loaded session {first.sid}: 6 turns, mode read_only]\n> again\nBack again.\n" in replay
 
 
+@pytest.mark.integration
 def test_load_option_unknown_session(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     code, out, err, _ = run_chat(tmp_path / "store", tmp_path / "work", ["hello"],
@@ -172,6 +181,7 @@ def test_load_option_unknown_session(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.integration
 async def test_ctrl_c_cancels_then_a_second_quits(tmp_path: Path) -> None:
     model = write_script(tmp_path / "script.json", {"text": "Working on it", "hang": True},
                          {"text": "After cancel."}, {"text": "Again", "hang": True})
@@ -261,6 +271,7 @@ def test_the_cancel_grace_is_passed_to_the_wrapper() -> None:
     (["--wrap", "--model", "echo", "--", "agent"], "--model and --max-steps are acp-bridge's own"),
     (["--wrap", "--max-steps", "2", "--", "agent"], "--model and --max-steps are acp-bridge's own"),
 ])
+@pytest.mark.integration
 def test_wrap_usage_errors(argv: list[str], problem: str) -> None:
     proc = subprocess.run([*CHAT, *argv], capture_output=True, text=True, timeout=30, env=chat_env(),
                           stdin=subprocess.DEVNULL)
@@ -360,6 +371,7 @@ async def test_client_fs_methods(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.integration
 async def test_client_terminals(tmp_path: Path) -> None:
     async with anyio.create_task_group() as tg:
         terminals = Terminals(tg)
@@ -380,6 +392,7 @@ async def test_client_terminals(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.integration
 async def test_client_terminal_without_a_limit_keeps_everything_and_reports_spawn_failures(tmp_path: Path) -> None:
     async with anyio.create_task_group() as tg:
         terminals = Terminals(tg)
@@ -417,6 +430,7 @@ def test_render_shows_control_characters_instead_of_running_them() -> None:
     assert text.count("\\x1b[2J\\x1b[H\\x1b]0;pwned-title\\x07") == 5
 
 
+@pytest.mark.integration
 def test_a_model_or_a_command_cannot_write_escape_sequences_to_the_terminal(tmp_path: Path) -> None:
     store, work = tmp_path / "store", tmp_path / "work"
     work.mkdir()
@@ -438,6 +452,7 @@ def stored_ids(store: Path) -> list[str]:
     return sorted(item["id"] for item in orjson.loads(listed.stdout))
 
 
+@pytest.mark.integration
 def test_a_chat_makes_its_session_only_when_something_needs_it(first: First, tmp_path: Path) -> None:
     # Going on with a stored session, asking for help, or leaving before a prompt: no
     # empty session is left behind (the chat used to make one at every start).
@@ -457,6 +472,7 @@ def test_a_chat_makes_its_session_only_when_something_needs_it(first: First, tmp
     assert "Read only here.\n" in out
 
 
+@pytest.mark.integration
 def test_mode_with_a_wrapped_agent_that_has_none_says_so(tmp_path: Path) -> None:
     agent = Path(__file__).parent / "support" / "talking_agent.py"
     (tmp_path / "work").mkdir()

@@ -21,6 +21,8 @@ import pytest
 
 from tests.support.acp_client import write_script
 
+pytestmark = pytest.mark.integration
+
 READY = "\x1b[?2004h"  # the editor switched bracketed paste on: it is reading a line
 LEFT, UP = "\x1b[D", "\x1b[A"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"

@@ -21,7 +21,7 @@ from acp_bridge.rpc import StreamLineReader, StreamWriter
 from acp_bridge.rpc.protocol import ClientError
 from acp_bridge.rpc.transport import TooLong
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 PIPES: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
 

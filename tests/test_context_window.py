@@ -22,7 +22,7 @@ from tests.support.llama_like import LlamaLike
 from tests.support.logs import loaded_events
 from tests.support.sse_server import openai_server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 N_CTX = 8192
 

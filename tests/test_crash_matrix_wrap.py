@@ -34,6 +34,7 @@ SEED = int(os.environ.get("CRASH_MATRIX_SEED", "20240611"))
 
 @pytest.mark.parametrize("target", ["wrapper", "child"])
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+@pytest.mark.integration
 def test_wrap_crash_matrix_ci_sample(tmp_path: Path, backend: str, target: str) -> None:
     rng = random.Random(f"{SEED}-{backend}-{target}")
     points = [*CI_SAMPLE, random_point(rng)]
@@ -64,6 +65,7 @@ def test_wrap_crash_matrix_long(tmp_path: Path, backend: str, target: str) -> No
 # --- found by the matrix ------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_prompt_right_after_the_child_died_between_turns_restarts_it(tmp_path: Path) -> None:
     async def main() -> None:
         script = tmp_path / "s.json"

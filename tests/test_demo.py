@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 
 def test_demo_end_to_end(tmp_path: Path) -> None:
     out = subprocess.run(

@@ -20,7 +20,7 @@ from tests.support.acp_client import (
     write_script,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 async def test_handshake_and_text_turn(tmp_path: Path, work: Path, snapshot_json: Any) -> None:

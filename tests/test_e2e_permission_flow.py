@@ -30,7 +30,7 @@ from tests.support.cancel_race import (
 )
 from tests.support.logs import loaded_events
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 ORDER = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
 

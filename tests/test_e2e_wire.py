@@ -137,6 +137,7 @@ def code_of(answer: dict[str, Any]) -> int:
 # --- size ---------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_a_5_mb_prompt_is_accepted_and_echoed(tmp_path: Path, empty_work: Path) -> None:
     words = [letter * 1_000_000 for letter in "abcde"]
     async with AgentProcess(tmp_path / "store") as agent:
@@ -150,6 +151,7 @@ async def test_a_5_mb_prompt_is_accepted_and_echoed(tmp_path: Path, empty_work: 
     assert agent.returncode == 0
 
 
+@pytest.mark.integration
 async def test_a_line_over_the_guard_is_refused_and_the_connection_survives(tmp_path: Path, empty_work: Path) -> None:
     size = 65 * MIB  # the agent's guard is 64 MiB
     async with AgentProcess(tmp_path / "store") as agent:
@@ -213,6 +215,7 @@ async def test_line_reader_guard_is_exact() -> None:
 # --- framing ------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_framing_split_writes_crlf_blank_lines_and_a_last_line_without_newline(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         data = line(request("split", "session/list", {}))
@@ -240,6 +243,7 @@ async def test_framing_split_writes_crlf_blank_lines_and_a_last_line_without_new
 # --- malformed input ----------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_parse_errors(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         mark = len(agent.transcript)
@@ -256,6 +260,7 @@ async def test_parse_errors(tmp_path: Path) -> None:
         await still_works(agent)
 
 
+@pytest.mark.integration
 async def test_a_request_the_parser_refuses_is_answered_with_its_id(tmp_path: Path) -> None:
     """The JSON parser refuses a lone surrogate escape and nesting past 1,024 levels:
     the request is still answered, -32700, with its id, read from its top-level
@@ -289,6 +294,7 @@ async def test_a_request_the_parser_refuses_is_answered_with_its_id(tmp_path: Pa
     assert agent.returncode == 0
 
 
+@pytest.mark.integration
 async def test_deep_nesting_is_an_error_and_the_agent_survives(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -317,6 +323,7 @@ async def test_deep_nesting_is_an_error_and_the_agent_survives(tmp_path: Path) -
     assert agent.returncode == 0
 
 
+@pytest.mark.integration
 async def test_deep_content_in_a_prompt_is_refused_and_the_session_stays_usable(tmp_path: Path, empty_work: Path) -> None:
     deep = nested(300)  # legal JSON, deeper than the log's encoder (orjson) takes
     async with AgentProcess(tmp_path / "store") as agent:
@@ -334,6 +341,7 @@ async def test_deep_content_in_a_prompt_is_refused_and_the_session_stays_usable(
         assert users == ["after that"]
 
 
+@pytest.mark.integration
 async def test_deep_content_in_a_prompt_is_invalid_params(tmp_path: Path, empty_work: Path) -> None:
     deep = nested(300)
     async with AgentProcess(tmp_path / "store") as agent:
@@ -346,6 +354,7 @@ async def test_deep_content_in_a_prompt_is_invalid_params(tmp_path: Path, empty_
         assert [u["sessionUpdate"] for u in agent.updates_of(sid)] == ["available_commands_update"]
 
 
+@pytest.mark.integration
 async def test_a_non_object_message_is_an_invalid_request(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -383,6 +392,7 @@ ANSWERED_WITH_THE_ID: list[tuple[dict[str, Any], int | None, str | None]] = [
 ]
 
 
+@pytest.mark.integration
 async def test_every_request_whose_id_can_be_read_is_answered_with_it(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         # Before the first `initialize` is answered (its own member order).
@@ -414,6 +424,7 @@ async def test_every_request_whose_id_can_be_read_is_answered_with_it(tmp_path: 
 
 
 @pytest.mark.parametrize("raw_id", [b'{"a":1}', b"[1]"])
+@pytest.mark.integration
 async def test_an_object_or_array_id_is_an_invalid_request(tmp_path: Path, raw_id: bytes) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -423,6 +434,7 @@ async def test_an_object_or_array_id_is_an_invalid_request(tmp_path: Path, raw_i
         assert error["error"]["code"] == -32600
 
 
+@pytest.mark.integration
 async def test_params_by_position_are_invalid_params(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -433,6 +445,7 @@ async def test_params_by_position_are_invalid_params(tmp_path: Path) -> None:
         await still_works(agent)
 
 
+@pytest.mark.integration
 async def test_an_empty_params_array_is_invalid_params(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -440,6 +453,7 @@ async def test_an_empty_params_array_is_invalid_params(tmp_path: Path) -> None:
         assert code_of(answer) == -32602
 
 
+@pytest.mark.integration
 async def test_unknown_methods(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -459,6 +473,7 @@ def loaded_at_exit(marker: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("unknown", [False, True])
+@pytest.mark.integration
 async def test_jsonrpcserver_is_imported_only_for_what_nothing_of_ours_serves(tmp_path: Path, empty_work: Path,
                                                                                unknown: bool) -> None:
     """A session opened and used, notifications ours and nobody's: no jsonrpcserver
@@ -482,6 +497,7 @@ async def test_jsonrpcserver_is_imported_only_for_what_nothing_of_ours_serves(tm
     assert marker.read_text() == str(unknown)
 
 
+@pytest.mark.integration
 async def test_unknown_notifications_and_stray_responses_are_ignored(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -509,6 +525,7 @@ async def test_unknown_notifications_and_stray_responses_are_ignored(tmp_path: P
 # --- batches ------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_an_empty_batch_is_one_invalid_request(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -518,6 +535,7 @@ async def test_an_empty_batch_is_one_invalid_request(tmp_path: Path) -> None:
         assert error["error"]["code"] == -32600
 
 
+@pytest.mark.integration
 async def test_a_batch_is_answered_by_one_array(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -534,6 +552,7 @@ async def test_a_batch_is_answered_by_one_array(tmp_path: Path) -> None:
         assert all(a["result"] == {"sessions": []} for a in batch)
 
 
+@pytest.mark.integration
 async def test_a_batch_mixing_valid_and_invalid_entries(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -561,6 +580,7 @@ async def test_a_batch_mixing_valid_and_invalid_entries(tmp_path: Path) -> None:
         assert len(batch) == 5
 
 
+@pytest.mark.integration
 async def test_a_batch_of_notifications_gets_no_answer(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -576,6 +596,7 @@ def answered_ids(messages: list[Any]) -> list[Any]:
     return sorted(str(a.get("id")) for a in flat(messages))
 
 
+@pytest.mark.integration
 async def test_a_batch_can_open_the_connection(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         mark = len(agent.transcript)
@@ -592,6 +613,7 @@ async def test_a_batch_can_open_the_connection(tmp_path: Path) -> None:
 # --- ids ----------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_ids_are_echoed_exactly(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -601,6 +623,7 @@ async def test_ids_are_echoed_exactly(tmp_path: Path) -> None:
             assert answer["result"] == {"sessions": []}
 
 
+@pytest.mark.integration
 async def test_an_id_beyond_64_bits_is_echoed_exactly_or_refused(tmp_path: Path) -> None:
     # A plain subprocess: the harness would reject the answer's float id before any
     # assertion here could say what is wrong with it.
@@ -621,6 +644,7 @@ async def test_an_id_beyond_64_bits_is_echoed_exactly_or_refused(tmp_path: Path)
 # --- initialize and cancel -----------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_initialize_answers_version_1_and_may_be_repeated(tmp_path: Path, empty_work: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         first = await agent.request("initialize", {"protocolVersion": 5, "clientCapabilities": {}})
@@ -633,6 +657,7 @@ async def test_initialize_answers_version_1_and_may_be_repeated(tmp_path: Path, 
         assert (await agent.prompt(sid, "still here"))["stopReason"] == "end_turn"
 
 
+@pytest.mark.integration
 async def test_cancel_request_settles_a_running_prompt(tmp_path: Path, empty_work: Path) -> None:
     script = tmp_path / "script.json"
     script.write_bytes(orjson.dumps({"steps": [{"text": "a b", "hang": True}, {"text": "next"}]}))
@@ -663,6 +688,7 @@ async def test_cancel_request_settles_a_running_prompt(tmp_path: Path, empty_wor
 # --- process ------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_stdout_carries_protocol_only_and_the_log_goes_to_stderr(tmp_path: Path, empty_work: Path) -> None:
     async with AgentProcess(tmp_path / "store", args=("--log-level", "debug")) as agent:
         await agent.send_raw(b"garbage\n")
@@ -677,6 +703,7 @@ async def test_stdout_carries_protocol_only_and_the_log_goes_to_stderr(tmp_path:
 
 
 @pytest.mark.parametrize("open_session", [False, True])
+@pytest.mark.integration
 async def test_stdin_eof_exits_0_promptly(tmp_path: Path, empty_work: Path, open_session: bool) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.initialize()
@@ -693,6 +720,7 @@ async def test_stdin_eof_exits_0_promptly(tmp_path: Path, empty_work: Path, open
     assert b"Traceback" not in agent.stderr
 
 
+@pytest.mark.integration
 async def test_stdin_eof_before_anything_exits_0(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
         await agent.close_stdin()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from acp_bridge.snapshot.fake_recording import option_kind, permission_options
 from tests.test_snapshot_harness import FakeAgentClient
@@ -48,6 +49,7 @@ def wrapped_log(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_updates_between_turns_follow_the_answer_and_permissions_use_the_recorded_option(tmp_path: Path) -> None:
     client = FakeAgentClient(wrapped_log(tmp_path))
     try:
@@ -77,6 +79,7 @@ def test_updates_between_turns_follow_the_answer_and_permissions_use_the_recorde
         assert client.close() == 0
 
 
+@pytest.mark.integration
 def test_load_replays_the_recording_and_the_session_goes_on(tmp_path: Path) -> None:
     log = tmp_path / "switch.jsonl"
     shutil.copyfile(RECORDED / "model_switch" / "session.jsonl", log)
@@ -115,6 +118,7 @@ def test_load_replays_the_recording_and_the_session_goes_on(tmp_path: Path) -> N
         assert client.close() == 0
 
 
+@pytest.mark.integration
 def test_settings_and_unknown_methods_are_answered_with_json_rpc_errors(tmp_path: Path) -> None:
     client = FakeAgentClient(RECORDED / "text_turn" / "session.jsonl")
     try:
@@ -158,6 +162,7 @@ def test_an_option_kind_is_read_from_its_id() -> None:
                                                "kind": "reject_always"}  # ours have none of its kind
 
 
+@pytest.mark.integration
 def test_a_second_prompt_while_one_runs_is_refused_as_the_agent_refuses_it(tmp_path: Path) -> None:
     # One host (issue 22): the fake agent said -32602 here, our agent -32001.
     client = FakeAgentClient(RECORDED / "cancel" / "session.jsonl")

@@ -301,6 +301,7 @@ def imported_modules(stderr: bytes) -> set[str]:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("with_server", [False, True])
+@pytest.mark.integration
 async def test_mcp_is_imported_only_for_a_session_with_mcp_servers(tmp_path: Path, work: Path,
                                                                    with_server: bool) -> None:
     servers = [{"name": "time", "command": str(Path(sys.executable).parent / "mcp-server-time"),

@@ -18,7 +18,7 @@ from tests.support.acp_schema import validate_def
 from tests.support.logs import loaded_events
 from tests.support.sse_server import SSEServer, text_reply
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 def stored(store: Path, sid: str) -> list[Any]:

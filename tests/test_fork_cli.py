@@ -17,7 +17,7 @@ from session import SessionStore, open_backend
 from session.backends.base import read_stored
 from tests.support.acp_client import AgentProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -21,6 +21,8 @@ from session import SessionStore, open_backend
 from session.backends.base import read_stored
 from tests.support.logs import Script
 
+pytestmark = pytest.mark.integration
+
 # Turns of 36 events: enough that a copy takes tens of milliseconds (14 MB of JSONL for
 # 1,000), few enough that the SQL stores' reads stay short.
 TURNS = {"jsonl": 1000, "sqlite": 500, "postgres": 300}

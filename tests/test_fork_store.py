@@ -164,6 +164,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+@pytest.mark.integration
 def test_a_fork_of_a_session_whose_owner_was_killed_mid_stream_holds_what_it_streamed(
         kind: str, tmp_path: Path) -> None:
     # SQLite's streamed events live in the tail file until a durable point, not in the

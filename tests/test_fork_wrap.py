@@ -20,7 +20,7 @@ from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess, serve_command
 from tests.test_fork_agent import fork
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 SEED_AGENT = Path(__file__).resolve().parent / "support" / "wrap_seed_agent.py"
 BAD_FORK_AGENT = SEED_AGENT.with_name("bad_fork_agent.py")

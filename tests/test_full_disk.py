@@ -30,6 +30,8 @@ from session.backends.sqlite_space import reserve_size
 from tests.support.acp_client import AgentProcess, write_script
 from tests.support.logs import stored_clean
 
+pytestmark = pytest.mark.integration
+
 SIZES = {"400k": 400 << 10, "2m": 2 << 20, "10m": 10 << 20}
 REAL_CAUSES = ("No space left on device", "database or disk is full")
 

@@ -578,12 +578,14 @@ def _lines(agent: FuzzAgent) -> st.SearchStrategy[bytes]:
 
 @settings(FUZZ_SETTINGS, max_examples=200)
 @given(data=st.data())
+@pytest.mark.integration
 def test_fuzzed_lines(agent: FuzzAgent, data: st.DataObject) -> None:
     one_input(agent, data.draw(_lines(agent)))
 
 
 @settings(FUZZ_SETTINGS, max_examples=80)
 @given(data=st.data())
+@pytest.mark.integration
 def test_fuzzed_params_of_every_method(agent: FuzzAgent, data: st.DataObject) -> None:
     method = data.draw(st.sampled_from(METHODS))
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method,
@@ -633,6 +635,7 @@ EDGE_LINES = [
 ]
 
 
+@pytest.mark.integration
 def test_fixed_edge_cases(agent: FuzzAgent) -> None:
     sid = agent.sessions[0].encode()
     for line in EDGE_LINES:
@@ -644,6 +647,7 @@ def test_fixed_edge_cases(agent: FuzzAgent) -> None:
     assert answer["result"]["stopReason"] == "end_turn" or answer["error"]["code"] == -32001, answer
 
 
+@pytest.mark.integration
 def test_a_line_over_the_limit_is_refused_and_the_connection_stays_usable(agent: FuzzAgent) -> None:
     limit = 64 * 1024 * 1024
     line = b'{"jsonrpc":"2.0","id":"huge","method":"session/list","params":{"cwd":"' + b"x" * limit + b'"}}'
@@ -656,6 +660,7 @@ def test_a_line_over_the_limit_is_refused_and_the_connection_stays_usable(agent:
 # --- bugs found by the fuzzer -------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_an_invalid_request_with_array_params_is_an_invalid_request(agent: FuzzAgent) -> None:
     for line, rid in ((b'{"method":"session/new","params":[]}', None),
                       (b'{"jsonrpc":"1.0","method":"session/list","params":[1]}', None),
@@ -666,6 +671,7 @@ def test_an_invalid_request_with_array_params_is_an_invalid_request(agent: FuzzA
         assert answer["id"] == rid and answer["error"]["code"] == -32600, (line, answer)
 
 
+@pytest.mark.integration
 def test_null_or_scalar_params_are_answered_with_the_id(agent: FuzzAgent) -> None:
     """`"params": null` is no params (what many JSON-RPC clients send); a scalar is
     -32602. Both answered with the request's id (once -32600 with id null)."""

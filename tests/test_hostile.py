@@ -27,7 +27,7 @@ import pytest
 
 from tests.support.acp_client import CLIENT_CAPS_ALL, CLIENT_CAPS_NONE, AgentProcess, ClientPolicy
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 Tree = dict[str, tuple[str, int, int]]
 

@@ -25,7 +25,7 @@ from tests.test_html_export import export, kind, stores
 
 __all__ = ["kind", "stores"]  # the module-scoped fixtures, shared with the export's tests
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 # What the page shows, read in the page (the test's own script, run through DevTools,
 # which the page's policy does not govern).

@@ -53,6 +53,7 @@ def export(root: Path | str, kind: str, sid: str) -> str:
     return proc.stdout.decode("utf-8")
 
 
+@pytest.mark.integration
 def test_a_page_that_fetches_nothing_and_runs_nothing(kind: str, stores: tuple[Path, dict[str, str]],
                                                        tmp_path: Path) -> None:
     root, ids = stores
@@ -84,6 +85,7 @@ def test_a_page_that_fetches_nothing_and_runs_nothing(kind: str, stores: tuple[P
     assert title.all_text().startswith(PROMPT[:40])
 
 
+@pytest.mark.integration
 def test_the_page_shows_what_happened(kind: str, stores: tuple[Path, dict[str, str]]) -> None:
     root, ids = stores
     page = parse_page(export(root, kind, ids["wrapped"]))
@@ -132,6 +134,7 @@ def test_the_page_shows_what_happened(kind: str, stores: tuple[Path, dict[str, s
     assert "turns3 (last: cancelled)" in footer and "tokens1,234 in / 0 out" in footer
 
 
+@pytest.mark.integration
 def test_an_unrepaired_crash_and_an_edit_of_our_agent(kind: str, stores: tuple[Path, dict[str, str]]) -> None:
     root, ids = stores
     page = parse_page(export(root, kind, ids["crashed"]))
@@ -221,6 +224,7 @@ def test_damage_is_refused_as_for_markdown(tmp_path: Path, backend: str) -> None
     assert (page.code, page.out, page.err) == (1, "", md.err)  # load's own message, word for word
 
 
+@pytest.mark.integration
 def test_the_markdown_library_is_imported_only_for_html(tmp_path: Path) -> None:
     """markdown-it-py is loaded by the HTML export only: not by `show`, the Markdown
     export or `list`, and not by the agent up to its first answer."""
@@ -248,6 +252,7 @@ def test_the_markdown_library_is_imported_only_for_html(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.integration
 async def test_the_agent_does_not_load_the_markdown_library(tmp_path: Path, work: Path) -> None:
     from tests.support.acp_client import AgentProcess
     from tests.test_fast_paths import imported_modules

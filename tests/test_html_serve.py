@@ -32,6 +32,8 @@ from tests.support.pg_server import PgServer
 from tests.test_html_export import export, kind, stores
 from tests.test_sessions_cli import store_state
 
+pytestmark = pytest.mark.integration
+
 __all__ = ["kind", "stores"]  # the module-scoped fixtures, shared with the export's tests
 
 

@@ -87,6 +87,7 @@ async def prompt_blocks(agent: AgentProcess, sid: str, blocks: list[Any]) -> Any
     return await agent.request("session/prompt", params)
 
 
+@pytest.mark.integration
 async def test_images_reach_the_model_are_logged_once_and_replayed(
         tmp_path: Path, work: Path, server: SSEServer, snapshot_json: Any) -> None:
     store = tmp_path / "store"
@@ -119,6 +120,7 @@ async def test_images_reach_the_model_are_logged_once_and_replayed(
     assert orjson.loads(pinned.replace(SHOT, "<SHOT bytes>")) == snapshot_json
 
 
+@pytest.mark.integration
 async def test_images_are_refused_for_a_model_that_cannot_take_them(tmp_path: Path, work: Path,
                                                                     server: SSEServer) -> None:
     async with AgentProcess(tmp_path / "only-text") as echo:

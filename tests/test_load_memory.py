@@ -17,6 +17,8 @@ import pytest
 from session import SessionStore, open_backend
 from tests.support.logs import Script
 
+pytestmark = pytest.mark.integration
+
 LOG_MB = 60
 RESULT_BYTES = 100_000  # a big tool result per turn: few events, many bytes
 

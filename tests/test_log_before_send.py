@@ -21,6 +21,8 @@ import pytest
 from tests.support.acp_client import AgentProcess, write_script
 from tests.support.crash_matrix.kill import MatrixAgent
 
+pytestmark = pytest.mark.integration
+
 WORDS = 600
 KILL_AFTER = (3, 40, 260)  # updates received (the first is the session title)
 

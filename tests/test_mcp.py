@@ -83,6 +83,7 @@ def text_of(data: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in data["content"])
 
 
+@pytest.mark.integration
 async def test_mcp_server_time_tools_are_asked_for_and_always_allow_is_remembered(tmp_path: Path, work: Path) -> None:
     model = write_script(tmp_path / "m.json", call("c1", "time__get_current_time", timezone="Europe/Paris"),
                          {"text": "done"},
@@ -117,6 +118,7 @@ async def test_mcp_server_time_tools_are_asked_for_and_always_allow_is_remembere
     assert "Europe/Paris" in update["content"][0]["content"]["text"]
 
 
+@pytest.mark.integration
 async def test_mcp_server_git_reads_a_real_repository(tmp_path: Path, work: Path) -> None:
     for args in (["init", "-q"], ["config", "user.email", "t@example.invalid"], ["config", "user.name", "T"]):
         subprocess.run(["git", *args], cwd=work, check=True)
@@ -136,6 +138,7 @@ async def test_mcp_server_git_reads_a_real_repository(tmp_path: Path, work: Path
     assert "first notes" in text_of(result_of(events, "l"))
 
 
+@pytest.mark.integration
 async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-of-the-agent")
@@ -164,6 +167,7 @@ async def test_images_and_resources_are_kept_and_shown(tmp_path: Path, work: Pat
     assert replayed == shown
 
 
+@pytest.mark.integration
 async def test_a_server_that_cannot_start_is_named_and_the_session_goes_on(tmp_path: Path, work: Path) -> None:
     missing = {"name": "ghost", "command": str(tmp_path / "no-such-server"), "args": [], "env": []}
     dies = {"name": "dies", "command": "/bin/sh", "args": ["-c", "echo broken config >&2; exit 7"], "env": []}
@@ -181,6 +185,7 @@ async def test_a_server_that_cannot_start_is_named_and_the_session_goes_on(tmp_p
     assert b"MCP server 'ghost' command not found" in agent.stderr
 
 
+@pytest.mark.integration
 async def test_a_server_that_never_answers_initialize_times_out(tmp_path: Path, work: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACP_BRIDGE_MCP_START_TIMEOUT", "0.3")  # short: the suite waits it out
@@ -194,6 +199,7 @@ async def test_a_server_that_never_answers_initialize_times_out(tmp_path: Path, 
         assert wait_gone([int(pid_file.read_text())]) == []  # not left running
 
 
+@pytest.mark.integration
 async def test_a_crash_mid_call_is_a_tool_error_and_the_next_call_starts_it_again(tmp_path: Path, work: Path) -> None:
     model = write_script(tmp_path / "m.json", call("c", "t__crash", code=3), {"text": "it crashed"},
                          call("e", "t__echo", text="back"), {"text": "ok"})
@@ -212,6 +218,7 @@ async def test_a_crash_mid_call_is_a_tool_error_and_the_next_call_starts_it_agai
     assert text_of(result_of(events, "e")) == "back"
 
 
+@pytest.mark.integration
 async def test_a_frozen_server_times_out_and_the_session_goes_on(tmp_path: Path, work: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACP_BRIDGE_MCP_CALL_TIMEOUT", "0.3")  # short: the suite waits it out
@@ -226,6 +233,7 @@ async def test_a_frozen_server_times_out_and_the_session_goes_on(tmp_path: Path,
     assert data["error"]["code"] == "mcp_timeout"
 
 
+@pytest.mark.integration
 async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
     mark = tmp_path / "cancelled"
     model = write_script(tmp_path / "m.json", call("h", "t__hang", mark=str(mark)),
@@ -247,6 +255,7 @@ async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
     assert text_of(result_of(events, "e")) == "after"
 
 
+@pytest.mark.integration
 async def test_servers_stop_with_the_session_and_the_agent(tmp_path: Path, work: Path) -> None:
     pids = tmp_path / "pids"
     model = write_script(tmp_path / "m.json", call("s", "t__spawn"), {"text": "ok"})
@@ -265,6 +274,7 @@ async def test_servers_stop_with_the_session_and_the_agent(tmp_path: Path, work:
     assert wait_gone([again]) == []
 
 
+@pytest.mark.integration
 async def test_no_server_outlives_a_kill_9_of_the_agent(tmp_path: Path, work: Path) -> None:
     pids = tmp_path / "pids"
     model = write_script(tmp_path / "m.json", call("s", "t__spawn"), {"text": "ok"})
@@ -278,6 +288,7 @@ async def test_no_server_outlives_a_kill_9_of_the_agent(tmp_path: Path, work: Pa
     assert wait_gone([*started, *time_pids]) == []
 
 
+@pytest.mark.integration
 async def test_load_and_resume_connect_the_servers_they_are_given(tmp_path: Path, work: Path) -> None:
     first = write_script(tmp_path / "m1.json", {"text": "hello"})
     model = write_script(tmp_path / "m2.json", call("e", "t__echo", text="loaded"),
@@ -312,6 +323,7 @@ async def test_load_and_resume_connect_the_servers_they_are_given(tmp_path: Path
     ({"type": "sse", "name": "x", "url": "http://127.0.0.1:9/sse"}, "mcpServers[0].headers", "is required"),
     ({"type": "ftp", "name": "x"}, "mcpServers[0].type", "http, sse or absent"),
 ])
+@pytest.mark.integration
 async def test_bad_server_specs_are_refused_naming_the_field(tmp_path: Path, work: Path, server: dict[str, Any],
                                                              field: str, words: str) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
@@ -331,6 +343,7 @@ def test_the_environment_of_these_tests_has_the_servers() -> None:
         assert os.access(BIN / name, os.X_OK), f"{name} is not installed: pip install -e '.[test]'"
 
 
+@pytest.mark.integration
 async def test_an_openai_model_is_offered_the_tools_and_reads_the_result(tmp_path: Path, work: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     with openai_server(monkeypatch) as api:
@@ -349,6 +362,7 @@ async def test_an_openai_model_is_offered_the_tools_and_reads_the_result(tmp_pat
     assert second.json["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "from the server"}
 
 
+@pytest.mark.integration
 async def test_without_the_sdk_a_session_with_servers_goes_on_and_says_why(tmp_path: Path, work: Path) -> None:
     agent = AgentProcess(tmp_path / "store")
     # As if the `mcp` dependency were missing from the environment: importing the SDK fails.
@@ -411,6 +425,7 @@ def http_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         server.stop()
 
 
+@pytest.mark.integration
 async def test_servers_over_http_and_sse(tmp_path: Path, work: Path, http_server: HttpServer) -> None:
     model = write_script(tmp_path / "m.json", call("e", "web__echo", text="over the wire"),
                          call("h", "web__header", name="x-token"), call("p", "web__picture"), {"text": "ok"},
@@ -441,6 +456,7 @@ async def test_servers_over_http_and_sse(tmp_path: Path, work: Path, http_server
     assert b"t0ken" not in agent.stderr
 
 
+@pytest.mark.integration
 async def test_an_http_server_that_is_not_there_is_named_without_its_secrets(tmp_path: Path, work: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")

@@ -19,7 +19,7 @@ from tests.support.acp_client import AgentProcess, ClientErrorAnswer, ClientPoli
 from tests.support.logs import loaded_events
 from tests.test_mcp import call, result_of, test_server, text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 BOTH: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}}
 

@@ -17,7 +17,7 @@ from tests.support.logs import loaded_events
 from tests.support.sse_server import chunk, openai_server, stream_reply, text_reply
 from tests.test_mcp import call, open_session, result_of, test_server, text_of, time_server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 def tool_call_reply(call_id: str, name: str, arguments: str) -> Any:

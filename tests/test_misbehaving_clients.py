@@ -44,7 +44,7 @@ from tests.support.acp_client import (
 )
 from tests.support.logs import stored_clean
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 def call(cid: str, name: str, **arguments: Any) -> dict[str, Any]:

@@ -59,6 +59,7 @@ def test_specs_flags_and_tables() -> None:
     assert [e.spec for e in parse_specs(["openai:a", "echo"])] == ["openai:a", "echo"]
 
 
+@pytest.mark.integration
 def test_a_bad_model_is_refused_at_start_up(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "acp_bridge", "--store", str(tmp_path / "s"), "--model", "echo",
                           "--model", "openai:gpt-4o#vision"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -87,6 +88,7 @@ def texts(agent: AgentProcess, sid: str) -> list[str]:
     return [u["content"]["text"] for u in agent.updates_of(sid) if u["sessionUpdate"] == "agent_message_chunk"]
 
 
+@pytest.mark.integration
 async def test_switch_is_recorded_survives_load_and_runs_the_next_turn(
         tmp_path: Path, work: Path, snapshot_json: Any) -> None:
     fast, strong = two_scripts(tmp_path)
@@ -143,6 +145,7 @@ def sizes(agent: AgentProcess, sid: str) -> list[int]:
     return [u["size"] for u in agent.updates_of(sid) if u["sessionUpdate"] == "usage_update"]
 
 
+@pytest.mark.integration
 async def test_a_replayed_turn_shows_the_window_of_the_model_it_ran_on(tmp_path: Path, work: Path) -> None:
     # Turn 1 on a script (200 000 tokens), turn 2 on echo (1 000 000). Loaded by agents
     # whose default model is the other one, or that no longer offer the script, each
@@ -176,6 +179,7 @@ def config_traffic(agent: AgentProcess) -> list[tuple[str, Any]]:
     return [(d, m) for d, m in agent.transcript if about_config(m)]
 
 
+@pytest.mark.integration
 async def test_bad_switches_are_clear_errors(tmp_path: Path, work: Path) -> None:
     fast, _ = two_scripts(tmp_path)
     hang = write_script(tmp_path / "hang.json", {"text": "thinking", "hang": True})
@@ -215,6 +219,7 @@ def server() -> Any:
         yield s
 
 
+@pytest.mark.integration
 async def test_thought_level_reaches_the_api_as_reasoning_effort(
         tmp_path: Path, work: Path, server: SSEServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", server.url)
@@ -236,6 +241,7 @@ async def test_thought_level_reaches_the_api_as_reasoning_effort(
 # --- the terminal chat --------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_chat_model_command(tmp_path: Path) -> None:
     fast, strong = two_scripts(tmp_path)
     strong_spec = strong.removesuffix("#reasoning")
@@ -281,6 +287,7 @@ def test_config_set_invariants_and_repair() -> None:
     assert updates_for(events[0], UpdateContext(replay=True)) == []
 
 
+@pytest.mark.integration
 async def test_an_acknowledged_switch_survives_kill9(tmp_path: Path, work: Path) -> None:
     fast, strong = two_scripts(tmp_path)
     strong_spec = strong.removesuffix("#reasoning")

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import anyio
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,6 +39,7 @@ def chunks_of(updates: list[dict[str, object]], kind: str) -> list[str]:
             if u.get("sessionUpdate") == kind]
 
 
+@pytest.mark.integration
 def test_echo_and_script_stream_markdown_as_written(tmp_path: Path) -> None:
     thinking = "First:\n  check the\tfile.\n"
     model = write_script(tmp_path / "model.json", {"thinking": thinking, "text": MARKDOWN})

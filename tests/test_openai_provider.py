@@ -78,6 +78,7 @@ def texts(chunks: list[ModelChunk]) -> str:
 # --- streaming ----------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_text_stream_and_the_request(server: SSEServer, model: OpenAIModel) -> None:
     server.push(text_reply("Hel", "lo", " world"))
     out = await run(model, tools=tool_specs())
@@ -98,6 +99,7 @@ async def test_text_stream_and_the_request(server: SSEServer, model: OpenAIModel
     assert "working directory is" not in body["messages"][0]["content"]  # no session: none named
 
 
+@pytest.mark.integration
 async def test_the_system_message_names_the_sessions_working_directory(server: SSEServer,
                                                                       model: OpenAIModel) -> None:
     server.push(text_reply("ok"))
@@ -108,6 +110,7 @@ async def test_the_system_message_names_the_sessions_working_directory(server: S
     assert system["content"].endswith("The session's working directory is /home/dev/my project.")
 
 
+@pytest.mark.integration
 async def test_recorded_bytes_split_anywhere(server: SSEServer, model: OpenAIModel) -> None:
     # The exact bytes of a recorded stream, with a keep-alive comment and CRLF line ends,
     # cut into pieces that split lines, the "data:" prefix and a UTF-8 character.
@@ -144,6 +147,7 @@ def test_sse_decoder_pieces() -> None:
     assert decoder.close() == ["e"]
 
 
+@pytest.mark.integration
 async def test_reasoning_content(server: SSEServer, model: OpenAIModel) -> None:
     server.push(stream_reply(
         chunk({"role": "assistant", "content": None, "reasoning_content": ""}),
@@ -160,6 +164,7 @@ async def test_reasoning_content(server: SSEServer, model: OpenAIModel) -> None:
                    Finish("stop")]
 
 
+@pytest.mark.integration
 async def test_parallel_tool_calls_split_across_deltas(server: SSEServer, model: OpenAIModel) -> None:
     def call(index: int, **fields: Any) -> dict[str, Any]:
         return chunk({"tool_calls": [{"index": index, **fields}]})
@@ -184,11 +189,13 @@ async def test_parallel_tool_calls_split_across_deltas(server: SSEServer, model:
 
 @pytest.mark.parametrize(("wire", "ours"), [("length", "max_tokens"), ("content_filter", "refusal"),
                                             ("stop", "stop"), ("tool_calls", "tool_calls")])
+@pytest.mark.integration
 async def test_finish_reasons(server: SSEServer, model: OpenAIModel, wire: str, ours: str) -> None:
     server.push(text_reply("x", finish=wire, usage=None))
     assert (await run(model))[-1] == Finish(ours)  # type: ignore[arg-type]
 
 
+@pytest.mark.integration
 async def test_a_server_that_ignores_stream_true(server: SSEServer, model: OpenAIModel) -> None:
     body = orjson.dumps({"id": "c", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
                          "message": {"role": "assistant", "content": "Reading.", "tool_calls": [
@@ -200,6 +207,7 @@ async def test_a_server_that_ignores_stream_true(server: SSEServer, model: OpenA
                                 UsageChunk({"inputTokens": 5, "outputTokens": 6}), Finish("tool_calls")]
 
 
+@pytest.mark.integration
 async def test_an_error_inside_the_stream(server: SSEServer, model: OpenAIModel) -> None:
     server.push(stream_reply(chunk({"content": "Hal"}), {"error": {"message": "upstream overloaded",
                                                                    "type": "server_error"}}, done=False))
@@ -214,6 +222,7 @@ async def test_an_error_inside_the_stream(server: SSEServer, model: OpenAIModel)
 
 @pytest.mark.parametrize(("status", "code"), [(401, "auth"), (403, "auth"), (400, "bad_request"),
                                               (404, "bad_request")])
+@pytest.mark.integration
 async def test_errors_that_are_not_retried(server: SSEServer, model: OpenAIModel, status: int, code: str) -> None:
     server.push(error_reply(status, f"server says {status}"))
     (finish,) = await run(model)
@@ -223,6 +232,7 @@ async def test_errors_that_are_not_retried(server: SSEServer, model: OpenAIModel
     assert len(server.requests) == 1
 
 
+@pytest.mark.integration
 async def test_401_says_what_to_check(server: SSEServer) -> None:
     keyless = OpenAIModel("m", base_url=server.url, api_key=None)
     server.push(error_reply(401, "You didn't provide an API key."))
@@ -234,6 +244,7 @@ async def test_401_says_what_to_check(server: SSEServer) -> None:
     assert "authorization" not in server.requests[0].headers
 
 
+@pytest.mark.integration
 async def test_429_honours_retry_after_then_succeeds(server: SSEServer, model: OpenAIModel) -> None:
     server.push(error_reply(429, "Rate limit reached for requests", type_="requests",
                             code="rate_limit_exceeded", headers={"Retry-After": "1"}),
@@ -249,6 +260,7 @@ async def test_429_honours_retry_after_then_succeeds(server: SSEServer, model: O
                             "(gave up after 3 tries; the server asks to wait 0.02 s)", "rate_limit", True)
 
 
+@pytest.mark.integration
 async def test_429_asking_for_too_long_is_not_waited_for(server: SSEServer, model: OpenAIModel) -> None:
     server.push(error_reply(429, "slow down", headers={"Retry-After": "600"}))
     (finish,) = await run(model)
@@ -257,6 +269,7 @@ async def test_429_asking_for_too_long_is_not_waited_for(server: SSEServer, mode
     assert len(server.requests) == 1
 
 
+@pytest.mark.integration
 async def test_out_of_quota_is_not_retried(server: SSEServer, model: OpenAIModel) -> None:
     server.push(error_reply(429, "You exceeded your current quota", code="insufficient_quota"))
     (finish,) = await run(model)
@@ -264,12 +277,14 @@ async def test_out_of_quota_is_not_retried(server: SSEServer, model: OpenAIModel
     assert len(server.requests) == 1
 
 
+@pytest.mark.integration
 async def test_500_then_success(server: SSEServer, model: OpenAIModel) -> None:
     server.push(error_reply(500, "The server had an error", type_="server_error"), text_reply("ok"))
     out = await run(model)
     assert texts(out) == "ok" and len(server.requests) == 2
 
 
+@pytest.mark.integration
 async def test_5xx_until_the_tries_run_out(server: SSEServer, model: OpenAIModel) -> None:
     server.push(*[error_reply(503, "overloaded", type_="server_error")] * 3)
     (finish,) = await run(model)
@@ -278,6 +293,7 @@ async def test_5xx_until_the_tries_run_out(server: SSEServer, model: OpenAIModel
     assert len(server.requests) == 3
 
 
+@pytest.mark.integration
 async def test_stream_cut_after_output_is_a_network_error(server: SSEServer, model: OpenAIModel) -> None:
     reply = text_reply("one", "two", "three")
     reply.cut_after = 3  # role, "one", "two" and then the connection is gone
@@ -290,6 +306,7 @@ async def test_stream_cut_after_output_is_a_network_error(server: SSEServer, mod
     assert len(server.requests) == 1  # never retried once output began
 
 
+@pytest.mark.integration
 async def test_stream_cut_before_output_is_retried(server: SSEServer, model: OpenAIModel) -> None:
     server.push(Reply(200, {"Content-Type": "text/event-stream"}, sse_events(chunk({"role": "assistant"})),
                       cut_after=1), text_reply("again"))
@@ -297,12 +314,14 @@ async def test_stream_cut_before_output_is_retried(server: SSEServer, model: Ope
     assert len(server.requests) == 2
 
 
+@pytest.mark.integration
 async def test_body_ending_without_finish_is_a_network_error(server: SSEServer, model: OpenAIModel) -> None:
     server.push(stream_reply(chunk({"content": "half"}), done=False))
     out = await run(model)
     assert out[-1].code == "network" and out[-1].retryable is True  # type: ignore[union-attr]
 
 
+@pytest.mark.integration
 async def test_connection_refused(server: SSEServer) -> None:
     with SSEServer() as gone:
         url = gone.url
@@ -315,6 +334,7 @@ async def test_connection_refused(server: SSEServer) -> None:
     assert "cannot connect" in (finish.message or "") and "gave up after 2 tries" in (finish.message or "")  # type: ignore[union-attr]
 
 
+@pytest.mark.integration
 async def test_read_timeout(server: SSEServer) -> None:
     slow = OpenAIModel("m", base_url=server.url, timeout=0.3)
     reply = text_reply("early")
@@ -337,6 +357,7 @@ def hanging_reply() -> Reply:
                         done=False, hang=True)
 
 
+@pytest.mark.integration
 async def test_cancel_while_streaming_closes_the_connection(server: SSEServer, model: OpenAIModel) -> None:
     server.push(hanging_reply())
     seen: list[ModelChunk] = []
@@ -348,6 +369,7 @@ async def test_cancel_while_streaming_closes_the_connection(server: SSEServer, m
     assert await anyio.to_thread.run_sync(server.wait_disconnects)
 
 
+@pytest.mark.integration
 async def test_closing_the_stream_closes_the_connection(server: SSEServer, model: OpenAIModel) -> None:
     server.push(hanging_reply())
     stream = model.stream(ModelRequest(PROMPT, []))
@@ -461,6 +483,7 @@ def test_load_model_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
         load_model("openai:llama3.2")
 
 
+@pytest.mark.integration
 def test_httpx_is_not_on_the_start_up_path() -> None:
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "acp_bridge", "--version"],
                          capture_output=True, text=True, check=True)
@@ -482,6 +505,7 @@ def agent_env(server: SSEServer, monkeypatch: pytest.MonkeyPatch) -> SSEServer:
     return server
 
 
+@pytest.mark.integration
 async def test_e2e_text_turn(tmp_path: Path, work: Path, agent_env: SSEServer) -> None:
     agent_env.push(text_reply("Hello", " from", " the API", usage=(20, 3)))
     async with AgentProcess(tmp_path / "store", model="openai:test-model") as agent:
@@ -500,6 +524,7 @@ async def test_e2e_text_turn(tmp_path: Path, work: Path, agent_env: SSEServer) -
     assert req.json["model"] == "test-model"
 
 
+@pytest.mark.integration
 async def test_e2e_tool_call_turn(tmp_path: Path, work: Path, agent_env: SSEServer) -> None:
     agent_env.push(
         stream_reply(chunk({"role": "assistant", "content": "Reading."}),
@@ -529,6 +554,7 @@ async def test_e2e_tool_call_turn(tmp_path: Path, work: Path, agent_env: SSEServ
     assert "one\ntwo" in messages[-1]["content"]
 
 
+@pytest.mark.integration
 async def test_e2e_errors(tmp_path: Path, work: Path, agent_env: SSEServer) -> None:
     agent_env.push(error_reply(401, "Incorrect API key provided: sk-e2e.", code="invalid_api_key"),
                    *[error_reply(500, "The server had an error while processing your request.",
@@ -549,6 +575,7 @@ async def test_e2e_errors(tmp_path: Path, work: Path, agent_env: SSEServer) -> N
     assert len(agent_env.requests) == 4
 
 
+@pytest.mark.integration
 async def test_e2e_cancel_closes_the_connection(tmp_path: Path, work: Path, agent_env: SSEServer) -> None:
     agent_env.push(hanging_reply(), text_reply("later"))
     async with AgentProcess(tmp_path / "store", model="openai:test-model") as agent:

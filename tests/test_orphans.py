@@ -20,6 +20,8 @@ from acp_bridge.tools.reaper import Reaper
 from tests.support.acp_client import CLIENT_CAPS_NONE, AgentProcess, ClientPolicy, write_script
 from tests.support.processes import GONE_WITHIN_S, alive, wait_gone
 
+pytestmark = pytest.mark.integration
+
 
 def tree_command(d: Path) -> str:
     """A command with a child and a grandchild, each writing its pid, all sleeping."""

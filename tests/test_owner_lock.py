@@ -152,6 +152,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.mark.parametrize("kind", FILE_BACKENDS)
+@pytest.mark.integration
 def test_second_process_is_refused_until_owner_is_killed(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "store"
     backend, store, sid, count = stored_session(kind, root)
@@ -188,6 +189,7 @@ def test_second_process_is_refused_until_owner_is_killed(tmp_path: Path, kind: s
 
 
 @pytest.mark.parametrize("kind", FILE_BACKENDS)
+@pytest.mark.integration
 def test_owner_killed_mid_turn_leaves_a_repairable_log(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "store"
     backend, store, sid, count = stored_session(kind, root)
@@ -211,6 +213,7 @@ def test_owner_killed_mid_turn_leaves_a_repairable_log(tmp_path: Path, kind: str
 
 
 @pytest.mark.parametrize("kind", FILE_BACKENDS)
+@pytest.mark.integration
 def test_owner_killed_while_its_tool_process_lives_on(tmp_path: Path, kind: str) -> None:
     # The owner started a long-running tool process, then got SIGKILL: the tool process
     # must not have inherited the lock, or the session would stay locked while it runs.
@@ -231,6 +234,7 @@ def test_owner_killed_while_its_tool_process_lives_on(tmp_path: Path, kind: str)
 
 
 @pytest.mark.parametrize("kind", FILE_BACKENDS)
+@pytest.mark.integration
 def test_child_is_refused_while_this_process_owns_the_session(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "store"
     backend, store, sid, count = stored_session(kind, root)

@@ -78,6 +78,7 @@ async def load(agent: AgentProcess, sid: str, work: Path) -> dict[str, Any]:
      '{"outcome":{"outcome":"selected","optionId":"yes_please"}} is not one of the options offered. '
      "The tool call did not run."),
 ], ids=["json-rpc error", "not an option offered"])
+@pytest.mark.integration
 async def test_a_failed_permission_request_is_recorded_as_failed_and_the_model_told_so(
         tmp_path: Path, work: Path, answer: Any, record: dict[str, Any], told: str) -> None:
     model = write_script(tmp_path / "script.json", WRITE_STEP, {"text": "I could not write it."})
@@ -114,6 +115,7 @@ async def test_a_failed_permission_request_is_recorded_as_failed_and_the_model_t
 # --- "Always allow" covers what it says ----------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_always_allow_on_a_command_allows_that_command_only(tmp_path: Path, work: Path) -> None:
     steps = [run("c1", "echo one"), run("c2", "echo one"), run("c3", "echo two"), {"text": "done"}]
     store = tmp_path / "store"
@@ -166,6 +168,7 @@ def test_the_always_option_names_what_it_allows() -> None:
 # --- a crash while the permission question was open -------------------------------------------
 
 
+@pytest.mark.integration
 async def test_a_call_waiting_for_its_permission_when_the_agent_was_killed_replays_as_not_run(
         tmp_path: Path, work: Path) -> None:
     store = tmp_path / "store"
@@ -193,6 +196,7 @@ async def test_a_call_waiting_for_its_permission_when_the_agent_was_killed_repla
     assert trail(later, "x1") == ["pending", "failed"]
 
 
+@pytest.mark.integration
 async def test_a_call_killed_while_it_runs_may_have_run(tmp_path: Path, work: Path) -> None:
     # The other side of the same line: granted (a durable tool/permission), then killed.
     store = tmp_path / "store"
@@ -229,6 +233,7 @@ async def test_a_call_killed_while_it_runs_may_have_run(tmp_path: Path, work: Pa
     ("reject_once", ["pending", "ask", "failed"], ["pending", "failed"]),
     (None, ["pending", "ask", "failed"], ["pending", "failed"]),
 ])
+@pytest.mark.integration
 async def test_a_call_is_pending_while_it_waits_for_approval_live_and_on_replay(
         tmp_path: Path, work: Path, answer: str | None, live: list[str], replayed: list[str]) -> None:
     store = tmp_path / "store"
@@ -246,6 +251,7 @@ async def test_a_call_is_pending_while_it_waits_for_approval_live_and_on_replay(
         assert running["_meta"]["acpBridge"]["permission"] == {"outcome": "selected", "optionId": "allow_once"}
 
 
+@pytest.mark.integration
 async def test_a_call_that_needs_no_permission_is_in_progress_at_once(tmp_path: Path, work: Path) -> None:
     (work / "notes.txt").write_text("one\n")
     read = {"toolCalls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}]}

@@ -87,6 +87,7 @@ def test_schema_is_created_on_first_use_and_versioned(pg_dsn: str) -> None:
 # --- one live owner, across connections ------------------------------------------------
 
 
+@pytest.mark.integration
 def test_second_agent_is_refused_naming_host_and_pid(pg_dsn: str) -> None:
     """The holder is another process (a child: its own connection, its own pid)."""
     store = SessionStore(open_backend("postgres", pg_dsn))
@@ -245,6 +246,7 @@ def test_dropped_connection_mid_commit(pg_dsn: str, pg_server: PgServer) -> None
     store.close()
 
 
+@pytest.mark.integration
 def test_server_restart_between_turns_and_mid_turn(pg_dsn: str, pg_server: PgServer) -> None:
     store = SessionStore(open_backend("postgres", pg_dsn))
     log = store.create(cwd="/w")
@@ -374,6 +376,7 @@ def test_no_password_in_errors(pg_server: PgServer, pg_database: str) -> None:
     backend.close()
 
 
+@pytest.mark.integration
 def test_psycopg_is_imported_only_for_postgres(tmp_path: Any, pg_dsn: str) -> None:
     """The other backends, the agent's start-up and the command line never load the
     driver; the postgres backend does (so this check can fail)."""
@@ -391,6 +394,7 @@ def test_psycopg_is_imported_only_for_postgres(tmp_path: Any, pg_dsn: str) -> No
         assert out.stdout.strip() == imported, (kind, out.stderr)
 
 
+@pytest.mark.integration
 def test_sessions_cli_reads_postgres_without_the_password(pg_server: PgServer, pg_database: str) -> None:
     dbname = pg_database.split("?")[0].rsplit("/", 1)[1]
     pg_server.emptied(pg_database)
@@ -426,6 +430,7 @@ def test_sessions_cli_reads_postgres_without_the_password(pg_server: PgServer, p
 # --- a full disk on the database side ----------------------------------------------------
 
 
+@pytest.mark.integration
 def test_a_full_disk_on_the_server_fails_the_write_and_nothing_half_done(
         pg_dsn: str, pg_server: PgServer) -> None:
     """The events table on a tablespace of a 1 MB tmpfs: a turn too big for it fails

@@ -19,7 +19,7 @@ from session import SessionStore, check_invariants, open_backend
 from tests.support.acp_client import AgentError, AgentProcess, write_script
 from tests.support.pg_server import PASSWORD, PgServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 @pytest.fixture

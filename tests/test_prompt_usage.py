@@ -37,6 +37,7 @@ def summed(events: list[dict[str, Any]], turn: int) -> dict[str, int]:
     return total
 
 
+@pytest.mark.integration
 async def test_our_agent_answers_the_turns_usage_from_its_log(tmp_path: Path, work: Path) -> None:
     call = {"id": "c1", "name": "read_file", "arguments": {"path": "notes.txt"}}
     model = write_script(
@@ -60,6 +61,7 @@ async def test_our_agent_answers_the_turns_usage_from_its_log(tmp_path: Path, wo
     assert "usage" not in second  # a turn that recorded none answers none (not zeros)
 
 
+@pytest.mark.integration
 async def test_a_cancelled_turn_answers_what_it_cost_so_far(tmp_path: Path, work: Path) -> None:
     model = write_script(tmp_path / "m.json",
                          {"toolCalls": [{"id": "c1", "name": "run_command", "arguments": {"command": "true"}}],
@@ -80,6 +82,7 @@ def wrapped_error_agent(store: Path) -> WrappedProcess:
     return WrappedProcess(store, [sys.executable, str(ERROR_AGENT)])
 
 
+@pytest.mark.integration
 async def test_through_wrap_the_childs_own_usage_as_it_sent_it(tmp_path: Path, work: Path) -> None:
     theirs = {"totalTokens": 12, "inputTokens": 9, "outputTokens": 3, "thoughtTokens": None,
               "_meta": {"vendor": {"x": 1}}}
@@ -93,6 +96,7 @@ async def test_through_wrap_the_childs_own_usage_as_it_sent_it(tmp_path: Path, w
     assert summed(loaded_events(tmp_path / "store", sid), 1) == {"inputTokens": 9, "outputTokens": 3}
 
 
+@pytest.mark.integration
 async def test_through_wrap_ours_from_the_log_when_the_child_sends_none(tmp_path: Path, work: Path) -> None:
     # gemini-cli's way: no ACP usage, its count in the answer's `_meta` (docs/wrap.md)
     quota = {"quota": {"token_count": {"input_tokens": 21, "output_tokens": 4}}}

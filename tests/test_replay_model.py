@@ -276,6 +276,7 @@ def test_a_wrapped_session_is_not_served_as_a_model(tmp_path: Path) -> None:
     ("00000000-0000-4000-8000-000000000000",  # a session id: looked up in the agent's store
      "replay:00000000-0000-4000-8000-000000000000: session 00000000-0000-4000-8000-000000000000 not found"),
 ])
+@pytest.mark.integration
 def test_the_agent_refuses_a_bad_recording_at_start_up(tmp_path: Path, source: str, says: str) -> None:
     spec = f"replay:{tmp_path / source}" if source.endswith(".jsonl") else f"replay:{source}"
     proc = subprocess.run([sys.executable, "-m", "acp_bridge", "--store", str(tmp_path / "store"), "--model", spec],
@@ -286,6 +287,7 @@ def test_the_agent_refuses_a_bad_recording_at_start_up(tmp_path: Path, source: s
     assert says.format(tmp=tmp_path) in lines[0]
 
 
+@pytest.mark.integration
 def test_replay_and_the_harness_stay_off_the_start_up_path() -> None:
     # The agent's start-up imports neither; a replay of an openai: recording needs no httpx.
     lean = ("import sys, acp_bridge.cli.main, acp_bridge.agent.serve, acp_bridge.models; "

@@ -55,6 +55,7 @@ def test_a_recording_is_offered_as_the_models_its_log_shows() -> None:
         offered([parse_spec(FAST), parse_spec(f"replay:{SWITCH}")], env={})
 
 
+@pytest.mark.integration
 def test_a_model_switch_replays_with_the_same_choices() -> None:
     # The fixture switches to a reasoning model, sets its thought level, switches back,
     # and loads the session after a restart: the replay offers both stand-ins.
@@ -86,6 +87,7 @@ def test_a_replay_spec_takes_its_source_whole() -> None:
         load_model("replay:/nowhere/session.jsonl#images")
 
 
+@pytest.mark.integration
 def test_a_scenario_in_a_folder_with_a_hash_checks(tmp_path: Path) -> None:
     folder = tmp_path / "run#2" / "model_switch"
     shutil.copytree(RECORDED / "model_switch", folder)
@@ -103,6 +105,7 @@ def test_a_scenario_in_a_folder_with_a_hash_checks(tmp_path: Path) -> None:
     assert [o["value"] for o in model["options"]] == [FAST, STRONG] and model["currentValue"] == FAST
 
 
+@pytest.mark.integration
 def test_a_list_that_misses_a_recorded_model_is_refused_at_start_up(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "acp_bridge", "--store", str(tmp_path / "store"),
                            "--model", f"replay:{SWITCH}"], input=b"", capture_output=True, timeout=30, check=False,

@@ -197,8 +197,9 @@ PATHS: list[tuple[str, list[dict[str, Any]], str, list[str | None], int, list[st
 ]
 
 
-@pytest.mark.parametrize(("name", "steps", "mode", "options", "max_steps", "expected", "end"), PATHS,
-                         ids=[p[0] for p in PATHS])
+@pytest.mark.parametrize(("name", "steps", "mode", "options", "max_steps", "expected", "end"), [
+    # A path that runs a command starts a process: an integration test.
+    pytest.param(*p, id=p[0], marks=[pytest.mark.integration] if RUN_ECHO in p[1] else []) for p in PATHS])
 def test_turn_paths(workdir: Path, name: str, steps: list[dict[str, Any]], mode: str,
                     options: list[str | None], max_steps: int, expected: list[str], end: dict[str, Any]) -> None:
     answers = Answers(options=list(options))
@@ -327,6 +328,7 @@ def test_cancel_while_waiting_for_permission(workdir: Path) -> None:
     assert result["content"][0]["text"] == "The tool call was cancelled (before it ran)."
 
 
+@pytest.mark.integration
 def test_a_reused_call_id_cancelled_before_it_ran_says_so(workdir: Path) -> None:
     # Turn 1's x1 is cancelled while its command runs; turn 2's model reuses the id for
     # a write whose permission is still open when it is cancelled.
@@ -456,6 +458,7 @@ def test_a_call_is_pending_until_it_may_run(workdir: Path, name: str, steps: lis
     assert call_timeline(workdir, steps, options, mode) == expected
 
 
+@pytest.mark.integration
 def test_cancel_while_a_command_runs_kills_it(workdir: Path) -> None:
     pid_file = workdir / "pid"
     long = {"toolCalls": [{"id": "s1", "name": "run_command",
@@ -520,6 +523,7 @@ def test_model_exception_is_an_error_step(workdir: Path) -> None:
     harness_run(workdir, Broken(), body)
 
 
+@pytest.mark.integration
 def test_multi_step_tool_turn_log_snapshot(workdir: Path, snapshot_json: Any) -> None:
     """The persisted log of a multi-step tool-call turn, byte for byte as JSON, with the
     temporary directory normalized."""

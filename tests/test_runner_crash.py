@@ -10,10 +10,13 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from session import SessionStore, check_invariants, derive_messages
 from session.backends.jsonl import JsonlBackend
 from session.transcript import unanswered_calls
+
+pytestmark = pytest.mark.integration
 
 # A process running a scripted two-turn session whose second turn runs a command;
 # argv: backend kind, store dir, session cwd, script path. Also used by test_sessions_cli.

@@ -41,7 +41,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 class RecordingClient:

@@ -232,6 +232,7 @@ def store_args(tmp_path: Path, kind: str) -> list[str]:
 # --- list ----------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_list_table_and_json(tmp_path: Path, kind: str, sessions: Recorded) -> None:
     before = store_state(tmp_path / "store")
     res = cli(*store_args(tmp_path, kind), "list", process=True)
@@ -287,6 +288,7 @@ def test_list_table_and_json(tmp_path: Path, kind: str, sessions: Recorded) -> N
     assert store_state(tmp_path / "store") == before
 
 
+@pytest.mark.integration
 def test_empty_or_missing_store_is_not_created(tmp_path: Path, kind: str) -> None:
     missing = tmp_path / "nothing" / "here"
     res = cli("--store", str(missing), "--backend", kind, "list")
@@ -304,6 +306,7 @@ def test_empty_or_missing_store_is_not_created(tmp_path: Path, kind: str) -> Non
 # --- show ----------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_show_completed_failed_cancelled(tmp_path: Path, kind: str, sessions: Recorded) -> None:
     before = store_state(tmp_path / "store")
     res = cli(*store_args(tmp_path, kind), "show", sessions["completed"], process=True)
@@ -419,6 +422,7 @@ def test_show_unrepaired_crash_predicts_the_repair(tmp_path: Path, kind: str,
     assert [i["statusText"] for i in listed if i["id"] == sid] == ["interrupted"]
 
 
+@pytest.mark.integration
 def test_show_while_an_agent_owns_the_session(tmp_path: Path, kind: str, cli_work: Path) -> None:
     """A real agent process mid-tool: list and show work and write nothing, the owner keeps
     its lock; after kill -9, the same turn shows as an unrepaired crash."""
@@ -479,6 +483,7 @@ def _kill(pid: int) -> None:
 # --- export ----------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_export_jsonl_is_the_stored_log(tmp_path: Path, kind: str, sessions: Recorded) -> None:
     root = tmp_path / "store"
     for name in ("completed", "interrupted"):
@@ -531,6 +536,7 @@ def test_export_markdown(tmp_path: Path, kind: str, sessions: Recorded) -> None:
 # --- ids and errors -------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_ids_and_errors(tmp_path: Path, kind: str, sessions: Recorded, cli_work: Path) -> None:
     args = store_args(tmp_path, kind)
     res = cli(*args, "show", "../../etc/passwd", process=True)
@@ -608,6 +614,7 @@ def test_add_parser_into_the_agent_cli(tmp_path: Path, kind: str, sessions: Reco
     assert len(capsys.readouterr().out.splitlines()) == 5
 
 
+@pytest.mark.integration
 def test_import_is_lean() -> None:
     """`acp-bridge` builds its parser on every start: adding `sessions` imports nothing
     heavy (the agent's start-up path stays lean)."""

@@ -19,6 +19,7 @@ from tests.test_sessions_cli import cli
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+@pytest.mark.integration
 def test_a_first_page_reads_only_its_own_logs(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "store"
     ids = [add_session(root, kind, f"/w/{n % 2}", Script().text_turn(f"prompt {n}", f"answer {n}"),
@@ -58,6 +59,7 @@ def test_a_first_page_reads_only_its_own_logs(tmp_path: Path, kind: str) -> None
     assert listed("-n", "0") == []
 
 
+@pytest.mark.integration
 def test_the_scale_bench_runs(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     proc = subprocess.run([sys.executable, "bench/sessions_scale.py", "--sessions", "12", "--backends", "jsonl",
@@ -98,6 +100,7 @@ def test_the_bench_copies_in_postgres_are_what_an_agent_would_have_written(pg_ds
     assert all("w0000" in row["title"] for row in rows)
 
 
+@pytest.mark.integration
 def test_the_served_list_is_the_newest_page(tmp_path: Path) -> None:
     """`serve`'s list shows the newest LIST_PAGE sessions (reading only their logs) and
     says how many older ones it leaves to the search."""

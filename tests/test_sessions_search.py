@@ -249,6 +249,7 @@ def test_a_damaged_log_is_said_and_left_out(tmp_path: Path) -> None:
     assert f"session {stored.ours} cannot be read" in result.err
 
 
+@pytest.mark.integration
 def test_a_search_while_an_agent_owns_its_session(tmp_path: Path, kind: str) -> None:
     """A wrapped agent mid-turn (waiting on a permission): its running turn is found,
     `running`, and nothing of the store is locked, repaired or written."""
@@ -273,6 +274,7 @@ def test_a_search_while_an_agent_owns_its_session(tmp_path: Path, kind: str) -> 
     anyio.run(main)
 
 
+@pytest.mark.integration
 def test_watch_makes_a_new_turn_searchable_within_a_second(tmp_path: Path, kind: str, stored: Stored) -> None:
     root = tmp_path / "store"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}

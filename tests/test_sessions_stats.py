@@ -102,6 +102,7 @@ def _cost(usage: dict[str, int], price: dict[str, float]) -> float:
             + usage["cacheReadTokens"] * price["cache_read"]) / 1_000_000
 
 
+@pytest.mark.integration
 def test_cost_from_a_price_file(tmp_path: Path, kind: str, stored: Stored) -> None:
     root = tmp_path / "store"
     gpt = {"input": 2.5, "output": 10.0, "cache_read": 1.25}

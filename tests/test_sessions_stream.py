@@ -28,6 +28,7 @@ SESSIONS = [sys.executable, "-m", "acp_bridge", "sessions"]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+@pytest.mark.integration
 def test_show_and_export_of_a_large_log_stay_small(tmp_path: Path, backend: str) -> None:
     """A 60 MB log of big tool results: reading it whole (as before) took 1.3-6x the
     log's size; streamed, the peak is the interpreter's plus a turn or a block."""
@@ -43,6 +44,7 @@ def test_show_and_export_of_a_large_log_stay_small(tmp_path: Path, backend: str)
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+@pytest.mark.integration
 def test_the_turns_before_damage_are_shown_then_the_error(tmp_path: Path, backend: str) -> None:
     store = SessionStore(open_backend(backend, tmp_path))
     log = store.create(cwd="/w")
@@ -88,6 +90,7 @@ def test_progress_is_one_line_rewritten_then_erased(monkeypatch: pytest.MonkeyPa
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.integration
 def test_progress_only_for_output_to_a_file_with_stderr_at_a_terminal(tmp_path: Path) -> None:
     import pty
 

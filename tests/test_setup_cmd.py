@@ -16,6 +16,8 @@ import pytest
 
 from tests.support.acp_client import CLIENT_CAPS_NONE, AgentProcess, write_script
 
+pytestmark = pytest.mark.integration
+
 INSTALLED = Path(sys.executable).parent / "acp-bridge"  # the console script pip installed
 
 

@@ -18,7 +18,7 @@ import pytest
 from tests.support.acp_client import AgentError, AgentProcess, write_script
 from tests.support.logs import loaded_events
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 def offered(agent: AgentProcess, sid: str) -> list[list[str]]:

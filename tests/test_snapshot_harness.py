@@ -37,6 +37,7 @@ def test_the_fixtures_are_all_there() -> None:
 
 
 @pytest.mark.parametrize("folder", SCENARIOS, ids=[f.name for f in SCENARIOS])
+@pytest.mark.integration
 def test_recorded_scenario_replays_as_recorded(folder: Path) -> None:
     # No key, no endpoint: a provider call would fail the turn (and the check).
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
@@ -44,6 +45,7 @@ def test_recorded_scenario_replays_as_recorded(folder: Path) -> None:
     check(folder, environ=environ)
 
 
+@pytest.mark.integration
 def test_with_syrupy(snapshot_json: SnapshotAssertion) -> None:
     replayed = replay(RECORDED / "text_turn")
     assert replayed.traffic == snapshot_json(name="traffic")
@@ -56,6 +58,7 @@ def copy_of(name: str, tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.integration
 def test_a_traffic_difference_is_a_readable_diff(tmp_path: Path) -> None:
     folder = copy_of("text_turn", tmp_path)
     golden = folder / "traffic.jsonl"
@@ -69,6 +72,7 @@ def test_a_traffic_difference_is_a_readable_diff(tmp_path: Path) -> None:
     assert f"acp-bridge snapshot check --update {folder}" in text
 
 
+@pytest.mark.integration
 def test_a_log_difference_is_reported_against_its_golden(tmp_path: Path) -> None:
     folder = copy_of("override_error", tmp_path)
     golden = folder / "replayed.jsonl"
@@ -80,6 +84,7 @@ def test_a_log_difference_is_reported_against_its_golden(tmp_path: Path) -> None
     check(folder)
 
 
+@pytest.mark.integration
 def test_tools_run_for_real_and_a_result_that_differs_fails_the_turn(tmp_path: Path) -> None:
     folder = copy_of("tool_call_permission", tmp_path)
     (folder / "workspace" / "notes.txt").write_text("uno\n")
@@ -90,6 +95,7 @@ def test_tools_run_for_real_and_a_result_that_differs_fails_the_turn(tmp_path: P
     assert "the result of tool call call_read (step 1) differs" in text
 
 
+@pytest.mark.integration
 def test_record_then_check(tmp_path: Path) -> None:
     folder = tmp_path / "greeting"
     folder.mkdir()
@@ -115,6 +121,7 @@ def test_record_then_check(tmp_path: Path) -> None:
         check(folder)
 
 
+@pytest.mark.integration
 def test_recording_a_scenario_with_overrides_writes_the_replays_goldens(tmp_path: Path) -> None:
     folder = copy_of("override_error", tmp_path)
     for name in ("session.jsonl", "traffic.jsonl", "replayed.jsonl"):
@@ -129,6 +136,7 @@ def test_recording_a_scenario_with_overrides_writes_the_replays_goldens(tmp_path
     check(folder)
 
 
+@pytest.mark.integration
 def test_the_client_serves_its_files_when_the_scenario_advertises_fs(tmp_path: Path) -> None:
     folder = tmp_path / "client_fs"
     (folder / "workspace").mkdir(parents=True)
@@ -152,6 +160,7 @@ def test_the_client_serves_its_files_when_the_scenario_advertises_fs(tmp_path: P
     assert check(folder).traffic == recorded.traffic
 
 
+@pytest.mark.integration
 def test_the_client_serves_terminals_when_the_scenario_advertises_terminal(tmp_path: Path) -> None:
     replayed = check(RECORDED / "client_terminal")
     asked = {m["msg"]["id"]: m["msg"]["method"] for m in replayed.traffic
@@ -168,6 +177,7 @@ def test_the_client_serves_terminals_when_the_scenario_advertises_terminal(tmp_p
         check(folder)
 
 
+@pytest.mark.integration
 def test_a_thought_level_set_mid_scenario_replays_with_the_recorded_models_flags(tmp_path: Path) -> None:
     folder = tmp_path / "effort"
     folder.mkdir()
@@ -189,6 +199,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, check=False)
 
 
+@pytest.mark.integration
 def test_the_command_line(tmp_path: Path) -> None:
     ok = run_cli("check", str(RECORDED / "handshake"))
     assert ok.returncode == 0 and ok.stdout.strip() == f"ok {RECORDED / 'handshake'}"
@@ -289,6 +300,7 @@ class FakeAgentClient:
         return status
 
 
+@pytest.mark.integration
 def test_a_recorded_wrapped_session_is_a_fake_agent(tmp_path: Path) -> None:
     client = FakeAgentClient(RECORDED / "wrap_turns" / "session.jsonl")
     try:
@@ -325,6 +337,7 @@ def test_a_recorded_wrapped_session_is_a_fake_agent(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "no such session log file" in bad.stderr
 
 
+@pytest.mark.integration
 def test_the_fake_agent_waits_for_the_cancel_of_a_cancelled_turn(tmp_path: Path) -> None:
     client = FakeAgentClient(RECORDED / "cancel" / "session.jsonl")  # any session log serves
     try:

@@ -120,6 +120,7 @@ def test_a_truncated_database_is_a_damaged_store(damaged: Damaged) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.integration
 async def test_session_load_of_a_damaged_database_is_session_corrupt(damaged: Damaged, tmp_path: Path) -> None:
     damaged.overwrite_middle()
     work = tmp_path / "work"
@@ -140,6 +141,7 @@ async def test_session_load_of_a_damaged_database_is_session_corrupt(damaged: Da
 
 
 @pytest.mark.anyio
+@pytest.mark.integration
 async def test_a_damaged_store_is_session_corrupt_through_the_agent(damaged: Damaged, tmp_path: Path) -> None:
     damaged.truncate()
     async with AgentProcess(damaged.root, backend="sqlite") as agent:
@@ -157,6 +159,7 @@ async def test_a_damaged_store_is_session_corrupt_through_the_agent(damaged: Dam
 # --- through the CLI --------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_sessions_list_marks_the_damaged_session_and_goes_on(damaged: Damaged) -> None:
     damaged.overwrite_middle()
     listed = cli(damaged.root, "list", "--json")
@@ -176,6 +179,7 @@ def test_sessions_list_marks_the_damaged_session_and_goes_on(damaged: Damaged) -
     assert cli(damaged.root, "show", damaged.good).returncode == 0
 
 
+@pytest.mark.integration
 def test_sessions_list_of_a_damaged_store_says_so(damaged: Damaged) -> None:
     damaged.truncate()
     listed = cli(damaged.root, "list")
@@ -217,6 +221,7 @@ def read_only_copy(source: Path, where: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(where)], check=True)
 
 
+@pytest.mark.integration
 def test_a_read_only_store_can_be_listed_and_shown(damaged: Damaged, tmp_path: Path) -> None:
     with read_only_copy(damaged.root, tmp_path / "ro") as store:
         with pytest.raises(OSError):

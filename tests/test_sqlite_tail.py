@@ -50,6 +50,7 @@ def rows(root: Path, sid: str) -> list[tuple[int, str]]:
             "SELECT seq, type FROM events WHERE session_id = ? ORDER BY seq", (sid,))]
 
 
+@pytest.mark.integration
 def test_a_kill_leaves_the_streamed_events_in_the_tail_and_the_load_keeps_them(tmp_path: Path) -> None:
     sid = killed_mid_stream(tmp_path)
     durable = len(Script().text_turn().items) + 2
@@ -73,6 +74,7 @@ def test_a_kill_leaves_the_streamed_events_in_the_tail_and_the_load_keeps_them(t
     assert not tail_path(tmp_path, sid).exists()
 
 
+@pytest.mark.integration
 def test_a_torn_last_line_of_the_tail_is_cut_and_kept_aside(tmp_path: Path) -> None:
     sid = killed_mid_stream(tmp_path)
     tail = tail_path(tmp_path, sid)
@@ -156,6 +158,7 @@ os._exit(9)
 """
 
 
+@pytest.mark.integration
 def test_a_log_ending_with_streamed_events_between_turns_keeps_them(tmp_path: Path) -> None:
     # A wrapped agent's update after a turn/end is streamed, never synced: after a kill
     # it is in the tail, the log is closed (nothing to repair), and the next durable

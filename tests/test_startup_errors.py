@@ -21,6 +21,8 @@ import pytest
 
 from tests.support.acp_client import write_script
 
+pytestmark = pytest.mark.integration
+
 ACP_BRIDGE = [sys.executable, "-m", "acp_bridge"]
 NEW_SESSION = [
     {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}},

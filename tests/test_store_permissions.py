@@ -85,6 +85,7 @@ def test_private_dir_refuses_a_file_in_the_way(tmp_path: Path) -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 @pytest.mark.parametrize("existing", [0o500, 0o2775, 0o700], ids=oct)
+@pytest.mark.integration
 async def test_the_agent_keeps_the_store_mode_and_makes_its_own_things_private(
     tmp_path: Path, backend: str, existing: int, umask_022: None
 ) -> None:
@@ -110,6 +111,7 @@ async def test_the_agent_keeps_the_store_mode_and_makes_its_own_things_private(
         assert mode(store / "sessions.sqlite3") == 0o600
 
 
+@pytest.mark.integration
 def test_serve_refuses_a_store_it_cannot_write(tmp_path: Path) -> None:
     prefix = as_unprivileged()
     store = tmp_path / "store"
@@ -124,6 +126,7 @@ def test_serve_refuses_a_store_it_cannot_write(tmp_path: Path) -> None:
     assert list(store.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_serve_refuses_an_existing_subfolder_it_cannot_write(tmp_path: Path) -> None:
     prefix = as_unprivileged()
     store = tmp_path / "store"
@@ -136,6 +139,7 @@ def test_serve_refuses_an_existing_subfolder_it_cannot_write(tmp_path: Path) -> 
     assert mode(store / "sessions") == 0o500
 
 
+@pytest.mark.integration
 def test_serve_refuses_a_store_it_cannot_create(tmp_path: Path) -> None:
     prefix = as_unprivileged()
     parent = tmp_path / "parent"
@@ -149,6 +153,7 @@ def test_serve_refuses_a_store_it_cannot_create(tmp_path: Path) -> None:
     assert list(parent.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_serve_refuses_a_store_that_is_not_a_folder(tmp_path: Path) -> None:
     (tmp_path / "store").write_text("x")
     result = serve(tmp_path / "store")
@@ -173,6 +178,7 @@ def read_only_mount(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(mount_point)], check=True)
 
 
+@pytest.mark.integration
 def test_serve_refuses_a_store_on_a_read_only_file_system(read_only_mount: Path) -> None:
     result = serve(read_only_mount)
     assert result.returncode == 2
@@ -186,6 +192,7 @@ def test_serve_refuses_a_store_on_a_read_only_file_system(read_only_mount: Path)
         "writable: Read-only file system"]
 
 
+@pytest.mark.integration
 def test_serve_starts_on_a_writable_store_with_its_one_line(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
@@ -196,6 +203,7 @@ def test_serve_starts_on_a_writable_store_with_its_one_line(tmp_path: Path) -> N
     assert mode(store) == 0o2775
 
 
+@pytest.mark.integration
 def test_sessions_refuses_a_store_it_cannot_read(tmp_path: Path) -> None:
     prefix = as_unprivileged()
     store = tmp_path / "store"
@@ -210,6 +218,7 @@ def test_sessions_refuses_a_store_it_cannot_read(tmp_path: Path) -> None:
         f"acp-bridge sessions: --store: store {store} is not readable: Permission denied"]
 
 
+@pytest.mark.integration
 def test_serve_refuses_a_log_file_it_cannot_create(tmp_path: Path) -> None:
     prefix = as_unprivileged()
     logs = tmp_path / "logs"

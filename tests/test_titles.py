@@ -105,6 +105,7 @@ def cli_titles(store: Path, backend: str) -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize(("point", "expected"), [("before-append", "Before"), ("before-settle", "After")])
+@pytest.mark.integration
 def test_jsonl_title_file_survives_a_crash_at_each_point(tmp_path: Path, point: str, expected: str) -> None:
     """Killed after the title file is made pending and before the event is appended, the
     session keeps its old title; killed after the event is durable and before the file
@@ -166,6 +167,7 @@ def test_jsonl_list_reads_no_title_file_for_a_session_never_titled(tmp_path: Pat
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+@pytest.mark.integration
 async def test_title_command_names_the_session_everywhere(tmp_path: Path, work: Path, backend: str) -> None:
     """`/title Foo` as a prompt: `session/list` of that agent and of a fresh one, then
     `acp-bridge sessions list` and `show` (fresh processes) all say "Foo"."""

@@ -313,6 +313,7 @@ async def test_additional_roots_and_inner_symlinks_are_allowed(root: Path, tmp_p
 # -- run_command ---------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_command_exit_codes_and_stderr(root: Path) -> None:
     async with local_ctx(root) as ctx:
         ok = await call(RunCommand(), {"command": "echo hello; pwd"}, ctx)
@@ -331,6 +332,7 @@ async def test_command_exit_codes_and_stderr(root: Path) -> None:
         assert plan.title == "Run make test" and plan.kind == "execute"
 
 
+@pytest.mark.integration
 async def test_command_timeout_kills_the_process_group(root: Path) -> None:
     async with local_ctx(root) as ctx:
         start = time.monotonic()
@@ -345,6 +347,7 @@ async def test_command_timeout_kills_the_process_group(root: Path) -> None:
     assert await wait_gone(int((root / "sleep.pid").read_text()))
 
 
+@pytest.mark.integration
 async def test_cancelling_a_command_kills_it(root: Path) -> None:
     async with local_ctx(root) as ctx:
         with anyio.move_on_after(5):
@@ -356,6 +359,7 @@ async def test_cancelling_a_command_kills_it(root: Path) -> None:
         assert await wait_gone(int((root / "p").read_text()))
 
 
+@pytest.mark.integration
 async def test_closing_the_services_task_group_kills_commands(root: Path) -> None:
     # The session goes away without releasing its terminal: the owner task kills it.
     with anyio.CancelScope() as scope:
@@ -373,6 +377,7 @@ async def test_closing_the_services_task_group_kills_commands(root: Path) -> Non
     assert await term.wait_for_exit() == ExitStatus(None, "SIGKILL")
 
 
+@pytest.mark.integration
 async def test_output_is_capped_for_the_model_not_the_display(root: Path) -> None:
     async with local_ctx(root) as ctx:
         outcome = await call(RunCommand(), {"command": "yes 0123456789 | head -c 100000"}, ctx)
@@ -384,6 +389,7 @@ async def test_output_is_capped_for_the_model_not_the_display(root: Path) -> Non
     assert shown.count("0123456789") == 9091  # 100_000 bytes of "0123456789\n"
 
 
+@pytest.mark.integration
 async def test_local_terminal_keeps_the_tail(root: Path) -> None:
     async with local_ctx(root) as ctx:
         term = await ctx.services.create_terminal(

@@ -81,6 +81,7 @@ async def four_ends(tmp_path: Path, work: Path) -> tuple[Path, str, AgentProcess
     return store, sid, agent
 
 
+@pytest.mark.integration
 async def test_every_end_but_completed_has_its_note_live_and_on_load(tmp_path: Path, work: Path) -> None:
     store, sid, agent = await four_ends(tmp_path, work)
     expected = [note(1, CANCELLED), note(2, BY_PERMISSION), note(3, FAILED), note(4, MAX_TOKENS)]
@@ -121,6 +122,7 @@ def run_chat(store: Path, work: Path, lines: list[str], *args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.integration
 async def test_chat_shows_the_notes_of_a_loaded_session(tmp_path: Path, work: Path) -> None:
     store, sid, _ = await four_ends(tmp_path, work)
     out = run_chat(store, work, [], "--load", sid)
@@ -128,6 +130,7 @@ async def test_chat_shows_the_notes_of_a_loaded_session(tmp_path: Path, work: Pa
     assert shown == [(end_notice(r) or "").strip() for r in (CANCELLED, BY_PERMISSION, FAILED, MAX_TOKENS)]
 
 
+@pytest.mark.integration
 def test_chat_says_how_a_live_turn_ended_once(tmp_path: Path, work: Path) -> None:
     model = write_script(tmp_path / "script.json", {"text": "so far", "finish": "max_tokens"},
                          {"error": {"message": "boom", "code": "provider"}})
@@ -138,6 +141,7 @@ def test_chat_says_how_a_live_turn_ended_once(tmp_path: Path, work: Path) -> Non
     assert "[stopped:" not in out and "[error:" not in out
 
 
+@pytest.mark.integration
 async def test_a_load_names_the_session_again(tmp_path: Path, work: Path) -> None:
     store = tmp_path / "store"
     async with AgentProcess(store) as agent:

@@ -24,6 +24,7 @@ ESCAPED = r"\x1b[2J\x1b[H\x1b]0;pwned\x07\x9b31m"
 RAW = [b"\x1b", b"\x07", "\u009b".encode()]  # ESC, BEL and the one-byte CSI (as UTF-8)
 
 
+@pytest.mark.integration
 def test_every_string_from_an_agent_is_shown_escaped(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     proc = subprocess.run(
@@ -69,6 +70,7 @@ def test_the_demo_prints_what_the_agent_sends_escaped(capsysbinary: pytest.Captu
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+@pytest.mark.integration
 def test_sessions_show_export_and_list_escape_every_string_from_the_log(tmp_path: Path, backend: str) -> None:
     """A log whose every string carries escape sequences (as a tampered log, or a
     wrapped agent's recording, may): nothing reaches stdout or stderr as a sequence."""

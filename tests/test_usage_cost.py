@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.acp_client import AgentProcess, write_script
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 PRICES = """
 currency = "EUR"

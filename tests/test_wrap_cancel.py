@@ -29,7 +29,7 @@ from tests.support.cancel_race import (
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess, serve_command
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 ROUNDS = 6
 

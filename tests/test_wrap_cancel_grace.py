@@ -39,7 +39,7 @@ from tests.support.unruly import (
 )
 from tests.support.wrapped import WrappedProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 GRACE = 0.5
 BOUND = GRACE + 1.5  # the answer's deadline after the cancel, on a loaded machine

@@ -35,7 +35,7 @@ from tests.support.unruly import (
 )
 from tests.support.wrapped import WrappedProcess, command_line, descendants, sdk_echo_command
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 ROUNDS = 20
 

@@ -190,6 +190,7 @@ def _before_sessions(out: str) -> str:
     return UUID.sub("<session>", out.split("> /sessions\n", 1)[0])
 
 
+@pytest.mark.integration
 def test_chat_through_the_wrapper_is_the_chat_without_it(chats: Chats) -> None:
     (code, out, err), (direct_code, direct_out, _) = chats.wrapped, chats.direct
     assert code == direct_code == 0, err
@@ -204,6 +205,7 @@ def test_chat_through_the_wrapper_is_the_chat_without_it(chats: Chats) -> None:
     assert chats.inner_id() != chats.sid
 
 
+@pytest.mark.integration
 def test_sessions_show_the_wrapped_session(chats: Chats) -> None:
     args = store_args(chats.store, chats.kind)
     show = cli(*args, "show", chats.sid)
@@ -221,6 +223,7 @@ def test_sessions_show_the_wrapped_session(chats: Chats) -> None:
         (chats.sid, 2, chats.agent)]
 
 
+@pytest.mark.integration
 def test_chat_wrap_loads_the_wrapped_session(chats: Chats) -> None:
     again = write_script(chats.root / "again.json", {"text": "Back again."})
     agent = [sys.executable, "-m", "acp_bridge", "serve", "--store", str(chats.inner), "--model", again]
@@ -237,6 +240,7 @@ def test_chat_wrap_loads_the_wrapped_session(chats: Chats) -> None:
     assert cli(*store_args(chats.store, chats.kind), "show", chats.sid).out.count("\nTurn ") == 3
 
 
+@pytest.mark.integration
 def test_chat_wrap_seed_fresh_seeds_an_agent_that_cannot_load_the_session(chats: Chats) -> None:
     # The agent runs on a store of its own that has never seen the session: the wrapper
     # gives it a fresh session and, with --seed-fresh, the conversation so far first.
@@ -255,6 +259,7 @@ def test_chat_wrap_seed_fresh_seeds_an_agent_that_cannot_load_the_session(chats:
     assert code == 0 and "conversation so far" not in out, err
 
 
+@pytest.mark.integration
 def test_chat_wrap_reports_an_agent_that_cannot_start(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     proc = subprocess.run(

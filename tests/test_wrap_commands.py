@@ -23,7 +23,7 @@ from tests.support.logs import loaded_events
 from tests.support.switching import Switching, memory
 from tests.support.wrapped import WrappedProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 OURS_FORK = {"name": "fork", "description": "Fork this session into a new one",
              "input": {"hint": "the last turn it holds (optional)"}}

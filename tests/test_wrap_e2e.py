@@ -29,7 +29,7 @@ from tests.support.acp_client import (
 )
 from tests.support.wrapped import WrappedProcess, serve_command
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 Scenario = Callable[[AgentProcess, Path], Awaitable[list[dict[str, Any]]]]
 

@@ -16,7 +16,7 @@ from tests.support.acp_client import ClientPolicy
 from tests.support.switching import memory
 from tests.support.wrapped import WrappedProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 async def test_a_childs_url_elicitation_and_its_completion_reach_the_editor(tmp_path: Path, work: Path) -> None:

@@ -25,7 +25,7 @@ from tests.support.acp_client import AgentProcess
 from tests.support.peers import stored_log, texts
 from tests.support.wrapped import WrappedProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 ERROR_AGENT = Path(__file__).resolve().parent / "support" / "error_agent.py"
 

@@ -12,7 +12,7 @@ import pytest
 from tests.support.acp_client import AgentError
 from tests.support.wrapped import WrappedProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 # Answers initialize, then at the next request closes its stdout and exits 3 a little
 # later: the EOF always comes first.

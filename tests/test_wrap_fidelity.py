@@ -28,7 +28,7 @@ from tests.support.acp_updates import without_prompts
 from tests.support.logs import loaded_events
 from tests.support.wrapped import WrappedProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 FIXTURES = sorted((Path(__file__).parent / "wrapped_agents").glob("*.jsonl"))
 

@@ -26,7 +26,7 @@ from tests.support.wrapped import (
     serve_command,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 def child_pid(wrapper_pid: int) -> int:
     (pid,) = [p for p in descendants(wrapper_pid) if "acp_bridge" in command_line(p) or

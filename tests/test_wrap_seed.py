@@ -48,6 +48,7 @@ async def load(agent: AgentProcess, sid: str, work: Path) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.integration
 async def test_seed_fresh_sends_the_transcript_unseen_and_unrecorded(tmp_path: Path, work: Path) -> None:
     store, record = tmp_path / "store", tmp_path / "received.jsonl"
     sid = await two_turns(store, work, record)
@@ -82,6 +83,7 @@ async def test_seed_fresh_sends_the_transcript_unseen_and_unrecorded(tmp_path: P
     assert not any(PREFACE in json.dumps(e) for e in events)
 
 
+@pytest.mark.integration
 async def test_without_the_option_no_seed_is_sent(tmp_path: Path, work: Path) -> None:
     store, record = tmp_path / "store", tmp_path / "received.jsonl"
     sid = await two_turns(store, work, record)
@@ -91,6 +93,7 @@ async def test_without_the_option_no_seed_is_sent(tmp_path: Path, work: Path) ->
     assert [g["text"] for g in received(record)] == ["one two three", "four five"]
 
 
+@pytest.mark.integration
 async def test_a_failed_seed_still_loads(tmp_path: Path, work: Path) -> None:
     store, record = tmp_path / "store", tmp_path / "received.jsonl"
     sid = await two_turns(store, work, record)
@@ -103,6 +106,7 @@ async def test_a_failed_seed_still_loads(tmp_path: Path, work: Path) -> None:
     check_invariants(loaded_events(store, sid), closed=True)  # type: ignore[arg-type]
 
 
+@pytest.mark.integration
 async def test_an_empty_session_is_not_seeded(tmp_path: Path, work: Path) -> None:
     store, record = tmp_path / "store", tmp_path / "received.jsonl"
     async with WrappedProcess(store, agent_command(record)) as first:

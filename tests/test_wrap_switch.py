@@ -22,7 +22,7 @@ from tests.support.logs import loaded_events
 from tests.support.switching import MEMORY, Switching, memory, ours
 from tests.support.wrapped import command_line, descendants, serve_command
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 def received(record: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []

@@ -123,6 +123,7 @@ def test_jsonl_list_reads_a_bounded_part_of_each_log(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite", "postgres"])
+@pytest.mark.integration
 async def test_a_wrapped_session_is_titled_in_session_list(tmp_path: Path, kind: str, request: pytest.FixtureRequest,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Through the real wrapper: the child sends 40 updates after `session/new`, all
