@@ -89,6 +89,7 @@ def _chunks_of(agent: Any, sid: str, text: str) -> tuple[list[str], Any]:
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_the_sdk_echo_agent_streams_like_our_echo_model(tmp_path: Path) -> None:
     agents = _bench_module("protocol_agents")
     ctx = agents.Ctx(tmp_path, 30.0, iter(range(1, 100)))
@@ -121,6 +122,7 @@ def test_load_fixtures_follow_the_invariants() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_bench_runs_with_tiny_sizes(runs: dict[str, Run]) -> None:
     run = runs["tiny"]
     assert "SUMMARY" in run.stdout and "STREAMING" in run.stdout and "SESSION/LOAD" in run.stdout
@@ -183,6 +185,7 @@ def test_bench_runs_with_tiny_sizes(runs: dict[str, Run]) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_profile_only_and_json_on_stdout(runs: dict[str, Run]) -> None:
     run = runs["profile"]
     results = orjson.loads(run.stdout)
@@ -198,6 +201,7 @@ def test_profile_only_and_json_on_stdout(runs: dict[str, Run]) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_the_mcp_section(tmp_path: Path) -> None:
     """Issue 16: what one stdio MCP server adds to `session/new`, and that a session
     without servers imports nothing of the MCP SDK."""
@@ -231,6 +235,7 @@ print(python_ms, sqlite_ms)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD shim: Linux")
 @pytest.mark.integration
+@pytest.mark.long
 def test_slow_disk_slows_the_syncs_of_python_and_of_sqlite(tmp_path: Path) -> None:
     """--slow-disk's shim: every fdatasync of an agent process, Python's os.fdatasync and
     SQLite's own, takes at least the given time (issue 23's slow disk)."""

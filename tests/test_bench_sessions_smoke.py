@@ -15,6 +15,7 @@ from bench.sessions_memory import COMMANDS, ROOT, TARGET_MB
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.long
 def test_sessions_memory_bench_runs_every_command(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "sessions_memory.py"), "--events", "1500",

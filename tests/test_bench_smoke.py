@@ -71,6 +71,7 @@ def test_workloads_follow_the_invariants() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_bench_runs_with_tiny_sizes(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     scratch = tmp_path / "scratch"
@@ -114,6 +115,7 @@ def test_bench_runs_with_tiny_sizes(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_json_on_stdout(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

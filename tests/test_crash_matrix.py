@@ -42,6 +42,7 @@ SEED = int(os.environ.get("CRASH_MATRIX_SEED", "20240611"))
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 @pytest.mark.integration
+@pytest.mark.long
 def test_crash_matrix_ci_sample(tmp_path: Path, backend: str) -> None:
     """8 kill points per backend: mid-stream, mid-tool-step, pending permission,
     running command, multi-step turn, past a buffer flush, right after an error

@@ -28,6 +28,7 @@ from tests.support.crash_matrix import (
 )
 from tests.support.crash_matrix.wrap import WrapMatrixAgent, child_command
 from tests.support.processes import wait_gone
+from tests.support.waiting import until
 
 SEED = int(os.environ.get("CRASH_MATRIX_SEED", "20240611"))
 
@@ -35,6 +36,7 @@ SEED = int(os.environ.get("CRASH_MATRIX_SEED", "20240611"))
 @pytest.mark.parametrize("target", ["wrapper", "child"])
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 @pytest.mark.integration
+@pytest.mark.long
 def test_wrap_crash_matrix_ci_sample(tmp_path: Path, backend: str, target: str) -> None:
     rng = random.Random(f"{SEED}-{backend}-{target}")
     points = [*CI_SAMPLE, random_point(rng)]
@@ -87,7 +89,8 @@ def test_prompt_right_after_the_child_died_between_turns_restarts_it(tmp_path: P
             assert first["stopReason"] == "end_turn"
             os.kill(pid, signal.SIGKILL)
             assert not await anyio.to_thread.run_sync(wait_gone, [pid])  # dead before the prompt is sent
-            await anyio.sleep(0.3)  # and the wrapper has seen it exit (its pidfd)
+            # And the wrapper has seen it exit (its pidfd): it reaped its child.
+            await until(lambda: not Path(f"/proc/{pid}").exists(), "the wrapper reaping its killed child")
             second = await agent.prompt(sid, "are you back?")
             assert second["stopReason"] == "end_turn", second
 

@@ -69,7 +69,8 @@ async def until(agent: AgentProcess, predicate: Callable[[], bool], timeout: flo
     with anyio.fail_after(timeout):
         while not predicate():
             if agent.proc.returncode is not None:
-                await anyio.sleep(0.2)  # let the harness read the rest of stderr
+                with anyio.move_on_after(5):  # the rest of its stderr, to show it
+                    await agent.stderr_closed.wait()
                 tail = agent.stderr.decode(errors="replace")[-3000:]
                 raise AssertionError(f"the agent exited with {agent.proc.returncode}:\n{tail}")
             await anyio.sleep(0.01)
@@ -224,7 +225,7 @@ async def test_framing_split_writes_crlf_blank_lines_and_a_last_line_without_new
         expect(agent, "split")
         for piece in (data[:5], data[5:20], data[20:]):
             await agent.send_raw(piece)
-            await anyio.sleep(0.05)
+            await anyio.sleep(0.05)  # what is tested: a line that comes in pieces, apart
         await until(agent, done.is_set)
         assert slot[0]["result"] == {"sessions": []}
         answer = await raw_call(agent, b"\n\n   \n" + line(request("crlf", "session/list", {}))[:-1] + b"\r\n", "crlf")
@@ -677,7 +678,7 @@ async def test_cancel_request_settles_a_running_prompt(tmp_path: Path, empty_wor
                                              if u["sessionUpdate"] == "agent_message_chunk"]) == 2)
             await agent.notify("$/cancel_request", {"requestId": "other"})  # not it: ignored
             await agent.notify("$/cancel_request", {"requestId": 1})  # the answered initialize: ignored
-            await anyio.sleep(0.1)
+            await anyio.sleep(0.1)  # an absence: no event says a wrong cancel did nothing
             assert answers == []
             await agent.notify("$/cancel_request", {"requestId": "the-prompt"})
         (answer,) = answers

@@ -153,7 +153,7 @@ async def test_a_burst_of_updates_is_one_hook_and_one_write_and_the_next_waits_f
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(out.run)
-            await anyio.sleep(0.01)  # the writer is idle
+            await anyio.wait_all_tasks_blocked()  # the writer is idle
             for n in range(3):
                 out.notify_update("s", {"n": n})
             assert read_all(r) == b"" and not hooks  # nothing during the sender's step
@@ -163,7 +163,7 @@ async def test_a_burst_of_updates_is_one_hook_and_one_write_and_the_next_waits_f
             out.notify_update("s", {"n": 3})  # within the window of that write
             await anyio.sleep(0)
             assert read_all(r) == b"" and len(hooks) == 1
-            await anyio.sleep(FLUSH_WINDOW_S * 3)
+            await anyio.sleep(FLUSH_WINDOW_S * 3)  # the window's timer is what is tested: it runs out
             assert read_all(r) == line % 3 and len(hooks) == 2 and len(writes) == 2
             out.close()
     finally:
@@ -235,7 +235,7 @@ async def test_reader_registration_ends_with_the_wait_eof_and_close() -> None:
             tg.start_soon(consume)
             for n in range(3):
                 os.write(w, b"line %d\n" % n)
-                await anyio.sleep(0.005)
+                await anyio.sleep(0.005)  # what is tested: lines that come apart, each read as it comes
             assert got == [b"line 0", b"line 1", b"line 2"]
             if how == "cancel":
                 tg.cancel_scope.cancel()
@@ -269,7 +269,7 @@ async def test_readiness_with_nobody_waiting_stops_watching() -> None:
     reader = FdLineReader(r)
     lines = reader.lines()
     first = asyncio.ensure_future(lines.__anext__())
-    await anyio.sleep(0.005)
+    await anyio.wait_all_tasks_blocked()
     assert reader._loop is not None  # waiting: registered
     os.write(w, b"a\n")
     assert await first == b"a"

@@ -71,7 +71,7 @@ def fork_process(kind: str, where: Path | str, sid: str) -> subprocess.Popen[byt
                              "fork", sid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite", "postgres"])
 def test_a_kill_during_a_fork_leaves_the_original_whole_and_the_fork_whole_or_absent(
         kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
@@ -87,7 +87,7 @@ def test_a_kill_during_a_fork_leaves_the_original_whole_and_the_fork_whole_or_ab
         kills: list[str] = []
         for fraction in (0.4, 0.8):  # while it starts, reads the original, copies
             proc = fork_process(kind, where, sid)
-            time.sleep(took * fraction)
+            time.sleep(took * fraction)  # what is tested: a kill at that point of the fork
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             kills.append("timed")

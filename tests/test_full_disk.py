@@ -95,6 +95,7 @@ def check_failure(answer: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 @pytest.mark.parametrize("delay", [0, 1], ids=["fast", "slow"])
+@pytest.mark.long
 def test_a_turn_too_big_for_the_disk_is_undone_and_the_next_prompt_works(
     tiny_fs: Path, tmp_path: Path, backend: str, delay: int
 ) -> None:

@@ -579,6 +579,7 @@ def _lines(agent: FuzzAgent) -> st.SearchStrategy[bytes]:
 @settings(FUZZ_SETTINGS, max_examples=200)
 @given(data=st.data())
 @pytest.mark.integration
+@pytest.mark.long
 def test_fuzzed_lines(agent: FuzzAgent, data: st.DataObject) -> None:
     one_input(agent, data.draw(_lines(agent)))
 
@@ -586,6 +587,7 @@ def test_fuzzed_lines(agent: FuzzAgent, data: st.DataObject) -> None:
 @settings(FUZZ_SETTINGS, max_examples=80)
 @given(data=st.data())
 @pytest.mark.integration
+@pytest.mark.long
 def test_fuzzed_params_of_every_method(agent: FuzzAgent, data: st.DataObject) -> None:
     method = data.draw(st.sampled_from(METHODS))
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method,

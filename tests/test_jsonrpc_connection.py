@@ -210,7 +210,7 @@ async def test_a_cancelled_request_finishes_its_shielded_clean_up() -> None:
             await anyio.sleep_forever()
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.02)
+                await anyio.sleep(0.02)  # what is tested: a handler whose clean-up takes a while
                 await anyio.to_thread.run_sync(lambda: None)
                 cleaned.append("released")
         return "unreachable"

@@ -107,6 +107,7 @@ def stored_bytes(store: Path | str) -> int:
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
+@pytest.mark.long
 def test_load_of_a_large_log_stays_small(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     store_dir: Path | str = request.getfixturevalue("pg_dsn") if backend == "postgres" else tmp_path / "store"
     sid, events = build(store_dir, backend)

@@ -63,6 +63,7 @@ async def replayed(store: Path, backend: str, sids: list[str]) -> dict[str, str]
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 @pytest.mark.parametrize("speed", ["slow", "fast"])
+@pytest.mark.long
 def test_text_seen_before_a_kill_is_a_prefix_of_the_replay(tmp_path: Path, backend: str, speed: str) -> None:
     store, work = tmp_path / "store", tmp_path / "work"
     work.mkdir()

@@ -235,7 +235,7 @@ async def test_a_frozen_server_times_out_and_the_session_goes_on(tmp_path: Path,
 
 @pytest.mark.integration
 async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
-    mark = tmp_path / "cancelled"
+    mark = tmp_path / "hang-state"  # "running", then "cancelled"
     model = write_script(tmp_path / "m.json", call("h", "t__hang", mark=str(mark)),
                          call("e", "t__echo", text="after"), {"text": "ok"})
     policy = ClientPolicy(permissions=["allow_once", "allow_once"])
@@ -245,10 +245,12 @@ async def test_cancel_stops_a_running_call(tmp_path: Path, work: Path) -> None:
             answer = agent.prompt_soon(tg, sid, "hang")
             await agent.wait_for(lambda: any(u.get("toolCallId") == "h" and u.get("status") == "in_progress"
                                              for u in agent.updates_of(sid)))
-            await anyio.sleep(0.3)  # the call is running in the server
+            await agent.wait_for(lambda: mark.exists() and mark.read_text() == "running",
+                                 why="the call running in the server")
             await agent.notify("session/cancel", {"sessionId": sid})
         assert answer["result"]["stopReason"] == "cancelled"
-        await agent.wait_for(mark.exists)  # the server was told (notifications/cancelled)
+        await agent.wait_for(lambda: mark.read_text() == "cancelled",
+                             why="the server told of the cancel (notifications/cancelled)")
         assert (await agent.prompt(sid, "echo"))["stopReason"] == "end_turn"
     events = loaded_events(tmp_path / "store", sid)
     assert result_of(events, "h")["isError"]

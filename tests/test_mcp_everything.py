@@ -87,7 +87,7 @@ async def test_a_long_running_operation_is_cancelled(tmp_path: Path, work: Path)
             answer = agent.prompt_soon(tg, sid, "wait")
             await agent.wait_for(lambda: any(u.get("toolCallId") == "long" and u.get("status") == "in_progress"
                                              for u in agent.updates_of(sid)), timeout=30)
-            await anyio.sleep(1)
+            await anyio.sleep(1)  # a third-party server: nothing says when the call reached it
             await agent.notify("session/cancel", {"sessionId": sid})
         assert answer["result"]["stopReason"] == "cancelled"
         assert (await agent.prompt(sid, "echo", timeout=60))["stopReason"] == "end_turn"

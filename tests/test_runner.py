@@ -264,7 +264,7 @@ def test_one_prompt_at_a_time(workdir: Path) -> None:
     async def body(h: Harness) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(prompt, h, "first")
-            await anyio.sleep(0.05)
+            await anyio.wait_all_tasks_blocked()  # the first prompt runs (its model hangs)
             with pytest.raises(PromptInProgressError):
                 await prompt(h, "second")
             h.runner.cancel()

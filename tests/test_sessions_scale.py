@@ -20,6 +20,7 @@ from tests.test_sessions_cli import cli
 
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
 @pytest.mark.integration
+@pytest.mark.long
 def test_a_first_page_reads_only_its_own_logs(tmp_path: Path, kind: str) -> None:
     root = tmp_path / "store"
     ids = [add_session(root, kind, f"/w/{n % 2}", Script().text_turn(f"prompt {n}", f"answer {n}"),
@@ -60,6 +61,7 @@ def test_a_first_page_reads_only_its_own_logs(tmp_path: Path, kind: str) -> None
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_the_scale_bench_runs(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     proc = subprocess.run([sys.executable, "bench/sessions_scale.py", "--sessions", "12", "--backends", "jsonl",

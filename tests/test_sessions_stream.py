@@ -26,7 +26,7 @@ from tests.test_load_memory import LOG_MB, build
 SESSIONS = [sys.executable, "-m", "acp_bridge", "sessions"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
 @pytest.mark.integration
 def test_show_and_export_of_a_large_log_stay_small(tmp_path: Path, backend: str) -> None:

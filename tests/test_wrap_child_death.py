@@ -69,11 +69,11 @@ async def test_the_agent_behind_a_launcher_dies_with_it_and_is_silent_after(
         assert answered_at - died_at < 1.5, answered_at - died_at
         assert await anyio.to_thread.run_sync(wait_gone, [real], 1.0) == []
         assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "interrupted", "cause": "crash"}
-        await anyio.sleep(0.5)
-        assert len(agent.updates_of(sid)) == shown  # nothing after the answer
         exit_file.unlink(missing_ok=True)
         again = await agent.prompt(sid, "back again")
-        assert again["stopReason"] == "end_turn" and chunks(agent, sid)[-2:] == ["back ", "again "]
+        assert again["stopReason"] == "end_turn"
+        # Nothing after the answer: the next prompt's chunks follow it directly.
+        assert [u["content"]["text"] for u in agent.updates_of(sid)[shown:]] == ["back ", "again "]
         assert one_agent(agent.proc.pid) != real
     assert agent.returncode == 0
     events = loaded_events(store, sid)
@@ -107,7 +107,7 @@ async def test_a_prompt_just_after_the_child_died_restarts_it_and_runs(
             pids = agent_pids(agent.proc.pid) if child == "unruly" else sdk_pids(agent.proc.pid)
             assert len(pids) == 1, pids
             os.kill(pids[0], signal.SIGKILL)
-            await anyio.sleep(rng.uniform(0, 0.02))
+            await anyio.sleep(rng.uniform(0, 0.02))  # what is tested: a prompt at any moment after the kill
             before = len(agent.updates_of(sid))
             answer = await agent.prompt(sid, f"round {n}")
             assert answer["stopReason"] == "end_turn", (n, answer)

@@ -24,7 +24,7 @@ print(json.dumps({"jsonrpc": "2.0", "id": ask["id"], "result": {"protocolVersion
       "agentCapabilities": {}, "authMethods": []}}), flush=True)
 sys.stdin.readline()
 os.close(1)
-time.sleep(0.25)
+time.sleep(0.25)  # what is tested: an agent that closes its stdout, then exits a while later
 sys.exit(3)
 """
 

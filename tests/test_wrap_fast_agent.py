@@ -214,7 +214,7 @@ async def test_fast_agent_killed_just_before_a_prompt_is_restarted_and_runs_it(t
         sid = await agent.new_session(work)
         for n, delay in enumerate((0.0, 0.005, 0.01, 0.02), 1):
             os.kill(fast_agent_pid(agent, EXECUTABLE), signal.SIGKILL)
-            await anyio.sleep(delay)
+            await anyio.sleep(delay)  # what is tested: a prompt at several moments after the kill
             before = len(agent.updates_of(sid))
             answer = await prompt(agent, sid, f"round {n}")
             assert answer == {"stopReason": "end_turn",

@@ -20,6 +20,7 @@ from tests.support.acp_client import AgentError
 from tests.support.acp_schema import validate_def
 from tests.support.logs import loaded_events
 from tests.support.switching import MEMORY, Switching, memory, ours
+from tests.support.waiting import until
 from tests.support.wrapped import command_line, descendants, serve_command
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -114,15 +115,15 @@ async def test_a_session_moves_to_another_agent_with_its_conversation(tmp_path: 
 
 
 async def test_a_switch_is_refused_while_a_prompt_runs(tmp_path: Path, work: Path) -> None:
-    agents = [("alpha", memory("alpha")), ("beta", memory("beta"))]
+    record = tmp_path / "read.jsonl"
+    agents = [("alpha", memory("alpha", "--record", str(record))), ("beta", memory("beta"))]
     async with Switching(tmp_path / "store", agents) as wrapper:
         await wrapper.initialize()
         sid = (await wrapper.new(work))["sessionId"]
         async with anyio.create_task_group() as tg:
             running = wrapper.prompt_soon(tg, sid, "sleep 1500")
-            await wrapper.wait_for(lambda: any(m.get("method") == "session/prompt" for d, m in wrapper.transcript
-                                               if d == "->"))
-            await anyio.sleep(0.2)
+            await until(lambda: record.exists() and b'"session/prompt"' in record.read_bytes(),
+                        "the prompt passed on to alpha (it runs: 1.5 s)")
             with pytest.raises(AgentError) as refused:
                 await wrapper.set_option(sid, "agent", "beta")
             assert refused.value.code == -32001 and "running a prompt" in str(refused.value.message)

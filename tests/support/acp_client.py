@@ -24,6 +24,7 @@ import anyio.abc
 import orjson
 
 from tests.support.acp_schema import validate_agent_message
+from tests.support.waiting import until
 
 CLIENT_CAPS_NONE: dict[str, Any] = {}
 CLIENT_CAPS_ALL: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
@@ -134,6 +135,7 @@ class AgentProcess:
         self._pending: dict[Any, tuple[anyio.Event, list[Any], str]] = {}
         self._requested: dict[Any, str] = {}  # our request ids -> method, for validation
         self.stderr = b""
+        self.stderr_closed = anyio.Event()  # the agent's stderr read to its end
         self.returncode: int | None = None
         self.violations: list[str] = []  # schema violations in what the agent sent
 
@@ -168,6 +170,7 @@ class AgentProcess:
         assert self.proc.stderr is not None
         async for chunk in self.proc.stderr:
             self.stderr += chunk
+        self.stderr_closed.set()
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -318,10 +321,9 @@ class AgentProcess:
                 updates.append(message["params"]["update"])
         raise AssertionError(f"the session/load of {sid} was not answered")
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10) -> None:
-        with anyio.fail_after(timeout):
-            while not predicate():
-                await anyio.sleep(0.01)
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10,
+                       why: str = "what the test waits for from the agent") -> None:
+        await until(predicate, why, timeout=timeout)
 
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

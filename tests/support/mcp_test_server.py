@@ -71,10 +71,13 @@ def crash(code: int = 3) -> str:
 
 @server.tool()
 async def hang(seconds: float = 3600, mark: str = "") -> str:
-    """Answer after `seconds`; if the call is cancelled first, write "cancelled" to the
-    file `mark` (when given)."""
+    """Answer after `seconds`; the file `mark` (when given) says "running" meanwhile, and
+    "cancelled" if the call is cancelled first."""
+    if mark:
+        with open(mark, "w", encoding="ascii") as f:
+            f.write("running")
     try:
-        await anyio.sleep(seconds)
+        await anyio.sleep(seconds)  # the slow tool call the tests cancel or time out
     except anyio.get_cancelled_exc_class():
         if mark:
             with open(mark, "w", encoding="ascii") as f:
@@ -162,7 +165,7 @@ async def visit_later(ctx: Context) -> str:
         session = ctx.session
 
         async def complete() -> None:
-            await anyio.sleep(0.3)
+            await anyio.sleep(0.3)  # what is tested: a completion that comes after the call answered
             await session.send_elicit_complete("e-2")
 
         task = asyncio.get_running_loop().create_task(complete())

@@ -48,7 +48,7 @@ def options(flags: list[str], model: str) -> list[dict[str, Any]]:
 
 
 def answer(rid: Any, sid: str, name: str, seen: list[str], delay_ms: int) -> None:
-    time.sleep(delay_ms / 1000)
+    time.sleep(delay_ms / 1000)  # a slow answer, as asked (`sleep MS`): what the tests need
     send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
         "sessionUpdate": "agent_message_chunk",
         "content": {"type": "text", "text": f"{name} saw: " + " | ".join(seen)}}}})

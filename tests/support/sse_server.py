@@ -211,7 +211,7 @@ class SSEServer:
                 writer.transport.abort()
                 return False
             if reply.delay:
-                await asyncio.sleep(reply.delay)
+                await asyncio.sleep(reply.delay)  # a slow provider, as the reply asks
             writer.write(b"%x\r\n%s\r\n" % (len(data), data) if reply.chunked else data)
             await writer.drain()
         if reply.cut_after is not None:

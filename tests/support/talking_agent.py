@@ -37,7 +37,7 @@ def talk_when_told() -> None:
     go = Path(os.environ["TALKING_AGENT_GO"])
     deadline = time.monotonic() + 30
     while not go.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.02)  # a model that streams at a pace: what the chat tests watch
     chunk("LATE LINE ONE\n")
     chunk("LATE PART TWO")
     time.sleep(0.5)  # then its log says something (relayed by the wrapper and the chat)

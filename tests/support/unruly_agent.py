@@ -44,7 +44,7 @@ SESSIONS = itertools.count(1)
 
 def stream(rid: Any, sid: str, count: int, every_ms: int, ask_at: int | None) -> None:
     for n in range(1, count + 1):
-        time.sleep(every_ms / 1000)
+        time.sleep(every_ms / 1000)  # the pace the prompt asked for (`stream N MS`)
         chunk(sid, f"c{n} ")
         if n == ask_at:
             send({"jsonrpc": "2.0", "id": "perm", "method": "session/request_permission", "params": {

@@ -246,15 +246,15 @@ async def killer(agent: MatrixAgent, policy: MatrixPolicy, run: Run, first_promp
     point = run.point
     if point.kind == "delay":
         await first_prompt.wait()
-        await anyio.sleep(point.delay)
+        await anyio.sleep(point.delay)  # the kill point: this long after the event
     elif point.kind == "permission":
         await policy.hanging.wait()
-        await anyio.sleep(point.delay)
+        await anyio.sleep(point.delay)  # the kill point: this long after the event
     elif point.kind == "command":
         pid_file = run.work / "cmd.pid"
         while not (pid_file.exists() and pid_file.read_text().strip().isdigit()):
-            await anyio.sleep(0.005)
-        await anyio.sleep(point.delay)
+            await anyio.sleep(0.005)  # poll: the command's pid file (written by another process)
+        await anyio.sleep(point.delay)  # the kill point: this long after the event
     else:
         return
     agent.kill()
