@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 from acp_bridge.tools.reaper import Reaper
 from tests.support.acp_client import CLIENT_CAPS_NONE, AgentProcess, ClientPolicy, write_script
 from tests.support.processes import GONE_WITHIN_S, alive, wait_gone
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,13 +41,12 @@ def tree_script(tmp_path: Path) -> tuple[Path, str]:
 def read_pids(d: Path, timeout: float = 20) -> list[int]:
     """The three pids, once all are written."""
     names = ("shell.pid", "child.pid", "grandchild.pid")
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def written() -> list[int]:
         texts = [(d / n).read_text().strip() if (d / n).exists() else "" for n in names]
-        if all(t.isdigit() for t in texts):
-            return [int(t) for t in texts]
-        assert time.monotonic() < deadline, f"the command never started: {texts}"
-        time.sleep(0.02)
+        return [int(t) for t in texts] if all(t.isdigit() for t in texts) else []
+
+    return wait_until(written, "the command's three pid files", timeout=timeout)
 
 
 @pytest.fixture
@@ -116,10 +115,7 @@ def spawn_group(d: Path, name: str) -> tuple[subprocess.Popen[bytes], int]:
     """A process group like a terminal's: a shell leading it and a background child."""
     proc = subprocess.Popen(
         ["/bin/sh", "-c", f"sleep 60 & echo $! > {d}/{name}; wait"], start_new_session=True)
-    deadline = time.monotonic() + 10
-    while not (d / name).exists() or not (d / name).read_text().strip():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: (d / name).exists() and (d / name).read_text().strip(), f"the group's child pid in {name}")
     return proc, int((d / name).read_text())
 
 
@@ -163,10 +159,7 @@ def test_a_killed_watchdog_is_replaced_and_told_every_listed_group(
         old = reaper.watchdog_pid
         assert old is not None
         os.kill(old, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while alive(old):
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: not alive(old), "the killed watchdog's exit", timeout=5)
         reaper.watch(second.pid)  # notices, starts a new one, re-lists `first`
         assert reaper.watchdog_pid not in (None, old)
         reaper.close()

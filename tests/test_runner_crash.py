@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -15,6 +14,7 @@ import pytest
 from session import SessionStore, check_invariants, derive_messages
 from session.backends.jsonl import JsonlBackend
 from session.transcript import unanswered_calls
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -62,11 +62,8 @@ def test_kill_9_mid_tool_then_load(tmp_path: Path) -> None:
     try:
         assert child.stdout is not None
         sid = child.stdout.readline().strip()
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the tool never started"
-            assert child.poll() is None, "the child died early"
-            time.sleep(0.02)
+        wait_until(lambda: marker.exists() or child.poll() is not None, "the tool's start", timeout=20)
+        assert child.poll() is None, "the child died early"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()

@@ -30,6 +30,7 @@ from acp_bridge.tools.base import PermissionOutcome, PermissionRequest
 from session import Event, SessionCorruptError, SessionLockedError, SessionStore, open_backend
 from tests.support.services import ScriptedClient
 from tests.support.tamper import replace_event
+from tests.support.waiting import wait_until
 from tests.test_runner_crash import CHILD
 
 WRAPPER = "import sys; from acp_bridge.cli.sessions.main import main; sys.exit(main(sys.argv[1:]))"
@@ -439,10 +440,8 @@ def test_show_while_an_agent_owns_the_session(tmp_path: Path, kind: str, cli_wor
     try:
         assert child.stdout is not None
         sid = child.stdout.readline().strip()
-        deadline = time.monotonic() + 20
-        while not pid_file.exists():
-            assert time.monotonic() < deadline and child.poll() is None, "the tool never started"
-            time.sleep(0.02)
+        wait_until(lambda: pid_file.exists() or child.poll() is not None, "the tool's start", timeout=20)
+        assert child.poll() is None, "the child died before its tool started"
         before = store_state(root)
         listed = orjson.loads(cli(*store_args(tmp_path, kind), "list", "--json").raw)
         assert [(i["status"], i["live"], i["ownerPid"]) for i in listed] == [("running", True, child.pid)]
