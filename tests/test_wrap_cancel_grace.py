@@ -28,6 +28,7 @@ import pytest
 from session import check_invariants
 from tests.support.acp_client import AgentProcess
 from tests.support.logs import loaded_events
+from tests.support.processes import alive
 from tests.support.unruly import (
     agent_pids,
     between_turns,
@@ -45,6 +46,11 @@ GRACE = 0.5
 BOUND = GRACE + 1.5  # the answer's deadline after the cancel, on a loaded machine
 FORCED = {"kind": "cancelled", "by": "session/cancel", "forced": True}
 COMPLETED = {"kind": "completed"}
+# What the wrapper logs (at info) as it drops a stuck child session's messages, and its
+# late answer: the events the tests wait for.
+INFO = ("--log-level", "info")
+DROPPING = b"runs a turn acp-bridge ended: dropping its"
+LATE = b"answered its cancelled turn late"
 
 
 def ends_of(store: Path, sid: str) -> list[dict[str, Any]]:
@@ -81,7 +87,7 @@ async def cancel_of(agent: AgentProcess, tg: anyio.abc.TaskGroup, by: str, sid: 
 async def test_a_cancel_the_child_ignores_is_answered_by_the_wrapper_within_the_grace(
         tmp_path: Path, work: Path, by: str) -> None:
     record, store = tmp_path / "read.jsonl", tmp_path / "store"
-    async with WrappedProcess(store, unruly_command(record)) as agent:
+    async with WrappedProcess(store, unruly_command(record), wrap_args=INFO) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
         closed: dict[str, Any] = {}
@@ -97,7 +103,8 @@ async def test_a_cancel_the_child_ignores_is_answered_by_the_wrapper_within_the_
         assert answer["result"]["_meta"]["acpBridge"]["reason"] == {**FORCED, "by": by}
         if by == "session/close":
             assert closed["answer"]["result"] == {} and closed["at"] - cancelled_at <= BOUND
-        await anyio.sleep(0.5)  # the child streams on meanwhile: none of it is shown
+        # The child streams on meanwhile: none of it is shown.
+        await agent.wait_for(lambda: DROPPING in agent.stderr, why="the wrapper dropping the child's next chunk")
         assert len(agent.updates_of(sid)) == shown
         child_sid = next(m["params"]["sessionId"] for m in read_by_agent(record) if m.get("method") == "session/prompt")
         assert {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": child_sid}} in \
@@ -136,15 +143,16 @@ async def test_an_error_answer_to_a_cancelled_prompt_is_the_cancel(tmp_path: Pat
 
 
 async def test_a_child_that_stops_answering_is_cancelled_closed_and_replaced(tmp_path: Path, work: Path) -> None:
-    store = tmp_path / "store"
-    async with WrappedProcess(store, unruly_command()) as agent:
+    record, store = tmp_path / "read.jsonl", tmp_path / "store"
+    async with WrappedProcess(store, unruly_command(record)) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
         other = await agent.new_session(work)
         hung = one_agent(agent.proc.pid)
         async with anyio.create_task_group() as tg:
             answer = agent.prompt_soon(tg, sid, "hang")
-            await anyio.sleep(0.2)
+            await agent.wait_for(lambda: any(m.get("method") == "session/prompt" for m in read_by_agent(record)),
+                                 why="the child reading the prompt that hangs it")
             cancelled_at = time.monotonic()
             await agent.notify("session/cancel", {"sessionId": sid})
         assert time.monotonic() - cancelled_at <= BOUND
@@ -163,7 +171,7 @@ async def test_a_child_that_stops_answering_is_cancelled_closed_and_replaced(tmp
 async def test_a_child_that_answers_late_is_in_step_again_and_its_late_turn_is_dropped(
         tmp_path: Path, work: Path) -> None:
     store = tmp_path / "store"
-    async with WrappedProcess(store, unruly_command()) as agent:
+    async with WrappedProcess(store, unruly_command(), wrap_args=INFO) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
         child = one_agent(agent.proc.pid)
@@ -173,7 +181,7 @@ async def test_a_child_that_answers_late_is_in_step_again_and_its_late_turn_is_d
             await agent.notify("session/cancel", {"sessionId": sid})
         assert answer["result"]["_meta"]["acpBridge"]["reason"]["forced"] is True
         shown = len(agent.updates_of(sid))
-        await anyio.sleep(1.5)  # it finished the turn meanwhile, and answered it
+        await agent.wait_for(lambda: LATE in agent.stderr, why="the child's late answer to the cancelled turn")
         assert len(agent.updates_of(sid)) == shown
         again = await agent.prompt(sid, "and now")
         assert again["stopReason"] == "end_turn"
@@ -213,17 +221,23 @@ async def test_a_cancel_while_the_child_is_restarted_is_enforced_too(tmp_path: P
     # The prompt restarts a dead child, which then answers nothing (not even initialize):
     # the editor's cancel still ends the prompt within the grace, and the next prompt
     # restarts the child again.
-    hang, store = tmp_path / "hang-now", tmp_path / "store"
-    async with WrappedProcess(store, unruly_command(hang_if=hang)) as agent:
+    hang, record, store = tmp_path / "hang-now", tmp_path / "read.jsonl", tmp_path / "store"
+    async with WrappedProcess(store, unruly_command(record, hang_if=hang)) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
         hang.touch()
         first = one_agent(agent.proc.pid)
         os.kill(first, signal.SIGKILL)
+        # Dead before the prompt is sent, not dying: a reader killed in read() may still
+        # take what reaches the pipe before it runs again, and the wrapper then rightly
+        # counts the prompt as read (the turn interrupted, not sent again).
+        await agent.wait_for(lambda: not alive(first), why="the killed child's death")
         async with anyio.create_task_group() as tg:
             answer = agent.prompt_soon(tg, sid, "never reaches it")
-            await agent.wait_for(lambda: agent_pids(agent.proc.pid) not in ([], [first]), timeout=10)
-            await anyio.sleep(0.2)  # it is waiting on the new child's initialize
+            await agent.wait_for(lambda: agent_pids(agent.proc.pid) not in ([], [first]), timeout=10,
+                                 why="the child restarted for the prompt")
+            await agent.wait_for(lambda: [m.get("method") for m in read_by_agent(record)].count("initialize") == 2,
+                                 why="the new child reading its initialize (it answers nothing)")
             cancelled_at = time.monotonic()
             await agent.notify("session/cancel", {"sessionId": sid})
         assert time.monotonic() - cancelled_at <= BOUND
