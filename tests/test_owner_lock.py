@@ -25,6 +25,7 @@ import pytest
 from session import (
     Backend,
     InvalidSessionIdError,
+    LoadedSession,
     SessionLockedError,
     SessionStore,
     check_invariants,
@@ -33,6 +34,7 @@ from session import (
 from session.backends.jsonl import JsonlBackend
 from session.backends.sqlite import DB_NAME
 from tests.support.logs import Script, write
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 FILE_BACKENDS = ("jsonl", "sqlite")
@@ -141,6 +143,22 @@ def refused_then_killed(store: SessionStore, sid: str, proc: subprocess.Popen[by
     proc.wait(timeout=10)
 
 
+def load_when_released(store: SessionStore, sid: str) -> LoadedSession:
+    """The session, loaded once the killed owner's flock is gone. The kernel drops it as
+    it closes the dead process's files, which may be a moment after the process was
+    reaped (seen: under load, `wait()` had returned and the lock was still held for a
+    few milliseconds). Ten seconds: a lock held for good (a tool process that inherited
+    it, a bug) still fails the test."""
+
+    def attempt() -> LoadedSession | None:
+        try:
+            return store.load(sid)
+        except SessionLockedError:
+            return None
+
+    return wait_until(attempt, "the killed owner's lock to be released")
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -180,7 +198,7 @@ def test_second_process_is_refused_until_owner_is_killed(tmp_path: Path, kind: s
         proc.kill()  # SIGKILL: no cleanup runs in the owner
         assert proc.wait(timeout=10) == -signal.SIGKILL
 
-    loaded = store.load(sid)  # the kernel dropped the lock with the process
+    loaded = load_when_released(store, sid)  # the kernel dropped the lock with the process
     assert loaded.report.repaired is False
     assert len(loaded.log.events) == count
     loaded.log.close()
@@ -195,7 +213,7 @@ def test_owner_killed_mid_turn_leaves_a_repairable_log(tmp_path: Path, kind: str
     backend, store, sid, count = stored_session(kind, root)
     with holding(kind, root, sid, mode="mid-turn") as (proc, _):
         refused_then_killed(store, sid, proc)
-    loaded = store.load(sid)
+    loaded = load_when_released(store, sid)
     events = list(loaded.log.events)
     loaded.log.close()
     assert loaded.report.interrupted_turn == 3
@@ -224,7 +242,7 @@ def test_owner_killed_while_its_tool_process_lives_on(tmp_path: Path, kind: str)
         try:
             refused_then_killed(store, sid, proc)
             os.kill(tool_pid, 0)  # the tool process is still running
-            loaded = store.load(sid)
+            loaded = load_when_released(store, sid)
             assert len(loaded.log.events) == count
             loaded.log.close()
         finally:

@@ -24,7 +24,7 @@ TIMEOUT_S = 10.0  # long enough for a loaded 2-core machine; a wait that ends ea
 EVERY_S = 0.01
 
 
-def wait_until(ready: Callable[[], T], why: str, *, timeout: float = TIMEOUT_S, every: float = EVERY_S) -> T:
+def wait_until(ready: Callable[[], T | None], why: str, *, timeout: float = TIMEOUT_S, every: float = EVERY_S) -> T:
     """`ready()`'s first true value, polled; AssertionError naming `why` after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
@@ -36,7 +36,7 @@ def wait_until(ready: Callable[[], T], why: str, *, timeout: float = TIMEOUT_S, 
         time.sleep(every)
 
 
-async def until(ready: Callable[[], T], why: str, *, timeout: float = TIMEOUT_S, every: float = EVERY_S) -> T:
+async def until(ready: Callable[[], T | None], why: str, *, timeout: float = TIMEOUT_S, every: float = EVERY_S) -> T:
     """`wait_until` for async tests: the loop runs on meanwhile."""
     deadline = anyio.current_time() + timeout
     while True:
