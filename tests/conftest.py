@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import compileall
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,17 @@ from tests.support.pg_server import PgServer
 pytest_plugins = ["tests.support.tiers", "pytester"]
 
 BACKEND_KINDS = ("memory", "jsonl", "sqlite")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The repository's modules compiled once, before any test starts a process: these
+    machines set PYTHONDONTWRITEBYTECODE, so every agent, wrapper and helper process
+    the tests start would otherwise compile what it imports of ours again (a fresh
+    clone has no bytecode). compileall writes it whatever that variable says, and only
+    where it is missing or stale."""
+    for package in ("acp_bridge", "session", "tests", "bench"):
+        compileall.compile_dir(ROOT / package, quiet=1)
 
 
 @pytest.fixture(params=BACKEND_KINDS)
