@@ -3,7 +3,8 @@
 
 - `integration`: the test starts a process or opens a socket (given per module, with
   `pytestmark`, or per test). So is every test that uses a fixture in
-  `PROCESS_FIXTURES` or runs on the PostgreSQL backend (`starts_a_server`).
+  `PROCESS_FIXTURES`, runs on the PostgreSQL backend or runs a third-party program
+  (`starts_a_server`).
 - `unit`: every other test that is not `soak`. Derived here at collection, never
   written by hand: `pytest -m unit` is the fast loop, and a new test is in it until
   it says otherwise.
@@ -29,6 +30,9 @@ from tests.support.unit_guard import forbidden
 
 # Fixtures that start a process: a test that uses one is an integration test.
 PROCESS_FIXTURES = frozenset({"pg_server", "pg_database", "pg_dsn"})
+# Markers of tests that run a third-party program (.ci/run runs each as a step of its
+# own): integration tests too, even where they skip for want of the program.
+EXTERNAL_MARKERS = ("fast_agent", "opencode", "mcp_everything", "browser")
 
 # What the unit guard saw during a test's set-up and call (test_unit_guard.py reads it).
 SEEN = pytest.StashKey[list[str]]()
@@ -47,11 +51,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def starts_a_server(item: pytest.Item) -> bool:
-    """It uses a fixture that starts a process, or runs on the PostgreSQL backend (a
-    `postgres` parameter: its fixtures ask for `pg_dsn` by name, at run time)."""
+    """It uses a fixture that starts a process, runs on the PostgreSQL backend (a
+    `postgres` parameter: its fixtures ask for `pg_dsn` by name, at run time), or runs
+    a third-party program (`EXTERNAL_MARKERS`)."""
     callspec = getattr(item, "callspec", None)
     return bool(PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))) or (
-        callspec is not None and "postgres" in callspec.params.values())
+        callspec is not None and "postgres" in callspec.params.values()) or any(
+        item.get_closest_marker(name) for name in EXTERNAL_MARKERS)
 
 
 def is_unit(item: pytest.Item) -> bool:
