@@ -28,7 +28,7 @@ import pytest
 from session import check_invariants
 from tests.support.acp_client import AgentProcess
 from tests.support.logs import loaded_events
-from tests.support.processes import alive
+from tests.support.processes import gone
 from tests.support.unruly import (
     agent_pids,
     between_turns,
@@ -231,7 +231,7 @@ async def test_a_cancel_while_the_child_is_restarted_is_enforced_too(tmp_path: P
         # Dead before the prompt is sent, not dying: a reader killed in read() may still
         # take what reaches the pipe before it runs again, and the wrapper then rightly
         # counts the prompt as read (the turn interrupted, not sent again).
-        await agent.wait_for(lambda: not alive(first), why="the killed child's death")
+        await agent.wait_for(gone(first), why="the killed child's death")
         async with anyio.create_task_group() as tg:
             answer = agent.prompt_soon(tg, sid, "never reaches it")
             await agent.wait_for(lambda: agent_pids(agent.proc.pid) not in ([], [first]), timeout=10,

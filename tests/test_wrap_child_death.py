@@ -23,7 +23,7 @@ import pytest
 
 from session import check_invariants
 from tests.support.logs import loaded_events
-from tests.support.processes import alive, wait_gone
+from tests.support.processes import alive, gone, wait_gone
 from tests.support.unruly import (
     agent_pids,
     between_turns,
@@ -109,7 +109,7 @@ async def test_a_prompt_just_after_the_child_died_restarts_it_and_runs(
             os.kill(pids[0], signal.SIGKILL)
             # Dead, not dying: a reader killed in read() may still take what reaches the
             # pipe before it runs again (then the prompt counts as read, rightly).
-            assert await anyio.to_thread.run_sync(wait_gone, [pids[0]]) == []
+            await agent.wait_for(gone(pids[0]), why="the killed child's death")
             await anyio.sleep(rng.uniform(0, 0.02))  # what is tested: a prompt at any moment after the death
             before = len(agent.updates_of(sid))
             answer = await agent.prompt(sid, f"round {n}")

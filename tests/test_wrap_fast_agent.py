@@ -38,7 +38,7 @@ from tests.support.peers import (
     stored_log,
     texts,
 )
-from tests.support.processes import alive, wait_gone
+from tests.support.processes import alive, gone
 from tests.support.wrapped import WrappedProcess, command_line, descendants
 
 EXECUTABLE = fast_agent()
@@ -217,7 +217,7 @@ async def test_fast_agent_killed_just_before_a_prompt_is_restarted_and_runs_it(t
             os.kill(killed, signal.SIGKILL)
             # Dead, not dying: a reader killed in read() may still take what reaches the
             # pipe before it runs again (then the prompt counts as read, rightly).
-            assert await anyio.to_thread.run_sync(wait_gone, [killed]) == []
+            await agent.wait_for(gone(killed), why="the killed agent's death")
             await anyio.sleep(delay)  # what is tested: a prompt at several moments after the death
             before = len(agent.updates_of(sid))
             answer = await prompt(agent, sid, f"round {n}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 GONE_WITHIN_S = 5.0  # how long a command may take to die after its agent was killed
 
@@ -22,6 +23,11 @@ def alive(pid: int) -> bool:
             return False
         return True
     return state not in ("Z", "X")
+
+
+def gone(pid: int) -> Callable[[], bool]:
+    """`pid` has exited: a condition for tests/support/waiting.py's waits."""
+    return lambda: not alive(pid)
 
 
 def wait_gone(pids: list[int], timeout: float = GONE_WITHIN_S) -> list[int]:
