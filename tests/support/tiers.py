@@ -5,9 +5,9 @@
   `pytestmark`, or per test). So is every test that uses a fixture in
   `PROCESS_FIXTURES`, runs on the PostgreSQL backend or runs a third-party program
   (`starts_a_server`).
-- `unit`: every other test that is not `soak`. Derived here at collection, never
-  written by hand: `pytest -m unit` is the fast loop, and a new test is in it until
-  it says otherwise.
+- `unit`: every other test that is not `long` or `soak`. Derived here at collection,
+  never written by hand: `pytest -m unit` is the fast loop, and a new test is in it
+  until it says otherwise.
 - `soak` and `long`: the long runs. `soak` (crash, fuzz and soak runs of minutes) is
   run by hand; `long` (the crash matrices' CI samples, the benches' smoke runs, the
   kill-during-a-fork loop: seconds each) is run by `.ci/run` as a step of its own.

@@ -1,13 +1,13 @@
 """The unit tier's guard: while it is on, starting a process or opening a socket raises.
 
-`pytest -m unit` is the fast loop (tests/conftest.py gives the `unit` marker to every
-test not marked `integration` or `soak`). A label alone would drift: a test marked
-unit that starts an agent would make the loop slow again, and nobody would notice. So
-while a unit test sets up and runs, every way this code base has of starting a
+`pytest -m unit` is the fast loop (tests/support/tiers.py gives the `unit` marker to
+every test not marked `integration`, `long` or `soak`). A label alone would drift: a
+test marked unit that starts an agent would make the loop slow again, and nobody would
+notice. So while a unit test sets up and runs, every way this code base has of starting a
 process (subprocess, and through it asyncio's and anyio's processes; os.fork,
 forkpty, posix_spawn, system; multiprocessing's fork_exec) and of opening a socket
 (a new `socket.socket`) raises `NotInUnitTier`; and since code under test may catch
-and swallow that, each attempt is also recorded, and conftest fails the test on it.
+and swallow that, each attempt is also recorded, and tiers.py fails the test on it.
 
 Left open on purpose: `socket.socketpair()` (its two ends are made from descriptors
 the kernel hands back, not with a new socket): asyncio's event loop builds its wake-up
