@@ -256,13 +256,16 @@ def test_slow_disk_slows_the_syncs_of_python_and_of_sqlite(tmp_path: Path) -> No
     assert python_ms >= 20.0 and sqlite_ms >= 20.0
 
 
+@pytest.mark.integration
+@pytest.mark.long
+@pytest.mark.timeout(HANG_S)
 def test_the_start_up_comparison_of_checkouts(tmp_path: Path) -> None:
     """bench/startup_compare.py, one round, this checkout against itself under two
     names: each runs its own package, every figure is there."""
     out = tmp_path / "startup.json"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "startup_compare.py"), "--repeat", "1",
                            "--json", str(out), f"a={ROOT}", f"b={ROOT}"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "wrap adds: initialize +" in done.stdout
     result = orjson.loads(out.read_bytes())

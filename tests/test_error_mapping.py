@@ -147,6 +147,7 @@ async def test_the_clients_services_raise_domain_errors_answered_as_before(tmp_p
 
 
 @pytest.mark.anyio
+@pytest.mark.integration
 async def test_a_service_that_cannot_run_says_why_in_its_own_words(tmp_path: Path) -> None:
     target = tmp_path / "no-folder" / "f.txt"
     async with anyio.create_task_group() as tg:

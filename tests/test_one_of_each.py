@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("acp_bridge", "session")
@@ -107,6 +108,7 @@ sys.stdout.write(orjson.dumps(sorted(outside)).decode())
 """
 
 
+@pytest.mark.integration
 def test_every_exception_class_is_in_the_one_tree() -> None:
     done = subprocess.run([sys.executable, "-c", EXCEPTIONS], capture_output=True, text=True, cwd=ROOT,
                           timeout=120, check=True)

@@ -22,6 +22,8 @@ from typing import Any
 import orjson
 import pytest
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED_AGENT = ROOT / "bench" / "recorded_agent.py"
 RECORDINGS = sorted((Path(__file__).parent / "wrapped_agents").glob("*.jsonl"))
