@@ -409,7 +409,7 @@ async def test_no_message_we_serve_waits_for_jsonrpcservers_import(monkeypatch: 
             await reader.send.send(line({"jsonrpc": "2.0", "id": 3, "method": "no/such_method", "params": {}}))
             while not imports:
                 await anyio.sleep(0.001)
-            await anyio.sleep(0.05)
+            await anyio.wait_all_tasks_blocked()  # everything that can run has run
             assert len(writer.messages()) == 2  # the unknown method waits for the library
             held.set()
             while len(writer.messages()) < 3:

@@ -201,7 +201,7 @@ async def _reads(gaps: list[float], hold: float) -> tuple[list[int], list[float]
 
     async def write() -> None:
         for n, gap in enumerate(gaps):
-            await anyio.sleep(gap)
+            await anyio.sleep(gap)  # what is tested: lines that come this far apart
             written.append(anyio.current_time())
             os.write(wfd, b"%d\n" % n)
         os.close(wfd)
