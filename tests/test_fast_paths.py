@@ -22,6 +22,7 @@ from session import EventDataError, InvariantError, SessionStore
 from session.invariants import InvariantTracker
 from tests.support.acp_client import AgentProcess
 from tests.support.logs import Script, write
+from tests.support.waiting import until
 
 
 def state(tracker: InvariantTracker) -> tuple[Any, ...]:
@@ -192,11 +193,11 @@ async def test_a_hook_that_must_wait_or_a_full_pipe_leaves_it_to_the_writer() ->
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(out.run)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # the writer is idle
             out.send({"id": 1})  # the hook says wait: not written here, nothing awaited here
             assert read_all(r) == b"" and waited == []
-            await anyio.sleep(0.01)
-            assert read_all(r) == b'{"id":1}\n'
+            # Written by the writer task once the log's thread is done.
+            assert await until(lambda: read_all(r), "the write after the log's thread") == b'{"id":1}\n'
             # A message bigger than the pipe takes: the rest goes through the writer.
             big = {"text": "x" * (4 << 20)}
             out.send(big)
