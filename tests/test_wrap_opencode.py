@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from session import check_invariants
-from tests.support.acp_updates import without_prompts
+from tests.support.acp_updates import without_offers, without_prompts
 from tests.support.fake_model import respond
 from tests.support.logs import loaded_events
 from tests.support.sse_server import SSEServer
@@ -79,7 +79,7 @@ async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
             await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []},
                                  timeout=START)
             replayed = second.replayed(sid)
-    assert without_prompts(replayed) == live
+    assert without_prompts(replayed) == without_offers(live)
     events = loaded_events(store, sid)
     check_invariants(events, closed=True)  # type: ignore[arg-type]
     usage = [e["data"]["usage"] for e in events if e["type"] == "assistant/message" and "usage" in e["data"]]

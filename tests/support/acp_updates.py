@@ -76,3 +76,16 @@ def logged(items: list[Item]) -> list[Event]:
     assert unanswered_calls(derive_messages(written)) == []
     return written
 
+
+WRAPPER_COMMANDS = frozenset({"fork", "agent"})  # the wrapper's own (acp_bridge.wrap.commands)
+
+
+def without_offers(live: list[Any]) -> list[Any]:
+    """A wrapped session's live updates less the wrapper's offers of its own commands
+    (an `available_commands_update` naming only them, sent after `session/new` when the
+    child had sent no list yet): not history, so not replayed; the child's own list, when
+    it comes, is recorded and replayed with ours in it. Whether the child's list comes
+    before or after the answer is the child's timing (opencode's comes either way)."""
+    return [u for u in live if not (u.get("sessionUpdate") == "available_commands_update"
+                                    and {c.get("name") for c in u.get("availableCommands") or []}
+                                    <= WRAPPER_COMMANDS)]
