@@ -224,6 +224,9 @@ class CancelledReason(TypedDict):
     # Only ever `true`: a wrapped agent did not answer the cancelled prompt within the
     # cancel grace, and `acp-bridge wrap` ended the turn itself.
     forced: NotRequired[Literal[True]]
+    # A wrapped agent answered the cancelled prompt with a stop reason of its own (it had
+    # finished, or did not honour the cancel): that reason, as it sent it.
+    agentStopReason: NotRequired[str]
 
 
 class ErrorReason(TypedDict):
@@ -262,7 +265,7 @@ _REASON_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "max_tokens": (frozenset(), frozenset()),
     "max_steps": (frozenset({"limit"}), frozenset()),
     "refusal": (frozenset(), frozenset()),
-    "cancelled": (frozenset({"by"}), frozenset({"forced"})),
+    "cancelled": (frozenset({"by"}), frozenset({"forced", "agentStopReason"})),
     "error": (frozenset({"step", "message"}), frozenset({"code", "retryable", "agentError"})),
     "interrupted": (frozenset({"cause"}), frozenset()),
 }
@@ -285,6 +288,9 @@ def reason_problem(value: JSON) -> str | None:
         return f"cancelled by {value['by']!r} is not one of {list(CANCELLED_BY)}"
     if kind == "cancelled" and "forced" in value and value["forced"] is not True:
         return f"cancelled forced {value['forced']!r} is not true (absent when the agent complied)"
+    if kind == "cancelled" and "agentStopReason" in value and not (
+            isinstance(value["agentStopReason"], str) and value["agentStopReason"]):
+        return f"cancelled agentStopReason {value['agentStopReason']!r} is not a non-empty string"
     if kind == "interrupted" and value["cause"] not in INTERRUPT_CAUSES:
         return f"interrupted cause {value['cause']!r} is not one of {list(INTERRUPT_CAUSES)}"
     if "agentError" in value:

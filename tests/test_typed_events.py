@@ -113,7 +113,7 @@ def fields_of(kind_type: type) -> tuple[frozenset[str], frozenset[str]]:
 # A valid value of every reason field, whatever its kind.
 SAMPLES: dict[str, Any] = {"limit": 3, "by": "session/cancel", "forced": True, "step": 1, "message": "m",
                            "code": "c", "retryable": True, "agentError": {"code": 1, "message": "m"},
-                           "cause": "crash"}
+                           "cause": "crash", "agentStopReason": "end_turn"}
 
 
 @pytest.mark.parametrize("kind_type", REASON_TYPES, ids=lambda t: t.__name__)
@@ -152,6 +152,9 @@ CHECKED: list[tuple[Any, bool]] = [
     ({"kind": "error", "step": 2}, False),  # no message
     ({"kind": "cancelled", "by": "someone"}, False),
     ({"kind": "cancelled", "by": "session/cancel", "forced": False}, False),
+    ({"kind": "cancelled", "by": "session/cancel", "agentStopReason": "end_turn"}, True),
+    ({"kind": "cancelled", "by": "session/cancel", "agentStopReason": ""}, False),
+    ({"kind": "cancelled", "by": "session/cancel", "agentStopReason": 3}, False),
     ("completed", False),
 ]
 

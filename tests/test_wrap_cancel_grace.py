@@ -125,6 +125,37 @@ async def test_a_cancel_the_child_ignores_is_answered_by_the_wrapper_within_the_
             show.stdout.splitlines(), show.stdout
 
 
+@pytest.mark.parametrize("by", ["session/cancel", "$/cancel_request"])
+async def test_a_cancel_passed_on_is_answered_cancelled_whatever_the_child_answers(
+        tmp_path: Path, work: Path, by: str) -> None:
+    # The child ignores the cancel but finishes within the grace, answering `end_turn`
+    # (issue 33: a 15,000-word prompt cancelled 50 ms in was answered `end_turn`). Once
+    # the child has the editor's cancel the prompt is `cancelled`; its own stop reason is
+    # kept beside, in the log and the answer's reason.
+    record, store = tmp_path / "read.jsonl", tmp_path / "store"
+    async with WrappedProcess(store, unruly_command(record)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        closed: dict[str, Any] = {}
+        async with anyio.create_task_group() as tg:
+            answer = agent.prompt_soon(tg, sid, "stream 6 30", request_id="p1")  # 0.18 s, then end_turn
+            await agent.wait_for(lambda: len(chunks(agent, sid)) >= 1)
+            await cancel_of(agent, tg, by, sid, "p1", closed)
+            await agent.wait_for(lambda: bool(answer), timeout=10)
+        assert answer["result"]["stopReason"] == "cancelled"
+        said = {"kind": "cancelled", "by": by, "agentStopReason": "end_turn"}
+        assert answer["result"]["_meta"]["acpBridge"]["reason"] == said
+        child_sid = next(m["params"]["sessionId"] for m in read_by_agent(record) if m.get("method") == "session/prompt")
+        assert {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": child_sid}} in \
+            read_by_agent(record)
+        again = await agent.prompt(sid, "one two")  # the same child, in step
+        assert again["stopReason"] == "end_turn"
+    assert ends_of(store, sid) == [said, COMPLETED]
+    show = subprocess.run([sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store), "show", sid],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert f"Turn 1 — cancelled (by {by}; the agent answered end_turn)" in show.stdout.splitlines(), show.stdout
+
+
 async def test_an_error_answer_to_a_cancelled_prompt_is_the_cancel(tmp_path: Path, work: Path) -> None:
     # ACP has an agent answer a cancelled prompt `cancelled`; some answer it with an
     # error (-32800). The editor cancelled: the turn is cancelled {by}, not failed.

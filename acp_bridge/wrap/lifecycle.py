@@ -169,8 +169,12 @@ def _answered(s: State, e: Answered) -> Step:
         return _end(s, "crash")
     if answer == "exited":
         return _end(s, "crash")
+    if isinstance(turn, Cancelling):
+        # The child has the editor's cancel (told when it came: the prompt was asked):
+        # the prompt is answered `cancelled` whatever it answers now, an error (many
+        # answer a cancelled prompt -32800) or a stop reason of its own (recorded beside).
+        return _end(s, "cancelled")
     if answer == "error":
-        # Many agents answer a cancelled prompt -32800: the cancel is how it ended.
         return _end(s, "cancelled" if cancelled else "failed")
     if answer == "result_cancelled" and cancelled:
         return _end(s, "cancelled")

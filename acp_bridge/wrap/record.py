@@ -32,6 +32,7 @@ from acp_bridge.wrap.calls import AnnouncedCall, Step, step_items
 from session.closers import OpenTurn, Unanswered, Unreported, closers
 from session.events import (
     CANCELLED_BY,
+    JSON,
     TOOL_RESULT,
     PermissionRecord,
     Reason,
@@ -247,15 +248,21 @@ class TurnRecorder:
         fields["agentError"] = sent
         return self._close(reason("error", **fields))
 
-    def cancelled(self, by: str, *, forced: bool = False) -> list[Item]:
-        """The editor cancelled (`by`: the ACP message that did) and the agent's answer
-        says nothing usable; `forced`: it gave none within the cancel grace, and the
-        wrapper ended the turn itself."""
+    def cancelled(self, by: str, *, forced: bool = False, agent_stop: str | None = None) -> list[Item]:
+        """The editor cancelled (`by`: the ACP message that did); `forced`: the agent
+        gave no answer within the cancel grace, and the wrapper ended the turn itself;
+        `agent_stop`: the agent answered with a stop reason of its own (not
+        `cancelled`), kept beside."""
         if by not in CANCELLED_BY:
             raise ValueError(f"cancelled by {by!r} is not one of {list(CANCELLED_BY)}")
         if not self._starts_end():
             return []
-        return self._close(reason("cancelled", by=by, forced=True) if forced else reason("cancelled", by=by))
+        fields: dict[str, JSON] = {"by": by}
+        if forced:
+            fields["forced"] = True
+        if agent_stop:
+            fields["agentStopReason"] = agent_stop
+        return self._close(reason("cancelled", **fields))
 
     def known_calls(self) -> list[Item]:
         """The open step's calls and text written out (message, calls, the results

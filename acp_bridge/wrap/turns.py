@@ -289,7 +289,15 @@ class WrappedTurns:
                     if call is not None and isinstance(call.error, ClientError):
                         log.info("session %s: the wrapped agent answered the cancelled prompt with an error: %s",
                                  ws.id, relayed(call.error).message)
-                    return ws.log.extend(recorder.cancelled(turn.by))
+                    answer = call.result if call is not None and isinstance(call.result, dict) else {}
+                    if result is not None:
+                        result.update(answer)  # its other fields (usage, _meta) kept beside ours
+                    stop = answer.get("stopReason")
+                    agent_stop = stop if isinstance(stop, str) and stop != "cancelled" else None
+                    if agent_stop is not None:
+                        log.info("session %s: the wrapped agent answered the cancelled prompt %r: answered "
+                                 "`cancelled`", ws.id, agent_stop)
+                    return ws.log.extend(recorder.cancelled(turn.by, agent_stop=agent_stop))
                 elif act is Act.END_FAILED:
                     assert call is not None and isinstance(call.error, ClientError)
                     return ws.log.extend(recorder.failed(relayed(call.error).to_json()))

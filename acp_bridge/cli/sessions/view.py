@@ -153,6 +153,9 @@ def reason_text(reason: Mapping[str, Any], *, long: bool) -> str:
     if known["kind"] == "cancelled":
         # forced: a wrapped agent that did not stop within the cancel grace (docs/wrap.md).
         forced = "; the agent did not stop, acp-bridge ended the turn" if known.get("forced") else ""
+        said = known.get("agentStopReason")
+        if said is not None:  # the wrapped agent had the cancel and answered this (untrusted text)
+            forced += f"; the agent answered {cut(one_line(said), AGENT_DATA_LIMIT)}"
         return f"cancelled (by {known['by']}{forced})"
     if known["kind"] == "interrupted":
         return f"interrupted ({known['cause']})"
