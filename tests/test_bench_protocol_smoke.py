@@ -267,7 +267,7 @@ def test_the_start_up_comparison_of_checkouts(tmp_path: Path) -> None:
                            "--json", str(out), f"a={ROOT}", f"b={ROOT}"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "wrap adds: initialize +" in done.stdout
+    assert "wrap adds (serve): initialize " in done.stdout
     result = orjson.loads(out.read_bytes())
     assert list(result["checkouts"]) == ["a", "b"]
     for checkout in result["checkouts"].values():

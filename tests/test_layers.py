@@ -289,7 +289,8 @@ PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.hos
                 "acp_bridge.models.base", "acp_bridge.models.catalog", "acp_bridge.models.options",
                 "session.invariants", "session.repair", "session.transcript", "session.scan",
                 "session.items", "session.typed", "session.closers", "session.titles", "acp_bridge.prices",
-                "acp_bridge.wrap.state", "acp_bridge.wrap.signals", "acp_bridge.wrap.lifecycle")
+                "acp_bridge.wrap.state", "acp_bridge.wrap.signals", "acp_bridge.wrap.lifecycle",
+                "acp_bridge.wrap.initialize")
 PURE_STDLIB = frozenset({"__future__", "collections", "collections.abc", "dataclasses", "enum",
                          "functools", "itertools", "math", "re", "typing", "orjson"})
 

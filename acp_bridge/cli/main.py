@@ -135,7 +135,9 @@ def _wrap(raw: list[str]) -> int:
     # The child first, the wrapper's imports after: it boots while they run.
     from acp_bridge.wrap.serve import serve, start_child
 
-    return serve(args, start_child(args.agents[0][1] if args.agents else args.wrapped))
+    early = start_child(args.agents[0][1] if args.agents else args.wrapped,
+                        [name for name, _ in args.agents] if args.agents else None)
+    return serve(args, early)
 
 
 if __name__ == "__main__":

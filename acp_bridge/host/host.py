@@ -191,9 +191,11 @@ class Host(Generic[S]):
 
     # --- serving -----------------------------------------------------------------------
 
-    async def run(self, reader: LineReader, writer: Writer) -> None:
+    async def run(self, reader: LineReader, writer: Writer, *, answered_first: bool = False) -> None:
         """Start the engine, then serve the client until its input ends; every session
-        is closed before this returns. OSError if the engine cannot start."""
+        is closed before this returns. OSError if the engine cannot start.
+        `answered_first`: the client's first message was answered before (the wrapper's
+        start-up handshake: acp_bridge.wrap.handshake)."""
         failed: OSError | None = None
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -205,7 +207,7 @@ class Host(Generic[S]):
                 self._conn = Connection(
                     reader, writer, self.methods(), on_eof=self._on_eof, error_for=to_rpc_error,
                     before_write=self._before_write, fallback=self.engine.fallback(),
-                    inline={"session/cancel": self._cancel_now})
+                    inline={"session/cancel": self._cancel_now}, answered_first=answered_first)
                 try:
                     await self._conn.serve()
                 finally:

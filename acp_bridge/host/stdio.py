@@ -4,6 +4,7 @@ to stderr or a file."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -25,12 +26,15 @@ def configure_logging(log_file: str | None, level: str) -> None:
     root.setLevel(level.upper())
 
 
-def serve_stdio(host: Host[Any], *, not_started: Callable[[OSError], int] | None = None) -> int:
+def serve_stdio(host: Host[Any], *, not_started: Callable[[OSError], int] | None = None, prefix: bytes = b"",
+                answered_first: bool = False) -> int:
     """Serve `host` on stdin/stdout until stdin ends; the exit status. An engine that
-    cannot start (OSError) gets `not_started`'s status (the error is raised without)."""
-    reader, writer = FdLineReader(sys.stdin.fileno()), FdWriter(sys.stdout.fileno())
+    cannot start (OSError) gets `not_started`'s status (the error is raised without).
+    `prefix`: what was read from stdin before, read first; `answered_first`: the first
+    message was answered before (the wrapper's start-up handshake, which read both)."""
+    reader, writer = FdLineReader(sys.stdin.fileno(), prefix=prefix), FdWriter(sys.stdout.fileno())
     try:
-        anyio.run(host.run, reader, writer)
+        anyio.run(functools.partial(host.run, reader, writer, answered_first=answered_first))
     except OSError as exc:  # Host.run raises it only when the engine cannot start
         if not_started is None:
             raise

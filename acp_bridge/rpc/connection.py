@@ -92,7 +92,9 @@ class _Slot:
 class Connection:
     """Serve `methods` (name -> async handler taking the params as keywords) over a
     line reader and a writer until the reader ends. `ids` gives the ids of our
-    requests (`acp-bridge:1`, `acp-bridge:2`, ... by default)."""
+    requests (`acp-bridge:1`, `acp-bridge:2`, ... by default). `answered_first`: the
+    peer's first message was answered before this connection was made (the wrapper's
+    start-up handshake answers `initialize`: acp_bridge.wrap.handshake)."""
 
     def __init__(
         self,
@@ -106,12 +108,14 @@ class Connection:
         fallback: Fallback | None = None,
         inline: Mapping[str, Inline] | None = None,
         ids: Iterator[Any] | None = None,
+        answered_first: bool = False,
     ) -> None:
         self._reader = reader
         self._on_eof = on_eof
         # Called before each write to the client (the agent's log hand-off).
         self._out = Outgoing(writer, before_write)
-        self._in = Incoming(methods, self._out.send, error_for=error_for, fallback=fallback, inline=inline)
+        self._in = Incoming(methods, self._out.send, error_for=error_for, fallback=fallback, inline=inline,
+                            answered_first=answered_first)
         # The inline handlers that take a run of their notifications at once.
         self._runs: dict[str, Callable[[list[Any]], None]] = {
             name: handler.run for name, handler in (inline or {}).items() if isinstance(handler, InlineRun)}
@@ -149,11 +153,24 @@ class Connection:
         after it, whoever waits for the answer, and when): await what it returns for
         the answer."""
         request_id = next(self._ids)
+        key, done, slot = self._pend(request_id)
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return self._answer(method, request_id, key, done, slot)
+
+    def sent_before(self, method: str, request_id: Any) -> Coroutine[Any, Any, Any]:
+        """The answer to our request `request_id`, sent to the peer by someone else
+        before this connection read anything (the wrapper's start-up handshake,
+        acp_bridge.wrap.handshake), to await as `ask`'s: its answer is matched from
+        now on. `ids` must not give that id again."""
+        return self._answer(method, request_id, *self._pend(request_id))
+
+    def _pend(self, request_id: Any) -> tuple[tuple[str, Any], anyio.Event, list[tuple[str, Any]]]:
+        """Our request `request_id` waits for its answer: its key, the event its answer
+        sets and the slot it is put in."""
         key = request_key(request_id)
         done, slot = anyio.Event(), list[tuple[str, Any]]()
         self._pending[key] = (done, slot)
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        return self._answer(method, request_id, key, done, slot)
+        return key, done, slot
 
     async def _answer(self, method: str, request_id: Any, key: tuple[str, Any], done: anyio.Event,
                       slot: list[tuple[str, Any]]) -> Any:

@@ -117,7 +117,8 @@ class Incoming:
     handler taking the params as keywords), `fallback` and `inline`."""
 
     def __init__(self, methods: Mapping[str, Handler], send: Callable[[Any], None], *, error_for: ErrorMapper,
-                 fallback: Fallback | None = None, inline: Mapping[str, Inline] | None = None) -> None:
+                 fallback: Fallback | None = None, inline: Mapping[str, Inline] | None = None,
+                 answered_first: bool = False) -> None:
         # `$/cancel_request` is rpc's own: as a request (with an id, answered null) or
         # a notification a task handles (`run_inline` left it).
         self._methods: dict[str, Handler] = {**methods, CANCEL_REQUEST: self._cancel_request}
@@ -129,8 +130,10 @@ class Incoming:
         self._inflight: dict[tuple[str, Any], _Call] = {}  # request key -> the request being answered
         self._library: Callable[[Any], Any] | None = None  # jsonrpcserver, imported when first needed
         # Our handlers' answers go out in the library's member order from the first
-        # message on that is not the first `initialize` (see the module's docstring).
-        self._library_order = False
+        # message on that is not the first `initialize` (see the module's docstring);
+        # from the start if that was answered before (`answered_first`: the wrapper's
+        # start-up handshake, acp_bridge.wrap.handshake).
+        self._library_order = answered_first
 
     def run_inline(self, message: Any) -> bool:
         """Handle an inline notification now (see `Inline`); False if `message` is not

@@ -125,9 +125,11 @@ class _Lines:
 
 
 class FdLineReader(_Lines):
-    """Lines (without the newline) from a file descriptor, until EOF."""
+    """Lines (without the newline) from a file descriptor, until EOF. `prefix`: bytes
+    read from it before (the wrapper's start-up handshake, acp_bridge.wrap.handshake),
+    read first, as the first read."""
 
-    def __init__(self, fd: int, *, max_line: int = DEFAULT_MAX_LINE) -> None:
+    def __init__(self, fd: int, *, max_line: int = DEFAULT_MAX_LINE, prefix: bytes = b"") -> None:
         self.fd = fd
         self.max_line = max_line
         self._was_blocking = os.get_blocking(fd)
@@ -143,7 +145,7 @@ class FdLineReader(_Lines):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiter: asyncio.Future[bytes] | None = None
         self._idle_hits = 0
-        self._kept: bytes | None = None
+        self._kept: bytes | None = prefix or None
         self._empty = False  # the callback's last read left the pipe empty
 
     def hold_next(self, until: float) -> None:

@@ -41,7 +41,7 @@ import subprocess
 import termios
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -49,6 +49,9 @@ import anyio.abc
 from acp_bridge.rpc.transport import FdLineReader, FdWriter, TooLong
 from acp_bridge.tools.reaper import REAPER
 from acp_bridge.wrap.spawn import Early, spawn
+
+if TYPE_CHECKING:
+    from acp_bridge.wrap.handshake import Greeting
 
 log = logging.getLogger("acp_bridge.wrap.child")
 
@@ -69,6 +72,7 @@ class ChildAgent:
         self.env = dict(env) if env is not None else None
         self.grace = grace
         self._early = early  # the first process, spawned by the command line already
+        self.greeting: Greeting | None = None  # what the start-up handshake did with the current process
         self.starts = 0  # processes spawned so far (a restart makes one more)
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: FdLineReader | None = None
@@ -111,6 +115,9 @@ class ChildAgent:
         first start takes the process the command line spawned early, if any."""
         early, self._early = self._early, None
         proc = early.take() if early is not None else spawn(self.argv, cwd=self.cwd, env=self.env)
+        # What the start-up handshake read and wrote (acp_bridge.wrap.handshake): the
+        # first process's only.
+        greeting = self.greeting = early.greeting if early is not None else None
         # The pipes' descriptors are ours from here, each closed once at a known
         # moment (see `close` and `close_output`), never by a file object's finaliser:
         # a descriptor number closed early can come back as the next child's pipe.
@@ -119,11 +126,13 @@ class ChildAgent:
         self._proc, self._status, self._died, self._closing = proc, None, anyio.Event(), False
         self._stdin, self._stdout = stdin, stdout
         self.starts += 1
-        self._reader = FdLineReader(stdout)
+        self._reader = FdLineReader(stdout, prefix=greeting.child_out if greeting is not None else b"")
         self._writer = FdWriter(stdin)
+        if greeting is not None:
+            self._writer.written = greeting.child_in
         log.info("started the wrapped agent (pid %d): %s", proc.pid, " ".join(self.argv))
         task_group.start_soon(self._watch, proc, self._died)
-        task_group.start_soon(self._stderr, proc.pid, stderr)
+        task_group.start_soon(self._stderr, proc.pid, stderr, greeting.child_err if greeting is not None else b"")
 
     async def wait_died(self) -> int:
         """Wait for the process to exit; its status (negative: the signal)."""
@@ -257,10 +266,11 @@ class ChildAgent:
         died.set()
 
     @staticmethod
-    async def _stderr(pid: int, fd: int) -> None:
+    async def _stderr(pid: int, fd: int, prefix: bytes) -> None:
         """The child's stderr into our log (at warning: what it says there is what an
-        editor would have shown from it unwrapped), until EOF."""
-        reader = FdLineReader(fd, max_line=STDERR_LINE)
+        editor would have shown from it unwrapped), until EOF; `prefix` first (what the
+        start-up handshake read of it)."""
+        reader = FdLineReader(fd, max_line=STDERR_LINE, prefix=prefix)
         try:
             async for line in reader.lines():
                 if isinstance(line, TooLong):

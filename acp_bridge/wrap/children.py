@@ -27,8 +27,9 @@ import anyio
 from acp_bridge.errors import AgentProtocolError
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.protocol import ClientError
+from acp_bridge.wrap.initialize import obj
 from acp_bridge.wrap.lifecycle import restore_ways
-from acp_bridge.wrap.link import Call, ChildLink, obj
+from acp_bridge.wrap.link import Call, ChildLink
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import (
     Act,

@@ -31,7 +31,7 @@ from acp_bridge.host.fork import Sessions, fork_at, fork_command, fork_opened, f
 from acp_bridge.host.replay import ReplayEncoder
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.connection import Connection
-from acp_bridge.wrap.link import obj
+from acp_bridge.wrap.initialize import obj
 from acp_bridge.wrap.record import TurnRecorder
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.turns import WrappedTurns

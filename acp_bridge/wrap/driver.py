@@ -31,8 +31,9 @@ import anyio.abc
 from acp_bridge.errors import AgentStartError
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.children import SessionMap, close_child, restore
+from acp_bridge.wrap.initialize import Initialized, initialized
 from acp_bridge.wrap.lifecycle import link_plan, seeds
-from acp_bridge.wrap.link import Call, ChildLink, obj
+from acp_bridge.wrap.link import Call, ChildLink
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import Bound
@@ -113,12 +114,12 @@ class ChildDriver:
             wrapped["agentInfo"] = self.info
         return wrapped
 
-    def took_init(self, answer: Any) -> dict[str, Any]:
-        result = dict(obj(answer))
-        self.caps = dict(obj(result.get("agentCapabilities")))
-        info = result.get("agentInfo")
-        self.info = info if isinstance(info, dict) else None
-        return result
+    def took_init(self, answer: Any, agents: list[str] | None = None) -> Initialized:
+        """The child's answer to `initialize` read (its capabilities, its `agentInfo`),
+        and the editor's answer made of it (`agents`: with `wrap --agent`)."""
+        done = initialized(answer, agents)
+        self.caps, self.info = done.caps, done.info
+        return done
 
     # --- its runs ----------------------------------------------------------------------
 
@@ -126,7 +127,14 @@ class ChildDriver:
         """Serve its runs in `task_group`, spawning the first now (OSError if it cannot
         be)."""
         self._tg = task_group
-        await self._new_link()
+        link = await self._new_link()
+        greeting = self.child.greeting
+        if greeting is not None and greeting.state == "done":
+            # The start-up handshake answered the editor's `initialize` with this run's
+            # answer (acp_bridge.wrap.handshake): as `WrapEngine.initialize` leaves it.
+            self.init_params = greeting.params
+            self.took_init(greeting.answer)
+            link.ready = True
 
     def bind(self, task_group: anyio.abc.TaskGroup) -> None:
         """Serve its runs in `task_group`, the first started at its first use."""

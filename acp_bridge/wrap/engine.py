@@ -43,7 +43,7 @@ from acp_bridge.wrap.commands import (
     wrapper_fork,
 )
 from acp_bridge.wrap.driver import ChildDriver, WrapConfig
-from acp_bridge.wrap.link import obj
+from acp_bridge.wrap.initialize import obj
 from acp_bridge.wrap.moves import AgentOfLog, Mover, answer_text
 from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
@@ -100,6 +100,8 @@ class WrapEngine(Engine[WrappedTurns]):
                 await driver.start(host.task_group)
             else:
                 driver.bind(host.task_group)
+        if self.default.init_params is not None:  # the start-up handshake's `initialize`
+            self._others_init(self.default.init_params)
 
     async def _prepare(self) -> None:
         """While the child boots (0.3-1 s for the SDK's echo agent), in a worker thread:
@@ -162,24 +164,24 @@ class WrapEngine(Engine[WrappedTurns]):
     # --- the editor's methods ----------------------------------------------------------
 
     async def initialize(self, **params: Any) -> dict[str, Any]:
+        """The child's `initialize` answer with ours added (acp_bridge.wrap.initialize).
+        Not called when the start-up handshake answered it (acp_bridge.wrap.handshake:
+        the same bytes, before this engine was imported)."""
         driver = self.default
         link = await driver.ensure_link()
         driver.init_params = params
-        result = driver.took_init(await link.call("initialize", params))
+        done = driver.took_init(await link.first_initialize(params), self._agent_names())
+        self._others_init(params)
+        return done.answer
+
+    def _agent_names(self) -> list[str] | None:
+        """`_meta.acpBridge.agents` of the `initialize` answer (`wrap --agent`)."""
+        return list(self.drivers) if self.mover is not None else None
+
+    def _others_init(self, params: dict[str, Any]) -> None:
         for other in self.drivers.values():
-            if other is not driver:
+            if other is not self.default:
                 other.init_params = params  # what each agent is sent when it starts
-        caps = dict(driver.caps)
-        caps["loadSession"] = True
-        caps["sessionCapabilities"] = {**obj(caps.get("sessionCapabilities")),
-                                       "list": {}, "resume": {}, "close": {}, "delete": {}, "fork": {}}
-        result["agentCapabilities"] = caps
-        meta = obj(result.get("_meta"))
-        ours = {**obj(meta.get("acpBridge")), "wrapped": {"agentInfo": driver.info}}
-        if self.mover is not None:
-            ours["agents"] = list(self.drivers)
-        result["_meta"] = {**meta, "acpBridge": ours}
-        return result
 
     async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
         driver = self.default

@@ -31,6 +31,7 @@ within the cancel grace) while the child's late answer is still seen
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from acp_bridge.errors import AgentExitedError
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.connection import Connection, Fallback, Inline, InlineRun
 from acp_bridge.rpc.outgoing import FLUSH_WINDOW_S
+from acp_bridge.rpc.protocol import own_request_id
 from acp_bridge.wrap.child import ChildAgent
 
 log = logging.getLogger("acp_bridge.wrap.link")
@@ -54,12 +56,6 @@ DRAIN_S = 2.0  # how long the child gets to read what is queued for it before a 
 # exit, so what it wrote is read to EOF in milliseconds; longer, a descendant that left
 # the group holds the pipe (and is killed for it).
 EOF_S = 0.5
-
-
-def obj(value: Any) -> dict[str, Any]:
-    """`value` if it is a JSON object, else an empty one (what a peer sent is not
-    trusted to have the shape the schema gives it)."""
-    return value if isinstance(value, dict) else {}
 
 
 def permission_cancelled() -> dict[str, Any]:
@@ -102,8 +98,17 @@ class ChildLink:
         self._reader = child.reader
         self._pacer = Pacer()
         handlers = {name: self._while_alive(handler) for name, handler in inline.items()}
+        # The start-up handshake (acp_bridge.wrap.handshake) sent this run its first
+        # request, `initialize`: our ids go on after it, and its answer, if the
+        # handshake did not take it, is the engine's to await (`first_initialize`).
+        greeting = child.greeting
+        greeted = greeting is not None and greeting.state != "none"
         self.conn = Connection(child.reader, child.writer, {}, fallback=self._fallback_while_alive(fallback_for(self)),
-                               inline=handlers, error_for=to_rpc_error)
+                               inline=handlers, error_for=to_rpc_error,
+                               ids=map(own_request_id, itertools.count(2)) if greeted else None)
+        self._first: Coroutine[Any, Any, Any] | None = None
+        if greeting is not None and greeting.state == "sent":
+            self._first = self.conn.sent_before("initialize", own_request_id(1))
         self.dead = anyio.Event()
         self.status: int | None = None
         # Sent the editor's `initialize` again, or none was needed (the engine's to say).
@@ -143,6 +148,8 @@ class ChildLink:
                 log.info("the connection to the wrapped agent failed: %s", group.exceptions[0])
             finally:
                 self._mark_dead()
+                if self._first is not None:  # never asked for
+                    self._first.close()
                 self.child.close_output()
                 if self.pid is not None and not self._closing:
                     self.child.kill(self.pid)  # its stdout ended: what is left of it goes too
@@ -244,6 +251,18 @@ class ChildLink:
             call.done.set()
             if call.late is not None:
                 call.late(call)
+
+    async def first_initialize(self, params: Any) -> Any:
+        """The child's answer to `initialize` with the editor's `params`: to the one the
+        start-up handshake sent it, if it did and did not take the answer, else to one
+        sent now (as `call`)."""
+        first, self._first = self._first, None
+        if first is None:
+            return await self.call("initialize", params)
+        try:
+            return await self.guarded(lambda: first)
+        finally:
+            first.close()  # not awaited if the child was dead already
 
     async def call(self, method: str, params: Any) -> Any:
         """Our request to the child: its result, ClientError for its error answer, or

@@ -40,7 +40,7 @@ from acp_bridge.errors import InvalidParamsError, PromptInProgressError, Request
 from acp_bridge.wrap.children import close_child
 from acp_bridge.wrap.commands import CommandsOfLog
 from acp_bridge.wrap.driver import ChildDriver
-from acp_bridge.wrap.link import obj
+from acp_bridge.wrap.initialize import obj
 from acp_bridge.wrap.signals import Act, Moved, MoveFailed, SwitchAsked
 from acp_bridge.wrap.state import Moving, Place, Unplaced
 from acp_bridge.wrap.turns import WrappedTurns

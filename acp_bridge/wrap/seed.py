@@ -24,7 +24,8 @@ import anyio
 from acp_bridge.errors import AgentExitedError
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.protocol import ClientError
-from acp_bridge.wrap.link import ChildLink, obj
+from acp_bridge.wrap.initialize import obj
+from acp_bridge.wrap.link import ChildLink
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import SeedBegan, SeedEnded
 from session import SessionStore

@@ -10,23 +10,53 @@ the wrapper imports (issue 23, start-up; bench/README.md).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from acp_bridge.wrap.spawn import Early
 
+if TYPE_CHECKING:
+    from acp_bridge.host.host import Host
+    from acp_bridge.wrap.turns import WrappedTurns
 
-def start_child(argv: list[str]) -> Early:
-    """The wrapped agent's first process, started now; `serve` takes it over."""
-    return Early(argv)
+
+def start_child(argv: list[str], agents: list[str] | None = None) -> Early:
+    """The wrapped agent's first process, started now, and the start-up handshake with
+    it (acp_bridge.wrap.handshake; `agents`: the names of `wrap --agent`'s agents);
+    `serve` takes both over."""
+    early = Early(argv)
+    early.greet(agents)
+    return early
 
 
 def serve(args: argparse.Namespace, early: Early | None = None) -> int:
+    try:
+        host, not_started = _host(args, early)
+    finally:
+        # The handshake ends here (or on a failure to build the host), before the host
+        # reads stdin or writes stdout: what it read is read first, and the host starts
+        # where it left off.
+        greeting = early.finish() if early is not None else None
+    from acp_bridge.host.stdio import serve_stdio
+
+    if greeting is None:
+        return serve_stdio(host, not_started=not_started)
+    if greeting.failure is not None:
+        logging.getLogger("acp_bridge.wrap").warning("the start-up handshake stopped: %s", greeting.failure)
+    return serve_stdio(host, not_started=not_started, prefix=greeting.editor_rest,
+                       answered_first=greeting.state == "done")
+
+
+def _host(args: argparse.Namespace, early: Early | None) -> tuple[Host[WrappedTurns], Callable[[OSError], int]]:
+    """The wrapper's host (the heavy imports are here), and what it answers when the
+    child cannot be spawned."""
     from acp_bridge import __version__
     from acp_bridge.host.host import Host, StoreSpec
-    from acp_bridge.host.stdio import configure_logging, serve_stdio
+    from acp_bridge.host.stdio import configure_logging
     from acp_bridge.host.tuning import ProcessTuning
     from acp_bridge.wrap.engine import WrapConfig, WrapEngine
-    from acp_bridge.wrap.turns import WrappedTurns
     from session import shown_store, store_location
 
     configure_logging(args.log_file, args.log_level)
@@ -49,4 +79,4 @@ def serve(args: argparse.Namespace, early: Early | None = None) -> int:
         print(f"acp-bridge: cannot run {config.command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         return 2
 
-    return serve_stdio(host, not_started=not_started)
+    return host, not_started

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from acp_bridge.tools.reaper import REAPER
+
+if TYPE_CHECKING:
+    from acp_bridge.wrap.handshake import Greeting, Handshake
 
 
 def spawn(argv: list[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -34,19 +38,41 @@ def spawn(argv: list[str], *, cwd: str | None = None, env: Mapping[str, str] | N
 class Early:
     """The child's first process, started by the command line before the wrapper's
     imports (or why it could not be: raised where a spawn would raise it, so a command
-    that cannot be run is refused as before). Taken once."""
+    that cannot be run is refused as before). Taken once.
+
+    `greet` starts the start-up handshake with it (acp_bridge.wrap.handshake: the
+    editor's `initialize` answered while the wrapper imports), `finish` ends it, before
+    anything else reads our stdin or writes our stdout; `greeting` is what it did."""
 
     def __init__(self, argv: list[str]) -> None:
         self.argv = list(argv)
         self._proc: subprocess.Popen[bytes] | None = None
         self._error: OSError | None = None
+        self._handshake: Handshake | None = None
+        self.greeting: Greeting | None = None
         try:
             self._proc = spawn(self.argv)
         except OSError as exc:
             self._error = exc
 
+    def greet(self, agents: list[str] | None) -> None:
+        """Start the handshake (`agents`: the names of `wrap --agent`'s agents)."""
+        if self._proc is not None:
+            from acp_bridge.wrap.handshake import Handshake
+
+            self._handshake = Handshake(self._proc, agents)
+            self._handshake.start()
+
+    def finish(self) -> Greeting | None:
+        """The handshake stopped (None if there was none)."""
+        handshake, self._handshake = self._handshake, None
+        if handshake is not None:
+            self.greeting = handshake.finish()
+        return self.greeting
+
     def take(self) -> subprocess.Popen[bytes]:
         """The process (OSError if it could not be started); once."""
+        assert self._handshake is None, "finish() first"
         proc, error, self._proc, self._error = self._proc, self._error, None, None
         if error is not None:
             raise error

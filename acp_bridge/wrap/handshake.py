@@ -1,0 +1,229 @@
+"""The editor's `initialize`, answered while the wrapper imports (issue 32, start-up).
+
+`acp-bridge wrap` spawns its child first of all (acp_bridge.wrap.spawn), then imports
+the host and the engine: ~80 ms on a quiet machine, where a fast agent boots in 30-80.
+So the first exchange is done here, by a thread that needs only the standard library,
+orjson and the pure protocol core, while the main thread imports: the editor's first
+line is read from our stdin; if it is a well-formed `initialize` request the host would
+take as it stands, the child is sent an `initialize` with the editor's params under our
+first request id (the bytes the engine would send), its answer is read from its stdout
+(its stderr drained meanwhile, so it never blocks), and the editor is answered with the
+bytes `WrapEngine.initialize` would write (acp_bridge.wrap.initialize, one copy for both;
+the first answer in JSON-RPC's member order, as rpc writes it).
+
+Whatever is not that plain case is left to the host, as before: the thread stops and
+hands over what it read (`Greeting`). Its states:
+
+- `none`: nothing was sent to the child (the editor's first line is not such a request,
+  it did not come before the host was ready, it is too long, or the child could not
+  be written to); the host reads everything from the start;
+- `sent`: the child was sent `initialize` and did not answer it here (an error answer,
+  anything else before the answer, a line that cannot be parsed, its death, or the host
+  was ready first); the host answers the editor's `initialize`, whose line it reads
+  again, with the child's answer to the request already sent (`Connection.sent_before`):
+  nothing is sent twice;
+- `done`: the editor has its answer; the host starts with the link ready.
+
+In each, the bytes read beyond what the handshake took, from the editor and from the
+child's stdout and stderr, are read first by the host's readers (`FdLineReader`'s
+`prefix`). Nothing else writes to our stdout until `finish` returns. While it runs, the
+interpreter switches threads every `SWITCH_S` rather than every 5 ms, so the thread gets
+the GIL from the importing main thread soon after each wake.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from acp_bridge.errors import AcpBridgeError
+from acp_bridge.host.params import check_params
+from acp_bridge.rpc.protocol import envelope_error, is_id, own_request_id, response
+from acp_bridge.wrap.initialize import initialized
+
+FIRST_ID = own_request_id(1)  # the id the child's link would give its first request
+MAX_LINE = 1 << 20  # a longer first line (or child answer) is left to the host's reader
+READ_SIZE = 1 << 16
+SWITCH_S = 0.0005
+
+State = Literal["none", "sent", "done"]
+
+
+@dataclass
+class Greeting:
+    """What the handshake did (see the module docstring), for the host and the link."""
+
+    state: State = "none"
+    editor_rest: bytes = b""  # what the editor sent that the host has not read
+    child_out: bytes = b""  # the child's stdout read and not taken
+    child_err: bytes = b""  # its stderr read (its lines are logged once logging is set up)
+    child_in: int = 0  # bytes written to its stdin
+    params: dict[str, Any] | None = None  # the editor's `initialize` params (sent, done)
+    answer: Any = None  # the child's result (done)
+    failure: str | None = None  # what stopped the thread, if it was not a case foreseen (a bug)
+    editor: bytearray = field(default_factory=bytearray, repr=False)
+    child: bytearray = field(default_factory=bytearray, repr=False)
+    err: bytearray = field(default_factory=bytearray, repr=False)
+
+
+class Handshake:
+    """The thread that answers the editor's `initialize` (`start`), and its end
+    (`finish`: the `Greeting`, once the thread has stopped)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], agents: list[str] | None, *, editor_in: int = 0,
+                 editor_out: int = 1) -> None:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self._agents = agents
+        self._editor_in, self._editor_out = editor_in, editor_out
+        self._child_in, self._child_out = proc.stdin.fileno(), proc.stdout.fileno()
+        self._child_err: int | None = proc.stderr.fileno()
+        self._wake_r, self._wake_w = os.pipe()
+        self._greeting = Greeting()
+        self._switch = sys.getswitchinterval()
+        self._thread = threading.Thread(target=self._run, name="acp-bridge-handshake", daemon=True)
+
+    def start(self) -> None:
+        sys.setswitchinterval(SWITCH_S)
+        self._thread.start()
+
+    def finish(self) -> Greeting:
+        """Stop the thread where it waits (a write under way is finished first), and
+        what it did."""
+        os.write(self._wake_w, b".")
+        self._thread.join()
+        sys.setswitchinterval(self._switch)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        g = self._greeting
+        if g.state != "done":
+            g.editor_rest, g.child_out = bytes(g.editor), bytes(g.child)
+        g.child_err = bytes(g.err)
+        g.editor, g.child, g.err = bytearray(), bytearray(), bytearray()
+        return g
+
+    def _run(self) -> None:
+        try:
+            self._greet()
+        except Exception as exc:  # unforeseen: the host takes over from where it stands, and logs it
+            self._greeting.failure = f"{type(exc).__name__}: {exc}"
+
+    def _greet(self) -> None:
+        g = self._greeting
+        line = self._line(self._editor_in, g.editor, 0)
+        if line is None:
+            return
+        request = _initialize_request(line[1])
+        if request is None:
+            return
+        rid, params = request
+        data = orjson.dumps({"jsonrpc": "2.0", "id": FIRST_ID, "method": "initialize", "params": params}) + b"\n"
+        if len(data) > select.PIPE_BUF:  # written whole at once only up to it
+            return
+        try:
+            g.child_in = os.write(self._child_in, data)  # a fresh pipe: all of it, at once
+        except OSError:  # it died already: the host meets that as before
+            return
+        g.state, g.params = "sent", params
+        answer = self._answer()
+        if answer is None:
+            return
+        taken, result = answer
+        out = orjson.dumps(response(rid, initialized(result, self._agents).answer)) + b"\n"
+        _write_all(self._editor_out, out)
+        g.answer, g.state = result, "done"
+        g.editor_rest, g.child_out = bytes(g.editor[line[0]:]), bytes(g.child[taken:])
+
+    def _answer(self) -> tuple[int, Any] | None:
+        """The child's result, if its first line (blank ones passed over) is the answer
+        to our `initialize`, and where that line ends in what was read."""
+        start = 0
+        while True:
+            found = self._line(self._child_out, self._greeting.child, start)
+            if found is None:
+                return None
+            end, line = found
+            if line.strip():
+                break
+            start = end
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        if type(message) is not dict or "method" in message or message.get("id") != FIRST_ID \
+                or "error" in message or "result" not in message:
+            return None
+        return end, message["result"]
+
+    def _line(self, fd: int, buffer: bytearray, start: int) -> tuple[int, bytes] | None:
+        """The next line in `buffer` from `start` (reading `fd` into it until there is
+        one): where it ends, and the line with its newline. None at EOF, past
+        `MAX_LINE`, or when `finish` stops the wait."""
+        while True:
+            end = buffer.find(b"\n", start)
+            if end >= 0:
+                return end + 1, bytes(buffer[start:end + 1])
+            if len(buffer) - start > MAX_LINE or not self._wait(fd):
+                return None
+            chunk = os.read(fd, READ_SIZE)
+            if not chunk:
+                return None
+            buffer += chunk
+
+    def _wait(self, fd: int) -> bool:
+        """Until `fd` is readable (True) or `finish` is called (False), the child's
+        stderr read meanwhile."""
+        while True:
+            watched = [fd, self._wake_r] + ([self._child_err] if self._child_err is not None else [])
+            ready, _, _ = select.select(watched, [], [])
+            if self._wake_r in ready:
+                return False
+            if self._child_err is not None and self._child_err in ready:
+                chunk = os.read(self._child_err, READ_SIZE)
+                if chunk:
+                    self._greeting.err += chunk
+                else:
+                    self._child_err = None  # its end: the host's reader meets it too
+            if fd in ready:
+                return True
+
+
+def _initialize_request(line: bytes) -> tuple[Any, dict[str, Any]] | None:
+    """The id and params of `line` if it is an `initialize` request the host would pass
+    to the engine as it stands (its envelope and params checked as the host checks
+    them); None for anything else."""
+    try:
+        message = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(message) is not dict or message.get("method") != "initialize" or "id" not in message:
+        return None
+    params = message.get("params")
+    if not is_id(message["id"]) or type(params) is not dict or envelope_error(message) is not None:
+        return None
+    try:
+        check_params("initialize", params)
+    except AcpBridgeError:
+        return None
+    return message["id"], params
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of `data` to `fd`, waiting while it is full (it may be non-blocking). An
+    editor that stopped reading: nothing more can reach it (the host sees its stdin
+    end)."""
+    view = memoryview(data)
+    try:
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                select.select([], [fd], [])
+    except OSError:
+        return
