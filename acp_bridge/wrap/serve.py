@@ -43,8 +43,11 @@ def serve(args: argparse.Namespace, early: Early | None = None) -> int:
 
     if greeting is None:
         return serve_stdio(host, not_started=not_started)
+    log = logging.getLogger("acp_bridge.wrap")
     if greeting.failure is not None:
-        logging.getLogger("acp_bridge.wrap").warning("the start-up handshake stopped: %s", greeting.failure)
+        log.warning("the start-up handshake stopped: %s", greeting.failure)
+    log.debug("the start-up handshake: %s", {"none": "not used", "sent": "initialize sent, the host answers it",
+                                             "done": "initialize answered"}[greeting.state])
     return serve_stdio(host, not_started=not_started, prefix=greeting.editor_rest,
                        answered_first=greeting.state == "done")
 
