@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from tests.support.acp_client import write_script
+from tests.support.processes import wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -150,6 +151,41 @@ def test_wrap_refuses_a_bad_value_in_one_line(paths: Paths, args: list[str], env
     result = run(argv, paths.env(env), paths.root, stdin)
     check_refused(result, "acp-bridge wrap", start, phrase)
     assert stored_sessions(paths.store) == [] and stored_sessions(paths.root / "inner") == []
+
+
+@pytest.mark.parametrize(("args", "status"), [(["--cancel-grace", "soon"], 2), (["--backend", "paper"], 2),
+                                              (["--help"], 0)])
+def test_wrap_stops_the_child_it_spawned_before_reading_its_options(paths: Paths, args: list[str],
+                                                                    status: int) -> None:
+    """`wrap ... -- COMMAND` spawns COMMAND before it reads its options (issue 32): when
+    they are refused (or only --help is asked), the child is killed with its group, and
+    the editor is told nothing. (Were it not, the watchdog would kill it at our exit:
+    tools/reaper.py; no process of it may be left either way.)"""
+    pid_file, mark = paths.root / "child.pid", f"31.{os.getpid()}"
+    # (It may be killed before it writes its pid: then no process of it may be left.)
+    child = ["/bin/sh", "-c", f'echo $$ > "{pid_file}"; exec sleep {mark}']
+    stdin = "".join(orjson.dumps(m).decode() + "\n" for m in NEW_SESSION)
+    result = run(["wrap", "--store", str(paths.store), *args, "--", *child], clean_env(), paths.root, stdin)
+    assert result.returncode == status, result.stderr
+    if status:
+        check_refused(result, "acp-bridge wrap", args[0], "")
+    else:
+        assert "usage: acp-bridge wrap" in result.stdout
+    if pid_file.exists():
+        assert wait_gone([int(pid_file.read_text())], 2.0) == []
+    assert wait_gone(processes_running(["sleep", mark]), 2.0) == []
+
+
+def processes_running(argv: list[str]) -> list[int]:
+    """The pids whose command line is `argv` (Linux /proc)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.joinpath("cmdline").read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv]:
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 CHAT_CASES = [case for case in AGENT_CASES if "--log-level" not in case[0] and "--log-file" not in case[0]

@@ -1,36 +1,31 @@
 """`acp-bridge` / `python -m acp_bridge`: the command line (DESIGN.md section 6).
 
-Only argparse, os and sys are imported here (and `startup`, which imports no more): the
-agent's start-up path stays lean, and each subcommand imports what it needs when it runs.
-Every start-up value is checked before anything is served (`acp_bridge.cli.startup`);
-`main` is the one place where a bad one becomes one line on stderr and exit status 2.
+Only `sys` is imported with this module: each subcommand imports what it needs when it
+runs (argparse and `startup`, the start-up checks, too), so the agent's start-up path
+stays lean and `acp-bridge wrap -- COMMAND` spawns its child before any of it (issue
+32). Every start-up value is checked before anything is served
+(`acp_bridge.cli.startup`); `main` is the one place where a bad one becomes one line on
+stderr and exit status 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from acp_bridge import __version__
-from acp_bridge.cli.startup import (
-    OneLineParser,
-    agent_settings,
-    cancel_grace,
-    cancel_grace_option,
-    check_writable_store,
-    log_options,
-    refuse,
-    serve_options,
-    store_options,
-    wants_debug,
-    wrap_agents,
-)
-from acp_bridge.errors import ConfigError
+TYPE_CHECKING = False  # typing's, without importing typing here (mypy takes any TYPE_CHECKING as True)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from acp_bridge.wrap.serve import Early
 
 SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login", "snapshot")
 
 
 def _parser() -> argparse.ArgumentParser:
+    from acp_bridge import __version__
+    from acp_bridge.cli.startup import OneLineParser, serve_options
+
     parser = OneLineParser(prog="acp-bridge", description="An ACP agent with a durable session log.")
     parser.add_argument("--version", action="version", version=f"acp-bridge {__version__}")
     commands = parser.add_subparsers(dest="command")
@@ -54,7 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else argv
     try:
         return _run(raw)
-    except ConfigError as exc:
+    except Exception as exc:
+        from acp_bridge.errors import ConfigError
+
+        if not isinstance(exc, ConfigError):
+            raise
+        from acp_bridge.cli.startup import refuse, wants_debug
+
         command = f" {raw[0]}" if raw[:1] and raw[0] in SUBCOMMANDS[1:] else ""
         return refuse(f"acp-bridge{command}", exc, debug=wants_debug(raw))
 
@@ -75,7 +76,7 @@ def _run(raw: list[str]) -> int:
 
         return sessions_main(raw[1:])
     if raw[:1] == ["wrap"]:
-        return _wrap(raw[1:])
+        return _wrap(raw[1:], _early_child(raw[1:]))
     if raw[:1] == ["setup"]:
         from acp_bridge.cli.setup import main as setup_main
 
@@ -84,6 +85,8 @@ def _run(raw: list[str]) -> int:
         from acp_bridge.cli.snapshot import main as snapshot_main
 
         return snapshot_main(raw[1:])
+    from acp_bridge.cli.startup import agent_settings, check_writable_store
+
     parser = _parser()
     args, unknown = parser.parse_known_args(raw)
     if args.command not in (None, "serve") and raw[:1] != [args.command]:
@@ -109,9 +112,51 @@ def _run(raw: list[str]) -> int:
     return serve(args)
 
 
-def _wrap(raw: list[str]) -> int:
+def _early_child(raw: list[str]) -> Early | None:
+    """`wrap [options] -- COMMAND`: COMMAND's process, spawned before the options are
+    read (argparse and the start-up checks take ~10 ms the child can use to boot: issue
+    32, bench/README.md); `_wrap` stops it again if they are refused. With `--agent`,
+    the command is known only once the options are read (`_wrap` spawns it then)."""
+    cut = raw.index("--") if "--" in raw else len(raw)
+    if not raw[cut + 1:]:
+        return None
+    from acp_bridge.wrap.serve import start_child
+
+    return start_child(raw[cut + 1:])
+
+
+def _wrap(raw: list[str], early: Early | None) -> int:
     """`acp-bridge wrap [options] -- COMMAND [ARGS...]`: our options before `--`, the
-    wrapped agent's command line after it, untouched (its own options are its own)."""
+    wrapped agent's command line after it, untouched (its own options are its own).
+    `early`: COMMAND's process, spawned already (stopped here if the options are
+    refused)."""
+    try:
+        args = _wrap_args(raw)
+    except BaseException:  # refused (ConfigError, argparse's exit), or --help
+        if early is not None:
+            early.discard()
+        raise
+    # The child first, the wrapper's imports after: it boots while they run.
+    from acp_bridge.wrap.serve import serve, start_child
+
+    if early is None:
+        early = start_child(args.agents[0][1] if args.agents else args.wrapped)
+    early.greet([name for name, _ in args.agents] if args.agents else None)
+    return serve(args, early)
+
+
+def _wrap_args(raw: list[str]) -> argparse.Namespace:
+    """`wrap`'s options, checked."""
+    from acp_bridge.cli.startup import (
+        OneLineParser,
+        agent_settings,
+        cancel_grace,
+        cancel_grace_option,
+        log_options,
+        store_options,
+        wrap_agents,
+    )
+
     cut = raw.index("--") if "--" in raw else len(raw)
     parser = OneLineParser(prog="acp-bridge wrap", description="Record any ACP agent's turns in the session log: "
                            "acp-bridge wrap [options] -- COMMAND [ARGS...]")
@@ -132,12 +177,7 @@ def _wrap(raw: list[str]) -> int:
     settings = agent_settings(args, model=False)
     args.store, args.backend, args.log_level = str(settings.store), settings.backend, settings.log_level
     args.cancel_grace = cancel_grace(args)
-    # The child first, the wrapper's imports after: it boots while they run.
-    from acp_bridge.wrap.serve import serve, start_child
-
-    early = start_child(args.agents[0][1] if args.agents else args.wrapped,
-                        [name for name, _ in args.agents] if args.agents else None)
-    return serve(args, early)
+    return args
 
 
 if __name__ == "__main__":

@@ -7,9 +7,13 @@ submodule such as `acp_bridge.tools.base` is imported: nothing on the way to the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# typing's, without importing typing with the package (the wrapper imports the reaper
+# before it spawns its child: issue 32); mypy takes any TYPE_CHECKING as True.
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from acp_bridge.tools.base import JSON, Tool
 
     ALL_TOOLS: tuple[Tool, ...]

@@ -32,12 +32,23 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import subprocess
 import threading
 
-log = logging.getLogger(__name__)
+TYPE_CHECKING = False  # typing's, without importing typing here (mypy takes any TYPE_CHECKING as True)
+
+if TYPE_CHECKING:
+    import logging
+
+
+def _log() -> logging.Logger:
+    """Our logger, on the rare path that needs it: `acp-bridge wrap` imports this module
+    before it spawns its child, and `logging` costs a few ms there (issue 32)."""
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 # How long a watchdog whose pipe we closed may take to do its kills and exit.
 LET_GO_S = 5.0
@@ -102,7 +113,7 @@ class Reaper:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         if self._proc is not None:
-            log.warning("the command watchdog (pid %d) died; starting a new one", self._proc.pid)
+            _log().warning("the command watchdog (pid %d) died; starting a new one", self._proc.pid)
             _let_go(self._proc, kill=True)
             self._proc = None
         proc = subprocess.Popen(
@@ -126,7 +137,7 @@ class Reaper:
             self._write(proc, line)
         except BrokenPipeError:
             # It died since the poll (maybe not reaped yet): a new one gets the whole list.
-            log.warning("the command watchdog (pid %d) died; starting a new one", proc.pid)
+            _log().warning("the command watchdog (pid %d) died; starting a new one", proc.pid)
             _let_go(proc, kill=True)
             self._proc = None
             self._ensure_locked()

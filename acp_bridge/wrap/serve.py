@@ -9,26 +9,26 @@ the wrapper imports (issue 23, start-up; bench/README.md).
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from acp_bridge.wrap.spawn import Early
 
+__all__ = ["Early", "serve", "start_child"]
+
+TYPE_CHECKING = False  # typing's, without importing typing here (mypy takes any TYPE_CHECKING as True)
+
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
     from acp_bridge.host.host import Host
     from acp_bridge.wrap.turns import WrappedTurns
 
 
-def start_child(argv: list[str], agents: list[str] | None = None) -> Early:
-    """The wrapped agent's first process, started now, and the start-up handshake with
-    it (acp_bridge.wrap.handshake; `agents`: the names of `wrap --agent`'s agents);
-    `serve` takes both over."""
-    early = Early(argv)
-    early.greet(agents)
-    return early
+def start_child(argv: list[str]) -> Early:
+    """The wrapped agent's first process, started now; `serve` takes it over (and the
+    start-up handshake with it, `Early.greet`)."""
+    return Early(argv)
 
 
 def serve(args: argparse.Namespace, early: Early | None = None) -> int:
@@ -43,6 +43,8 @@ def serve(args: argparse.Namespace, early: Early | None = None) -> int:
 
     if greeting is None:
         return serve_stdio(host, not_started=not_started)
+    import logging
+
     log = logging.getLogger("acp_bridge.wrap")
     if greeting.failure is not None:
         log.warning("the start-up handshake stopped: %s", greeting.failure)

@@ -9,11 +9,15 @@ them, and the wrapper adds little to the child's own `initialize` (bench/README.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from acp_bridge.tools.reaper import REAPER
+
+TYPE_CHECKING = False  # typing's, without importing typing here (mypy takes any TYPE_CHECKING as True)
 
 if TYPE_CHECKING:
     from acp_bridge.wrap.handshake import Greeting, Handshake
@@ -69,6 +73,23 @@ class Early:
         if handshake is not None:
             self.greeting = handshake.finish()
         return self.greeting
+
+    def discard(self) -> None:
+        """The command line refused its options: the process and its group are killed
+        and reaped, as if never started (nothing was sent to it)."""
+        handshake, self._handshake = self._handshake, None
+        if handshake is not None:
+            handshake.finish()
+        proc, self._proc, self._error = self._proc, None, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        REAPER.forget(proc.pid)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
     def take(self) -> subprocess.Popen[bytes]:
         """The process (OSError if it could not be started); once."""
