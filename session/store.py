@@ -6,14 +6,17 @@ runs block by block in `session.loading.SessionLoad`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 from uuid import uuid4
 
 from session.backends.base import Backend, SessionSummary, validate_session_id
 from session.events import SESSION_FORMAT_VERSION, Header, WrappedInfo
-from session.fork import ForkPlan, fork_header, plan_fork
 from session.invariants import InvariantTracker
-from session.loading import LoadedSession, SessionLoad
 from session.log import SessionLog, encode, now_ms
+
+if TYPE_CHECKING:
+    from session.fork import ForkPlan
+    from session.loading import LoadedSession, SessionLoad
 
 
 class SessionStore:
@@ -72,6 +75,9 @@ class SessionStore:
 
     def loading(self, session_id: str, *, keep_history: bool = False, keep_chunks: bool = True) -> SessionLoad:
         """A load to run block by block (see session.loading.SessionLoad)."""
+        # Imported by loads and forks only: off `acp-bridge wrap`'s start-up path (issue 32).
+        from session.loading import SessionLoad
+
         return SessionLoad(
             self.backend, validate_session_id(session_id), self.clock, keep_history=keep_history,
             keep_chunks=keep_chunks,
@@ -81,6 +87,8 @@ class SessionStore:
         """What a fork of `session_id` would hold (session.fork.plan_fork): read as stored
         now, without taking its owner lock. Raises the SessionError family: not found,
         version, corrupt, ForkTurnError."""
+        from session.fork import plan_fork
+
         stream = self.backend.read_stream(validate_session_id(session_id))
         try:
             return plan_fork(stream, at_turn, lambda: self._running(session_id))
@@ -91,6 +99,8 @@ class SessionStore:
              wrapped: WrappedInfo | None = None) -> Header:
         """Publish the fork `plan` says, under a fresh id, whole or not at all, owned by
         nobody (load it to use it); its header (session.fork.fork_header)."""
+        from session.fork import fork_header
+
         header = fork_header(plan, str(uuid4()), created=self.clock(), cwd=cwd,
                              additional_directories=list(additional_directories), wrapped=wrapped)
         self.backend.copy(plan.source["id"], header, plan.upto, [encode(c) for c in plan.closers],

@@ -372,3 +372,51 @@ def test_describe_names_every_part() -> None:
     assert describe(replace(cancelling("opened"), moving=MOVING.moving, closed=True)) == \
         "placed · cancelling/opened (moving) (closed)"
     assert describe(replace(S, turn=Idle())) == "placed · idle"
+
+
+# --- the values without fields (`Bare`): as the frozen dataclasses they were ---------------
+
+
+def bare_kinds() -> list[type]:
+    from acp_bridge.wrap import signals, state
+
+    return [kind for module in (signals, state) for kind in vars(module).values()
+            if isinstance(kind, type) and issubclass(kind, state.Bare) and kind is not state.Bare]
+
+
+@pytest.mark.parametrize("kind", bare_kinds(), ids=lambda kind: kind.__name__)
+def test_a_bare_value_behaves_as_a_frozen_dataclass_without_fields(kind: type) -> None:
+    """Each `Bare` kind against the frozen, slotted dataclass without fields it replaced
+    (issue 32: the same behaviour, made without dataclass's generated methods)."""
+    import copy
+    import pickle
+    from dataclasses import FrozenInstanceError
+
+    twin_kind: type = dataclass(frozen=True, slots=True)(type(kind.__name__, (), {"__qualname__": kind.__qualname__}))
+    other = next(k for k in bare_kinds() if k is not kind)
+    for make in (kind, twin_kind):
+        value = make()
+        assert value == make()
+        assert not value != make()  # noqa: SIM202 (`!=` itself is tested)
+        assert value != other() and value != twin_kind() if make is kind else value != kind()
+        assert value != (), value != None  # noqa: E711 (the comparison itself is tested)
+        assert hash(value) == hash(make()) == hash(twin_kind())
+        assert repr(value) == f"{kind.__qualname__}()"
+        assert make.__match_args__ == ()  # type: ignore[attr-defined]
+        assert not hasattr(value, "__dict__")
+        # Never assigned to (the dataclass's own refusal of a name that is no field is
+        # a TypeError on CPython 3.11, slots and frozen together; ours says it plainly).
+        with pytest.raises(FrozenInstanceError if make is kind else (FrozenInstanceError, TypeError)):
+            value.x = 1
+        with pytest.raises(FrozenInstanceError if make is kind else (FrozenInstanceError, TypeError)):
+            del value.x
+        assert {value: 1}[make()] == 1
+        assert copy.copy(value) == value == copy.deepcopy(value)
+    assert pickle.loads(pickle.dumps(kind())) == kind()
+    match kind():
+        case other():  # type: ignore[misc]
+            raise AssertionError("matched another kind")
+        case kind():  # type: ignore[misc]
+            pass
+        case _:
+            raise AssertionError("not matched by its own kind")

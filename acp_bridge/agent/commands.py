@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acp_bridge.host.commands import TITLE, Command, Outcome
+from acp_bridge.host.commands import TITLE, Command, Outcome, fork_command
 from acp_bridge.host.export import export_command
-from acp_bridge.host.fork import fork_at, fork_command, fork_stored, forked_text
+from acp_bridge.host.fork import fork_at, fork_stored, forked_text
 from acp_bridge.models.catalog import ModelEntry
 from acp_bridge.tools import permissions
 from session import SessionStore

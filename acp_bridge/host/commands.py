@@ -159,3 +159,9 @@ async def run_title(given: str) -> Outcome:
 
 
 TITLE = Command("title", "Rename this session", run_title, hint="the new title")
+
+
+def fork_command(run: Callable[[str], Awaitable[Outcome]]) -> Command:
+    """The `/fork [N]` command (our agent's and the wrapper's), run by `run`
+    (acp_bridge.host.fork: what a fork does)."""
+    return Command("fork", "Fork this session into a new one", run, hint="the last turn it holds (optional)")

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 import anyio
 
 from acp_bridge.errors import CommandError, InvalidParamsError, PromptInProgressError
-from acp_bridge.host.commands import Command, Outcome
 from acp_bridge.host.engine import OpenAnswer, S, Send
 from session import SessionLog, SessionStore, validate_session_id
 from session.events import Header, WrappedInfo
@@ -117,11 +116,6 @@ async def fork_opened(host: Sessions[S], source: str, params: Mapping[str, Any],
     answer = opened.answer({"forkedFrom": header["forkedFrom"], "repair": plan.report.to_meta(),
                             "turns": tracker.turn, "events": tracker.next_seq})
     return {"sessionId": header["id"], **answer}, plan
-
-
-def fork_command(run: Callable[[str], Awaitable[Outcome]]) -> Command:
-    """The `/fork [N]` command (our agent's and the wrapper's), run by `run`."""
-    return Command("fork", "Fork this session into a new one", run, hint="the last turn it holds (optional)")
 
 
 def fork_at(given: str) -> int | None:

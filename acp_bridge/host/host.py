@@ -17,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Unpack
+from typing import TYPE_CHECKING, Any, Generic, Unpack
 
 import anyio
 import anyio.abc
@@ -25,8 +25,6 @@ import anyio.abc
 from acp_bridge.errors import PromptInProgressError
 from acp_bridge.host.engine import OpenAnswer, S, Send
 from acp_bridge.host.errors import to_rpc_error
-from acp_bridge.host.fork import fork_session
-from acp_bridge.host.listing import list_page
 from acp_bridge.host.params import (
     LoadSessionRequest,
     NewSessionRequest,
@@ -47,8 +45,10 @@ from session import (
     validate_session_id,
 )
 from session.events import WrappedInfo
-from session.fork import ForkPlan
-from session.repair import RepairReport
+
+if TYPE_CHECKING:
+    from session.fork import ForkPlan
+    from session.repair import RepairReport
 
 
 class Engine(abc.ABC, Generic[S]):
@@ -282,9 +282,13 @@ class Host(Generic[S]):
         return opened.answer({"repair": report.to_meta(), "turns": tracker.turn, "events": tracker.next_seq})
 
     async def fork_session(self, sessionId: str, **params: Any) -> dict[str, Any]:
+        from acp_bridge.host.fork import fork_session  # (off the start-up path: issue 32)
+
         return await fork_session(self, sessionId, params)
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **_: Any) -> dict[str, Any]:
+        from acp_bridge.host.listing import list_page  # (off the start-up path: issue 32)
+
         store = self.store()
         sessions = await anyio.to_thread.run_sync(lambda: store.list(cwd=cwd))
         return list_page(sessions, cursor)

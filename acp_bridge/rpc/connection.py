@@ -39,6 +39,7 @@ from acp_bridge.rpc.protocol import (
     is_response,
     own_request_id,
     request_key,
+    request_message,
     response,
     salvaged_id,
 )
@@ -154,7 +155,7 @@ class Connection:
         the answer."""
         request_id = next(self._ids)
         key, done, slot = self._pend(request_id)
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        self.send(request_message(request_id, method, params))
         return self._answer(method, request_id, key, done, slot)
 
     def sent_before(self, method: str, request_id: Any) -> Coroutine[Any, Any, Any]:

@@ -265,6 +265,13 @@ def response(id_: Any, result: Any = None, *, error: RpcError | None = None,
     return {"jsonrpc": "2.0", "id": id_ if is_id(id_) else None, "error": error.to_json()}
 
 
+def request_message(id_: Any, method: str, params: Any) -> dict[str, Any]:
+    """A request of ours to the peer: the one place one is built (the connection's, and
+    the wrapper's start-up handshake, which sends the wrapped agent its first request
+    before there is a connection: acp_bridge.wrap.handshake)."""
+    return {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}
+
+
 def request_key(request_id: Any) -> tuple[str, Any]:
     """A dict key for a request id: 1 and 1.0 and "1" are different ids."""
     return (type(request_id).__name__, request_id)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -41,7 +41,9 @@ from acp_bridge.wrap.signals import (
 )
 from acp_bridge.wrap.state import Way
 from acp_bridge.wrap.turns import WrappedTurns
-from session.fork import ForkPlan
+
+if TYPE_CHECKING:
+    from session.fork import ForkPlan
 
 log = logging.getLogger("acp_bridge.wrap.children")
 

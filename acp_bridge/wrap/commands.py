@@ -22,12 +22,18 @@ usage"), on the shared machinery of acp_bridge.host.commands.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acp_bridge.errors import CommandError
-from acp_bridge.host.commands import Command, Outcome, commands_update, merged, run_command
+from acp_bridge.host.commands import (
+    Command,
+    Outcome,
+    commands_update,
+    fork_command,
+    merged,
+    run_command,
+)
 from acp_bridge.host.engine import TurnEnd
-from acp_bridge.host.fork import Sessions, fork_at, fork_command, fork_opened, forked_text
 from acp_bridge.host.replay import ReplayEncoder
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.connection import Connection
@@ -37,6 +43,9 @@ from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.turns import WrappedTurns
 from session.events import CONFIG_SET, WRAPPED_UPDATE, Event
 from session.items import Item
+
+if TYPE_CHECKING:
+    from acp_bridge.host.fork import Sessions
 
 COMMANDS_UPDATE = "available_commands_update"
 
@@ -89,6 +98,12 @@ def wrapper_fork(host: Sessions[WrappedTurns], sid: str) -> Command:
     session's own cwd, MCP servers and directories; the answer names the fork and how
     the agent's side was made."""
     async def run(given: str) -> Outcome:
+        from acp_bridge.host.fork import (  # (a fork's path only: issue 32)
+            fork_at,
+            fork_opened,
+            forked_text,
+        )
+
         at_turn = fork_at(given)
         turns = host.find(sid)
         assert turns is not None  # its own prompt runs the command

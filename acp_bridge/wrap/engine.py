@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -45,16 +45,16 @@ from acp_bridge.wrap.commands import (
 from acp_bridge.wrap.driver import ChildDriver, WrapConfig
 from acp_bridge.wrap.initialize import obj
 from acp_bridge.wrap.moves import AgentOfLog, Mover, answer_text
-from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.spawn import Early
 from acp_bridge.wrap.state import State, Unplaced
 from acp_bridge.wrap.turns import WrappedTurns
 from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
-from session.backends.base import read_stored
 from session.events import WrappedInfo
-from session.fork import ForkPlan
-from session.repair import RepairReport
+
+if TYPE_CHECKING:
+    from session.fork import ForkPlan
+    from session.repair import RepairReport
 
 log = logging.getLogger("acp_bridge.wrap")
 
@@ -236,6 +236,8 @@ class WrapEngine(Engine[WrappedTurns]):
         if why is not None:
             ours["forkError"] = why
         if ours["forked"] == "emulated":
+            from acp_bridge.wrap.seed import seed  # (a fork's path only: issue 32)
+
             ours.update(await seed(ws, link, self.host.store()))
             ws.carried = True  # a fresh restore of it is seeded again
         if not self.host.answering(source):  # `/fork`, a command of its turn: the editor has not opened it
@@ -249,6 +251,8 @@ class WrapEngine(Engine[WrappedTurns]):
         as stored, without its lock)."""
         if self.mover is None:
             return self.default
+        from session.backends.base import read_stored
+
         stored = read_stored(self.host.store().backend.read_stream(session_id))  # closes it
         sink = AgentOfLog()
         for event in stored.events:

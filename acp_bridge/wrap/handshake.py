@@ -45,7 +45,7 @@ import orjson
 
 from acp_bridge.errors import AcpBridgeError
 from acp_bridge.host.params import check_params
-from acp_bridge.rpc.protocol import envelope_error, is_id, own_request_id, response
+from acp_bridge.rpc.protocol import envelope_error, is_id, own_request_id, request_message, response
 from acp_bridge.wrap.initialize import initialized
 
 FIRST_ID = own_request_id(1)  # the id the child's link would give its first request
@@ -119,11 +119,11 @@ class Handshake:
         line = self._line(self._editor_in, g.editor, 0)
         if line is None:
             return
-        request = _initialize_request(line[1])
-        if request is None:
+        asked = _initialize_request(line[1])
+        if asked is None:
             return
-        rid, params = request
-        data = orjson.dumps({"jsonrpc": "2.0", "id": FIRST_ID, "method": "initialize", "params": params}) + b"\n"
+        rid, params = asked
+        data = orjson.dumps(request_message(FIRST_ID, "initialize", params)) + b"\n"
         if len(data) > select.PIPE_BUF:  # written whole at once only up to it
             return
         try:

@@ -19,12 +19,13 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from acp_bridge.wrap.state import Way
+from acp_bridge.wrap.state import Bare, Way
 
 
-@dataclass(frozen=True, slots=True)
-class Prompted:
+class Prompted(Bare):
     """The editor's prompt arrived."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,19 +35,22 @@ class Began:
     own: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Reached:
+class Reached(Bare):
     """The child runs and the session is placed in it."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class ReachFailed:
+
+class ReachFailed(Bare):
     """The child cannot be started, or died on the way."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class Asking:
+
+class Asking(Bare):
     """The prompt is about to be sent to the child."""
+
+    __slots__ = ()
 
 
 Answer = Literal["result", "result_cancelled", "error", "exited", "exited_unread"]
@@ -63,19 +67,22 @@ class Answered:
     resend: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class GraceOver:
+class GraceOver(Bare):
     """The cancel grace ended before the child answered (or was reached)."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class Interrupted:
+
+class Interrupted(Bare):
     """The wait on the child was stopped (`Stop`): our stdin ended."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class Finished:
+
+class Finished(Bare):
     """The prompt returned (its turn's end written, or it failed before a turn)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,19 +94,20 @@ class Cancel:
     deadline: float
 
 
-@dataclass(frozen=True, slots=True)
-class Stop:
+class Stop(Bare):
     """Our stdin ended: the host stops."""
 
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    pass
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ChildUpdate:
+class Close(Bare):
+    __slots__ = ()
+
+
+class ChildUpdate(Bare):
     """A `session/update` of the child's session."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,15 +142,17 @@ class RestoreBegan:
     generation: int
 
 
-@dataclass(frozen=True, slots=True)
-class RestoreRefused:
+class RestoreRefused(Bare):
     """The child refused to load or resume the session: the next way is tried."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class RestoreAbandoned:
+
+class RestoreAbandoned(Bare):
     """The wait for the child's load, resume or new session was stopped (a cancel's
     grace, the editor's cancel of its load): the child may still be at it."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,14 +165,12 @@ class Bound:
     agent: str
 
 
-@dataclass(frozen=True, slots=True)
-class SeedBegan:
-    pass
+class SeedBegan(Bare):
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class SeedEnded:
-    pass
+class SeedEnded(Bare):
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,14 +183,14 @@ class SwitchAsked:
     kept: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Moved:
+class Moved(Bare):
     """The move is recorded (durable): the session is the target's."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class MoveFailed:
-    pass
+
+class MoveFailed(Bare):
+    __slots__ = ()
 
 
 Event = (Prompted | Began | Reached | ReachFailed | Asking | Answered | GraceOver | Interrupted | Finished

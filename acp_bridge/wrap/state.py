@@ -17,10 +17,40 @@ Pure: data only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Literal
 
 Way = Literal["load", "resume", "fresh"]
+
+
+class Bare:
+    """The base of a kind of value without fields (`Idle`, and most of
+    acp_bridge.wrap.signals' events): it behaves as a frozen, slotted dataclass without
+    fields does (equal to every value of its own class and nothing else, hashed alike,
+    shown as `Name()`, matched by `case Name():`, never assigned to), made without
+    `dataclass`, whose generated methods cost ~0.3 ms a class at import, on the
+    wrapper's start-up path (issue 32; tests/test_wrap_lifecycle.py compares the two).
+    Each subclass declares `__slots__ = ()`."""
+
+    __slots__ = ()
+    __match_args__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return True
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(())
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__qualname__}()"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,20 +105,21 @@ Place = Unplaced | Restoring | Seeding | Placed | Stuck
 Stage = Literal["starting", "opened", "asked"]
 
 
-@dataclass(frozen=True, slots=True)
-class Idle:
-    pass
+class Idle(Bare):
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Waiting:
+class Waiting(Bare):
     """A prompt came while the session moves to another agent: it waits for the move."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class Commanding:
+
+class Commanding(Bare):
     """A command of the wrapper's own runs in the prompt (a turn of its own, not sent
     to the child)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +170,7 @@ class Moving:
 class State:
     agent: str
     place: Place = Unplaced()
-    turn: Turn = Idle()
+    turn: Turn = Idle()  # noqa: RUF009 (a Bare value: immutable, as a frozen dataclass)
     moving: Moving | None = None
     close_by: float | None = None
     closed: bool = False
