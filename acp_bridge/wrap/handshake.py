@@ -171,7 +171,9 @@ class Handshake:
                 return end + 1, bytes(buffer[start:end + 1])
             if len(buffer) - start > MAX_LINE or not self._wait(fd):
                 return None
-            chunk = os.read(fd, READ_SIZE)
+            chunk = _read(fd)
+            if chunk is None:
+                continue  # (not readable after all)
             if not chunk:
                 return None
             buffer += chunk
@@ -180,16 +182,19 @@ class Handshake:
         """Until `fd` is readable (True) or `finish` is called (False), the child's
         stderr read meanwhile."""
         while True:
-            watched = [fd, self._wake_r] + ([self._child_err] if self._child_err is not None else [])
-            ready, _, _ = select.select(watched, [], [])
+            poller = select.poll()  # (any descriptor number, unlike select)
+            for watched in (fd, self._wake_r, self._child_err):
+                if watched is not None:
+                    poller.register(watched, select.POLLIN)
+            ready = {ready_fd for ready_fd, _ in poller.poll()}  # (a hang-up or an error counts: the read tells)
             if self._wake_r in ready:
                 return False
             if self._child_err is not None and self._child_err in ready:
-                chunk = os.read(self._child_err, READ_SIZE)
-                if chunk:
-                    self._greeting.err += chunk
-                else:
+                chunk = _read(self._child_err)
+                if chunk == b"":
                     self._child_err = None  # its end: the host's reader meets it too
+                elif chunk:
+                    self._greeting.err += chunk
             if fd in ready:
                 return True
 
@@ -214,6 +219,15 @@ def _initialize_request(line: bytes) -> tuple[Any, dict[str, Any]] | None:
     return message["id"], params
 
 
+def _read(fd: int) -> bytes | None:
+    """What `fd` has (b"" at its end; None if it has nothing after all: a descriptor
+    the editor gave us may be non-blocking)."""
+    try:
+        return os.read(fd, READ_SIZE)
+    except BlockingIOError:
+        return None
+
+
 def _write_all(fd: int, data: bytes) -> None:
     """All of `data` to `fd`, waiting while it is full (it may be non-blocking). An
     editor that stopped reading: nothing more can reach it (the host sees its stdin
@@ -224,6 +238,8 @@ def _write_all(fd: int, data: bytes) -> None:
             try:
                 view = view[os.write(fd, view):]
             except BlockingIOError:
-                select.select([], [fd], [])
+                poller = select.poll()
+                poller.register(fd, select.POLLOUT)
+                poller.poll()
     except OSError:
         return
