@@ -38,7 +38,7 @@ import select
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -56,21 +56,18 @@ SWITCH_S = 0.0005
 State = Literal["none", "sent", "done"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Greeting:
     """What the handshake did (see the module docstring), for the host and the link."""
 
-    state: State = "none"
-    editor_rest: bytes = b""  # what the editor sent that the host has not read
-    child_out: bytes = b""  # the child's stdout read and not taken
-    child_err: bytes = b""  # its stderr read (its lines are logged once logging is set up)
-    child_in: int = 0  # bytes written to its stdin
-    params: dict[str, Any] | None = None  # the editor's `initialize` params (sent, done)
-    answer: Any = None  # the child's result (done)
-    failure: str | None = None  # what stopped the thread, if it was not a case foreseen (a bug)
-    editor: bytearray = field(default_factory=bytearray, repr=False)
-    child: bytearray = field(default_factory=bytearray, repr=False)
-    err: bytearray = field(default_factory=bytearray, repr=False)
+    state: State
+    editor_rest: bytes  # what the editor sent that the host has not read
+    child_out: bytes  # the child's stdout read and not taken
+    child_err: bytes  # its stderr read (its lines are logged once logging is set up)
+    child_in: int  # bytes written to its stdin
+    params: dict[str, Any] | None  # the editor's `initialize` params (sent, done)
+    answer: Any  # the child's result (done)
+    failure: str | None  # what stopped the thread, if it was not a case foreseen (a bug)
 
 
 class Handshake:
@@ -85,7 +82,14 @@ class Handshake:
         self._child_in, self._child_out = proc.stdin.fileno(), proc.stdout.fileno()
         self._child_err: int | None = proc.stderr.fileno()
         self._wake_r, self._wake_w = os.pipe()
-        self._greeting = Greeting()
+        # What the thread has read from each (all of it, until `done` says how much it took).
+        self._editor, self._child, self._err = bytearray(), bytearray(), bytearray()
+        self._state: State = "none"
+        self._sent = 0
+        self._params: dict[str, Any] | None = None
+        self._answer: Any = None
+        self._took = (0, 0)  # what `done` took of the editor's bytes and of the child's
+        self._failure: str | None = None
         self._switch = sys.getswitchinterval()
         self._thread = threading.Thread(target=self._run, name="acp-bridge-handshake", daemon=True)
 
@@ -101,22 +105,18 @@ class Handshake:
         sys.setswitchinterval(self._switch)
         os.close(self._wake_r)
         os.close(self._wake_w)
-        g = self._greeting
-        if g.state != "done":
-            g.editor_rest, g.child_out = bytes(g.editor), bytes(g.child)
-        g.child_err = bytes(g.err)
-        g.editor, g.child, g.err = bytearray(), bytearray(), bytearray()
-        return g
+        editor, child = self._took
+        return Greeting(self._state, bytes(self._editor[editor:]), bytes(self._child[child:]), bytes(self._err),
+                        self._sent, self._params, self._answer, self._failure)
 
     def _run(self) -> None:
         try:
             self._greet()
         except Exception as exc:  # unforeseen: the host takes over from where it stands, and logs it
-            self._greeting.failure = f"{type(exc).__name__}: {exc}"
+            self._failure = f"{type(exc).__name__}: {exc}"
 
     def _greet(self) -> None:
-        g = self._greeting
-        line = self._line(self._editor_in, g.editor, 0)
+        line = self._line(self._editor_in, self._editor, 0)
         if line is None:
             return
         asked = _initialize_request(line[1])
@@ -127,25 +127,24 @@ class Handshake:
         if len(data) > select.PIPE_BUF:  # written whole at once only up to it
             return
         try:
-            g.child_in = os.write(self._child_in, data)  # a fresh pipe: all of it, at once
+            self._sent = os.write(self._child_in, data)  # a fresh pipe: all of it, at once
         except OSError:  # it died already: the host meets that as before
             return
-        g.state, g.params = "sent", params
-        answer = self._answer()
+        self._state, self._params = "sent", params
+        answer = self._child_answer()
         if answer is None:
             return
         taken, result = answer
         out = orjson.dumps(response(rid, initialized(result, self._agents).answer)) + b"\n"
         _write_all(self._editor_out, out)
-        g.answer, g.state = result, "done"
-        g.editor_rest, g.child_out = bytes(g.editor[line[0]:]), bytes(g.child[taken:])
+        self._state, self._answer, self._took = "done", result, (line[0], taken)
 
-    def _answer(self) -> tuple[int, Any] | None:
+    def _child_answer(self) -> tuple[int, Any] | None:
         """The child's result, if its first line (blank ones passed over) is the answer
         to our `initialize`, and where that line ends in what was read."""
         start = 0
         while True:
-            found = self._line(self._child_out, self._greeting.child, start)
+            found = self._line(self._child_out, self._child, start)
             if found is None:
                 return None
             end, line = found
@@ -194,7 +193,7 @@ class Handshake:
                 if chunk == b"":
                     self._child_err = None  # its end: the host's reader meets it too
                 elif chunk:
-                    self._greeting.err += chunk
+                    self._err += chunk
             if fd in ready:
                 return True
 
