@@ -18,9 +18,9 @@ scratch folder. `wrap adds` is the median, over rounds, of the wrapper's time mi
 agent's own in the same round.
 
 `--floor`: what Python's own start costs here, spawn to exit, once a round: the bare
-interpreter (`-S -c pass`), the base interpreter (outside the venv) with its `site`, the
-venv's with `site` (its `.pth` files: an editable install's finder among them), and the
-console script's start (`acp-bridge --version`: the finder, argparse, the parser).
+interpreter (`-S -c pass`), the interpreter with `site` (the venv's `.pth` files: an
+editable install's finder among them), and the console script's start
+(`acp-bridge --version`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ CONSOLE_SCRIPT = Path(sys.executable).parent / "acp-bridge"
 
 def floor_argvs() -> dict[str, list[str]]:
     found = {"python -S -c pass": [sys.executable, "-S", "-c", "pass"],
-             "base python -c pass": [getattr(sys, "_base_executable", sys.executable), "-c", "pass"],
              "python -c pass (site)": [sys.executable, "-c", "pass"]}
     if CONSOLE_SCRIPT.exists():
         found["acp-bridge --version"] = [str(CONSOLE_SCRIPT), "--version"]
