@@ -214,20 +214,25 @@ async def test_an_initialize_that_comes_after_the_host_started(tmp_path: Path) -
 # --- the handshake itself, with a real child and pipes for the editor -------------------
 
 
-def greet(tmp: Path, mode: str, editor_says: bytes, *, wait_s: float = 10.0,
-          until: bytes | None = None) -> tuple[Greeting, bytes, subprocess.Popen[bytes]]:
+def greet(tmp: Path, mode: str, editor_says: bytes, *, wait_s: float = 10.0, until: bytes | None = None,
+          held: bool = False, release_after_s: float | None = None) -> tuple[Greeting, bytes, subprocess.Popen[bytes]]:
     """Run a handshake between pipes standing for the editor and a real child; stop it
     once the editor has read `until` (or after `wait_s`); what it did, and what the
-    editor read."""
+    editor read. `held`: released after `release_after_s` (never if None)."""
     proc = subprocess.Popen(child(mode, tmp), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     editor_in_r, editor_in_w = os.pipe()
     editor_out_r, editor_out_w = os.pipe()
-    shake = Handshake(proc, None, editor_in=editor_in_r, editor_out=editor_out_w)
+    shake = Handshake(proc, None, held=held, editor_in=editor_in_r, editor_out=editor_out_w)
     shake.start()
     os.write(editor_in_w, editor_says)
     got, deadline = b"", time.monotonic() + wait_s
+    release_at = None if release_after_s is None else time.monotonic() + release_after_s
     os.set_blocking(editor_out_r, False)
     while time.monotonic() < deadline and (until is None or until not in got):
+        if release_at is not None and time.monotonic() >= release_at:
+            assert got == b""  # nothing before the release
+            shake.release()
+            release_at = None
         try:
             got += os.read(editor_out_r, 1 << 16)
         except BlockingIOError:
@@ -262,6 +267,23 @@ def test_done_hands_over_what_follows_the_first_line(tmp_path: Path) -> None:
     assert greeting.params == INIT and greeting.child_in == len(
         orjson.dumps({"jsonrpc": "2.0", "id": FIRST_ID, "method": "initialize", "params": INIT}) + b"\n")
     assert greeting.child_out + stop(proc) == b""
+
+
+def test_a_held_handshake_answers_once_released(tmp_path: Path) -> None:
+    """Started before the options are read, it answers the editor only once they were
+    taken (`release`), with the same bytes."""
+    greeting, got, proc = greet(tmp_path, "answer", REQUEST, until=b"\n", held=True, release_after_s=1.0)
+    assert greeting.state == "done" and got == expected_answer(7) + b"\n"
+    assert greeting.child_out + stop(proc) == b""
+
+
+def test_a_handshake_never_released_answers_nothing(tmp_path: Path) -> None:
+    """The options were refused: the editor is told nothing; what the child answered is
+    handed over unread, as for any handshake that did not answer."""
+    greeting, got, proc = greet(tmp_path, "answer", REQUEST, wait_s=1.0, held=True)
+    assert (greeting.state, got, greeting.editor_rest) == ("sent", b"", REQUEST)
+    assert orjson.loads(greeting.child_out)["id"] == FIRST_ID
+    assert stop(proc) == b""
 
 
 @pytest.mark.parametrize("mode", ["error", "notify", "garbage", "die"])

@@ -115,14 +115,18 @@ def _run(raw: list[str]) -> int:
 def _early_child(raw: list[str]) -> Early | None:
     """`wrap [options] -- COMMAND`: COMMAND's process, spawned before the options are
     read (argparse and the start-up checks take ~10 ms the child can use to boot: issue
-    32, bench/README.md); `_wrap` stops it again if they are refused. With `--agent`,
-    the command is known only once the options are read (`_wrap` spawns it then)."""
+    32, bench/README.md), and the start-up handshake with it begun, held: it answers
+    the editor only once the options are taken (`_wrap` stops both if they are refused).
+    With `--agent`, the command is known only once the options are read (`_wrap` spawns
+    it then)."""
     cut = raw.index("--") if "--" in raw else len(raw)
     if not raw[cut + 1:]:
         return None
     from acp_bridge.wrap.serve import start_child
 
-    return start_child(raw[cut + 1:])
+    early = start_child(raw[cut + 1:])
+    early.greet(None, held=True)
+    return early
 
 
 def _wrap(raw: list[str], early: Early | None) -> int:
@@ -141,7 +145,9 @@ def _wrap(raw: list[str], early: Early | None) -> int:
 
     if early is None:
         early = start_child(args.agents[0][1] if args.agents else args.wrapped)
-    early.greet([name for name, _ in args.agents] if args.agents else None)
+        early.greet([name for name, _ in args.agents] if args.agents else None)
+    else:
+        early.release()
     return serve(args, early)
 
 

@@ -72,10 +72,12 @@ class Greeting:
 
 class Handshake:
     """The thread that answers the editor's `initialize` (`start`), and its end
-    (`finish`: the `Greeting`, once the thread has stopped)."""
+    (`finish`: the `Greeting`, once the thread has stopped). `held`: it answers the
+    editor only once `release`d (it starts before the command line has read its
+    options, and a refusal must leave stdout empty); until then it does the rest."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], agents: list[str] | None, *, editor_in: int = 0,
-                 editor_out: int = 1) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], agents: list[str] | None, *, held: bool = False,
+                 editor_in: int = 0, editor_out: int = 1) -> None:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self._agents = agents
         self._editor_in, self._editor_out = editor_in, editor_out
@@ -90,6 +92,10 @@ class Handshake:
         self._answer: Any = None
         self._took = (0, 0)  # what `done` took of the editor's bytes and of the child's
         self._failure: str | None = None
+        self._released = not held
+        self._may_answer = threading.Event()  # released, or stopped
+        if self._released:
+            self._may_answer.set()
         self._switch = sys.getswitchinterval()
         self._thread = threading.Thread(target=self._run, name="acp-bridge-handshake", daemon=True)
 
@@ -97,10 +103,17 @@ class Handshake:
         sys.setswitchinterval(SWITCH_S)
         self._thread.start()
 
+    def release(self) -> None:
+        """The editor may be answered (the options were read and taken)."""
+        self._released = True
+        self._may_answer.set()
+
     def finish(self) -> Greeting:
         """Stop the thread where it waits (a write under way is finished first), and
-        what it did."""
+        what it did. A thread still held answers nothing (the options were refused: the
+        child is stopped, and what it answered is in `child_out` as if unread)."""
         os.write(self._wake_w, b".")
+        self._may_answer.set()
         self._thread.join()
         sys.setswitchinterval(self._switch)
         os.close(self._wake_r)
@@ -136,6 +149,9 @@ class Handshake:
             return
         taken, result = answer
         out = orjson.dumps(response(rid, initialized(result, self._agents).answer)) + b"\n"
+        self._may_answer.wait()
+        if not self._released:
+            return
         _write_all(self._editor_out, out)
         self._state, self._answer, self._took = "done", result, (line[0], taken)
 

@@ -59,13 +59,19 @@ class Early:
         except OSError as exc:
             self._error = exc
 
-    def greet(self, agents: list[str] | None) -> None:
-        """Start the handshake (`agents`: the names of `wrap --agent`'s agents)."""
+    def greet(self, agents: list[str] | None, *, held: bool = False) -> None:
+        """Start the handshake (`agents`: the names of `wrap --agent`'s agents; `held`:
+        it answers the editor only once `release`d)."""
         if self._proc is not None:
             from acp_bridge.wrap.handshake import Handshake
 
-            self._handshake = Handshake(self._proc, agents)
+            self._handshake = Handshake(self._proc, agents, held=held)
             self._handshake.start()
+
+    def release(self) -> None:
+        """The handshake may answer the editor (the options were taken)."""
+        if self._handshake is not None:
+            self._handshake.release()
 
     def finish(self) -> Greeting | None:
         """The handshake stopped (None if there was none)."""
