@@ -34,7 +34,6 @@ from acp_bridge.wrap.children import SessionMap, close_child, restore
 from acp_bridge.wrap.initialize import Initialized, initialized
 from acp_bridge.wrap.lifecycle import link_plan, seeds
 from acp_bridge.wrap.link import Call, ChildLink
-from acp_bridge.wrap.seed import seed
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import Bound
 from acp_bridge.wrap.spawn import Early
@@ -235,6 +234,8 @@ class ChildDriver:
         return Placing(way, result, seeded)
 
     async def seed(self, ws: WrappedSession, link: ChildLink) -> dict[str, Any]:
+        from acp_bridge.wrap.seed import seed  # (a seed only: issue 32)
+
         store: SessionStore = self._store()
         return await seed(ws, link, store)
 
