@@ -51,7 +51,7 @@ from acp_bridge.wrap.initialize import initialized
 FIRST_ID = own_request_id(1)  # the id the child's link would give its first request
 MAX_LINE = 1 << 20  # a longer first line (or child answer) is left to the host's reader
 READ_SIZE = 1 << 16
-SWITCH_S = 0.0005
+SWITCH_S = 0.0001  # (a thread waiting for the GIL waits ~0.2 ms, not ~5: bench/README.md)
 
 State = Literal["none", "sent", "done"]
 
