@@ -24,6 +24,7 @@ import anyio
 import orjson
 import pytest
 
+from acp_bridge.host.tuning import Tuning
 from acp_bridge.rpc.transport import FdLineReader
 from acp_bridge.wrap.handshake import FIRST_ID, Greeting, Handshake
 from acp_bridge.wrap.initialize import initialized
@@ -222,7 +223,7 @@ def greet(tmp: Path, mode: str, editor_says: bytes, *, wait_s: float = 10.0, unt
     proc = subprocess.Popen(child(mode, tmp), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     editor_in_r, editor_in_w = os.pipe()
     editor_out_r, editor_out_w = os.pipe()
-    shake = Handshake(proc, None, held=held, editor_in=editor_in_r, editor_out=editor_out_w)
+    shake = Handshake(proc, None, Tuning(), held=held, editor_in=editor_in_r, editor_out=editor_out_w)
     shake.start()
     os.write(editor_in_w, editor_says)
     got, deadline = b"", time.monotonic() + wait_s
@@ -328,3 +329,27 @@ def test_the_prefix_is_read_first(tmp_path: Path) -> None:
 
     assert anyio.run(lines) == [b'{"a": 1}', b'{"b": "one"}', b'{"c": 3}']
     os.close(read_fd)
+
+
+def test_the_handshake_tunes_the_process_only_through_its_policy(tmp_path: Path) -> None:
+    """While it runs, `ProcessTuning` has threads switch every 0.1 ms (its thread gets the
+    GIL from the importing main thread at once); the interval is back after `finish`.
+    The neutral `Tuning` changes nothing."""
+    import sys
+
+    from acp_bridge.host.tuning import HANDSHAKE_SWITCH_INTERVAL, ProcessTuning
+
+    before = sys.getswitchinterval()
+    for tuning, during in ((Tuning(), before), (ProcessTuning(), HANDSHAKE_SWITCH_INTERVAL)):
+        proc = subprocess.Popen(child("answer", tmp_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        editor_in_r, editor_in_w = os.pipe()
+        editor_out = os.open(os.devnull, os.O_WRONLY)
+        shake = Handshake(proc, None, tuning, editor_in=editor_in_r, editor_out=editor_out)
+        shake.start()
+        assert sys.getswitchinterval() == pytest.approx(during)
+        shake.finish()
+        assert sys.getswitchinterval() == before
+        for fd in (editor_in_r, editor_in_w, editor_out):
+            os.close(fd)
+        stop(proc)

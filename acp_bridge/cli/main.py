@@ -122,10 +122,10 @@ def _early_child(raw: list[str]) -> Early | None:
     cut = raw.index("--") if "--" in raw else len(raw)
     if not raw[cut + 1:]:
         return None
-    from acp_bridge.wrap.serve import start_child
+    from acp_bridge.wrap.serve import greet, start_child
 
     early = start_child(raw[cut + 1:])
-    early.greet(None, held=True)
+    greet(early, None, held=True)
     return early
 
 
@@ -141,11 +141,11 @@ def _wrap(raw: list[str], early: Early | None) -> int:
             early.discard()
         raise
     # The child first, the wrapper's imports after: it boots while they run.
-    from acp_bridge.wrap.serve import serve, start_child
+    from acp_bridge.wrap.serve import greet, serve, start_child
 
     if early is None:
         early = start_child(args.agents[0][1] if args.agents else args.wrapped)
-        early.greet([name for name, _ in args.agents] if args.agents else None)
+        greet(early, [name for name, _ in args.agents] if args.agents else None)
     else:
         early.release()
     return serve(args, early)

@@ -18,6 +18,10 @@ hand in, acts on what it is told (bench/README.md has the measurements behind ea
 - Turns running in the process, all sessions (`running_turns`, counted by the turn
   runner): a small durable commit runs on the event loop only when no other turn runs
   (acp_bridge.agent.turn_writer).
+- The wrapper's start-up handshake (`handshake_started`/`handshake_ended`,
+  acp_bridge.wrap.handshake): its thread answers the editor's `initialize` while the
+  main thread imports the wrapper, and waits for the GIL after each of its waits; the
+  interval is `HANDSHAKE_SWITCH_INTERVAL` meanwhile (a wait ~0.2 ms instead of ~5 ms).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import sys
 from typing import Final
 
 LOAD_SWITCH_INTERVAL: Final = 0.0005  # seconds
+HANDSHAKE_SWITCH_INTERVAL: Final = 0.0001  # seconds
 
 
 class Tuning:
@@ -45,6 +50,12 @@ class Tuning:
     def first_session(self) -> None:
         """A session is live in this process (called for each; acts once)."""
 
+    def handshake_started(self) -> None:
+        """A thread answers the editor's `initialize` while the main thread imports."""
+
+    def handshake_ended(self) -> None:
+        """That thread has stopped."""
+
 
 class ProcessTuning(Tuning):
     """The policy of a process that serves ACP on stdio (acp-bridge serve, wrap)."""
@@ -53,6 +64,7 @@ class ProcessTuning(Tuning):
         super().__init__()
         self._saved = (True, 0.005)  # gc enabled, switch interval, while no load runs
         self._frozen = False
+        self._before_handshake = 0.005  # the switch interval
 
     def load_started(self) -> None:
         if self.loads_running == 0:
@@ -75,3 +87,10 @@ class ProcessTuning(Tuning):
         if not self._frozen:
             gc.freeze()
             self._frozen = True
+
+    def handshake_started(self) -> None:
+        self._before_handshake = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._before_handshake, HANDSHAKE_SWITCH_INTERVAL))
+
+    def handshake_ended(self) -> None:
+        sys.setswitchinterval(self._before_handshake)

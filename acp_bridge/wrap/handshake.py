@@ -27,8 +27,8 @@ hands over what it read (`Greeting`). Its states:
 In each, the bytes read beyond what the handshake took, from the editor and from the
 child's stdout and stderr, are read first by the host's readers (`FdLineReader`'s
 `prefix`). Nothing else writes to our stdout until `finish` returns. While it runs, the
-interpreter switches threads every `SWITCH_S` rather than every 5 ms, so the thread gets
-the GIL from the importing main thread soon after each wake.
+process's `Tuning` is told (`handshake_started`): the wrapper's switches threads more
+often, so the thread gets the GIL from the importing main thread soon after each wake.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -45,13 +44,13 @@ import orjson
 
 from acp_bridge.errors import AcpBridgeError
 from acp_bridge.host.params import check_params
+from acp_bridge.host.tuning import Tuning
 from acp_bridge.rpc.protocol import envelope_error, is_id, own_request_id, request_message, response
 from acp_bridge.wrap.initialize import initialized
 
 FIRST_ID = own_request_id(1)  # the id the child's link would give its first request
 MAX_LINE = 1 << 20  # a longer first line (or child answer) is left to the host's reader
 READ_SIZE = 1 << 16
-SWITCH_S = 0.0001  # (a thread waiting for the GIL waits ~0.2 ms, not ~5: bench/README.md)
 
 State = Literal["none", "sent", "done"]
 
@@ -76,8 +75,8 @@ class Handshake:
     editor only once `release`d (it starts before the command line has read its
     options, and a refusal must leave stdout empty); until then it does the rest."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], agents: list[str] | None, *, held: bool = False,
-                 editor_in: int = 0, editor_out: int = 1) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], agents: list[str] | None, tuning: Tuning, *,
+                 held: bool = False, editor_in: int = 0, editor_out: int = 1) -> None:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self._agents = agents
         self._editor_in, self._editor_out = editor_in, editor_out
@@ -96,11 +95,11 @@ class Handshake:
         self._may_answer = threading.Event()  # released, or stopped
         if self._released:
             self._may_answer.set()
-        self._switch = sys.getswitchinterval()
+        self._tuning = tuning
         self._thread = threading.Thread(target=self._run, name="acp-bridge-handshake", daemon=True)
 
     def start(self) -> None:
-        sys.setswitchinterval(SWITCH_S)
+        self._tuning.handshake_started()
         self._thread.start()
 
     def release(self) -> None:
@@ -115,7 +114,7 @@ class Handshake:
         os.write(self._wake_w, b".")
         self._may_answer.set()
         self._thread.join()
-        sys.setswitchinterval(self._switch)
+        self._tuning.handshake_ended()
         os.close(self._wake_r)
         os.close(self._wake_w)
         editor, child = self._took

@@ -13,7 +13,7 @@ import sys
 
 from acp_bridge.wrap.spawn import Early
 
-__all__ = ["Early", "serve", "start_child"]
+__all__ = ["Early", "greet", "serve", "start_child"]
 
 TYPE_CHECKING = False  # typing's, without importing typing here (mypy takes any TYPE_CHECKING as True)
 
@@ -27,8 +27,16 @@ if TYPE_CHECKING:
 
 def start_child(argv: list[str]) -> Early:
     """The wrapped agent's first process, started now; `serve` takes it over (and the
-    start-up handshake with it, `Early.greet`)."""
+    start-up handshake with it, `greet`)."""
     return Early(argv)
+
+
+def greet(early: Early, agents: list[str] | None, *, held: bool = False) -> None:
+    """Begin the start-up handshake with `early`'s process (acp_bridge.wrap.handshake),
+    through the process's tuning, which the host then takes over."""
+    from acp_bridge.host.tuning import ProcessTuning
+
+    early.greet(agents, ProcessTuning(), held=held)
 
 
 def serve(args: argparse.Namespace, early: Early | None = None) -> int:
@@ -78,7 +86,8 @@ def _host(args: argparse.Namespace, early: Early | None) -> tuple[Host[WrappedTu
     # `--agent`: several agents, a session handed between them (acp_bridge.wrap.moves);
     # the early child is the default agent's.
     engine = WrapEngine(configs, early=early)
-    host: Host[WrappedTurns] = Host(engine, StoreSpec(config.store_dir, config.backend), tuning=ProcessTuning())
+    tuning = early.tuning if early is not None and early.tuning is not None else ProcessTuning()
+    host: Host[WrappedTurns] = Host(engine, StoreSpec(config.store_dir, config.backend), tuning=tuning)
 
     def not_started(exc: OSError) -> int:  # the child cannot be spawned
         print(f"acp-bridge: cannot run {config.command[0]!r}: {exc.strerror or exc}", file=sys.stderr)

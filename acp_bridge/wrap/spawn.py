@@ -20,6 +20,7 @@ from acp_bridge.tools.reaper import REAPER
 TYPE_CHECKING = False  # typing's, without importing typing here (mypy takes any TYPE_CHECKING as True)
 
 if TYPE_CHECKING:
+    from acp_bridge.host.tuning import Tuning
     from acp_bridge.wrap.handshake import Greeting, Handshake
 
 
@@ -54,18 +55,21 @@ class Early:
         self._error: OSError | None = None
         self._handshake: Handshake | None = None
         self.greeting: Greeting | None = None
+        self.tuning: Tuning | None = None  # the process's, given to `greet`
         try:
             self._proc = spawn(self.argv)
         except OSError as exc:
             self._error = exc
 
-    def greet(self, agents: list[str] | None, *, held: bool = False) -> None:
-        """Start the handshake (`agents`: the names of `wrap --agent`'s agents; `held`:
-        it answers the editor only once `release`d)."""
+    def greet(self, agents: list[str] | None, tuning: Tuning, *, held: bool = False) -> None:
+        """Start the handshake (`agents`: the names of `wrap --agent`'s agents; `tuning`:
+        the process's, which the host takes over; `held`: it answers the editor only once
+        `release`d)."""
+        self.tuning = tuning
         if self._proc is not None:
             from acp_bridge.wrap.handshake import Handshake
 
-            self._handshake = Handshake(self._proc, agents, held=held)
+            self._handshake = Handshake(self._proc, agents, tuning, held=held)
             self._handshake.start()
 
     def release(self) -> None:
