@@ -9,7 +9,9 @@ take as it stands, the child is sent an `initialize` with the editor's params un
 first request id (the bytes the engine would send), its answer is read from its stdout
 (its stderr drained meanwhile, so it never blocks), and the editor is answered with the
 bytes `WrapEngine.initialize` would write (acp_bridge.wrap.initialize, one copy for both;
-the first answer in JSON-RPC's member order, as rpc writes it).
+the first answer in JSON-RPC's member order, as rpc writes it). `wrap -- COMMAND` begins
+it right after the spawn, before its options are read: held, it does all that but the
+answer, which it writes once the options are taken (`release`); refused, it says nothing.
 
 Whatever is not that plain case is left to the host, as before: the thread stops and
 hands over what it read (`Greeting`). Its states:
