@@ -31,7 +31,7 @@ from acp_bridge.wrap.initialize import initialized
 from tests.support.acp_client import AgentProcess
 from tests.support.wrapped import WrappedProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 AGENT = Path(__file__).resolve().parent / "support" / "handshake_agent.py"
 INIT = {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}},
