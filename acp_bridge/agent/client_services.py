@@ -129,6 +129,8 @@ class AcpClientServices:
         # (host/updates.py) until the answer lets it run.
         tool_call: dict[str, Any] = {"toolCallId": request.call_id, "title": request.title,
                                      "kind": request.kind, "rawInput": request.raw_input}
+        if request.name is not None:
+            tool_call["name"] = request.name
         if request.locations:
             tool_call["locations"] = list(request.locations)
         if request.content:

@@ -165,7 +165,7 @@ class ToolCalls:
             return
         if decision == "ask":
             answer = await self._services.request_permission(PermissionRequest(
-                call_id=call.id, title=title, kind=kind, raw_input=arguments,
+                call_id=call.id, title=title, kind=kind, raw_input=arguments, name=call.name,
                 locations=locations, content=preview, options=permissions.options_for(rule)))
             if self._cancelled():
                 # The turn was cancelled before this answer was acted on (a session/cancel

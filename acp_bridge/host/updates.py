@@ -303,6 +303,7 @@ def _tool_call(data: ToolCallData, ctx: UpdateContext) -> list[SessionUpdate]:
         "sessionUpdate": "tool_call",
         "toolCallId": call_id,
         "title": data["title"],
+        "name": data["name"],  # the tool's own (ACP ToolCall.name, v1.22)
         "kind": data["kind"],
         "status": "pending",
         "rawInput": data["arguments"],
@@ -353,6 +354,8 @@ def _tool_result(data: ToolResultData, ctx: UpdateContext) -> list[SessionUpdate
         "kind": "other",
         **fields,
     }
+    if block is not None:
+        created["name"] = block["name"]
     if block is not None:
         created["rawInput"] = _parse_arguments(block.get("arguments", ""))
     return [created]

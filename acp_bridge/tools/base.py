@@ -83,6 +83,7 @@ class PermissionRequest:
     kind: ToolKind
     raw_input: JSON
     locations: Sequence[Mapping[str, JSON]] = ()
+    name: str | None = None  # the tool's own name (ACP ToolCall.name, v1.22)
     content: Sequence[Mapping[str, JSON]] = ()  # e.g. the diff about to be applied
     # The options offered (ACP PermissionOption), the "always" one named by what it
     # allows (tools.permissions.options_for); empty: tools.permissions.OPTIONS.
