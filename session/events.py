@@ -120,6 +120,14 @@ class ForkedFrom(TypedDict):
     turn: int
 
 
+class ParentInfo(TypedDict):
+    """The header of a subagent's session (a child session its parent's agent announced:
+    ACP's unstable `subagent_update`, recorded by `acp-bridge wrap`): the parent, one of
+    ours."""
+
+    sessionId: str
+
+
 class Header(TypedDict):
     type: Literal["session"]
     version: int
@@ -130,6 +138,7 @@ class Header(TypedDict):
     title: NotRequired[str]
     wrapped: NotRequired[WrappedInfo]
     forkedFrom: NotRequired[ForkedFrom]
+    parent: NotRequired[ParentInfo]
 
 
 class Usage(TypedDict):

@@ -44,7 +44,7 @@ from session import (
     open_backend,
     validate_session_id,
 )
-from session.events import WrappedInfo
+from session.events import ParentInfo, WrappedInfo
 
 if TYPE_CHECKING:
     from session.fork import ForkPlan
@@ -154,15 +154,16 @@ class Host(Generic[S]):
                 self._store = SessionStore(open_backend(self._spec.backend, self._spec.location))
             return self._store
 
-    async def create_log(self, *, cwd: str, additional: list[str] | None,
-                         wrapped: WrappedInfo | None = None) -> SessionLog:
+    async def create_log(self, *, cwd: str, additional: list[str] | None, wrapped: WrappedInfo | None = None,
+                         session_id: str | None = None, parent: ParentInfo | None = None,
+                         title: str | None = None) -> SessionLog:
         """A new session in the store, owned by this process (its log keeps only its last
         turn in memory, less its chunks: a session may stream for hours, and nothing
         reads them back from memory)."""
         store = self.store()
         return await anyio.to_thread.run_sync(lambda: store.create(
             cwd=cwd, additional_directories=additional or (), keep_history=False, keep_chunks=False,
-            wrapped=wrapped))
+            wrapped=wrapped, session_id=session_id, parent=parent, title=title))
 
     def add(self, session_id: str, session: S) -> None:
         """`session` is live here from now on."""
