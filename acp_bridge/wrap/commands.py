@@ -5,8 +5,9 @@ usage"), on the shared machinery of acp_bridge.host.commands.
   it came (`wrapped/update`) and kept (`WrappedSession.commands`); the editor is shown
   its list unchanged and first, then ours that none of its commands names
   (`host.commands.merged`), live (`shown`), on replay (the same, through the replay
-  encoder) and after the answer of `session/new`, `session/load`, `session/resume`
-  and `session/fork` (`offer`), so ours are offered when the agent sends none.
+  encoder), after the answer of `session/new` and `session/fork` and before the
+  answer of `session/load` and `session/resume` (`offer`), so ours are offered when
+  the agent sends none.
 - **Run** when a prompt invokes one that the agent's list does not name: a prompt
   `/NAME` for a name the agent has is the agent's, passed on unchanged. A command of
   ours is a turn of its own, not sent to the agent (`command_turn`): `turn/start
@@ -86,11 +87,16 @@ def replay_encoder(sid: str, commands_of: Callable[[str], list[Command]]) -> Rep
     return ReplayEncoder(sid, None, wrapped=True, shown=lambda update: shown(update, commands_of(sid)))
 
 
-def offer(peer: Connection, ws: WrappedSession, ours: Sequence[Command]) -> None:
-    """The commands of `ws` (the agent's as it last gave them, then ours), right after
-    the answer that opens it (the editor knows the session id by then)."""
+def offer(peer: Connection, ws: WrappedSession, ours: Sequence[Command], *, after_answer: bool = True) -> None:
+    """The commands of `ws` (the agent's as it last gave them, then ours): right after
+    the answer of `session/new` or `session/fork` (the editor learns the session's id
+    from it), before the answer of a load or resume (`after_answer` False: nothing of
+    the session follows that answer, docs/protocol.md, "Sessions")."""
     update = commands_update(merged(ws.commands, ours))
-    peer.notify_update_after_answer(ws.id, update)
+    if after_answer:
+        peer.notify_update_after_answer(ws.id, update)
+    else:
+        peer.notify_update(ws.id, update)
 
 
 def wrapper_fork(host: Sessions[WrappedTurns], sid: str) -> Command:

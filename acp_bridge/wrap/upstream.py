@@ -6,7 +6,10 @@
   under our session id. The editor connection's `before_write` hands the log's events
   to the OS before the update is written: log before send, as for our own agent. An
   update for a child session we do not know yet (it may come before the answer that
-  names the session) waits for it, in a small bounded buffer.
+  names the session) waits for it, in a small bounded buffer. What the child sends
+  after the answer of our load or resume of a session is recorded and held from the
+  editor until its next request on that session (`release`): a load ends with its
+  answer (docs/wrap.md, "Load").
 - Its requests (`session/request_permission`, `fs/*`, `terminal/*`, extension methods)
   are re-issued to the editor with our ids once the log is durable (a permission, a
   file write or a command may be the last thing before a crash), and answered back
@@ -90,7 +93,19 @@ class ChildSide:
             return  # the child's own replay of a session we replayed from our log, or the seed's
         update = params.get("update")
         self.record(ws, update)
+        if ws.held is not None:  # our load (or resume) of it is answered: until the editor's next request
+            ws.held.append(update)
+            return
         self._editor().notify_update(ws.id, self._shown(ws, update))
+
+    def release(self, ws: WrappedSession) -> None:
+        """The editor's next request on `ws` after its load or resume: what the child
+        sent since that answer (recorded already) goes to the editor now, before
+        anything the request brings."""
+        held, ws.held = ws.held, None
+        editor = self._editor()
+        for update in held or ():
+            editor.notify_update(ws.id, self._shown(ws, update))
 
     def on_updates(self, batch: list[Any]) -> None:
         """`on_update` of each of `batch` (the params of `session/update`s read
@@ -122,8 +137,9 @@ class ChildSide:
             return start
         ws = turns.session
         recorder = ws.recorder
-        # The same gate as `on_update`'s (the lifecycle's), and a turn open to record on.
-        if Act.RECORD not in ws.to(CHILD_UPDATE) or recorder is None or ws.log.closed:
+        # The same gate as `on_update`'s (the lifecycle's), a turn open to record on,
+        # and nothing held from the editor (`on_update` holds it).
+        if Act.RECORD not in ws.to(CHILD_UPDATE) or recorder is None or ws.log.closed or ws.held is not None:
             return start
         updates: list[dict[str, Any]] = []
         index, count = start, len(batch)
