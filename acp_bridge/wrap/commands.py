@@ -4,12 +4,13 @@ usage"), on the shared machinery of acp_bridge.host.commands.
 - **Offered** beside the wrapped agent's: its `available_commands_update` is recorded as
   it came (`wrapped/update`) and kept (`WrappedSession.commands`); the editor is shown
   its list unchanged and first, then ours that none of its commands names
-  (`host.commands.merged`), live (`shown`), on replay (the same, through the replay
+  (`host.commands.merged`), `/fork` always ours (in the place of the agent's own
+  `/fork`, if it has one: its fork would be out of the wrapper's reach), live (`shown`), on replay (the same, through the replay
   encoder), after the answer of `session/new` and `session/fork` and before the
   answer of `session/load` and `session/resume` (`offer`), so ours are offered when
   the agent sends none.
-- **Run** when a prompt invokes one that the agent's list does not name: a prompt
-  `/NAME` for a name the agent has is the agent's, passed on unchanged. A command of
+- **Run** when a prompt invokes one that the agent's list does not name (or `/fork`): a
+  prompt `/NAME` for another name the agent has is the agent's, passed on unchanged. A command of
   ours is a turn of its own, not sent to the agent (`command_turn`): `turn/start
   {trigger: {kind: "command", name}}` naming the agent the session is in once the
   command ran (an `/agent` switch is recorded before the turn), the prompt, the answer
@@ -23,6 +24,7 @@ usage"), on the shared machinery of acp_bridge.host.commands.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from acp_bridge.errors import CommandError
@@ -121,7 +123,10 @@ def wrapper_fork(host: Sessions[WrappedTurns], sid: str) -> Command:
             side = "was given a fresh session" + (", shown the fork's conversation" if how.get("seeded") else "")
         return Outcome(f"{forked_text(answer['sessionId'], plan)} The wrapped agent {side}.")
 
-    return fork_command(run)
+    # Ours even where the agent has a `/fork`: the agent's would fork in its own store,
+    # where the editor cannot reach the fork through the wrapper; ours forks our log and
+    # has the agent fork its session too when it offers `session/fork` (docs/wrap.md).
+    return replace(fork_command(run), over_theirs=True)
 
 
 def agent_command(names: Sequence[str], current: Callable[[], str],

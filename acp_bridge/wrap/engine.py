@@ -243,8 +243,10 @@ class WrapEngine(Engine[WrappedTurns]):
 
             ours.update(await seed(ws, link, self.host.store()))
             ws.carried = True  # a fresh restore of it is seeded again
-        if not self.host.answering(source):  # `/fork`, a command of its turn: the editor has not opened it
+        if not self.host.answering(source):
             offer(self.host.peer, ws, self.commands_of(ws.id))
+        else:  # `/fork`, a command of its turn: the editor opens the fork later (its load drops this)
+            ws.held = []
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(self._offered(turns, fields), meta=obj(result.get("_meta")),
                           ours={"wrapped": self._made(turns, ours)})
