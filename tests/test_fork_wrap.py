@@ -109,6 +109,8 @@ async def test_fork_command_through_wrap_in_front_of_serve_is_listed_and_loads_t
         assert text.endswith(f"Forked this session into {fid}, with its turns 1-2; open it from the session list "
                              "(session/load). The wrapped agent forked its session too.")
         assert fid in [s["sessionId"] for s in (await agent.request("session/list", {}))["sessions"]]
+        # Kept for the editor: what serve sent for its fork (its commands) is recorded, not shown yet.
+        assert not agent.updates_of(fid)
         loaded = await agent.load_session(fid, work)
         assert loaded["_meta"]["acpBridge"]["turns"] == 2
         assert loaded["_meta"]["acpBridge"]["wrapped"]["restored"] == "load"
