@@ -5,16 +5,17 @@ usage"), on the shared machinery of acp_bridge.host.commands.
   it came (`wrapped/update`) and kept (`WrappedSession.commands`); the editor is shown
   its list unchanged and first, then ours that none of its commands names
   (`host.commands.merged`), `/fork` always ours (in the place of the agent's own
-  `/fork`, if it has one: its fork would be out of the wrapper's reach), live (`shown`), on replay (the same, through the replay
-  encoder), after the answer of `session/new` and `session/fork` and before the
-  answer of `session/load` and `session/resume` (`offer`), so ours are offered when
-  the agent sends none.
-- **Run** when a prompt invokes one that the agent's list does not name (or `/fork`): a
-  prompt `/NAME` for another name the agent has is the agent's, passed on unchanged. A command of
-  ours is a turn of its own, not sent to the agent (`command_turn`): `turn/start
-  {trigger: {kind: "command", name}}` naming the agent the session is in once the
-  command ran (an `/agent` switch is recorded before the turn), the prompt, the answer
-  step, `turn/end`, in one durable commit, shown to the editor as a replay shows it.
+  `/fork`, if it has one: its fork would be out of the wrapper's reach); live
+  (`shown`), on replay (the same, through the replay encoder), after the answer of
+  `session/new` and `session/fork` and before the answer of `session/load` and
+  `session/resume` (`offer`), so ours are offered when the agent sends none.
+- **Run** when a prompt invokes one that the agent's list does not name (or `/fork`):
+  a prompt `/NAME` for another name the agent has is the agent's, passed on
+  unchanged. A command of ours is a turn of its own, not sent to the agent
+  (`command_turn`): `turn/start {trigger: {kind: "command", name}}` naming the agent
+  the session is in once the command ran (an `/agent` switch is recorded before the
+  turn), the prompt, the answer step, `turn/end`, in one durable commit, shown to the
+  editor as a replay shows it.
 - `/fork [N]` forks the session as `session/fork` does (acp_bridge.host.fork, through
   the engine's `fork`: the agent's own fork, else a fresh session seeded); the fork is
   open in the wrapper, its agent session kept for the editor's `session/load`. `/agent`

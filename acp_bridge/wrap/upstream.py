@@ -47,6 +47,10 @@ log = logging.getLogger("acp_bridge.wrap.upstream")
 
 EARLY_SESSIONS: Final = 16  # child sessions whose early updates are held
 EARLY_UPDATES: Final = 256  # updates held per such session (more are dropped)
+# Updates of a loaded session held from the editor until its next request on it; more
+# are recorded but not sent (the next load replays them): a child that streams on after
+# its load does not grow the wrapper without bound.
+HELD_UPDATES: Final = 4096
 PERMISSION: Final = "session/request_permission"
 CHILD_UPDATE: Final = ChildUpdate()
 
@@ -94,7 +98,11 @@ class ChildSide:
         update = params.get("update")
         self.record(ws, update)
         if ws.held is not None:  # our load (or resume) of it is answered: until the editor's next request
-            ws.held.append(update)
+            if len(ws.held) < HELD_UPDATES:
+                ws.held.append(update)
+                if len(ws.held) == HELD_UPDATES:  # said once: what follows is not held
+                    log.info("session %s: %d updates of the wrapped agent held since its load: the rest are "
+                             "recorded, not sent (a load replays them)", ws.id, HELD_UPDATES)
             return
         self._editor().notify_update(ws.id, self._shown(ws, update))
 
