@@ -61,6 +61,9 @@ log = logging.getLogger("acp_bridge.wrap")
 
 __all__ = ["WrapConfig", "WrapEngine"]
 
+# The editor's requests on a session that drop what is held of it (`requested`).
+_DROPS_HELD = frozenset({"session/load", "session/resume", "session/close", "session/delete"})
+
 
 class WrapEngine(Engine[WrappedTurns]):
     label = "this agent"
@@ -268,8 +271,10 @@ class WrapEngine(Engine[WrappedTurns]):
 
             ours.update(await seed(ws, link, self.host.store()))
             ws.carried = True  # a fresh restore of it is seeded again
-        if not self.host.answering(source):  # `/fork`, a command of its turn: the editor has not opened it
+        if not self.host.answering(source):
             offer(self.host.peer, ws, self.commands_of(ws.id))
+        else:  # `/fork`, a command of its turn: the editor opens the fork later (its load drops this)
+            ws.held = []
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(self._offered(turns, fields), meta=obj(result.get("_meta")),
                           ours={"wrapped": self._made(turns, ours)})
@@ -328,10 +333,26 @@ class WrapEngine(Engine[WrappedTurns]):
         if isinstance(extra, list):
             ws.additional_directories = extra
         placing = await self.child_of(ws).place(session)
-        offer(self.host.peer, ws, self.commands_of(ws.id))
+        # The commands before the answer, and what the child sends after it held until
+        # the editor's next request on the session (`requested`): a load or resume
+        # ends with its answer (docs/wrap.md, "Load").
+        offer(self.host.peer, ws, self.commands_of(ws.id), after_answer=False)
         fields = {k: v for k, v in placing.result.items() if k not in ("sessionId", "_meta")}
-        return OpenAnswer(self._offered(session, fields), meta=obj(placing.result.get("_meta")),
-                          ours={"wrapped": self._made(session, {"restored": placing.way, **placing.seeded})})
+        answer = OpenAnswer(self._offered(session, fields), meta=obj(placing.result.get("_meta")),
+                            ours={"wrapped": self._made(session, {"restored": placing.way, **placing.seeded})})
+        ws.held = []  # nothing is awaited from here to the answer: what comes later is after it
+        return answer
+
+    def requested(self, session: WrappedTurns, method: str) -> None:
+        """The editor's request on `session`: what the child sent since the answer of
+        its load or resume goes to the editor first; a load, resume, close or delete
+        drops it instead (recorded, it is in the replay of the next load)."""
+        if session.session.held is None:
+            return
+        if method in _DROPS_HELD:
+            session.session.held = None
+        else:
+            self.child_of(session.session).side.release(session.session)
 
     async def forward(self, method: str, params: Any, is_request: bool) -> Any:
         """Any other method of the editor: passed on to the agent of the session it

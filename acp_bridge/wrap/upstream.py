@@ -6,7 +6,10 @@
   under our session id. The editor connection's `before_write` hands the log's events
   to the OS before the update is written: log before send, as for our own agent. An
   update for a child session we do not know yet (it may come before the answer that
-  names the session) waits for it, in a small bounded buffer.
+  names the session) waits for it, in a small bounded buffer. What the child sends
+  after the answer of our load or resume of a session is recorded and held from the
+  editor until its next request on that session (`release`): a load ends with its
+  answer (docs/wrap.md, "Load").
 - Its requests (`session/request_permission`, `fs/*`, `terminal/*`, extension methods)
   are re-issued to the editor with our ids once the log is durable (a permission, a
   file write or a command may be the last thing before a crash), and answered back
@@ -45,6 +48,10 @@ log = logging.getLogger("acp_bridge.wrap.upstream")
 
 EARLY_SESSIONS: Final = 16  # child sessions whose early updates are held
 EARLY_UPDATES: Final = 256  # updates held per such session (more are dropped)
+# Updates of a loaded session held from the editor until its next request on it; more
+# are recorded but not sent (the next load replays them): a child that streams on after
+# its load does not grow the wrapper without bound.
+HELD_UPDATES: Final = 4096
 PERMISSION: Final = "session/request_permission"
 CHILD_UPDATE: Final = ChildUpdate()
 
@@ -101,6 +108,13 @@ class ChildSide:
         if isinstance(update, dict) and update.get("sessionUpdate") == "subagent_update":
             update = self._subagent(turns, update)
         self.record(ws, update)
+        if ws.held is not None:  # our load (or resume) of it is answered: until the editor's next request
+            if len(ws.held) < HELD_UPDATES:
+                ws.held.append(update)
+                if len(ws.held) == HELD_UPDATES:  # said once: what follows is not held
+                    log.info("session %s: %d updates of the wrapped agent held since its load: the rest are "
+                             "recorded, not sent (a load replays them)", ws.id, HELD_UPDATES)
+            return
         self._editor().notify_update(ws.id, self._shown(ws, update))
 
     def _subagent(self, parent: WrappedTurns, update: dict[str, Any]) -> dict[str, Any]:
@@ -128,6 +142,15 @@ class ChildSide:
         made = self._making.pop(theirs, None)
         if made is not None:
             made.set()
+
+    def release(self, ws: WrappedSession) -> None:
+        """The editor's next request on `ws` after its load or resume: what the child
+        sent since that answer (recorded already) goes to the editor now, before
+        anything the request brings."""
+        held, ws.held = ws.held, None
+        editor = self._editor()
+        for update in held or ():
+            editor.notify_update(ws.id, self._shown(ws, update))
 
     def on_updates(self, batch: list[Any]) -> None:
         """`on_update` of each of `batch` (the params of `session/update`s read
@@ -159,8 +182,9 @@ class ChildSide:
             return start
         ws = turns.session
         recorder = ws.recorder
-        # The same gate as `on_update`'s (the lifecycle's), and a turn open to record on.
-        if Act.RECORD not in ws.to(CHILD_UPDATE) or recorder is None or ws.log.closed:
+        # The same gate as `on_update`'s (the lifecycle's), a turn open to record on,
+        # and nothing held from the editor (`on_update` holds it).
+        if Act.RECORD not in ws.to(CHILD_UPDATE) or recorder is None or ws.log.closed or ws.held is not None:
             return start
         updates: list[dict[str, Any]] = []
         index, count = start, len(batch)
