@@ -130,6 +130,9 @@ class Connection:
         self.drain = self._out.drain
         self._ids = ids if ids is not None else map(own_request_id, itertools.count(1))
         self._pending: dict[tuple[str, Any], tuple[anyio.Event, list[Any]]] = {}
+        # Our requests whose answer is acted on in the reader as it is read, before the
+        # messages after it (`ask(..., on_answer=)`): key -> the hook, told if it is a result.
+        self._on_answer: dict[tuple[str, Any], Callable[[bool], None]] = {}
         self._after: dict[Any, list[Any]] = {}  # request id -> messages to send after its answer
         self._active = 0  # requests (or batches) handed to a task and not finished
         self._workers: list[_Slot] = []  # idle worker tasks, waiting for a request
@@ -149,12 +152,16 @@ class Connection:
         one read: a session/cancel and the `cancelled` answer ACP asks for after it)."""
         return await self.ask(method, params)
 
-    def ask(self, method: str, params: Any) -> Coroutine[Any, Any, Any]:
+    def ask(self, method: str, params: Any, *,
+            on_answer: Callable[[bool], None] | None = None) -> Coroutine[Any, Any, Any]:
         """`request`, queued before this returns (so what the caller sends next goes
         after it, whoever waits for the answer, and when): await what it returns for
-        the answer."""
+        the answer. `on_answer(is_result)` runs in the reader as the answer is read,
+        before the messages read after it (the awaiting task runs later)."""
         request_id = next(self._ids)
         key, done, slot = self._pend(request_id)
+        if on_answer is not None:
+            self._on_answer[key] = on_answer
         self.send(request_message(request_id, method, params))
         return self._answer(method, request_id, key, done, slot)
 
@@ -183,6 +190,7 @@ class Connection:
             raise
         finally:
             self._pending.pop(key, None)
+            self._on_answer.pop(key, None)
         kind, value = slot[0]
         if kind == "error":
             raise ClientError(method, value)
@@ -358,13 +366,19 @@ class Connection:
             work = await slot.wait()
 
     def _response(self, message: dict[str, Any]) -> None:
-        entry = self._pending.get(request_key(message["id"])) if is_id(message["id"]) else None
+        key = request_key(message["id"]) if is_id(message["id"]) else None
+        entry = self._pending.get(key) if key is not None else None
         if entry is None:
             log.debug("ignoring a response to unknown id %r", message["id"])
             return
         done, slot = entry
+        if done.is_set():
+            return  # answered twice: the first answer stands
         slot.append(("error", message["error"]) if "error" in message else ("result", message.get("result")))
         done.set()
+        hook = self._on_answer.pop(key, None) if self._on_answer and key is not None else None
+        if hook is not None:
+            hook("error" not in message)
 
     async def _batch(self, messages: list[Any]) -> None:
         answers: list[Any] = []
