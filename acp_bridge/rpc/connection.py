@@ -29,6 +29,7 @@ from acp_bridge.rpc.incoming import Fallback, Incoming, Inline, current_request_
 from acp_bridge.rpc.outgoing import BeforeWrite, Outgoing
 from acp_bridge.rpc.protocol import (
     INVALID_REQUEST,
+    MAX_DEPTH,
     PARSE_ERROR,
     ClientError,
     ErrorMapper,
@@ -37,6 +38,7 @@ from acp_bridge.rpc.protocol import (
     internal_error,
     is_id,
     is_response,
+    nested_deeper,
     own_request_id,
     request_key,
     request_message,
@@ -275,6 +277,12 @@ class Connection:
                     # where it stopped reading).
                     message, line = _UNREAD, line[:-1] if line[-1:] == b"\n" else line
                 else:
+                    if nested_deeper(line, message):  # refused where it is read (protocol.MAX_DEPTH)
+                        if params:
+                            self._run(method, params)
+                            method, params = None, []
+                        self._too_deep(message)
+                        continue
                     # What `Incoming.run_inline` takes, for a method with a run handler.
                     if runs and type(message) is dict and "id" not in message and message.get("jsonrpc") == "2.0":
                         name = message.get("method")
@@ -311,12 +319,46 @@ class Connection:
         except orjson.JSONDecodeError as exc:
             if not line.strip():  # a blank line: nothing
                 return
+            error = RpcError(PARSE_ERROR, "Parse error", {"code": "parse_error", "detail": str(exc)})
+            ours = salvaged_id(line, ours=True)
+            if ours is not None and self._failed(ours, error):
+                return  # the peer's answer to a request of ours that cannot be read: it failed
             # Answered with the request's id where it can still be read, so a client
             # waiting on that id is not left hanging (acp_bridge.rpc.protocol.salvaged_id).
-            self.send(response(salvaged_id(line), error=RpcError(PARSE_ERROR, "Parse error", {
-                "code": "parse_error", "detail": str(exc)})))
+            self.send(response(salvaged_id(line), error=error))
+            return
+        if nested_deeper(line, message):
+            self._too_deep(message)
             return
         self._on_message(message, tg)
+
+    def _too_deep(self, message: Any) -> None:
+        """A message nested deeper than `MAX_DEPTH` (nothing of it could be passed on or
+        recorded): a request is answered with its id, an answer to a request of ours
+        fails that request, a notification is dropped."""
+        error = RpcError(INVALID_REQUEST, f"message nested deeper than {MAX_DEPTH} levels",
+                         {"code": "too_deep", "limit": MAX_DEPTH})
+        if type(message) is not dict:  # a batch, a bare value: no one id to answer with
+            self.send(response(None, error=error))
+        elif is_response(message):
+            if not self._failed(message.get("id"), error):
+                log.warning("an answer nested deeper than %d levels to no request of ours: dropped", MAX_DEPTH)
+        elif "id" not in message:
+            log.warning("a %s notification nested deeper than %d levels: dropped", message.get("method"), MAX_DEPTH)
+        else:
+            self.send(response(message["id"] if is_id(message["id"]) else None, error=error))
+
+    def _failed(self, request_id: Any, error: RpcError) -> bool:
+        """The peer's answer to our request `request_id` could not be taken (`error`
+        says why): the request fails with that error, as an error answer would. False
+        if no request of ours waits for that id."""
+        key = request_key(request_id) if is_id(request_id) else None
+        entry = self._pending.get(key) if key is not None else None
+        if entry is None or entry[0].is_set():
+            return False
+        log.warning("the answer to our request %r could not be taken: %s", request_id, error.message)
+        self._response({"id": request_id, "error": error.to_json()})
+        return True
 
     def _on_message(self, message: Any, tg: anyio.abc.TaskGroup) -> None:
         if type(message) is dict and "method" in message:  # a request or notification (most of a stream)
