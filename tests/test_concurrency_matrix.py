@@ -196,9 +196,9 @@ async def run_two_agents(case: Case, size: int) -> None:
             pair = (answers["one"][n], answers["two"][n])
             won = [a for a in pair if "result" in a]
             assert len(won) == 1, (sid, pair)
-            lost = next(a for a in pair if "error" in a)
-            assert lost["error"]["code"] != INTERNAL, lost
-        for agent, name, other in ((one, "one", two), (two, "two", one)):
+            refusal = next(a for a in pair if "error" in a)
+            assert refusal["error"]["code"] != INTERNAL, refusal
+        for agent, name in ((one, "one"), (two, "two")):
             for n, sid in enumerate(sids):
                 if "result" in answers[name][n]:
                     assert await agent.request("session/close", {"sessionId": sid}) == {}

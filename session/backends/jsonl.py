@@ -55,7 +55,10 @@ from session.scan import TornTail
 class JsonlBackend:
     name = "jsonl"
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, sync: Callable[[int], None] = os.fdatasync) -> None:
+        # `sync` makes a log's appends durable (its descriptor): the durability points'
+        # one fsync. A test hands in its own to see each one (tests/support/power_cut.py).
+        self.sync = sync
         self.root = private_dir(Path(root))
         self.sessions_dir = private_dir(self.root / "sessions")
         self.locks_dir = private_dir(self.root / "locks")
@@ -213,7 +216,7 @@ class JsonlSession:
                 write_all(self._fd, event_lines(batch))
             self._next_seq += len(batch)
             if sync:
-                os.fdatasync(self._fd)
+                self._backend.sync(self._fd)
                 self.durable_size = os.fstat(self._fd).st_size
                 self._durable_seq = self._next_seq
                 self._titles.synced()
@@ -252,7 +255,7 @@ class JsonlSession:
             if closers:
                 self.write(closers, sync=True)
             else:
-                os.fsync(self._fd)
+                self._backend.sync(self._fd)
         except OSError as exc:
             raise StoreIOError(
                 f"session {self.session_id}: could not repair the log: {exc.strerror or exc}",
