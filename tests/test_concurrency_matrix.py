@@ -33,7 +33,11 @@ SOAK = 16
 CASE_SECONDS = 50  # each case, set-up and checks included (pytest's own limit is 60)
 SOAK_SECONDS = 280
 
-OPS = ("load", "resume", "fork", "prompt", "close", "delete", "mixed", "two agents")
+OPS = ("load", "resume", "fork", "prompt", "close", "delete", "mixed", "one session", "one session deleted",
+       "two agents")
+# What a request on one session may be refused with while others on it run: a second
+# prompt (-32001), a session closed or deleted meanwhile (-32002).
+RACE_REFUSALS = {-32001, -32002}
 BACKENDS = ("jsonl", "sqlite", "postgres")
 HOSTS = ("serve", "wrap")
 INTERNAL = -32603
@@ -220,8 +224,66 @@ def make_case(host: str, backend: str, tmp_path: Path, work: Path, request: pyte
     return Case(host, backend, store, tmp_path, work)
 
 
+async def run_one_session(case: Case, size: int, *, delete: bool) -> None:
+    """`size` of each of load, resume, fork, prompt and close on one session at once
+    (and one delete among them): each is answered once, refused only as a race may
+    refuse it; what survives loads whole, and no prompt answered after the delete's
+    answer claims a turn the store no longer has."""
+    work = case.work
+    async with case.agent() as first:
+        await first.initialize()
+        sid = await first.new_session(work)
+        await first.prompt(sid, words(0))
+        assert await first.request("session/close", {"sessionId": sid}) == {}
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for n in range(size):
+            calls += [("session/load", session_params(work, sid)), ("session/resume", session_params(work, sid)),
+                      ("session/fork", session_params(work, sid)),
+                      ("session/prompt", prompt_params(sid, words(0, n + 1))), ("session/close", {"sessionId": sid})]
+            if delete and n == size // 2:
+                calls.append(("session/delete", {"sessionId": sid}))
+        answers = await at_once(first, calls)
+        check_answered_once(first)
+        refused = [(c, a) for c, a in zip(calls, answers, strict=True)
+                   if "error" in a and a["error"]["code"] not in RACE_REFUSALS]
+        assert not refused, refused
+        forks = [a["result"]["sessionId"] for (m, _), a in zip(calls, answers, strict=True)
+                 if m == "session/fork" and "result" in a]
+        done = [p["prompt"][0]["text"] for (m, p), a in zip(calls, answers, strict=True)
+                if m == "session/prompt" and a.get("result", {}).get("stopReason") == "end_turn"]
+        for live in [sid, *forks]:
+            closed = await first.request_raw("session/close", {"sessionId": live})
+            assert closed.get("result") == {} or (delete and live == sid and closed["error"]["code"] == -32002), closed
+        # The order the answers were written in: a prompt answered after the delete's.
+        order = [m["id"] for d, m in first.transcript if d == "<-" and "id" in m and "method" not in m]
+        ids = [m["id"] for d, m in first.transcript if d == "->" and "id" in m and m.get("method") in
+               {c[0] for c in calls}][-len(calls):]
+        by_id = dict(zip(ids, zip(calls, answers, strict=True), strict=True))
+        deleted_at = next((order.index(i) for i, ((m, _), a) in by_id.items()
+                           if m == "session/delete" and "result" in a), None)
+        async with case.agent() as other:
+            await other.initialize()
+            again = await other.request_raw("session/load", session_params(work, sid))
+            if "result" in again:
+                text = said(other, sid).replace("\n", "")
+                assert text.startswith(words(0)), text
+                for piece in done:
+                    assert piece in text, (piece, text)
+            else:
+                assert delete and again["error"]["code"] == -32002, again
+                late = [by_id[i] for i in order[deleted_at:] if by_id.get(i, (("",),))[0][0] == "session/prompt"
+                        and by_id[i][1].get("result", {}).get("stopReason") == "end_turn"] if deleted_at is not None else []
+                assert not late, f"prompts answered after the delete, their turns gone: {late}"
+            for fork in forks:
+                assert "result" in await other.request_raw("session/load", session_params(work, fork))
+                assert said(other, fork).replace("\n", "").startswith(words(0))
+            check_answered_once(other)
+
+
 async def run_case(case: Case, op: str, size: int) -> None:
-    if op == "two agents":
+    if op.startswith("one session"):
+        await run_one_session(case, size, delete=op.endswith("deleted"))
+    elif op == "two agents":
         await run_two_agents(case, size)
     else:
         await run_one_agent(case, op, size)
@@ -241,7 +303,7 @@ async def test_at_once(tmp_path: Path, work: Path, op: str, backend: str, host: 
 @pytest.mark.timeout(SOAK_SECONDS + 30)
 @pytest.mark.parametrize("host", HOSTS)
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op", ["mixed", "two agents"])
+@pytest.mark.parametrize("op", ["mixed", "one session deleted", "two agents"])
 async def test_at_once_soak(tmp_path: Path, work: Path, op: str, backend: str, host: str,
                             request: pytest.FixtureRequest) -> None:
     for round_ in range(3):

@@ -10,12 +10,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from session import SessionStore, StoreIOError, open_backend
 from session.backends.base import read_stored
-from session.errors import ForkTurnError
+from session.errors import ForkTurnError, SessionNotFoundError
 from session.events import Event
 from session.items import config_set
 from tests.support import tamper
@@ -135,6 +136,35 @@ def test_a_copy_that_finds_less_than_its_plan_makes_nothing(store: SessionStore)
     with pytest.raises(StoreIOError, match="changed while it was forked"):
         store.fork(dataclasses.replace(plan, upto=plan.upto + 2), cwd="/w")
     assert {s["id"] for s in store.list()} == ids
+
+
+def test_a_jsonl_fork_that_meets_a_delete_of_its_original_holds_what_it_planned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `session/fork` and a `session/delete` of its original at once (issue 34; the
+    concurrency matrix found it): the delete lands while the fork publishes. It was a
+    failed write (-32603 store_io, "could not create ...: No such file or directory");
+    now the fork holds what its plan read, and a delete before the copy is not found."""
+    from session.backends import jsonl
+
+    store = SessionStore(open_backend("jsonl", tmp_path / "store"))
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn("one"))
+    log.close()
+    before = stored(store, log.id)
+    plan = store.plan_fork(log.id)
+    real = jsonl.publish  # type: ignore[attr-defined]
+
+    def publish_after_a_delete(*args: Any, **kw: Any) -> None:
+        store.delete(log.id)
+        real(*args, **kw)
+
+    monkeypatch.setattr(jsonl, "publish", publish_after_a_delete)
+    header = store.fork(plan, cwd="/w")
+    monkeypatch.setattr(jsonl, "publish", real)
+    assert load_clean(store, header["id"])[0] == before
+    assert log.id not in {s["id"] for s in store.list()}
+    with pytest.raises(SessionNotFoundError):
+        store.fork(plan, cwd="/w")
 
 
 def test_a_wrapped_original_keeps_its_agent_but_not_its_session(store: SessionStore) -> None:

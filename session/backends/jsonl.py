@@ -55,10 +55,10 @@ from session.scan import TornTail
 class JsonlBackend:
     name = "jsonl"
 
-    def __init__(self, root: str | os.PathLike[str], *, sync: Callable[[int], None] = os.fdatasync) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, sync: Callable[[int], None] | None = None) -> None:
         # `sync` makes a log's appends durable (its descriptor): the durability points'
         # one fsync. A test hands in its own to see each one (tests/support/power_cut.py).
-        self.sync = sync
+        self.sync = sync or _fdatasync
         self.root = private_dir(Path(root))
         self.sessions_dir = private_dir(self.root / "sessions")
         self.locks_dir = private_dir(self.root / "locks")
@@ -114,29 +114,34 @@ class JsonlBackend:
              title: str | None) -> None:
         # The source's lines are copied as stored (bytes, not re-encoded), a block at a
         # time, into a temp file that is published whole: a crash leaves no fork.
+        # The source is opened first: a delete that comes after this (a request at the
+        # same time as the fork) leaves the open file readable, so the fork holds what
+        # its plan read; one that came before is "not found", never a failed write.
         sid = header["id"]
-        source = self.path_of(source_id)
-        if not source.exists():
-            raise SessionNotFoundError(f"session {source_id} not found", session_id=source_id)
+        with contextlib.ExitStack() as stack:
+            try:
+                source = stack.enter_context(open(self.path_of(source_id), "rb"))
+            except FileNotFoundError:
+                raise SessionNotFoundError(f"session {source_id} not found", session_id=source_id) from None
 
-        def content() -> Iterator[bytes]:
-            yield orjson.dumps(header) + b"\n"
-            yield from _lines(source, source_id, upto)
-            for item in closers:
-                yield event_line(item)
+            def content() -> Iterator[bytes]:
+                yield orjson.dumps(header) + b"\n"
+                yield from _lines(source, source_id, upto)
+                for item in closers:
+                    yield event_line(item)
 
-        # A title the fork's header and first prompt would not give (a `/title` it
-        # holds) is kept first: a crash before the log is published leaves a title
-        # file that names no session, never a fork that lost its title.
-        kept = title is not None and title != header.get("title")
-        if kept:
-            keep(self.titles_dir, sid, title, pending=None)
-        try:
-            publish(self.path_of(sid), content(), session_id=sid)
-        except BaseException:
+            # A title the fork's header and first prompt would not give (a `/title` it
+            # holds) is kept first: a crash before the log is published leaves a title
+            # file that names no session, never a fork that lost its title.
+            kept = title is not None and title != header.get("title")
             if kept:
-                forget(self.titles_dir, sid)
-            raise
+                keep(self.titles_dir, sid, title, pending=None)
+            try:
+                publish(self.path_of(sid), content(), session_id=sid)
+            except BaseException:
+                if kept:
+                    forget(self.titles_dir, sid)
+                raise
 
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
@@ -167,26 +172,31 @@ class JsonlBackend:
         return lock_file(self.locks_dir, validate_session_id(session_id))
 
 
-def _lines(path: Path, source_id: str, upto: int) -> Iterator[bytes]:
-    """The first `upto` event lines of the log at `path` (after its header), as stored."""
-    with open(path, "rb") as f:
-        f.readline()
-        left = upto
-        while left:
-            block = f.read(READ_BLOCK)
-            if block and not block.endswith(b"\n"):
-                block += f.readline()  # whole lines only: the count stays exact
-            found = block.count(b"\n")
-            if found >= left:
-                end = -1
-                for _ in range(left):
-                    end = block.index(b"\n", end + 1)
-                yield block[: end + 1]
-                return
-            if not block.endswith(b"\n"):  # the end of the file: fewer lines than the plan read
-                raise changed_while_forked(source_id, upto - left + found, upto)
-            yield block
-            left -= found
+def _fdatasync(fd: int) -> None:
+    # `os.fdatasync` looked up at each call, not bound once: the bench's slow-disk shim
+    # and the fault tests replace it in the module.
+    os.fdatasync(fd)
+
+
+def _lines(f: BinaryIO, source_id: str, upto: int) -> Iterator[bytes]:
+    """The first `upto` event lines of the log open as `f` (after its header), as stored."""
+    f.readline()
+    left = upto
+    while left:
+        block = f.read(READ_BLOCK)
+        if block and not block.endswith(b"\n"):
+            block += f.readline()  # whole lines only: the count stays exact
+        found = block.count(b"\n")
+        if found >= left:
+            end = -1
+            for _ in range(left):
+                end = block.index(b"\n", end + 1)
+            yield block[: end + 1]
+            return
+        if not block.endswith(b"\n"):  # the end of the file: fewer lines than the plan read
+            raise changed_while_forked(source_id, upto - left + found, upto)
+        yield block
+        left -= found
 
 
 class JsonlSession:
