@@ -10,13 +10,15 @@ Every case checks the same four things:
   another agent, started while the first still runs, opens every one of them;
 - every session reloads whole: the words of each of its turns are replayed.
 
-The default run takes a smoke size (`SMOKE` sessions); the `long` marker runs the same
-table at `SOAK` sessions, several rounds (.ci/run's long step)."""
+The default run takes every operation of the table in turn in one agent per backend and
+host (`test_at_once_smoke`: a smoke size, a few processes per case); the `long` marker
+runs each operation as a case of its own (`test_at_once`) and the races at `SOAK`
+sessions, several rounds (`test_at_once_soak`; .ci/run's long step)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,120 +105,209 @@ async def at_once(agent: AgentProcess, calls: list[tuple[str, dict[str, Any]]]) 
 
 
 def said(agent: AgentProcess, sid: str) -> str:
-    return "".join(u["content"]["text"] for u in agent.replayed(sid) if u["sessionUpdate"] == "agent_message_chunk")
+    """The agent's words in the replay of `sid`'s last load (line ends left out)."""
+    return "".join(u["content"]["text"] for u in agent.replayed(sid)
+                   if u["sessionUpdate"] == "agent_message_chunk").replace("\n", "")
 
 
-def words(n: int, turn: int = 0) -> str:
-    return f"words {turn} of session {n}"
+def words(tag: str, n: int, turn: int = 0) -> str:
+    return f"words {turn} of {tag} {n}"
 
 
-async def run_one_agent(case: Case, op: str, size: int) -> None:
+@dataclass
+class Expected:
+    """What another agent must find once the agent under test closed its sessions."""
+
+    whole: dict[str, str] = field(default_factory=dict)  # sid -> the replay's words, exactly
+    # sid -> (how its words start, words each in them): a session raced on by prompts
+    # and closes, whose turns ran in some order and may have been cancelled.
+    holds: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    gone: list[str] = field(default_factory=list)
+    # sid -> prompts answered `end_turn` after its delete was answered: it may be gone
+    # only if there are none (an answered turn is never lost).
+    maybe_gone: dict[str, list[Any]] = field(default_factory=dict)
+
+    def add(self, other: Expected) -> None:
+        self.whole |= other.whole
+        self.holds |= other.holds
+        self.gone += other.gone
+        self.maybe_gone |= other.maybe_gone
+
+
+async def made(agent: AgentProcess, work: Path, tag: str, size: int) -> list[str]:
+    """`size` new sessions, each prompted once (`words(tag, n)`)."""
+    sids = [await agent.new_session(work) for _ in range(size)]
+    for n, sid in enumerate(sids):
+        await agent.prompt(sid, words(tag, n))
+    return sids
+
+
+async def close_all(agent: AgentProcess, sids: list[str], *, gone_ok: frozenset[str] = frozenset()) -> None:
+    answers = await at_once(agent, [("session/close", {"sessionId": sid}) for sid in sids])
+    for sid, answer in zip(sids, answers, strict=True):
+        assert answer.get("result") == {} or (sid in gone_ok and answer["error"]["code"] == -32002), (sid, answer)
+
+
+async def each_at_once(agent: AgentProcess, work: Path, op: str, size: int) -> Expected:
     """`size` sessions made and prompted, then `op` on all of them at once (for
-    "mixed", each session's op by its number); then each closed, and a second agent,
-    started while the first still runs, loads every session that should be there."""
-    work = case.work
+    "mixed", each session's op by its number); every session closed after."""
     size = max(size, 6) if op == "mixed" else size  # each of the six ops at least once
-    expect: dict[str, str] = {}  # sid -> what its replay says, for every session kept
-    async with case.agent() as first:
-        await first.initialize()
-        sids = [await first.new_session(work) for _ in range(size)]
-        for n, sid in enumerate(sids):
-            await first.prompt(sid, words(n))
-            expect[sid] = words(n)
-        plan = {sid: (op if op != "mixed" else OPS[n % 6]) for n, sid in enumerate(sids)}
-        # A load or a resume opens a stored session that is not open in this agent.
-        closed = [sid for sid, what in plan.items() if what in ("load", "resume") or (what == "delete" and sids.index(sid) % 2)]
-        for sid in closed:
-            assert await first.request("session/close", {"sessionId": sid}) == {}
-        calls: list[tuple[str, dict[str, Any]]] = []
-        for n, sid in enumerate(sids):
-            what = plan[sid]
-            if what in ("load", "resume", "fork"):
+    sids = await made(agent, work, op, size)
+    expect = Expected(whole={sid: words(op, n) for n, sid in enumerate(sids)})
+    plan = {sid: (op if op != "mixed" else OPS[n % 6]) for n, sid in enumerate(sids)}
+    # A load or a resume opens a stored session that is not open in this agent; half
+    # the deletes find their session open, half closed.
+    closed = [sid for n, sid in enumerate(sids) if plan[sid] in ("load", "resume") or (plan[sid] == "delete" and n % 2)]
+    await close_all(agent, closed)
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for n, sid in enumerate(sids):
+        what = plan[sid]
+        if what in ("load", "resume", "fork"):
+            calls.append((f"session/{what}", session_params(work, sid)))
+            if what == "fork":  # two forks of each at once
                 calls.append((f"session/{what}", session_params(work, sid)))
-                if what == "fork":  # two forks of each at once
-                    calls.append((f"session/{what}", session_params(work, sid)))
-            elif what == "prompt":
-                calls.append(("session/prompt", prompt_params(sid, words(n, 1))))
-            else:
-                calls.append((f"session/{what}", {"sessionId": sid}))
-        answers = await at_once(first, calls)
-        failed = [(c, a) for c, a in zip(calls, answers, strict=True) if "error" in a]
-        assert not failed, failed
-        for (method, params), answer in zip(calls, answers, strict=True):
-            sid = params["sessionId"]
-            if method == "session/fork":
-                expect[answer["result"]["sessionId"]] = expect[sid]
-            elif method == "session/prompt":
-                assert answer["result"]["stopReason"] == "end_turn", answer
-                expect[sid] += words(sids.index(sid), 1)
-            elif method == "session/delete":
-                expect.pop(sid)
-        check_answered_once(first)
-        # Every session this agent has open is closed: then no lock may remain.
-        for sid in expect:
-            assert await first.request("session/close", {"sessionId": sid}) == {}
-        await check_reloads(case, expect, gone=[sid for sid in sids if sid not in expect])
-        check_answered_once(first)
+        elif what == "prompt":
+            calls.append(("session/prompt", prompt_params(sid, words(op, n, 1))))
+        else:
+            calls.append((f"session/{what}", {"sessionId": sid}))
+    answers = await at_once(agent, calls)
+    failed = [(c, a) for c, a in zip(calls, answers, strict=True) if "error" in a]
+    assert not failed, failed
+    for (method, params), answer in zip(calls, answers, strict=True):
+        sid = params["sessionId"]
+        if method == "session/fork":
+            expect.whole[answer["result"]["sessionId"]] = expect.whole[sid]
+        elif method == "session/prompt":
+            assert answer["result"]["stopReason"] == "end_turn", answer
+            expect.whole[sid] += words(op, sids.index(sid), 1)
+        elif method == "session/delete":
+            expect.whole.pop(sid)
+            expect.gone.append(sid)
+    # Every session this agent has open is closed: then no lock may remain.
+    await close_all(agent, list(expect.whole))
+    return expect
 
 
-async def check_reloads(case: Case, expect: dict[str, str], gone: list[str]) -> None:
-    """Another agent loads every session whole; a deleted one is not there."""
-    async with case.agent() as other:
-        await other.initialize()
-        answers = await at_once(other, [("session/load", session_params(case.work, sid)) for sid in [*expect, *gone]])
-        for sid, answer in zip([*expect, *gone], answers, strict=True):
-            if sid in expect:
-                assert "result" in answer, (sid, answer)
-                assert said(other, sid).replace("\n", "") == expect[sid].replace("\n", ""), (sid, said(other, sid))
-            else:
-                assert answer.get("error", {}).get("code") == -32002, (sid, answer)
-        listed = await other.request("session/list", {})
-        assert not {s["sessionId"] for s in listed["sessions"]} & set(gone)
-        check_answered_once(other)
+async def one_session(agent: AgentProcess, work: Path, size: int, *, delete: bool) -> Expected:
+    """`size` of each of load, resume, fork, prompt and close on one session at once
+    (and one delete among them): each is refused only as a race may refuse it."""
+    tag = "one session deleted" if delete else "one session"
+    [sid] = await made(agent, work, tag, 1)
+    await close_all(agent, [sid])
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for n in range(size):
+        calls += [("session/load", session_params(work, sid)), ("session/resume", session_params(work, sid)),
+                  ("session/fork", session_params(work, sid)),
+                  ("session/prompt", prompt_params(sid, words(tag, 0, n + 1))), ("session/close", {"sessionId": sid})]
+        if delete and n == size // 2:
+            calls.append(("session/delete", {"sessionId": sid}))
+    first_id = len(agent.transcript)
+    answers = await at_once(agent, calls)
+    refused = [(c, a) for c, a in zip(calls, answers, strict=True)
+               if "error" in a and a["error"]["code"] not in RACE_REFUSALS]
+    assert not refused, refused
+    forks = [a["result"]["sessionId"] for (m, _), a in zip(calls, answers, strict=True)
+             if m == "session/fork" and "result" in a]
+    done = [(a["id"], p["prompt"][0]["text"]) for (m, p), a in zip(calls, answers, strict=True)
+            if m == "session/prompt" and a.get("result", {}).get("stopReason") == "end_turn"]
+    expect = Expected(whole={fork: words(tag, 0) for fork in forks}, holds={sid: (words(tag, 0), [t for _, t in done])})
+    if delete:
+        # The order the answers were written in: the prompts answered after the delete's.
+        order = [m["id"] for d, m in agent.transcript[first_id:] if d == "<-" and "id" in m and "method" not in m]
+        deleted = [a["id"] for (m, _), a in zip(calls, answers, strict=True) if m == "session/delete" and "result" in a]
+        after = order[order.index(deleted[0]):] if deleted else []
+        expect.maybe_gone[sid] = [(i, t) for i, t in done if i in after]
+    await close_all(agent, [sid, *forks], gone_ok=frozenset({sid} if delete else ()))
+    return expect
 
 
-async def run_two_agents(case: Case, size: int) -> None:
+async def two_agents(one: AgentProcess, two: AgentProcess, work: Path, size: int) -> Expected:
     """Two agents on one store load the same `size` sessions at once: each session has
     one winner, the other is refused (never -32603); once the winner closes it, the
     loser loads it."""
-    work = case.work
-    async with case.agent() as maker:
-        await maker.initialize()
-        sids = [await maker.new_session(work) for _ in range(size)]
-        for n, sid in enumerate(sids):
-            await maker.prompt(sid, words(n))
-    async with case.agent() as one, case.agent() as two:
-        await one.initialize()
-        await two.initialize()
-        answers: dict[str, list[dict[str, Any]]] = {}
+    sids = await made(one, work, "two agents", size)
+    await close_all(one, sids)
+    answers: dict[str, list[dict[str, Any]]] = {}
 
-        async def both(agent: AgentProcess, name: str) -> None:
-            answers[name] = await at_once(agent, [("session/load", session_params(work, sid)) for sid in sids])
+    async def both(agent: AgentProcess, name: str) -> None:
+        answers[name] = await at_once(agent, [("session/load", session_params(work, sid)) for sid in sids])
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(both, one, "one")
-            tg.start_soon(both, two, "two")
-        for n, sid in enumerate(sids):
-            pair = (answers["one"][n], answers["two"][n])
-            won = [a for a in pair if "result" in a]
-            assert len(won) == 1, (sid, pair)
-            refusal = next(a for a in pair if "error" in a)
-            assert refusal["error"]["code"] != INTERNAL, refusal
-        for agent, name in ((one, "one"), (two, "two")):
-            for n, sid in enumerate(sids):
-                if "result" in answers[name][n]:
-                    assert await agent.request("session/close", {"sessionId": sid}) == {}
-        # Each loses what it won, then loads what it lost: no lock was kept by the refusal.
-        for agent, name in ((one, "one"), (two, "two")):
-            lost = [sid for n, sid in enumerate(sids) if "error" in answers[name][n]]
-            again = await at_once(agent, [("session/load", session_params(work, sid)) for sid in lost])
-            assert all("result" in a for a in again), again
-            for sid in lost:
-                assert said(agent, sid).replace("\n", "") == words(sids.index(sid)), (sid, said(agent, sid))
-                assert await agent.request("session/close", {"sessionId": sid}) == {}
-        check_answered_once(one)
-        check_answered_once(two)
-        await check_reloads(case, {sid: words(n) for n, sid in enumerate(sids)}, gone=[])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(both, one, "one")
+        tg.start_soon(both, two, "two")
+    for n, sid in enumerate(sids):
+        pair = (answers["one"][n], answers["two"][n])
+        assert len([a for a in pair if "result" in a]) == 1, (sid, pair)
+        refusal = next(a for a in pair if "error" in a)
+        assert refusal["error"]["code"] != INTERNAL, refusal
+    for agent, name in ((one, "one"), (two, "two")):
+        await close_all(agent, [sid for n, sid in enumerate(sids) if "result" in answers[name][n]])
+    # Each loads what it lost: no lock was kept by the refusal.
+    for agent, name in ((one, "one"), (two, "two")):
+        lost = [sid for n, sid in enumerate(sids) if "error" in answers[name][n]]
+        again = await at_once(agent, [("session/load", session_params(work, sid)) for sid in lost])
+        assert all("result" in a for a in again), again
+        for sid in lost:
+            assert said(agent, sid) == words("two agents", sids.index(sid)), (sid, said(agent, sid))
+        await close_all(agent, lost)
+    return Expected(whole={sid: words("two agents", n) for n, sid in enumerate(sids)})
+
+
+async def listed(agent: AgentProcess) -> set[str]:
+    """Every session `session/list` gives, page after page."""
+    ids: set[str] = set()
+    params: dict[str, Any] = {}
+    while True:
+        page = await agent.request("session/list", params)
+        ids |= {s["sessionId"] for s in page["sessions"]}
+        if not page.get("nextCursor"):
+            return ids
+        params = {"cursor": page["nextCursor"]}
+
+
+async def check_reloads(other: AgentProcess, work: Path, expect: Expected) -> None:
+    """Another agent, started while the first still runs, loads every session whole; a
+    deleted one is not there."""
+    sids = list(dict.fromkeys([*expect.whole, *expect.holds, *expect.gone, *expect.maybe_gone]))
+    answers = await at_once(other, [("session/load", session_params(work, sid)) for sid in sids])
+    for sid, answer in zip(sids, answers, strict=True):
+        if "error" in answer and sid in expect.maybe_gone:
+            assert answer["error"]["code"] == -32002, (sid, answer)
+            late = expect.maybe_gone[sid]
+            assert not late, f"prompts answered after the delete, their turns gone: {late}"
+        elif sid in expect.gone:
+            assert answer.get("error", {}).get("code") == -32002, (sid, answer)
+        else:
+            assert "result" in answer, (sid, answer)
+            text = said(other, sid)
+            if sid in expect.whole:
+                assert text == expect.whole[sid], (sid, text)
+            if sid in expect.holds:
+                start, pieces = expect.holds[sid]
+                assert text.startswith(start) and all(p in text for p in pieces), (sid, text, pieces)
+    assert not await listed(other) & set(expect.gone)
+
+
+async def run_ops(case: Case, ops: list[str], size: int) -> None:
+    """Each op of `ops` in turn in one agent (a second one beside it for "two agents"),
+    then a third, started while they still run, loads what they left."""
+    async with case.agent() as first, case.agent() as second:
+        await first.initialize()
+        await second.initialize()
+        expect = Expected()
+        for op in ops:
+            if op == "two agents":
+                expect.add(await two_agents(first, second, case.work, size))
+            elif op.startswith("one session"):
+                expect.add(await one_session(first, case.work, size, delete=op.endswith("deleted")))
+            else:
+                expect.add(await each_at_once(first, case.work, op, size))
+        async with case.agent() as other:
+            await other.initialize()
+            await check_reloads(other, case.work, expect)
+            check_answered_once(other)
+        check_answered_once(first)
+        check_answered_once(second)
 
 
 def make_case(host: str, backend: str, tmp_path: Path, work: Path, request: pytest.FixtureRequest) -> Case:
@@ -224,71 +315,17 @@ def make_case(host: str, backend: str, tmp_path: Path, work: Path, request: pyte
     return Case(host, backend, store, tmp_path, work)
 
 
-async def run_one_session(case: Case, size: int, *, delete: bool) -> None:
-    """`size` of each of load, resume, fork, prompt and close on one session at once
-    (and one delete among them): each is answered once, refused only as a race may
-    refuse it; what survives loads whole, and no prompt answered after the delete's
-    answer claims a turn the store no longer has."""
-    work = case.work
-    async with case.agent() as first:
-        await first.initialize()
-        sid = await first.new_session(work)
-        await first.prompt(sid, words(0))
-        assert await first.request("session/close", {"sessionId": sid}) == {}
-        calls: list[tuple[str, dict[str, Any]]] = []
-        for n in range(size):
-            calls += [("session/load", session_params(work, sid)), ("session/resume", session_params(work, sid)),
-                      ("session/fork", session_params(work, sid)),
-                      ("session/prompt", prompt_params(sid, words(0, n + 1))), ("session/close", {"sessionId": sid})]
-            if delete and n == size // 2:
-                calls.append(("session/delete", {"sessionId": sid}))
-        answers = await at_once(first, calls)
-        check_answered_once(first)
-        refused = [(c, a) for c, a in zip(calls, answers, strict=True)
-                   if "error" in a and a["error"]["code"] not in RACE_REFUSALS]
-        assert not refused, refused
-        forks = [a["result"]["sessionId"] for (m, _), a in zip(calls, answers, strict=True)
-                 if m == "session/fork" and "result" in a]
-        done = [p["prompt"][0]["text"] for (m, p), a in zip(calls, answers, strict=True)
-                if m == "session/prompt" and a.get("result", {}).get("stopReason") == "end_turn"]
-        for live in [sid, *forks]:
-            closed = await first.request_raw("session/close", {"sessionId": live})
-            assert closed.get("result") == {} or (delete and live == sid and closed["error"]["code"] == -32002), closed
-        # The order the answers were written in: a prompt answered after the delete's.
-        order = [m["id"] for d, m in first.transcript if d == "<-" and "id" in m and "method" not in m]
-        ids = [m["id"] for d, m in first.transcript if d == "->" and "id" in m and m.get("method") in
-               {c[0] for c in calls}][-len(calls):]
-        by_id = dict(zip(ids, zip(calls, answers, strict=True), strict=True))
-        deleted_at = next((order.index(i) for i, ((m, _), a) in by_id.items()
-                           if m == "session/delete" and "result" in a), None)
-        async with case.agent() as other:
-            await other.initialize()
-            again = await other.request_raw("session/load", session_params(work, sid))
-            if "result" in again:
-                text = said(other, sid).replace("\n", "")
-                assert text.startswith(words(0)), text
-                for piece in done:
-                    assert piece in text, (piece, text)
-            else:
-                assert delete and again["error"]["code"] == -32002, again
-                late = [by_id[i] for i in order[deleted_at:] if by_id.get(i, (("",),))[0][0] == "session/prompt"
-                        and by_id[i][1].get("result", {}).get("stopReason") == "end_turn"] if deleted_at is not None else []
-                assert not late, f"prompts answered after the delete, their turns gone: {late}"
-            for fork in forks:
-                assert "result" in await other.request_raw("session/load", session_params(work, fork))
-                assert said(other, fork).replace("\n", "").startswith(words(0))
-            check_answered_once(other)
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_at_once_smoke(tmp_path: Path, work: Path, backend: str, host: str,
+                             request: pytest.FixtureRequest) -> None:
+    """Every op of the table in turn, in one agent per backend and host."""
+    case = make_case(host, backend, tmp_path, work, request)
+    with anyio.fail_after(CASE_SECONDS):
+        await run_ops(case, list(OPS), SMOKE)
 
 
-async def run_case(case: Case, op: str, size: int) -> None:
-    if op.startswith("one session"):
-        await run_one_session(case, size, delete=op.endswith("deleted"))
-    elif op == "two agents":
-        await run_two_agents(case, size)
-    else:
-        await run_one_agent(case, op, size)
-
-
+@pytest.mark.long
 @pytest.mark.parametrize("host", HOSTS)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", OPS)
@@ -296,7 +333,7 @@ async def test_at_once(tmp_path: Path, work: Path, op: str, backend: str, host: 
                        request: pytest.FixtureRequest) -> None:
     case = make_case(host, backend, tmp_path, work, request)
     with anyio.fail_after(CASE_SECONDS):
-        await run_case(case, op, SMOKE)
+        await run_ops(case, [op], SMOKE)
 
 
 @pytest.mark.long
@@ -312,4 +349,4 @@ async def test_at_once_soak(tmp_path: Path, work: Path, op: str, backend: str, h
         if backend == "postgres" and round_:
             case.store = request.getfixturevalue("pg_server").emptied(request.getfixturevalue("pg_database"))
         with anyio.fail_after(SOAK_SECONDS / 3):
-            await run_case(case, op, SOAK)
+            await run_ops(case, [op], SOAK)

@@ -12,7 +12,8 @@ written since (tests/support/power_cut.py). Each image is loaded by a new store:
   written, then only repair's closers, which end an unfinished turn `interrupted`.
 
 The default run samples the cut points (each line's edges, and every 61st byte for
-JSONL, each WAL frame's edges for SQLite); the `long` marker cuts at every byte."""
+JSONL, each WAL frame's edges for SQLite); the `long` marker cuts JSONL at every byte
+and SQLite at every 8th, `soak` SQLite at every byte."""
 
 from __future__ import annotations
 
@@ -199,17 +200,28 @@ def test_a_power_cut_loses_nothing_acknowledged_and_shows_nothing_unacknowledged
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
-def test_a_power_cut_at_every_byte(tmp_path: Path, images_in: Path, kind: str) -> None:
-    run(kind, tmp_path, images_in, 1)
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("kind", "every"), [("jsonl", 1), ("sqlite", 8)])
+def test_a_power_cut_at_every_byte(tmp_path: Path, images_in: Path, kind: str, every: int) -> None:
+    """JSONL cut at every byte; SQLite at every 8th (each WAL frame's edges too): its
+    frames are checked by checksum, so a cut inside one is one case however placed."""
+    run(kind, tmp_path, images_in, every)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(3600)
+def test_a_sqlite_power_cut_at_every_byte(tmp_path: Path, images_in: Path) -> None:
+    run("sqlite", tmp_path, images_in, 1)
 
 
 @pytest.mark.parametrize(("old", "new", "every", "points"), [
     (b"ab\n", b"ab\ncd\n", 100, [3, 5, 6]),  # an append: from its first byte, each line's edges
-    (b"ab\n", b"ab\ncdef", 2, [3, 5, 7]),
+    (b"ab\n", b"ab\ncdef", 2, [3, 4, 5, 6, 7]),
+    (b"", b"x" * 10, 4, [0, 3, 4, 7, 8, 9, 10]),  # each stride's point and the byte before
     (b"", b"xy", 1, [0, 1, 2]),
-    (b"abcd", b"abXd", 10, [2, 4]),  # an overwrite: from the first byte that changed
+    (b"abcd", b"abXd", 10, [2, 3, 4]),  # an overwrite: from the first byte that changed
     (b"same", b"same", 1, [4]),
+    (b"", b"", 1, [0]),
 ])
 def test_cut_points(old: bytes, new: bytes, every: int, points: list[int]) -> None:
     assert cut_points(old, new, every=every) == points

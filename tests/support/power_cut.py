@@ -32,10 +32,12 @@ class Disk:
 
 def cut_points(old: bytes, new: bytes, *, every: int) -> list[int]:
     """Where a crash may cut the writes that turned `old` into `new` (how many bytes of
-    `new` reached the disk, from the first byte that changed): every `every`th byte, and
-    each line's and each `every`-block's edges, one byte either side."""
+    `new` reached the disk, from the first byte that changed): every `every`th byte and
+    the byte before it (with `every` a WAL frame's size: whole frames, and the last one
+    short of a byte), and each line's edges, one byte either side."""
     start = next((n for n, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
-    points = set(range(start, len(new) + 1, every)) | {start, len(new)}
+    stride = range(start, len(new) + 1, every)
+    points = set(stride) | {p - 1 for p in stride} | {start, len(new), len(new) - 1}
     for n in range(start, len(new)):
         if new[n] == 0x0A:  # a line's end: the byte before, the newline, the byte after
             points |= {n, n + 1, n + 2}
