@@ -20,7 +20,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -75,8 +75,21 @@ def feed(log: SessionLog, s: Script) -> Iterator[None]:
         yield
 
 
-def jsonl_points(root: Path, every: int) -> tuple[str, list[CrashPoint]]:
-    disk = Disk()
+@dataclass
+class LateDisk(Disk):
+    """A disk on which each sync makes durable only what the previous one saw: a store
+    that synced before it wrote. The check must catch it."""
+
+    seen: dict[str, bytes] = field(default_factory=dict)  # what the last sync saw
+
+    def sync(self, fd: int) -> None:
+        durable = self.durable | self.seen
+        super().sync(fd)
+        self.seen, self.durable = self.durable, durable
+
+
+def jsonl_points(root: Path, every: int, disk: Disk | None = None) -> tuple[str, list[CrashPoint]]:
+    disk = disk or Disk()
     store = SessionStore(JsonlBackend(root, sync=disk.sync))
     log = store.create(cwd="/w")
     path = str(store.backend.path_of(log.id))  # type: ignore[attr-defined]
@@ -152,9 +165,9 @@ def no_sync(fd: int) -> None:
     """An image is checked, not kept: its repair need not wait for the disk."""
 
 
-def run(kind: str, tmp_path: Path, images_in: Path, every: int) -> int:
+def run(kind: str, tmp_path: Path, images_in: Path, every: int, disk: Disk | None = None) -> int:
     live = tmp_path / "live"
-    sid, points = (jsonl_points if kind == "jsonl" else sqlite_points)(live, every)
+    sid, points = jsonl_points(live, every, disk) if kind == "jsonl" else sqlite_points(live, every)
     loads = 0
     root = images_in / "image"
     # An image checked at an earlier point with the same acknowledged seq was checked
@@ -197,6 +210,11 @@ def test_a_power_cut_loses_nothing_acknowledged_and_shows_nothing_unacknowledged
         tmp_path: Path, images_in: Path, kind: str) -> None:
     loads = run(kind, tmp_path, images_in, SMOKE_EVERY[kind])
     assert loads > 100
+
+
+def test_the_check_catches_a_sync_that_came_before_its_write(tmp_path: Path, images_in: Path) -> None:
+    with pytest.raises(AssertionError, match="acknowledged"):
+        run("jsonl", tmp_path, images_in, SMOKE_EVERY["jsonl"], LateDisk())
 
 
 @pytest.mark.long
