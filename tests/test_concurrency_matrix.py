@@ -25,6 +25,9 @@ from typing import Any
 import anyio
 import pytest
 
+from session import open_backend
+from session.events import SESSION_FORMAT_VERSION
+from tests.support import tamper
 from tests.support.acp_client import AgentProcess
 from tests.support.wrapped import WrappedProcess, serve_command
 
@@ -36,7 +39,7 @@ CASE_SECONDS = 50  # each case, set-up and checks included (pytest's own limit i
 SOAK_SECONDS = 280
 
 OPS = ("load", "resume", "fork", "prompt", "close", "delete", "mixed", "one session", "one session deleted",
-       "two agents")
+       "refused", "two agents")
 # What a request on one session may be refused with while others on it run: a second
 # prompt (-32001), a session closed or deleted meanwhile (-32002).
 RACE_REFUSALS = {-32001, -32002}
@@ -221,6 +224,27 @@ async def one_session(agent: AgentProcess, work: Path, size: int, *, delete: boo
     return expect
 
 
+async def refused(agent: AgentProcess, case: Case, size: int) -> Expected:
+    """Loads, resumes and forks at once of `size` sessions the store refuses (a header
+    of a format version from the future): each is answered with its refusal, not
+    -32603, and keeps no lock: once the header is put back, another agent opens each."""
+    sids = await made(agent, case.work, "refused", size)
+    await close_all(agent, sids)
+    backend = open_backend(case.backend, case.store)
+    try:
+        for sid in sids:
+            tamper.set_header_version(backend, sid, SESSION_FORMAT_VERSION + 1)
+        calls = [(f"session/{what}", session_params(case.work, sid)) for sid in sids
+                 for what in ("load", "resume", "fork")]
+        answers = await at_once(agent, calls)
+        assert all("error" in a and a["error"]["code"] != INTERNAL for a in answers), answers
+        for sid in sids:
+            tamper.set_header_version(backend, sid, SESSION_FORMAT_VERSION)
+    finally:
+        backend.close()
+    return Expected(whole={sid: words("refused", n) for n, sid in enumerate(sids)})
+
+
 async def two_agents(one: AgentProcess, two: AgentProcess, work: Path, size: int) -> Expected:
     """Two agents on one store load the same `size` sessions at once: each session has
     one winner, the other is refused (never -32603); once the winner closes it, the
@@ -298,6 +322,8 @@ async def run_ops(case: Case, ops: list[str], size: int) -> None:
         for op in ops:
             if op == "two agents":
                 expect.add(await two_agents(first, second, case.work, size))
+            elif op == "refused":
+                expect.add(await refused(first, case, size))
             elif op.startswith("one session"):
                 expect.add(await one_session(first, case.work, size, delete=op.endswith("deleted")))
             else:

@@ -138,7 +138,7 @@ def sqlite_points(root: Path, every: int) -> tuple[str, list[CrashPoint]]:
         if log.durable_seq != acked:  # a durable commit: cut inside it, and after it with the tail not cut
             assert now[db] == durable[db] or durable[wal] == b"", "a checkpoint between commits"
             inside = [(f"commit {w}", {db: durable[db], wal: b, tail: tail_before})
-                      for w, b in images(durable[wal], now[wal], every=every)]
+                      for w, b in images(durable[wal], now[wal], every=every, lines=False)]
             points.append(CrashPoint(written, acked, tuple(inside)))
             acked, durable = log.durable_seq, now
             points.append(CrashPoint(written, acked, (("tail not cut", {**now, tail: tail_before}),)))
@@ -239,10 +239,16 @@ def test_a_sqlite_power_cut_at_every_byte(tmp_path: Path, images_in: Path) -> No
     (b"", b"xy", 1, [0, 1, 2]),
     (b"abcd", b"abXd", 10, [2, 3, 4]),  # an overwrite: from the first byte that changed
     (b"same", b"same", 1, [4]),
+    (b"ab\n", b"ab\ncd\nef", 100, [3, 5, 6, 7, 8]),  # a torn last line: its end and the byte before
     (b"", b"", 1, [0]),
 ])
 def test_cut_points(old: bytes, new: bytes, every: int, points: list[int]) -> None:
     assert cut_points(old, new, every=every) == points
+
+
+def test_cut_points_of_a_binary_file_take_no_line_edges() -> None:
+    assert cut_points(b"", b"a\nb\nc\nd", every=4) == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert cut_points(b"", b"a\nb\nc\nd", every=4, lines=False) == [0, 3, 4, 6, 7]
 
 
 def test_images_of_an_append_and_of_a_truncate() -> None:

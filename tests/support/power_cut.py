@@ -30,27 +30,27 @@ class Disk:
             self.durable[path] = f.read()
 
 
-def cut_points(old: bytes, new: bytes, *, every: int) -> list[int]:
+def cut_points(old: bytes, new: bytes, *, every: int, lines: bool = True) -> list[int]:
     """Where a crash may cut the writes that turned `old` into `new` (how many bytes of
     `new` reached the disk, from the first byte that changed): every `every`th byte and
     the byte before it (with `every` a WAL frame's size: whole frames, and the last one
-    short of a byte), and each line's edges, one byte either side."""
+    short of a byte), and (`lines`: a text file) each line's edges, one byte either side."""
     start = next((n for n, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
     stride = range(start, len(new) + 1, every)
     points = set(stride) | {p - 1 for p in stride} | {start, len(new), len(new) - 1}
-    for n in range(start, len(new)):
+    for n in range(start, len(new) if lines else start):
         if new[n] == 0x0A:  # a line's end: the byte before, the newline, the byte after
             points |= {n, n + 1, n + 2}
     return sorted(p for p in points if start <= p <= len(new))
 
 
-def images(old: bytes, new: bytes, *, every: int = 1) -> Iterator[tuple[str, bytes]]:
+def images(old: bytes, new: bytes, *, every: int = 1, lines: bool = True) -> Iterator[tuple[str, bytes]]:
     """The file as a power cut may leave it when `old` was durable and `new` was
     written since: `new`'s first `k` bytes over `old` for each cut point (writes reach
     the disk in order), `new` itself (a shrink: a truncate that reached the disk), and
     the appended bytes as zeros (the size reached the disk, the data did not: what a
     file system without ordered data may show)."""
-    for k in cut_points(old, new, every=every):
+    for k in cut_points(old, new, every=every, lines=lines):
         yield f"torn at {k}", new[:k] + old[k:]
     yield "all written", new
     if len(new) > len(old) and new.startswith(old):
