@@ -38,7 +38,7 @@ SOAK = 16
 CASE_SECONDS = 50  # each case, set-up and checks included (pytest's own limit is 60)
 SOAK_SECONDS = 280
 
-OPS = ("load", "resume", "fork", "prompt", "close", "delete", "mixed", "one session", "one session deleted",
+OPS = ("load", "resume", "fork", "prompt", "close", "delete", "mixed", "new", "one session", "one session deleted",
        "refused", "two agents")
 # What a request on one session may be refused with while others on it run: a second
 # prompt (-32001), a session closed or deleted meanwhile (-32002).
@@ -173,11 +173,13 @@ async def each_at_once(agent: AgentProcess, work: Path, op: str, size: int) -> E
             calls.append(("session/prompt", prompt_params(sid, words(op, n, 1))))
         else:
             calls.append((f"session/{what}", {"sessionId": sid}))
+    if op == "mixed":  # the store listed while sessions are forked and deleted
+        calls += [("session/list", {})] * 2
     answers = await at_once(agent, calls)
     failed = [(c, a) for c, a in zip(calls, answers, strict=True) if "error" in a]
     assert not failed, failed
     for (method, params), answer in zip(calls, answers, strict=True):
-        sid = params["sessionId"]
+        sid = params.get("sessionId", "")
         if method == "session/fork":
             expect.whole[answer["result"]["sessionId"]] = expect.whole[sid]
         elif method == "session/prompt":
@@ -191,6 +193,18 @@ async def each_at_once(agent: AgentProcess, work: Path, op: str, size: int) -> E
     return expect
 
 
+async def new_at_once(agent: AgentProcess, work: Path, size: int) -> Expected:
+    """`size` sessions made at once, prompted at once, closed at once."""
+    made_ = await at_once(agent, [("session/new", {"cwd": str(work), "mcpServers": []})] * size)
+    assert all("result" in a for a in made_), made_
+    sids = [a["result"]["sessionId"] for a in made_]
+    assert len(set(sids)) == size
+    answers = await at_once(agent, [("session/prompt", prompt_params(sid, words("new", n))) for n, sid in enumerate(sids)])
+    assert all(a.get("result", {}).get("stopReason") == "end_turn" for a in answers), answers
+    await close_all(agent, sids)
+    return Expected(whole={sid: words("new", n) for n, sid in enumerate(sids)})
+
+
 async def one_session(agent: AgentProcess, work: Path, size: int, *, delete: bool) -> Expected:
     """`size` of each of load, resume, fork, prompt and close on one session at once
     (and one delete among them): each is refused only as a race may refuse it."""
@@ -201,7 +215,8 @@ async def one_session(agent: AgentProcess, work: Path, size: int, *, delete: boo
     for n in range(size):
         calls += [("session/load", session_params(work, sid)), ("session/resume", session_params(work, sid)),
                   ("session/fork", session_params(work, sid)),
-                  ("session/prompt", prompt_params(sid, words(tag, 0, n + 1))), ("session/close", {"sessionId": sid})]
+                  ("session/prompt", prompt_params(sid, words(tag, 0, n + 1))), ("session/close", {"sessionId": sid}),
+                  ("session/list", {})]
         if delete and n == size // 2:
             calls.append(("session/delete", {"sessionId": sid}))
     first_id = len(agent.transcript)
@@ -322,6 +337,8 @@ async def run_ops(case: Case, ops: list[str], size: int) -> None:
         for op in ops:
             if op == "two agents":
                 expect.add(await two_agents(first, second, case.work, size))
+            elif op == "new":
+                expect.add(await new_at_once(first, case.work, size))
             elif op == "refused":
                 expect.add(await refused(first, case, size))
             elif op.startswith("one session"):
