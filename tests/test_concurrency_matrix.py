@@ -228,7 +228,9 @@ async def one_session(agent: AgentProcess, work: Path, size: int, *, delete: boo
              if m == "session/fork" and "result" in a]
     done = [(a["id"], p["prompt"][0]["text"]) for (m, p), a in zip(calls, answers, strict=True)
             if m == "session/prompt" and a.get("result", {}).get("stopReason") == "end_turn"]
-    expect = Expected(whole={fork: words(tag, 0) for fork in forks}, holds={sid: (words(tag, 0), [t for _, t in done])})
+    # A fork holds the turns that ended before it was planned: the first, and any of
+    # the raced prompts, answered or cancelled by a close.
+    expect = Expected(holds={sid: (words(tag, 0), [t for _, t in done]), **{fork: (words(tag, 0), []) for fork in forks}})
     if delete:
         # The order the answers were written in: the prompts answered after the delete's.
         order = [m["id"] for d, m in agent.transcript[first_id:] if d == "<-" and "id" in m and "method" not in m]
