@@ -332,6 +332,26 @@ def test_invariant_breaking_append_refused(store: SessionStore) -> None:
     loaded.log.close()
 
 
+def test_a_refused_batch_leaves_the_compactions_as_they_were(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn().start_turn().start_step().compaction("k"))
+    before = dict(log.tracker.compactions)
+    done = Script(first_turn=2)
+    done.step = 1
+    done.compaction("k", "completed")
+    with pytest.raises(InvariantError):  # the compaction ended, then a step that is not the next
+        log.extend([*done.items, ("step/start", {"turn": 2, "step": 5})])
+    assert log.tracker.compactions == before and log.tracker.unended() == ["k"]
+    with pytest.raises(InvariantError, match="compactions that have not ended"):
+        log.append("step/end", {"turn": 2, "step": 1})
+    log.close()
+    # A load ends it as crash repair ends any (and it was durable: a durability point).
+    loaded = store.load(log.id)
+    assert [(e["type"], e["data"].get("status")) for e in loaded.log.events[-3:]] == [
+        ("context/compaction", "failed"), ("step/end", None), ("turn/end", None)]
+    loaded.log.close()
+
+
 # --- sessions: ids, ownership, listing, deletion -----------------------------------
 
 
