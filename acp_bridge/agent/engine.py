@@ -25,6 +25,7 @@ from acp_bridge.agent import auth
 from acp_bridge.agent.commands import session_commands
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.errors import InvalidParamsError
+from acp_bridge.host.advertised import client_support
 from acp_bridge.host.commands import commands_update
 from acp_bridge.host.engine import OpenAnswer
 from acp_bridge.host.host import Engine, Host
@@ -185,7 +186,8 @@ class AgentEngine(Engine["LiveSession"]):
             self.host.peer.notify_update(live.log.id, update)
 
     def _encoder(self, session_id: str) -> ReplayEncoder:
-        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter())
+        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter(),
+                             support=client_support(self.client_capabilities))
 
     def _kept(self) -> KeptOfLog:
         return KeptOfLog(history_budget(self.model().context_window), self.config.prices)

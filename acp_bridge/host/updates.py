@@ -48,7 +48,12 @@ as the protocol defines them rather than under `_meta`:
   (their answers and `config_option_update`s said so when they changed);
 - `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
   records there every update of the agent but its text chunks: plans, modes, commands,
-  tool calls and their updates...), so live and replay send the same object;
+  tool calls and their updates...), so live and replay send the same object; but a
+  `notice` never (a live event: the wrapper passed it on as it came), and a compaction's
+  summary chunk only to a client that advertised compaction (`UpdateContext.support`);
+- `context/compaction` -> `compaction_update` for a client that advertised compaction
+  (a wrapped agent's as it sent it), live and on replay; live only, a notice for one
+  that advertised notices instead (acp_bridge.host.advertised); else nothing;
 - a wrapped agent's session (`UpdateContext.wrapped`, docs/wrap.md "Replay"): its
   chunks go without our messageId, with the fields the agent sent (`sent`); its
   `silent` events (the meaning of what the agent sent, for the transcript) send
@@ -72,10 +77,17 @@ from typing import Any, Final
 import orjson
 
 from acp_bridge.content import expand_images
+from acp_bridge.host.advertised import (
+    COMPACTION_UPDATES,
+    NEITHER,
+    ClientSupport,
+    compaction_updates,
+)
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     CONFIG_SET,
+    CONTEXT_COMPACTION,
     TITLE_CONFIG,
     TOOL_CALL,
     TOOL_PERMISSION,
@@ -166,6 +178,9 @@ class UpdateContext:
     # session from its start (a replay does; a live session is handed the meter its
     # load fed, acp_bridge.agent.engine.KeptOfLog).
     cost: CostMeter | None = None
+    # What the client advertised in `initialize` of the updates it must ask for
+    # (notices, compaction): nothing of them for a client that did not.
+    support: ClientSupport = NEITHER
 
 
 def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
@@ -202,9 +217,14 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
                  "_meta": meta}]
     if ev["type"] == WRAPPED_UPDATE:
         update = ev["data"]["update"]
-        if update.get("sessionUpdate") == "tool_call" and isinstance(update.get("toolCallId"), str):
+        kind = update.get("sessionUpdate")
+        if kind == "tool_call" and isinstance(update.get("toolCallId"), str):
             ctx.state.announced.add(update["toolCallId"])  # the closers' result updates it
+        elif kind == "notice" or (kind in COMPACTION_UPDATES and not ctx.support.compaction):
+            return []
         return [update]
+    if ev["type"] == CONTEXT_COMPACTION:
+        return compaction_updates(ev["data"], ctx.support, replay=ctx.replay)
     if ev["type"] == CONFIG_SET and ev["data"]["configId"] == TITLE_CONFIG:
         return [{"sessionUpdate": "session_info_update", "title": ev["data"]["value"]}]
     # step/start, step/end, other settings: nothing to show.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from acp_bridge.host.advertised import NEITHER, ClientSupport, client_support
 from acp_bridge.host.commands import Command, commands_update, merged
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
@@ -99,7 +100,7 @@ class WrapEngine(Engine[WrappedTurns]):
         """Spawn the default agent (OSError if it cannot be); the others at first use."""
         await super().start(host)
         host.task_group.start_soon(self._prepare)
-        self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.commands_of),
+        self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.commands_of, self.support),
                                     sink=AgentOfLog, adopt=self._adopt)
         for driver in self.drivers.values():
             if driver is self.default:
@@ -193,9 +194,18 @@ class WrapEngine(Engine[WrappedTurns]):
         return list(self.drivers) if self.mover is not None else None
 
     def _others_init(self, params: dict[str, Any]) -> None:
+        support = client_support(params.get("clientCapabilities"))
         for other in self.drivers.values():
+            other.side.support = support  # what the editor asked for of notices and compaction
             if other is not self.default:
                 other.init_params = params  # what each agent is sent when it starts
+
+    @property
+    def support(self) -> ClientSupport:
+        """What the editor advertised of notices and compaction (its `initialize`, which
+        every agent is sent as it came: an agent asks for no more than the editor does)."""
+        params = self.default.init_params
+        return client_support(params.get("clientCapabilities")) if params is not None else NEITHER
 
     async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
         driver = self.default
