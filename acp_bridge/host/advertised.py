@@ -119,3 +119,19 @@ def forced_notice(grace: float) -> Update:
     return notice("warning", "The agent did not stop when cancelled",
                   f"It had not answered the cancelled prompt {grace:g} s later: acp-bridge ended the turn. "
                   "What the agent still sends for it is dropped.")
+
+
+def retry_notice(attempt: int, attempts: int, delay: float, code: str | None, message: str) -> Update:
+    """The notice of a model call tried again after its provider failed (try `attempt`
+    of `attempts`, in `delay` seconds)."""
+    why = f"{code}: {message}" if code else message
+    return notice("warning", "The model provider failed; trying again",
+                  f"{why.rstrip('.')}. Try {attempt} of {attempts} in {delay:.1f} s.")
+
+
+def left_out_notice(first: int) -> Update:
+    """The notice of a model call shown the conversation from turn `first` on: the turns
+    before it fit neither its context window nor a compaction's summary call."""
+    return notice("warning", "Older turns left out",
+                  f"The model is shown this conversation from turn {first} on: the turns before it do not fit "
+                  "its context window and could not be summarized. The session log keeps them.")
