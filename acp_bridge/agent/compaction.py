@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from acp_bridge.agent.context import Context, answer_room, request_overhead
 from acp_bridge.models import Finish, Model, ModelRequest, TextDelta, UsageChunk
+from acp_bridge.models.base import SUMMARY_FAILED
 from session import StoreIOError
 from session.events import Replaces, Usage
 from session.items import Item, context_compaction
@@ -127,7 +128,8 @@ class Compaction:
         why = finish.message if finish.reason == "error" else f"the model ended it with {finish.reason!r}"
         if finish.reason != "error" and not text.strip():
             why = "the model wrote no summary"
-        await write(self.item("failed", error=f"The summary could not be made: {why}.", usage=usage))
+        head, tail = SUMMARY_FAILED
+        await write(self.item("failed", error=f"{head}{why}{tail}", usage=usage))
         return False
 
 

@@ -66,6 +66,10 @@ class Finish:
     context_tokens: int | None = None
 
 
+# How a compaction's summary call that failed is recorded (acp_bridge.agent.compaction),
+# around what the model failed with, which `replay:` reads back (models.recording).
+SUMMARY_FAILED = ("The summary could not be made: ", ".")
+
 CONTEXT_LENGTH = "context_length"
 """The `code` of a `Finish("error")` for a request longer than the model's context."""
 
