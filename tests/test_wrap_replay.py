@@ -69,7 +69,7 @@ def _draw_update(data: st.DataObject, op: str, announced: list[str]) -> dict[str
         compacting: dict[str, Any] = {"sessionUpdate": "compaction_update",
                                       "compactionId": draw(st.sampled_from(COMPACTION_IDS)),
                                       "status": draw(st.sampled_from(COMPACTION_STATUSES))}
-        summary = draw(st.sampled_from(["absent", None, [], "one"]))
+        summary: Any = draw(st.sampled_from(["absent", None, [], "one"]))
         if summary != "absent":
             compacting["summary"] = [{"type": "text", "text": "kept"}] if summary == "one" else summary
         if draw(st.booleans()):
