@@ -17,6 +17,7 @@ from acp_bridge.host.advertised import (
     notice,
 )
 from acp_bridge.host.updates import UpdateContext, updates_for
+from acp_bridge.prices import CostMeter, parse_prices
 from session import Event
 from tests.support.acp_schema import validate_def
 from tests.support.logs import Script, closers_of, events_of
@@ -156,3 +157,24 @@ def test_what_a_client_advertised(capabilities: Any, support: ClientSupport) -> 
 def test_the_notices_are_acp_notices() -> None:
     valid([notice("info", "t"), notice("error", "t", "d"), forced_notice(5.0)])
     assert "description" not in notice("info", "t", "")
+
+
+def test_the_summary_calls_cost_is_the_sessions_live_and_on_replay() -> None:
+    prices = parse_prices({"models": {"gpt-x": {"input": 1.0, "output": 2.0}}}, "prices.toml")
+    script = Script()
+    script.add("turn/start", {"turn": 1, "trigger": {"kind": "prompt"}, "model": "gpt-x"})
+    script.turn = 1
+    script.add("user/message", {"turn": 1, "content": []}).start_step()
+    script.compaction(to_turn=0, status="completed", summary=SUMMARY,
+                      usage={"inputTokens": 1_000_000, "outputTokens": 0})
+    script.message("m").end_step().end_turn()  # usage 10 in, 3 out
+    events = events_of(script)
+    costs = []
+    for replay in (False, True):
+        ctx = UpdateContext(replay=replay, cost=CostMeter(prices))
+        usage = [u for e in events for u in updates_for(e, ctx) if u["sessionUpdate"] == "usage_update"]
+        costs.append(usage[-1]["cost"])
+    loaded = CostMeter(prices)
+    for event in events:
+        loaded.feed(event)
+    assert costs == [loaded.amount()] * 2 == [{"amount": 1.000016, "currency": "USD"}] * 2

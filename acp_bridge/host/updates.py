@@ -224,6 +224,9 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
             return []
         return [update]
     if ev["type"] == CONTEXT_COMPACTION:
+        usage = ev["data"].get("usage")
+        if ctx.cost is not None and usage is not None:
+            ctx.cost.step(usage)  # the summary call's: the next usage_update's cost holds it
         return compaction_updates(ev["data"], ctx.support, replay=ctx.replay)
     if ev["type"] == CONFIG_SET and ev["data"]["configId"] == TITLE_CONFIG:
         return [{"sessionUpdate": "session_info_update", "title": ev["data"]["value"]}]

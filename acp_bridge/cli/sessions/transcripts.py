@@ -21,6 +21,7 @@ from acp_bridge.cli.sessions.text import (
 )
 from acp_bridge.cli.sessions.turns import Step, Tool, Turn
 from acp_bridge.cli.sessions.view import (
+    compaction_heading,
     result_mark,
     tool_diffs,
     turn_info,
@@ -157,6 +158,11 @@ def _show_tail(walk: Walk) -> list[str]:
 
 def _step_text(step: Step, turn: Turn, full: bool) -> list[Line]:
     out: list[Line] = []
+    for compaction in step.compactions.values():  # before the step's model call: it needed it
+        out.append(f"    {compaction_heading(compaction)}")
+        summary = Lines(blocks_text(compaction.summary), "      ", strip=True)
+        if summary:
+            out += ["    Summary:", summary]
     partial = " (partial: streamed, cut short)" if step.partial else ""
     reasoning = Lines(step.shown_reasoning(), "      | ", strip=True)
     if reasoning:
@@ -166,7 +172,7 @@ def _step_text(step: Step, turn: Turn, full: bool) -> list[Line]:
         out += [f"    Assistant{partial}:", text]
     for tool in step.tools:
         out += _tool_text(tool, turn, full)
-    if not (reasoning or text or step.tools):
+    if not (reasoning or text or step.tools or step.compactions):
         out.append("    (no output)")
     return out
 
@@ -287,6 +293,11 @@ def _markdown_tail(walk: Walk) -> list[str]:
 
 def _step_markdown(step: Step, turn: Turn) -> list[Line]:
     out: list[Line] = []
+    for compaction in step.compactions.values():
+        out += ["", f"**{_md_escape(compaction_heading(compaction))}**"]
+        summary = Lines(blocks_text(compaction.summary), "> ", strip=True, rstrip=True)
+        if summary:
+            out += ["", "> **Summary:**", ">", summary]
     partial = " (partial: streamed, cut short)" if step.partial else ""
     reasoning = Lines(step.shown_reasoning(), "> ", strip=True, rstrip=True)
     if reasoning:
@@ -318,6 +329,6 @@ def _step_markdown(step: Step, turn: Turn) -> list[Line]:
         for path, old, new in tool_diffs(tool):
             out += ["", f"{_md_escape(diff_summary(path, old, new))}:", ""]
             out += fence("\n".join(unified(path, old, new)), "diff")
-    if not (reasoning or text or step.tools):
+    if not (reasoning or text or step.tools or step.compactions):
         out += ["", "*(no output)*"]
     return out

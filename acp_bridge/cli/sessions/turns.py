@@ -12,7 +12,13 @@ if TYPE_CHECKING:
     from typing import Any
 
     from session.events import Event, Reason
-    from session.items import AssistantMessageData, ToolCallData, ToolResultData, TurnStartData
+    from session.items import (
+        AssistantMessageData,
+        CompactionData,
+        ToolCallData,
+        ToolResultData,
+        TurnStartData,
+    )
 
 
 class Tool:
@@ -67,8 +73,22 @@ class Spool:
         self.size = 0
 
 
+class Compaction:
+    """A compaction of the model's context in a step, as its last event has it."""
+
+    __slots__ = ("error", "from_turn", "status", "summary", "to_turn")
+
+    def __init__(self, data: CompactionData) -> None:
+        replaces = data.get("replaces") or {}
+        self.from_turn, self.to_turn = replaces.get("fromTurn"), replaces.get("toTurn")
+        self.status = str(data.get("status"))
+        self.summary: list[Any] = data.get("summary") or []
+        error = data.get("error")
+        self.error = error if isinstance(error, str) else None
+
+
 class Step:
-    __slots__ = ("chunk_reasoning", "chunk_text", "has_message", "number", "reasoning", "text",
+    __slots__ = ("chunk_reasoning", "chunk_text", "compactions", "has_message", "number", "reasoning", "text",
                  "tools", "usage")
 
     def __init__(self, number: int) -> None:
@@ -80,6 +100,7 @@ class Step:
         self.text: list[str] = []
         self.tools: list[Tool] = []
         self.usage: dict[str, int] = {}
+        self.compactions: dict[str, Compaction] = {}  # by id, in the order they began
 
     @property
     def partial(self) -> bool:
@@ -181,6 +202,13 @@ class TurnBuilder:
             tool = _tool_of(self._tools, step, ev["data"])
             tool.result = ev["data"]
             tool.result_on_disk = self._stored(ev["seq"])
+        elif ev["type"] == "context/compaction":
+            data = ev["data"]
+            step.compactions[str(data.get("compactionId"))] = Compaction(data)
+            usage = data.get("usage")
+            if isinstance(usage, dict):  # the summary's own model call
+                add_usage(step.usage, usage)
+                add_usage(turn.usage, usage)
         return None
 
     def _message(self, turn: Turn, step: Step, data: AssistantMessageData) -> None:
