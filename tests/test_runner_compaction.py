@@ -16,15 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from acp_bridge.agent.compaction import INSTRUCTION, KEEP_SHARE, plan
 from acp_bridge.agent.context import Context
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.errors import ModelSpecError
 from acp_bridge.host.advertised import ClientSupport
 from acp_bridge.host.updates import UpdateContext, updates_for
-from acp_bridge.models import ModelChunk, ModelRequest
-from acp_bridge.models.script import ScriptModel
+from acp_bridge.models import Finish, ModelChunk, ModelRequest
+from acp_bridge.models.script import ScriptModel, read_script
 from session import Event, SessionStore, check_invariants, derive_messages
 from session.backends.jsonl import JsonlBackend
 from session.transcript import SUMMARY_INTRO, Transcript
@@ -255,3 +257,26 @@ def test_a_plan_shows_an_earlier_summary_first_when_it_fits() -> None:
     transcript.feed_all(events_of(script.text_turn("six")))
     found = plan(transcript, Context(), 200_000, [])
     assert found is not None and found.shown == 0 and (found.from_turn, found.to_turn) == (2, 4)
+
+
+def test_a_script_says_which_calls_summarize(tmp_path: Path) -> None:
+    model = ScriptModel([{"summary": "S"}, {"text": "t"}])
+
+    async def call(purpose: str) -> list[ModelChunk]:
+        request = ModelRequest([], [], purpose=purpose)  # type: ignore[arg-type]
+        return [chunk async for chunk in model.stream(request)]
+
+    async def main() -> None:
+        [wrong] = await call("step")
+        assert isinstance(wrong, Finish) and wrong.code == "script_mismatch"
+        assert wrong.message == "the model script's entry 1 is a summary; call 1 asks for a step"
+        [mismatch] = await call("compaction")
+        assert isinstance(mismatch, Finish) and mismatch.message == (
+            "the model script's entry 2 is a step; call 2 asks for a compaction's summary")
+
+    anyio.run(main)
+    for bad in ({"summary": 3}, {"summary": "s", "text": "t"}, {"summary": "s", "toolCalls": []}):
+        path = tmp_path / "bad.json"
+        path.write_bytes(orjson.dumps({"steps": [bad]}))
+        with pytest.raises(ModelSpecError, match="a summary is a string, in an entry without text or toolCalls"):
+            read_script(str(path))
