@@ -529,7 +529,7 @@ def test_delete(store: SessionStore) -> None:
 
 
 def test_durability_points(store: SessionStore) -> None:
-    assert DURABLE_TYPES == {"tool/call", "tool/permission", "step/end", "turn/end"}
+    assert DURABLE_TYPES == {"tool/call", "tool/permission", "context/compaction", "step/end", "turn/end"}
     log = store.create(cwd="/w")
     write(log, Script().start_turn().start_step().chunk("a").chunk("b"))
     assert log.pending == 5  # streamed events may wait in the buffer
@@ -545,6 +545,11 @@ def test_durability_points(store: SessionStore) -> None:
     assert log.pending == 0  # durable before the permission is asked
     log.append("tool/permission", Script().start_turn().start_step().grant("d").items[-1][1])
     assert log.pending == 0  # durable before the tool it lets run runs
+    log.append("tool/result", {"turn": 1, "step": 1, "callId": "d", "content": [], "isError": False})
+    assert log.pending == 1
+    log.append("context/compaction", {"turn": 1, "step": 1, "compactionId": "k", "replaces": {
+        "fromTurn": 1, "toTurn": 0}, "summary": [], "status": "completed"})
+    assert log.pending == 0  # what the model is shown from now on: never taken back by a failed write
     log.close()
 
 
