@@ -56,6 +56,24 @@ def client_support(capabilities: Any) -> ClientSupport:
                          compaction=isinstance(session.get("compaction"), Mapping))
 
 
+def sent_from_log(update: Update, support: ClientSupport) -> bool:
+    """Whether a wrapped agent's update the log holds (`wrapped/update`) is sent, live
+    or on replay: never a notice (a live event: the wrapper passed it on as it came), a
+    compaction's only to a client that asked for compaction."""
+    kind = update.get("sessionUpdate")
+    return kind != "notice" and (kind not in COMPACTION_UPDATES or support.compaction)
+
+
+def not_asked_for(update: Any, support: ClientSupport) -> str | None:
+    """The kind of `update` (a wrapped agent's) if it is a notice or a compaction's that
+    the client did not ask for, else None: the agent was sent the client's `initialize`
+    as it came and should not send it, and the client is not sent it if it does."""
+    kind = update.get("sessionUpdate") if isinstance(update, dict) else None
+    if (kind == "notice" and not support.notices) or (kind in COMPACTION_UPDATES and not support.compaction):
+        return str(kind)
+    return None
+
+
 def notice(severity: Severity, title: str, description: str | None = None) -> Update:
     """A `notice` update (`title`: plain text that stands alone)."""
     update: Update = {"sessionUpdate": "notice", "severity": severity, "title": title}

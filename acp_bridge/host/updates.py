@@ -48,12 +48,10 @@ as the protocol defines them rather than under `_meta`:
   (their answers and `config_option_update`s said so when they changed);
 - `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
   records there every update of the agent but its text chunks: plans, modes, commands,
-  tool calls and their updates...), so live and replay send the same object; but a
-  `notice` never (a live event: the wrapper passed it on as it came), and a compaction's
-  summary chunk only to a client that advertised compaction (`UpdateContext.support`);
-- `context/compaction` -> `compaction_update` for a client that advertised compaction
-  (a wrapped agent's as it sent it), live and on replay; live only, a notice for one
-  that advertised notices instead (acp_bridge.host.advertised); else nothing;
+  tool calls and their updates...), so live and replay send the same object; never a
+  `notice`, a compaction's only to a client that asked (acp_bridge.host.advertised);
+- `context/compaction` -> `compaction_update` to a client that asked for compaction,
+  live and on replay; live only, a notice to one that asked for notices instead;
 - a wrapped agent's session (`UpdateContext.wrapped`, docs/wrap.md "Replay"): its
   chunks go without our messageId, with the fields the agent sent (`sent`); its
   `silent` events (the meaning of what the agent sent, for the transcript) send
@@ -77,12 +75,7 @@ from typing import Any, Final
 import orjson
 
 from acp_bridge.content import expand_images
-from acp_bridge.host.advertised import (
-    COMPACTION_UPDATES,
-    NEITHER,
-    ClientSupport,
-    compaction_updates,
-)
+from acp_bridge.host.advertised import NEITHER, ClientSupport, compaction_updates, sent_from_log
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -217,11 +210,10 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
                  "_meta": meta}]
     if ev["type"] == WRAPPED_UPDATE:
         update = ev["data"]["update"]
-        kind = update.get("sessionUpdate")
-        if kind == "tool_call" and isinstance(update.get("toolCallId"), str):
-            ctx.state.announced.add(update["toolCallId"])  # the closers' result updates it
-        elif kind == "notice" or (kind in COMPACTION_UPDATES and not ctx.support.compaction):
+        if not sent_from_log(update, ctx.support):
             return []
+        if update.get("sessionUpdate") == "tool_call" and isinstance(update.get("toolCallId"), str):
+            ctx.state.announced.add(update["toolCallId"])  # the closers' result updates it
         return [update]
     if ev["type"] == CONTEXT_COMPACTION:
         usage = ev["data"].get("usage")

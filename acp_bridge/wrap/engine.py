@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from acp_bridge.host.advertised import NEITHER, ClientSupport, client_support
+from acp_bridge.host.advertised import client_support
 from acp_bridge.host.commands import Command, commands_update, merged
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
@@ -100,8 +100,9 @@ class WrapEngine(Engine[WrappedTurns]):
         """Spawn the default agent (OSError if it cannot be); the others at first use."""
         await super().start(host)
         host.task_group.start_soon(self._prepare)
-        self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.commands_of, self.support),
-                                    sink=AgentOfLog, adopt=self._adopt)
+        self._opener = StoredOpener(
+            host, encoder=lambda sid: replay_encoder(sid, self.commands_of, self.default.side.support),
+            sink=AgentOfLog, adopt=self._adopt)
         for driver in self.drivers.values():
             if driver is self.default:
                 await driver.start(host.task_group)
@@ -196,16 +197,9 @@ class WrapEngine(Engine[WrappedTurns]):
     def _others_init(self, params: dict[str, Any]) -> None:
         support = client_support(params.get("clientCapabilities"))
         for other in self.drivers.values():
-            other.side.support = support  # what the editor asked for of notices and compaction
+            other.side.support = support  # each agent is sent the editor's as it came: it asks no more
             if other is not self.default:
                 other.init_params = params  # what each agent is sent when it starts
-
-    @property
-    def support(self) -> ClientSupport:
-        """What the editor advertised of notices and compaction (its `initialize`, which
-        every agent is sent as it came: an agent asks for no more than the editor does)."""
-        params = self.default.init_params
-        return client_support(params.get("clientCapabilities")) if params is not None else NEITHER
 
     async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
         driver = self.default

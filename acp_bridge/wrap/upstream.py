@@ -34,7 +34,7 @@ from typing import Any, Final
 import anyio
 
 from acp_bridge.errors import RequestRefusedError
-from acp_bridge.host.advertised import COMPACTION_UPDATES, NEITHER
+from acp_bridge.host.advertised import NEITHER, not_asked_for
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.commands import their_commands
@@ -109,10 +109,8 @@ class ChildSide:
                 and update.get("sessionUpdate") == "subagent_update":
             update = self.subagents.mapped(turns, update)
         self.record(ws, update)
-        withheld = self.withheld(update)
-        if withheld is not None:
-            log.info("session %s: an update of the wrapped agent the editor did not ask for (%s): recorded, "
-                     "not sent", ws.id, withheld)
+        if kind := not_asked_for(update, self.support):  # recorded all the same (docs/wrap.md)
+            log.info("session %s: a %s of the wrapped agent the editor did not ask for: not sent", ws.id, kind)
             return
         if ws.held is not None:  # our load (or resume) of it is answered: until the editor's next request
             if len(ws.held) < HELD_UPDATES:
@@ -137,17 +135,6 @@ class ChildSide:
         the editor takes notices; live only, not recorded (docs/wrap.md)."""
         if self.support.notices:
             self._editor().notify_update(sid, update)
-
-    def withheld(self, update: Any) -> str | None:
-        """The kind of `update` if it is one the editor did not advertise (a notice, a
-        compaction's), else None: the agent was sent the editor's `initialize` as it came
-        and should not send it, and the editor is not sent what it did not ask for if it
-        does."""
-        kind = update.get("sessionUpdate") if isinstance(update, dict) else None
-        if (kind == "notice" and not self.support.notices) or \
-                (kind in COMPACTION_UPDATES and not self.support.compaction):
-            return str(kind)
-        return None
 
     def on_updates(self, batch: list[Any]) -> None:
         """`on_update` of each of `batch` (the params of `session/update`s read
