@@ -90,10 +90,14 @@ async def test_a_history_that_outgrows_the_window_is_compacted_and_a_refusal_ans
         tmp_path: Path, work: Path, llama: LlamaLike, monkeypatch: pytest.MonkeyPatch) -> None:
     store, padding = tmp_path / "store", "pad " * 600  # 2,400 characters: 1,200 tokens here, estimated 800
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
-        await agent.initialize()
+        await agent.initialize({"session": {"compaction": {}}})
         sid = await agent.new_session(work)
         for n in range(8):  # 9,600 tokens of prompts: the history outgrows the window
             assert (await agent.prompt(sid, f"{n} {padding}"))["stopReason"] == "end_turn"
+        # The editor that asked for compaction saw each one, its summary the server's answer.
+        completed = [u for u in agent.updates_of(sid)
+                     if u["sessionUpdate"] == "compaction_update" and u["status"] == "completed"]
+        assert completed and all(u["summary"] == [{"type": "text", "text": "Fine, thanks."}] for u in completed)
     # What the server counted calibrated the estimates: nothing was refused, the window
     # was used, not starved, and the older turns were summarized (the server's short
     # answer is the summary), not dropped.
