@@ -100,7 +100,8 @@ async def test_what_is_too_deep_or_unreadable_is_refused_and_the_connection_goes
         try:
             await conn.request(method, {})
         except ClientError as exc:
-            failures.append((method, exc.error["code"], exc.error["data"]["code"]))
+            error: dict[str, Any] = exc.error
+            failures.append((method, error["code"], error["data"]["code"]))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(conn.serve)

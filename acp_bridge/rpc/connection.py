@@ -343,10 +343,11 @@ class Connection:
         elif is_response(message):
             if not self._failed(message.get("id"), error):
                 log.warning("an answer nested deeper than %d levels to no request of ours: dropped", MAX_DEPTH)
-        elif "id" not in message:
+        elif "method" in message and "id" not in message:
             log.warning("a %s notification nested deeper than %d levels: dropped", message.get("method"), MAX_DEPTH)
-        else:
-            self.send(response(message["id"] if is_id(message["id"]) else None, error=error))
+        else:  # a request (answered with its id), or no message at all (with id null)
+            request_id = message.get("id")
+            self.send(response(request_id if "method" in message and is_id(request_id) else None, error=error))
 
     def _failed(self, request_id: Any, error: RpcError) -> bool:
         """The peer's answer to our request `request_id` could not be taken (`error`
