@@ -19,7 +19,7 @@ from acp_bridge.host.advertised import (
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.prices import CostMeter, parse_prices
 from session import Event
-from tests.support.acp_schema import validate_def
+from tests.support.acp_schema import validate_update
 from tests.support.logs import Script, closers_of, events_of
 
 BOTH = ClientSupport(notices=True, compaction=True)
@@ -30,8 +30,7 @@ SUMMARY = [{"type": "text", "text": "The user asked for a parser; it is written,
 
 def valid(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for update in updates:
-        validate_def("SessionUpdate", update)
-        validate_def("SessionNotification", {"sessionId": "s-1", "update": update})
+        validate_update(update)
     return updates
 
 

@@ -21,7 +21,7 @@ from session import Event, check_invariants, derive_messages
 from session.closers import interrupted_text
 from session.items import Item, wrapped_update
 from session.transcript import unanswered_calls
-from tests.support.acp_schema import validate_def
+from tests.support.acp_schema import validate_update
 from tests.support.acp_updates import (
     ALLOW,
     MODE,
@@ -206,7 +206,7 @@ def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data:
     assert replayed[1:len(sent) + 1] == sent
     closing = replayed[len(sent) + 1:]
     for update in [replayed[0], *closing]:  # ours (the agent's are as it sent them)
-        validate_def("SessionUpdate", update)
+        validate_update(update)
     if end != "end_turn":  # the note that says how the turn ended (and why) comes last
         assert closing.pop()["messageId"] == "t1-end"
     # A crash ends a compaction left in progress (the wrapper's own end of one is silent:
