@@ -1,7 +1,8 @@
 """A compaction of the model's context as `acp-bridge sessions` shows it (docs/sessions:
 `show`, the Markdown and HTML exports) and finds it (`search --in summary`): in the step
 whose call needed it, with what it did, its summary, and the summary call's tokens
-counted with the step's."""
+counted with the step's. A wrapped agent's notices (recorded for the transcript, never
+replayed: docs/wrap.md) are shown where they came."""
 
 from __future__ import annotations
 
@@ -63,3 +64,33 @@ def test_search_finds_a_summary(tmp_path: Path, kind: str, session: str) -> None
     assert [(h["sessionId"], h["turn"], h["step"], h["kind"]) for h in hits] == [(session, 3, 1, "summary")]
     assert orjson.loads(run(tmp_path, kind, "search", "zebra", "--in", "answer", "--json")) == []
     assert len(orjson.loads(run(tmp_path, kind, "search", "zebra", "--in", "summary", "--json"))) == 1
+
+
+MCP_DOWN = {"sessionUpdate": "notice", "severity": "warning", "title": "MCP server unavailable",
+            "description": "Continuing without it."}
+SLOW = {"sessionUpdate": "notice", "severity": "info", "title": "Slow <tool>"}
+
+
+@pytest.fixture
+def noticed(tmp_path: Path, kind: str) -> str:
+    # As tests/support/compacting_agent.py sends them through the wrapper: one before any
+    # model output (no step yet), one inside a step.
+    script = Script().start_turn("go").add("wrapped/update", {"turn": 1, "update": MCP_DOWN})
+    script.start_step().chunk("done").add("wrapped/update", {"turn": 1, "update": SLOW})
+    script.message("done").end_step().end_turn()
+    (tmp_path / "work").mkdir()
+    return add_session(tmp_path / "store", kind, str(tmp_path / "work"), script, DAY0)
+
+
+def test_show_and_the_exports_show_a_wrapped_agents_notices_where_they_came(
+        tmp_path: Path, kind: str, noticed: str) -> None:
+    lines = run(tmp_path, kind, "show", noticed).splitlines()
+    before = "  Notice (warning): MCP server unavailable — Continuing without it."
+    assert lines[lines.index("    go") + 1] == before  # after the prompt, before step 1
+    at = lines.index("    Notice (info): Slow <tool>")
+    assert lines[at - 2:at] == ["    Assistant:", "      done"]  # in its step
+    markdown = run(tmp_path, kind, "export", noticed, "--format", "md")
+    assert "*Notice (warning): MCP server unavailable — Continuing without it.*" in markdown
+    page = run(tmp_path, kind, "export", noticed, "--format", "html")
+    assert '<p class="info">Notice (info): Slow &lt;tool&gt;</p>' in page
+    assert '<p class="info">Notice (warning): MCP server unavailable — Continuing without it.</p>' in page

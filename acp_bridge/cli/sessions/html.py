@@ -10,7 +10,8 @@ mark and border), when, how long, mode and model; the prompt as the user wrote i
 step a compaction of the model's context and its summary (collapsed), the thinking
 (collapsed), the answer as Markdown, each tool call (collapsed: its
 arguments and result; its permission decision, error mark and diff summary on the
-line that stays visible), the diffs of edits (open); the turn's end and its tokens.
+line that stays visible), the diffs of edits (open); a wrapped agent's notices where they
+came; the turn's end and its tokens.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from acp_bridge.cli.sessions.text import (
 from acp_bridge.cli.sessions.transcripts import turn_chunks
 from acp_bridge.cli.sessions.view import (
     compaction_heading,
+    notice_text,
     result_mark,
     tool_diffs,
     turn_info,
@@ -121,6 +123,7 @@ def _turn(walk: Walk, turn: Turn) -> list[Line]:
         f'<p class="info">{esc(turn_info(turn))}</p>',
         '<div class="prompt"><div class="who">User</div>',
         f'<div class="text">{esc(blocks_text(turn.prompt).strip())}</div></div>',
+        *(f'<p class="info">{esc(notice_text(notice))}</p>' for notice in turn.notices),
     ]
     for step in turn.steps:
         out += _step(step, turn)
@@ -152,7 +155,8 @@ def _step(step: Step, turn: Turn) -> list[Line]:
         out += [f'<div class="who">Assistant{partial}</div>', *model_text(text)]
     for tool in step.tools:
         out += _tool(tool, turn)
-    if not (reasoning.strip() or text.strip() or step.tools or step.compactions):
+    out += [f'<p class="info">{esc(notice_text(notice))}</p>' for notice in step.notices]
+    if not (reasoning.strip() or text.strip() or step.tools or step.compactions or step.notices):
         out.append('<p class="info">(no output)</p>')
     out.append("</div>")
     return out

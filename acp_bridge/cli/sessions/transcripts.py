@@ -22,6 +22,7 @@ from acp_bridge.cli.sessions.text import (
 from acp_bridge.cli.sessions.turns import Step, Tool, Turn
 from acp_bridge.cli.sessions.view import (
     compaction_heading,
+    notice_text,
     result_mark,
     tool_diffs,
     turn_info,
@@ -128,6 +129,7 @@ def _turn_text(walk: Walk, turn: Turn, full: bool) -> list[Line]:
     out: list[Line] = ["", f"Turn {turn.number} — {walk.turn_status(turn)}", f"  {turn_info(turn)}"]
     out += ["", "  User:"]
     out += indent(blocks_text(turn.prompt).split("\n"), "    ")
+    out += [f"  {notice_text(notice)}" for notice in turn.notices]
     for step in turn.steps:
         label = f"  Step {step.number}"
         if step.usage:
@@ -172,7 +174,8 @@ def _step_text(step: Step, turn: Turn, full: bool) -> list[Line]:
         out += [f"    Assistant{partial}:", text]
     for tool in step.tools:
         out += _tool_text(tool, turn, full)
-    if not (reasoning or text or step.tools or step.compactions):
+    out += [f"    {notice_text(notice)}" for notice in step.notices]
+    if not (reasoning or text or step.tools or step.compactions or step.notices):
         out.append("    (no output)")
     return out
 
@@ -261,6 +264,8 @@ def _turn_markdown(walk: Walk, turn: Turn) -> list[Line]:
     out: list[Line] = ["", f"## Turn {turn.number} — {_md_escape(walk.turn_status(turn))}", "",
            f"*{_md_escape(turn_info(turn))}*", "", "### User", ""]
     out += blocks_text(turn.prompt).split("\n")
+    for notice in turn.notices:
+        out += ["", f"*{_md_escape(notice_text(notice))}*"]
     for step in turn.steps:
         label = f"### Step {step.number}"
         if step.usage:
@@ -329,6 +334,8 @@ def _step_markdown(step: Step, turn: Turn) -> list[Line]:
         for path, old, new in tool_diffs(tool):
             out += ["", f"{_md_escape(diff_summary(path, old, new))}:", ""]
             out += fence("\n".join(unified(path, old, new)), "diff")
-    if not (reasoning or text or step.tools or step.compactions):
+    for notice in step.notices:
+        out += ["", f"*{_md_escape(notice_text(notice))}*"]
+    if not (reasoning or text or step.tools or step.compactions or step.notices):
         out += ["", "*(no output)*"]
     return out
