@@ -28,6 +28,7 @@ from tests.support.compacting_agent import NOTICE
 from tests.support.logs import loaded_events
 from tests.support.unruly import chunks, unruly_command
 from tests.support.wrapped import WrappedProcess
+from tests.test_sessions_cli import cli
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -79,6 +80,12 @@ async def test_an_agents_compaction_is_passed_on_recorded_and_replayed_to_an_edi
     assert recorded == [("context/compaction", "in_progress", []), ("context/compaction", "completed", kept)]
     assert [e["data"]["update"]["sessionUpdate"] for e in events if e["type"] == "wrapped/update"] == [
         "notice", "compaction_summary_chunk", "compaction_summary_chunk"]
+    # For the transcript: `sessions show` has the notice after the prompt, the compaction in its step.
+    shown = cli("--store", str(store), "show", sid)
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert lines[lines.index("    go") + 1] == "  Notice (warning): MCP server unavailable — Continuing without it."
+    assert "    Compaction, completed: nothing of this log replaced" in lines
     # A load: the compaction as it was sent, to an editor that advertised it; the notice never.
     async with WrappedProcess(store, agent_command) as editor:
         await editor.initialize(BOTH)
