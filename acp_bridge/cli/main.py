@@ -45,10 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program Ctrl-C stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else argv
     try:
         return _run(raw)
+    except KeyboardInterrupt as interrupt:
+        return interrupted(_prog(raw, sessions=True), interrupt)
     except Exception as exc:
         from acp_bridge.errors import ConfigError
 
@@ -56,8 +61,30 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from acp_bridge.cli.startup import refuse, wants_debug
 
-        command = f" {raw[0]}" if raw[:1] and raw[0] in SUBCOMMANDS[1:] else ""
-        return refuse(f"acp-bridge{command}", exc, debug=wants_debug(raw))
+        return refuse(_prog(raw), exc, debug=wants_debug(raw))
+
+
+def _prog(raw: list[str], *, sessions: bool = False) -> str:
+    """`acp-bridge` and the subcommand `raw` runs, for a message (`sessions`: and the
+    sessions command, when it comes first)."""
+    command = f" {raw[0]}" if raw[:1] and raw[0] in SUBCOMMANDS[1:] else ""
+    if sessions and command == " sessions" and len(raw) > 1 and not raw[1].startswith("-"):
+        command += f" {raw[1]}"
+    return f"acp-bridge{command}"
+
+
+def interrupted(prog: str, interrupt: KeyboardInterrupt) -> int:
+    """The one rule for Ctrl-C (docs/cli.md, "Interrupts"): one line on stderr, no
+    traceback, exit status 130. What was written so far is consistent (every write is a
+    transaction or an atomic rename); a command that can say how far it got re-raises
+    KeyboardInterrupt with that as its argument, and it is said here."""
+    said = str(interrupt.args[0]) if interrupt.args else ""
+    import contextlib
+
+    with contextlib.suppress(OSError, ValueError):  # a closed or broken stdout
+        sys.stdout.flush()
+    print(f"\n{prog}: interrupted{'; ' + said if said else ''}", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
 
 
 def _run(raw: list[str]) -> int:

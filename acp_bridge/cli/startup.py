@@ -43,6 +43,7 @@ DEFAULT_MAX_STEPS = 50
 DEFAULT_CANCEL_GRACE = 5.0
 MAX_CANCEL_GRACE = 600.0
 EXIT_CONFIG = 2
+DEFAULT_STORE_LABEL = "the default store (--store)"  # a store nobody named
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -137,7 +138,8 @@ class AgentSettings(typing.NamedTuple):
 def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSettings:
     """Check the options of `serve`, `wrap`, `chat` or `setup` in `args` (flags, else the
     environment, else the defaults); ConfigError for the first that cannot work."""
-    backend = check_backend(*chosen(args, "backend", "ACP_BRIDGE_BACKEND"))
+    given, option = chosen(args, "backend", "ACP_BRIDGE_BACKEND")
+    backend = check_backend(given, option)
     level = check_log_level(*chosen(args, "log_level", "ACP_BRIDGE_LOG_LEVEL"))
     log_file = getattr(args, "log_file", None)
     if log_file:
@@ -148,6 +150,10 @@ def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSett
     if max_steps < 1:
         raise ConfigError("--max-steps", f"must be at least 1, got {max_steps}")
     store, label = store_choice(args, backend)
+    if not isinstance(store, str):
+        from acp_bridge.cli.stores import recognised
+
+        backend = recognised(store, backend, given, option)
     specs = check_models(args, store, backend) if model else None
     if not isinstance(store, str):
         check_writable_store(store, label)
@@ -205,20 +211,6 @@ def wrap_agents(values: list[str] | None, command: list[str]) -> list[tuple[str,
     return agents
 
 
-def reader_settings(args: argparse.Namespace) -> tuple[str, Path | str]:
-    """(backend, store) of `acp-bridge sessions`, checked: a store that is missing is an
-    empty one, but a file or an unreadable folder is an error, not "No sessions"."""
-    backend = check_backend(*chosen(args, "backend", "ACP_BRIDGE_BACKEND"))
-    store, label = store_choice(args, backend)
-    if isinstance(store, str):  # a PostgreSQL connection string, its shape checked
-        return backend, store
-    if os.path.lexists(store) and not store.is_dir():
-        raise ConfigError(label, f"store {store} is not a folder")
-    if store.is_dir() and not _access(store, os.R_OK | os.X_OK):
-        raise ConfigError(label, f"store {store} is not readable: {os.strerror(errno.EACCES)}")
-    return backend, store
-
-
 def chosen(args: argparse.Namespace, name: str, env_var: str) -> tuple[str | None, str]:
     """(the value of option `name`: its flag, else `$env_var`, else None; the option's
     name as the person gave it, for the error line)."""
@@ -268,14 +260,14 @@ def check_log_file(path: str) -> None:
     if file.is_dir():
         raise ConfigError("--log-file", f"{file} is a folder")
     if file.exists():
-        if not _access(file, os.W_OK):
+        if not accessible(file, os.W_OK):
             raise ConfigError("--log-file", f"cannot write {file}: {os.strerror(errno.EACCES)}")
         return
     folder = file.parent
     if not folder.is_dir():
         why = "is not a folder" if folder.exists() else "does not exist"
         raise ConfigError("--log-file", f"cannot create {file}: {folder} {why}")
-    if not _access(folder, os.W_OK | os.X_OK):
+    if not accessible(folder, os.W_OK | os.X_OK):
         raise ConfigError("--log-file", f"cannot create {file}: {folder} is not writable: {os.strerror(errno.EACCES)}")
 
 
@@ -334,7 +326,7 @@ def store_choice(args: argparse.Namespace, backend: str = DEFAULT_BACKEND) -> tu
     if value:
         return Path(value), "--store"
     label = ("$ACP_BRIDGE_HOME" if os.environ.get("ACP_BRIDGE_HOME") else
-             "$XDG_STATE_HOME" if os.environ.get("XDG_STATE_HOME") else "the default store (--store)")
+             "$XDG_STATE_HOME" if os.environ.get("XDG_STATE_HOME") else DEFAULT_STORE_LABEL)
     return default_store_dir(), label
 
 
@@ -384,7 +376,7 @@ def read_prices(value: str | None, backend: str, store: Path | str) -> Prices | 
         raise ConfigError(option, str(exc) if isinstance(exc, PriceFileError) else f"{path}: {exc}") from None
 
 
-def _access(path: Path, mode: int) -> bool:
+def accessible(path: Path, mode: int) -> bool:
     return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
 
 

@@ -245,7 +245,7 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run a parsed `sessions` command. Returns the exit code; errors go to stderr. A bad
     store or backend raises acp_bridge.cli.startup.ConfigError (one line, exit status 2)."""
-    from acp_bridge.cli.startup import reader_settings
+    from acp_bridge.cli.stores import reader_settings
 
     backend, root = reader_settings(args)
     command = getattr(args, "sessions_command", None) or "list"
@@ -353,8 +353,6 @@ def _indexed(command: str, backend: str, root: Any, args: argparse.Namespace) ->
         return _fail(f"{command}: {exc}", EXIT_FAIL)
     except BrokenPipeError:
         _silence_stdout()
-        return EXIT_OK
-    except KeyboardInterrupt:  # `index --watch` stops with Ctrl-C
         return EXIT_OK
     except (OSError, _sqlite_error()) as exc:
         return _fail(f"{command}: cannot read the store {source.root}: {exc}", EXIT_FAIL)
