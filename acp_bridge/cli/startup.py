@@ -185,7 +185,6 @@ def wrap_agents(values: list[str] | None, command: list[str]) -> list[tuple[str,
     unbalanced COMMAND, a program that is not found, or `--agent` together with `--
     COMMAND` (the one-agent form)."""
     import shlex
-    import shutil
 
     if values and command:
         raise ConfigError("--agent", "give the agents with --agent NAME=COMMAND or one with -- COMMAND, not both")
@@ -205,10 +204,18 @@ def wrap_agents(values: list[str] | None, command: list[str]) -> list[tuple[str,
             raise ConfigError("--agent", f"cannot split the command of {name!r} ({exc}): {line!r}") from None
         if not argv:
             raise ConfigError("--agent", f"agent {name!r} has no command")
-        if shutil.which(argv[0]) is None:
-            raise ConfigError("--agent", f"cannot run {argv[0]!r} (agent {name!r}): not found or not executable")
+        check_runnable(argv, "--agent", f" (agent {name!r})")
         agents.append((name, argv))
     return agents
+
+
+def check_runnable(argv: list[str], option: str, which: str = "") -> None:
+    """ConfigError naming `option` unless `argv[0]` is a program that can run (on
+    `$PATH`, or a path to an executable file), as the wrapper will spawn it."""
+    import shutil
+
+    if shutil.which(argv[0]) is None:
+        raise ConfigError(option, f"cannot run {argv[0]!r}{which}: not found or not executable")
 
 
 def chosen(args: argparse.Namespace, name: str, env_var: str) -> tuple[str | None, str]:
