@@ -202,7 +202,7 @@ def _search_parsers(commands: Any) -> None:
     search_options(search)
     stats = _command(
         commands,
-        "stats", help="turns, tokens, errors and cost, by day, model, agent or cwd",
+        "stats", help="turns, tokens, errors and cost, by day, model, agent, cwd or session",
         description="Turns, tokens (input, output, cache, reasoning), failed, interrupted and "
         "cancelled turns, and their cost where prices are known, grouped (docs/search.md).",
     )

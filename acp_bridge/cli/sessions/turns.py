@@ -97,7 +97,7 @@ class Step:
 
 class Turn:
     __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
-                 "started_at", "steps", "usage")
+                 "started_at", "steps", "trigger", "usage")
 
     def __init__(self, number: int, started_at: int, data: TurnStartData) -> None:
         self.number = number
@@ -105,12 +105,22 @@ class Turn:
         self.mode: str | None = data.get("mode")
         self.model: str | None = data.get("model")
         self.agent: str | None = data.get("agent")  # `wrap --agent`: the agent's name
+        trigger = data.get("trigger")
+        # What started it: "prompt", or "command" (a slash command's turn; `command` its name).
+        self.trigger: dict[str, Any] = dict(trigger) if isinstance(trigger, dict) else {"kind": "prompt"}
         self.prompt: list[Any] = []
         self.steps: list[Step] = []
         self.reason: Reason | None = None
         self.ended_at: int | None = None
         self.end_on_disk = True
         self.usage: dict[str, int] = {}
+
+    @property
+    def command(self) -> str | None:
+        """The slash command this turn ran, or None for a prompt's turn."""
+        if self.trigger.get("kind") != "command":
+            return None
+        return str(self.trigger.get("name") or "?")
 
     def close(self) -> None:
         """Let go of the steps' streamed text (a temporary file, past SPOOL)."""
