@@ -87,6 +87,10 @@ ReasonKind = Literal[
 CANCELLED_BY: Final = ("session/cancel", "session/close", "$/cancel_request", "session/request_permission")
 CancelledBy = Literal["session/cancel", "session/close", "$/cancel_request", "session/request_permission"]
 INTERRUPT_CAUSES: Final = ("crash", "shutdown")
+# The `error` code of a slash command's turn that could not do what it says (`/mode nope`,
+# `/title` without a title): the command's answer, not a failure of the model's turn
+# (docs/protocol.md, "Slash commands"; `failed_command`).
+COMMAND_FAILED: Final = "command_failed"
 InterruptCause = Literal["crash", "shutdown"]
 
 # The error code that marks a synthetic result written by crash/shutdown repair.
@@ -255,6 +259,12 @@ class InterruptedReason(TypedDict):
 Reason = (CompletedReason | MaxTokensReason | MaxStepsReason | RefusalReason | CancelledReason
           | ErrorReason | InterruptedReason)
 """`turn/end.reason`: one of the seven kinds, each with its own fields."""
+
+
+def failed_command(value: object) -> bool:
+    """Whether a `turn/end` reason (as the log or an index holds it) is a slash command
+    that could not run (`COMMAND_FAILED`)."""
+    return isinstance(value, dict) and value.get("kind") == "error" and value.get("code") == COMMAND_FAILED
 
 
 def reason(kind: ReasonKind, **fields: JSON) -> Reason:
