@@ -186,16 +186,32 @@ class ToolError(TypedDict):
     code: str
 
 
+class PermissionRule(TypedDict):
+    """An "always allow" rule: every call of tool `name`, or only its exact `command`."""
+
+    name: str
+    command: NotRequired[str]
+
+
 class PermissionRecord(TypedDict):
-    """The client's answer to a permission request: `selected` (with `optionId`),
+    """A decision about a tool call. Without `by`: the client's answer to a permission
+    request (the person's, as the client asked them): `selected` (with `optionId`),
     `cancelled`, or, when it gave no usable answer, `error` (it answered with a
     JSON-RPC error: its `code` and `message`) or `invalid` (an answer that is not one
-    of the options offered: `message` says what came)."""
+    of the options offered: `message` says what came). With `by`, a decision the agent
+    made without asking, recorded on the call's `tool/call`: `by: "rule"`, an "always
+    allow" answer given earlier in the session (`outcome: "selected"`, `optionId:
+    "allow_always"`, `rule` which one); `by: "mode"`, the session's `mode` let it run
+    (`outcome: "allowed"`: `accept_edits` and an edit) or refused it (`outcome:
+    "refused"`: `read_only`)."""
 
     outcome: str
     optionId: NotRequired[str]
     code: NotRequired[int]
     message: NotRequired[str]
+    by: NotRequired[Literal["rule", "mode"]]
+    rule: NotRequired[PermissionRule]
+    mode: NotRequired[str]
 
 
 class AgentError(TypedDict):

@@ -12,11 +12,17 @@ if TYPE_CHECKING:
     from typing import Any
 
     from session.events import Event, Reason
-    from session.items import AssistantMessageData, ToolCallData, ToolResultData, TurnStartData
+    from session.items import (
+        AssistantMessageData,
+        ToolCallData,
+        ToolPermissionData,
+        ToolResultData,
+        TurnStartData,
+    )
 
 
 class Tool:
-    __slots__ = ("arguments", "call_id", "kind", "name", "result", "result_on_disk", "started",
+    __slots__ = ("arguments", "call_id", "kind", "name", "permission", "result", "result_on_disk", "started",
                  "title")
 
     def __init__(self, call_id: str, name: str, arguments: Any) -> None:
@@ -28,6 +34,10 @@ class Tool:
         self.started = False
         self.result: ToolResultData | None = None
         self.result_on_disk = True
+        # The decision about it, whoever made it, as last recorded: the agent's without
+        # asking (`tool/call`), the client's answer that let it run (`tool/permission`,
+        # there even when the call was cut off before its result), its result's.
+        self.permission: Any = None
 
 
 SPOOL = 4 << 20  # characters of streamed text kept in memory; more go to a temporary file
@@ -187,10 +197,15 @@ class TurnBuilder:
             tool.name = str(call.get("name", tool.name))
             tool.arguments = call.get("arguments", tool.arguments)
             tool.title, tool.kind, tool.started = call.get("title"), call.get("kind"), True
+            tool.permission = call.get("permission", tool.permission)
+        elif ev["type"] == "tool/permission":
+            tool = _tool_of(self._tools, step, ev["data"])
+            tool.permission = ev["data"].get("permission", tool.permission)
         elif ev["type"] == "tool/result":
             tool = _tool_of(self._tools, step, ev["data"])
             tool.result = ev["data"]
             tool.result_on_disk = self._stored(ev["seq"])
+            tool.permission = ev["data"].get("permission", tool.permission)
         return None
 
     def _message(self, turn: Turn, step: Step, data: AssistantMessageData) -> None:
@@ -213,8 +228,9 @@ class TurnBuilder:
             add_usage(turn.usage, usage)
 
 
-def _tool_of(tools: dict[str, Tool], step: Step, data: ToolCallData | ToolResultData) -> Tool:
-    """The call a tool/call or tool/result names (one without a call block is added)."""
+def _tool_of(tools: dict[str, Tool], step: Step, data: ToolCallData | ToolPermissionData | ToolResultData) -> Tool:
+    """The call a tool/call, tool/permission or tool/result names (one without a call
+    block is added)."""
     call_id = str(data.get("callId"))
     tool = tools.get(call_id)
     if tool is None:
