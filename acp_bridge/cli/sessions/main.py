@@ -204,7 +204,10 @@ def _search_parsers(commands: Any) -> None:
         commands,
         "stats", help="turns, tokens, errors and cost, by day, model, agent, cwd or session",
         description="Turns, tokens (input, output, cache, reasoning), failed, interrupted and "
-        "cancelled turns, and their cost where prices are known, grouped (docs/search.md).",
+        "cancelled turns, slash commands, and their cost where prices are known, grouped. Each turn "
+        "is counted once, in the session that ran it: a fork's copies of its original's turns are not "
+        "counted again, and slash commands are counted apart from prompts (docs/search.md, "
+        "\"How it counts\").",
     )
     stats_options(stats)
     index = _command(
