@@ -1,6 +1,9 @@
 """A session's turns as built from its events, for `acp-bridge sessions`: the turn, its
 steps and tool calls (`Turn`, `Step`, `Tool`), a step's streamed text kept aside as it
-comes (`Spool`), and `TurnBuilder`, which builds them one event at a time."""
+comes (`Spool`), and `TurnBuilder`, which builds them one event at a time. A wrapped
+agent's notices (`wrapped/update`s of kind `notice`, recorded for the transcript and
+never replayed: docs/wrap.md) are kept where they came: in the turn before its first
+step, else in the step that was open."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ if TYPE_CHECKING:
     from session.events import Event, Reason
     from session.items import (
         AssistantMessageData,
+        CompactionData,
         ToolCallData,
         ToolPermissionData,
         ToolResultData,
@@ -77,9 +81,23 @@ class Spool:
         self.size = 0
 
 
+class Compaction:
+    """A compaction of the model's context in a step, as its last event has it."""
+
+    __slots__ = ("error", "from_turn", "status", "summary", "to_turn")
+
+    def __init__(self, data: CompactionData) -> None:
+        replaces = data.get("replaces") or {}
+        self.from_turn, self.to_turn = replaces.get("fromTurn"), replaces.get("toTurn")
+        self.status = str(data.get("status"))
+        self.summary: list[Any] = data.get("summary") or []
+        error = data.get("error")
+        self.error = error if isinstance(error, str) else None
+
+
 class Step:
-    __slots__ = ("chunk_reasoning", "chunk_text", "has_message", "number", "reasoning", "text",
-                 "tools", "usage")
+    __slots__ = ("chunk_reasoning", "chunk_text", "compactions", "has_message", "notices", "number", "reasoning",
+                 "text", "tools", "usage")
 
     def __init__(self, number: int) -> None:
         self.number = number
@@ -90,6 +108,8 @@ class Step:
         self.text: list[str] = []
         self.tools: list[Tool] = []
         self.usage: dict[str, int] = {}
+        self.compactions: dict[str, Compaction] = {}  # by id, in the order they began
+        self.notices: list[dict[str, Any]] = []  # a wrapped agent's, as it sent them
 
     @property
     def partial(self) -> bool:
@@ -106,7 +126,7 @@ class Step:
 
 
 class Turn:
-    __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
+    __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "notices", "number", "prompt", "reason",
                  "started_at", "steps", "trigger", "usage")
 
     def __init__(self, number: int, started_at: int, data: TurnStartData) -> None:
@@ -124,6 +144,7 @@ class Turn:
         self.ended_at: int | None = None
         self.end_on_disk = True
         self.usage: dict[str, int] = {}
+        self.notices: list[dict[str, Any]] = []  # a wrapped agent's before the first step
 
     @property
     def command(self) -> str | None:
@@ -187,6 +208,10 @@ class TurnBuilder:
             turn.end_on_disk = self._stored(ev["seq"])
             self.turn = self._step = None
             return turn
+        elif ev["type"] == "wrapped/update":
+            update = ev["data"].get("update")
+            if isinstance(update, dict) and update.get("sessionUpdate") == "notice":
+                (turn.notices if step is None else step.notices).append(update)
         elif step is None:
             pass
         elif ev["type"] == "assistant/message":
@@ -206,6 +231,13 @@ class TurnBuilder:
             tool.result = ev["data"]
             tool.result_on_disk = self._stored(ev["seq"])
             tool.permission = ev["data"].get("permission", tool.permission)
+        elif ev["type"] == "context/compaction":
+            data = ev["data"]
+            step.compactions[str(data.get("compactionId"))] = Compaction(data)
+            usage = data.get("usage")
+            if isinstance(usage, dict):  # the summary's own model call
+                add_usage(step.usage, usage)
+                add_usage(turn.usage, usage)
         return None
 
     def _message(self, turn: Turn, step: Step, data: AssistantMessageData) -> None:
