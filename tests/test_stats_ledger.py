@@ -1,7 +1,8 @@
 """The ledger (issue 35, point 1): `sessions stats` counts every turn once, in the
 session that ran it. Each case of the table is work done on a store, an operation at a
 time, as agents do it (a prompt's turn on a loaded session, a slash command's, a crash,
-a fork at any turn, a fork of a fork, a wrapped session moved to another agent): the
+a compaction (its summary's model call is the turn's work), a fork at any turn, a fork
+of a fork, a wrapped session moved to another agent): the
 test keeps its own ledger of the turns it ran, and the stats (`--by none`, and `--by
 session`, each session with its forks folded in) must say exactly that, on JSONL,
 SQLite and PostgreSQL. A fork's copies of its original's turns, the wrapper's seed of a
@@ -86,16 +87,25 @@ class Work:
         elif end == "cancelled":
             fields = {"by": "session/cancel"}
 
+        compaction = self._usage() if end == "compacted" else None  # the summary's own model call
+
         def build(s: Script) -> None:
             s.start_turn("work").start_step().chunk("ok")
+            if compaction is not None:  # the history before this turn summarized (context/compaction)
+                s.add("context/compaction", {"turn": s.turn, "step": 1, "compactionId": f"k{s.turn}",
+                                             "replaces": {"fromTurn": 1, "toTurn": s.turn - 1},
+                                             "summary": [{"type": "text", "text": "so far"}], "status": "completed",
+                                             "usage": compaction})
             s.add("assistant/message", {"turn": s.turn, "step": 1, "content": [{"type": "text", "text": "ok"}],
                                         "usage": usage})
             s.end_step()
             if end != "crash":
-                s.end_turn(end, **fields)
+                s.end_turn("completed" if end == "compacted" else end, **fields)
 
         self._append(name, build)
-        self.ran.append(Ran(self.names[name], "prompt", "interrupted" if end == "crash" else end, usage))
+        state = {"crash": "interrupted", "compacted": "completed"}.get(end, end)
+        spent = usage if compaction is None else {k: usage.get(k, 0) + compaction.get(k, 0) for k in TOKENS}
+        self.ran.append(Ran(self.names[name], "prompt", state, spent))
 
     def command(self, name: str, *, ok: bool) -> None:
         def build(s: Script) -> None:
@@ -149,6 +159,10 @@ CASES: list[tuple[str, list[tuple[Any, ...]], dict[str, str]]] = [
         ("new", "a"), ("command", "a", {"ok": False}), ("prompt", "a"), ("command", "a", {"ok": True}),
         ("prompt", "a", "error"), ("fork", "b", "a"), ("command", "b", {"ok": False}), ("prompt", "b"),
     ], {"b": "a"}),
+    ("compactions, in the original and in a fork", [
+        ("new", "a"), ("prompt", "a"), ("prompt", "a"), ("prompt", "a", "compacted"), ("prompt", "a"),
+        ("fork", "b", "a", 3), ("prompt", "b", "compacted"), ("fork", "c", "b"), ("prompt", "c"),
+    ], {"b": "a", "c": "a"}),
     ("a wrapped session moved between agents, forked, moved again", [
         ("new", "w", {"wrapped": True}), ("prompt", "w"), ("switch", "w", "other"), ("prompt", "w"),
         ("fork", "f", "w"), ("switch", "f", "third"), ("prompt", "f"), ("prompt", "w", "cancelled"),
