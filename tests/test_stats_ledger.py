@@ -34,6 +34,7 @@ class Ran:
     kind: str  # "prompt" or "command"
     state: str  # completed, error, cancelled, interrupted
     usage: dict[str, int]
+    cost: float | None = None  # what a wrapped agent said the turn cost (usage_update.cost)
 
 
 @dataclass
@@ -47,6 +48,11 @@ class Work:
     ran: list[Ran] = field(default_factory=list)
     clock: Any = field(default_factory=lambda: itertools.count(1_767_000_000_000, 1_000).__next__)
     counter: Any = field(default_factory=lambda: itertools.count(1))
+    agent: dict[str, str] = field(default_factory=dict)  # a wrapped session's agent now
+    # What each wrapped agent's own session has cost so far (ACP's cumulative cost), by
+    # (our session, agent): a native fork goes on from its original's; a move to
+    # another agent starts that agent's at zero (the seed's cost is not recorded).
+    spent: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def _store(self) -> SessionStore:
         return SessionStore(open_backend(self.backend, self.root), clock=self.clock)
@@ -61,6 +67,8 @@ class Work:
             info = {"command": ["some-agent"], "agentInfo": {"name": "some-agent", "version": "1"}}
             log = store.create(cwd="/w", wrapped=info if wrapped else None)  # type: ignore[arg-type]
             self.names[name] = log.id
+            if wrapped:
+                self.agent[name] = "some-agent"
             log.close()
         finally:
             store.close()
@@ -88,6 +96,12 @@ class Work:
             fields = {"by": "session/cancel"}
 
         compaction = self._usage() if end == "compacted" else None  # the summary's own model call
+        cost: float | None = None
+        cumulative = 0.0
+        if name in self.agent:
+            key = (name, self.agent[name])
+            cost = round(0.1 * usage["cacheReadTokens"], 6)  # each turn its own, more than the last
+            cumulative = self.spent[key] = round(self.spent.get(key, 0.0) + cost, 6)
 
         def build(s: Script) -> None:
             s.start_turn("work").start_step().chunk("ok")
@@ -96,6 +110,10 @@ class Work:
                                              "replaces": {"fromTurn": 1, "toTurn": s.turn - 1},
                                              "summary": [{"type": "text", "text": "so far"}], "status": "completed",
                                              "usage": compaction})
+            if cost is not None:
+                s.add("wrapped/update", {"turn": s.turn, "update": {
+                    "sessionUpdate": "usage_update", "used": 1000, "size": 200000,
+                    "cost": {"amount": cumulative, "currency": "USD"}}})
             s.add("assistant/message", {"turn": s.turn, "step": 1, "content": [{"type": "text", "text": "ok"}],
                                         "usage": usage})
             s.end_step()
@@ -105,7 +123,7 @@ class Work:
         self._append(name, build)
         state = {"crash": "interrupted", "compacted": "completed"}.get(end, end)
         spent = usage if compaction is None else {k: usage.get(k, 0) + compaction.get(k, 0) for k in TOKENS}
-        self.ran.append(Ran(self.names[name], "prompt", state, spent))
+        self.ran.append(Ran(self.names[name], "prompt", state, spent, cost))
 
     def command(self, name: str, *, ok: bool) -> None:
         def build(s: Script) -> None:
@@ -125,12 +143,17 @@ class Work:
         (`config/set agent`); the new agent's seed is the wrapper's, not a turn."""
         self._append(name, lambda s: s.add("config/set", {"configId": "agent", "value": agent,
                                                            "wrapped": {"command": [agent]}}))
+        self.agent[name] = agent
 
     def fork(self, name: str, source: str, at: int | None = None) -> None:
         store = self._store()
         try:
             header = store.fork(store.plan_fork(self.names[source], at_turn=at), cwd="/w")
             self.names[name] = header["id"]
+            if source in self.agent:  # a native fork: its agent's session goes on from the original's
+                assert at is None
+                self.agent[name] = self.agent[source]
+                self.spent[(name, self.agent[name])] = self.spent.get((source, self.agent[source]), 0.0)
         finally:
             store.close()
 
@@ -164,27 +187,30 @@ CASES: list[tuple[str, list[tuple[Any, ...]], dict[str, str]]] = [
         ("fork", "b", "a", 3), ("prompt", "b", "compacted"), ("fork", "c", "b"), ("prompt", "c"),
     ], {"b": "a", "c": "a"}),
     ("a wrapped session moved between agents, forked, moved again", [
-        ("new", "w", {"wrapped": True}), ("prompt", "w"), ("switch", "w", "other"), ("prompt", "w"),
-        ("fork", "f", "w"), ("switch", "f", "third"), ("prompt", "f"), ("prompt", "w", "cancelled"),
-        ("new", "x"), ("prompt", "x"),
+        ("new", "w", {"wrapped": True}), ("prompt", "w"), ("prompt", "w"), ("switch", "w", "other"),
+        ("prompt", "w"), ("prompt", "w"), ("fork", "f", "w"), ("prompt", "f"), ("switch", "f", "third"),
+        ("prompt", "f"), ("prompt", "w", "cancelled"), ("new", "x"), ("prompt", "x"),
     ], {"f": "w"}),
 ]
 
 
 def expected(ran: list[Ran]) -> dict[str, Any]:
     prompts = [r for r in ran if r.kind == "prompt"]
+    costed = [r for r in prompts if r.cost is not None]
     commands = [r for r in ran if r.kind == "command"]
     return {"turns": len(prompts), "commands": len(commands),
             "failedCommands": sum(1 for r in commands if r.state == "error"),
             "errors": sum(1 for r in prompts if r.state == "error"),
             "interrupted": sum(1 for r in prompts if r.state == "interrupted"),
             "cancelled": sum(1 for r in prompts if r.state == "cancelled"),
-            "tokens": {k: sum(r.usage.get(k, 0) for r in ran) for k in TOKENS}}
+            "tokens": {k: sum(r.usage.get(k, 0) for r in ran) for k in TOKENS},
+            "cost": [{"amount": round(sum(r.cost for r in costed), 6), "currency": "USD"}] if costed else [],
+            "turnsWithoutCost": sum(1 for r in prompts if r.cost is None)}
 
 
 def counted(group: dict[str, Any]) -> dict[str, Any]:
     return {k: group[k] for k in ("turns", "commands", "failedCommands", "errors", "interrupted", "cancelled",
-                                  "tokens")}
+                                  "tokens", "cost", "turnsWithoutCost")}
 
 
 def stats(work: Work, *args: str) -> dict[str, Any]:

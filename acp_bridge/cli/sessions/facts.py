@@ -131,6 +131,10 @@ class TurnFeed:
                         row.title, prompted = title_after(row.title, prompted, event)
                     elif ev["type"] == "wrapped/update":
                         turn_cost = _reported_cost(ev["data"], turn_cost)
+                    elif ev["type"] == "config/set" and "wrapped" in ev["data"]:
+                        # Moved to another agent (docs/persistence.md, config/set.wrapped):
+                        # its cost counts from its own session's start, not the last one's.
+                        row.cost = row.currency = None
                     done = builder.feed(event)
                     if done is None:
                         continue
