@@ -196,7 +196,7 @@ CASES: list[tuple[str, list[tuple[Any, ...]], dict[str, str]]] = [
 
 def expected(ran: list[Ran]) -> dict[str, Any]:
     prompts = [r for r in ran if r.kind == "prompt"]
-    costed = [r for r in prompts if r.cost is not None]
+    costed = [r.cost for r in prompts if r.cost is not None]
     commands = [r for r in ran if r.kind == "command"]
     return {"turns": len(prompts), "commands": len(commands),
             "failedCommands": sum(1 for r in commands if r.state == "error"),
@@ -204,7 +204,7 @@ def expected(ran: list[Ran]) -> dict[str, Any]:
             "interrupted": sum(1 for r in prompts if r.state == "interrupted"),
             "cancelled": sum(1 for r in prompts if r.state == "cancelled"),
             "tokens": {k: sum(r.usage.get(k, 0) for r in ran) for k in TOKENS},
-            "cost": [{"amount": round(sum(r.cost for r in costed), 6), "currency": "USD"}] if costed else [],
+            "cost": [{"amount": round(sum(costed), 6), "currency": "USD"}] if costed else [],
             "turnsWithoutCost": sum(1 for r in prompts if r.cost is None)}
 
 
