@@ -62,7 +62,7 @@ Decisions (DESIGN.md section 6 leaves the details open):
   (crash)"), when it started, how long it took, mode and model; the prompt; per step the
   reasoning (marked "Thinking:", lines prefixed "| "), the assistant text (from the
   `assistant/message`, else from the streamed chunks, marked partial), each tool call
-  (name, kind, title, id, compact arguments, permission outcome, result with an
+  (name, kind, title, id, compact arguments, the permission decision and who made it, result with an
   "[error: CODE]" mark, diffs summarized); then the end reason and the turn's tokens.
   Tool arguments and results are cut to their first lines unless `--full`. Control
   characters in text from the log are shown escaped (`\\x1b`), in `show` and in the
