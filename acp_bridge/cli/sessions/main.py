@@ -61,7 +61,7 @@ Decisions (DESIGN.md section 6 leaves the details open):
   (crash)"), when it started, how long it took, mode and model; the prompt; per step the
   reasoning (marked "Thinking:", lines prefixed "| "), the assistant text (from the
   `assistant/message`, else from the streamed chunks, marked partial), each tool call
-  (name, kind, title, id, compact arguments, permission outcome, result with an
+  (name, kind, title, id, compact arguments, the permission decision and who made it, result with an
   "[error: CODE]" mark, diffs summarized); then the end reason and the turn's tokens.
   Tool arguments and results are cut to their first lines unless `--full`. Control
   characters in text from the log are shown escaped (`\\x1b`), in `show` and in the
@@ -198,9 +198,12 @@ def _search_parsers(commands: Any) -> None:
     search_options(search)
     stats = _command(
         commands,
-        "stats", help="turns, tokens, errors and cost, by day, model, agent or cwd",
+        "stats", help="turns, tokens, errors and cost, by day, model, agent, cwd or session",
         description="Turns, tokens (input, output, cache, reasoning), failed, interrupted and "
-        "cancelled turns, and their cost where prices are known, grouped (docs/search.md).",
+        "cancelled turns, slash commands, and their cost where prices are known, grouped. Each turn "
+        "is counted once, in the session that ran it: a fork's copies of its original's turns are not "
+        "counted again, and slash commands are counted apart from prompts (docs/search.md, "
+        "\"How it counts\").",
     )
     stats_options(stats)
     index = _command(
