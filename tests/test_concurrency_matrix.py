@@ -138,10 +138,12 @@ class Expected:
 
 
 async def made(agent: AgentProcess, work: Path, tag: str, size: int) -> list[str]:
-    """`size` new sessions, each prompted once (`words(tag, n)`)."""
-    sids = [await agent.new_session(work) for _ in range(size)]
-    for n, sid in enumerate(sids):
-        await agent.prompt(sid, words(tag, n))
+    """`size` new sessions, made at once, each prompted once (`words(tag, n)`), at once."""
+    answers = await at_once(agent, [("session/new", {"cwd": str(work), "mcpServers": []})] * size)
+    sids = [a["result"]["sessionId"] for a in answers]
+    assert len(set(sids)) == size, answers
+    answers = await at_once(agent, [("session/prompt", prompt_params(sid, words(tag, n))) for n, sid in enumerate(sids)])
+    assert all(a.get("result", {}).get("stopReason") == "end_turn" for a in answers), answers
     return sids
 
 
@@ -194,13 +196,8 @@ async def each_at_once(agent: AgentProcess, work: Path, op: str, size: int) -> E
 
 
 async def new_at_once(agent: AgentProcess, work: Path, size: int) -> Expected:
-    """`size` sessions made at once, prompted at once, closed at once."""
-    made_ = await at_once(agent, [("session/new", {"cwd": str(work), "mcpServers": []})] * size)
-    assert all("result" in a for a in made_), made_
-    sids = [a["result"]["sessionId"] for a in made_]
-    assert len(set(sids)) == size
-    answers = await at_once(agent, [("session/prompt", prompt_params(sid, words("new", n))) for n, sid in enumerate(sids)])
-    assert all(a.get("result", {}).get("stopReason") == "end_turn" for a in answers), answers
+    """`size` sessions made at once, prompted at once (`made`), closed at once."""
+    sids = await made(agent, work, "new", size)
     await close_all(agent, sids)
     return Expected(whole={sid: words("new", n) for n, sid in enumerate(sids)})
 
