@@ -28,7 +28,7 @@ import pytest
 from session import open_backend
 from session.events import SESSION_FORMAT_VERSION
 from tests.support import tamper
-from tests.support.acp_client import AgentProcess
+from tests.support.acp_client import AgentProcess, write_script
 from tests.support.wrapped import WrappedProcess, serve_command
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -392,3 +392,34 @@ async def test_at_once_soak(tmp_path: Path, work: Path, op: str, backend: str, h
             case.store = request.getfixturevalue("pg_server").emptied(request.getfixturevalue("pg_database"))
         with anyio.fail_after(SOAK_SECONDS / 3):
             await run_ops(case, [op], SOAK)
+
+
+@pytest.mark.parametrize("second", ["session/close", "session/delete"])
+@pytest.mark.parametrize("host", HOSTS)
+async def test_a_second_close_while_the_first_waits_for_the_running_prompt(
+        tmp_path: Path, work: Path, host: str, second: str) -> None:
+    """Found by the matrix's one-session race through `wrap`: two `session/close`s (or a
+    close and a delete) of a session whose prompt runs both waited for the prompt, then
+    both closed the session: the wrapper's second was -32603 ("no rule for Close"). The
+    second now waits for the first's close, and is answered as it is."""
+    model = write_script(tmp_path / "script.json", {"text": "a b c", "hang": True}, chunk_delay_ms=5)
+    if host == "wrap":
+        agent: AgentProcess = WrappedProcess(tmp_path / "store", serve_command(tmp_path / "child", model))
+    else:
+        agent = AgentProcess(tmp_path / "store", model=model)
+    with anyio.fail_after(CASE_SECONDS):
+        async with agent:
+            await agent.initialize()
+            sid = await agent.new_session(work)
+            async with anyio.create_task_group() as tg:
+                running = agent.prompt_soon(tg, sid, "stream then hang", timeout=CASE_SECONDS)
+                await agent.wait_for(lambda: any(u["sessionUpdate"] == "agent_message_chunk"
+                                                 for u in agent.updates_of(sid)))
+                answers = await at_once(agent, [("session/close", {"sessionId": sid}), (second, {"sessionId": sid})])
+            assert [a.get("result") for a in answers] == [{}, {}], answers
+            assert running["result"]["stopReason"] == "cancelled"
+            check_answered_once(agent)
+        if second == "session/close":  # no lock kept: another agent opens it
+            async with AgentProcess(tmp_path / "store", model=model) as other:
+                await other.initialize()
+                await other.load_session(sid, work)

@@ -135,6 +135,7 @@ class Host(Generic[S]):
         self._store: SessionStore | None = None
         self._opening = threading.Lock()
         self._live: dict[str, S] = {}
+        self._closing: dict[int, anyio.Event] = {}  # id(session) -> set when its close is done
         self._prompts = Prompts()
         self._conn: Connection | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -355,10 +356,21 @@ class Host(Generic[S]):
 
     async def _shut(self, sid: str, session: S) -> None:
         """End the live session `sid`: its running turn cancelled (by session/close) and
-        answered, then the session closed."""
-        await self._prompts.cancel_and_wait(sid, session)
-        self._live.pop(sid, None)
-        await session.close(stopping=False)
+        answered, then the session closed. A close or delete that comes while another
+        ends it waits for that one (both waited for the same prompt: the session is
+        closed once, and neither answers before it is)."""
+        closing = self._closing.get(id(session))
+        if closing is not None:
+            await closing.wait()
+            return
+        closing = self._closing[id(session)] = anyio.Event()
+        try:
+            await self._prompts.cancel_and_wait(sid, session)
+            self._live.pop(sid, None)
+            await session.close(stopping=False)
+        finally:
+            del self._closing[id(session)]
+            closing.set()
 
     def _not_live(self, sid: str) -> SessionNotFoundError:
         hint = "session/load or session/resume" if self._spec is not None else "session/new or session/load"
