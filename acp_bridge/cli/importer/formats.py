@@ -1,0 +1,38 @@
+"""Which reader reads a native file: by `--from`, else by its first records. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import orjson
+
+import acp_bridge.cli.importer.claude_code as claude_code
+from acp_bridge.cli.importer.native import NativeSession
+
+Reader = Callable[[Iterable[bytes], str], NativeSession]
+
+READERS: Final[dict[str, Reader]] = {
+    claude_code.AGENT: claude_code.read,
+}
+_LOOKS: Final[dict[str, Callable[[dict[str, Any]], bool]]] = {
+    claude_code.AGENT: claude_code.looks_like,
+}
+FORMATS: Final = tuple(READERS)
+SUFFIXES: Final = (".jsonl",)  # what a folder is searched for
+
+
+def detect(head: list[bytes]) -> str | None:
+    """The format of a file whose first lines are `head`: the first of its JSON records
+    a reader recognises decides; None when none does."""
+    for line in head:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        for name, looks in _LOOKS.items():
+            if looks(record):
+                return name
+    return None

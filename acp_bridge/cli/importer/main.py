@@ -1,0 +1,122 @@
+"""`acp-bridge import PATH... [--store DIR] [--backend NAME] [--from FORMAT]`: other
+agents' own transcripts into the store, each a session (docs/import.md).
+
+A PATH is a file, or a folder searched for transcripts. Each file gets one line on
+stdout: the session it became and how many turns were added; each problem one line on
+stderr (a file that is not a transcript, a line that is not JSON, a torn last line, a
+session the store cannot take), and the rest is imported. The exit status is 1 only if
+nothing could be imported (a file already imported counts as imported), 2 for options
+that cannot work.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+    from acp_bridge.cli.importer.store import Outcome
+    from session.store import SessionStore
+
+HEAD_LINES = 20  # the lines a file's format is recognised by
+
+
+def _parser() -> argparse.ArgumentParser:
+    from acp_bridge.cli.importer.formats import FORMATS
+    from acp_bridge.cli.startup import OneLineParser, store_options
+
+    parser = OneLineParser(prog="acp-bridge import",
+                           description="Import other agents' own transcripts into the session store.")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="a transcript, or a folder searched for them")
+    parser.add_argument("--from", dest="source", choices=FORMATS,
+                        help="the agent that wrote them (default: recognised from each file's content)")
+    store_options(parser)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    from acp_bridge.cli.startup import agent_settings
+    from session import SessionStore, open_backend
+
+    args = _parser().parse_args(argv)
+    settings = agent_settings(args, model=False)
+    store = SessionStore(open_backend(settings.backend, settings.store))
+    imported = 0
+    try:
+        for path in args.paths:
+            for file in _files(Path(path)):
+                imported += _import(store, file, args.source)
+    finally:
+        store.close()
+    return 0 if imported else 1
+
+
+def _files(path: Path) -> Iterator[Path]:
+    from acp_bridge.cli.importer.formats import SUFFIXES
+
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+        if not found:
+            _problem(f"{path}: no transcript in this folder")
+        yield from found
+    elif path.exists():
+        yield path
+    else:
+        _problem(f"{path}: no such file or folder")
+
+
+def _import(store: SessionStore, file: Path, chosen: str | None) -> int:
+    """Import one file; 1 if its session is in the store now, else 0."""
+    from acp_bridge.cli.importer.formats import READERS, detect
+    from acp_bridge.errors import AcpBridgeError
+
+    try:
+        with open(file, "rb") as f:
+            head = [line for _, line in zip(range(HEAD_LINES), f, strict=False)]
+            kind = chosen or detect(head)
+            if kind is None:
+                _problem(f"{file}: not a transcript of {', '.join(READERS)}; skipped")
+                return 0
+            f.seek(0)
+            native = READERS[kind](f, str(file))
+    except OSError as exc:
+        _problem(f"{file}: cannot be read: {exc.strerror or exc}; skipped")
+        return 0
+    for line in native.problems:
+        _problem(line)
+    if native.source is None:
+        return 0
+    if not native.turns:
+        _problem(f"{file}: no prompt in this {kind} transcript; nothing imported")
+        return 0
+    from acp_bridge.cli.importer.store import write
+
+    try:
+        outcome = write(store, native)
+    except AcpBridgeError as exc:
+        _problem(f"{file}: not imported: {exc}")
+        return 0
+    print(_said(file, kind, outcome, native.unknown), flush=True)
+    return 0 if outcome.state == "refused" else 1
+
+
+def _said(file: Path, kind: str, outcome: Outcome, unknown: dict[str, int]) -> str:
+    if outcome.state == "new":
+        what = f"imported as session {outcome.session_id} ({outcome.turns} turn(s))"
+    elif outcome.state == "added":
+        what = f"{outcome.added} new turn(s) added to session {outcome.session_id} ({outcome.turns} in all)"
+    elif outcome.state == "unchanged":
+        what = f"already imported as session {outcome.session_id} ({outcome.turns} turn(s)); nothing to add"
+    else:
+        what = f"session {outcome.session_id} not changed: {outcome.why}"
+    kept = f"; kept raw, of record types it does not know: {', '.join(f'{k} x{n}' for k, n in sorted(unknown.items()))}" \
+        if unknown else ""
+    return f"{file} ({kind}): {what}{kept}"
+
+
+def _problem(line: str) -> None:
+    print(f"acp-bridge import: {line}", file=sys.stderr, flush=True)
