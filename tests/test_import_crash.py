@@ -73,6 +73,28 @@ async def test_an_imported_session_loads_as_the_native_file_says_and_goes_on(
     assert "continued here" in again.stdout
 
 
+@pytest.mark.anyio
+async def test_an_imported_codex_session_loads_as_its_rollout_says(tmp_path: Path, work: Path) -> None:
+    rollout = next((FIXTURE.parent.parent / "codex-0.171.0").glob("*.jsonl"))
+    records = [orjson.loads(line) for line in rollout.read_bytes().splitlines()]
+    where = str(tmp_path / "store")
+    made = run_import(str(rollout), "--store", where)
+    assert made.returncode == 0, made.stderr
+    sid = made.stdout.split("imported as session ")[1].split()[0]
+    async with AgentProcess(where) as agent:
+        await agent.initialize()
+        await agent.load_session(sid, work)
+        updates = agent.updates_of(sid)
+    assert [u["content"]["text"] for u in updates if u["sessionUpdate"] == "user_message_chunk"] == [
+        "Say hello.", "RUN: cat notes.txt"]
+    assert [(u["toolCallId"], u["rawInput"]) for u in updates if u["sessionUpdate"] == "tool_call"] == [
+        (r["payload"]["call_id"], orjson.loads(r["payload"]["arguments"])) for r in records
+        if r["payload"].get("type") == "function_call"]
+    total = [r["payload"]["thread_token_usage"] for r in records if r["type"] == "token_usage_record"][-1]
+    usage = [u["_meta"]["acpBridge"]["usage"] for u in updates if u["sessionUpdate"] == "usage_update"]
+    assert sum(u["outputTokens"] for u in usage) == total["output_tokens"]
+    assert sum(u["inputTokens"] for u in usage) == total["input_tokens"]
+
 def many_turns(turns: int) -> bytes:
     """A Claude Code transcript of `turns` turns, each the fixture's second turn again
     (its call and result) under fresh uuids and message ids."""

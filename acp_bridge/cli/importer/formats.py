@@ -8,15 +8,18 @@ from typing import Any, Final
 import orjson
 
 import acp_bridge.cli.importer.claude_code as claude_code
+import acp_bridge.cli.importer.codex as codex
 from acp_bridge.cli.importer.native import NativeSession
 
 Reader = Callable[[Iterable[bytes], str], NativeSession]
 
 READERS: Final[dict[str, Reader]] = {
     claude_code.AGENT: claude_code.read,
+    codex.AGENT: codex.read,
 }
 _LOOKS: Final[dict[str, Callable[[dict[str, Any]], bool]]] = {
     claude_code.AGENT: claude_code.looks_like,
+    codex.AGENT: codex.looks_like,
 }
 FORMATS: Final = tuple(READERS)
 SUFFIXES: Final = (".jsonl",)  # what a folder is searched for

@@ -79,7 +79,7 @@ def _import(store: SessionStore, file: Path, chosen: str | None) -> int:
             head = [line for _, line in zip(range(HEAD_LINES), f, strict=False)]
             kind = chosen or detect(head)
             if kind is None:
-                _problem(f"{file}: not a transcript of {', '.join(READERS)}; skipped")
+                _problem(f"{file}: not a transcript of any agent this build reads ({', '.join(READERS)}); skipped")
                 return 0
             f.seek(0)
             native = READERS[kind](f, str(file))

@@ -143,6 +143,7 @@ class Builder:
             current.model = model
         if native is not None:
             current.native.append(native)
+        self._flush()
         self._tick(time)
 
     def text(self, kind: str, text: str) -> None:
@@ -179,6 +180,7 @@ class Builder:
     def result(self, time: int, call_id: str, content: list[JSON], *, is_error: bool,
                native: JSON = None) -> None:
         """A tool's result, for a call of the open turn."""
+        self._flush()
         call = self._calls.get(call_id)
         if call is None or call.result is not None:
             self.keep({"orphanResult": call_id, "record": native})
@@ -188,11 +190,10 @@ class Builder:
 
     def keep(self, record: JSON) -> None:
         """A record (or the part of one) with no place in the vocabulary: kept raw on
-        the turn it belongs to (the open one, else the next)."""
-        if self._turn is not None:
-            self._turn.native.append(record)
-        else:
-            self._kept.append(record)
+        the turn it belongs to: the next prompt's when a prompt comes next (what an
+        agent writes before a prompt is that turn's preamble), else the open turn's;
+        after the last turn, on its `turn/end` (`finish`)."""
+        self._kept.append(record)
 
     def unknown(self, kind: str, record: JSON) -> None:
         """A record of a type the reader does not know: kept raw and counted."""
@@ -211,6 +212,12 @@ class Builder:
         return self.session
 
     # Inside.
+
+    def _flush(self) -> None:
+        """The records kept so far belong to the open turn: something of it follows."""
+        if self._kept and self._turn is not None:
+            self._turn.native.extend(self._kept)
+            self._kept = []
 
     def _tick(self, time: int) -> None:
         self.last_time = max(self.last_time, time)

@@ -11,12 +11,12 @@ imported one (continued here: nothing is appended, and it says so).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from typing import Final, Literal
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
 
 from acp_bridge.cli.importer.native import NativeSession, Source, Turn
 from session.backends.base import StoredStream
-from session.events import SESSION_FORMAT_VERSION, TURN_START, Event, Header
+from session.events import SESSION_FORMAT_VERSION, TURN_END, TURN_START, Event, Header
 from session.scan import Damage
 from session.store import SessionStore
 
@@ -63,6 +63,7 @@ class _Stored:
     turns: int
     imported_last: bool  # its last turn is an imported one (or it has none)
     damaged: bool
+    tail: list[Any] = field(default_factory=list)  # what its last turn/end keeps raw
 
 
 def write(store: SessionStore, native: NativeSession) -> Outcome:
@@ -87,9 +88,25 @@ def write(store: SessionStore, native: NativeSession) -> Outcome:
     if stored.turns > total or not stored.imported_last:
         return Outcome(sid, "refused", 0, total, f"it holds {stored.turns} turn(s), the file {total}: it was "
                        "continued here, or the file lost turns; nothing added")
-    new = native.turns[stored.turns:]
+    new = without_tail(native.turns[stored.turns:], stored.tail)
     store.publish(header, stamped(new, stored.records), after=(stored.records, stored.turns))
     return Outcome(sid, "added", len(new), total)
+
+
+def without_tail(turns: list[Turn], tail: list[Any]) -> list[Turn]:
+    """`turns` without the records the stored last `turn/end` keeps already: what the
+    agent wrote after that turn was kept there when it was the file's end, and is the
+    next turn's preamble now (`Builder.keep`): kept once, not twice."""
+    if not tail or not turns:
+        return turns
+    time, (kind, data) = turns[0].items[0]
+    kept = data.get("native")
+    if not isinstance(kept, list) or kept[: len(tail)] != tail:
+        return turns
+    rest = {k: v for k, v in data.items() if k != "native"}
+    if kept[len(tail):]:
+        rest["native"] = kept[len(tail):]
+    return [Turn(turns[0].number, [(time, (kind, rest)), *turns[0].items[1:]]), *turns[1:]]
 
 
 def _survey(stream: StoredStream) -> _Stored:
@@ -97,6 +114,7 @@ def _survey(stream: StoredStream) -> _Stored:
     was imported. A torn or damaged record: damaged."""
     records = turns = 0
     imported_last = True
+    tail: list[Any] = []
     try:
         for block in stream.blocks():
             for record in block:
@@ -108,6 +126,9 @@ def _survey(stream: StoredStream) -> _Stored:
                     turns += 1
                     trigger = event["data"].get("trigger")
                     imported_last = isinstance(trigger, dict) and "imported" in trigger
+                elif event["type"] == TURN_END:
+                    kept = event["data"].get("native")
+                    tail = kept if isinstance(kept, list) else []
     finally:
         stream.close()
-    return _Stored(records, turns, imported_last, damaged=False)
+    return _Stored(records, turns, imported_last, damaged=False, tail=tail)
