@@ -9,6 +9,8 @@ import orjson
 
 import acp_bridge.cli.importer.claude_code as claude_code
 import acp_bridge.cli.importer.codex as codex
+import acp_bridge.cli.importer.gemini as gemini
+import acp_bridge.cli.importer.qwen as qwen
 from acp_bridge.cli.importer.native import NativeSession
 
 Reader = Callable[[Iterable[bytes], str], NativeSession]
@@ -16,10 +18,15 @@ Reader = Callable[[Iterable[bytes], str], NativeSession]
 READERS: Final[dict[str, Reader]] = {
     claude_code.AGENT: claude_code.read,
     codex.AGENT: codex.read,
+    gemini.AGENT: gemini.read,
+    qwen.AGENT: qwen.read,
 }
+# In this order: a qwen-code record would pass for Claude Code's but for its parts.
 _LOOKS: Final[dict[str, Callable[[dict[str, Any]], bool]]] = {
-    claude_code.AGENT: claude_code.looks_like,
+    qwen.AGENT: qwen.looks_like,
+    gemini.AGENT: gemini.looks_like,
     codex.AGENT: codex.looks_like,
+    claude_code.AGENT: claude_code.looks_like,
 }
 FORMATS: Final = tuple(READERS)
 SUFFIXES: Final = (".jsonl",)  # what a folder is searched for
