@@ -28,8 +28,10 @@ _LOOKS: Final[dict[str, Callable[[dict[str, Any]], bool]]] = {
     codex.AGENT: codex.looks_like,
     claude_code.AGENT: claude_code.looks_like,
 }
-FORMATS: Final = tuple(READERS)
-SUFFIXES: Final = (".jsonl",)  # what a folder is searched for
+OPENCODE: Final = "opencode"  # a database, not lines: acp_bridge.cli.importer.opencode_db
+FORMATS: Final = (*READERS, OPENCODE)
+SUFFIXES: Final = (".jsonl",)  # what a folder is searched for, with these names:
+NAMES: Final = ("opencode.db",)
 
 
 def detect(head: list[bytes]) -> str | None:

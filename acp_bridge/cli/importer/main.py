@@ -19,6 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
+    from acp_bridge.cli.importer.native import NativeSession
     from acp_bridge.cli.importer.store import Outcome
     from session.store import SessionStore
 
@@ -56,10 +57,10 @@ def main(argv: list[str]) -> int:
 
 
 def _files(path: Path) -> Iterator[Path]:
-    from acp_bridge.cli.importer.formats import SUFFIXES
+    from acp_bridge.cli.importer.formats import NAMES, SUFFIXES
 
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+        found = sorted(p for p in path.rglob("*") if (p.suffix in SUFFIXES or p.name in NAMES) and p.is_file())
         if not found:
             _problem(f"{path}: no transcript in this folder")
         yield from found
@@ -70,35 +71,65 @@ def _files(path: Path) -> Iterator[Path]:
 
 
 def _import(store: SessionStore, file: Path, chosen: str | None) -> int:
-    """Import one file; 1 if its session is in the store now, else 0."""
-    from acp_bridge.cli.importer.formats import READERS, detect
-    from acp_bridge.errors import AcpBridgeError
+    """Import one file; how many of its sessions are in the store now."""
+    from acp_bridge.cli.importer.formats import FORMATS, OPENCODE, READERS, detect
 
+    natives: list[tuple[str, NativeSession]] = []
     try:
         with open(file, "rb") as f:
             head = [line for _, line in zip(range(HEAD_LINES), f, strict=False)]
+            if chosen == OPENCODE or (chosen is None and head and _is_database(head[0])):
+                return _import_database(store, file)
             kind = chosen or detect(head)
             if kind is None:
-                _problem(f"{file}: not a transcript of any agent this build reads ({', '.join(READERS)}); skipped")
+                _problem(f"{file}: not a transcript of any agent this build reads ({', '.join(FORMATS)}); skipped")
                 return 0
             f.seek(0)
-            native = READERS[kind](f, str(file))
+            natives.append((kind, READERS[kind](f, str(file))))
     except OSError as exc:
         _problem(f"{file}: cannot be read: {exc.strerror or exc}; skipped")
         return 0
+    return sum(_store(store, file, kind, native) for kind, native in natives)
+
+
+def _is_database(first: bytes) -> bool:
+    from acp_bridge.cli.importer.opencode_db import is_database
+
+    return is_database(first)
+
+
+def _import_database(store: SessionStore, file: Path) -> int:
+    """An opencode database: each of its sessions."""
+    import sqlite3
+
+    from acp_bridge.cli.importer.opencode_db import sessions
+
+    done = 0
+    try:
+        for native in sessions(file):
+            done += _store(store, file, "opencode", native)
+    except sqlite3.Error as exc:
+        _problem(f"{file}: not an opencode database that can be read ({exc}); skipped")
+    return done
+
+
+def _store(store: SessionStore, file: Path, kind: str, native: NativeSession) -> int:
+    """Write one read session; 1 if it is in the store now, else 0."""
+    from acp_bridge.errors import AcpBridgeError
+
     for line in native.problems:
         _problem(line)
     if native.source is None:
         return 0
     if not native.turns:
-        _problem(f"{file}: no prompt in this {kind} transcript; nothing imported")
+        _problem(f"{file}: no prompt in this {kind} session ({native.source.session_id}); nothing imported")
         return 0
     from acp_bridge.cli.importer.store import write
 
     try:
         outcome = write(store, native)
     except AcpBridgeError as exc:
-        _problem(f"{file}: not imported: {exc}")
+        _problem(f"{file}: session {native.source.session_id} not imported: {exc}")
         return 0
     print(_said(file, kind, outcome, native.unknown), flush=True)
     return 0 if outcome.state == "refused" else 1
