@@ -124,12 +124,17 @@ def test_an_import_shows_searches_and_counts_as_the_native_file_says(
     shown = sessions(capsys, store, kind, "show", sid)
     assert "Say hello." in shown and "RUN: cat notes.txt" in shown and "Tool Bash (execute)" in shown
     assert "Total tokens: 360 in / 39 out (15 cache read, 45 cache write)" in shown
+    assert f"  agent    claude-code 2.1.197, imported (its session {RECORDS[0]['sessionId']})\n" in shown
+    assert f"  file     {FIXTURE}\n" in shown
     found = sessions(capsys, store, kind, "search", "fixture")
     assert sid[:8] in found
     stats = sessions(capsys, store, kind, "stats")
     assert "total           2       0            0          0    360      39          15           45" in stats
+    by_agent = sessions(capsys, store, kind, "stats", "--by", "agent")  # the agent that wrote it
+    assert "claude-code      2" in by_agent and "acp-bridge" not in by_agent
+    assert sid[:8] in sessions(capsys, store, kind, "search", "hello", "--agent", "claude-code")
     listed = orjson.loads(sessions(capsys, store, kind, "list", "--json"))
-    assert [s["id"] for s in listed] == [sid]
+    assert [(s["id"], s["imported"]["agent"]) for s in listed] == [(sid, "claude-code")]
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
