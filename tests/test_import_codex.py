@@ -127,3 +127,22 @@ def test_an_import_shows_and_counts_as_the_rollout_says_and_takes_appended_turns
     assert "Tool exec_command (execute)" in shown and "Total tokens: 360 in / 27 out" in shown
     assert sessions_main(["--store", str(store), "--backend", kind, "search", "notes"]) == 0
     assert sid[:8] in capsys.readouterr().out
+
+
+def test_a_session_wrap_recorded_live_is_not_imported_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # codex-acp's session id is codex's own thread id: the rollout's session_meta id.
+    from session import SessionStore
+
+    store = tmp_path / "store"
+    live = SessionStore(open_backend("jsonl", store))
+    log = live.create(cwd="/tmp/acp-fixture", wrapped={"command": ["codex-acp"], "sessionId": RECORDS[0]["payload"]["id"]})
+    log.close()
+    live.close()
+    assert import_main([str(FIXTURE), "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert f"recorded live by acp-bridge wrap as session {log.id}; not imported again" in out
+    reader = open_backend("jsonl", store).reader()
+    try:
+        assert reader.ids() == [log.id]  # one session, not two
+    finally:
+        reader.close()

@@ -46,11 +46,14 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     settings = agent_settings(args, model=False)
     store = SessionStore(open_backend(settings.backend, settings.store))
+    from acp_bridge.cli.importer.store import recorded_live
+
     imported = 0
     try:
+        live = recorded_live(store)  # the sessions wrap recorded: not imported again
         for path in args.paths:
             for file in _files(Path(path)):
-                imported += _import(store, file, args.source)
+                imported += _import(store, live, file, args.source)
     finally:
         store.close()
     return 0 if imported else 1
@@ -70,7 +73,7 @@ def _files(path: Path) -> Iterator[Path]:
         _problem(f"{path}: no such file or folder")
 
 
-def _import(store: SessionStore, file: Path, chosen: str | None) -> int:
+def _import(store: SessionStore, live: dict[str, str], file: Path, chosen: str | None) -> int:
     """Import one file; how many of its sessions are in the store now."""
     from acp_bridge.cli.importer.formats import FORMATS, OPENCODE, READERS, detect
 
@@ -79,7 +82,7 @@ def _import(store: SessionStore, file: Path, chosen: str | None) -> int:
         with open(file, "rb") as f:
             head = [line for _, line in zip(range(HEAD_LINES), f, strict=False)]
             if chosen == OPENCODE or (chosen is None and head and _is_database(head[0])):
-                return _import_database(store, file)
+                return _import_database(store, live, file)
             kind = chosen or detect(head)
             if kind is None:
                 _problem(f"{file}: not a transcript of any agent this build reads ({', '.join(FORMATS)}); skipped")
@@ -89,7 +92,7 @@ def _import(store: SessionStore, file: Path, chosen: str | None) -> int:
     except OSError as exc:
         _problem(f"{file}: cannot be read: {exc.strerror or exc}; skipped")
         return 0
-    return sum(_store(store, file, kind, native) for kind, native in natives)
+    return sum(_store(store, live, file, kind, native) for kind, native in natives)
 
 
 def _is_database(first: bytes) -> bool:
@@ -98,7 +101,7 @@ def _is_database(first: bytes) -> bool:
     return is_database(first)
 
 
-def _import_database(store: SessionStore, file: Path) -> int:
+def _import_database(store: SessionStore, live: dict[str, str], file: Path) -> int:
     """An opencode database: each of its sessions."""
     import sqlite3
 
@@ -107,13 +110,13 @@ def _import_database(store: SessionStore, file: Path) -> int:
     done = 0
     try:
         for native in sessions(file):
-            done += _store(store, file, "opencode", native)
+            done += _store(store, live, file, "opencode", native)
     except sqlite3.Error as exc:
         _problem(f"{file}: not an opencode database that can be read ({exc}); skipped")
     return done
 
 
-def _store(store: SessionStore, file: Path, kind: str, native: NativeSession) -> int:
+def _store(store: SessionStore, live: dict[str, str], file: Path, kind: str, native: NativeSession) -> int:
     """Write one read session; 1 if it is in the store now, else 0."""
     from acp_bridge.errors import AcpBridgeError
 
@@ -127,7 +130,7 @@ def _store(store: SessionStore, file: Path, kind: str, native: NativeSession) ->
     from acp_bridge.cli.importer.store import write
 
     try:
-        outcome = write(store, native)
+        outcome = write(store, native, live)
     except AcpBridgeError as exc:
         _problem(f"{file}: session {native.source.session_id} not imported: {exc}")
         return 0
@@ -140,6 +143,8 @@ def _said(file: Path, kind: str, outcome: Outcome, unknown: dict[str, int]) -> s
         what = f"imported as session {outcome.session_id} ({outcome.turns} turn(s))"
     elif outcome.state == "added":
         what = f"{outcome.added} new turn(s) added to session {outcome.session_id} ({outcome.turns} in all)"
+    elif outcome.state == "live":
+        what = f"recorded live by acp-bridge wrap as session {outcome.session_id}; not imported again"
     elif outcome.state == "unchanged":
         what = f"already imported as session {outcome.session_id} ({outcome.turns} turn(s)); nothing to add"
     else:

@@ -32,10 +32,10 @@ def session_id_of(source: Source) -> str:
 @dataclass(frozen=True)
 class Outcome:
     session_id: str
-    state: Literal["new", "added", "unchanged", "refused"]
+    state: Literal["new", "added", "unchanged", "refused", "live"]
     added: int  # turns written now
     turns: int  # turns the native file holds
-    why: str = ""  # `refused`: why nothing was written
+    why: str = ""  # `refused`: why nothing was written; `live`: the session wrap recorded
 
 
 def header_of(source: Source, session_id: str, title: str | None) -> Header:
@@ -66,12 +66,32 @@ class _Stored:
     tail: list[Any] = field(default_factory=list)  # what its last turn/end keeps raw
 
 
-def write(store: SessionStore, native: NativeSession) -> Outcome:
-    """Store `native` (its source known). Raises the SessionError family."""
+def recorded_live(store: SessionStore) -> dict[str, str]:
+    """The sessions `acp-bridge wrap` recorded, by the wrapped agent's own session id
+    (the header's `wrapped.sessionId`): one read of every header, once per import."""
+    reader = store.backend.reader()
+    try:
+        out: dict[str, str] = {}
+        for sid in reader.ids():
+            header = reader.peek(sid).header or {}
+            wrapped = header.get("wrapped")
+            native = wrapped.get("sessionId") if isinstance(wrapped, dict) else None
+            if isinstance(native, str):
+                out.setdefault(native, sid)
+        return out
+    finally:
+        reader.close()
+
+
+def write(store: SessionStore, native: NativeSession, live: dict[str, str] | None = None) -> Outcome:
+    """Store `native` (its source known), unless `live` (`recorded_live`) says wrap
+    recorded it already: one session, not two. Raises the SessionError family."""
     from session.errors import SessionNotFoundError
 
     source = native.source
     assert source is not None
+    if live and source.session_id in live:
+        return Outcome(live[source.session_id], "live", 0, len(native.turns))
     sid = session_id_of(source)
     header = header_of(source, sid, native.title)
     total = len(native.turns)
