@@ -155,3 +155,35 @@ def test_a_kill_during_an_import_leaves_each_session_whole_or_absent(
     assert finished.returncode == 0, finished.stderr
     found = sessions_of(kind, where)
     assert len(found) == len(files) and found[first_id] == expected[first_id]
+
+
+def test_watch_follows_a_transcript_the_agent_goes_on_writing(tmp_path: Path) -> None:
+    from tests.support.waiting import wait_until
+
+    folder, store = tmp_path / "native", tmp_path / "store"
+    (folder / "project").mkdir(parents=True)
+    native = folder / "project" / FIXTURE.name
+    lines = FIXTURE.read_bytes().splitlines(keepends=True)
+    second = next(i for i, r in enumerate(RECORDS) if r.get("message", {}).get("content") == "RUN: cat notes.txt")
+    native.write_bytes(b"".join(lines[:second]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "acp_bridge", "import", str(folder), "--store", str(store),
+                             "--watch", "--interval", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, text=True)
+    try:
+        def turns() -> int:
+            found = sessions_of("jsonl", str(store)) if (store / "sessions").exists() else {}
+            return sum(t == "turn/end" for events in found.values() for t, _ in events)
+
+        wait_until(lambda: turns() == 1 or None, "the first import")
+        native.write_bytes(b"".join(lines))  # the agent went on
+        wait_until(lambda: turns() == 2 or None, "the watch's import of the new turn")
+        other = folder / "other.jsonl"  # a new session appears
+        other.write_bytes(many_turns(1).replace(RECORDS[0]["sessionId"].encode(),
+                                                b"99999999-aaaa-bbbb-cccc-dddddddddddd"))
+        wait_until(lambda: len(sessions_of("jsonl", str(store))) == 2 or None, "the new session's import")
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "1 new turn(s) added" in out and out.count("imported as session") == 2

@@ -1,5 +1,6 @@
-"""`acp-bridge import PATH... [--store DIR] [--backend NAME] [--from FORMAT]`: other
-agents' own transcripts into the store, each a session (docs/import.md).
+"""`acp-bridge import PATH... [--store DIR] [--backend NAME] [--from FORMAT] [--watch]`:
+other agents' own transcripts into the store, each a session (docs/import.md); with
+`--watch`, then followed.
 
 A PATH is a file, or a folder searched for transcripts. Each file gets one line on
 stdout: the session it became and how many turns were added; each problem one line on
@@ -35,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="a transcript, or a folder searched for them")
     parser.add_argument("--from", dest="source", choices=FORMATS,
                         help="the agent that wrote them (default: recognised from each file's content)")
+    parser.add_argument("--watch", action="store_true",
+                        help="then keep following the paths: a file that changes or appears is imported again "
+                             "(its new turns added), until interrupted")
+    parser.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                        help="with --watch: how often the paths are looked at (default 2)")
     store_options(parser)
     return parser
 
@@ -43,7 +49,10 @@ def main(argv: list[str]) -> int:
     from acp_bridge.cli.startup import agent_settings
     from session import SessionStore, open_backend
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not 0 < args.interval <= 3600:
+        parser.error(f"--interval must be above 0 and at most 3600 seconds, got {args.interval}")
     settings = agent_settings(args, model=False)
     store = SessionStore(open_backend(settings.backend, settings.store))
     from acp_bridge.cli.importer.store import recorded_live
@@ -51,25 +60,73 @@ def main(argv: list[str]) -> int:
     imported = 0
     try:
         live = recorded_live(store)  # the sessions wrap recorded: not imported again
+        seen: dict[Path, tuple[int, int]] = {}
         for path in args.paths:
             for file in _files(Path(path)):
+                seen[file] = _stamp(file)
                 imported += _import(store, live, file, args.source)
+        if args.watch:
+            return _watch(store, live, args, seen)
     finally:
         store.close()
     return 0 if imported else 1
 
 
-def _files(path: Path) -> Iterator[Path]:
+def _stamp(file: Path) -> tuple[int, int]:
+    """What says a file changed: its size and modification time (ns); (-1, -1) if gone."""
+    try:
+        stat = file.stat()
+    except OSError:
+        return (-1, -1)
+    return (stat.st_size, stat.st_mtime_ns)
+
+
+def _watch(store: SessionStore, live: dict[str, str], args: argparse.Namespace,
+           seen: dict[Path, tuple[int, int]]) -> int:
+    """`--watch`: every `--interval` seconds, each file under the paths that appeared or
+    changed since it was last imported, and has not changed since the look before, is
+    imported again (idempotent: only its new turns are added; a turn is imported once,
+    so a file is left alone while the agent is writing it). Polling, not inotify: it works on every file system, and a look at a
+    folder of history costs one stat per file. Ends with Ctrl-C or SIGTERM, status 0."""
+    import signal
+    import time
+
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    settling: dict[Path, tuple[int, int]] = {}  # changed at the last look: imported once it stays so
+    try:
+        while True:
+            time.sleep(args.interval)
+            for path in args.paths:
+                for file in _files(Path(path), quiet=True):
+                    stamp = _stamp(file)
+                    if seen.get(file) == stamp:
+                        continue
+                    if settling.get(file) != stamp:  # still being written: a turn may be half there
+                        settling[file] = stamp
+                        continue
+                    seen[file] = stamp
+                    settling.pop(file, None)
+                    _import(store, live, file, args.source)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _files(path: Path, *, quiet: bool = False) -> Iterator[Path]:
+    """The files under `path`; `quiet`: no line for a folder without any or a path that
+    is not there (`--watch` looks again and again)."""
     from acp_bridge.cli.importer.formats import NAMES, SUFFIXES
 
     if path.is_dir():
         found = sorted(p for p in path.rglob("*") if (p.suffix in SUFFIXES or p.name in NAMES) and p.is_file())
-        if not found:
+        if not found and not quiet:
             _problem(f"{path}: no transcript in this folder")
         yield from found
     elif path.exists():
         yield path
-    else:
+    elif not quiet:
         _problem(f"{path}: no such file or folder")
 
 
