@@ -129,7 +129,7 @@ def test_an_import_shows_searches_and_counts_as_the_native_file_says(
     found = sessions(capsys, store, kind, "search", "fixture")
     assert sid[:8] in found
     stats = sessions(capsys, store, kind, "stats")
-    assert "total           2       0            0          0    360      39          15           45" in stats
+    assert "total           2       0            0          0         0    360      39          15           45" in stats
     by_agent = sessions(capsys, store, kind, "stats", "--by", "agent")  # the agent that wrote it
     assert "claude-code      2" in by_agent and "acp-bridge" not in by_agent
     assert sid[:8] in sessions(capsys, store, kind, "search", "hello", "--agent", "claude-code")

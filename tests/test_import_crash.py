@@ -186,4 +186,6 @@ def test_watch_follows_a_transcript_the_agent_goes_on_writing(tmp_path: Path) ->
         proc.terminate()
         out, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
-    assert "1 new turn(s) added" in out and out.count("imported as session") == 2
+    # The new session's line may not be out yet when the store shows it (published, then
+    # said): the store is what the test waited for.
+    assert "1 new turn(s) added" in out and "imported as session" in out
