@@ -15,7 +15,7 @@ vocabulary is kept beside the event it belongs to, under `native`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -146,14 +146,16 @@ class Builder:
         self._flush()
         self._tick(time)
 
-    def text(self, kind: str, text: str) -> None:
-        """Text (`kind` "text") or thinking ("reasoning") of the open message."""
+    def text(self, kind: Literal["text", "reasoning"], text: str) -> None:
+        """Text or thinking ("reasoning") of the open message: one block with the text
+        of the same kind right before it."""
         step = self._open_step()
+        self._flush()
         if not text:
             return
-        if step.blocks and step.blocks[-1]["type"] == kind and kind != "tool-call":
-            block = step.blocks[-1]
-            block["text"] += text  # type: ignore[typeddict-item]
+        last = step.blocks[-1] if step.blocks else None
+        if last is not None and last["type"] != "tool-call" and last["type"] == kind:
+            last["text"] += text
         elif kind == "reasoning":
             step.blocks.append({"type": "reasoning", "text": text})
         else:
@@ -163,6 +165,7 @@ class Builder:
              kind: str = "other", native: JSON = None) -> None:
         """A tool call of the open message."""
         step = self._open_step()
+        self._flush()
         if call_id in self._calls:  # a record repeated: the call is known
             return
         text = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
@@ -176,6 +179,7 @@ class Builder:
         """The open message's usage, as the agent recorded it: counted once (a later
         record of the same message replaces it)."""
         self._open_step().usage = usage
+        self._flush()
 
     def result(self, time: int, call_id: str, content: list[JSON], *, is_error: bool,
                native: JSON = None) -> None:
