@@ -146,3 +146,40 @@ def test_a_session_wrap_recorded_live_is_not_imported_again(tmp_path: Path, caps
         assert reader.ids() == [log.id]  # one session, not two
     finally:
         reader.close()
+
+
+def test_an_older_rollout_without_provenance_reads_the_same() -> None:
+    # Older codex: user messages carry no content_item_metadata; codex's own blocks are
+    # told by their tags; reasoning items; usage only in event_msg token_count.
+    def rec(kind: str, payload: dict[str, Any], second: int) -> bytes:
+        return orjson.dumps({"timestamp": f"2025-06-01T10:00:{second:02d}.000Z", "type": kind, "payload": payload})
+
+    def user(text: str, second: int) -> bytes:
+        return rec("response_item", {"type": "message", "role": "user",
+                                     "content": [{"type": "input_text", "text": text}]}, second)
+
+    usage = {"input_tokens": 50, "cached_input_tokens": 20, "output_tokens": 7, "reasoning_output_tokens": 3}
+    lines = [
+        rec("session_meta", {"id": "old-1", "cwd": "/w", "cli_version": "0.20.0", "timestamp": "2025-06-01T10:00:00Z"},
+            0),
+        user("<user_instructions>\nbe brief\n</user_instructions>", 1),
+        user("<environment_context>\n  <cwd>/w</cwd>\n</environment_context>", 2),
+        user("fix it", 3),
+        rec("event_msg", {"type": "user_message", "message": "fix it"}, 3),
+        rec("turn_context", {"model": "gpt-old", "cwd": "/w"}, 4),
+        rec("response_item", {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Looking"}],
+                              "encrypted_content": "xyz"}, 5),
+        rec("response_item", {"type": "message", "role": "assistant",
+                              "content": [{"type": "output_text", "text": "Fixed."}]}, 6),
+        rec("event_msg", {"type": "token_count", "info": {"last_token_usage": usage, "total_token_usage": usage}}, 7),
+        rec("event_msg", {"type": "token_count", "info": {"last_token_usage": usage, "total_token_usage": usage}}, 8),
+    ]
+    session = codex.read([line + b"\n" for line in lines], "f")
+    made = flat(session)
+    assert [d["content"] for k, d in made if k == "user/message"] == [[{"type": "text", "text": "fix it"}]]
+    (message,) = [d for k, d in made if k == "assistant/message"]
+    assert message["content"] == [{"type": "reasoning", "text": "Looking"}, {"type": "text", "text": "Fixed."}]
+    assert message["usage"] == {"inputTokens": 50, "outputTokens": 7, "cacheReadTokens": 20, "reasoningTokens": 3}
+    assert made[0][1]["model"] == "gpt-old" and session.source is not None
+    assert (session.source.version, session.source.created) == ("0.20.0", 1748772000000)
+    assert "be brief" in orjson.dumps(made).decode() and "encrypted_content" in orjson.dumps(made).decode()
