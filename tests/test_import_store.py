@@ -24,7 +24,7 @@ def events(turns: int, *, first: int = 1, seq: int = 0) -> list[Event]:
     script = Script(first_turn=first)
     for n in range(turns):
         script.text_turn(f"prompt {first + n}", "an answer")
-    return [{"type": kind, "seq": seq + i, "time": 2000 + i, "data": dict(data)}
+    return [{"type": kind, "seq": seq + i, "time": 2000 + seq + i, "data": dict(data)}
             for i, (kind, data) in enumerate(script.items)]
 
 
@@ -45,7 +45,7 @@ def test_publish_is_whole_and_an_append_needs_exactly_what_was_read(
         one = events(1)
         store.publish({**HEADER, "imported": {"agent": "claude-code", "file": "f", "sessionId": "n"}}, one)
         assert stored(store) == [(e["type"], e["seq"], e["time"], e["data"]) for e in one]
-        assert [s["title"] for s in store.list()] == ["prompt 1"]
+        assert [(s["title"], s["updatedAt"]) for s in store.list()] == [("prompt 1", one[-1]["time"])]
         with pytest.raises(SessionExistsError):
             store.publish(HEADER, one)
         two = events(2, first=2, seq=len(one))
@@ -61,6 +61,7 @@ def test_publish_is_whole_and_an_append_needs_exactly_what_was_read(
         store.publish(HEADER, two, after=(len(one), 1))
         assert [e[1] for e in stored(store)] == list(range(len(one) + len(two)))
         assert [d["turn"] for t, _, _, d in stored(store) if t == "turn/end"] == [1, 2, 3]
+        assert [s["updatedAt"] for s in store.list()] == [two[-1]["time"]]  # the native time, not the write's
         reopened = store.load(SID)  # whole: nothing to repair
         assert not reopened.report.repaired
         reopened.log.close()

@@ -146,6 +146,7 @@ class JsonlBackend:
         path = self.path_of(sid)
         if after is None:
             publish(path, [orjson.dumps(header) + b"\n", event_lines(records)], session_id=sid)
+            _updated(path, records, header["createdAt"])
             return
         path, lock = self._own(sid)
         try:
@@ -154,6 +155,7 @@ class JsonlBackend:
             if found != after or not stored.endswith(b"\n"):
                 raise changed_while_imported(sid, found, after)
             publish(path, [stored, event_lines(records)], session_id=sid, replace=True)
+            _updated(path, records, header["createdAt"])
         except OSError as exc:
             raise StoreIOError(f"session {sid}: could not read {path.name}: {exc.strerror or exc}",
                                session_id=sid, errno=exc.errno) from exc
@@ -187,6 +189,15 @@ class JsonlBackend:
 
     def _lock_path(self, session_id: str) -> Path:
         return lock_file(self.locks_dir, validate_session_id(session_id))
+
+
+def _updated(path: Path, records: Sequence[Encoded], created: int) -> None:
+    """A published log's mtime, which the list reads as its `updatedAt`: the time of its
+    last event (an import's are the native times, older than the file), as the SQL
+    stores read it. Best effort: a log whose mtime stays is still whole."""
+    when = max([created, *(item.event["time"] for item in records[-1:])])
+    with contextlib.suppress(OSError):
+        os.utime(path, ns=(time.time_ns(), when * 1_000_000))
 
 
 def _lines(path: Path, source_id: str, upto: int) -> Iterator[bytes]:
