@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.support.acp_client import ClientErrorAnswer, ClientPolicy
+from tests.support.acp_client import ClientPolicy
 from tests.support.acp_schema import SchemaViolation, validate_agent_message
 from tests.support.acp_updates import without_prompts
 from tests.support.logs import loaded_events
@@ -92,24 +92,13 @@ def acp_method(msg: dict[str, Any]) -> bool:
     return True
 
 
-class RecordedPolicy(ClientPolicy):
-    """The editor of a recording: a request of the agent's own that ACP does not have
-    (qwen-code 0.24.4 asks `craft/drainMidTurnQueue` in a turn) is refused, as the
-    recording's client refused it."""
-
-    async def answer(self, method: str, params: dict[str, Any]) -> Any:
-        if not method.startswith(("session/", "fs/", "terminal/", "elicitation/")):
-            raise ClientErrorAnswer(-32601, f"method not found: {method}")
-        return await super().answer(method, params)
-
-
 async def run_through_wrapper(fixture: Path, store: Path, work: Path, backend: str,
                               answers: list[Any] | None = None) -> tuple[str, list[Any], list[Any], Recorded]:
     """The editor's side of the recording sent through a wrapper: our session id, the
     updates the editor received live, and those a load in the same process replayed;
     the prompts' answers appended to `answers`."""
     recorded = Recorded(script(fixture))
-    policy = RecordedPolicy(permissions=list(recorded.permissions))
+    policy = ClientPolicy(permissions=list(recorded.permissions), refuse_foreign=True)
     sid = theirs = ""
     async with WrappedProcess(store, replay_child(fixture), backend=backend, policy=policy) as editor:
         editor.unchecked = recorded.foreign

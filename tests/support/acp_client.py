@@ -61,8 +61,14 @@ class ClientPolicy:
     elicitations: list[dict[str, Any] | ClientErrorAnswer] = field(default_factory=list)
     elicited: list[dict[str, Any]] = field(default_factory=list)
     hang_elicitations: bool = False  # never answer them
+    # A request of the agent's own that ACP does not have (qwen-code 0.24.4 asks
+    # `craft/drainMidTurnQueue` in a turn) is answered -32601, as an editor would;
+    # else it fails the test.
+    refuse_foreign: bool = False
 
     async def answer(self, method: str, params: dict[str, Any]) -> Any:
+        if self.refuse_foreign and not method.startswith(("session/", "fs/", "terminal/", "elicitation/")):
+            raise ClientErrorAnswer(-32601, f"method not found: {method}")
         if method == "elicitation/create":
             self.elicited.append(params)
             if self.hang_elicitations:
