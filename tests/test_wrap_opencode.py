@@ -52,18 +52,25 @@ def config(url: str, **more: Any) -> str:
         "model": "fake/fake-model", "autoupdate": False, "share": "disabled", **more}).decode()
 
 
-async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert EXECUTABLE is not None
+def folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """The store and the work folder (holding notes.txt); HOME a fresh folder, opencode
+    told not to fetch or update anything."""
     store, work, home = tmp_path / "store", tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
     (work / "notes.txt").write_text("notes for opencode\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("OPENCODE_DISABLE_MODELS_FETCH", "1")
+    monkeypatch.setenv("OPENCODE_DISABLE_AUTOUPDATE", "1")
+    return store, work
+
+
+async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert EXECUTABLE is not None
+    store, work = folders(tmp_path, monkeypatch)
     with SSEServer(respond) as model:
-        monkeypatch.setenv("HOME", str(home))
         monkeypatch.setenv("OPENCODE_CONFIG_CONTENT", config(model.url))
-        monkeypatch.setenv("OPENCODE_DISABLE_MODELS_FETCH", "1")
-        monkeypatch.setenv("OPENCODE_DISABLE_AUTOUPDATE", "1")
         child = [EXECUTABLE, "acp"]
         async with WrappedProcess(store, child, cwd=work) as editor:
             init = await editor.request("initialize", {"protocolVersion": 1, "clientCapabilities": {},
@@ -99,16 +106,10 @@ async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
 async def test_opencode_a_command_it_asks_about_is_recorded_as_asked_in_its_starting_mode(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert EXECUTABLE is not None
-    store, work, home = tmp_path / "store", tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
-    (work / "notes.txt").write_text("notes for opencode\n")
+    store, work = folders(tmp_path, monkeypatch)
     policy = ClientPolicy(permissions=["once", "once"])
     with SSEServer(respond) as model:
-        monkeypatch.setenv("HOME", str(home))
         monkeypatch.setenv("OPENCODE_CONFIG_CONTENT", config(model.url, permission={"bash": "ask"}))
-        monkeypatch.setenv("OPENCODE_DISABLE_MODELS_FETCH", "1")
-        monkeypatch.setenv("OPENCODE_DISABLE_AUTOUPDATE", "1")
         async with WrappedProcess(store, [EXECUTABLE, "acp"], cwd=work, policy=policy) as editor:
             await editor.request("initialize", {"protocolVersion": 1, "clientCapabilities": {},
                                                 "clientInfo": {"name": "tests", "version": "0"}}, timeout=START)

@@ -28,7 +28,7 @@ import orjson
 import pytest
 
 from session import check_invariants
-from tests.support.acp_client import ClientPolicy
+from tests.support.acp_client import AgentProcess, ClientPolicy
 from tests.support.fake_model import respond
 from tests.support.logs import loaded_events
 from tests.support.sse_server import SSEServer
@@ -56,6 +56,18 @@ def folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
     return tmp_path / "store", work
 
 
+def setenv(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+
+
+async def opened(editor: AgentProcess, work: Path) -> dict[str, Any]:
+    """`initialize`, then `session/new` in `work`: its answer."""
+    await editor.request("initialize", INIT, timeout=START)
+    new: dict[str, Any] = await editor.request("session/new", {"cwd": str(work), "mcpServers": []}, timeout=START)
+    return new
+
+
 def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [e["data"] for e in events if e["type"] == kind]
 
@@ -71,8 +83,7 @@ async def test_codex_acp_output_in_raw_output_is_the_result_and_no_usage_is_made
         provider = f'{{name="fake",base_url="{model.url}",env_key="FAKE_KEY",wire_api="responses"}}'
         child = [CODEX, "-c", "model_provider=fake", "-c", f"model_providers.fake={provider}", "-c", "model=fake-model"]
         async with WrappedProcess(store, child, cwd=work) as editor:
-            await editor.request("initialize", INIT, timeout=START)
-            sid = (await editor.request("session/new", {"cwd": str(work), "mcpServers": []}, timeout=START))["sessionId"]
+            sid = (await opened(editor, work))["sessionId"]
             await editor.request("session/set_mode", {"sessionId": sid, "modeId": "full-access"}, timeout=START)
             answer = await editor.prompt(sid, "RUN: cat notes.txt", timeout=START)
             live = editor.updates_of(sid)
@@ -94,15 +105,12 @@ async def test_qwen_code_a_call_is_recorded_as_its_permission_request_names_it(
     assert QWEN is not None
     store, work = folders(tmp_path, monkeypatch)
     with SSEServer(respond) as model:
-        for name, value in {"OPENAI_API_KEY": "dummy", "OPENAI_BASE_URL": model.url,
-                            "OPENAI_MODEL": "fake-model"}.items():
-            monkeypatch.setenv(name, value)
+        setenv(monkeypatch, {"OPENAI_API_KEY": "dummy", "OPENAI_BASE_URL": model.url, "OPENAI_MODEL": "fake-model"})
         child = [QWEN, "--acp", "--auth-type", "openai", "-m", "fake-model"]
         policy = ClientPolicy(permissions=["proceed_once"], refuse_foreign=True)
         async with WrappedProcess(store, child, cwd=work, policy=policy) as editor:
             editor.unchecked = frozenset({"craft/drainMidTurnQueue", "qwen/notify/session/prompt-suggestion"})
-            await editor.request("initialize", INIT, timeout=START)
-            new = await editor.request("session/new", {"cwd": str(work), "mcpServers": []}, timeout=START)
+            new = await opened(editor, work)
             sid = new["sessionId"]
             answer = await editor.prompt(sid, "RUN: touch made.txt", timeout=START)
             live = editor.updates_of(sid)
@@ -125,13 +133,11 @@ async def test_gemini_cli_an_emulated_fork_is_seeded_again_by_a_new_wrapper(
     assert GEMINI is not None
     store, work = folders(tmp_path, monkeypatch)
     with SSEServer(respond) as model:
-        for name, value in {"GEMINI_API_KEY": "dummy", "GOOGLE_GEMINI_BASE_URL": model.url.removesuffix("/v1"),
-                            "GEMINI_CLI_NO_RELAUNCH": "true"}.items():
-            monkeypatch.setenv(name, value)
+        setenv(monkeypatch, {"GEMINI_API_KEY": "dummy", "GOOGLE_GEMINI_BASE_URL": model.url.removesuffix("/v1"),
+                             "GEMINI_CLI_NO_RELAUNCH": "true"})
         child = [GEMINI, "--experimental-acp", "-m", "fake-model"]
         async with WrappedProcess(store, child, cwd=work) as editor:
-            await editor.request("initialize", INIT, timeout=START)
-            sid = (await editor.request("session/new", {"cwd": str(work), "mcpServers": []}, timeout=START))["sessionId"]
+            sid = (await opened(editor, work))["sessionId"]
             await editor.prompt(sid, "Say hello.", timeout=START)
             forked = await fork(editor, sid, work)
         assert forked["_meta"]["acpBridge"]["wrapped"]["forked"] == "emulated"
@@ -140,7 +146,10 @@ async def test_gemini_cli_an_emulated_fork_is_seeded_again_by_a_new_wrapper(
             await again.request("initialize", INIT, timeout=START)
             loaded = await again.request("session/load", {"sessionId": forked["sessionId"], "cwd": str(work),
                                                           "mcpServers": []}, timeout=START)
-        # gemini-cli cannot load the fork's session in a new process: a fresh one, seeded.
+        # gemini-cli cannot load the fork's session in a new process (once in seven runs
+        # here it did: then it has its context itself, and there is nothing to seed).
+        if loaded["_meta"]["acpBridge"]["wrapped"].get("restored") == "load":
+            pytest.skip("gemini-cli loaded the fork's session itself this time: no fresh session to seed")
         assert loaded["_meta"]["acpBridge"]["wrapped"] == {"restored": "fresh", "seeded": True, "seedTurns": 1,
                                                            "seedLeftOut": 0}
         seeds = [r for r in model.requests[asked:] if b"restored by acp-bridge" in r.body]
