@@ -146,7 +146,7 @@ async def test_gemini_cli_an_emulated_fork_is_seeded_again_by_a_new_wrapper(
             await again.request("initialize", INIT, timeout=START)
             loaded = await again.request("session/load", {"sessionId": forked["sessionId"], "cwd": str(work),
                                                           "mcpServers": []}, timeout=START)
-        # gemini-cli cannot load the fork's session in a new process (once in seven runs
+        # gemini-cli cannot load the fork's session in a new process (once in five runs
         # here it did: then it has its context itself, and there is nothing to seed).
         if loaded["_meta"]["acpBridge"]["wrapped"].get("restored") == "load":
             pytest.skip("gemini-cli loaded the fork's session itself this time: no fresh session to seed")
