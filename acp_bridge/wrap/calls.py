@@ -10,7 +10,8 @@ last described it (`AnnouncedCall.take`) and written as late as the log allows:
   the agent asks the editor something while the call is open (a permission, a file,
   a terminal): whatever that request lets run has its call on disk first
   (docs/wrap.md, "Recording"), and the call is then written as known at that point;
-- its `tool/result` when the step closes, from its latest content and final status.
+- its `tool/result` when the step closes, from its latest content (else its latest
+  `rawOutput`: codex-acp gives a command's output only there) and final status.
 
 The calls' items are `silent`: the editor was sent the agent's own updates, which the
 log keeps as they came; these items are their meaning, for the transcript.
