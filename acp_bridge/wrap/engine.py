@@ -242,11 +242,8 @@ class WrapEngine(Engine[WrappedTurns]):
         else:
             result = obj(await link.call("session/new", {"mcpServers": [], **ask}))
             child_sid = new_session_id(result)
-        wrapped = driver.wrapped(child_sid)
-        if emulated:  # its header says so: a fresh restore of it, by any wrapper, is seeded again
-            wrapped["seeded"] = True
-        try:
-            turns = await make(wrapped)
+        try:  # an emulated fork's header says so: a fresh restore of it, by any wrapper, is seeded again
+            turns = await make(driver.wrapped(child_sid, seeded=emulated))
         except BaseException:
             if obj(driver.caps.get("sessionCapabilities")).get("close") is not None:
                 link.ask("session/close", {"sessionId": child_sid}).late = lambda _: None
@@ -298,8 +295,7 @@ class WrapEngine(Engine[WrappedTurns]):
         header = opened.log.header
         wrapped = header.get("wrapped")
         last = wrapped.get("sessionId") if wrapped is not None else None
-        # An emulated fork's child session had the conversation only by the seed.
-        driver, carried = self.default, bool(wrapped is not None and wrapped.get("seeded") is True)
+        driver, carried = self.default, bool(wrapped and wrapped.get("seeded") is True)  # an emulated fork
         if self.mover is not None:
             name = sink.agent
             if name is not None and name not in self.drivers:
