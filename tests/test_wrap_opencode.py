@@ -21,11 +21,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import pytest
 
 from session import check_invariants
-from tests.support.acp_client import ClientPolicy
+from tests.support.acp_client import AgentProcess, ClientPolicy
 from tests.support.acp_updates import without_offers, without_prompts
 from tests.support.fake_model import respond
 from tests.support.logs import loaded_events
@@ -65,6 +66,24 @@ def folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
     return store, work
 
 
+async def settled(editor: AgentProcess, sid: str, quiet: float = 1.0, at_most: float = 30.0) -> list[Any]:
+    """The session's updates once opencode has said all it says after its answers: it
+    names the session (`session_info_update`, a title its model made from the first
+    prompt) and sends its commands again whenever that is done, after the last answer
+    on a busy machine. The wrapper records them, so a load replays them: the editor
+    must have seen them too. Waited for (at most `at_most` seconds) until it named the
+    session and `quiet` seconds passed with nothing new."""
+    def named() -> bool:
+        return any(u.get("sessionUpdate") == "session_info_update" for u in editor.updates_of(sid))
+
+    seen, waited = -1, 0.0
+    while (len(editor.updates_of(sid)) != seen or not named()) and waited < at_most:
+        seen = len(editor.updates_of(sid))
+        await anyio.sleep(quiet)
+        waited += quiet
+    return editor.updates_of(sid)
+
+
 async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert EXECUTABLE is not None
@@ -79,7 +98,7 @@ async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
             sid = (await editor.request("session/new", {"cwd": str(work), "mcpServers": []}, timeout=START))["sessionId"]
             hello = await editor.prompt(sid, "Say hello.", timeout=START)
             ran = await editor.prompt(sid, "RUN: cat notes.txt", timeout=START)
-            live = editor.updates_of(sid)
+            live = await settled(editor, sid)
         assert hello["stopReason"] == ran["stopReason"] == "end_turn"
         said = "".join(u["content"]["text"] for u in live if u["sessionUpdate"] == "agent_message_chunk")
         assert said.startswith("Hello from the fake model.")
