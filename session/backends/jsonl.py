@@ -30,6 +30,7 @@ from session.backends.base import (
     SessionSummary,
     StoredLog,
     changed_while_forked,
+    changed_while_imported,
     check_batch_seqs,
     event_line,
     event_lines,
@@ -143,6 +144,32 @@ class JsonlBackend:
                     forget(self.titles_dir, sid)
                 raise
 
+    def publish(self, header: Header, records: Sequence[Encoded], *, title: str | None,
+                after: int | None = None) -> None:
+        # A new log is published as a fork's is (temp file, linked into place); an
+        # append is the stored log's bytes and the new lines in a temp file renamed over
+        # it, under the owner lock: a reader, and a crash, see the old log or the new.
+        # The title is the header's or the first prompt's, which the list reads itself.
+        sid = header["id"]
+        path = self.path_of(sid)
+        if after is None:
+            publish(path, [orjson.dumps(header) + b"\n", event_lines(records)], session_id=sid)
+            _updated(path, records, header["createdAt"])
+            return
+        path, lock = self._own(sid)
+        try:
+            stored = path.read_bytes()
+            found = stored.count(b"\n") - 1
+            if found != after or not stored.endswith(b"\n"):
+                raise changed_while_imported(sid, found, after)
+            publish(path, [stored, event_lines(records)], session_id=sid, replace=True)
+            _updated(path, records, header["createdAt"])
+        except OSError as exc:
+            raise StoreIOError(f"session {sid}: could not read {path.name}: {exc.strerror or exc}",
+                               session_id=sid, errno=exc.errno) from exc
+        finally:
+            lock.release()
+
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
         titled = kept_ids(self.titles_dir)
@@ -170,6 +197,15 @@ class JsonlBackend:
 
     def _lock_path(self, session_id: str) -> Path:
         return lock_file(self.locks_dir, validate_session_id(session_id))
+
+
+def _updated(path: Path, records: Sequence[Encoded], created: int) -> None:
+    """A published log's mtime, which the list reads as its `updatedAt`: the time of its
+    last event (an import's are the native times, older than the file), as the SQL
+    stores read it. Best effort: a log whose mtime stays is still whole."""
+    when = max([created, *(item.event["time"] for item in records[-1:])])
+    with contextlib.suppress(OSError):
+        os.utime(path, ns=(time.time_ns(), when * 1_000_000))
 
 
 def _fdatasync(fd: int) -> None:

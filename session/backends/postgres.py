@@ -41,6 +41,7 @@ from session.backends.base import (
     Encoded,
     SessionSummary,
     StoredLog,
+    changed_while_imported,
     read_whole,
     validate_session_id,
 )
@@ -70,6 +71,7 @@ from session.backends.postgres_session import (
     OwnedPostgresStream,
     PostgresSession,
     copy_rows,
+    insert_events,
     insert_session,
 )
 from session.backends.postgres_stream import PostgresStream
@@ -263,6 +265,34 @@ class PostgresBackend:
             raise SessionExistsError(f"session {header['id']} already exists", session_id=header["id"]) from None
         except psycopg.Error as exc:
             raise store_error(self.conninfo, "fork the session", exc, session_id=header["id"]) from None
+
+    def publish(self, header: Header, records: Sequence[Encoded], *, title: str | None,
+                after: int | None = None) -> None:
+        # One synchronous transaction, as a fork's copy; an append under the owner lock,
+        # finding the session holding exactly `after` events.
+        sid = validate_session_id(header["id"])
+        if after is not None:
+            self._header(sid)  # not found: say so before trying the lock
+            self._lock(sid)
+        try:
+            with self._mutex, (db := self._live()).transaction():
+                set_durable(db)
+                if after is None:
+                    insert_session(db, header, title)
+                else:
+                    row = db.execute("SELECT count(*) FROM acp_bridge.events WHERE session_id = %s",
+                                     (sid,)).fetchone()
+                    found = int(row[0]) if row else 0
+                    if found != after:
+                        raise changed_while_imported(sid, found, after)
+                insert_events(db, sid, records)
+        except pg_errors.UniqueViolation:
+            raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
+        except psycopg.Error as exc:
+            raise store_error(self.conninfo, "import the session", exc, session_id=sid) from None
+        finally:
+            if after is not None:
+                self.unlock(sid)
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))

@@ -61,8 +61,8 @@ Decisions (DESIGN.md section 6 leaves the details open):
   (crash)"), when it started, how long it took, mode and model; the prompt; per step the
   reasoning (marked "Thinking:", lines prefixed "| "), the assistant text (from the
   `assistant/message`, else from the streamed chunks, marked partial), each tool call
-  (name, kind, title, id, compact arguments, the permission decision and who made it, result with an
-  "[error: CODE]" mark, diffs summarized); then the end reason and the turn's tokens.
+  (name, kind, title, id, compact arguments, the permission decision and who made it,
+  result with an "[error: CODE]" mark, diffs summarized); then the end reason and the turn's tokens.
   Tool arguments and results are cut to their first lines unless `--full`. Control
   characters in text from the log are shown escaped (`\\x1b`), in `show` and in the
   Markdown: an escape sequence in a tool's output must not drive the reader's terminal.
@@ -199,11 +199,8 @@ def _search_parsers(commands: Any) -> None:
     stats = _command(
         commands,
         "stats", help="turns, tokens, errors and cost, by day, model, agent, cwd or session",
-        description="Turns, tokens (input, output, cache, reasoning), failed, interrupted and "
-        "cancelled turns, slash commands, and their cost where prices are known, grouped. Each turn "
-        "is counted once, in the session that ran it: a fork's copies of its original's turns are not "
-        "counted again, and slash commands are counted apart from prompts (docs/search.md, "
-        "\"How it counts\").",
+        description="Turns, tokens, failed, interrupted and cancelled turns, slash commands and cost, "
+        "grouped; each turn counted once, where it ran, not again in forks (docs/search.md, \"How it counts\").",
     )
     stats_options(stats)
     index = _command(
