@@ -8,6 +8,7 @@ page is a filter that finds nothing, not a 500."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -22,34 +23,32 @@ pytestmark = pytest.mark.integration
 KIND = "postgres"
 
 
-def nul_session(dsn: str, tmp_path: Path) -> str:
-    """A session whose assistant message (with usage) holds a NUL, as the echo model's."""
+def stored(dsn: str, tmp_path: Path, script: Script, **create: Any) -> str:
+    """A session of `script`'s events in the store at `dsn`; its id."""
     store = SessionStore(open_backend(KIND, dsn))
     try:
-        log = store.create(cwd=str(tmp_path))
-        script = Script().start_turn("a\x00b").start_step()
-        script.add("assistant/message", {"turn": 1, "step": 1, "content": [{"type": "text", "text": "a\x00b"}],
-                                         "usage": {"inputTokens": 3, "outputTokens": 2}})
-        log.extend(script.end_step().end_turn().items)
+        log = store.create(cwd=str(tmp_path), **create)
+        log.extend(script.items)
         log.sync()
         log.close()
         return log.id
     finally:
         store.close()
+
+
+def nul_session(dsn: str, tmp_path: Path) -> str:
+    """A session whose assistant message (with usage) holds a NUL, as the echo model's."""
+    script = Script().start_turn("a\x00b").start_step()
+    script.add("assistant/message", {"turn": 1, "step": 1, "content": [{"type": "text", "text": "a\x00b"}],
+                                     "usage": {"inputTokens": 3, "outputTokens": 2}})
+    return stored(dsn, tmp_path, script.end_step().end_turn())
 
 
 def wrapped_nul_session(dsn: str, tmp_path: Path) -> str:
     """A wrapped agent's session whose agent named itself with a NUL (in the header)."""
-    store = SessionStore(open_backend(KIND, dsn))
-    try:
-        log = store.create(cwd=str(tmp_path), additional_directories=[str(tmp_path / "more")],
-                           wrapped={"command": ["agent"], "agentInfo": {"name": "ev\x00il", "version": "1"}})
-        log.extend(Script().text_turn("hi", "hello").items)
-        log.sync()
-        log.close()
-        return log.id
-    finally:
-        store.close()
+    return stored(dsn, tmp_path, Script().text_turn("hi", "hello"),
+                  additional_directories=[str(tmp_path / "more")],
+                  wrapped={"command": ["agent"], "agentInfo": {"name": "ev\x00il", "version": "1"}})
 
 
 def test_a_nul_in_an_assistant_message_or_a_header_lists(pg_dsn: str, tmp_path: Path) -> None:
