@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from session.backends.base import At, Stamp
 from session.errors import IndexDamaged as IndexDamaged  # what a search index and its feeds raise
+from session.errors import IndexUnwritable as IndexUnwritable
 from session.errors import Rewound as Rewound
 from session.search.query import Query
 
