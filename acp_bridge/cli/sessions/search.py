@@ -19,8 +19,16 @@ if TYPE_CHECKING:
 
 ENDED = ("completed", "cancelled", "error", "interrupted", "running", "max_tokens", "max_steps", "refusal")
 LIMIT = 20
+MAX_HITS = 2**31 - 1  # a larger -n is "all of them": the databases take no larger LIMIT alike
 # `--since 7d`: a number and a unit, back from now.
 UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# What a time filter is held to (epoch ms, about ±285,000 years): beyond any turn,
+# within every database's integers. `--since 0001-01-01` or `--since 99999999999d` is
+# "from the start"; a time this machine cannot convert from local time is one of these.
+EARLIEST_MS, LATEST_MS = -(2**53), 2**53
+MAX_NAME = 1_000
+"""Characters of `--agent` or `--model` at most (SQLite refuses a LIKE pattern over
+50,000 bytes; no agent or model is named so): a longer one is a usage error."""
 
 
 def filter_options(parser: argparse.ArgumentParser) -> None:
@@ -62,26 +70,34 @@ def parse_when(text: str, option: str, now_ms: int) -> int:
     from acp_bridge.errors import ConfigError
 
     value = text.strip()
-    relative = re.fullmatch(r"(\d+)\s*([mhdw])", value)
+    relative = re.fullmatch(r"(\d{1,30})\s*([mhdw])", value)
     if relative:
-        return now_ms - int(relative.group(1)) * UNITS[relative.group(2)] * 1000
+        return max(EARLIEST_MS, now_ms - int(relative.group(1)) * UNITS[relative.group(2)] * 1000)
     try:
         when = datetime.datetime.fromisoformat(value)
     except ValueError:
-        raise ConfigError(option, f"not a time: {text!r}; give YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] "
+        shown = text if len(text) <= 60 else text[:59] + "…"
+        raise ConfigError(option, f"not a time: {shown!r}; give YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] "
                                   "(local time) or a span back from now: 30m, 12h, 7d, 2w") from None
-    if when.tzinfo is None:
-        when = when.astimezone()  # local time
-    return int(when.timestamp() * 1000)
+    try:
+        if when.tzinfo is None:
+            when = when.astimezone()  # local time
+        return min(max(EARLIEST_MS, int(when.timestamp() * 1000)), LATEST_MS)
+    except (ValueError, OverflowError, OSError):  # year 1, year 9999 in a zone ahead of UTC
+        return EARLIEST_MS if when.year < 1970 else LATEST_MS
 
 
 def filters_of(args: argparse.Namespace, *, kinds: bool = False) -> Filters:
     import os
     import time
 
+    from acp_bridge.errors import ConfigError
     from session.search.base import Filters
 
     now = int(time.time() * 1000)
+    for name in ("agent", "model"):
+        if len(getattr(args, name, None) or "") > MAX_NAME:
+            raise ConfigError(f"--{name}", f"at most {MAX_NAME:,} characters, not {len(getattr(args, name)):,}")
     cwd = getattr(args, "cwd", None)
     since, until = getattr(args, "since", None), getattr(args, "until", None)
     ended = tuple("open" if e == "running" else e for e in (getattr(args, "ended", None) or ()))
@@ -174,7 +190,9 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
         report = catch_up(source, index)
         for line in notes(prog, report, index):
             print(line, file=sys.stderr)
-        hits = find(source, index, query, filters, max(0, args.limit))
+        if query.cut is not None:
+            print(f"{prog}: {query.cut}", file=sys.stderr)
+        hits = find(source, index, query, filters, min(max(0, args.limit), MAX_HITS))
     finally:
         index.close()
     if args.json:
@@ -182,7 +200,9 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
 
         sys.stdout.write(orjson.dumps([hit_json(h) for h in hits], option=orjson.OPT_INDENT_2).decode() + "\n")
     elif not hits:
-        sys.stdout.write(f"No turns match {text!r} in {source.root} ({source.name} backend).\n")
+        from acp_bridge.cli.sessions.text import cut
+
+        sys.stdout.write(f"No turns match {cut(text, 200)!r} in {source.root} ({source.name} backend).\n")
     else:
         sys.stdout.write(hits_text(hits, bold=sys.stdout.isatty()))
     return 0

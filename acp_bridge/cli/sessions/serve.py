@@ -154,7 +154,8 @@ class Site:
         finally:
             index.close()
             source.close()
-        told = "".join(f'<p class="note">{esc(line)}</p>' for line in notes(PROG, report, index))
+        said = [*notes(PROG, report, index), *([f"{PROG}: {query.cut}"] if query.cut is not None else [])]
+        told = "".join(f'<p class="note">{esc(line)}</p>' for line in said)
         page = head(f"Search: {text}", nav=nav, csp=SERVED_CSP) + told + hits_html(hits, text, where) + FOOT
         return 200, iter([page])
 
