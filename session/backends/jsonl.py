@@ -37,7 +37,7 @@ from session.backends.base import (
     validate_session_id,
 )
 from session.backends.jsonl_read import READ_BLOCK, JsonlReader, JsonlStream, log_opener, summary_of
-from session.backends.jsonl_title import TITLES, TitleKeeper, forget, keep, kept_ids
+from session.backends.jsonl_title import TITLES, TitleKeeper, forget, keep_for_fork, kept_ids, sweep
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.files import (
@@ -61,6 +61,7 @@ class JsonlBackend:
         self.locks_dir = private_dir(self.root / "locks")
         self.torn_dir = self.root / "torn"
         self.titles_dir = self.root / TITLES
+        sweep(self.titles_dir, self.sessions_dir)  # what forks killed before their log was out left
 
     def path_of(self, session_id: str) -> Path:
         return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
@@ -110,7 +111,8 @@ class JsonlBackend:
     def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
              title: str | None) -> None:
         # The source's lines are copied as stored (bytes, not re-encoded), a block at a
-        # time, into a temp file that is published whole: a crash leaves no fork.
+        # time, into a file that is published whole (written without a name until then:
+        # session.files.publish), so that a crash or a kill leaves no fork and no file.
         sid = header["id"]
         source = self.path_of(source_id)
         if not source.exists():
@@ -124,16 +126,19 @@ class JsonlBackend:
 
         # A title the fork's header and first prompt would not give (a `/title` it
         # holds) is kept first: a crash before the log is published leaves a title
-        # file that names no session, never a fork that lost its title.
-        kept = title is not None and title != header.get("title")
-        if kept:
-            keep(self.titles_dir, sid, title, pending=None)
+        # file that names no session, never a fork that lost its title; the file is
+        # locked until then, and such a file is swept at the next open (jsonl_title).
+        held = keep_for_fork(self.titles_dir, sid, title) if title is not None and title != header.get("title") \
+            else None
         try:
             publish(self.path_of(sid), content(), session_id=sid)
         except BaseException:
-            if kept:
+            if held is not None:
                 forget(self.titles_dir, sid)
             raise
+        finally:
+            if held is not None:
+                os.close(held)
 
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
