@@ -94,6 +94,10 @@ def test_every_answer_comes_after_the_token_and_carries_the_headers(store: Path)
         body = with_headers(exchange(port, request("GET", f"/{token}/search?q=alpha&{fields}", port)), 400)
         assert "more than 64 fields" in body
         with_headers(exchange(port, request("GET", f"/{token}/search?q=alpha&{fields[:-12]}", port)), 200)
+        # A query past the search's bound (docs/search.md "Bounds") is cut, and the page says so.
+        words = "+".join(["alpha"] + [f"w{n}" for n in range(99)])
+        body = with_headers(exchange(port, request("GET", f"/{token}/search?q={words}", port)), 200)
+        assert "the query has 100 words (repeats counted once); only 64 were searched" in body
         # The standard library's own refusals carry them too. (Each sends no more than
         # the server reads before it refuses: a socket closed with bytes unread is reset,
         # and the reset may overtake the answer.)
