@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from uuid import uuid4
 
 from session.backends.base import Backend, SessionSummary, validate_session_id
-from session.events import SESSION_FORMAT_VERSION, Header, WrappedInfo
+from session.events import SESSION_FORMAT_VERSION, Header, ParentInfo, WrappedInfo
 from session.invariants import InvariantTracker
 from session.log import SessionLog, encode, now_ms
 
@@ -36,12 +36,14 @@ class SessionStore:
         keep_history: bool = True,
         keep_chunks: bool = True,
         wrapped: WrappedInfo | None = None,
+        parent: ParentInfo | None = None,
     ) -> SessionLog:
         """A new, durable, owned session with a fresh UUID (or `session_id`). Without
         `keep_history` the log keeps only the events of its last turn in memory (the
         agent: a session may stream for hours), without `keep_chunks` none of the
         `assistant/chunk`s it appends (SessionLog.events). `wrapped` marks a session
-        recorded by `acp-bridge wrap` (the header's `wrapped` field)."""
+        recorded by `acp-bridge wrap` (the header's `wrapped` field), `parent` a
+        subagent's session (the header's `parent`)."""
         sid = validate_session_id(session_id) if session_id is not None else str(uuid4())
         header: Header = {
             "type": "session",
@@ -56,6 +58,8 @@ class SessionStore:
             header["title"] = title
         if wrapped is not None:
             header["wrapped"] = wrapped
+        if parent is not None:
+            header["parent"] = parent
         handle = self.backend.create(header)
         return SessionLog(
             handle, header, [], InvariantTracker(session_id=sid), self.clock,

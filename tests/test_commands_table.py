@@ -1,7 +1,8 @@
 """The command machinery every engine shares (acp_bridge.host.commands): which prompt
 runs a command, the ACP `AvailableCommand` each is offered as (checked against the
 vendored schema), and the merge the wrapper offers (a wrapped agent's own commands
-unchanged and first, ours only where none of them has the name)."""
+unchanged and first, ours only where none of them has the name, but for one of ours
+that takes its name over: the wrapper's `/fork`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from acp_bridge.host.commands import (
     invoked,
     merged,
     names_of,
+    unshadowed,
 )
 from tests.support.acp_schema import validate_def
 
@@ -67,3 +69,17 @@ def test_the_wrapped_agents_commands_come_first_and_win_their_names() -> None:
     ours_left = [c for c in (TITLE, FORK) if c.name not in names_of(theirs)]
     assert invoked(text("/fork 2"), ours_left) is None
     assert invoked(text("/title t"), ours_left) is not None
+
+
+def test_a_command_of_ours_that_takes_its_name_over_replaces_theirs() -> None:
+    ours_fork = Command("fork", "Fork this session", _nothing, over_theirs=True)
+    theirs = [{"name": "fork", "description": "the agent's own fork"},
+              {"name": "title", "description": "the agent's own title"}, "not a command"]
+    offered = merged(theirs, [TITLE, ours_fork])
+    # Theirs with ours in the place of the one it takes over: `/fork` is ours, `/title` theirs.
+    assert offered == [ours_fork.available(), theirs[1], theirs[2]]
+    assert [c.name for c in unshadowed(theirs, [TITLE, ours_fork])] == ["fork"]
+    found = invoked(text("/fork 2"), unshadowed(theirs, [TITLE, ours_fork]))
+    assert found is not None and found[0] is ours_fork and found[1] == "2"
+    assert invoked(text("/title t"), unshadowed(theirs, [TITLE, ours_fork])) is None
+    assert merged(theirs[1:], [ours_fork]) == [*theirs[1:], ours_fork.available()]  # none of theirs to leave out

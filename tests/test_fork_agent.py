@@ -56,9 +56,14 @@ async def fork(agent: AgentProcess, sid: str, work: Path, **ours: Any) -> dict[s
 
 
 def history(agent: AgentProcess, sid: str) -> list[dict[str, Any]]:
-    """The session's updates but the commands it is offered once it is open (sent after
-    the answer that opens it, the fork's too: docs/protocol.md, "Slash commands")."""
-    return [u for u in agent.updates_of(sid) if u["sessionUpdate"] != "available_commands_update"]
+    """The session's updates but the commands it is offered once it is open (after the
+    answer of a fork, before a load's: docs/protocol.md, "Slash commands")."""
+    return history_of(agent.updates_of(sid))
+
+
+def history_of(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [u for u in updates if u["sessionUpdate"] != "available_commands_update"]
+
 
 async def test_our_agent_offers_fork_in_the_unstable_schema(tmp_path: Path) -> None:
     async with AgentProcess(tmp_path / "store") as agent:
@@ -135,8 +140,9 @@ async def test_a_fork_can_replay_its_history_before_the_answer(tmp_path: Path, w
     async with AgentProcess(store) as again:
         await again.initialize()
         await again.load_session(sid, work)
-        original = again.replayed(sid)
-    # The fork's replay is the original's, as a load of it replays it.
+        original = history_of(again.replayed(sid))
+    # The fork's replay is the original's, as a load of it replays it (the commands
+    # end a load before its answer, and follow a fork's).
     assert sent == original and any(u["sessionUpdate"] == "user_message_chunk" for u in sent)
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from acp_bridge.wrap.seed import PREFACE
-from session import check_invariants
+from session import check_invariants, open_backend
+from session.backends.base import read_stored
 from tests.support.acp_client import AgentProcess
 from tests.support.acp_schema import validate_def
 from tests.support.logs import loaded_events
@@ -76,6 +77,64 @@ async def test_a_child_that_offers_fork_forks_its_session_with_ours(tmp_path: Pa
         assert loaded["_meta"]["acpBridge"]["wrapped"]["restored"] == "load"
         assert (await again.prompt(fid, "four"))["_meta"]["acpBridge"]["turn"] == 4
     assert ended(theirs, child_fork) == [1, 2, 3, 4]
+
+
+def stored_header(store: Path, sid: str, backend: str) -> dict[str, Any]:
+    """The header of a stored session, read as stored (without its owner lock)."""
+    opened = open_backend(backend, store)
+    try:
+        return dict(read_stored(opened.read_stream(sid)).header)
+    finally:
+        opened.close()
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+async def test_fork_command_through_wrap_in_front_of_serve_is_listed_and_loads_through_wrap(
+        backend: str, tmp_path: Path, work: Path) -> None:
+    """Our `serve` has a `/fork` of its own: through the wrapper `/fork` is the wrapper's
+    (docs/wrap.md, "Slash commands"), which has serve fork its session too, so the fork
+    is the wrapper's session, listed and loaded through it, its next prompt in serve's fork."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    child = serve_command(theirs, backend=backend)
+    async with WrappedProcess(ours, child, backend=backend) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.prompt(sid, "one")
+        await agent.prompt(sid, "two")
+        child_sid = stored_header(ours, sid, backend)["wrapped"]["sessionId"]
+        answer = await agent.prompt(sid, "/fork")
+        assert answer["stopReason"] == "end_turn"
+        text = said(agent, sid)
+        fid = text.split(" into ")[1].split(",")[0]
+        assert text.endswith(f"Forked this session into {fid}, with its turns 1-2; open it from the session list "
+                             "(session/load). The wrapped agent forked its session too.")
+        assert fid in [s["sessionId"] for s in (await agent.request("session/list", {}))["sessions"]]
+        # Kept for the editor: what serve sent for its fork (its commands) is recorded, not shown yet.
+        assert not agent.updates_of(fid)
+        loaded = await agent.load_session(fid, work)
+        assert loaded["_meta"]["acpBridge"]["turns"] == 2
+        assert loaded["_meta"]["acpBridge"]["wrapped"]["restored"] == "load"
+        users = [u["content"]["text"] for u in agent.replayed(fid) if u["sessionUpdate"] == "user_message_chunk"]
+        assert users == ["one", "two"]
+        replayed = len(agent.updates_of(fid))
+        assert (await agent.prompt(fid, "three"))["_meta"]["acpBridge"]["turn"] == 3
+        assert "".join(u["content"]["text"] for u in agent.updates_of(fid)[replayed:]
+                       if u["sessionUpdate"] == "agent_message_chunk") == "three"
+    child_fork = stored_header(ours, fid, backend)["wrapped"]["sessionId"]
+    assert child_fork != child_sid
+    # The child's own fork of the child's session, in its store; its next turn is the fork's.
+    assert stored_header(theirs, child_fork, backend)["forkedFrom"] == {"sessionId": child_sid, "turn": 2}
+    ends = {name: [e["data"]["turn"] for e in loaded_events(store, s, backend) if e["type"] == "turn/end"]
+            for name, store, s in [("fork", ours, fid), ("child fork", theirs, child_fork),
+                                   ("original", ours, sid), ("child original", theirs, child_sid)]}
+    # The original's `/fork` is a turn of ours only (never sent to the child).
+    assert ends == {"fork": [1, 2, 3], "child fork": [1, 2, 3], "original": [1, 2, 3], "child original": [1, 2]}
+    # The fork goes on through another wrapper too.
+    async with WrappedProcess(ours, child, backend=backend) as again:
+        await again.initialize()
+        assert fid in [s["sessionId"] for s in (await again.request("session/list", {}))["sessions"]]
+        await again.load_session(fid, work)
+        assert (await again.prompt(fid, "four"))["_meta"]["acpBridge"]["turn"] == 4
 
 
 async def test_a_child_without_fork_gets_a_fresh_session_seeded_with_the_fork(tmp_path: Path, work: Path) -> None:

@@ -95,13 +95,14 @@ async def test_every_end_but_completed_has_its_note_live_and_on_load(tmp_path: P
     async with AgentProcess(store) as loader:
         await loader.initialize()
         await loader.load_session(sid, work)
-    replayed = loader.replayed(sid)  # not the commands it is offered after the load's answer
+    replayed = loader.replayed(sid)
     assert notes(replayed) == expected
-    # The load names the session last, as the live stream named it at the first prompt.
+    # The replay names the session last, as the live stream named it at the first
+    # prompt; only the session's commands follow it before the answer.
     (live_title,) = [u for u in agent.updates_of(sid) if u["sessionUpdate"] == "session_info_update"]
-    assert replayed[-1]["sessionUpdate"] == "session_info_update"
-    assert replayed[-1]["title"] == live_title["title"] == "Count slowly"
-    assert replayed[-1]["updatedAt"] >= live_title["updatedAt"]
+    assert [u["sessionUpdate"] for u in replayed[-2:]] == ["session_info_update", "available_commands_update"]
+    assert replayed[-2]["title"] == live_title["title"] == "Count slowly"
+    assert replayed[-2]["updatedAt"] >= live_title["updatedAt"]
     assert loader.returncode == 0
 
 
@@ -153,7 +154,7 @@ async def test_a_load_names_the_session_again(tmp_path: Path, work: Path) -> Non
         await loader.initialize()
         await loader.load_session(sid, work)
         listed = await loader.request("session/list", {})
-    named = loader.replayed(sid)[-1]
+    named = loader.replayed(sid)[-2]  # the replay's last update: the session's commands follow it
     assert named["sessionUpdate"] == "session_info_update"
     (info,) = listed["sessions"]
     assert named["title"] == info["title"] == "Plan the release"  # what the list calls it

@@ -123,5 +123,31 @@ async def test_a_prompt_just_after_the_child_died_restarts_it_and_runs(
     assert turn_ends(events) == [{"kind": "completed"}] * rounds
 
 
+async def test_a_prompt_as_a_launched_agent_dies_is_not_lost(tmp_path: Path, work: Path) -> None:
+    # Issue 34, point 10: the launcher (npx-style) is killed and the prompt sent at once,
+    # 0 to 20 ms after. The real agent behind it may read the prompt in the moment before
+    # its group is killed, saying nothing: the prompt was not acted on, and is sent to the
+    # restarted agent, answered from a real run (`stream 3 50`: its first word 50 ms
+    # after it reads the prompt, long after the group kill). Never a crash.
+    rng = random.Random("launched")
+    store = tmp_path / "store"
+    async with WrappedProcess(store, unruly_command(launcher=True)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        for n in range(1, ROUNDS + 1):
+            (launcher,) = launcher_pids(agent.proc.pid)
+            os.kill(launcher, signal.SIGKILL)
+            await anyio.sleep(rng.uniform(0, 0.02))  # what is tested: the prompt as it dies
+            before = len(agent.updates_of(sid))
+            answer = await agent.prompt(sid, "stream 3 50")
+            assert answer["stopReason"] == "end_turn", (n, answer)
+            assert answer["_meta"]["acpBridge"] == {"turn": n, "reason": {"kind": "completed"}}, n
+            assert len([u for u in agent.updates_of(sid)[before:] if u["sessionUpdate"] == "agent_message_chunk"]) == 3
+            await agent.wait_for(lambda: len(launcher_pids(agent.proc.pid)) == 1, why="the restarted launcher")
+    events = loaded_events(store, sid)
+    check_invariants(events, closed=True)  # type: ignore[arg-type]
+    assert turn_ends(events) == [{"kind": "completed"}] * ROUNDS
+
+
 def sdk_pids(wrapper_pid: int) -> list[int]:
     return [p for p in descendants(wrapper_pid) if "sdk_echo_agent.py" in " ".join(command_line(p))]

@@ -1,9 +1,10 @@
 """The wrapper's own slash commands (docs/wrap.md, "Slash commands, logout, elicitation,
 usage"): `/fork` and, with several agents, `/agent`, offered after the wrapped agent's
-own (which win a name both have) and run as turns of their own, not sent to the agent.
-Real processes: the wrapper over tests/support/memory_agent.py (an agent whose answer
-shows every prompt it was shown; `--commands`: it offers `fork` and `recall` of its
-own). Every message the wrapper sends is checked against the vendored schema."""
+own (which win a name both have, but for `/fork`: the wrapper's takes the agent's place)
+and run as turns of their own, not sent to the agent. Real processes: the wrapper over
+tests/support/memory_agent.py (an agent whose answer shows every prompt it was shown;
+`--commands`: it offers `fork` and `recall` of its own, `--agent-command` an `agent`).
+Every message the wrapper sends is checked against the vendored schema."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ OURS_FORK = {"name": "fork", "description": "Fork this session into a new one",
 OURS_AGENT = {"name": "agent", "description": "Hand this session to another wrapped agent",
               "input": {"hint": "alpha | beta"}}
 THEIRS = [{"name": "fork", "description": "the memory agent's own fork"},
-          {"name": "recall", "description": "say what it saw", "input": {"hint": "anything"}}]
+          {"name": "recall", "description": "say what it saw", "input": {"hint": "anything"}},
+          {"name": "agent", "description": "the memory agent's own agent command"}]
+# What the editor is shown of alpha's list: ours in the place of its `fork`, the rest as it came.
+SHOWN = [OURS_FORK, *THEIRS[1:]]
 
 
 def offers(updates: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -41,9 +45,9 @@ def offers(updates: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return found
 
 
-def agents(record: Path | None = None) -> list[tuple[str, list[str]]]:
+def agents(record: Path | None = None, *alpha: str) -> list[tuple[str, list[str]]]:
     extra = ("--record", str(record)) if record is not None else ()
-    return [("alpha", memory("alpha", "--commands", *extra)), ("beta", memory("beta", *extra))]
+    return [("alpha", memory("alpha", "--commands", *alpha, *extra)), ("beta", memory("beta", *extra))]
 
 
 def received(record: Path) -> list[dict[str, Any]]:
@@ -54,39 +58,49 @@ def fork_id(text: str) -> str:
     return text.split(" into ")[1].split(",")[0]
 
 
-async def test_ours_are_offered_after_the_childs_and_its_own_name_wins(tmp_path: Path, work: Path) -> None:
+async def test_ours_are_offered_after_the_childs_and_its_own_name_wins_but_fork(tmp_path: Path,
+                                                                                work: Path) -> None:
     store, record = tmp_path / "store", tmp_path / "got.jsonl"
-    async with Switching(store, agents(record)) as wrapper:
+    async with Switching(store, agents(record, "--agent-command")) as wrapper:
         await wrapper.initialize()
         sid = (await wrapper.new(work))["sessionId"]
-        # alpha's list unchanged and first, then ours that it does not name (its own
-        # `fork` hides ours).
+        # alpha's list first, as it came but for `fork`, ours in its place; then ours that
+        # it does not name (none: its own `agent` hides ours).
         await wrapper.wait_for(lambda: bool(offers(wrapper.updates_of(sid)))
-                               and offers(wrapper.updates_of(sid))[-1][0] == THEIRS[0])
-        assert offers(wrapper.updates_of(sid))[-1] == [*THEIRS, OURS_AGENT]
+                               and offers(wrapper.updates_of(sid))[-1] == SHOWN)
 
-        answer = await wrapper.prompt(sid, "/fork now")  # alpha's own command: passed on unchanged
+        answer = await wrapper.prompt(sid, "/agent now")  # alpha's own command: passed on unchanged
         assert answer["stopReason"] == "end_turn"
-        assert wrapper.text_of(sid) == "alpha saw: /fork now"
+        assert wrapper.text_of(sid) == "alpha saw: /agent now"
         await wrapper.prompt(sid, "/recall")
-        assert wrapper.text_of(sid).endswith("alpha saw: /fork now | /recall")
+        assert wrapper.text_of(sid).endswith("alpha saw: /agent now | /recall")
+        forked = await wrapper.prompt(sid, "/fork")  # ours, not alpha's: a fork the wrapper can reach
+        assert forked["stopReason"] == "end_turn"
+        fid = fork_id(wrapper.text_of(sid))
+        assert wrapper.text_of(sid).endswith("The wrapped agent was given a fresh session, shown the fork's "
+                                             "conversation.")
+        assert fid in [s["sessionId"] for s in (await wrapper.request("session/list", {}))["sessions"]]
 
-    prompts = [m["params"]["prompt"] for m in received(record) if m.get("method") == "session/prompt"]
-    assert prompts == [[{"type": "text", "text": "/fork now"}], [{"type": "text", "text": "/recall"}]]
+    prompts = [m["params"]["prompt"] for m in received(record) if m.get("method") == "session/prompt"
+               and not m["params"]["prompt"][0]["text"].startswith(PREFACE)]  # the fork's seed
+    assert prompts == [[{"type": "text", "text": "/agent now"}], [{"type": "text", "text": "/recall"}]]
     events = loaded_events(store, sid)
-    assert [e["data"]["trigger"] for e in events if e["type"] == "turn/start"] == [{"kind": "prompt"}] * 2
+    assert [e["data"]["trigger"] for e in events if e["type"] == "turn/start"] == [
+        {"kind": "prompt"}, {"kind": "prompt"}, {"kind": "command", "name": "fork"}]
     # The child's list recorded as it came.
     stored = [e["data"]["update"] for e in events if e["type"] == "wrapped/update"]
     assert stored == [{"sessionUpdate": "available_commands_update", "availableCommands": THEIRS}]
 
-    # Rebuilt on replay: the stored list shown with ours, then offered after the answer.
-    async with Switching(store, agents()) as again:
+    # Rebuilt on replay: the stored list shown with ours, then offered before the answer.
+    async with Switching(store, agents(None, "--agent-command")) as again:
         await again.initialize()
         await again.load_session(sid, work)
-        # (alpha cannot load its session: its fresh one sends the list again, live.)
+        # (alpha cannot load its session: its fresh one sends the list again, before
+        # our answer or held until the next request.)
         replayed = offers(again.replayed(sid))
-        assert replayed and all(listed == [*THEIRS, OURS_AGENT] for listed in replayed), replayed
-        assert all(listed == [*THEIRS, OURS_AGENT] for listed in offers(again.updates_of(sid)))
+        assert replayed and all(listed == SHOWN for listed in replayed), replayed
+        await again.prompt(sid, "/recall")
+        assert all(listed == SHOWN for listed in offers(again.updates_of(sid)))
 
 
 async def test_agent_switches_and_the_command_turns_are_recorded(tmp_path: Path, work: Path) -> None:

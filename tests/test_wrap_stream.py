@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acp_bridge.rpc.outgoing import Outgoing
+from acp_bridge.wrap import upstream
 from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.record import TurnRecorder
 from acp_bridge.wrap.sessions import WrappedSession
@@ -335,3 +336,31 @@ def test_a_load_keeps_its_last_turn_less_its_chunks_or_not_and_closes_it_as_stor
     closers = [e for e in stored if e["seq"] >= 5]
     assert closers and {e["time"] for e in closers} == {stored[4]["time"]}  # the last chunk's
     assert events == (stored if keep else [e for e in stored if e["type"] != "assistant/chunk"])
+
+
+def test_a_loaded_session_holds_the_childs_updates_until_the_next_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the answer of a load (`WrappedSession.held`), the child's updates are
+    recorded as they come and kept from the editor, on both paths, up to a bound; the
+    editor's next request on the session (`ChildSide.release`) sends them, shown as
+    live, in order, and what comes after goes on at once (docs/wrap.md, "Load")."""
+    monkeypatch.setattr(upstream, "HELD_UPDATES", 3)
+    log = SessionStore(MemoryBackend()).create(cwd="/w")
+    turns = WrappedTurns(WrappedSession(log, "/w", State("test", Placed(CHILD, 1))), agents=None)  # type: ignore[arg-type]
+    editor, children = Editor(), SessionMap()
+    side = ChildSide(children, lambda: editor, _shown)  # type: ignore[arg-type, return-value]
+    children.bind(turns, CHILD)
+    ws = turns.session
+    ws.held = []
+    mode = {"sessionUpdate": "current_mode_update", "currentModeId": "code"}
+    updates = [text("a"), mode, text("b"), text("past the bound")]
+    side.on_updates([params(u) for u in updates[:2]])
+    for update in updates[2:]:
+        side.on_update(params(update))
+    assert editor.sent() == b""
+    assert [e["data"]["update"] for e in log.events if e["type"] == "wrapped/update"] == updates  # all recorded
+    assert ws.mode == "code"
+    side.release(ws)
+    side.on_update(params(text("after")))
+    sent = [orjson.loads(line)["params"]["update"] for line in editor.sent().splitlines()]
+    assert sent == [_shown(ws, u) for u in [*updates[:3], text("after")]]
+    assert ws.held is None

@@ -15,7 +15,7 @@ in the handlers that need it: `initialize` is answered before any of it is neede
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
@@ -25,6 +25,7 @@ from acp_bridge.agent import auth
 from acp_bridge.agent.commands import session_commands
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.errors import InvalidParamsError
+from acp_bridge.host.advertised import client_support, notice
 from acp_bridge.host.commands import commands_update
 from acp_bridge.host.engine import OpenAnswer
 from acp_bridge.host.host import Engine, Host
@@ -40,6 +41,8 @@ from acp_bridge.models.catalog import EFFORT_LEVELS, ModelEntry, find
 from acp_bridge.rpc.protocol import Handler
 from acp_bridge.tools import permissions
 from session import Event, SessionLog
+from session.events import WrappedInfo
+from session.fork import ForkPlan
 from session.repair import RepairReport
 from session.transcript import Transcript, history_budget
 
@@ -154,6 +157,7 @@ class AgentEngine(Engine["LiveSession"]):
 
             self._local = LocalServices(task_group=self.host.task_group)
         choice = options.stored_choice(session_log.events, self.config.models)
+        recorded, _ = options.stored_settings(session_log.events)
         live = make_live(session_log, conn=self.host.peer, model=self.model(choice.model), choice=choice,
                          capabilities=self.client_capabilities, local=self._local, admit=self._admit,
                          max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed,
@@ -164,6 +168,12 @@ class AgentEngine(Engine["LiveSession"]):
             switch_mode=lambda s, mode: self.switch_mode(s, s.log.id, mode, "value"),
             switch_model=lambda s, spec: self.switch_model(s, s.log.id, spec), sessions=self.host.store)
         self.host.add(session_log.id, live)
+        if isinstance(recorded, str) and find(self.config.models, recorded) is None and live.ctx.support.notices:
+            # A model no longer configured: the session goes on with the default (before
+            # the answer of the load that opens it: what the client is told then).
+            self.host.peer.notify_update(session_log.id, notice(
+                "warning", "The session's model is not available",
+                f"{recorded} is not configured in this agent: the session continues with {choice.model.spec}."))
         return live
 
     def _meter(self) -> CostMeter | None:
@@ -172,14 +182,20 @@ class AgentEngine(Engine["LiveSession"]):
 
         return CostMeter(self.config.prices) if self.config.prices is not None else None
 
-    def _offer_commands(self, live: LiveSession) -> None:
-        """The session's slash commands, right after the answer that opens it (the
-        client knows the session id by then)."""
+    def _offer_commands(self, live: LiveSession, *, after_answer: bool) -> None:
+        """The session's slash commands: right after the answer of `session/new` and
+        `session/fork` (the client learns the session's id from it), before the answer
+        of a load or resume (which ends what the client is sent of the session:
+        docs/protocol.md, "Sessions")."""
         update = commands_update([c.available() for c in live.commands])
-        self.host.peer.notify_update_after_answer(live.log.id, update)
+        if after_answer:
+            self.host.peer.notify_update_after_answer(live.log.id, update)
+        else:
+            self.host.peer.notify_update(live.log.id, update)
 
     def _encoder(self, session_id: str) -> ReplayEncoder:
-        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter())
+        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter(),
+                             support=client_support(self.client_capabilities))
 
     def _kept(self) -> KeptOfLog:
         return KeptOfLog(history_budget(self.model().context_window), self.config.prices)
@@ -196,7 +212,7 @@ class AgentEngine(Engine["LiveSession"]):
         session_log = await self.host.create_log(cwd=params["cwd"], additional=params.get("additionalDirectories"))
         live = self._activate(session_log)
         mcp = await live.connect_mcp(params["mcpServers"], self.host.task_group)
-        self._offer_commands(live)
+        self._offer_commands(live, after_answer=True)
         return {"sessionId": session_log.id, **self._state(live),
                 **({"_meta": {"acpBridge": mcp}} if mcp else {})}
 
@@ -206,8 +222,17 @@ class AgentEngine(Engine["LiveSession"]):
         return await self._opener(session_id, params, send, live)
 
     async def attach(self, session: LiveSession, params: Mapping[str, Any]) -> OpenAnswer:
+        return await self._attached(session, params, after_answer=False)
+
+    async def fork(self, source: str, params: Mapping[str, Any], plan: ForkPlan,
+                   make: Callable[[WrappedInfo | None], Awaitable[LiveSession]]) -> OpenAnswer:
+        """A fork is opened as a load opens a session, but answered like `session/new`:
+        its commands follow the answer that names it."""
+        return await self._attached(await make(None), params, after_answer=True)
+
+    async def _attached(self, session: LiveSession, params: Mapping[str, Any], *, after_answer: bool) -> OpenAnswer:
         mcp = await session.connect_mcp(params.get("mcpServers"), self.host.task_group)
-        self._offer_commands(session)
+        self._offer_commands(session, after_answer=after_answer)
         return OpenAnswer(self._state(session), ours=mcp)
 
     def _admit(self, live: LiveSession, prompt: list[Any]) -> list[Any]:

@@ -62,6 +62,10 @@ class Command:
     description: str
     run: Callable[[str], Awaitable[Outcome]]
     hint: str | None = None
+    # Offered and run through `acp-bridge wrap` even where the wrapped agent has a
+    # command of the same name, whose own is then neither offered nor run (the
+    # wrapper's `/fork`: its fork must be one the wrapper can list and load).
+    over_theirs: bool = False
 
     def available(self) -> dict[str, Any]:
         """As ACP's `AvailableCommand`."""
@@ -79,16 +83,22 @@ def commands_update(available: list[Any]) -> dict[str, Any]:
 def merged(theirs: Any, ours: Sequence[Command]) -> list[Any]:
     """A wrapped agent's commands as it sent them, unchanged and first, then ours that
     none of them names: where both have a name, the agent's is the one offered (and
-    run: `invoked` with `names_of` its list)."""
+    run: `invoked` with `unshadowed`), but for ours that take the name over
+    (`Command.over_theirs`), offered in the place of the agent's."""
     sent = list(theirs) if isinstance(theirs, list) else []
-    return [*sent, *(c.available() for c in unshadowed(sent, ours))]
+    taken = names_of(sent)
+    over = {c.name: c.available() for c in ours if c.over_theirs and c.name in taken}
+    if over:
+        sent = [over.get(str(c.get("name")), c) if isinstance(c, dict) else c for c in sent]
+    return [*sent, *(c.available() for c in ours if c.name not in taken)]
 
 
 def unshadowed(theirs: Any, ours: Sequence[Command]) -> list[Command]:
-    """Ours that no command of a wrapped agent's list `theirs` names: the ones offered
-    beside its own, and the ones a prompt may run (`invoked`)."""
+    """Ours that no command of a wrapped agent's list `theirs` names, and those that take
+    the name over: the ones offered beside its own, and the ones a prompt may run
+    (`invoked`)."""
     taken = names_of(theirs) if isinstance(theirs, list) else set()
-    return [c for c in ours if c.name not in taken]
+    return [c for c in ours if c.over_theirs or c.name not in taken]
 
 
 def names_of(available: Iterable[Any]) -> set[str]:

@@ -44,7 +44,7 @@ from session import (
     open_backend,
     validate_session_id,
 )
-from session.events import WrappedInfo
+from session.events import ParentInfo, WrappedInfo
 
 if TYPE_CHECKING:
     from session.fork import ForkPlan
@@ -98,7 +98,15 @@ class Engine(abc.ABC, Generic[S]):
     @abc.abstractmethod
     async def attach(self, session: S, params: Mapping[str, Any]) -> OpenAnswer:
         """After a load or resume: take the client's params for the session (cwd, MCP
-        servers) and make the answer."""
+        servers), send what the client must know of the session's state that the
+        answer does not carry (its slash commands), and make the answer. Nothing of the
+        session goes out after the answer until the client's next request on it: a load
+        or resume ends with its answer (docs/protocol.md, "Sessions")."""
+
+    def requested(self, session: S, method: str) -> None:
+        """The client sent a request (`method`) that names the live `session`: the
+        first after its load or resume, what the engine held of it since may go out
+        (the wrapper holds what its child sends after the answer: docs/wrap.md)."""
 
     async def fork(self, source: str, params: Mapping[str, Any], plan: ForkPlan,
                    make: Callable[[WrappedInfo | None], Awaitable[S]]) -> OpenAnswer:
@@ -154,15 +162,16 @@ class Host(Generic[S]):
                 self._store = SessionStore(open_backend(self._spec.backend, self._spec.location))
             return self._store
 
-    async def create_log(self, *, cwd: str, additional: list[str] | None,
-                         wrapped: WrappedInfo | None = None) -> SessionLog:
+    async def create_log(self, *, cwd: str, additional: list[str] | None, wrapped: WrappedInfo | None = None,
+                         session_id: str | None = None, parent: ParentInfo | None = None,
+                         title: str | None = None) -> SessionLog:
         """A new session in the store, owned by this process (its log keeps only its last
         turn in memory, less its chunks: a session may stream for hours, and nothing
         reads them back from memory)."""
         store = self.store()
         return await anyio.to_thread.run_sync(lambda: store.create(
             cwd=cwd, additional_directories=additional or (), keep_history=False, keep_chunks=False,
-            wrapped=wrapped))
+            wrapped=wrapped, session_id=session_id, parent=parent, title=title))
 
     def add(self, session_id: str, session: S) -> None:
         """`session` is live here from now on."""
@@ -204,9 +213,10 @@ class Host(Generic[S]):
             except OSError as exc:
                 failed = exc
             else:
+                fallback = self.engine.fallback()
                 self._conn = Connection(
                     reader, writer, self.methods(), on_eof=self._on_eof, error_for=to_rpc_error,
-                    before_write=self._before_write, fallback=self.engine.fallback(),
+                    before_write=self._before_write, fallback=self._seen(fallback) if fallback else None,
                     inline={"session/cancel": self._cancel_now}, answered_first=answered_first)
                 try:
                     await self._conn.serve()
@@ -227,7 +237,34 @@ class Host(Generic[S]):
             table.update({"session/resume": self.resume_session, "session/list": self.list_sessions,
                           "session/delete": self.delete_session, "session/fork": self.fork_session})
         table.update(self.engine.methods())
-        return {name: _checked(name, fn) for name, fn in table.items()}
+        return {name: self._checked(name, fn) for name, fn in table.items()}
+
+    def _checked(self, method: str, fn: Callable[..., Awaitable[Any]]) -> Handler:
+        """`fn` behind the params check of `method` (-32602 naming the field); the
+        engine told of a request on a live session first (`Engine.requested`)."""
+        async def handler(**params: Any) -> Any:
+            check_params(method, params)
+            self._requested(method, params)
+            return await fn(**params)
+
+        return handler
+
+    def _seen(self, fallback: Fallback) -> Fallback:
+        """The engine's `fallback`, the engine told of a request on a live session
+        first, as `_checked` tells it."""
+        async def handler(method: str, params: Any, is_request: bool) -> Any:
+            if is_request and isinstance(params, dict):
+                self._requested(method, params)
+            return await fallback(method, params, is_request)
+
+        return handler
+
+    def _requested(self, method: str, params: Mapping[str, Any]) -> None:
+        if method == "session/cancel":  # a notification, of a prompt: not a request on the session
+            return
+        session = self.find(params.get("sessionId"))
+        if session is not None:
+            self.engine.requested(session, method)
 
     def _before_write(self) -> Awaitable[None] | None:
         """Called before each write to the client: every live log hands its buffered
@@ -349,13 +386,3 @@ async def _hand_off_in_threads(logs: list[SessionLog]) -> None:
 def _without(params: Mapping[str, Any], *names: str) -> dict[str, Any]:
     """`params` less the members `names` (those a handler takes itself), in their order."""
     return {name: value for name, value in params.items() if name not in names}
-
-
-def _checked(method: str, fn: Callable[..., Awaitable[Any]]) -> Handler:
-    """`fn` behind the params check of `method` (-32602 naming the field)."""
-    async def handler(**params: Any) -> Any:
-        check_params(method, params)
-        return await fn(**params)
-
-    return handler
-

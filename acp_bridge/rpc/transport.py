@@ -138,6 +138,7 @@ class FdLineReader(_Lines):
         # waits until `_hold` (0: it does not wait): `hold_next`.
         self.reads = 0
         self.read_at = float("-inf")
+        self.received = 0  # bytes read so far (what the peer has said, in bytes)
         self._hold = 0.0
         # On asyncio the descriptor stays registered with the loop between reads (see
         # `_wait`): where, the wait under way, readiness seen with nobody waiting, and
@@ -167,6 +168,7 @@ class FdLineReader(_Lines):
             kept = await self._read_more()
         self.reads += 1
         self.read_at = anyio.current_time()
+        self.received += len(kept)
         return kept
 
     async def _read_more(self) -> bytes:

@@ -4,15 +4,18 @@ usage"), on the shared machinery of acp_bridge.host.commands.
 - **Offered** beside the wrapped agent's: its `available_commands_update` is recorded as
   it came (`wrapped/update`) and kept (`WrappedSession.commands`); the editor is shown
   its list unchanged and first, then ours that none of its commands names
-  (`host.commands.merged`), live (`shown`), on replay (the same, through the replay
-  encoder) and after the answer of `session/new`, `session/load`, `session/resume`
-  and `session/fork` (`offer`), so ours are offered when the agent sends none.
-- **Run** when a prompt invokes one that the agent's list does not name: a prompt
-  `/NAME` for a name the agent has is the agent's, passed on unchanged. A command of
-  ours is a turn of its own, not sent to the agent (`command_turn`): `turn/start
-  {trigger: {kind: "command", name}}` naming the agent the session is in once the
-  command ran (an `/agent` switch is recorded before the turn), the prompt, the answer
-  step, `turn/end`, in one durable commit, shown to the editor as a replay shows it.
+  (`host.commands.merged`), `/fork` always ours (in the place of the agent's own
+  `/fork`, if it has one: its fork would be out of the wrapper's reach); live
+  (`shown`), on replay (the same, through the replay encoder), after the answer of
+  `session/new` and `session/fork` and before the answer of `session/load` and
+  `session/resume` (`offer`), so ours are offered when the agent sends none.
+- **Run** when a prompt invokes one that the agent's list does not name (or `/fork`):
+  a prompt `/NAME` for another name the agent has is the agent's, passed on
+  unchanged. A command of ours is a turn of its own, not sent to the agent
+  (`command_turn`): `turn/start {trigger: {kind: "command", name}}` naming the agent
+  the session is in once the command ran (an `/agent` switch is recorded before the
+  turn), the prompt, the answer step, `turn/end`, in one durable commit, shown to the
+  editor as a replay shows it.
 - `/fork [N]` forks the session as `session/fork` does (acp_bridge.host.fork, through
   the engine's `fork`: the agent's own fork, else a fresh session seeded); the fork is
   open in the wrapper, its agent session kept for the editor's `session/load`. `/agent`
@@ -22,9 +25,11 @@ usage"), on the shared machinery of acp_bridge.host.commands.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from acp_bridge.errors import CommandError
+from acp_bridge.host.advertised import NEITHER, ClientSupport
 from acp_bridge.host.commands import (
     Command,
     Outcome,
@@ -81,16 +86,24 @@ def shown(update: Any, ours: Sequence[Command]) -> Any:
     return update if theirs is None else {**update, "availableCommands": merged(theirs, ours)}
 
 
-def replay_encoder(sid: str, commands_of: Callable[[str], list[Command]]) -> ReplayEncoder:
-    """A replay of the wrapped session `sid`: the child's lists shown with ours."""
-    return ReplayEncoder(sid, None, wrapped=True, shown=lambda update: shown(update, commands_of(sid)))
+def replay_encoder(sid: str, commands_of: Callable[[str], list[Command]],
+                   support: ClientSupport = NEITHER) -> ReplayEncoder:
+    """A replay of the wrapped session `sid`: the child's lists shown with ours; its
+    compactions to an editor that advertised them (`support`)."""
+    return ReplayEncoder(sid, None, wrapped=True, shown=lambda update: shown(update, commands_of(sid)),
+                         support=support)
 
 
-def offer(peer: Connection, ws: WrappedSession, ours: Sequence[Command]) -> None:
-    """The commands of `ws` (the agent's as it last gave them, then ours), right after
-    the answer that opens it (the editor knows the session id by then)."""
+def offer(peer: Connection, ws: WrappedSession, ours: Sequence[Command], *, after_answer: bool = True) -> None:
+    """The commands of `ws` (the agent's as it last gave them, then ours): right after
+    the answer of `session/new` or `session/fork` (the editor learns the session's id
+    from it), before the answer of a load or resume (`after_answer` False: nothing of
+    the session follows that answer, docs/protocol.md, "Sessions")."""
     update = commands_update(merged(ws.commands, ours))
-    peer.notify_update_after_answer(ws.id, update)
+    if after_answer:
+        peer.notify_update_after_answer(ws.id, update)
+    else:
+        peer.notify_update(ws.id, update)
 
 
 def wrapper_fork(host: Sessions[WrappedTurns], sid: str) -> Command:
@@ -115,7 +128,10 @@ def wrapper_fork(host: Sessions[WrappedTurns], sid: str) -> Command:
             side = "was given a fresh session" + (", shown the fork's conversation" if how.get("seeded") else "")
         return Outcome(f"{forked_text(answer['sessionId'], plan)} The wrapped agent {side}.")
 
-    return fork_command(run)
+    # Ours even where the agent has a `/fork`: the agent's would fork in its own store,
+    # where the editor cannot reach the fork through the wrapper; ours forks our log and
+    # has the agent fork its session too when it offers `session/fork` (docs/wrap.md).
+    return replace(fork_command(run), over_theirs=True)
 
 
 def agent_command(names: Sequence[str], current: Callable[[], str],

@@ -20,12 +20,14 @@ child's own errors are relayed unchanged (acp_bridge.host.errors.relayed).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from acp_bridge.host.advertised import client_support
 from acp_bridge.host.commands import Command, commands_update, merged
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
@@ -48,6 +50,7 @@ from acp_bridge.wrap.moves import AgentOfLog, Mover, answer_text
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.spawn import Early
 from acp_bridge.wrap.state import State, Unplaced
+from acp_bridge.wrap.subagents import Subagents, make_subagent
 from acp_bridge.wrap.turns import WrappedTurns
 from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
@@ -59,6 +62,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("acp_bridge.wrap")
 
 __all__ = ["WrapConfig", "WrapEngine"]
+
+# The editor's requests on a session that drop what is held of it (`requested`).
+_DROPS_HELD = frozenset({"session/load", "session/resume", "session/close", "session/delete"})
 
 
 class WrapEngine(Engine[WrappedTurns]):
@@ -75,6 +81,7 @@ class WrapEngine(Engine[WrappedTurns]):
             driver = ChildDriver(config, side, sessions, store=lambda: self.host.store(),
                                  early=early if i == 0 else None)
             self.drivers[driver.name] = driver
+            side.subagents = Subagents(sessions, functools.partial(self._subagent, driver))
         self.default = next(iter(self.drivers.values()))
         # `--agent`: the `agent` option and the moves between agents.
         self.mover = Mover(self.drivers) if configs[0].name is not None else None
@@ -93,8 +100,9 @@ class WrapEngine(Engine[WrappedTurns]):
         """Spawn the default agent (OSError if it cannot be); the others at first use."""
         await super().start(host)
         host.task_group.start_soon(self._prepare)
-        self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.commands_of),
-                                    sink=AgentOfLog, adopt=self._adopt)
+        self._opener = StoredOpener(
+            host, encoder=lambda sid: replay_encoder(sid, self.commands_of, self.default.side.support),
+            sink=AgentOfLog, adopt=self._adopt)
         for driver in self.drivers.values():
             if driver is self.default:
                 await driver.start(host.task_group)
@@ -142,6 +150,14 @@ class WrapEngine(Engine[WrappedTurns]):
         assert turns is not None  # its own prompt runs the command
         return turns
 
+    def _subagent(self, driver: ChildDriver, parent: WrappedTurns, theirs: str, ours: str, title: str | None) -> None:
+        """The parent's agent announced a subagent session (`theirs`): our session `ours`
+        of it made in a task (acp_bridge.wrap.subagents), on the run it was announced on."""
+        link, subagents = driver.link, driver.side.subagents
+        assert subagents is not None
+        self.host.task_group.start_soon(make_subagent, self.host, self, driver, subagents, parent.session, theirs,
+                                        ours, title, link.generation if link is not None else 0)
+
     def _shown(self, ws: WrappedSession, update: Any) -> Any:
         """What the editor is shown of the child's update: its command list with ours,
         its config options with ours (`--agent`); the log keeps it as the child sent it."""
@@ -179,7 +195,9 @@ class WrapEngine(Engine[WrappedTurns]):
         return list(self.drivers) if self.mover is not None else None
 
     def _others_init(self, params: dict[str, Any]) -> None:
+        support = client_support(params.get("clientCapabilities"))
         for other in self.drivers.values():
+            other.side.support = support  # each agent is sent the editor's as it came: it asks no more
             if other is not self.default:
                 other.init_params = params  # what each agent is sent when it starts
 
@@ -240,8 +258,10 @@ class WrapEngine(Engine[WrappedTurns]):
 
             ours.update(await seed(ws, link, self.host.store()))
             ws.carried = True  # a fresh restore of it is seeded again
-        if not self.host.answering(source):  # `/fork`, a command of its turn: the editor has not opened it
+        if not self.host.answering(source):
             offer(self.host.peer, ws, self.commands_of(ws.id))
+        else:  # `/fork`, a command of its turn: the editor opens the fork later (its load drops this)
+            ws.held = []
         fields = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
         return OpenAnswer(self._offered(turns, fields), meta=obj(result.get("_meta")),
                           ours={"wrapped": self._made(turns, ours)})
@@ -300,10 +320,26 @@ class WrapEngine(Engine[WrappedTurns]):
         if isinstance(extra, list):
             ws.additional_directories = extra
         placing = await self.child_of(ws).place(session)
-        offer(self.host.peer, ws, self.commands_of(ws.id))
+        # The commands before the answer, and what the child sends after it held until
+        # the editor's next request on the session (`requested`): a load or resume
+        # ends with its answer (docs/wrap.md, "Load").
+        offer(self.host.peer, ws, self.commands_of(ws.id), after_answer=False)
         fields = {k: v for k, v in placing.result.items() if k not in ("sessionId", "_meta")}
-        return OpenAnswer(self._offered(session, fields), meta=obj(placing.result.get("_meta")),
-                          ours={"wrapped": self._made(session, {"restored": placing.way, **placing.seeded})})
+        answer = OpenAnswer(self._offered(session, fields), meta=obj(placing.result.get("_meta")),
+                            ours={"wrapped": self._made(session, {"restored": placing.way, **placing.seeded})})
+        ws.held = []  # nothing is awaited from here to the answer: what comes later is after it
+        return answer
+
+    def requested(self, session: WrappedTurns, method: str) -> None:
+        """The editor's request on `session`: what the child sent since the answer of
+        its load or resume goes to the editor first; a load, resume, close or delete
+        drops it instead (recorded, it is in the replay of the next load)."""
+        if session.session.held is None:
+            return
+        if method in _DROPS_HELD:
+            session.session.held = None
+        else:
+            self.child_of(session.session).side.release(session.session)
 
     async def forward(self, method: str, params: Any, is_request: bool) -> Any:
         """Any other method of the editor: passed on to the agent of the session it

@@ -56,6 +56,11 @@ DRAIN_S = 2.0  # how long the child gets to read what is queued for it before a 
 # exit, so what it wrote is read to EOF in milliseconds; longer, a descendant that left
 # the group holds the pipe (and is killed for it).
 EOF_S = 0.5
+# A child that dies this soon after a request, having sent nothing since, did not act on
+# it as far as anyone can tell (an agent behind an npm launcher reads what reaches its pipe
+# in the moment between the launcher's death and its group's kill): the request counts
+# as unread, and a prompt is sent again to the restarted child (issue 34, point 10).
+QUIET_S = 1.0
 
 
 def permission_cancelled() -> dict[str, Any]:
@@ -74,7 +79,12 @@ class Call:
     done: anyio.Event = field(default_factory=anyio.Event)
     result: Any = None
     error: Exception | None = None
-    unread: bool = False  # the child died without reading a byte of it
+    # The child died without acting on it, as far as the wrapper can tell: it read no
+    # byte of it, or it died within `QUIET_S` of it having said nothing since (an agent
+    # behind a launcher reads what reaches the pipe just before its group is killed).
+    unread: bool = False
+    heard: int = 0  # bytes the child had sent when it was asked
+    asked_at: float = 0.0
     # Called once it is done, if the one who asked stopped waiting before (a late answer).
     late: Callable[[Call], None] | None = None
 
@@ -116,6 +126,7 @@ class ChildLink:
         # Did not answer the wrapper within a cancel's grace: restarted at its next use.
         self.overdue = False
         self._read: int | None = None  # bytes of its stdin the child had read when it died
+        self._dead_at = float("inf")  # when it died (loop time)
         self._dropped = 0  # messages read after its death, dropped
         self._waiting: set[anyio.CancelScope] = set()
         self._serving = anyio.CancelScope()
@@ -180,9 +191,16 @@ class ChildLink:
             with anyio.move_on_after(EOF_S):
                 self.status = await self.child.wait_died()
 
+    def _unheard(self, call: Call) -> bool:
+        """The child died within `QUIET_S` of `call` having sent nothing since: what it
+        read of it, it did not act on as far as anyone can tell (docs/wrap.md, "The
+        child's death and restart")."""
+        return self._reader.received == call.heard and self._dead_at - call.asked_at <= QUIET_S
+
     def _mark_dead(self) -> None:
         if self.dead.is_set():
             return
+        self._dead_at = anyio.current_time()
         # How far it read its stdin: the pipe keeps what it never read.
         unread = self.child.stdin_unread() if self.child.pid == self.pid else None
         self._read = None if unread is None else self.writer.written - unread
@@ -232,6 +250,7 @@ class ChildLink:
         # queued before it. Queued here, at once: what the caller sends next (the
         # editor's cancel, passed on) goes after it.
         call.offset = self.writer.written + self.conn.queued_bytes
+        call.heard, call.asked_at = self._reader.received, anyio.current_time()
         answer = self.conn.ask(method, params)
         self._tg.start_soon(self._answer, call, answer)
         return call
@@ -247,7 +266,8 @@ class ChildLink:
         finally:
             answer.close()  # never awaited if the child died first: no warning, nothing left
             if isinstance(call.error, AgentExitedError):
-                call.unread = call.offset is None or (self._read is not None and self._read <= call.offset)
+                call.unread = (call.offset is None or (self._read is not None and self._read <= call.offset)
+                               or self._unheard(call))
             call.done.set()
             if call.late is not None:
                 call.late(call)
@@ -264,10 +284,11 @@ class ChildLink:
         finally:
             first.close()  # not awaited if the child was dead already
 
-    async def call(self, method: str, params: Any) -> Any:
+    async def call(self, method: str, params: Any, *, on_answer: Callable[[bool], None] | None = None) -> Any:
         """Our request to the child: its result, ClientError for its error answer, or
-        AgentExitedError if it dies first."""
-        return await self.guarded(lambda: self.conn.request(method, params))
+        AgentExitedError if it dies first. `on_answer`: Connection.ask's (in the
+        reader, as the answer is read)."""
+        return await self.guarded(lambda: self.conn.ask(method, params, on_answer=on_answer))
 
     async def guarded(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run `work` (a wait on the child, or a wait for the editor on the child's

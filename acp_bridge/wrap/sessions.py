@@ -41,6 +41,10 @@ class WrappedSession:
     # it is an emulated fork).
     carried: bool = False
     was: State | None = None  # the state before the last step (what an act may need of it)
+    # From the answer of a load or resume of it to the editor's next request on it: the
+    # child's updates recorded then, held from the editor (a load ends with its answer:
+    # docs/wrap.md, "Load"); None: none are held, they go on as they come.
+    held: list[Any] | None = None
 
     @property
     def id(self) -> str:

@@ -3,10 +3,14 @@
 - `session/update` is handled in the connection's reader, in the order it came
   (rpc.Connection's inline notifications): recorded in our log (the running turn's
   `TurnRecorder`, else a `wrapped/update` between turns), then queued for the editor
-  under our session id. The editor connection's `before_write` hands the log's events
+  under our session id; a notice or a compaction's update only if the editor
+  advertised them (it is recorded all the same). The editor connection's `before_write` hands the log's events
   to the OS before the update is written: log before send, as for our own agent. An
   update for a child session we do not know yet (it may come before the answer that
-  names the session) waits for it, in a small bounded buffer.
+  names the session) waits for it, in a small bounded buffer. What the child sends
+  after the answer of our load or resume of a session is recorded and held from the
+  editor until its next request on that session (`release`): a load ends with its
+  answer (docs/wrap.md, "Load").
 - Its requests (`session/request_permission`, `fs/*`, `terminal/*`, extension methods)
   are re-issued to the editor with our ids once the log is durable (a permission, a
   file write or a command may be the last thing before a crash), and answered back
@@ -30,6 +34,7 @@ from typing import Any, Final
 import anyio
 
 from acp_bridge.errors import RequestRefusedError
+from acp_bridge.host.advertised import NEITHER, not_asked_for
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.commands import their_commands
@@ -37,6 +42,7 @@ from acp_bridge.wrap.link import ChildLink, permission_cancelled
 from acp_bridge.wrap.record import StreamedChunk
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import Act, ChildRequest, ChildUpdate, PermissionAnswered
+from acp_bridge.wrap.subagents import Subagents
 from acp_bridge.wrap.turns import WrappedTurns
 from session.items import assistant_chunk, config_set, wrapped_update
 
@@ -44,6 +50,10 @@ log = logging.getLogger("acp_bridge.wrap.upstream")
 
 EARLY_SESSIONS: Final = 16  # child sessions whose early updates are held
 EARLY_UPDATES: Final = 256  # updates held per such session (more are dropped)
+# Updates of a loaded session held from the editor until its next request on it; more
+# are recorded but not sent (the next load replays them): a child that streams on after
+# its load does not grow the wrapper without bound.
+HELD_UPDATES: Final = 4096
 PERMISSION: Final = "session/request_permission"
 CHILD_UPDATE: Final = ChildUpdate()
 
@@ -61,6 +71,12 @@ class ChildSide:
         # It never changes a message or thought chunk, which the fast path (`_stream`)
         # passes on without it.
         self._shown = shown
+        # A subagent's session of ours, made as the parent's agent announces it
+        # (acp_bridge.wrap.subagents); None: not recorded apart.
+        self.subagents: Subagents | None = None
+        # What the editor advertised of notices and compaction (the engine sets it when
+        # it has the editor's `initialize`: its own, or the start-up handshake's).
+        self.support = NEITHER
 
     def inline(self) -> dict[str, Inline]:
         return {"session/update": _Updates(self)}
@@ -89,8 +105,36 @@ class ChildSide:
         if Act.RECORD not in ws.to(CHILD_UPDATE):
             return  # the child's own replay of a session we replayed from our log, or the seed's
         update = params.get("update")
+        if self.subagents is not None and isinstance(update, dict) \
+                and update.get("sessionUpdate") == "subagent_update":
+            update = self.subagents.mapped(turns, update)
         self.record(ws, update)
+        if kind := not_asked_for(update, self.support):  # recorded all the same (docs/wrap.md)
+            log.info("session %s: a %s of the wrapped agent the editor did not ask for: not sent", ws.id, kind)
+            return
+        if ws.held is not None:  # our load (or resume) of it is answered: until the editor's next request
+            if len(ws.held) < HELD_UPDATES:
+                ws.held.append(update)
+                if len(ws.held) == HELD_UPDATES:  # said once: what follows is not held
+                    log.info("session %s: %d updates of the wrapped agent held since its load: the rest are "
+                             "recorded, not sent (a load replays them)", ws.id, HELD_UPDATES)
+            return
         self._editor().notify_update(ws.id, self._shown(ws, update))
+
+    def release(self, ws: WrappedSession) -> None:
+        """The editor's next request on `ws` after its load or resume: what the child
+        sent since that answer (recorded already) goes to the editor now, before
+        anything the request brings."""
+        held, ws.held = ws.held, None
+        editor = self._editor()
+        for update in held or ():
+            editor.notify_update(ws.id, self._shown(ws, update))
+
+    def notice(self, sid: str, update: dict[str, Any]) -> None:
+        """The wrapper's own notice for the session `sid` (a `notice` update), sent if
+        the editor takes notices; live only, not recorded (docs/wrap.md)."""
+        if self.support.notices:
+            self._editor().notify_update(sid, update)
 
     def on_updates(self, batch: list[Any]) -> None:
         """`on_update` of each of `batch` (the params of `session/update`s read
@@ -122,8 +166,9 @@ class ChildSide:
             return start
         ws = turns.session
         recorder = ws.recorder
-        # The same gate as `on_update`'s (the lifecycle's), and a turn open to record on.
-        if Act.RECORD not in ws.to(CHILD_UPDATE) or recorder is None or ws.log.closed:
+        # The same gate as `on_update`'s (the lifecycle's), a turn open to record on,
+        # and nothing held from the editor (`on_update` holds it).
+        if Act.RECORD not in ws.to(CHILD_UPDATE) or recorder is None or ws.log.closed or ws.held is not None:
             return start
         updates: list[dict[str, Any]] = []
         index, count = start, len(batch)
@@ -205,6 +250,8 @@ class ChildSide:
 
     async def on_message(self, link: ChildLink, method: str, params: Any, is_request: bool) -> Any:
         child_sid = params.get("sessionId") if isinstance(params, dict) else None
+        if self.subagents is not None:  # a subagent's request before its session of ours is made
+            await self.subagents.wait(child_sid)
         if self._sessions.is_stuck(child_sid):
             self._sessions.drop(child_sid, method)
             return kept(method, is_request, "cancelled", "after acp-bridge ended the session's turn")

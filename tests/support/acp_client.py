@@ -304,22 +304,44 @@ class AgentProcess:
                 trail.append(("request_permission", params["toolCall"].get("status")))
         return trail
 
-    def replayed(self, sid: str) -> list[dict[str, Any]]:
-        """The updates for `sid` between the last `session/load` of it and that load's
-        answer: its replay, without what the agent sends live once loaded (opencode
-        sends its commands again right after its load)."""
-        load = next(m["id"] for d, m in reversed(self.transcript) if d == "->" and m.get("method") == "session/load"
+    def replayed(self, sid: str, method: str = "session/load") -> list[dict[str, Any]]:
+        """The updates for `sid` between the last `session/load` of it (or `method`:
+        `session/resume`) and that request's answer: its replay and the session's
+        commands, without what a wrapped agent sends once loaded (opencode sends its
+        commands again right after its load: the wrapper holds them until the next
+        request on the session)."""
+        load = next(m["id"] for d, m in reversed(self.transcript) if d == "->" and m.get("method") == method
                     and (m.get("params") or {}).get("sessionId") == sid)
         updates: list[dict[str, Any]] | None = None
         for direction, message in self.transcript:
-            if direction == "->" and message.get("id") == load and message.get("method") == "session/load":
+            if direction == "->" and message.get("id") == load and message.get("method") == method:
                 updates = []
             elif updates is not None and direction == "<-" and message.get("id") == load and "method" not in message:
                 return updates
             elif updates is not None and direction == "<-" and message.get("method") == "session/update" \
                     and message["params"].get("sessionId") == sid:
                 updates.append(message["params"]["update"])
-        raise AssertionError(f"the session/load of {sid} was not answered")
+        raise AssertionError(f"the {method} of {sid} was not answered")
+
+    def after_answer(self, sid: str, method: str = "session/load") -> list[dict[str, Any]]:
+        """The updates for `sid` written after the answer of the last `method` request
+        on it, up to the client's next request on `sid` (or up to now): what a load or
+        resume must not be followed by (docs/protocol.md, "Sessions")."""
+        asked = next(m["id"] for d, m in reversed(self.transcript) if d == "->" and m.get("method") == method
+                     and (m.get("params") or {}).get("sessionId") == sid)
+        after: list[dict[str, Any]] | None = None
+        for direction, message in self.transcript:
+            if after is None:
+                if direction == "<-" and message.get("id") == asked and "method" not in message:
+                    after = []
+            elif direction == "->" and "id" in message and (message.get("params") or {}).get("sessionId") == sid:
+                return after
+            elif direction == "<-" and message.get("method") == "session/update" \
+                    and message["params"].get("sessionId") == sid:
+                after.append(message["params"]["update"])
+        if after is None:
+            raise AssertionError(f"the {method} of {sid} was not answered")
+        return after
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10,
                        why: str = "what the test waits for from the agent") -> None:

@@ -52,12 +52,13 @@ def asked(cid: str) -> dict[str, Any]:
 def without_prompts(replayed: list[Any]) -> list[Any]:
     """A wrapped session's replay less what only a replay adds: the prompts (our
     `t{n}-user` chunks: live, the editor typed them, so they are not among the updates
-    it received) and the session's title that ends a load (docs/protocol.md,
-    "Sessions")."""
+    it received) and what ends a load before its answer, the session's title, then its
+    commands (docs/protocol.md, "Sessions")."""
     out = [u for u in replayed if not (u.get("sessionUpdate") == "user_message_chunk"
                                       and str(u.get("messageId", "")).endswith("-user"))]
-    if out and out[-1].get("sessionUpdate") == "session_info_update":
-        out.pop()
+    for ending in ("available_commands_update", "session_info_update"):
+        if out and out[-1].get("sessionUpdate") == ending:
+            out.pop()
     return out
 
 

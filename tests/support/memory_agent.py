@@ -1,7 +1,8 @@
 """A raw ACP agent whose answer shows everything it was shown, for tests/test_wrap_switch.py
 (`wrap --agent`: a session handed to another agent must reach it with the conversation).
 
-    python tests/support/memory_agent.py NAME [--record FILE] [--model-option] [--agent-option] [--no-close] [--commands]
+    python tests/support/memory_agent.py NAME [--record FILE] [--model-option] [--agent-option] [--no-close]
+        [--commands [--agent-command]]
 
 Each prompt is answered with one chunk, `NAME saw: ` and the text of every prompt of the
 session so far (the wrapper's seed included), joined by ` | `, then `end_turn`; a prompt
@@ -13,7 +14,8 @@ the id `agent`: the wrapper's option must not hide them (a `set_config_option` o
 also told as a `config_option_update`). `--record FILE` appends every
 message it reads (one JSON line each), `--no-close` leaves `session/close` out of its
 capabilities, `--commands` offers slash commands of its own (`fork` among them) after
-each `session/new` answer. Plain JSON-RPC over stdio, standard library only: it starts fast.
+each `session/new` answer, `--agent-command` one named `agent` too. Plain JSON-RPC over
+stdio, standard library only: it starts fast.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ IDS = itertools.count(1)
 # `--commands`: its own slash commands, one of them named as one of the wrapper's.
 COMMANDS = [{"name": "fork", "description": "the memory agent's own fork"},
             {"name": "recall", "description": "say what it saw", "input": {"hint": "anything"}}]
+AGENT_COMMAND = {"name": "agent", "description": "the memory agent's own agent command"}
 
 
 def options(flags: list[str], model: str) -> list[dict[str, Any]]:
@@ -86,7 +89,8 @@ def main() -> None:
             send({"jsonrpc": "2.0", "id": rid, "result": result})
             if "--commands" in flags:  # after the answer, as our own agent offers its commands
                 send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
-                    "sessionUpdate": "available_commands_update", "availableCommands": COMMANDS}}})
+                    "sessionUpdate": "available_commands_update",
+                    "availableCommands": [*COMMANDS, *([AGENT_COMMAND] if "--agent-command" in flags else [])]}}})
         elif method == "session/prompt":
             sid = params["sessionId"]
             text = prompt_text(params)

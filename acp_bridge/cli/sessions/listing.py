@@ -102,6 +102,8 @@ def _list_json(row: Row) -> dict[str, Any]:
         out["wrapped"] = header["wrapped"]
     if isinstance(header.get("forkedFrom"), dict):  # a fork (docs/persistence.md, "Forks"): as stored
         out["forkedFrom"] = header["forkedFrom"]
+    if isinstance(header.get("parent"), dict):  # a subagent's session (docs/wrap.md, "Subagents")
+        out["parent"] = header["parent"]
     view = row.view
     if view is None:
         out.update({"status": "damaged", "error": row.damaged})
@@ -132,13 +134,50 @@ def _short_path(path: str) -> str:
     return path if len(path) <= 40 else "…" + path[-39:]
 
 
+def parent_of(row: Row) -> str | None:
+    parent = row.header.get("parent")
+    sid = parent.get("sessionId") if isinstance(parent, dict) else None
+    return sid if isinstance(sid, str) else None
+
+
+def under_parents(rows: list[Row]) -> list[tuple[Row, int]]:
+    """`rows` with each subagent's session right under its parent's, if the parent is
+    among them (in their order there), and how deep each is; the rest as they were."""
+    ids = {row.id for row in rows}
+    children: dict[str, list[Row]] = {}
+    for row in rows:
+        parent = parent_of(row)
+        if parent is not None and parent in ids and parent != row.id:
+            children.setdefault(parent, []).append(row)
+    placed: set[str] = set()
+    out: list[tuple[Row, int]] = []
+
+    def put(row: Row, depth: int) -> None:
+        if row.id in placed:
+            return
+        placed.add(row.id)
+        out.append((row, depth))
+        for child in children.get(row.id, []):
+            put(child, depth + 1)
+
+    for row in rows:
+        parent = parent_of(row)
+        if parent is None or parent not in ids or parent == row.id:
+            put(row, 0)
+    for row in rows:  # a cycle of parents (a hand-edited store): each row once
+        put(row, 0)
+    return out
+
+
 def _list_table(rows: list[Row]) -> str:
     table = [("ID", "UPDATED", "TURNS", "LAST TURN", "TOKENS IN/OUT", "CWD", "TITLE")]
-    for row in rows:
+    for row, depth in under_parents(rows):
         view = row.view
         updated = "?" if row.updated is None else local_time(row.updated, seconds=False)
         cwd = _short_path(one_line(str(row.header.get("cwd", ""))))
         title = cut(one_line(row.title or ""), 60)
+        if depth:  # a subagent's session, under its parent's
+            title = "  " * (depth - 1) + "└ " + title
         if view is None:
             table.append((row.id, updated, "?", "damaged", "", cwd, title))
             continue

@@ -73,7 +73,8 @@ Decisions (DESIGN.md section 6 leaves the details open):
   the command line (quoted as a shell reads it, control characters escaped). `list
   --json` carries `wrapped` as stored. The updates that have no event of their own
   (`wrapped/update`: plans, commands, titles) are replayed by `load` but not shown here,
-  and those before the first turn belong to no turn.
+  and those before the first turn belong to no turn; but the agent's notices, never
+  replayed, are shown here, where they came in their turn ("Notice (warning): ...").
 - **export --format md**: the same content as Markdown, nothing cut, results and
   arguments in fences longer than any backtick run inside them, diffs as `diff` blocks.
   **--format jsonl**: the stored lines exactly: for JSONL the file's bytes (as one read
