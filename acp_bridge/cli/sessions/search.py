@@ -19,13 +19,13 @@ if TYPE_CHECKING:
 
 ENDED = ("completed", "cancelled", "error", "interrupted", "running", "max_tokens", "max_steps", "refusal")
 LIMIT = 20
-MAX_HITS = 2**31 - 1  # a larger -n is "all of them": the databases take no larger LIMIT alike
 # `--since 7d`: a number and a unit, back from now.
 UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-# What a time filter is held to (epoch ms, about ±285,000 years): beyond any turn,
-# within every database's integers. `--since 0001-01-01` or `--since 99999999999d` is
-# "from the start"; a time this machine cannot convert from local time is one of these.
-EARLIEST_MS, LATEST_MS = -(2**53), 2**53
+# The times a filter may name (epoch ms): from 1970, before which no session started, to
+# the end of year 9999. A date outside, or not convertible from local time here
+# (`0001-01-01` in a zone ahead of UTC), is a usage error (docs/cli.md: one line, exit 2),
+# never a traceback; a span back past 1970 is from the start.
+EARLIEST_MS, LATEST_MS = 0, 253_402_300_799_999
 MAX_NAME = 1_000
 """Characters of `--agent` or `--model` at most (SQLite refuses a LIKE pattern over
 50,000 bytes; no agent or model is named so): a longer one is a usage error."""
@@ -57,7 +57,9 @@ def search_options(parser: argparse.ArgumentParser) -> None:
                         choices=("prompt", "answer", "thought", "tool", "output", "summary"),
                         help="only these texts: prompt, answer, thought, tool (a call), output (a call's), "
                              "summary (a compaction's); repeat it for several")
-    parser.add_argument("-n", "--limit", type=int, default=LIMIT, metavar="N",
+    from acp_bridge.cli.startup import count
+
+    parser.add_argument("-n", "--limit", type=count, default=LIMIT, metavar="N",
                         help=f"at most N turns (default {LIMIT})")
     parser.add_argument("--json", action="store_true", help="machine-readable JSON")
 
@@ -70,21 +72,26 @@ def parse_when(text: str, option: str, now_ms: int) -> int:
     from acp_bridge.errors import ConfigError
 
     value = text.strip()
+    shown = text if len(text) <= 60 else text[:59] + "…"
     relative = re.fullmatch(r"(\d{1,30})\s*([mhdw])", value)
-    if relative:
-        return max(EARLIEST_MS, now_ms - int(relative.group(1)) * UNITS[relative.group(2)] * 1000)
-    try:
-        when = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        shown = text if len(text) <= 60 else text[:59] + "…"
-        raise ConfigError(option, f"not a time: {shown!r}; give YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] "
-                                  "(local time) or a span back from now: 30m, 12h, 7d, 2w") from None
-    try:
-        if when.tzinfo is None:
-            when = when.astimezone()  # local time
-        return min(max(EARLIEST_MS, int(when.timestamp() * 1000)), LATEST_MS)
-    except (ValueError, OverflowError, OSError):  # year 1, year 9999 in a zone ahead of UTC
-        return EARLIEST_MS if when.year < 1970 else LATEST_MS
+    when_ms: int | None = None
+    if relative:  # a span back past 1970 is "from the start" (`--since 100000d`)
+        when_ms = max(EARLIEST_MS, now_ms - int(relative.group(1)) * UNITS[relative.group(2)] * 1000)
+    else:
+        try:
+            when = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            raise ConfigError(option, f"not a time: {shown!r}; give YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] "
+                                      "(local time) or a span back from now: 30m, 12h, 7d, 2w") from None
+        try:
+            if when.tzinfo is None:
+                when = when.astimezone()  # local time
+            when_ms = int(when.timestamp() * 1000)
+        except (ValueError, OverflowError, OSError):  # year 1, year 9999 in a zone ahead of UTC
+            pass
+    if when_ms is None or not EARLIEST_MS <= when_ms <= LATEST_MS:
+        raise ConfigError(option, f"{shown!r} is not a time from 1970 to 9999, when sessions can have run")
+    return when_ms
 
 
 def filters_of(args: argparse.Namespace, *, kinds: bool = False) -> Filters:
@@ -192,7 +199,7 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
             print(line, file=sys.stderr)
         if query.cut is not None:
             print(f"{prog}: {query.cut}", file=sys.stderr)
-        hits = find(source, index, query, filters, min(max(0, args.limit), MAX_HITS))
+        hits = find(source, index, query, filters, args.limit)
     finally:
         index.close()
     if args.json:
