@@ -57,11 +57,17 @@ def search_options(parser: argparse.ArgumentParser) -> None:
                         choices=("prompt", "answer", "thought", "tool", "output", "summary"),
                         help="only these texts: prompt, answer, thought, tool (a call), output (a call's), "
                              "summary (a compaction's); repeat it for several")
-    from acp_bridge.cli.startup import count
-
     parser.add_argument("-n", "--limit", type=count, default=LIMIT, metavar="N",
                         help=f"at most N turns (default {LIMIT})")
     parser.add_argument("--json", action="store_true", help="machine-readable JSON")
+
+
+def count(text: str) -> int:
+    """`-n N` of `list` and `search`: acp_bridge.cli.startup.count, imported when -n is
+    given (the parser is built on every start, and startup is not light)."""
+    from acp_bridge.cli.startup import count
+
+    return count(text)
 
 
 def parse_when(text: str, option: str, now_ms: int) -> int:
