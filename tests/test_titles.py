@@ -257,11 +257,11 @@ def test_jsonl_a_failed_write_leaves_the_title_pending_until_a_durable_one(
     s.close()
 
 
-def test_a_title_file_its_fork_left_behind_is_swept_at_the_next_open(tmp_path: Path) -> None:
+def test_a_title_file_its_fork_left_behind_is_swept_by_the_next_list(tmp_path: Path) -> None:
     """A fork's title file is published before its log, locked until the log is out
     (issue 34, point 11): one left by a fork killed in between (no log, no lock) is
-    removed when the store is next opened; one whose fork is still copying (locked), and
-    one whose session has its log, stay."""
+    removed by the next list (or fork); one whose fork is still copying (locked), and one
+    whose session has its log, stay."""
     import fcntl
 
     from session.backends.jsonl_title import keep_for_fork
@@ -284,9 +284,11 @@ def test_a_title_file_its_fork_left_behind_is_swept_at_the_next_open(tmp_path: P
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
             finally:
                 os.close(other)
-        SessionStore(open_backend("jsonl", root)).close()
+        listing = SessionStore(open_backend("jsonl", root))
+        assert [s["id"] for s in listing.list()] == [log.id]
         assert sorted(p.name for p in titles.iterdir()) == sorted([f"{copying}.json", f"{log.id}.json"])
     finally:
         os.close(held)
-    SessionStore(open_backend("jsonl", root)).close()  # its fork gone without its log: swept
+    listing.list()  # its fork gone without its log: swept
+    listing.close()
     assert [p.name for p in titles.iterdir()] == [f"{log.id}.json"]

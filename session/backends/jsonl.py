@@ -61,7 +61,6 @@ class JsonlBackend:
         self.locks_dir = private_dir(self.root / "locks")
         self.torn_dir = self.root / "torn"
         self.titles_dir = self.root / TITLES
-        sweep(self.titles_dir, self.sessions_dir)  # what forks killed before their log was out left
 
     def path_of(self, session_id: str) -> Path:
         return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
@@ -117,6 +116,10 @@ class JsonlBackend:
         source = self.path_of(source_id)
         if not source.exists():
             raise SessionNotFoundError(f"session {source_id} not found", session_id=source_id)
+        # What forks killed before their log was out left (jsonl_title.sweep): one scan
+        # of each folder, beside a copy that reads a whole log.
+        sweep(self.titles_dir, self.sessions_dir,
+              kept_ids(self.titles_dir) - {p.stem for p in self.sessions_dir.glob("*.jsonl")})
 
         def content() -> Iterator[bytes]:
             yield orjson.dumps(header) + b"\n"
@@ -127,7 +130,7 @@ class JsonlBackend:
         # A title the fork's header and first prompt would not give (a `/title` it
         # holds) is kept first: a crash before the log is published leaves a title
         # file that names no session, never a fork that lost its title; the file is
-        # locked until then, and such a file is swept at the next open (jsonl_title).
+        # locked until then, and such a file is swept by the next fork or list.
         held = keep_for_fork(self.titles_dir, sid, title) if title is not None and title != header.get("title") \
             else None
         try:
@@ -143,10 +146,14 @@ class JsonlBackend:
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
         titled = kept_ids(self.titles_dir)
+        logs = set()
         for path in self.sessions_dir.glob("*.jsonl"):
+            logs.add(path.stem)
             summary = summary_of(path, self.titles_dir if path.stem in titled else None)
             if summary is not None:
                 out.append(summary)
+        if titled - logs:  # a fork's title file, left by a kill before its log was out?
+            sweep(self.titles_dir, self.sessions_dir, titled - logs)
         return out
 
     def delete(self, session_id: str) -> None:

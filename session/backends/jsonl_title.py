@@ -19,8 +19,8 @@ never titled has no file, and `list` finds the few that do with one scan of `tit
 A fork's file is published before its log: a crash in between leaves a file that names
 no session, never a fork whose title is lost. The fork holds a lock on its file until
 its log is published (`keep_for_fork`), so that such a file, left by a fork killed
-while it copied, is told from one whose fork is still at work, and removed the next
-time the store is opened (`sweep`).
+while it copied, is told from one whose fork is still at work, and removed by the next
+fork or list of the store (`sweep`: both scan the folders anyway, an open does not).
 """
 
 from __future__ import annotations
@@ -125,11 +125,12 @@ def keep_for_fork(titles_dir: Path, session_id: str, title: str) -> int:
                         session_id=session_id)
 
 
-def sweep(titles_dir: Path, sessions_dir: Path) -> None:
-    """Remove the title files of forks killed before their log was published: a file
-    whose session has no log and whose fork holds no lock on it. Nothing is said of a
+def sweep(titles_dir: Path, sessions_dir: Path, candidates: set[str]) -> None:
+    """Remove the title files of forks killed before their log was published: of the
+    `candidates` (sessions with a title file and, when looked, no log), each whose
+    session still has no log and whose fork holds no lock on it. Nothing is said of a
     file that cannot be removed (a read-only store): it names no session."""
-    for session_id in kept_ids(titles_dir):
+    for session_id in candidates:
         log = sessions_dir / f"{session_id}.jsonl"
         path = title_path(titles_dir, session_id)
         if not log.exists() and held_by_nobody(path) and not log.exists():  # again: done meanwhile?
