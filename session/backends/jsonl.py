@@ -119,7 +119,7 @@ class JsonlBackend:
         # What forks killed before their log was out left (jsonl_title.sweep): one scan
         # of each folder, beside a copy that reads a whole log.
         sweep(self.titles_dir, self.sessions_dir,
-              kept_ids(self.titles_dir) - {p.stem for p in self.sessions_dir.glob("*.jsonl")})
+              kept_ids(self.titles_dir) - {n[:-6] for n in os.listdir(self.sessions_dir) if n.endswith(".jsonl")})
 
         def content() -> Iterator[bytes]:
             yield orjson.dumps(header) + b"\n"
