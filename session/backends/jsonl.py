@@ -38,7 +38,7 @@ from session.backends.base import (
     validate_session_id,
 )
 from session.backends.jsonl_read import READ_BLOCK, JsonlReader, JsonlStream, log_opener, summary_of
-from session.backends.jsonl_title import TITLES, TitleKeeper, forget, keep, kept_ids
+from session.backends.jsonl_title import TITLES, TitleKeeper, forget, keep_for_fork, kept_ids, sweep
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.files import (
@@ -114,7 +114,8 @@ class JsonlBackend:
     def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
              title: str | None) -> None:
         # The source's lines are copied as stored (bytes, not re-encoded), a block at a
-        # time, into a temp file that is published whole: a crash leaves no fork.
+        # time, into a file that is published whole (written without a name until then:
+        # session.files.publish), so that a crash or a kill leaves no fork and no file.
         # The source is opened first: a delete that comes after this (a request at the
         # same time as the fork) leaves the open file readable, so the fork holds what
         # its plan read; one that came before is "not found", never a failed write.
@@ -124,6 +125,10 @@ class JsonlBackend:
                 source = stack.enter_context(open(self.path_of(source_id), "rb"))
             except FileNotFoundError:
                 raise SessionNotFoundError(f"session {source_id} not found", session_id=source_id) from None
+            # What forks killed before their log was out left (jsonl_title.sweep): one scan
+            # of each folder, beside a copy that reads a whole log.
+            sweep(self.titles_dir, self.sessions_dir,
+                  kept_ids(self.titles_dir) - {n[:-6] for n in os.listdir(self.sessions_dir) if n.endswith(".jsonl")})
 
             def content() -> Iterator[bytes]:
                 yield orjson.dumps(header) + b"\n"
@@ -133,16 +138,19 @@ class JsonlBackend:
 
             # A title the fork's header and first prompt would not give (a `/title` it
             # holds) is kept first: a crash before the log is published leaves a title
-            # file that names no session, never a fork that lost its title.
-            kept = title is not None and title != header.get("title")
-            if kept:
-                keep(self.titles_dir, sid, title, pending=None)
+            # file that names no session, never a fork that lost its title; the file is
+            # locked until then, and such a file is swept by the next fork or list.
+            held = keep_for_fork(self.titles_dir, sid, title) if title is not None and title != header.get("title") \
+                else None
             try:
                 publish(self.path_of(sid), content(), session_id=sid)
             except BaseException:
-                if kept:
+                if held is not None:
                     forget(self.titles_dir, sid)
                 raise
+            finally:
+                if held is not None:
+                    os.close(held)
 
     def publish(self, header: Header, records: Sequence[Encoded], *, title: str | None,
                 after: int | None = None) -> None:
@@ -173,10 +181,14 @@ class JsonlBackend:
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
         titled = kept_ids(self.titles_dir)
+        logs = set()
         for path in self.sessions_dir.glob("*.jsonl"):
+            logs.add(path.stem)
             summary = summary_of(path, self.titles_dir if path.stem in titled else None)
             if summary is not None:
                 out.append(summary)
+        if titled - logs:  # a fork's title file, left by a kill before its log was out?
+            sweep(self.titles_dir, self.sessions_dir, titled - logs)
         return out
 
     def delete(self, session_id: str) -> None:

@@ -60,6 +60,7 @@ from session.backends.postgres_connect import (
     lock_holder_args,
     lock_key,
     locked_error,
+    nul_free,
     schema_version,
     schema_version_error,
     set_durable,
@@ -330,16 +331,16 @@ class PostgresBackend:
         import orjson
 
         rows = self._query(
-            f"SELECT s.id, s.cwd, s.title, {UPDATED_AT}, s.header -> 'additionalDirectories' "
+            f"SELECT s.id, s.cwd, s.title, {UPDATED_AT}, CASE WHEN {nul_free('s.header')} THEN "
+            "json_build_object('additionalDirectories', s.header -> 'additionalDirectories') ELSE s.header END "
             "FROM acp_bridge.sessions s", ())
         out: list[SessionSummary] = []
         for sid, cwd, title, updated_at, extra in rows:
             summary: SessionSummary = {"id": sid, "cwd": cwd, "title": title,
                                        "updatedAt": int(updated_at)}
-            if extra is not None:
-                dirs = orjson.loads(extra)
-                if dirs:
-                    summary["additionalDirectories"] = list(dirs)
+            dirs = orjson.loads(extra).get("additionalDirectories")
+            if dirs:
+                summary["additionalDirectories"] = list(dirs)
             out.append(summary)
         return out
 
