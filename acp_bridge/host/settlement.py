@@ -6,7 +6,7 @@ a prompt's answer and a later `session/load` tell the same story. Success answer
 `_meta.acpBridge = {turn, reason}` (the persisted reason verbatim); failed turns become
 JSON-RPC errors: a wrapped agent's own error answer again, as it sent it, or ours, whose
 `data` says which turn and step failed and whether a retry may help. The answer's
-`usage` (ACP's `PromptResponse.usage`, unstable in schema-v1.21.0) is the sum of the
+`usage` (ACP's `PromptResponse.usage`, unstable in schema-v1.25.0) is the sum of the
 turn's `assistant/message` usage as the log recorded it (`turn_usage`).
 """
 
