@@ -31,7 +31,7 @@ from acp.exceptions import RequestError
 from pydantic import BaseModel, ValidationError
 
 from tests.support.acp_schema import RequestId, method_table
-from tests.support.sdk_clients import IN, OUT, Pending, SdkClient, SdkRequestError, compare
+from tests.support.sdk_clients import CANCELS, IN, OUT, Pending, SdkClient, SdkRequestError, compare
 
 
 def dumped(model: BaseModel) -> dict[str, Any]:
@@ -92,6 +92,7 @@ class PyClient(SdkClient):
         self._stderr_file = stderr_file
         self._ids: dict[RequestId, str] = {}  # our requests' ids -> their methods
         self._refused_updates = 0  # session/update notifications the SDK's model refuses
+        self._armed: dict[str, tuple[str, Pending]] = {}  # session -> its prompt's cancel (`start`)
 
     async def __aenter__(self) -> PyClient:
         self._stderr = open(self._stderr_file, "ab")  # noqa: SIM115  # closed in __aexit__
@@ -120,25 +121,40 @@ class PyClient(SdkClient):
     def _rpc(self) -> Any:
         return self._conn._conn
 
-    def start(self, method: str, params: Mapping[str, Any]) -> Pending:
+    def start(self, method: str, params: Mapping[str, Any], *, cancel_at_chunk: str | None = None) -> Pending:
         pending = Pending(method)
+        if cancel_at_chunk is not None:
+            assert cancel_at_chunk in CANCELS, cancel_at_chunk
+            self._armed[params["sessionId"]] = (cancel_at_chunk, pending)
 
         async def run() -> None:
             # The id the SDK gives this request: it is taken before send_request's first
             # wait, with nothing run in between.
             pending.request_id = self._rpc()._next_request_id
             self._ids[pending.request_id] = method
+            sent = anyio.current_time()
             try:
                 result = await self._rpc().send_request(method, dict(params))
             except RequestError as exc:
+                pending.took = anyio.current_time() - sent
                 pending.settle(error=SdkRequestError(exc.code, str(exc), exc.data))
             except Exception as exc:  # the connection is gone: the test sees it as an error
                 pending.settle(error=SdkRequestError(None, repr(exc)))
             else:
+                pending.took = anyio.current_time() - sent
                 pending.settle(result=result)
 
         self._tg.start_soon(run)
         return pending
+
+    def _cancel_now(self, way: str, pending: Pending, session_id: str) -> None:
+        """`cancel_at_chunk`'s cancel, as the chunk is read (SdkClient.start)."""
+        if way == "session/cancel":
+            self._tg.start_soon(self.notify, "session/cancel", {"sessionId": session_id})
+        elif way == "$/cancel_request":
+            self._tg.start_soon(self.notify, "$/cancel_request", {"requestId": pending.request_id})
+        else:
+            pending.close = self.start("session/close", {"sessionId": session_id})
 
     async def cancel_request(self, pending: Pending) -> None:
         await self.until(lambda: pending.request_id is not None, f"the id of {pending.method}")
@@ -174,6 +190,11 @@ class PyClient(SdkClient):
             return
         self.traffic.append((IN, message))
         self._check(message)
+        params = message.get("params")
+        if message.get("method") == "session/update" and isinstance(params, dict) \
+                and params.get("sessionId") in self._armed \
+                and (params.get("update") or {}).get("sessionUpdate") == "agent_message_chunk":
+            self._cancel_now(*self._armed.pop(params["sessionId"]), params["sessionId"])
 
     def _check(self, message: dict[str, Any]) -> None:
         """The agent's `message` parsed by the SDK's model of its definition."""

@@ -32,6 +32,8 @@ from tests.support.acp_schema import RequestId, SchemaViolation, validate_agent_
 from tests.support.waiting import until
 
 IN, OUT = "in", "out"
+# The ways a client cancels a running prompt (SdkClient.start's `cancel_at_chunk`).
+CANCELS = ("session/cancel", "$/cancel_request", "session/close")
 
 
 class SdkRequestError(Exception):
@@ -54,6 +56,8 @@ class Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
     result: Any = None
     error: SdkRequestError | None = None
+    took: float | None = None  # seconds from sending it to its answer, by the client's clock
+    close: Pending | None = None  # the `session/close` that cancelled it (`cancel_at_chunk`)
 
     async def answer(self, timeout: float = 30) -> Any:
         with anyio.fail_after(timeout):
@@ -122,8 +126,13 @@ class SdkClient(abc.ABC):
     # --- what a test does ---------------------------------------------------------------
 
     @abc.abstractmethod
-    def start(self, method: str, params: Mapping[str, Any]) -> Pending:
-        """Send `method` through the SDK; its answer comes on the returned Pending."""
+    def start(self, method: str, params: Mapping[str, Any], *, cancel_at_chunk: str | None = None) -> Pending:
+        """Send `method` through the SDK; its answer comes on the returned Pending.
+        `cancel_at_chunk` (a prompt's): the client cancels it as soon as it sees the
+        first `agent_message_chunk` of its session, by "session/cancel",
+        "$/cancel_request" or "session/close" (whose own Pending is `close`), as a person
+        pressing stop would: decided in the client as the chunk comes, not by the test,
+        which sees the traffic later."""
 
     async def request(self, method: str, params: Mapping[str, Any], *, timeout: float = 30) -> Any:
         return await self.start(method, params).answer(timeout)

@@ -21,7 +21,7 @@ import anyio
 import anyio.abc
 
 from tests.support.acp_schema import RequestId
-from tests.support.sdk_clients import IN, OUT, Pending, SdkClient, SdkRequestError
+from tests.support.sdk_clients import CANCELS, IN, OUT, Pending, SdkClient, SdkRequestError
 
 ENV = "ACP_BRIDGE_TEST_TS_SDK"
 CLIENT_JS = Path(__file__).resolve().parent / "ts_client" / "client.mjs"
@@ -90,11 +90,21 @@ class TsClient(SdkClient):
         assert self._proc.stdin is not None
         await self._proc.stdin.send(json.dumps(op).encode() + b"\n")
 
-    def start(self, method: str, params: Mapping[str, Any]) -> Pending:
+    def start(self, method: str, params: Mapping[str, Any], *, cancel_at_chunk: str | None = None) -> Pending:
+        pending = self._new(method)
+        op = {"op": "request", "tag": pending.tag, "method": method, "params": dict(params)}
+        if cancel_at_chunk is not None:
+            assert cancel_at_chunk in CANCELS, cancel_at_chunk
+            op["cancelAtChunk"] = cancel_at_chunk
+            if cancel_at_chunk == "session/close":
+                pending.close = self._new("session/close")
+                op["closeTag"] = pending.close.tag
+        self._tg.start_soon(self._send, op)
+        return pending
+
+    def _new(self, method: str) -> Pending:
         self._tags += 1
-        tag = f"t{self._tags}"
-        pending = self._pending[tag] = Pending(method, tag)
-        self._tg.start_soon(self._send, {"op": "request", "tag": tag, "method": method, "params": dict(params)})
+        pending = self._pending[f"t{self._tags}"] = Pending(method, f"t{self._tags}")
         return pending
 
     async def cancel_request(self, pending: Pending) -> None:
@@ -156,6 +166,7 @@ class TsClient(SdkClient):
             self.asked.append((event["method"], event["params"]))
         elif kind in ("result", "error"):
             pending = self._pending.pop(event["tag"])
+            pending.took = event["ms"] / 1000
             if kind == "result":
                 pending.settle(result=event["result"])
             else:

@@ -9,7 +9,12 @@
 // here: the SDK (and its zod) is imported from the folder `sdk` names.
 //
 // stdin: one JSON op a line from the test
-//   {"op": "request", "tag", "method", "params"}  ctx.request(method, params), cancellable
+//   {"op": "request", "tag", "method", "params", "cancelAtChunk"?, "closeTag"?}
+//                                                    ctx.request(method, params), cancellable;
+//                                                    a prompt cancelled by the client itself at
+//                                                    its session's first agent_message_chunk,
+//                                                    by "session/cancel", "$/cancel_request" or
+//                                                    "session/close" (answered under closeTag)
 //   {"op": "cancel", "tag"}                          abort it: the SDK sends `$/cancel_request`
 //   {"op": "notify", "method", "params"}             ctx.notify(method, params)
 //   {"op": "raw", "text", "id"?}                     a line written as it is, past the SDK; the
@@ -22,7 +27,8 @@
 //                                                    in is checked by the SDK's zod schemas
 //   {"ev": "update", "params"} {"ev": "asked", "method", "params", "answer"}
 //                                                    what the SDK delivered to the client's handlers
-//   {"ev": "result", "tag", "result"} {"ev": "error", "tag", "error"}
+//   {"ev": "result", "tag", "result", "ms"} {"ev": "error", "tag", "error", "ms"}
+//                                                    (ms: from sending the request to its answer)
 //   {"ev": "exit", "code", "signal"}
 //
 // The zod check of a line: its params (a request or notification) or result (an answer to
@@ -238,10 +244,35 @@ const app = acp.client({ name: "acp-bridge-tests" })
     emit({ ev: "asked", method: "elicitation/create", params, answer });
     return answer;
   })
-  .onNotification("session/update", ({ params }) => emit({ ev: "update", params }))
+  .onNotification("session/update", ({ params }) => {
+    emit({ ev: "update", params });
+    const arm = armed.get(params.sessionId);
+    if (arm && params.update.sessionUpdate === "agent_message_chunk") {
+      armed.delete(params.sessionId);
+      cancelNow(arm, params.sessionId);
+    }
+  })
   .onNotification("elicitation/complete", ({ params }) => emit({ ev: "asked", method: "elicitation/complete", params }));
 
 const running = new Map(); // tag -> AbortController of a request in flight
+const armed = new Map(); // sessionId -> {way, tag, closeTag}: a prompt to cancel at its first chunk
+let agentContext = null; // the ClientContext of the connection, once it is made
+
+function send(tag, method, params) {
+  const abort = new AbortController();
+  running.set(tag, abort);
+  const sent = performance.now();
+  agentContext.request(method, params, { cancellationSignal: abort.signal }).then(
+    (result) => emit({ ev: "result", tag, result: result ?? null, ms: performance.now() - sent }),
+    (error) => emit({ ev: "error", tag, error: errorOf(error), ms: performance.now() - sent }),
+  ).finally(() => running.delete(tag));
+}
+
+function cancelNow(arm, sessionId) {
+  if (arm.way === "session/cancel") void agentContext.notify("session/cancel", { sessionId });
+  else if (arm.way === "$/cancel_request") running.get(arm.tag)?.abort("cancelled by the client");
+  else send(arm.closeTag, "session/close", { sessionId });
+}
 
 function errorOf(error) {
   if (error && typeof error.code === "number") {
@@ -251,17 +282,16 @@ function errorOf(error) {
 }
 
 async function serve(ctx) {
+  agentContext = ctx;
   const ops = createInterface({ input: process.stdin, crlfDelay: Infinity });
   for await (const line of ops) {
     if (!line.trim()) continue;
     const op = JSON.parse(line);
     if (op.op === "request") {
-      const abort = new AbortController();
-      running.set(op.tag, abort);
-      ctx.request(op.method, op.params ?? {}, { cancellationSignal: abort.signal }).then(
-        (result) => emit({ ev: "result", tag: op.tag, result: result ?? null }),
-        (error) => emit({ ev: "error", tag: op.tag, error: errorOf(error) }),
-      ).finally(() => running.delete(op.tag));
+      if (op.cancelAtChunk) {
+        armed.set(op.params.sessionId, { way: op.cancelAtChunk, tag: op.tag, closeTag: op.closeTag });
+      }
+      send(op.tag, op.method, op.params ?? {});
     } else if (op.op === "cancel") {
       running.get(op.tag)?.abort("cancelled by the test");
     } else if (op.op === "notify") {
