@@ -83,11 +83,13 @@ class SessionLoad:
                 if closers:
                     yield closers
         except BaseException:
-            stream.close()
-            if handle is not None:
-                handle.close()
-            else:
-                stream.release()
+            try:
+                stream.close()
+            finally:  # the owner lock goes whatever the close did (issue 34: a lock kept)
+                if handle is not None:
+                    handle.close()
+                else:
+                    stream.release()
             raise
         report = report_of(closers, torn_bytes=torn.size if torn else 0,
                            torn_records=torn.records if torn else 0, kept_aside=kept_aside)

@@ -350,7 +350,8 @@ async def test_deep_content_in_a_prompt_is_invalid_params(tmp_path: Path, empty_
         sid = await agent.new_session(empty_work)
         answer = await raw_call(agent, line(request("deep", "session/prompt", {
             "sessionId": sid, "prompt": [{"type": "text", "text": "deep", "_meta": deep}]})), "deep", "session/prompt")
-        assert code_of(answer) == -32602
+        # Refused where it is read: nested past the one limit (docs/protocol.md, "Limits").
+        assert code_of(answer) == -32600 and answer["error"]["data"]["code"] == "too_deep"
         # nothing but the session's commands, offered when it opened
         assert [u["sessionUpdate"] for u in agent.updates_of(sid)] == ["available_commands_update"]
 

@@ -244,3 +244,36 @@ def test_the_link_holds_a_read_only_while_runs_come_read_after_read() -> None:
     assert [pacer.ran(4, 0.003), pacer.ran(5, 0.004), pacer.ran(6, 0.005)] == pytest.approx([0.004, 0.005, 0.006])
     assert pacer.ran(6, 0.005) is None  # a second run in the same read (another session's)
     assert pacer.ran(8, 0.010) is None  # the stream paused for a read
+
+
+async def test_a_hook_on_an_answer_runs_as_it_is_read_before_what_follows_it() -> None:
+    """`ask(..., on_answer=)`: the hook runs in the reader as the answer is read, before
+    a notification read right after it in the same read (the wrapper binds a loaded
+    session there, so what the child sends behind its load answer is the session's)."""
+    seen: list[Any] = []
+    gate = anyio.Event()
+
+    class Later(Batches):
+        async def batches(self) -> AsyncIterator[list[bytes | TooLong]]:
+            await gate.wait()  # after the request went out
+            async for batch in super().batches():
+                yield batch
+
+    answer = orjson.dumps({"jsonrpc": "2.0", "id": 7, "result": {"ok": True}}) + b"\n"
+    conn = Connection(Later([[answer, msg("note", {"n": 1})]]), FakeWriter(), {},
+                      inline={"note": lambda p: seen.append(("note", p))}, ids=iter([7]))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(conn.serve)
+
+        async def ask() -> None:
+            result = await conn.ask("x", {}, on_answer=lambda ok: seen.append(("answered", ok)))
+            seen.append(("awaited", result))
+
+        tg.start_soon(ask)
+        await anyio.wait_all_tasks_blocked()
+        gate.set()
+        with anyio.fail_after(5):
+            while len(seen) < 3:
+                await anyio.sleep(0)
+        tg.cancel_scope.cancel()
+    assert seen == [("answered", True), ("note", {"n": 1}), ("awaited", {"ok": True})]

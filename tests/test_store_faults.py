@@ -261,3 +261,31 @@ def test_sqlite_delete_on_a_full_disk_uses_the_reserve_and_purges_what_it_could_
         counts = dict(db.execute("SELECT session_id, count(*) FROM events GROUP BY session_id").fetchall())
     assert counts == {kept.id: len(Script().text_turn().items) * 39}
     reopened.close()
+
+
+def test_a_load_that_fails_lets_go_of_the_session_even_if_closing_its_stream_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 34, point 1: a failed SQLite load raised again from its stream's close (a
+    # connection used from another thread), and kept the owner lock for good.
+    from session.backends.memory import MemoryBackend, MemoryStream
+
+    store = SessionStore(MemoryBackend())
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn())
+    log.close()
+
+    def broken_blocks(self: MemoryStream) -> Any:
+        raise sqlite3.ProgrammingError("the read failed")
+        yield  # a generator
+
+    def broken_close(self: MemoryStream) -> None:
+        raise sqlite3.ProgrammingError("so did the close")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(MemoryStream, "blocks", broken_blocks)
+        patched.setattr(MemoryStream, "close", broken_close)
+        with pytest.raises(sqlite3.ProgrammingError):
+            store.load(log.id)
+    loaded = store.load(log.id)  # not refused as locked: the failed load let it go
+    assert loaded.log.id == log.id
+    loaded.log.close()

@@ -29,6 +29,7 @@ from acp_bridge.rpc.incoming import Fallback, Incoming, Inline, current_request_
 from acp_bridge.rpc.outgoing import BeforeWrite, Outgoing
 from acp_bridge.rpc.protocol import (
     INVALID_REQUEST,
+    MAX_DEPTH,
     PARSE_ERROR,
     ClientError,
     ErrorMapper,
@@ -37,6 +38,7 @@ from acp_bridge.rpc.protocol import (
     internal_error,
     is_id,
     is_response,
+    nested_deeper,
     own_request_id,
     request_key,
     request_message,
@@ -130,6 +132,9 @@ class Connection:
         self.drain = self._out.drain
         self._ids = ids if ids is not None else map(own_request_id, itertools.count(1))
         self._pending: dict[tuple[str, Any], tuple[anyio.Event, list[Any]]] = {}
+        # Our requests whose answer is acted on in the reader as it is read, before the
+        # messages after it (`ask(..., on_answer=)`): key -> the hook, told if it is a result.
+        self._on_answer: dict[tuple[str, Any], Callable[[bool], None]] = {}
         self._after: dict[Any, list[Any]] = {}  # request id -> messages to send after its answer
         self._active = 0  # requests (or batches) handed to a task and not finished
         self._workers: list[_Slot] = []  # idle worker tasks, waiting for a request
@@ -149,12 +154,16 @@ class Connection:
         one read: a session/cancel and the `cancelled` answer ACP asks for after it)."""
         return await self.ask(method, params)
 
-    def ask(self, method: str, params: Any) -> Coroutine[Any, Any, Any]:
+    def ask(self, method: str, params: Any, *,
+            on_answer: Callable[[bool], None] | None = None) -> Coroutine[Any, Any, Any]:
         """`request`, queued before this returns (so what the caller sends next goes
         after it, whoever waits for the answer, and when): await what it returns for
-        the answer."""
+        the answer. `on_answer(is_result)` runs in the reader as the answer is read,
+        before the messages read after it (the awaiting task runs later)."""
         request_id = next(self._ids)
         key, done, slot = self._pend(request_id)
+        if on_answer is not None:
+            self._on_answer[key] = on_answer
         self.send(request_message(request_id, method, params))
         return self._answer(method, request_id, key, done, slot)
 
@@ -183,6 +192,7 @@ class Connection:
             raise
         finally:
             self._pending.pop(key, None)
+            self._on_answer.pop(key, None)
         kind, value = slot[0]
         if kind == "error":
             raise ClientError(method, value)
@@ -267,6 +277,12 @@ class Connection:
                     # where it stopped reading).
                     message, line = _UNREAD, line[:-1] if line[-1:] == b"\n" else line
                 else:
+                    if nested_deeper(line, message):  # refused where it is read (protocol.MAX_DEPTH)
+                        if params:
+                            self._run(method, params)
+                            method, params = None, []
+                        self._too_deep(message)
+                        continue
                     # What `Incoming.run_inline` takes, for a method with a run handler.
                     if runs and type(message) is dict and "id" not in message and message.get("jsonrpc") == "2.0":
                         name = message.get("method")
@@ -303,12 +319,47 @@ class Connection:
         except orjson.JSONDecodeError as exc:
             if not line.strip():  # a blank line: nothing
                 return
+            error = RpcError(PARSE_ERROR, "Parse error", {"code": "parse_error", "detail": str(exc)})
+            ours = salvaged_id(line, ours=True)
+            if ours is not None and self._failed(ours, error):
+                return  # the peer's answer to a request of ours that cannot be read: it failed
             # Answered with the request's id where it can still be read, so a client
             # waiting on that id is not left hanging (acp_bridge.rpc.protocol.salvaged_id).
-            self.send(response(salvaged_id(line), error=RpcError(PARSE_ERROR, "Parse error", {
-                "code": "parse_error", "detail": str(exc)})))
+            self.send(response(salvaged_id(line), error=error))
+            return
+        if nested_deeper(line, message):
+            self._too_deep(message)
             return
         self._on_message(message, tg)
+
+    def _too_deep(self, message: Any) -> None:
+        """A message nested deeper than `MAX_DEPTH` (nothing of it could be passed on or
+        recorded): a request is answered with its id, an answer to a request of ours
+        fails that request, a notification is dropped."""
+        error = RpcError(INVALID_REQUEST, f"message nested deeper than {MAX_DEPTH} levels",
+                         {"code": "too_deep", "limit": MAX_DEPTH})
+        if type(message) is not dict:  # a batch, a bare value: no one id to answer with
+            self.send(response(None, error=error))
+        elif is_response(message):
+            if not self._failed(message.get("id"), error):
+                log.warning("an answer nested deeper than %d levels to no request of ours: dropped", MAX_DEPTH)
+        elif "method" in message and "id" not in message:
+            log.warning("a %s notification nested deeper than %d levels: dropped", message.get("method"), MAX_DEPTH)
+        else:  # a request (answered with its id), or no message at all (with id null)
+            request_id = message.get("id")
+            self.send(response(request_id if "method" in message and is_id(request_id) else None, error=error))
+
+    def _failed(self, request_id: Any, error: RpcError) -> bool:
+        """The peer's answer to our request `request_id` could not be taken (`error`
+        says why): the request fails with that error, as an error answer would. False
+        if no request of ours waits for that id."""
+        key = request_key(request_id) if is_id(request_id) else None
+        entry = self._pending.get(key) if key is not None else None
+        if entry is None or entry[0].is_set():
+            return False
+        log.warning("the answer to our request %r could not be taken: %s", request_id, error.message)
+        self._response({"id": request_id, "error": error.to_json()})
+        return True
 
     def _on_message(self, message: Any, tg: anyio.abc.TaskGroup) -> None:
         if type(message) is dict and "method" in message:  # a request or notification (most of a stream)
@@ -358,13 +409,19 @@ class Connection:
             work = await slot.wait()
 
     def _response(self, message: dict[str, Any]) -> None:
-        entry = self._pending.get(request_key(message["id"])) if is_id(message["id"]) else None
+        key = request_key(message["id"]) if is_id(message["id"]) else None
+        entry = self._pending.get(key) if key is not None else None
         if entry is None:
             log.debug("ignoring a response to unknown id %r", message["id"])
             return
         done, slot = entry
+        if done.is_set():
+            return  # answered twice: the first answer stands
         slot.append(("error", message["error"]) if "error" in message else ("result", message.get("result")))
         done.set()
+        hook = self._on_answer.pop(key, None) if self._on_answer and key is not None else None
+        if hook is not None:
+            hook("error" not in message)
 
     async def _batch(self, messages: list[Any]) -> None:
         answers: list[Any] = []

@@ -143,7 +143,36 @@ _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:]|"', re.S)
 _ID_VALUE = re.compile(rb'\s*("(?:[^"\\]|\\.)*"|-?(?:0|[1-9][0-9]*))\s*[,}]', re.S)
 
 
-def salvaged_id(line: bytes) -> Any:
+# The limits of what a connection takes, one policy for both sides of both processes
+# (docs/protocol.md, "Limits"): a line longer than the reader's `max_line` (transport), a
+# message nested deeper than MAX_DEPTH, a line the parser refuses (a lone surrogate
+# escape, invalid UTF-8). Each is refused where it is read: a request answered with an
+# error and its id, an answer to a request of ours settles that request as failed, a
+# notification is dropped (logged). MAX_DEPTH keeps what is passed on, recorded or
+# answered encodable: orjson's writer stops at 254 levels, and an envelope and a log
+# record add a few around a peer's value.
+MAX_DEPTH: Final = 200
+
+
+def nested_deeper(line: bytes, value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` (parsed from `line`) holds arrays and objects nested more than
+    `limit` deep. Linear, and a count of brackets in `line` first: a message with fewer
+    than `limit` of them (every chunk of a stream) is not walked."""
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if type(item) is dict:
+            stack.extend((v, depth + 1) for v in item.values() if type(v) in (dict, list))
+        elif type(item) is list:
+            stack.extend((v, depth + 1) for v in item if type(v) in (dict, list))
+    return False
+
+
+def salvaged_id(line: bytes, *, ours: bool = False) -> Any:
     """The id of a request the JSON parser refused (a lone surrogate escape, nesting
     deeper than it takes, invalid UTF-8, a line cut short), read without trusting the
     rest: the `"id"` member of the top-level object, a string or an integer followed by
@@ -154,6 +183,7 @@ def salvaged_id(line: bytes) -> Any:
     if not text.startswith(b"{"):
         return None  # a batch or a bare value: no one id to answer with
     depth, found, key = 0, None, None
+    take = _own_id_from if ours else _id_from
     for token in _TOKENS.finditer(text):
         raw = token.group()
         if raw in (b"{", b"["):
@@ -169,7 +199,7 @@ def salvaged_id(line: bytes) -> Any:
         elif raw == b":":
             if key is not None and text[key.end():token.start()].strip() == b"" and _is_id_key(key.group()):
                 value = _ID_VALUE.match(text, token.end())
-                found = _id_from(value.group(1)) if value is not None else None
+                found = take(value.group(1)) if value is not None else None
             key = None
         else:
             key = token
@@ -192,6 +222,16 @@ def _id_from(raw: bytes) -> Any:
     if not is_id(value) or (isinstance(value, str) and value.startswith(OWN_ID_PREFIX)):
         return None
     return value
+
+
+def _own_id_from(raw: bytes) -> Any:
+    """An id of ours (`salvaged_id(..., ours=True)`): the peer's answer to one of our
+    requests, which its request then takes as failed."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) and value.startswith(OWN_ID_PREFIX) else None
 
 
 def valid_envelope(request: Any) -> bool:

@@ -39,7 +39,7 @@ from acp_bridge.wrap.signals import (
     RestoreBegan,
     RestoreRefused,
 )
-from acp_bridge.wrap.state import Way
+from acp_bridge.wrap.state import Restoring, Way
 from acp_bridge.wrap.turns import WrappedTurns
 
 if TYPE_CHECKING:
@@ -135,8 +135,15 @@ async def restore(turns: WrappedTurns, link: ChildLink, caps: dict[str, Any],
         method = f"session/{way}"
         ws.to(RestoreBegan(way, last, generation))
         sessions.bind(turns, last)  # its replay is routed to the session (and dropped)
+
+        def answered(ok: bool, sid: str = last) -> None:
+            # In the reader, as the child's answer is read: what it sends after its answer
+            # (in the same read too) is the session's, no longer its replay.
+            if ok and isinstance(ws.state.place, Restoring):
+                ws.to(Bound(sid, generation, ws.state.agent))
+
         try:
-            result = await link.call(method, {**ws.session_params(), "sessionId": last})
+            result = await link.call(method, {**ws.session_params(), "sessionId": last}, on_answer=answered)
         except ClientError as exc:
             ws.to(RestoreRefused())
             log.info("the wrapped agent refused %s of %s (%s): trying the next way", method, last,

@@ -49,6 +49,7 @@ from acp_bridge.wrap.moves import AgentOfLog, Mover, answer_text
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.spawn import Early
 from acp_bridge.wrap.state import State, Unplaced
+from acp_bridge.wrap.subagents import Subagents, make_subagent
 from acp_bridge.wrap.turns import WrappedTurns
 from acp_bridge.wrap.upstream import ChildSide, mapped_session, took_setting
 from session.events import WrappedInfo
@@ -79,7 +80,7 @@ class WrapEngine(Engine[WrappedTurns]):
             driver = ChildDriver(config, side, sessions, store=lambda: self.host.store(),
                                  early=early if i == 0 else None)
             self.drivers[driver.name] = driver
-            side.on_subagent = functools.partial(self._subagent, driver)
+            side.subagents = Subagents(sessions, functools.partial(self._subagent, driver))
         self.default = next(iter(self.drivers.values()))
         # `--agent`: the `agent` option and the moves between agents.
         self.mover = Mover(self.drivers) if configs[0].name is not None else None
@@ -148,30 +149,12 @@ class WrapEngine(Engine[WrappedTurns]):
         return turns
 
     def _subagent(self, driver: ChildDriver, parent: WrappedTurns, theirs: str, ours: str, title: str | None) -> None:
-        """The parent's agent announced a subagent session (`theirs`): a session of ours
-        (`ours`) is made for it in a task, its header naming the parent, placed in the same
-        agent on the same run; what the child sends for it meanwhile is held, as any
-        early update is; its title the one the parent gave it (docs/wrap.md, "Subagents")."""
-        link = driver.link
-        generation = link.generation if link is not None else 0
-        self.host.task_group.start_soon(self._make_subagent, driver, parent.session, theirs, ours, title, generation)
-
-    async def _make_subagent(self, driver: ChildDriver, parent: WrappedSession, theirs: str, ours: str,
-                             title: str | None, generation: int) -> None:
-        try:
-            session_log = await self.host.create_log(
-                cwd=parent.cwd, additional=parent.additional_directories, wrapped=driver.wrapped(theirs),
-                session_id=ours, parent={"sessionId": parent.id}, title=title)
-        except Exception as exc:  # its traffic then reaches the editor under the child's id, unrecorded
-            log.warning("session %s: the session of its subagent %s could not be made: %s", parent.id, theirs, exc)
-            driver.side.subagent_made(theirs)
-            return
-        turns = WrappedTurns(WrappedSession(session_log, parent.cwd, State(driver.name),
-                                            list(parent.mcp_servers), parent.additional_directories), self)
-        self.host.add(turns.id, turns)
-        driver.adopt(turns, theirs, generation, {})  # what it sent meanwhile goes through now
-        driver.side.subagent_made(theirs)
-        log.info("session %s: its subagent %s is recorded as session %s", parent.id, theirs, ours)
+        """The parent's agent announced a subagent session (`theirs`): our session `ours`
+        of it made in a task (acp_bridge.wrap.subagents), on the run it was announced on."""
+        link, subagents = driver.link, driver.side.subagents
+        assert subagents is not None
+        self.host.task_group.start_soon(make_subagent, self.host, self, driver, subagents, parent.session, theirs,
+                                        ours, title, link.generation if link is not None else 0)
 
     def _shown(self, ws: WrappedSession, update: Any) -> Any:
         """What the editor is shown of the child's update: its command list with ours,

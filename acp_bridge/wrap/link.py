@@ -284,10 +284,11 @@ class ChildLink:
         finally:
             first.close()  # not awaited if the child was dead already
 
-    async def call(self, method: str, params: Any) -> Any:
+    async def call(self, method: str, params: Any, *, on_answer: Callable[[bool], None] | None = None) -> Any:
         """Our request to the child: its result, ClientError for its error answer, or
-        AgentExitedError if it dies first."""
-        return await self.guarded(lambda: self.conn.request(method, params))
+        AgentExitedError if it dies first. `on_answer`: Connection.ask's (in the
+        reader, as the answer is read)."""
+        return await self.guarded(lambda: self.conn.ask(method, params, on_answer=on_answer))
 
     async def guarded(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run `work` (a wait on the child, or a wait for the editor on the child's

@@ -29,7 +29,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
-from uuid import uuid4
 
 import anyio
 
@@ -41,6 +40,7 @@ from acp_bridge.wrap.link import ChildLink, permission_cancelled
 from acp_bridge.wrap.record import StreamedChunk
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import Act, ChildRequest, ChildUpdate, PermissionAnswered
+from acp_bridge.wrap.subagents import Subagents
 from acp_bridge.wrap.turns import WrappedTurns
 from session.items import assistant_chunk, config_set, wrapped_update
 
@@ -69,14 +69,9 @@ class ChildSide:
         # It never changes a message or thought chunk, which the fast path (`_stream`)
         # passes on without it.
         self._shown = shown
-        # Subagents (ACP's unstable `subagent_update`): the child's id of each subagent
-        # session it announced -> ours, and those whose session of ours is being made
-        # (its requests wait for it; its updates are held as any early ones are).
-        self._subagents: dict[str, str] = {}
-        self._making: dict[str, anyio.Event] = {}
-        # Make our session of a subagent the parent's session announced (the engine's:
-        # `on_subagent(parent, theirs, ours, title)`, in a task); None: not recorded apart.
-        self.on_subagent: Callable[[WrappedTurns, str, str, str | None], None] | None = None
+        # A subagent's session of ours, made as the parent's agent announces it
+        # (acp_bridge.wrap.subagents); None: not recorded apart.
+        self.subagents: Subagents | None = None
 
     def inline(self) -> dict[str, Inline]:
         return {"session/update": _Updates(self)}
@@ -105,8 +100,9 @@ class ChildSide:
         if Act.RECORD not in ws.to(CHILD_UPDATE):
             return  # the child's own replay of a session we replayed from our log, or the seed's
         update = params.get("update")
-        if isinstance(update, dict) and update.get("sessionUpdate") == "subagent_update":
-            update = self._subagent(turns, update)
+        if self.subagents is not None and isinstance(update, dict) \
+                and update.get("sessionUpdate") == "subagent_update":
+            update = self.subagents.mapped(turns, update)
         self.record(ws, update)
         if ws.held is not None:  # our load (or resume) of it is answered: until the editor's next request
             if len(ws.held) < HELD_UPDATES:
@@ -116,32 +112,6 @@ class ChildSide:
                              "recorded, not sent (a load replays them)", ws.id, HELD_UPDATES)
             return
         self._editor().notify_update(ws.id, self._shown(ws, update))
-
-    def _subagent(self, parent: WrappedTurns, update: dict[str, Any]) -> dict[str, Any]:
-        """A `subagent_update` of the parent session: the subagent's session id mapped to
-        ours (the editor knows only ours; the log keeps what the editor was sent), a
-        session of ours made for it at its first announcement, whose header names the
-        parent (docs/wrap.md, "Subagents")."""
-        theirs = update.get("sessionId")
-        if not isinstance(theirs, str) or self.on_subagent is None:
-            return update
-        ours = self._subagents.get(theirs)
-        if ours is None:
-            known = self._sessions.of_child(theirs)
-            if known is not None:  # a session of the child's that is ours already
-                return {**update, "sessionId": known.id}
-            ours = self._subagents[theirs] = str(uuid4())
-            self._making[theirs] = anyio.Event()
-            title = update.get("title")
-            self.on_subagent(parent, theirs, ours, title if isinstance(title, str) else None)
-        return {**update, "sessionId": ours}
-
-    def subagent_made(self, theirs: str) -> None:
-        """Our session of the subagent `theirs` is made (or could not be): its requests
-        go on."""
-        made = self._making.pop(theirs, None)
-        if made is not None:
-            made.set()
 
     def release(self, ws: WrappedSession) -> None:
         """The editor's next request on `ws` after its load or resume: what the child
@@ -266,9 +236,8 @@ class ChildSide:
 
     async def on_message(self, link: ChildLink, method: str, params: Any, is_request: bool) -> Any:
         child_sid = params.get("sessionId") if isinstance(params, dict) else None
-        making = self._making.get(child_sid) if isinstance(child_sid, str) else None
-        if making is not None:  # a subagent's request before its session of ours is made
-            await making.wait()
+        if self.subagents is not None:  # a subagent's request before its session of ours is made
+            await self.subagents.wait(child_sid)
         if self._sessions.is_stuck(child_sid):
             self._sessions.drop(child_sid, method)
             return kept(method, is_request, "cancelled", "after acp-bridge ended the session's turn")

@@ -180,12 +180,16 @@ def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
     nothing outside the database file, so it is opened `immutable` (read as a plain
     file). A store with a non-empty `-wal` is never opened so: that would skip what the
     WAL holds."""
+    # `check_same_thread=False`: a stream's connection is opened in one worker thread and
+    # read in whichever is free for the next block (host.replay), one at a time (issue 34:
+    # concurrent loads failed "SQLite objects created in a thread can only be used in that
+    # same thread", and kept their locks).
     if not read_only:
-        db = sqlite3.connect(path, isolation_level=None)
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA busy_timeout = 10000")
         return db
     uri = path.resolve().as_uri() + "?mode=ro"
-    db = sqlite3.connect(uri, uri=True, isolation_level=None)
+    db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     try:
         db.execute("PRAGMA busy_timeout = 10000")
         db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL index
@@ -193,7 +197,7 @@ def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
         db.close()
         if exc.sqlite_errorcode & 0xFF != SQLITE_CANTOPEN or _wal_size(path):
             raise
-        db = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
+        db = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
     except BaseException:
         db.close()
         raise
