@@ -11,11 +11,6 @@ checked as in tests/test_sdk_clients.py):
 - an unknown method is -32601;
 - every request whose id can be read is answered once, with that id.
 
-Two are being built elsewhere (issue 33) and are marked `xfail(strict=True)`, so that they
-turn into failures to remove the mark from as soon as they hold: the replay's end (every
-agent sends its command list after the answer today) and the cancel through `wrap` in front
-of an agent that ignores it (the child's `end_turn` is passed on today).
-
 Marked `sdk_clients`: .ci/run runs them as a step of their own.
 """
 
@@ -28,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.sdk_clients import SdkClient, SdkRequestError
+from tests.support.sdk_clients import CANCELS, Pending, SdkClient, SdkRequestError
 from tests.support.sdk_setups import (
     AGENTS,
     CANCEL_GRACE_S,
@@ -42,8 +37,6 @@ from tests.support.sdk_setups import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sdk_clients, pytest.mark.timeout(180)]
 
-REPLAY_XFAIL = pytest.mark.xfail(strict=True, reason="issue 33: a load ends with its answer, being built")
-CANCEL_XFAIL = pytest.mark.xfail(strict=True, reason="issue 33: cancelled means cancelled, being built")
 # The echo agent streams a prompt back a word at a time: these 15,000 words take it about
 # 0.35 s (issue 33), so it still streams when the cancel, sent at its first chunk, is read,
 # and it ends well within the grace. (More words would only fill the pipe to a slow client:
@@ -58,7 +51,6 @@ def prompt(sid: str, text: str) -> dict[str, Any]:
 @pytest.mark.parametrize("method", ["session/load", "session/resume"])
 @pytest.mark.parametrize("agent", AGENTS)
 @pytest.mark.parametrize("client", client_params())
-@REPLAY_XFAIL
 async def test_a_replay_ends_with_its_answer(client: str, agent: str, method: str, tmp_path: Path) -> None:
     setup = Setup(agent, tmp_path)
     async with sdk_client(client, setup, [{"text": "hello there"}]) as c:
@@ -80,38 +72,36 @@ async def test_a_replay_ends_with_its_answer(client: str, agent: str, method: st
         assert late == [], f"updates of the session after the {method} answer: {late}"
 
 
-async def running_prompt(c: SdkClient, setup: Setup) -> tuple[str, Any]:
+async def running_prompt(c: SdkClient, setup: Setup, cancel_at_chunk: str | None = None) -> tuple[str, Pending]:
     """A session whose prompt runs (our agent's turn hangs until cancelled; the echo agent
-    streams a long prompt), once its first chunk came."""
+    streams a long prompt), once its first chunk came; `cancel_at_chunk`: the client
+    cancels it that way as it reads that chunk (SdkClient.start)."""
     await initialize(c)
     sid = await new_session(c, setup)
     text = "go" if setup.ours else words(LONG_PROMPT_WORDS)
     since = len(c.traffic)
-    pending = c.start("session/prompt", prompt(sid, text))
+    pending = c.start("session/prompt", prompt(sid, text), cancel_at_chunk=cancel_at_chunk)
     await c.until(lambda: c.text(sid, since=since), "the prompt's first chunk")
     return sid, pending
 
 
 def cancel_cases() -> list[Any]:
-    return [pytest.param(agent, way, marks=[CANCEL_XFAIL] if agent == "wrap-echo" else [],
-                         id=f"{agent}-{way}")
-            for agent in AGENTS for way in ("session/cancel", "$/cancel_request", "session/close")]
+    return [pytest.param(agent, way, id=f"{agent}-{way}") for agent in AGENTS for way in CANCELS]
 
 
 @pytest.mark.parametrize(("agent", "way"), cancel_cases())
 @pytest.mark.parametrize("client", client_params())
 async def test_a_cancel_ends_cancelled(client: str, agent: str, way: str, tmp_path: Path) -> None:
+    """The client cancels as it reads the first chunk: the test reads the traffic behind
+    the client (the TypeScript one's through a pipe), by when the echo agent may be done,
+    and a cancel the agent reads after the prompt's end rightly changes nothing."""
     setup = Setup(agent, tmp_path)
     async with sdk_client(client, setup, [{"text": "a b", "hang": True}]) as c:
-        sid, pending = await running_prompt(c, setup)
-        if way == "session/cancel":
-            await c.notify("session/cancel", {"sessionId": sid})
-        elif way == "$/cancel_request":
-            await c.cancel_request(pending)
-        else:
-            await c.request("session/close", {"sessionId": sid})
+        _, pending = await running_prompt(c, setup, cancel_at_chunk=way)
         answer = await pending.answer()
         assert answer["stopReason"] == "cancelled", answer
+        if pending.close is not None:
+            await pending.close.answer()
 
 
 @pytest.mark.parametrize("agent", AGENTS)
