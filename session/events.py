@@ -120,11 +120,14 @@ class Event(TypedDict):
 
 class WrappedInfo(TypedDict):
     """The header of a session recorded by `acp-bridge wrap`: the wrapped agent's command,
-    its own session id and what it said about itself in `initialize` (`agentInfo`)."""
+    its own session id, what it said about itself in `initialize` (`agentInfo`), and
+    `seeded`: the agent's session had the conversation only by the wrapper's seed (an
+    emulated fork), so a fresh one is seeded again."""
 
     command: list[str]
     sessionId: NotRequired[str]
     agentInfo: NotRequired[dict[str, JSON]]
+    seeded: NotRequired[bool]
 
 
 class ForkedFrom(TypedDict):
