@@ -146,6 +146,17 @@ class ParentInfo(TypedDict):
     sessionId: str
 
 
+class ImportedInfo(TypedDict):
+    """The header of a session imported from another agent's own transcript
+    (`acp-bridge import`, docs/import.md): the agent, its version as the file says, the
+    file read and the agent's own session id (the import's key)."""
+
+    agent: str
+    file: str
+    sessionId: str
+    version: NotRequired[str]
+
+
 class Header(TypedDict):
     type: Literal["session"]
     version: int
@@ -157,6 +168,7 @@ class Header(TypedDict):
     wrapped: NotRequired[WrappedInfo]
     forkedFrom: NotRequired[ForkedFrom]
     parent: NotRequired[ParentInfo]
+    imported: NotRequired[ImportedInfo]
 
 
 class Usage(TypedDict):
