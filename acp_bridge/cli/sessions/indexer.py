@@ -93,6 +93,9 @@ class Report:
     unchanged: int = 0
     dropped: int = 0  # sessions gone from the store
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (id, why), this pass
+    # (id, why) of the logs an earlier pass found unreadable and that have not changed
+    # since: still left out of every search and sum, and said so each time.
+    still_damaged: list[tuple[str, str]] = field(default_factory=list)
     rebuilt: str | None = None  # why the index was made again, if it was
     busy: bool = False  # another indexer was at work: nothing was done
     seconds: float = 0.0
@@ -131,6 +134,8 @@ def _pass(source: Source, index: SearchIndex, report: Report,
     changed = [(sid, stamp) for sid, stamp in stamps.items()
                if known.get(sid) is None or known[sid].stamp != stamp]
     report.unchanged = len(stamps) - len(changed)
+    report.still_damaged = sorted((sid, row.damaged) for sid, row in known.items()
+                                  if row.damaged is not None and stamps.get(sid) == row.stamp)
     done = 0
     try:
         for sid, stamp in changed:
@@ -198,8 +203,10 @@ def _damaged_row(source: Source, sid: str, stamp: Stamp, message: str) -> Sessio
     return row
 
 
-def notes(prog: str, report: Report, index: SearchIndex) -> list[str]:
-    """What a reader of the results should know about the index (for stderr)."""
+def notes(prog: str, report: Report, index: SearchIndex, *, left_out: str = "it is not searched") -> list[str]:
+    """What a reader of the results should know about the index (for stderr): every
+    log it could not read, this pass or an earlier one, is left out (`left_out` says of
+    what: the search, `stats`' sums)."""
     from acp_bridge.cli.sessions.text import one_line
 
     out = []
@@ -207,10 +214,11 @@ def notes(prog: str, report: Report, index: SearchIndex) -> list[str]:
         out.append(f"{prog}: the search index {index.where} was made again: {report.rebuilt}")
     if report.busy:
         out.append(f"{prog}: another indexer is updating {index.where}; the last turns may be missing")
-    for sid, why in report.damaged[:5]:
-        out.append(f"{prog}: session {sid} cannot be read, so it is not searched: {one_line(why)}")
-    if len(report.damaged) > 5:
-        out.append(f"{prog}: and {len(report.damaged) - 5} more session(s) that cannot be read")
+    damaged = [*report.damaged, *report.still_damaged]
+    for sid, why in damaged[:5]:
+        out.append(f"{prog}: session {sid} cannot be read, so {left_out}: {one_line(why)}")
+    if len(damaged) > 5:
+        out.append(f"{prog}: and {len(damaged) - 5} more session(s) that cannot be read")
     return out
 
 

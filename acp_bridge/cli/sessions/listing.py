@@ -72,7 +72,9 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
             except (SessionError, OSError) as exc:
                 header, updated, title = source.peek(sid)
                 message = exc.message if isinstance(exc, SessionError) else f"cannot read: {exc}"
-                rows.append(Row(sid, header, updated, title, damaged=message))
+                # A log the store refuses to this user is not a damaged one: said so.
+                rows.append(Row(sid, header, updated, title, damaged=message,
+                                unreadable=isinstance(exc, PermissionError)))
             else:
                 view = View(stored, source.owner(sid))
                 rows.append(Row(sid, dict(stored.header), stored.updated, stored.title, Brief.of_view(view)))
@@ -106,7 +108,7 @@ def _list_json(row: Row) -> dict[str, Any]:
         out["parent"] = header["parent"]
     view = row.view
     if view is None:
-        out.update({"status": "damaged", "error": row.damaged})
+        out.update({"status": row.status, "error": row.damaged})
         return out
     status, text = view.status()
     last = view.last
@@ -179,7 +181,7 @@ def _list_table(rows: list[Row]) -> str:
         if depth:  # a subagent's session, under its parent's
             title = "  " * (depth - 1) + "└ " + title
         if view is None:
-            table.append((row.id, updated, "?", "damaged", "", cwd, title))
+            table.append((row.id, updated, "?", row.status, "", cwd, title))
             continue
         usage = view.usage
         tokens = f"{usage.get('inputTokens', 0):,}/{usage.get('outputTokens', 0):,}"

@@ -58,19 +58,27 @@ class LastTurn(typing.NamedTuple):
 
 
 class Row:
-    """One `list` entry: a readable session (`view`, its Brief), or a damaged one
-    (`damaged`, with what its header still says)."""
+    """One `list` entry: a readable session (`view`, its Brief), or one that cannot be
+    read (`damaged` says why, with what its header still says; `unreadable`: not
+    damaged but refused, permission denied)."""
 
-    __slots__ = ("damaged", "header", "id", "title", "updated", "view")
+    __slots__ = ("damaged", "header", "id", "title", "unreadable", "updated", "view")
 
     def __init__(self, sid: str, header: dict[str, Any] | None, updated: int | None,
-                 title: str | None, view: Brief | None = None, damaged: str | None = None) -> None:
+                 title: str | None, view: Brief | None = None, damaged: str | None = None,
+                 unreadable: bool = False) -> None:
         self.id = sid
         self.header = header or {}
         self.updated = updated
         self.title = title
         self.view = view
         self.damaged = damaged
+        self.unreadable = unreadable
+
+    @property
+    def status(self) -> str:
+        """What `list` says of a row it could not read: `unreadable` or `damaged`."""
+        return "unreadable" if self.unreadable else "damaged"
 
 
 class Ahead(Generic[T]):
@@ -109,11 +117,11 @@ class Ahead(Generic[T]):
 
 
 def updated_of(backend: str, stamp: Stamp | None) -> int:
-    """A session's `updatedAt` (epoch ms) from its stamp: a JSONL log's mtime (ns), a SQL
-    store's last event time; 0 without one."""
+    """A session's `updatedAt` (epoch ms) from its stamp: its last event's time, on
+    every backend (a JSONL log's read from its tail, not its mtime); 0 without one."""
     if stamp is None or len(stamp) < 2:
         return 0
-    return stamp[1] // 1_000_000 if backend == "jsonl" else stamp[1]
+    return stamp[1]
 
 
 class _Owners:

@@ -149,7 +149,7 @@ def run_stats(source: Source, args: argparse.Namespace, prog: str) -> int:
     index = open_index(source.name, source.location, getattr(args, "index", None))
     try:
         report = catch_up(source, index)
-        for line in notes(prog, report, index):
+        for line in notes(prog, report, index, left_out="its turns are left out of these sums"):
             print(line, file=sys.stderr)
         rows, opens = index.stats(filters, by), index.open_turns(filters, by)
     finally:
