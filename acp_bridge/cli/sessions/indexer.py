@@ -90,6 +90,7 @@ class Report:
     """What a pass did."""
 
     read: int = 0  # logs read (whole or from where the index stopped)
+    indexed: list[str] = field(default_factory=list)  # their ids, in the order read
     unchanged: int = 0
     dropped: int = 0  # sessions gone from the store
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (id, why), this pass
@@ -122,6 +123,31 @@ def catch_up(source: Source, index: SearchIndex, *, wait: float = WAIT,
         index.unlock()
     report.seconds = time.monotonic() - start
     return report
+
+
+def catch_up_shown(source: Source, index: SearchIndex, prog: str, *, wait: float = WAIT) -> Report:
+    """`catch_up` with its progress on a terminal's stderr ("indexing: 3,210 of 5,000
+    sessions done"; nothing in a pipe, nothing for a pass under a second)."""
+    from acp_bridge.cli.sessions.progress import Progress, on_terminal
+
+    progress = Progress(f"{prog}: indexing", enabled=on_terminal())
+    try:
+        return catch_up(source, index, wait=wait,
+                        progress=lambda done, total: progress.set(done, "sessions", total))
+    finally:
+        progress.done()
+
+
+def indexed_text(prog: str, report: Report, where: str) -> str:
+    """What a pass of `index --watch` indexed: the sessions it read, by id."""
+    ids = report.indexed
+    named = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    parts = [f"indexed {len(ids)} session(s): {named}" if ids else ""]
+    if report.dropped:
+        parts.append(f"dropped {report.dropped} gone from the store")
+    if report.damaged:
+        parts.append(f"{len(report.damaged)} that cannot be read")
+    return f"{prog}: {where}: {'; '.join(p for p in parts if p)} ({report.seconds:.2f} s)"
 
 
 def _pass(source: Source, index: SearchIndex, report: Report,
@@ -172,6 +198,7 @@ def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
             finally:
                 stream.close()
             report.read += 1
+            report.indexed.append(sid)
             return
     except SessionNotFoundError:  # deleted meanwhile
         index.drop([sid])
@@ -254,18 +281,27 @@ def run_index(source: Source, args: Any, prog: str) -> int:
         if args.watch:
             os.nice(10)
             _stop_on_sigterm()
+        passes = 0
         while True:
             try:
-                report = catch_up(source, index, wait=every if args.watch else WAIT)
+                report = catch_up_shown(source, index, prog, wait=every if args.watch else WAIT)
             except KeyboardInterrupt as interrupt:
                 if not args.watch:
                     raise
                 return _stopped_watching(prog, index, interrupt)
+            passes += 1
+            if passes > 1:
+                report.still_damaged = []  # said at the first pass: a watcher does not repeat it
             for line in notes(prog, report, index):
                 print(line, file=sys.stderr, flush=True)
-            if report.read or report.dropped or not args.watch:
+            if not args.watch or passes == 1:
                 print(f"{prog}: {index.where}: {report.read} log(s) read, {report.unchanged} unchanged, "
                       f"{report.dropped} gone, in {report.seconds:.2f} s", file=sys.stderr, flush=True)
+            elif report.read or report.dropped or report.damaged:
+                print(indexed_text(prog, report, index.where), file=sys.stderr, flush=True)
+            if args.watch and passes == 1:
+                print(f"{prog}: watching {source.root} every {every:g} s (Ctrl-C stops)", file=sys.stderr,
+                      flush=True)
             if not args.watch:
                 return 1 if report.busy else 0
             index.rebuilt = None

@@ -284,7 +284,16 @@ def run(args: argparse.Namespace) -> int:
 
             if args.at_turn is not None and args.at_turn < 0:
                 return _fail("--at-turn must be 0 or more", EXIT_USAGE)
-            _write(fork(backend, root, sid, args.at_turn) + "\n")
+            # The copy is the store's, counting nothing we see: its time, on a terminal.
+            from acp_bridge.cli.sessions.progress import on_terminal
+
+            progress = Progress(f"{PROG} fork", enabled=on_terminal())
+            progress.tick(f"copying session {sid}")
+            try:
+                made = fork(backend, root, sid, args.at_turn)
+            finally:
+                progress.done()
+            _write(made + "\n")
             return EXIT_OK
         if command == "export" and args.format == "jsonl":
             for piece in source.raw_chunks(sid):
