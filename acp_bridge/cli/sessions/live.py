@@ -13,8 +13,8 @@ turns as they are written, and the list follows the store.
   as cheaply as the backend allows: a JSONL log's size and mtime (one `stat`: the file
   is tailed, its new turns read when it grows); a SQL store's stamp of the session (its
   last seq and time, one query), and for a session whose streamed chunks are not in the
-  stamp yet (`StoreReader.unstamped`: SQLite's tail file, PostgreSQL's open turn) the
-  page is rendered again every tick and sent only where a turn changed. A turn shows
+  stamp yet (`StoreReader.unstamped`: SQLite's tail file) the page is rendered again
+  every tick and sent only where a turn changed. A turn shows
   within POLL plus a render of its log of its write (tests/test_html_live.py).
 - **Within the strict policy.** The pages still forbid every script but one: LIVE_JS,
   inline, allowed by its hash (`script-src 'sha256-...'`, so a script smuggled into the
