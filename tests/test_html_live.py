@@ -63,7 +63,23 @@ def csp_reports(browser: Browser) -> list[str]:
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
 async def test_the_page_follows_an_agent_writing(browser: Browser, kind: str, tmp_path: Path) -> None:
-    store, work = tmp_path / "store", tmp_path / "work"
+    await follow(browser, tmp_path / "store", tmp_path / "store", kind, tmp_path)
+
+
+@pytest.mark.anyio
+@pytest.mark.browser
+@pytest.mark.integration
+async def test_the_page_follows_an_agent_writing_to_postgres(browser: Browser, pg_server: Any, pg_database: str,
+                                                              tmp_path: Path) -> None:
+    pg_server.emptied(pg_database)
+    served = pg_server.tcp_dsn(pg_database.split("?")[0].rsplit("/", 1)[1])
+    await follow(browser, pg_database, served, "postgres", tmp_path)
+
+
+async def follow(browser: Browser, store: Path | str, served_store: Path | str, kind: str, tmp_path: Path) -> None:
+    """An agent streams a turn while the session's page is open, then makes a session
+    while the list is open: what the page shows, and how soon."""
+    work = tmp_path / "work"
     work.mkdir()
     model = write_script(tmp_path / "m.json", {"text": "ready"}, {"text": " ".join(WORDS)}, {"text": "new one"},
                          chunk_delay_ms=120)
@@ -71,7 +87,7 @@ async def test_the_page_follows_an_agent_writing(browser: Browser, kind: str, tm
         await agent.initialize()
         sid = await agent.new_session(work)
         await agent.prompt(sid, "first")
-        with Served(store, kind) as served:
+        with Served(served_store, kind) as served:
             await anyio.to_thread.run_sync(browser.goto, f"{served.url}session/{sid}")
             assert browser.evaluate("document.getElementById('live').textContent") in ("live", "reconnecting")
             assert browser.evaluate("[...document.querySelectorAll('section.turn')].length") == 1

@@ -182,11 +182,12 @@ def turn_events(open_source: Callable[[], Any], sid: str, start: int, *,
 # --- the list -----------------------------------------------------------------------------
 
 
-def list_events(open_source: Callable[[], Any], render: Callable[[Any], str], *,
+def list_events(open_source: Callable[[], Any], render: Callable[[Any], str], newest: int, *,
                 seconds: float = STREAM_SECONDS, clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
     """The `list` events: `render(source)`, the list's `<main>`, each time the store's
-    stamps or the owners of its sessions change."""
+    stamps or the owners of its `newest` sessions (the page's and those before it)
+    change."""
     yield f"retry: {RETRY_MS}\n\n"
     last: Any = None
     sent = ""
@@ -196,7 +197,8 @@ def list_events(open_source: Callable[[], Any], render: Callable[[Any], str], *,
         source = open_source()
         try:
             stamps = source.reader.stamps()
-            owners = source.reader.owners(sorted(stamps))
+            shown = sorted(stamps, key=lambda sid: (-stamps[sid][1] if len(stamps[sid]) > 1 else 0, sid))[:newest]
+            owners = source.reader.owners(shown)
             now = (stamps, {sid: owner.state for sid, owner in owners.items()})
             if last is not None and now != last:
                 html = render(source)

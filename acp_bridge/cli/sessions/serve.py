@@ -92,7 +92,7 @@ class Site:
 
     def live_page(self, rest: str, params: Params) -> Page:
         """`live/session/ID?from=N` and `live/list?page=P`: server-sent events (live.py)."""
-        from acp_bridge.cli.sessions.list_page import list_main, page_number, page_rows
+        from acp_bridge.cli.sessions.list_page import PAGE_SIZE, list_main, page_number, page_rows
         from acp_bridge.cli.sessions.live import EVENT_STREAM, list_events, turn_events
         from acp_bridge.cli.sessions.source import resolve_id
         from acp_bridge.errors import AmbiguousIdError
@@ -109,7 +109,7 @@ class Site:
                 rows, total = page_rows(source, number)
                 return list_main(rows, number, total)
 
-            return 200, list_events(self.source, render), EVENT_STREAM
+            return 200, list_events(self.source, render, PAGE_SIZE * number), EVENT_STREAM
         if kind != "session":
             return not_found()
         start = params.get("from", ["0"])[-1]
