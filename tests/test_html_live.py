@@ -17,8 +17,11 @@ import pytest
 
 from acp_bridge.cli.sessions.live import event, turn_events
 from tests.support.acp_client import AgentProcess, write_script
-from tests.support.browser import Browser, chromium
+from tests.support.browser import Browser
 from tests.support.html_sessions import Served
+from tests.test_html_browser import browser, csp_reports
+
+__all__ = ["browser"]  # the module-scoped fixture, shared with the other browser tests
 
 WORDS = [f"w{n:02d}x" for n in range(1, 25)]
 
@@ -43,19 +46,6 @@ def test_turn_events_send_a_turn_again_only_when_it_changed(tmp_path: Path) -> N
     assert got[0] == "retry: 500\n\n"
     sent = [e for e in got if e.startswith("event: turn")]
     assert len(sent) == 1 and '"id":"turn-2"' in sent[0] and "second" in sent[0]  # from turn 2, once
-
-
-@pytest.fixture(scope="module")
-def browser() -> Any:
-    opened = Browser(chromium(), width=1100, height=900)
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
-def csp_reports(browser: Browser) -> list[str]:
-    return [line for line in browser.console if "Content Security Policy" in line]
 
 
 @pytest.mark.anyio
