@@ -17,6 +17,7 @@ from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     CONFIG_SET,
+    CONTEXT_COMPACTION,
     JSON,
     STEP_END,
     STEP_START,
@@ -31,6 +32,7 @@ from session.events import (
     EventType,
     PermissionRecord,
     Reason,
+    Replaces,
     ToolError,
     Usage,
     WrappedInfo,
@@ -99,6 +101,10 @@ class ToolCallData(TypedDict):
     # (a `tool/permission` lets it run) or is refused before it runs (its failed
     # `tool/result` follows). Absent: the call runs right after its `tool/call`.
     pending: NotRequired[bool]
+    # A decision the agent made without asking (`by` "rule" or "mode"): who let the call
+    # run, or refused it. A call the client was asked about has its answer on its
+    # `tool/permission` and `tool/result` instead; a read has none (reading never asks).
+    permission: NotRequired[PermissionRecord]
     # True: the editor was sent no update for this event (a wrapped agent's turn keeps
     # what it sent as `wrapped/update`s and chunks; this event is its meaning, for the
     # transcript), so a replay sends none either. Also on `assistant/message` and
@@ -157,6 +163,30 @@ class ConfigSetData(TypedDict):
     wrapped: NotRequired[WrappedInfo]
 
 
+class CompactionData(TypedDict):
+    """`context/compaction` (DESIGN.md section 2): one change of the compaction
+    `compactionId` (unique in the session) of the model's context, standing in the step
+    whose model call needed it. Each event is the compaction as it stands after it: its
+    `status`, its `summary` so far (ACP ContentBlocks; `[]`: none yet, or none), the
+    turns it `replaces`, why it failed (`error`). Once `completed`, the history before
+    `replaces.toTurn + 1` is, for later model calls, the summary (session.transcript);
+    the turns themselves stay in the log and in every replay."""
+
+    turn: int
+    step: int
+    compactionId: str
+    replaces: Replaces
+    summary: list[JSON]
+    status: str
+    error: NotRequired[str]
+    usage: NotRequired[Usage]  # the summary's own model call (our agent's)
+    # A wrapped agent's `compaction_update`, as it sent it (replayed as it came: docs/wrap.md).
+    sent: NotRequired[dict[str, JSON]]
+    # As ToolCallData.silent: the editor was sent nothing for it (the wrapper closed a
+    # compaction its agent left unfinished).
+    silent: NotRequired[bool]
+
+
 def turn_start(
     turn: int, *, trigger: dict[str, JSON], mode: str | None = None, model: str | None = None,
     thought_level: str | None = None, agent: str | None = None,
@@ -208,8 +238,10 @@ def assistant_message(
 def tool_call(
     turn: int, step: int, call_id: str, *, name: str, arguments: JSON, title: str, kind: str,
     locations: list[JSON] | None = None, pending: bool = False, silent: bool = False,
+    permission: PermissionRecord | None = None,
 ) -> tuple[Literal["tool/call"], ToolCallData]:
-    """`locations` is left out when there are none, `pending` when it is false."""
+    """`locations` is left out when there are none, `pending` when it is false,
+    `permission` (a decision made without asking) when there is none."""
     data: ToolCallData = {"turn": turn, "step": step, "callId": call_id, "name": name,
                           "arguments": arguments, "title": title, "kind": kind}
     if locations:
@@ -218,6 +250,8 @@ def tool_call(
         data["pending"] = True
     if silent:
         data["silent"] = True
+    if permission is not None:
+        data["permission"] = permission
     return (TOOL_CALL, data)
 
 
@@ -273,3 +307,22 @@ def config_set(
     if wrapped is not None:
         data["wrapped"] = wrapped
     return (CONFIG_SET, data)
+
+
+def context_compaction(
+    turn: int, step: int, compaction_id: str, *, replaces: Replaces, summary: list[JSON], status: str,
+    error: str | None = None, usage: Usage | None = None, sent: dict[str, JSON] | None = None,
+    silent: bool = False,
+) -> tuple[Literal["context/compaction"], CompactionData]:
+    """`error`, `usage` and `sent` are left out when there are none, `silent` when it is false."""
+    data: CompactionData = {"turn": turn, "step": step, "compactionId": compaction_id, "replaces": replaces,
+                            "summary": summary, "status": status}
+    if error is not None:
+        data["error"] = error
+    if usage is not None:
+        data["usage"] = usage
+    if sent is not None:
+        data["sent"] = sent
+    if silent:
+        data["silent"] = True
+    return (CONTEXT_COMPACTION, data)

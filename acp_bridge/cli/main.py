@@ -162,7 +162,9 @@ def _wrap(raw: list[str], early: Early | None) -> int:
     `early`: COMMAND's process, spawned already (stopped here if the options are
     refused)."""
     try:
-        args = _wrap_args(raw)
+        from acp_bridge.cli.wrap_options import wrap_args
+
+        args = wrap_args(raw)
     except BaseException:  # refused (ConfigError, argparse's exit), or --help
         if early is not None:
             early.discard()
@@ -176,41 +178,6 @@ def _wrap(raw: list[str], early: Early | None) -> int:
     else:
         early.release()
     return serve(args, early)
-
-
-def _wrap_args(raw: list[str]) -> argparse.Namespace:
-    """`wrap`'s options, checked."""
-    from acp_bridge.cli.startup import (
-        OneLineParser,
-        agent_settings,
-        cancel_grace,
-        cancel_grace_option,
-        log_options,
-        store_options,
-        wrap_agents,
-    )
-
-    cut = raw.index("--") if "--" in raw else len(raw)
-    parser = OneLineParser(prog="acp-bridge wrap", description="Record any ACP agent's turns in the session log: "
-                           "acp-bridge wrap [options] -- COMMAND [ARGS...]")
-    store_options(parser)
-    log_options(parser)
-    parser.add_argument("--seed-fresh", action="store_true",
-                        help="when a loaded session cannot be loaded or resumed by the wrapped agent, seed its "
-                             "fresh session with the transcript (one prompt: a model call of the wrapped agent)")
-    cancel_grace_option(parser)
-    parser.add_argument("--agent", action="append", metavar="NAME=COMMAND",
-                        help="an agent the editor may hand a session to (COMMAND split as a shell would); give "
-                             "several, the first the default; instead of -- COMMAND")
-    args = parser.parse_args(raw[:cut])
-    args.wrapped = raw[cut + 1:]
-    args.agents = wrap_agents(args.agent, args.wrapped)
-    if not args.wrapped and not args.agents:
-        parser.error("no agent to wrap: acp-bridge wrap [options] -- COMMAND [ARGS...] or --agent NAME=COMMAND ...")
-    settings = agent_settings(args, model=False)
-    args.store, args.backend, args.log_level = str(settings.store), settings.backend, settings.log_level
-    args.cancel_grace = cancel_grace(args)
-    return args
 
 
 if __name__ == "__main__":

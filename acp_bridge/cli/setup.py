@@ -50,10 +50,9 @@ from acp_bridge.cli.startup import (
     AgentSettings,
     OneLineParser,
     agent_settings,
-    check_runnable,
     serve_options,
-    wrap_agents,
 )
+from acp_bridge.cli.wrap_options import check_runnable, wrap_agents
 from acp_bridge.errors import ConfigError
 
 EDITORS = ("zed",)

@@ -24,12 +24,10 @@ PostgreSQL stores are connection strings: nothing to recognise from a folder.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 from pathlib import Path
 
-from acp_bridge.cli.startup import DEFAULT_STORE_LABEL, accessible
 from acp_bridge.errors import ConfigError
 
 SQLITE_MARK = "sessions.sqlite3"
@@ -37,6 +35,11 @@ JSONL_MARKS = ("sessions", "titles", "torn")  # both backends keep their locks i
 # What a store folder may hold besides a backend's own files: the search index
 # (acp_bridge.cli.sessions.indexer), a price file, SQLite's side files.
 NEUTRAL = ("search.sqlite3", "prices.toml", "locks")
+DEFAULT_STORE_LABEL = "the default store (--store)"  # where a store nobody named came from
+
+
+def accessible(path: Path, mode: int) -> bool:
+    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
 
 
 def found_backend(folder: Path) -> str | None:
@@ -89,16 +92,3 @@ def check_readable(folder: Path, label: str) -> None:
     inside = [entry for entry in sorted(folder.iterdir()) if entry.is_dir() and found_backend(entry)]
     hint = f"; {inside[0]} is one: give --store {inside[0]}" if inside else ""
     raise ConfigError(label, f"{folder} holds no session store (no sessions/ folder, no {SQLITE_MARK}){hint}")
-
-
-def reader_settings(args: argparse.Namespace) -> tuple[str, Path | str]:
-    """(backend, store) of `acp-bridge sessions`, checked (see the module's docstring)."""
-    from acp_bridge.cli.startup import check_backend, chosen, store_choice
-
-    given, option = chosen(args, "backend", "ACP_BRIDGE_BACKEND")
-    backend = check_backend(given, option)
-    store, label = store_choice(args, backend)
-    if isinstance(store, str):  # a PostgreSQL connection string, its shape checked
-        return backend, store
-    check_readable(store, label)
-    return recognised(store, backend, given, option), store

@@ -60,7 +60,7 @@ CREATE TABLE sessions (id TEXT PRIMARY KEY, created INTEGER, cwd TEXT, agent TEX
 CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INTEGER, ended INTEGER,
     model TEXT, mode TEXT, state TEXT, reason TEXT, input INTEGER, output INTEGER, cache_read INTEGER,
     cache_write INTEGER, reasoning INTEGER, steps INTEGER, tools INTEGER, tool_errors INTEGER,
-    cost REAL, currency TEXT, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
+    cost REAL, currency TEXT, kind TEXT, copied INTEGER, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
 CREATE INDEX turns_started ON turns (started);
 CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, turn INTEGER NOT NULL,
     step INTEGER, kind TEXT, ref TEXT);

@@ -61,7 +61,7 @@ CREATE TABLE {S}sessions (id text PRIMARY KEY, created bigint, cwd text, agent t
 CREATE TABLE {S}turns (session_id text NOT NULL, turn integer NOT NULL, started bigint, ended bigint,
     model text, mode text, state text, reason text, input bigint, output bigint, cache_read bigint,
     cache_write bigint, reasoning bigint, steps integer, tools integer, tool_errors integer,
-    cost double precision, currency text, PRIMARY KEY (session_id, turn));
+    cost double precision, currency text, kind text, copied integer, PRIMARY KEY (session_id, turn));
 CREATE INDEX turns_started ON {S}turns (started);
 CREATE TABLE {S}docs (id bigserial PRIMARY KEY, session_id text NOT NULL, turn integer NOT NULL,
     step integer, kind text, ref text, body text NOT NULL, tsv tsvector NOT NULL);

@@ -25,7 +25,7 @@ from session.typed import typed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
     from session.backends.base import ReadStream, Stamp
@@ -45,6 +45,15 @@ def session_row(sid: str, stream: ReadStream, stamp: Stamp) -> SessionRow:
     return SessionRow(sid, int(header.get("createdAt") or 0), str(header.get("cwd", "")),
                       agent.product if agent is not None else OURS, stream.title, stamp,
                       header=orjson.dumps(header).decode())
+
+
+def copied_turns(header: Mapping[str, object]) -> int:
+    """How many of a session's first turns are a copy of another's (a fork's, up to
+    `forkedFrom.turn`): lineage, counted where they ran (docs/search.md, "How the stats
+    count")."""
+    forked = header.get("forkedFrom")
+    turn = forked.get("turn") if isinstance(forked, dict) else None
+    return turn if isinstance(turn, int) and not isinstance(turn, bool) and turn > 0 else 0
 
 
 def title_after(title: str | None, prompted: bool, event: Event) -> tuple[str | None, bool]:
@@ -67,6 +76,7 @@ class TurnFeed:
         self.sid = sid
         self._stream = stream
         self._row = session_row(sid, stream, stamp)
+        self._copies = copied_turns(stream.header)
         self._previous = previous
         if previous is not None:  # resumed: what was read up to `at` stays as it was
             if previous.created != self._row.created:
@@ -121,6 +131,10 @@ class TurnFeed:
                         row.title, prompted = title_after(row.title, prompted, event)
                     elif ev["type"] == "wrapped/update":
                         turn_cost = _reported_cost(ev["data"], turn_cost)
+                    elif ev["type"] == "config/set" and "wrapped" in ev["data"]:
+                        # Moved to another agent (docs/persistence.md, config/set.wrapped):
+                        # its cost counts from its own session's start, not the last one's.
+                        row.cost = row.currency = None
                     done = builder.feed(event)
                     if done is None:
                         continue
@@ -161,7 +175,9 @@ class TurnFeed:
         facts = TurnRow(turn.number, turn.started_at, turn.ended_at, turn.model, turn.mode,
                         str(reason.get("kind")) if reason else "open", reason, dict(turn.usage),
                         len(turn.steps), len(tools),
-                        sum(1 for t in tools if t.result is not None and t.result.get("isError")))
+                        sum(1 for t in tools if t.result is not None and t.result.get("isError")),
+                        kind="command" if turn.command is not None else "prompt",
+                        copied=turn.number <= self._copies)
         if cost is not None:  # what the agent said the session cost by this turn's end
             amount, currency = cost
             before = self._row.cost if self._row.currency == currency else None
@@ -187,11 +203,13 @@ def _reported_cost(data: WrappedUpdateData, last: tuple[float, str] | None) -> t
 
 def docs_of(turn: Turn) -> list[DocRow]:
     """The texts of a turn, as `show --full` has them: the prompt, then each step's
-    thinking, answer, and tool calls (name, title, arguments, the files they edit) and
-    their output."""
+    compactions' summaries, thinking, answer, and tool calls (name, title, arguments,
+    the files they edit) and their output."""
     number = turn.number
     docs = [DocRow(number, 0, "prompt", None, blocks_text(turn.prompt))]
     for step in turn.steps:
+        docs += [DocRow(number, step.number, "summary", cid, blocks_text(compaction.summary))
+                 for cid, compaction in step.compactions.items()]
         docs.append(DocRow(number, step.number, "thought", None, step.shown_reasoning()))
         docs.append(DocRow(number, step.number, "answer", None, step.shown_text()))
         for tool in step.tools:

@@ -7,9 +7,11 @@ order). Nothing is fetched: the style sheet is inline and allowed by its hash
 
 Per turn: its status (completed, cancelled, failed, interrupted, running: a coloured
 mark and border), when, how long, mode and model; the prompt as the user wrote it; per
-step the thinking (collapsed), the answer as Markdown, each tool call (collapsed: its
+step a compaction of the model's context and its summary (collapsed), the thinking
+(collapsed), the answer as Markdown, each tool call (collapsed: its
 arguments and result; its permission decision, error mark and diff summary on the
-line that stays visible), the diffs of edits (open); the turn's end and its tokens.
+line that stays visible), the diffs of edits (open); a wrapped agent's notices where they
+came; the turn's end and its tokens.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from acp_bridge.cli.sessions.text import (
 )
 from acp_bridge.cli.sessions.transcripts import pieces, turn_chunks
 from acp_bridge.cli.sessions.view import (
+    compaction_heading,
+    notice_text,
     result_mark,
     tool_diffs,
     turn_info,
@@ -43,7 +47,6 @@ if TYPE_CHECKING:
     from acp_bridge.cli.sessions.source import Source
     from acp_bridge.cli.sessions.turns import Step, Tool, Turn
     from acp_bridge.cli.sessions.walk import Walk
-    from session.items import ToolResultData
 
     Line = str | Lines
 
@@ -125,6 +128,7 @@ def _turn(walk: Walk, turn: Turn) -> list[Line]:
         f'<p class="info">{esc(turn_info(turn))}</p>',
         '<div class="prompt"><div class="who">User</div>',
         f'<div class="text">{esc(blocks_text(turn.prompt).strip())}</div></div>',
+        *(f'<p class="info">{esc(notice_text(notice))}</p>' for notice in turn.notices),
     ]
     for step in turn.steps:
         out += _step(step, turn)
@@ -142,6 +146,10 @@ def _step(step: Step, turn: Turn) -> list[Line]:
     if step.usage:
         head_line += f" · tokens {esc(token_text(step.usage))}"
     out: list[Line] = [f'<div class="step"><div class="step-head">{head_line}</div>']
+    for compaction in step.compactions.values():  # collapsed as thinking is: not the conversation
+        summary = blocks_text(compaction.summary)
+        out += [f'<details class="thinking"><summary>{esc(compaction_heading(compaction))}</summary>',
+                *(model_text(summary) if summary.strip() else ['<p class="info">(no summary)</p>']), "</details>"]
     partial = ' <span class="partial">(partial: streamed, cut short)</span>' if step.partial else ""
     reasoning = step.shown_reasoning()
     if reasoning.strip():
@@ -152,20 +160,24 @@ def _step(step: Step, turn: Turn) -> list[Line]:
         out += [f'<div class="who">Assistant{partial}</div>', *model_text(text)]
     for tool in step.tools:
         out += _tool(tool, turn)
-    if not (reasoning.strip() or text.strip() or step.tools):
+    out += [f'<p class="info">{esc(notice_text(notice))}</p>' for notice in step.notices]
+    if not (reasoning.strip() or text.strip() or step.tools or step.compactions or step.notices):
         out.append('<p class="info">(no output)</p>')
     out.append("</div>")
     return out
 
 
-def _permission(result: ToolResultData) -> str:
-    permission = result.get("permission")
+def _permission(tool: Tool) -> str:
+    """The decision about the call and who made it (text.permission_text), whether or
+    not the call completed."""
+    permission = tool.permission
     text = permission_text(permission)
     if text is None:
         return ""
-    option = str(permission.get("optionId", "")) if isinstance(permission, dict) else ""
+    option = str(permission.get("optionId") or permission.get("outcome") or "") \
+        if isinstance(permission, dict) else ""
     kind = "allow" if option.startswith("allow") else \
-        "reject" if option.startswith("reject") else "other"
+        "reject" if option.startswith(("reject", "refused")) else "other"
     return f' <span class="perm perm-{kind}">permission: {esc(text)}</span>'
 
 
@@ -178,11 +190,11 @@ def _tool(tool: Tool, turn: Turn) -> list[Line]:
         summary += f" — {esc(tool.title)}"
     summary += f' <span class="callid mono">{esc(tool.call_id)}</span>'
     diffs = tool_diffs(tool)
+    summary += _permission(tool)
     if result is None:
         summary += ' <span class="synthetic">' + ("no result yet" if turn.reason is None
                                                  else "no result recorded") + "</span>"
     else:
-        summary += _permission(result)
         mark = result_mark(tool)
         if mark:
             summary += f' <span class="mark">{esc(mark)}</span>'

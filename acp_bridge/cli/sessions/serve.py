@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    Page = tuple[int, Iterator[str]] | tuple[int, Iterator[str], str]  # (status, body[, content type])
+    Page = tuple[int, Iterator[str]]  # (status, an HTML body)
+    Answer = Page | tuple[int, Iterator[str], str]  # a page, or (status, body, content type)
     Params = Mapping[str, list[str]]  # a request's query string, parsed
 
 HOST = "127.0.0.1"
@@ -90,7 +91,7 @@ class Site:
         return 200, iter([list_html(rows, where, page, total, nav=form(), csp=LIVE_CSP,
                                     live=live_mark(f"live/list?page={page}"))])
 
-    def live_page(self, rest: str, params: Params) -> Page:
+    def live_page(self, rest: str, params: Params) -> Answer:
         """`live/session/ID?from=N` and `live/list?page=P`: server-sent events (live.py)."""
         from acp_bridge.cli.sessions.list_page import PAGE_SIZE, list_main, page_number, page_rows
         from acp_bridge.cli.sessions.live import EVENT_STREAM, list_events, turn_events
@@ -194,7 +195,7 @@ class Site:
         return 200, iter([page])
 
 
-ROUTES: dict[str, Callable[[Site, str, Params], Page]] = {
+ROUTES: dict[str, Callable[[Site, str, Params], Answer]] = {
     "": Site.list_page,
     "session": Site.session_page,
     "search": Site.search_page,
@@ -222,7 +223,7 @@ def _rest_of_page(first: str, chunks: Iterator[str], walk: Any, source: Any) -> 
         _close(walk, source)
 
 
-def error_page(status: int, message: str, *, nav: str = "", csp: str | None = None) -> tuple[int, Iterator[str]]:
+def error_page(status: int, message: str, *, nav: str = "", csp: str | None = None) -> Page:
     title = {400: "Bad request", 404: "Not found", 405: "Method not allowed"}.get(status, "Error")
     body = (f'{head(title, nav=nav, csp=csp) if csp else head(title, nav=nav)}<main><h1>{title}</h1>'
             f'<p class="damage">{esc(message)}</p></main>{FOOT}')

@@ -1,6 +1,9 @@
 """A session's turns as built from its events, for `acp-bridge sessions`: the turn, its
 steps and tool calls (`Turn`, `Step`, `Tool`), a step's streamed text kept aside as it
-comes (`Spool`), and `TurnBuilder`, which builds them one event at a time."""
+comes (`Spool`), and `TurnBuilder`, which builds them one event at a time. A wrapped
+agent's notices (`wrapped/update`s of kind `notice`, recorded for the transcript and
+never replayed: docs/wrap.md) are kept where they came: in the turn before its first
+step, else in the step that was open."""
 
 from __future__ import annotations
 
@@ -12,11 +15,18 @@ if TYPE_CHECKING:
     from typing import Any
 
     from session.events import Event, Reason
-    from session.items import AssistantMessageData, ToolCallData, ToolResultData, TurnStartData
+    from session.items import (
+        AssistantMessageData,
+        CompactionData,
+        ToolCallData,
+        ToolPermissionData,
+        ToolResultData,
+        TurnStartData,
+    )
 
 
 class Tool:
-    __slots__ = ("arguments", "call_id", "kind", "name", "result", "result_on_disk", "started",
+    __slots__ = ("arguments", "call_id", "kind", "name", "permission", "result", "result_on_disk", "started",
                  "title")
 
     def __init__(self, call_id: str, name: str, arguments: Any) -> None:
@@ -28,6 +38,10 @@ class Tool:
         self.started = False
         self.result: ToolResultData | None = None
         self.result_on_disk = True
+        # The decision about it, whoever made it, as last recorded: the agent's without
+        # asking (`tool/call`), the client's answer that let it run (`tool/permission`,
+        # there even when the call was cut off before its result), its result's.
+        self.permission: Any = None
 
 
 SPOOL = 4 << 20  # characters of streamed text kept in memory; more go to a temporary file
@@ -67,9 +81,23 @@ class Spool:
         self.size = 0
 
 
+class Compaction:
+    """A compaction of the model's context in a step, as its last event has it."""
+
+    __slots__ = ("error", "from_turn", "status", "summary", "to_turn")
+
+    def __init__(self, data: CompactionData) -> None:
+        replaces = data.get("replaces") or {}
+        self.from_turn, self.to_turn = replaces.get("fromTurn"), replaces.get("toTurn")
+        self.status = str(data.get("status"))
+        self.summary: list[Any] = data.get("summary") or []
+        error = data.get("error")
+        self.error = error if isinstance(error, str) else None
+
+
 class Step:
-    __slots__ = ("chunk_reasoning", "chunk_text", "has_message", "number", "reasoning", "text",
-                 "tools", "usage")
+    __slots__ = ("chunk_reasoning", "chunk_text", "compactions", "has_message", "notices", "number", "reasoning",
+                 "text", "tools", "usage")
 
     def __init__(self, number: int) -> None:
         self.number = number
@@ -80,6 +108,8 @@ class Step:
         self.text: list[str] = []
         self.tools: list[Tool] = []
         self.usage: dict[str, int] = {}
+        self.compactions: dict[str, Compaction] = {}  # by id, in the order they began
+        self.notices: list[dict[str, Any]] = []  # a wrapped agent's, as it sent them
 
     @property
     def partial(self) -> bool:
@@ -96,8 +126,8 @@ class Step:
 
 
 class Turn:
-    __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
-                 "started_at", "steps", "usage")
+    __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "notices", "number", "prompt", "reason",
+                 "started_at", "steps", "trigger", "usage")
 
     def __init__(self, number: int, started_at: int, data: TurnStartData) -> None:
         self.number = number
@@ -105,12 +135,23 @@ class Turn:
         self.mode: str | None = data.get("mode")
         self.model: str | None = data.get("model")
         self.agent: str | None = data.get("agent")  # `wrap --agent`: the agent's name
+        trigger = data.get("trigger")
+        # What started it: "prompt", or "command" (a slash command's turn; `command` its name).
+        self.trigger: dict[str, Any] = dict(trigger) if isinstance(trigger, dict) else {"kind": "prompt"}
         self.prompt: list[Any] = []
         self.steps: list[Step] = []
         self.reason: Reason | None = None
         self.ended_at: int | None = None
         self.end_on_disk = True
         self.usage: dict[str, int] = {}
+        self.notices: list[dict[str, Any]] = []  # a wrapped agent's before the first step
+
+    @property
+    def command(self) -> str | None:
+        """The slash command this turn ran, or None for a prompt's turn."""
+        if self.trigger.get("kind") != "command":
+            return None
+        return str(self.trigger.get("name") or "?")
 
     def close(self) -> None:
         """Let go of the steps' streamed text (a temporary file, past SPOOL)."""
@@ -167,6 +208,10 @@ class TurnBuilder:
             turn.end_on_disk = self._stored(ev["seq"])
             self.turn = self._step = None
             return turn
+        elif ev["type"] == "wrapped/update":
+            update = ev["data"].get("update")
+            if isinstance(update, dict) and update.get("sessionUpdate") == "notice":
+                (turn.notices if step is None else step.notices).append(update)
         elif step is None:
             pass
         elif ev["type"] == "assistant/message":
@@ -177,10 +222,22 @@ class TurnBuilder:
             tool.name = str(call.get("name", tool.name))
             tool.arguments = call.get("arguments", tool.arguments)
             tool.title, tool.kind, tool.started = call.get("title"), call.get("kind"), True
+            tool.permission = call.get("permission", tool.permission)
+        elif ev["type"] == "tool/permission":
+            tool = _tool_of(self._tools, step, ev["data"])
+            tool.permission = ev["data"].get("permission", tool.permission)
         elif ev["type"] == "tool/result":
             tool = _tool_of(self._tools, step, ev["data"])
             tool.result = ev["data"]
             tool.result_on_disk = self._stored(ev["seq"])
+            tool.permission = ev["data"].get("permission", tool.permission)
+        elif ev["type"] == "context/compaction":
+            data = ev["data"]
+            step.compactions[str(data.get("compactionId"))] = Compaction(data)
+            usage = data.get("usage")
+            if isinstance(usage, dict):  # the summary's own model call
+                add_usage(step.usage, usage)
+                add_usage(turn.usage, usage)
         return None
 
     def _message(self, turn: Turn, step: Step, data: AssistantMessageData) -> None:
@@ -203,8 +260,9 @@ class TurnBuilder:
             add_usage(turn.usage, usage)
 
 
-def _tool_of(tools: dict[str, Tool], step: Step, data: ToolCallData | ToolResultData) -> Tool:
-    """The call a tool/call or tool/result names (one without a call block is added)."""
+def _tool_of(tools: dict[str, Tool], step: Step, data: ToolCallData | ToolPermissionData | ToolResultData) -> Tool:
+    """The call a tool/call, tool/permission or tool/result names (one without a call
+    block is added)."""
     call_id = str(data.get("callId"))
     tool = tools.get(call_id)
     if tool is None:
