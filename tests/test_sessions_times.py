@@ -97,3 +97,34 @@ def test_a_log_refused_to_this_user_is_unreadable_not_damaged(tmp_path: Path,
         assert orjson.loads(stats.out)["total"]["turns"] == 1
         assert (f"session {refused} cannot be read, so its turns are left out of these sums: "
                 "cannot read: [Errno 13] Permission denied") in stats.err, stats.err
+
+
+def test_a_first_page_reads_the_tails_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mtime bounds a log's last event from above: an untouched store reads about a
+    page of tails to order its first page, a copied one all of them."""
+    from acp_bridge.cli.sessions.rows import newest_first
+    from acp_bridge.cli.sessions.source import Source
+    from session.backends import jsonl_time
+
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    ids = [record(store, "jsonl", work, [{"text": "a"}], [f"p{n}"], base_ms=BASE_MS + n * 60_000) for n in range(6)]
+    read: list[str] = []
+    tail_time = jsonl_time.tail_time
+
+    def counted(path: Path | str, size: int, fallback: int) -> int:
+        read.append(Path(path).stem)
+        return tail_time(path, size, fallback)
+
+    monkeypatch.setattr(jsonl_time, "tail_time", counted)
+    source = Source("jsonl", store)
+    try:
+        assert newest_first(source, source.reader.stamps(), 2)[:2] == [ids[5], ids[4]]
+        assert read == [ids[5], ids[4]]  # the third's mtime is older than the second's time: not read
+        for sid in ids:  # copied: every mtime now, the oldest copied last
+            os.utime(store / "sessions" / f"{sid}.jsonl")
+        read.clear()
+        assert newest_first(source, source.reader.stamps(), 2)[:2] == [ids[5], ids[4]]
+        assert sorted(read) == sorted(ids)
+    finally:
+        source.close()

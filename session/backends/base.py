@@ -100,10 +100,11 @@ class At(NamedTuple):
 
 Stamp = tuple[int, ...]
 """What a store says about a log without reading it, changing whenever the log does:
-JSONL its file's size, its last event's time (ms, read from its tail: jsonl_time),
-inode and mtime (ns); the SQL stores (and memory) a count and `updatedAt` (ms). The
-second element is always the log's `updatedAt`, its last event's time in ms, whatever
-the file's mtime: `sessions list` orders by it to read only a first page's logs."""
+JSONL its file's size, mtime (ns) and inode; the SQL stores (and memory) a count and
+`updatedAt` (ms). The second element is always when the log last changed (JSONL: in
+ns, the file's mtime, which is never before its last event's time but is the copy's on
+a copied store: jsonl_time reads the event's): `sessions list` orders by it to read only
+a first page's logs."""
 
 
 class SessionPeek(NamedTuple):

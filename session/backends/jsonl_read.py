@@ -234,14 +234,11 @@ class JsonlReader(FileReader):
         return stream
 
     def stamps(self) -> dict[str, Stamp]:
-        """(size, last event's time in ms, inode, mtime in ns) of each log: one stat and
-        one small read of its tail each (jsonl_time: a copied store keeps its order)."""
-        stamps: dict[str, Stamp] = {}
-        for sid, st in session_files(self.sessions_dir):
-            mtime = st.st_mtime_ns // 1_000_000
-            stamps[sid] = (st.st_size, last_time(self.sessions_dir / f"{sid}.jsonl", mtime),
-                           st.st_ino, st.st_mtime_ns)
-        return stamps
+        """(size, mtime in ns, inode) of each log: one stat each, nothing read. The mtime
+        is not `updatedAt` (a copy sets it) but never before it: `updated_at` and
+        `newest_first` (acp_bridge.cli.sessions.rows) read the time from the tail
+        (jsonl_time.tail_time) where it matters."""
+        return {sid: (st.st_size, st.st_mtime_ns, st.st_ino) for sid, st in session_files(self.sessions_dir)}
 
     def unstamped(self) -> set[str]:
         return set()  # every write changes the stamp

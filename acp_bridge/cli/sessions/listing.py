@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from acp_bridge.cli.sessions.rows import Brief, Outlines, Row, Summaries, updated_of
+from acp_bridge.cli.sessions.rows import Brief, Outlines, Row, Summaries, newest_first
 from acp_bridge.cli.sessions.text import cut, iso_time, local_time, one_line, tokens_json
 from acp_bridge.cli.sessions.view import View
 
@@ -49,7 +49,7 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
     stamps = source.reader.stamps()  # every session's, in one pass: its ids too
     ids = list(stamps)
     if limit is not None and 0 <= limit < len(ids):
-        ids = sorted(ids, key=lambda sid: (-updated_of(source.name, stamps.get(sid)), sid))
+        ids = newest_first(source, stamps, limit)
         # newest first by the store's stamps (a stat per JSONL log, one query for a SQL
         # store), so that a first page reads only its own sessions (10,000: bench/README.md)
     summaries = Summaries(source, stamps, ids)
