@@ -138,3 +138,29 @@ async def follow(browser: Browser, store: Path | str, served_store: Path | str, 
             assert all("agent running" in row for row in browser.evaluate(rows))
             assert csp_reports(browser) == []
     assert served.returncode == 0
+
+
+@pytest.mark.integration
+def test_the_streams_are_under_the_token_and_the_headers(tmp_path: Path) -> None:
+    """The event streams answer as every page does: the token, the Host, the policy and
+    the headers; HEAD makes no stream (it would run for minutes unsent)."""
+    from acp_bridge.cli.sessions.live import LIVE_CSP_HEADER
+    from tests.support.html_sessions import fetch
+    from tests.support.logs import Script
+    from tests.support.search_store import add_session
+
+    root = tmp_path / "store"
+    sid = add_session(root, "jsonl", "/w", Script().text_turn("one", "first"), 1_000)
+    with Served(root, "jsonl") as served:
+        for path in ("live/list", f"live/session/{sid}?from=1"):
+            started = time.monotonic()
+            status, headers, body = fetch(served.url + path, method="HEAD")
+            assert (status, body) == (200, "") and time.monotonic() - started < 5
+            assert headers["content-type"] == "text/event-stream; charset=utf-8"
+            assert headers["content-security-policy"] == LIVE_CSP_HEADER
+            assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
+            assert fetch(served.url.replace(served.token, "x" * len(served.token)) + path)[0] == 403
+            assert fetch(served.url + path, host="evil.example:80")[0] == 403
+        assert fetch(served.url + "live/session/00000000-0000-4000-8000-00000000beef")[0] == 404
+        assert fetch(served.url + "live/other")[0] == 404
+        assert fetch(served.url + "live/list?page=0")[0] == 404

@@ -147,7 +147,7 @@ def turn_events(open_source: Callable[[], Any], sid: str, start: int, *,
                 seconds: float = STREAM_SECONDS, clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
     """The `turn` events of session `sid`, from turn `start` on (see the module)."""
-    from session import SessionError
+    from session import SessionError, SessionNotFoundError
 
     yield f"retry: {RETRY_MS}\n\n"
     sent: dict[int, str] = {}
@@ -163,6 +163,8 @@ def turn_events(open_source: Callable[[], Any], sid: str, start: int, *,
                 last = stamp
                 try:
                     turns = rendered_turns(source, sid)
+                except SessionNotFoundError:
+                    return  # deleted: nothing more to follow (the browser's retry is a 404)
                 except (SessionError, OSError):
                     turns = []  # damaged or gone meanwhile: the page says so when reloaded
                 for number, html in turns:

@@ -117,6 +117,8 @@ class Site:
         source = self.source()
         try:
             found = resolve_id(source, sid)
+            if found not in source.ids():  # a full id is taken as given: it must be there to follow
+                raise SessionNotFoundError(f"session {found} not found", session_id=found)
         except (InvalidSessionIdError, SessionNotFoundError, AmbiguousIdError) as exc:
             return error_page(404, str(exc))
         finally:
@@ -288,9 +290,9 @@ def make_handler(site: Site, port_of: Callable[[], int]) -> type[BaseHTTPRequest
                     self.send_header(name, value)
                 self.send_header("Connection", "close")
                 self.end_headers()
-                for piece in body:
-                    if send_body:
-                        self.wfile.write(piece.encode("utf-8", "replace"))
+                # HEAD: no body made at all (a live stream would run for minutes unsent).
+                for piece in body if send_body else ():
+                    self.wfile.write(piece.encode("utf-8", "replace"))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the reader went away
             finally:
