@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,17 +64,17 @@ def test_index_builds_show_progress_on_a_terminal_only(tmp_path: Path, monkeypat
 
 
 def test_a_fork_shows_its_time_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from acp_bridge.cli.sessions import fork as fork_module
+    from session import SessionStore
 
     store = store_of(tmp_path, 1)
     sid = next((store / "sessions").glob("*.jsonl")).stem
-    made = fork_module.fork
+    made = SessionStore.fork
 
-    def slow(*args: object) -> str:
+    def slow(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.3)  # a big session's copy
-        return made(*args)  # type: ignore[arg-type]
+        return made(*args, **kwargs)
 
-    monkeypatch.setattr(fork_module, "fork", slow)
+    monkeypatch.setattr(SessionStore, "fork", slow)
     piped = cli("--store", str(store), "fork", sid)
     assert piped.code == 0 and piped.err == ""
     monkeypatch.setattr(progress_module, "on_terminal", lambda: True)
