@@ -164,3 +164,22 @@ def test_the_streams_are_under_the_token_and_the_headers(tmp_path: Path) -> None
         assert fetch(served.url + "live/session/00000000-0000-4000-8000-00000000beef")[0] == 404
         assert fetch(served.url + "live/other")[0] == 404
         assert fetch(served.url + "live/list?page=0")[0] == 404
+
+
+def test_streams_past_the_cap_tell_the_browser_to_come_back(tmp_path: Path) -> None:
+    """A stream holds one of the server's fixed workers: past MAX_STREAMS at once, a
+    stream says `retry` and ends, and the page polls instead of starving the pool."""
+    import contextlib
+
+    from acp_bridge.cli.sessions import live
+
+    opened: list[str] = []
+    with contextlib.ExitStack() as held:
+        assert all(held.enter_context(live.stream_slot()) for _ in range(live.MAX_STREAMS))
+        assert list(live.turn_events(lambda: opened.append("store"), "x", 0)) == [
+            f"retry: {live.BUSY_RETRY_MS}\n\n"]
+        assert list(live.list_events(lambda: opened.append("store"), str, 200)) == [
+            f"retry: {live.BUSY_RETRY_MS}\n\n"]
+    assert opened == []  # the store was not even opened
+    with live.stream_slot() as free:
+        assert free  # the slots came back

@@ -7,8 +7,11 @@ turns as they are written, and the list follows the store.
   each turn again whenever the log changes it. `/TOKEN/live/list?page=P` is a stream of
   `list` events, the list's `<main>` again whenever the store (a stamp) or an owner (an
   agent opening or closing a session) changes. Each stream ends after STREAM_SECONDS
-  (the browser's EventSource connects again after `retry`), so an open page holds one
-  of the server's threads only that long at a time.
+  (the browser's EventSource connects again after `retry`), and at most MAX_STREAMS run
+  at once: the server has a fixed pool of workers (server.py, `Limits.workers`), and a
+  stream holds one. A stream past the cap says `retry: BUSY_RETRY_MS` and ends at once,
+  so a page beyond it polls every few seconds instead, and the pages and the other
+  requests always find a worker.
 - **Following a log, on every backend.** A tick every POLL seconds asks what changed,
   as cheaply as the backend allows: a JSONL log's size and mtime (one `stat`: the file
   is tailed, its new turns read when it grows); a SQL store's stamp of the session (its
@@ -27,7 +30,9 @@ turns as they are written, and the list follows the store.
 
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 
 from acp_bridge.cli.sessions.page import SERVED_CSP, source_hash
 
@@ -43,6 +48,9 @@ LIST_POLL = 1.0  # seconds between two looks at the store, for the list
 STREAM_SECONDS = 300.0  # a stream's life; the browser connects again after RETRY_MS
 RETRY_MS = 500
 HEARTBEAT = 10.0  # seconds without an event before a comment line (a closed tab is found)
+MAX_STREAMS = 8  # streams at once: half of the server's default workers (Limits.workers)
+BUSY_RETRY_MS = 3000  # what a stream past the cap tells the browser
+_streams = threading.BoundedSemaphore(MAX_STREAMS)
 
 LIVE_JS = """document.addEventListener('DOMContentLoaded', () => {
   const mark = document.getElementById('live');
@@ -103,6 +111,17 @@ def live_mark(url: str) -> str:
     return f' <span id="live" class="live" data-live="{esc(url)}">live</span>{SCRIPT}'
 
 
+@contextmanager
+def stream_slot() -> Iterator[bool]:
+    """One of the MAX_STREAMS streams, if one is free (False: the caller says `retry`)."""
+    taken = _streams.acquire(blocking=False)
+    try:
+        yield taken
+    finally:
+        if taken:
+            _streams.release()
+
+
 def event(name: str, data: dict[str, Any]) -> str:
     """One server-sent event: its data is JSON on one line (orjson escapes newlines)."""
     import orjson
@@ -147,6 +166,15 @@ def turn_events(open_source: Callable[[], Any], sid: str, start: int, *,
                 seconds: float = STREAM_SECONDS, clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
     """The `turn` events of session `sid`, from turn `start` on (see the module)."""
+    with stream_slot() as free:
+        if not free:
+            yield f"retry: {BUSY_RETRY_MS}\n\n"
+            return
+        yield from _turn_events(open_source, sid, start, seconds, clock, sleep)
+
+
+def _turn_events(open_source: Callable[[], Any], sid: str, start: int, seconds: float,
+                 clock: Callable[[], float], sleep: Callable[[float], None]) -> Iterator[str]:
     from session import SessionError, SessionNotFoundError
 
     yield f"retry: {RETRY_MS}\n\n"
@@ -190,6 +218,15 @@ def list_events(open_source: Callable[[], Any], render: Callable[[Any], str], ne
     """The `list` events: `render(source)`, the list's `<main>`, each time the store's
     stamps or the owners of its `newest` sessions (the page's and those before it)
     change."""
+    with stream_slot() as free:
+        if not free:
+            yield f"retry: {BUSY_RETRY_MS}\n\n"
+            return
+        yield from _list_events(open_source, render, newest, seconds, clock, sleep)
+
+
+def _list_events(open_source: Callable[[], Any], render: Callable[[Any], str], newest: int, seconds: float,
+                 clock: Callable[[], float], sleep: Callable[[float], None]) -> Iterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
     last: Any = None
     sent = ""
