@@ -496,3 +496,49 @@ def test_mode_with_a_wrapped_agent_that_has_none_says_so(tmp_path: Path) -> None
     assert code == 0, err
     assert out.count("this agent offers no session modes\n") == 2, out
     assert "not here" not in out + err  # nothing was asked of an agent that has no modes
+
+
+# --- the agent's commands and state (issue 36, point 4) ---------------------------------
+
+
+def test_agent_commands_are_read_completed_and_listed() -> None:
+    from acp_bridge.cli.chat.commands import agent_help, offered
+    from acp_bridge.cli.chat.editor import slash_completions
+
+    update = {"sessionUpdate": "available_commands_update", "availableCommands": [
+        {"name": "title", "description": "Set the title", "input": {"hint": "TITLE"}},
+        {"name": "export", "description": "Write the transcript"},
+        {"name": "model", "description": "Switch the model"}, {"name": 3}, "junk"]}
+    commands = offered(update)
+    assert commands == [("title", "Set the title", "TITLE"), ("export", "Write the transcript", ""),
+                        ("model", "Switch the model", "")]
+    assert offered({"sessionUpdate": "plan"}) is None
+    text = agent_help(commands)
+    assert "  /title [TITLE]  Set the title\n" in text and "  /export         Write the transcript\n" in text
+    assert "/model          Switch the model (the chat's own runs: //model for the agent's)" in text
+    names = ["/help", "/model", "/title", "/export", "/model"]
+    assert slash_completions("/", names) == ["/help", "/model", "/title", "/export"]
+    assert slash_completions("/t", names) == ["/title"]
+    assert slash_completions("/title x", names) == slash_completions("//t", names) == []
+    assert slash_completions("hello", names) == []
+
+
+@pytest.mark.integration
+def test_chat_runs_the_agents_commands_and_follows_its_model(tmp_path: Path) -> None:
+    """`/title ...` and `/export` were "unknown command"; /help did not list them; after
+    the agent's own `//model` switch chat's `/model` starred the old model."""
+    fast = write_script(tmp_path / "fast.json", {"text": "fast one"})
+    strong = write_script(tmp_path / "strong.json", {"text": "strong one"})
+    work = tmp_path / "work"
+    work.mkdir()
+    code, out, err, _ = run_chat(tmp_path / "store", work, [
+        "hi", "/help", "/title Durable log chat", f"//model {strong}", "/model", "/export", "/quit",
+    ], "--model", fast, "--model", strong)
+    assert code == 0, err
+    assert "unknown command" not in err, err
+    help_text = out.split("> /help\n", 1)[1].split("> /title", 1)[0]
+    assert "the agent's commands" in help_text and "  /title [" in help_text and "  /export" in help_text
+    assert help_text.index("/sessions") < help_text.index("/title")  # the chat's own first
+    assert "> /title Durable log chat\nThe session is now titled “Durable log chat”.\n" in out
+    assert f"models (* current):\n  {fast}  (" in out and f"\n* {strong}  (" in out
+    assert f"> /export\nExported the transcript to {work}/session-" in out

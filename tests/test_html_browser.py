@@ -143,8 +143,9 @@ def test_the_served_pages_in_a_browser(browser: Browser, kind: str, stores: tupl
         browser.goto(served.url)
         seen = browser.evaluate(LOOK)
         assert seen["title"] == "Sessions — acp-bridge"
-        # One active element, ours: the search form (test_the_search_box_in_a_browser).
-        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 1, 0, [])
+        # Two active elements, ours: the search form (test_the_search_box_in_a_browser) and
+        # the live page's script (tests/test_html_live.py).
+        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 2, 0, [])
         assert browser.evaluate("document.querySelector('nav form.search') !== null")
         rows = browser.evaluate("[...document.querySelectorAll('table.sessions tbody tr')].length")
         assert rows == 3
@@ -156,7 +157,8 @@ def test_the_served_pages_in_a_browser(browser: Browser, kind: str, stores: tupl
         browser.goto(href)
         seen = browser.evaluate(LOOK)
         assert seen["turns"] == ["turn st-completed", "turn st-error", "turn st-cancelled"]
-        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 0, 0, [])
+        # One active element, ours: the live page's script.
+        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 1, 0, [])
         assert seen["borderOfFirstTurn"] == "5px"  # the header's policy lets our sheet in
         assert seen["body"].startswith("← All sessions")
         shot(browser, tmp_path, f"served-session-{kind}")
@@ -194,5 +196,5 @@ def test_the_search_box_in_a_browser(browser: Browser, kind: str, stores: tuple[
         seen = browser.evaluate(LOOK)
         assert seen["turns"] == ["turn st-completed", "turn st-error", "turn st-cancelled"]
         assert browser.evaluate("document.getElementById('turn-2').className") == "turn st-error"
-        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 0, 0, [])
+        assert (seen["pwned"], seen["active"], seen["handlers"], csp_reports(browser)) == (False, 1, 0, [])
     assert served.returncode == 0

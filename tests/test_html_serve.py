@@ -16,8 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acp_bridge.cli.sessions.page import CSP_HEADER
-from acp_bridge.cli.sessions.serve import BACK
+from acp_bridge.cli.sessions.live import LIVE_CSP_HEADER as CSP_HEADER
 from session import SessionLockedError, SessionStore, open_backend
 from tests.support.html_sessions import (
     Served,
@@ -26,8 +25,10 @@ from tests.support.html_sessions import (
     listening_sockets,
     parse_page,
     waiting_on_a_permission,
+    without_live,
     without_search_form,
 )
+from tests.support.html_sessions import served_page as live_page
 from tests.support.pg_server import PgServer
 from tests.test_html_export import export, kind, stores
 from tests.test_sessions_cli import store_state
@@ -49,7 +50,7 @@ def test_the_list_and_the_same_transcript_as_the_export(kind: str, stores: tuple
             ("nosniff", "no-referrer", "no-store")
         assert headers["content-type"] == "text/html; charset=utf-8"
         page = parse_page(body)
-        assert active_parts(without_search_form(page)) == []
+        assert active_parts(without_live(without_search_form(page))) == []
         rows = page.find_all("tr")[1:]
         links = {a.attrs["href"] for row in rows for a in row.find_all("a")}
         assert links == {f"session/{sid}" for sid in ids.values()}
@@ -63,7 +64,7 @@ def test_the_list_and_the_same_transcript_as_the_export(kind: str, stores: tuple
             status, headers, served_page = fetch(served.url + f"session/{sid}")
             assert status == 200 and headers["content-security-policy"] == CSP_HEADER
             # One page for both: the export's, with the link back to the list.
-            assert served_page == export(root, kind, sid).replace("<body>\n", f"<body>\n<nav>{BACK}</nav>", 1)
+            assert served_page == live_page(export(root, kind, sid), sid)
         status, _, by_prefix = fetch(served.url + f"session/{ids['edit'][:8]}")
         assert status == 200 and ids["edit"] in by_prefix
         for missing in ("00000000-0000-4000-8000-00000000beef", "..%2F..%2Fetc", "../../etc/passwd", "x"):
@@ -214,7 +215,7 @@ def test_export_and_serve_over_postgres(pg_server: PgServer, pg_database: str, w
         status, _, listed = fetch(served.url)
         assert status == 200 and listed.count('href="session/') == 2
         status, _, shown = fetch(served.url + f"session/{ids['wrapped']}")
-        assert status == 200 and shown == exported.replace("<body>\n", f"<body>\n<nav>{BACK}</nav>", 1)
+        assert status == 200 and shown == live_page(exported, ids["wrapped"])
         status, _, shown = fetch(served.url + f"session/{ids['crashed']}")
         assert "interrupted (crash; not yet repaired on disk)" in shown
     assert served.returncode == 0
@@ -248,7 +249,7 @@ def test_the_search_box(kind: str, stores: tuple[Path, dict[str, str]], tmp_path
     itself. The index goes where `--index` says; the store is not written."""
     from urllib.parse import quote
 
-    from acp_bridge.cli.sessions.page import CSP
+    from acp_bridge.cli.sessions.live import LIVE_CSP
     from tests.support.xss_agent import TAGS
 
     root, ids = stores
@@ -280,7 +281,7 @@ def test_the_search_box(kind: str, stores: tuple[Path, dict[str, str]], tmp_path
         assert page.find_all("li"), "the tags' words are in the prompts"
         # The transcript a hit links to has its turn's anchor, and no form.
         status, headers, shown = fetch(served.url + f"session/{ids['wrapped']}")
-        assert 'id="turn-1"' in shown and "<form" not in shown and f'content="{CSP}"' in shown
+        assert 'id="turn-1"' in shown and "<form" not in shown and f'content="{LIVE_CSP}"' in shown
         # Filters, and what is not a query.
         status, _, body = fetch(served.url + "search?q=PWNED&ended=cancelled")
         links = [li.find_all("a")[0].attrs["href"] for li in parse_page(body).find_all("li")]

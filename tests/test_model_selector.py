@@ -316,6 +316,41 @@ def test_config_option_shapes_match_the_schema() -> None:
 
 
 @pytest.mark.integration
+async def test_a_mode_switch_survives_a_reload_as_a_model_switch_does(tmp_path: Path, work: Path) -> None:
+    """A `/mode` switch (session/set_mode) was lost on reload while `/model` was kept:
+    both are recorded (`config/set`; the mode's when the session closes before a turn
+    records it) and the last one recorded wins (issue 36, point 6)."""
+    fast, strong = two_scripts(tmp_path)
+    strong_spec = strong.removesuffix("#reasoning")
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=fast, args=("--model", strong)) as agent:
+        await agent.initialize()
+        sid = (await agent.request("session/new", {"cwd": str(work), "mcpServers": []}))["sessionId"]
+        assert (await agent.prompt(sid, "hi"))["stopReason"] == "end_turn"
+        await agent.request("session/set_mode", {"sessionId": sid, "modeId": "read_only"})
+        await agent.request("session/set_config_option", {"sessionId": sid, "configId": "model", "value": strong_spec})
+        await agent.request("session/set_mode", {"sessionId": sid, "modeId": "read_only"})  # no change: no event
+    events = loaded_events(store, sid)
+    check_invariants(cast("list[Event]", events), closed=True)
+    assert [e["data"] for e in events if e["type"] == "config/set"] == [
+        {"configId": "model", "value": strong_spec}, {"configId": "mode", "value": "read_only"}]
+    async with AgentProcess(store, model=fast, args=("--model", strong)) as again:
+        await again.initialize()
+        loaded = await again.load_session(sid, work)
+        assert loaded["modes"]["currentModeId"] == "read_only"
+        assert options_of(loaded)["mode"]["currentValue"] == "read_only"
+        assert options_of(loaded)["model"]["currentValue"] == strong_spec
+        # A mode the session's next turn ran with is what a later reload keeps.
+        await again.request("session/set_config_option", {"sessionId": sid, "configId": "mode", "value": "ask"})
+        assert (await again.prompt(sid, "again"))["stopReason"] == "end_turn"
+    # the turn recorded it: nothing more was written at the close
+    assert sum(e["type"] == "config/set" for e in loaded_events(store, sid)) == 2
+    async with AgentProcess(store, model=fast, args=("--model", strong)) as third:
+        await third.initialize()
+        assert (await third.load_session(sid, work))["modes"]["currentModeId"] == "ask"
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("caps", [{"session": {"notices": {}}}, {}], ids=["notices", "none"])
 async def test_a_load_whose_model_is_gone_is_a_notice_before_its_answer(
         tmp_path: Path, work: Path, caps: dict[str, Any]) -> None:

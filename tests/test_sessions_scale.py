@@ -107,8 +107,8 @@ def test_the_bench_copies_in_postgres_are_what_an_agent_would_have_written(pg_ds
 @pytest.mark.integration
 def test_the_served_list_is_the_newest_page(tmp_path: Path) -> None:
     """`serve`'s list shows the newest LIST_PAGE sessions (reading only their logs) and
-    says how many older ones it leaves to the search."""
-    from acp_bridge.cli.sessions.serve import LIST_PAGE
+    pages past them (it stopped at 200: issue 36)."""
+    from acp_bridge.cli.sessions.list_page import PAGE_SIZE as LIST_PAGE
     from tests.support.html_sessions import Served, fetch, parse_page
 
     root = tmp_path / "store"
@@ -122,5 +122,12 @@ def test_the_served_list_is_the_newest_page(tmp_path: Path) -> None:
     assert status == 200
     rows = parse_page(body).find_all("tr")[1:]
     assert [row.find_all("a")[0].attrs["href"] for row in rows] == [f"session/{sid}" for sid in ids[:2:-1]]
-    assert f"the newest {LIST_PAGE} of {LIST_PAGE + 3} sessions" in body
-    assert "3 older session(s) are not listed: search finds them." in body
+    assert f"Sessions 1 to {LIST_PAGE} of {LIST_PAGE + 3}, newest first." in body
+    assert '<a href="?page=2" rel="next">Older →</a>' in body
+    with Served(root, "jsonl") as served:
+        status, _, body = fetch(served.url + "?page=2")
+        assert fetch(served.url + "?page=x")[0] == 404
+    rows = parse_page(body).find_all("tr")[1:]
+    assert [row.find_all("a")[0].attrs["href"] for row in rows] == [f"session/{sid}" for sid in ids[2::-1]]
+    assert f"Sessions {LIST_PAGE + 1} to {LIST_PAGE + 3} of {LIST_PAGE + 3}, newest first." in body
+    assert '<a href="?page=1" rel="prev">← Newer</a>' in body and "Older" not in body

@@ -285,6 +285,9 @@ def test_watch_makes_a_new_turn_searchable_within_a_second(tmp_path: Path, kind:
     try:
         assert watcher.stderr is not None
         assert "2 log(s) read" in watcher.stderr.readline()
+        # it says that it watches, and (below) what it indexed: it used to print nothing
+        # after its first pass (issue 36, point 7)
+        assert f"watching {root} every 0.2 s (Ctrl-C stops)" in watcher.stderr.readline()
         index = root / "index" / "search.sqlite3"
         delays = []
         for n, word in enumerate(("gannet", "puffin", "kestrel")):
@@ -307,6 +310,7 @@ def test_watch_makes_a_new_turn_searchable_within_a_second(tmp_path: Path, kind:
         out, err = watcher.communicate(timeout=10)
     assert watcher.returncode == 0, err
     assert out == ""
+    assert err.count(f"indexed 1 session(s): {stored.ours} (") >= 2, err  # (communicate may lose a buffered line)
 
 
 def test_index_options(tmp_path: Path, kind: str, stored: Stored) -> None:

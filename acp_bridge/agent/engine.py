@@ -294,7 +294,7 @@ class AgentEngine(Engine["LiveSession"]):
     async def set_config_option(self, **params: Unpack[SetSessionConfigOptionRequest]) -> dict[str, Any]:
         sessionId, configId, value = params["sessionId"], params["configId"], params["value"]
         live = self.host.session(sessionId)
-        if configId == "mode":
+        if configId == permissions.MODE_OPTION:
             self.switch_mode(live, sessionId, value, "value")
         elif configId == options.MODEL_OPTION:
             await self.switch_model(live, sessionId, value)
@@ -328,7 +328,9 @@ class AgentEngine(Engine["LiveSession"]):
                                            "configOptions": self._options(live)})
 
     def switch_mode(self, live: LiveSession, sid: str, mode: Any, field_name: str) -> None:
-        """`session/set_mode` (and the `mode` option, `/mode`): the next turn's mode, told."""
+        """`session/set_mode` (and the `mode` option, `/mode`): the next turn's mode, told.
+        It is recorded on that turn's `turn/start`, or, when the session closes before
+        one, as a `config/set mode` (`LiveSession.close`): a reload keeps it either way."""
         if mode not in permissions.MODES:
             raise InvalidParamsError(f"unknown mode {mode!r}: use one of {', '.join(permissions.MODES)}",
                                      field=field_name)

@@ -13,6 +13,7 @@ the local machine's services with it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +23,7 @@ import anyio.abc
 
 from acp_bridge.agent.client_services import AcpClientServices
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.errors import AcpBridgeError
 from acp_bridge.host.advertised import client_support
 from acp_bridge.host.commands import Command, invoked, run_command
 from acp_bridge.host.engine import TurnEnd
@@ -34,7 +36,7 @@ from acp_bridge.rpc.connection import Connection
 from acp_bridge.tools import permissions
 from acp_bridge.tools.local import LocalServices
 from session import SessionLog
-from session.events import TURN_START, USER_MESSAGE, Event
+from session.events import CONFIG_SET, TURN_START, USER_MESSAGE, Event
 from session.titles import title_from_content
 from session.transcript import Transcript, history_budget
 from session.typed import typed
@@ -63,6 +65,8 @@ class LiveSession:
     commands: list[Command] = field(default_factory=list)  # its slash commands (acp_bridge.agent.commands)
     # The elicitation modes the client shows: its MCP servers are told they may ask.
     elicitation_modes: frozenset[str] = frozenset()
+    # The mode the log recorded when the session was made live (its default if none).
+    loaded_mode: str = permissions.DEFAULT_MODE
 
     async def prompt(self, prompt: list[Any], params: Mapping[str, Any]) -> TurnEnd:
         found = invoked(prompt, self.commands)
@@ -83,13 +87,27 @@ class LiveSession:
         self.ctx = replace(self.ctx, context_window=model.context_window)
 
     async def close(self, *, stopping: bool = False) -> None:
-        """Close the log, then stop the session's MCP servers."""
+        """Keep a mode switch no turn recorded, close the log, then stop the session's
+        MCP servers."""
         try:
+            await self._keep_mode()
             await self.runner.close()
         finally:
             if self.mcp is not None:
                 await self.mcp.close()
                 self.mcp = None
+
+    async def _keep_mode(self) -> None:
+        """A mode switched since the log last recorded one (no turn ran with it) is
+        recorded now, `config/set mode`, so a reload carries on in it as it carries on
+        with a switched model (`last_mode`). Written here rather than at the switch:
+        the next turn's `turn/start` records it as it always did, so a log whose
+        session goes on is byte for byte what it was. A store failure is the close's to
+        log: the switch is lost, as any write after it would be."""
+        recorded = recorded_mode(self.log.events) or self.loaded_mode
+        if self.runner.mode != recorded and not self.log.closed and not self.log.tracker.in_turn:
+            with contextlib.suppress(AcpBridgeError):
+                await self.runner.record_setting(permissions.MODE_OPTION, self.runner.mode)
 
     async def connect_mcp(self, servers: list[Any] | None, task_group: anyio.abc.TaskGroup) -> dict[str, Any]:
         """Connect the MCP servers the client passed (checked by host.params) and offer
@@ -122,13 +140,24 @@ class LiveSession:
         return {"mcpServers": mcp.status()}
 
 
-def last_mode(events: Sequence[Event]) -> str:
-    """The mode of the log's last turn, which a session carries on with."""
+def recorded_mode(events: Sequence[Event]) -> str | None:
+    """The last mode `events` record, a switch (`config/set mode`) or a turn's
+    (`turn/start.mode`), whichever is later; None if they record none."""
     for event in reversed(events):
         ev = typed(event)
+        if ev["type"] == CONFIG_SET and ev["data"]["configId"] == permissions.MODE_OPTION \
+                and ev["data"]["value"] in permissions.MODES:
+            return ev["data"]["value"]
         if ev["type"] == TURN_START:
             return ev["data"].get("mode", permissions.DEFAULT_MODE)
-    return permissions.DEFAULT_MODE
+    return None
+
+
+def last_mode(events: Sequence[Event]) -> str:
+    """The mode a session carries on with: the last its log records (`recorded_mode`),
+    by the rule the model follows (acp_bridge.models.options.stored_choice;
+    docs/persistence.md, "Mode and model survive a reload")."""
+    return recorded_mode(events) or permissions.DEFAULT_MODE
 
 
 def make_live(
@@ -179,6 +208,7 @@ def make_live(
     # `on_event` reads `live.ctx`: a model switch replaces it (`LiveSession.switch`).
     context = UpdateContext(replay=False, context_window=model.context_window, cost=cost,
                             support=client_support(capabilities))
-    live = LiveSession(session_log, runner, choice, context, admit, elicitation_modes=services.elicitation_modes)
+    live = LiveSession(session_log, runner, choice, context, admit, elicitation_modes=services.elicitation_modes,
+                       loaded_mode=runner.mode)
     return live
 

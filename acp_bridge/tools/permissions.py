@@ -37,6 +37,7 @@ MODES: Final = {
     "read_only": ("Read only", "Read and answer; refuse edits and commands."),
 }
 DEFAULT_MODE: Final = "ask"
+MODE_OPTION: Final = "mode"  # the mode's config option id, and its `config/set` configId
 
 ALLOW_ONCE: Final = "allow_once"
 ALLOW_ALWAYS: Final = "allow_always"
@@ -83,7 +84,7 @@ def mode_state(mode: str) -> dict[str, Any]:
     """The session's mode as ACP shows it: `modes` and the `mode` config option (one
     setting under two names, so clients that know either can show and change it)."""
     modes = [{"id": m, "name": name, "description": text} for m, (name, text) in MODES.items()]
-    option = {"id": "mode", "name": "Mode", "description": "When the agent asks before acting.",
+    option = {"id": MODE_OPTION, "name": "Mode", "description": "When the agent asks before acting.",
               "category": "mode", "type": "select", "currentValue": mode,
               "options": [{"value": m["id"], "name": m["name"], "description": m["description"]}
                           for m in modes]}

@@ -102,7 +102,9 @@ Stamp = tuple[int, ...]
 """What a store says about a log without reading it, changing whenever the log does:
 JSONL its file's size, mtime (ns) and inode; the SQL stores (and memory) a count and
 `updatedAt` (ms). The second element is always when the log last changed (JSONL: in
-ns): `sessions list` orders by it to read only a first page's logs."""
+ns, the file's mtime, which is never before its last event's time but is the copy's on
+a copied store: jsonl_time reads the event's): `sessions list` orders by it to read only
+a first page's logs."""
 
 
 class SessionPeek(NamedTuple):

@@ -23,6 +23,7 @@ from session.backends.base import (
     session_files,
     validate_session_id,
 )
+from session.backends.jsonl_time import last_time, last_time_in
 from session.backends.jsonl_title import TITLES, kept_title
 from session.errors import SessionCorruptError, SessionNotFoundError
 from session.events import USER_MESSAGE, Event
@@ -141,11 +142,14 @@ class JsonlStream:
 
 
 def summary_of(path: Path, titles: Path | None = None) -> SessionSummary | None:
-    """id, cwd, title, updatedAt of a log from its first lines and its mtime; `titles`:
+    """id, cwd, title, updatedAt of a log from its first lines and its last event's
+    time (jsonl_time; the mtime if it has none); `titles`:
     the store's title folder, when the session has a title file there (jsonl_title)."""
     try:
         with open(path, "rb") as f:
-            mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
+            st = os.fstat(f.fileno())
+            mtime = last_time_in(f, st.st_size) or st.st_mtime_ns // 1_000_000
+            f.seek(0)
             header = _json_line(f.readline(LIST_LINE_LIMIT))
             if not isinstance(header, dict) or header.get("id") != path.stem:
                 return None
@@ -221,7 +225,7 @@ class JsonlReader(FileReader):
         path = self.path_of(session_id)
         stream = JsonlStream(session_id, log_opener(session_id, path), at)
         try:
-            stream.updated = os.stat(path).st_mtime_ns // 1_000_000
+            stream.updated = last_time(path, os.stat(path).st_mtime_ns // 1_000_000)
         except BaseException:
             stream.close()
             raise
@@ -230,7 +234,10 @@ class JsonlReader(FileReader):
         return stream
 
     def stamps(self) -> dict[str, Stamp]:
-        """(size, mtime in ns, inode) of each log: one stat each, nothing read."""
+        """(size, mtime in ns, inode) of each log: one stat each, nothing read. The mtime
+        is not `updatedAt` (a copy sets it) but never before it: `updated_at` and
+        `newest_first` (acp_bridge.cli.sessions.rows) read the time from the tail
+        (jsonl_time.tail_time) where it matters."""
         return {sid: (st.st_size, st.st_mtime_ns, st.st_ino) for sid, st in session_files(self.sessions_dir)}
 
     def unstamped(self) -> set[str]:
@@ -239,8 +246,10 @@ class JsonlReader(FileReader):
     def peek(self, session_id: str) -> SessionPeek:
         try:
             with open(self.path_of(session_id), "rb") as f:
+                st = os.fstat(f.fileno())
+                mtime = last_time_in(f, st.st_size) or st.st_mtime_ns // 1_000_000
+                f.seek(0)
                 first = f.readline(1 << 16)
-                mtime = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
                 header = orjson.loads(first)
                 title = None
                 if isinstance(header, dict):  # what `list` gives

@@ -187,6 +187,32 @@ def without_search_form(page: Element) -> Element:
     return page
 
 
+def without_live(page: Element) -> Element:
+    """`page` with the one script of `serve`'s live pages taken out, once checked to be
+    ours and nothing more: LIVE_JS whole, no attribute (allowed by its hash alone), and
+    the mark it reads (`span#live`, its stream's URL under the page's own path)."""
+    from acp_bridge.cli.sessions.live import LIVE_JS
+
+    (script,) = page.find_all("script")
+    assert script.attrs == {} and script.all_text() == LIVE_JS
+    (mark,) = [e for e in page.find_all("span") if e.attrs.get("id") == "live"]
+    assert mark.attrs["data-live"].startswith(("live/", "../live/")) and set(mark.attrs) == {"id", "class", "data-live"}
+    assert script.parent is not None
+    script.parent.nodes.remove(script)
+    return page
+
+
+def served_page(exported: str, sid: str) -> str:
+    """The page `serve` gives for a session whose export is `exported`: the same, with
+    the link back to the list, the live mark and script, and the policy that lets it run."""
+    from acp_bridge.cli.sessions.live import LIVE_CSP, live_mark
+    from acp_bridge.cli.sessions.page import CSP
+    from acp_bridge.cli.sessions.serve import BACK
+
+    return exported.replace(f'content="{CSP}"', f'content="{LIVE_CSP}"', 1).replace(
+        "<body>\n", f"<body>\n<nav>{BACK}{live_mark(f'../live/session/{sid}')}</nav>", 1)
+
+
 def _our_link(href: str) -> bool:
     from urllib.parse import urlsplit
 

@@ -1,6 +1,13 @@
 """The chat's `/commands` (`/help`, `/sessions`, `/mode`, `/model`, `/load`, `/fork`) and the
 session state they read and change (the current session, its mode and config options).
 
+The agent's own commands (its `available_commands_update`, per session) are offered
+beside them: listed in `/help`, completed in the line editor, and run by typing them as
+they are (`/title Durable log chat` is sent to the agent as that prompt); where a name
+is both, the chat's own runs (`//NAME` still sends it to the agent). The mode and the
+config options are the agent's last word: its answers, then its `current_mode_update`
+and `config_option_update` (`follow`), so a switch the agent made by a command shows.
+
 A part of `main.Chat` (a base class: `Chat` gives it the connection and the output,
 `write`, `error`, `conn`), kept apart so that main.py holds the chat's lifetime, input
 and Ctrl-C, and this module what a person can ask for by name.
@@ -41,6 +48,38 @@ NO_SESSION = ("no session yet: your first prompt starts one (/mode NAME or /mode
               "with that setting; /load ID goes on with a stored one)")
 
 
+# The chat's own commands: where the agent offers one of the same name, the chat's runs.
+OWN = frozenset({"/help", "/sessions", "/load", "/fork", "/mode", "/model", "/quit", "/exit"})
+
+
+def offered(update: Any) -> list[tuple[str, str, str]] | None:
+    """The commands of an `available_commands_update` as (name, description, input
+    hint), None for another update; ill-formed entries left out."""
+    if not isinstance(update, dict) or update.get("sessionUpdate") != "available_commands_update":
+        return None
+    found: list[tuple[str, str, str]] = []
+    for item in update.get("availableCommands") or []:
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"].strip():
+            hint = (item.get("input") or {}).get("hint") if isinstance(item.get("input"), dict) else None
+            found.append((clean(item["name"].strip().lstrip("/")), clean(str(item.get("description") or "")),
+                          clean(hint) if isinstance(hint, str) else ""))
+    return found
+
+
+def agent_help(commands: list[tuple[str, str, str]]) -> str:
+    """The `/help` lines of the agent's commands (the ones the chat's own hide are said so)."""
+    if not commands:
+        return ""
+    lines = ["the agent's commands (typed as they are; //NAME where the chat has its own):"]
+    for name, description, hint in commands:
+        usage = f"/{name}" + (f" [{hint}]" if hint else "")
+        hidden = " (the chat's own runs: //" + name + " for the agent's)" if f"/{name}" in OWN else ""
+        # A long input hint (the models' names) puts the description on a line of its own.
+        lines.append(f"  {usage:<15} {description}{hidden}" if len(usage) < 16
+                     else f"  {usage}\n  {'':<15} {description}{hidden}")
+    return "\n".join(lines) + "\n"
+
+
 def error_message(exc: ClientError) -> str:
     """What the agent said in its error answer, as the chat shows it."""
     return str(exc.error.get("message", "error"))
@@ -56,6 +95,7 @@ class SlashCommands:
     mode: str | None
     modes: list[str]
     options: list[Any]  # the session's configOptions, as the agent last sent them
+    commands: dict[str, list[tuple[str, str, str]]]  # per session: the agent's commands, as last offered
 
     def write(self, text: str) -> None:
         raise NotImplementedError  # main.Chat
@@ -65,6 +105,35 @@ class SlashCommands:
 
     def conn(self) -> AgentConnection:
         raise NotImplementedError  # main.Chat
+
+    async def send(self, text: str) -> None:
+        raise NotImplementedError  # main.Chat: `text` sent as a prompt
+
+    def agent_commands(self) -> list[tuple[str, str, str]]:
+        """The commands the agent offers in the current session."""
+        return self.commands.get(self.sid or "", [])
+
+    def completions(self) -> list[str]:
+        """What the line editor completes after a `/`: the chat's commands, then the agent's."""
+        own = sorted(OWN - {"/exit"})
+        return own + [f"/{name}" for name, _, _ in self.agent_commands() if f"/{name}" not in OWN]
+
+    def follow(self, params: Any) -> None:
+        """What the agent's `session/update` says of a session's state: its commands,
+        its mode, its config options (the current session's, or one being made)."""
+        if not isinstance(params, dict) or not isinstance(params.get("update"), dict):
+            return
+        sid, update = str(params.get("sessionId")), params["update"]
+        commands = offered(update)
+        if commands is not None:
+            self.commands[sid] = commands
+        if self.sid is not None and sid != self.sid:
+            return
+        kind = update.get("sessionUpdate")
+        if kind == "current_mode_update" and isinstance(update.get("currentModeId"), str):
+            self.mode = update["currentModeId"]
+        elif kind == "config_option_update" and isinstance(update.get("configOptions"), list):
+            self.options = update["configOptions"]
 
     async def session(self) -> str:
         """The current session, made now if there is none yet (`session/new`): the
@@ -99,7 +168,8 @@ class SlashCommands:
             if name in ("/quit", "/exit"):
                 return False
             if name == "/help":
-                self.write(self.render.newline() + HELP + (EDITOR_HELP if self.editing else ""))
+                self.write(self.render.newline() + HELP + agent_help(self.agent_commands())
+                           + (EDITOR_HELP if self.editing else ""))
             elif name == "/sessions":
                 result = await conn.request("session/list", {})
                 self.write(self.render.newline() + sessions_table(result.get("sessions", []), self.sid))
@@ -125,6 +195,8 @@ class SlashCommands:
                 await self.load(arg)
             elif name == "/fork" and (not arg or arg.isdigit()):
                 await self.fork(int(arg) if arg else None)
+            elif name not in OWN and any(f"/{known}" == name for known, _, _ in self.agent_commands()):
+                await self.send(text)  # the agent's command, as typed
             else:
                 usage = {"/load": "usage: /load ID", "/fork": "usage: /fork [TURN]"}
                 self.error(usage.get(name) or f"unknown command {text!r}\n{HELP}")

@@ -14,6 +14,8 @@ What it gives a person (docs/chat.md, "Typing"):
   terminal's line discipline, which cuts a line at 4,095 bytes, is not in the way;
 - output that arrives while a line is read (the agent's, during a permission question)
   is printed above the line, which is drawn again below it (`LineEditor.write_above`);
+- Tab completes a `/command` at the start of a line: the chat's own, then the ones the
+  agent offers in the session (`slash_completions`; listed as the line is typed);
 - Ctrl-C clears a line that has text; on an empty line it quits (as a Ctrl-C while idle
   always did), and while a permission question waits it cancels the prompt; Ctrl-D on
   an empty line ends the input.
@@ -27,13 +29,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import run_in_terminal
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
@@ -136,16 +140,37 @@ def history_for(store: Path) -> StoreHistory:
     return StoreHistory(store)
 
 
+def slash_completions(text: str, names: Iterable[str]) -> list[str]:
+    """The commands among `names` (each `/NAME`) that complete `text`, the line so far:
+    only a first word that starts with one `/` (`//text` sends text as it is)."""
+    if not text.startswith("/") or text.startswith("//") or any(c.isspace() for c in text):
+        return []
+    return [name for name in dict.fromkeys(names) if name.startswith(text) and name != text]
+
+
+class SlashCompleter(Completer):
+    """prompt_toolkit's side of `slash_completions`, over the names as they are now."""
+
+    def __init__(self, names: Callable[[], Iterable[str]]) -> None:
+        self.names = names
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
+        text = document.text_before_cursor
+        for name in slash_completions(text, self.names()):
+            yield Completion(name, start_position=-len(text))
+
+
 class LineEditor:
     """Reads prompts (with the shared history) and answers to questions (without)."""
 
-    def __init__(self, history: StoreHistory) -> None:
+    def __init__(self, history: StoreHistory, commands: Callable[[], Iterable[str]] = tuple) -> None:
         self.history = history
         self._clear_first = False  # Ctrl-C on a line with text clears it (idle prompt only)
         keys = self._keys()
         common: dict[str, Any] = {"key_bindings": keys, "prompt_continuation": _continuation,
                                   "enable_history_search": False}
-        self._prompts: PromptSession[str] = PromptSession(history=history, **common)
+        self._prompts: PromptSession[str] = PromptSession(history=history, completer=SlashCompleter(commands),
+                                                          complete_while_typing=True, **common)
         self._answers: PromptSession[str] = PromptSession(history=InMemoryHistory(), **common)
         self._reading: PromptSession[str] | None = None
         self._above: list[Awaitable[None]] = []  # writes above the line, not yet done

@@ -139,6 +139,7 @@ class Chat(SlashCommands):
         self.mode: str | None = None
         self.modes: list[str] = []
         self.options: list[Any] = []  # the session's configOptions, as the agent last sent them
+        self.commands: dict[str, list[tuple[str, str, str]]] = {}  # the agent's, per session
         self._conn: AgentConnection | None = None
         self._scope = anyio.CancelScope()  # the input loop: cancelled to quit
         self._prompting = False
@@ -261,7 +262,7 @@ class Chat(SlashCommands):
             from session import default_store_dir
 
             store = Path(self.args.store) if self.args.store else default_store_dir()
-            self._editor = LineEditor(history_for(store))
+            self._editor = LineEditor(history_for(store), self.completions)
         lead, cut, message = prompt.rpartition("\n")
         self.write(lead + cut)
         self.render.open = False  # the editor's line: what arrives meanwhile is written above it
@@ -306,9 +307,9 @@ class Chat(SlashCommands):
                 if not await self.command(text):
                     return 0
                 continue
-            await self._prompt(text[1:] if text.startswith("//") else text)
+            await self.send(text[1:] if text.startswith("//") else text)
 
-    async def _prompt(self, text: str) -> None:
+    async def send(self, text: str) -> None:
         try:
             sid = await self.session()
         except ClientError as exc:
@@ -330,6 +331,7 @@ class Chat(SlashCommands):
     def _on_update(self, params: Any) -> None:
         """A `session/update`, shown as it is read (before the answer read after it)."""
         if isinstance(params, dict) and isinstance(params.get("update"), dict):
+            self.follow(params)
             self.write(self.render.update(params["update"]))
 
     async def _permission(self, toolCall: dict[str, Any], options: list[Any], **_: Any) -> dict[str, Any]:

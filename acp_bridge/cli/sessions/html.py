@@ -17,7 +17,7 @@ came; the turn's end and its tokens.
 from __future__ import annotations
 
 from acp_bridge.cli.sessions.markup import esc, model_text
-from acp_bridge.cli.sessions.page import FOOT, fields, head
+from acp_bridge.cli.sessions.page import CSP, FOOT, fields, head
 from acp_bridge.cli.sessions.text import (
     Lines,
     blocks_text,
@@ -29,7 +29,7 @@ from acp_bridge.cli.sessions.text import (
     token_text,
     unified,
 )
-from acp_bridge.cli.sessions.transcripts import turn_chunks
+from acp_bridge.cli.sessions.transcripts import pieces, turn_chunks
 from acp_bridge.cli.sessions.view import (
     compaction_heading,
     notice_text,
@@ -55,11 +55,17 @@ STATES = frozenset({"completed", "cancelled", "error", "interrupted", "max_token
                     "refusal", "running"})
 
 
-def html_chunks(walk: Walk, source: Source, *, nav: str = "") -> Iterator[str]:
+def html_chunks(walk: Walk, source: Source, *, nav: str = "", csp: str = CSP) -> Iterator[str]:
     """The page, a piece at a time. `nav` is markup of ours put above it (serve's link
-    back to the list)."""
-    return turn_chunks(walk, lambda: _head(walk, source, nav), lambda turn: _turn(walk, turn),
+    back to the list, and its live page's script: live.py, with the policy `csp` that
+    lets it run)."""
+    return turn_chunks(walk, lambda: _head(walk, source, nav, csp), lambda turn: _turn(walk, turn),
                        lambda: _tail(walk))
+
+
+def turn_html(walk: Walk, turn: Turn) -> str:
+    """One turn's section, whole (serve's live page sends a turn again as it grows)."""
+    return "".join(pieces(_turn(walk, turn)))
 
 
 def turn_state(walk: Walk, turn: Turn) -> str:
@@ -78,7 +84,7 @@ def damage_note(message: str) -> str:
     return f'<p class="damage">{esc(message)}</p>\n</main>\n{FOOT}'
 
 
-def _head(walk: Walk, source: Source, nav: str) -> list[str]:
+def _head(walk: Walk, source: Source, nav: str, csp: str) -> list[str]:
     header = walk.header
     title = one_line(walk.title) if walk.title else "Untitled session"
     items = [("id", f'<span class="mono">{esc(walk.id)}</span>'),
@@ -95,7 +101,7 @@ def _head(walk: Walk, source: Source, nav: str) -> list[str]:
     items += [("created", esc(local_time(header.get("createdAt")))),
               ("updated", esc(local_time(walk.updated))),
               ("backend", esc(source.name))]
-    return [head(title, nav=nav), '<header class="page">', f"<h1>{esc(title)}</h1>",
+    return [head(title, nav=nav, csp=csp), '<header class="page">', f"<h1>{esc(title)}</h1>",
             fields(items), "</header>", "<main>"]
 
 

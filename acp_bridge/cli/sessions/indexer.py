@@ -95,9 +95,13 @@ class Report:
     """What a pass did."""
 
     read: int = 0  # logs read (whole or from where the index stopped)
+    indexed: list[str] = field(default_factory=list)  # their ids, in the order read
     unchanged: int = 0
     dropped: int = 0  # sessions gone from the store
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (id, why), this pass
+    # (id, why) of the logs an earlier pass found unreadable and that have not changed
+    # since: still left out of every search and sum, and said so each time.
+    still_damaged: list[tuple[str, str]] = field(default_factory=list)
     rebuilt: str | None = None  # why the index was made again, if it was
     busy: bool = False  # another indexer was at work: nothing was done
     unwritable: str | None = None  # why the index could not be written: the pass ended there
@@ -130,6 +134,31 @@ def catch_up(source: Source, index: SearchIndex, *, wait: float = WAIT,
     return report
 
 
+def catch_up_shown(source: Source, index: SearchIndex, prog: str, *, wait: float = WAIT) -> Report:
+    """`catch_up` with its progress on a terminal's stderr ("indexing: 3,210 of 5,000
+    sessions done"; nothing in a pipe, nothing for a pass under a second)."""
+    from acp_bridge.cli.sessions.progress import Progress, on_terminal
+
+    progress = Progress(f"{prog}: indexing", enabled=on_terminal())
+    try:
+        return catch_up(source, index, wait=wait,
+                        progress=lambda done, total: progress.set(done, "sessions", total))
+    finally:
+        progress.done()
+
+
+def indexed_text(prog: str, report: Report, where: str) -> str:
+    """What a pass of `index --watch` indexed: the sessions it read, by id."""
+    ids = report.indexed
+    named = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    parts = [f"indexed {len(ids)} session(s): {named}" if ids else ""]
+    if report.dropped:
+        parts.append(f"dropped {report.dropped} gone from the store")
+    if report.damaged:
+        parts.append(f"{len(report.damaged)} that cannot be read")
+    return f"{prog}: {where}: {'; '.join(p for p in parts if p)} ({report.seconds:.2f} s)"
+
+
 def _pass(source: Source, index: SearchIndex, report: Report,
           progress: Callable[[int, int], None] | None) -> None:
     stamps = source.reader.stamps()
@@ -140,6 +169,8 @@ def _pass(source: Source, index: SearchIndex, report: Report,
     changed = [(sid, stamp) for sid, stamp in stamps.items()
                if known.get(sid) is None or known[sid].stamp != stamp]
     report.unchanged = len(stamps) - len(changed)
+    report.still_damaged = sorted((sid, row.damaged) for sid, row in known.items()
+                                  if row.damaged is not None and stamps.get(sid) == row.stamp)
     done = 0
     try:
         for sid, stamp in changed:
@@ -176,6 +207,7 @@ def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
             finally:
                 stream.close()
             report.read += 1
+            report.indexed.append(sid)
             return
     except SessionNotFoundError:  # deleted meanwhile
         index.drop([sid])
@@ -209,9 +241,12 @@ def _damaged_row(source: Source, sid: str, stamp: Stamp, message: str) -> Sessio
     return row
 
 
-def notes(prog: str, report: Report, index: SearchIndex, *, unwritable: bool = True) -> list[str]:
-    """What a reader of the results should know about the index (for stderr); that it
-    cannot be written only with `unwritable` (a watcher says it once)."""
+def notes(prog: str, report: Report, index: SearchIndex, *, left_out: str = "it is not searched",
+          unwritable: bool = True) -> list[str]:
+    """What a reader of the results should know about the index (for stderr): every
+    log it could not read, this pass or an earlier one, is left out (`left_out` says of
+    what: the search, `stats`' sums); that it cannot be written only with `unwritable`
+    (a watcher says it once)."""
     from acp_bridge.cli.sessions.text import one_line
 
     out = []
@@ -222,10 +257,11 @@ def notes(prog: str, report: Report, index: SearchIndex, *, unwritable: bool = T
     if report.unwritable and unwritable:
         out.append(f"{prog}: cannot write the search index {index.where} ({one_line(report.unwritable)}): "
                    "it could not be brought up to date; the last turns may be missing from it")
-    for sid, why in report.damaged[:5]:
-        out.append(f"{prog}: session {sid} cannot be read, so it is not searched: {one_line(why)}")
-    if len(report.damaged) > 5:
-        out.append(f"{prog}: and {len(report.damaged) - 5} more session(s) that cannot be read")
+    damaged = [*report.damaged, *report.still_damaged]
+    for sid, why in damaged[:5]:
+        out.append(f"{prog}: session {sid} cannot be read, so {left_out}: {one_line(why)}")
+    if len(damaged) > 5:
+        out.append(f"{prog}: and {len(damaged) - 5} more session(s) that cannot be read")
     return out
 
 
@@ -261,22 +297,31 @@ def run_index(source: Source, args: Any, prog: str) -> int:
         if args.watch:
             os.nice(10)
             _stop_on_sigterm()
+        passes = 0
         told = False  # that the index cannot be written: said once until it can again
         while True:
             try:
-                report = catch_up(source, index, wait=every if args.watch else WAIT)
+                report = catch_up_shown(source, index, prog, wait=every if args.watch else WAIT)
             except KeyboardInterrupt as interrupt:
                 if not args.watch:
                     raise
                 return _stopped_watching(prog, index, interrupt)
+            passes += 1
+            if passes > 1:
+                report.still_damaged = []  # said at the first pass: a watcher does not repeat it
             for line in notes(prog, report, index, unwritable=not told):
                 print(line, file=sys.stderr, flush=True)
             if told and not report.unwritable:
                 print(f"{prog}: the search index {index.where} is written again", file=sys.stderr, flush=True)
             told = report.unwritable is not None
-            if report.read or report.dropped or not args.watch:
+            if not args.watch or passes == 1:
                 print(f"{prog}: {index.where}: {report.read} log(s) read, {report.unchanged} unchanged, "
                       f"{report.dropped} gone, in {report.seconds:.2f} s", file=sys.stderr, flush=True)
+            elif report.read or report.dropped or report.damaged:
+                print(indexed_text(prog, report, index.where), file=sys.stderr, flush=True)
+            if args.watch and passes == 1:
+                print(f"{prog}: watching {source.root} every {every:g} s (Ctrl-C stops)", file=sys.stderr,
+                      flush=True)
             if not args.watch:
                 return 1 if report.busy or report.unwritable else 0
             index.rebuilt = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from acp_bridge.cli.sessions.rows import Brief, Outlines, Row, Summaries, updated_of
+from acp_bridge.cli.sessions.rows import Brief, Outlines, Row, Summaries, newest_first
 from acp_bridge.cli.sessions.text import cut, iso_time, local_time, one_line, tokens_json
 from acp_bridge.cli.sessions.view import View
 
@@ -49,7 +49,7 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
     stamps = source.reader.stamps()  # every session's, in one pass: its ids too
     ids = list(stamps)
     if limit is not None and 0 <= limit < len(ids):
-        ids = sorted(ids, key=lambda sid: (-updated_of(source.name, stamps.get(sid)), sid))
+        ids = newest_first(source, stamps, limit)
         # newest first by the store's stamps (a stat per JSONL log, one query for a SQL
         # store), so that a first page reads only its own sessions (10,000: bench/README.md)
     summaries = Summaries(source, stamps, ids)
@@ -72,7 +72,9 @@ def list_rows(source: Source, cwd_filter: str | None = None, limit: int | None =
             except (SessionError, OSError) as exc:
                 header, updated, title = source.peek(sid)
                 message = exc.message if isinstance(exc, SessionError) else f"cannot read: {exc}"
-                rows.append(Row(sid, header, updated, title, damaged=message))
+                # A log the store refuses to this user is not a damaged one: said so.
+                rows.append(Row(sid, header, updated, title, damaged=message,
+                                unreadable=isinstance(exc, PermissionError)))
             else:
                 view = View(stored, source.owner(sid))
                 rows.append(Row(sid, dict(stored.header), stored.updated, stored.title, Brief.of_view(view)))
@@ -108,7 +110,7 @@ def _list_json(row: Row) -> dict[str, Any]:
         out["parent"] = header["parent"]
     view = row.view
     if view is None:
-        out.update({"status": "damaged", "error": row.damaged})
+        out.update({"status": row.status, "error": row.damaged})
         return out
     status, text = view.status()
     last = view.last
@@ -181,7 +183,7 @@ def _list_table(rows: list[Row]) -> str:
         if depth:  # a subagent's session, under its parent's
             title = "  " * (depth - 1) + "└ " + title
         if view is None:
-            table.append((row.id, updated, "?", "damaged", "", cwd, title))
+            table.append((row.id, updated, "?", row.status, "", cwd, title))
             continue
         usage = view.usage
         tokens = f"{usage.get('inputTokens', 0):,}/{usage.get('outputTokens', 0):,}"

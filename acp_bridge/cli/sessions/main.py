@@ -46,12 +46,12 @@ Decisions (DESIGN.md section 6 leaves the details open):
 - **Ids** (source.match_prefix): unknown, exit 1 naming the store; invalid, too short or
   ambiguous, exit 2; no path is ever built from what was typed.
 - **list** columns: id, updated (local time), turns, the status of the last turn,
-  input/output tokens, cwd, title; newest first (`updatedAt` as the store defines it:
-  the file's mtime for JSONL, the last event's time for SQLite). Status: `completed`,
+  input/output tokens, cwd, title; newest first (`updatedAt`: the last event's time, on
+  every backend; a JSONL log's read from its tail, not its mtime). Status: `completed`,
   `max_tokens`, `max_steps`, `refusal`, `cancelled`, `error: MESSAGE`, `interrupted`,
   `interrupted (unrepaired)` (open turn, no live owner), `running` (open turn, live
-  owner), `open (running or interrupted)` (owner unknown), `damaged`, `no turns`. A
-  session's facts come from the search index's rows while they are fresh (listing.py,
+  owner), `open (running or interrupted)` (owner unknown), `damaged`, `unreadable`
+  (permission denied), `no turns`. A session's facts come from the search index's rows while they are fresh (listing.py,
   `Summaries`; the list never makes or updates the index), else from its log, one
   streamed pass (the same output either way); `--cwd` matches the session cwd exactly (after making DIR absolute). `--json`
   prints one JSON array (times as epoch ms and local ISO 8601).
@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
 
             if args.at_turn is not None and args.at_turn < 0:
                 return _fail("--at-turn must be 0 or more", EXIT_USAGE)
-            _write(fork(backend, root, sid, args.at_turn) + "\n")
+            _write(fork(backend, root, sid, args.at_turn, shown=f"{PROG} fork") + "\n")
             return EXIT_OK
         if command == "export" and args.format == "jsonl":
             for piece in source.raw_chunks(sid):

@@ -104,14 +104,15 @@ mark{background:var(--hunk);color:inherit;font-weight:600;border-radius:3px}
 """
 
 
-def _hash(text: str) -> str:
+def source_hash(text: str) -> str:
+    """The base64 SHA-256 of `text`, as a policy's `'sha256-...'` names a style or script."""
     import base64
     import hashlib
 
     return base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
 
 
-STYLE_HASH = f"'sha256-{_hash(CSS)}'"
+STYLE_HASH = f"'sha256-{source_hash(CSS)}'"
 # What the page allows: our style sheet. `form-action` and `base-uri` are not governed
 # by `default-src`, so they are named.
 CSP = f"default-src 'none'; style-src {STYLE_HASH}; base-uri 'none'; form-action 'none'"

@@ -58,19 +58,27 @@ class LastTurn(typing.NamedTuple):
 
 
 class Row:
-    """One `list` entry: a readable session (`view`, its Brief), or a damaged one
-    (`damaged`, with what its header still says)."""
+    """One `list` entry: a readable session (`view`, its Brief), or one that cannot be
+    read (`damaged` says why, with what its header still says; `unreadable`: not
+    damaged but refused, permission denied)."""
 
-    __slots__ = ("damaged", "header", "id", "title", "updated", "view")
+    __slots__ = ("damaged", "header", "id", "title", "unreadable", "updated", "view")
 
     def __init__(self, sid: str, header: dict[str, Any] | None, updated: int | None,
-                 title: str | None, view: Brief | None = None, damaged: str | None = None) -> None:
+                 title: str | None, view: Brief | None = None, damaged: str | None = None,
+                 unreadable: bool = False) -> None:
         self.id = sid
         self.header = header or {}
         self.updated = updated
         self.title = title
         self.view = view
         self.damaged = damaged
+        self.unreadable = unreadable
+
+    @property
+    def status(self) -> str:
+        """What `list` says of a row it could not read: `unreadable` or `damaged`."""
+        return "unreadable" if self.unreadable else "damaged"
 
 
 class Ahead(Generic[T]):
@@ -109,11 +117,49 @@ class Ahead(Generic[T]):
 
 
 def updated_of(backend: str, stamp: Stamp | None) -> int:
-    """A session's `updatedAt` (epoch ms) from its stamp: a JSONL log's mtime (ns), a SQL
-    store's last event time; 0 without one."""
+    """When a session last changed (epoch ms) by its stamp: a SQL store's last event
+    time; a JSONL log's mtime, which is never before its last event's time (the upper
+    bound `newest_first` orders by; `updated_at` is the time itself); 0 without one."""
     if stamp is None or len(stamp) < 2:
         return 0
     return stamp[1] // 1_000_000 if backend == "jsonl" else stamp[1]
+
+
+def updated_at(source: Source, sid: str, stamp: Stamp | None) -> int:
+    """A session's `updatedAt`: its last event's time on every backend (a JSONL log's
+    read from its tail, one small read: a copied store keeps its times)."""
+    upper = updated_of(source.name, stamp)
+    if source.name != "jsonl" or stamp is None or not stamp:
+        return upper
+    from session.backends.jsonl_time import tail_time
+
+    return tail_time(source.reader.path_of(sid), stamp[0], upper)  # type: ignore[attr-defined]
+
+
+def newest_first(source: Source, stamps: Mapping[str, Stamp], limit: int) -> list[str]:
+    """The ids of `stamps`, the `limit` newest by `updatedAt` first (in that order), the
+    rest after them. A SQL store's stamps hold that time. A JSONL log's mtime is an upper
+    bound of it: the logs are taken by mtime, newest first, and their times read from
+    their tails until the next mtime is older than the `limit`-th newest time read, so
+    an untouched store reads about `limit` tails, and a copied one (every mtime the
+    copy's) all of them, in the right order."""
+    import heapq
+
+    ids = sorted(stamps, key=lambda sid: (-updated_of(source.name, stamps.get(sid)), sid))
+    if source.name != "jsonl" or limit <= 0:
+        return ids
+    times: dict[str, int] = {}
+    best: list[int] = []  # a min-heap of the `limit` newest times read
+    for sid in ids:
+        if len(best) >= limit and updated_of(source.name, stamps[sid]) < best[0]:
+            break  # this log, and every one after it, changed before the `limit`-th newest
+        times[sid] = updated_at(source, sid, stamps[sid])
+        if len(best) < limit:
+            heapq.heappush(best, times[sid])
+        else:
+            heapq.heappushpop(best, times[sid])
+    read = sorted(times, key=lambda sid: (-times[sid], sid))
+    return read + ids[len(read):]
 
 
 class _Owners:
@@ -183,7 +229,7 @@ class Summaries(_Owners):
         if brief.last_turn is not None:
             last = LastTurn(brief.last_turn, brief.last_reason, True)
         view = Brief(last, self._owner(sid), brief.turns, brief.tokens)
-        return Row(sid, header, updated_of(self._source.name, self._stamps[sid]), brief.row.title, view)
+        return Row(sid, header, updated_at(self._source, sid, self._stamps[sid]), brief.row.title, view)
 
     def _fresh(self, sid: str, brief: SessionBrief) -> bool:
         row = brief.row
@@ -254,4 +300,4 @@ class Outlines(_Owners):
         last = builder.turns[-1] if builder.turns else None
         view = Brief(None if last is None else LastTurn(last.number, last.reason, True),
                      self._owner(sid), builder.count, usage)
-        return Row(sid, dict(header), updated_of(self._source.name, self._stamps[sid]), title, view)
+        return Row(sid, dict(header), updated_at(self._source, sid, self._stamps[sid]), title, view)

@@ -192,7 +192,7 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
     """The command: exit 0 (results or none), 2 for a query with nothing to find."""
     import sys
 
-    from acp_bridge.cli.sessions.indexer import catch_up, notes, open_index
+    from acp_bridge.cli.sessions.indexer import catch_up_shown, notes, open_index
     from session.search.query import parse_query
 
     text = " ".join(args.query)
@@ -200,7 +200,7 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
     filters = filters_of(args, kinds=True)
     index = open_index(source.name, source.location, getattr(args, "index", None))
     try:
-        report = catch_up(source, index)
+        report = catch_up_shown(source, index, prog)
         for line in notes(prog, report, index):
             print(line, file=sys.stderr)
         if query.cut is not None:

@@ -20,6 +20,10 @@
   An error before the first piece (an unknown id, a log damaged in its first block) is
   an error page with its status; damage found later ends the page with the message.
 
+- **Live.** `/TOKEN/live/...`: server-sent events that keep a session's page and the
+  list up to date (live.py; the pages' policy allows that one script by its hash).
+- **Paged.** The list is a page of 200 sessions, `?page=N` the older ones (list_page.py).
+
 - **Search.** `/TOKEN/search?q=...` (the form in the list's `nav`, search_page.py): the
   turns `sessions search` finds, each a link to its turn. It brings the store's search
   index up to date first, as `sessions search` does: the index is written (its own file
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import sys
 
-from acp_bridge.cli.sessions.html import STATES
+from acp_bridge.cli.sessions.live import LIVE_CSP, live_mark
 from acp_bridge.cli.sessions.markup import esc
 from acp_bridge.cli.sessions.page import FOOT, SERVED_CSP, head
 from acp_bridge.cli.sessions.server import PROG
@@ -43,14 +47,13 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from acp_bridge.cli.sessions.rows import Row
     from acp_bridge.cli.sessions.server import Handler, Limits
 
-    Page = tuple[int, Iterator[str]]
+    Page = tuple[int, Iterator[str]]  # (status, an HTML body)
+    Answer = Page | tuple[int, Iterator[str], str]  # a page, or (status, body, content type)
     Params = Mapping[str, list[str]]  # a request's query string, parsed
 
 HOST = "127.0.0.1"
-LIST_PAGE = 200  # sessions on the list page, the newest: a page of 10,000 would read every log
 BACK = '<a href="../">← All sessions</a>'  # from /TOKEN/session/ID
 
 
@@ -67,18 +70,54 @@ class Site:
         return Source(self.backend, self.root)
 
     def list_page(self, rest: str, params: Params) -> Page:
-        from acp_bridge.cli.sessions.listing import list_rows
+        from acp_bridge.cli.sessions.list_page import list_html, page_number, page_rows
+        from acp_bridge.cli.sessions.search_page import form
 
-        if rest:
+        page = page_number(params)
+        if rest or page is None:
             return not_found()
         source = self.source()
         try:
-            total = len(source.ids())
-            rows = list_rows(source, limit=LIST_PAGE)  # reads the page's logs only
+            rows, total = page_rows(source, page)  # reads the logs of the pages up to it only
             where = f"{source.root} ({source.name} backend)"
         finally:
             source.close()
-        return 200, iter([_list_html(rows, where, total)])
+        return 200, iter([list_html(rows, where, page, total, nav=form(), csp=LIVE_CSP,
+                                    live=live_mark(f"live/list?page={page}"))])
+
+    def live_page(self, rest: str, params: Params) -> Answer:
+        """`live/session/ID?from=N` and `live/list?page=P`: server-sent events (live.py)."""
+        from acp_bridge.cli.sessions.list_page import PAGE_SIZE, list_main, page_number, page_rows
+        from acp_bridge.cli.sessions.live import EVENT_STREAM, list_events, turn_events
+        from acp_bridge.cli.sessions.source import resolve_id
+        from acp_bridge.errors import AmbiguousIdError
+        from session import InvalidSessionIdError, SessionNotFoundError
+
+        kind, _, sid = rest.partition("/")
+        if kind == "list" and not sid:
+            page = page_number(params)
+            if page is None:
+                return not_found()
+            number = page
+
+            def render(source: Any) -> str:
+                rows, total = page_rows(source, number)
+                return list_main(rows, number, total)
+
+            return 200, list_events(self.source, render, PAGE_SIZE * number), EVENT_STREAM
+        if kind != "session":
+            return not_found()
+        start = params.get("from", ["0"])[-1]
+        source = self.source()
+        try:
+            found = resolve_id(source, sid)
+            if found not in source.ids():  # a full id is taken as given: it must be there to follow
+                raise SessionNotFoundError(f"session {found} not found", session_id=found)
+        except (InvalidSessionIdError, SessionNotFoundError, AmbiguousIdError) as exc:
+            return error_page(404, str(exc))
+        finally:
+            source.close()
+        return 200, turn_events(self.source, found, int(start) if start.isdigit() else 0), EVENT_STREAM
 
     def session_page(self, rest: str, params: Params) -> Page:
         from acp_bridge.cli.sessions.html import html_chunks
@@ -92,7 +131,7 @@ class Site:
         try:
             sid = resolve_id(source, rest)
             walk = Walk(source, sid)
-            chunks = html_chunks(walk, source, nav=BACK)
+            chunks = html_chunks(walk, source, nav=BACK + live_mark(f"../live/session/{sid}"), csp=LIVE_CSP)
             first = next(chunks, "")  # errors before any piece get a status of their own
         except (InvalidSessionIdError, SessionNotFoundError, AmbiguousIdError) as exc:
             _close(walk, source)
@@ -153,10 +192,11 @@ class Site:
         return 200, iter([page])
 
 
-ROUTES: dict[str, Callable[[Site, str, Params], Page]] = {
+ROUTES: dict[str, Callable[[Site, str, Params], Answer]] = {
     "": Site.list_page,
     "session": Site.session_page,
     "search": Site.search_page,
+    "live": Site.live_page,
 }
 
 
@@ -191,47 +231,6 @@ def not_found() -> Page:
     return error_page(404, "There is no such page.")
 
 
-def _list_html(rows: list[Row], where: str, total: int) -> str:
-    from acp_bridge.cli.sessions.search_page import form
-    from acp_bridge.cli.sessions.text import cut, local_time, one_line, token_text
-    from acp_bridge.cli.sessions.view import wrapped_agent
-
-    shown = f"{len(rows)} session(s)" if total <= len(rows) else f"the newest {len(rows):,} of {total:,} sessions"
-    out = [head("Sessions", nav=form(), csp=SERVED_CSP), '<header class="page">', "<h1>Sessions</h1>",
-           f'<p class="info">{esc(where)} · {shown}, newest first · read-only</p>',
-           "</header>", "<main>"]
-    if total > len(rows):
-        out.append(f'<p class="note">{total - len(rows):,} older session(s) are not listed: search finds '
-                   "them.</p>")
-    if not rows:
-        out.append('<p class="note">No sessions in this store.</p>')
-    else:
-        out.append('<div class="table"><table class="sessions"><thead><tr><th>Session</th>'
-                   "<th>Updated</th><th>Turns</th><th>Last turn</th><th>Tokens</th><th>Agent</th>"
-                   "</tr></thead><tbody>")
-        for row in rows:
-            title = esc(cut(one_line(row.title), 80)) if row.title else "(untitled)"
-            updated = "?" if row.updated is None else esc(local_time(row.updated, seconds=False))
-            wrapped = wrapped_agent(row.header)
-            agent = esc(cut(wrapped.name, 40)) if wrapped is not None else "acp-bridge"
-            cwd = esc(cut(one_line(str(row.header.get("cwd", ""))), 60))
-            if row.view is None:
-                cells = ["?", '<span class="list-status st-error">damaged</span>', ""]
-            else:
-                status, text = row.view.status()
-                state = status if status in STATES else "other"
-                cells = [str(row.view.turn_count),
-                         f'<span class="list-status st-{state}">{esc(text)}</span>',
-                         esc(token_text(row.view.usage))]
-            out.append(f'<tr><td class="title"><a href="session/{esc(row.id)}">{title}</a>'
-                       f'<div class="callid mono">{esc(row.id[:8])} · {cwd}</div></td>'
-                       f'<td class="num">{updated}</td><td class="num">{cells[0]}</td>'
-                       f"<td>{cells[1]}</td><td>{cells[2]}</td><td>{agent}</td></tr>")
-        out.append("</tbody></table></div>")
-    out += ["</main>", FOOT]
-    return "\n".join(out)
-
-
 # --- the server ---------------------------------------------------------------------------
 
 
@@ -264,14 +263,15 @@ def make_handler(site: Site, port_of: Callable[[], int], limits: Limits) -> type
 
                 params = parse_qs(query, max_num_fields=limits.fields)
             except ValueError:
-                page = error_page(400, f"The query string has more than {limits.fields} fields.")
+                page: Answer = error_page(400, f"The query string has more than {limits.fields} fields.")
             else:
                 try:
                     page = handler(site, rest, params) if handler is not None else not_found()
                 except Exception as exc:  # a store that cannot be read: said, and the server goes on
                     print(f"{PROG}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                     page = error_page(500, f"cannot read the store: {exc}")
-            self.reply(*page, "text/html", send_body)
+            status, body, *kind = page
+            self.reply(status, body, kind[0] if kind else "text/html", send_body)
 
     SiteHandler.limits = limits
     return SiteHandler

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from acp_bridge.cli.sessions.page import CSP_HEADER
+from acp_bridge.cli.sessions.live import LIVE_CSP_HEADER
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 PROG = "acp-bridge sessions serve"
 HEADERS = {
-    "Content-Security-Policy": CSP_HEADER,
+    "Content-Security-Policy": LIVE_CSP_HEADER,  # the served pages' policy: their one script (live.py)
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
@@ -129,9 +129,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.send_header("Connection", "close")
             self.end_headers()
-            for piece in body:
-                if send_body:
-                    self.wfile.write(piece.encode("utf-8", "replace"))
+            # HEAD: no body made at all (a live stream would run for minutes unsent).
+            for piece in body if send_body else ():
+                self.wfile.write(piece.encode("utf-8", "replace"))
         except OSError:
             pass  # the reader went away, or took too long to read (send_seconds)
         finally:

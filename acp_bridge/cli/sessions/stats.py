@@ -175,7 +175,7 @@ def stats_table(groups: list[Group], total: Group, by: str, with_cost: bool) -> 
 def run_stats(source: Source, args: argparse.Namespace, prog: str) -> int:
     import sys
 
-    from acp_bridge.cli.sessions.indexer import catch_up, notes, open_index
+    from acp_bridge.cli.sessions.indexer import catch_up_shown, notes, open_index
     from acp_bridge.cli.sessions.search import filters_of
     from acp_bridge.cli.startup import read_prices
 
@@ -184,8 +184,8 @@ def run_stats(source: Source, args: argparse.Namespace, prog: str) -> int:
     by = "" if args.by == "none" else args.by
     index = open_index(source.name, source.location, getattr(args, "index", None))
     try:
-        report = catch_up(source, index)
-        for line in notes(prog, report, index):
+        report = catch_up_shown(source, index, prog)
+        for line in notes(prog, report, index, left_out="its turns are left out of these sums"):
             print(line, file=sys.stderr)
         rows, opens = index.stats(filters, by), index.open_turns(filters, by)
         roots = roots_of({sid: row.header for sid, row in index.sessions().items()}) if by == "session" else None

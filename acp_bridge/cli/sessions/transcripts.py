@@ -73,14 +73,14 @@ def turn_chunks(walk: Walk, head: Callable[[], list[str]], body: Callable[[Turn]
         if not started:
             started = True
             lines = [*head(), *lines]
-        yield from _pieces(lines)
+        yield from pieces(lines)
     end: list[Line] = [*tail()]
     if not started:
         end = [*head(), *end]
-    yield from _pieces(end)
+    yield from pieces(end)
 
 
-def _pieces(lines: list[Line]) -> Iterator[str]:
+def pieces(lines: list[Line]) -> Iterator[str]:
     """The text of `lines`, in pieces of about 64 KB: short lines joined, long text
     (`Lines`) a piece at a time."""
     batch: list[str] = []
