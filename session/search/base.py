@@ -15,10 +15,11 @@ from session.errors import IndexDamaged as IndexDamaged  # what a search index a
 from session.errors import Rewound as Rewound
 from session.search.query import Query
 
-FORMAT = "2"
+FORMAT = "3"
 """The index's own format version, stored in it: an index of another is rebuilt.
 2: a session's row keeps its header and whether its log was checked (`sessions list`
-takes its facts from fresh rows)."""
+takes its facts from fresh rows). 3: a tool call's text is its arguments' strings,
+not their JSON, with what its edits wrote."""
 
 KINDS = ("prompt", "answer", "thought", "tool", "output")
 """What a text of a turn is: the user's prompt, an answer, the model's thinking, a tool
@@ -61,6 +62,9 @@ class SessionRow:
     # Whether every event read, from seq 0 to where the reading stopped, kept the log
     # invariants as a load checks them: only then may `list` show the row's facts.
     checked: bool = False
+    # A fork's `forkedFrom`: its turns up to `fork_turn` are copies of that session's.
+    fork_of: str | None = None
+    fork_turn: int | None = None
 
 
 @dataclass
@@ -153,6 +157,8 @@ class Hit:
     doc_id: int = 0
     snippet: str = ""
     marks: list[tuple[int, int]] = field(default_factory=list)
+    origin: str = ""  # the session the turn ran in (the hit's own, unless that is gone or filtered out)
+    copies: list[str] = field(default_factory=list)  # the other sessions that hold it: forks, or the original
 
 
 # --- filters ---------------------------------------------------------------------------------
@@ -266,8 +272,15 @@ class SearchIndex(Protocol):
 
     def drop(self, session_ids: Sequence[str]) -> None: ...
 
+    def relink(self) -> None:
+        """Mark each turn a fork copied with the session it ran in (`turns.origin`, after
+        the fork's `forkedFrom` chain as far as the index knows it): a search finds it
+        once. A pass that read or dropped a log ends with it."""
+
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
-        """The best `limit` turns, best first, one hit each (its best text), snippets made."""
+        """The best `limit` turns, best first, one hit each (its best text), snippets made:
+        a turn that forks copied is one hit, the original's where it is kept, naming the
+        other sessions that hold it."""
 
     def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:
         """(group key, session id) of each open turn the filters keep (see `stats`)."""

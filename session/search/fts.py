@@ -40,11 +40,15 @@ from session.search.base import (
 )
 from session.search.query import Query, fts5_match, snippet
 from session.search.sql import (
+    RELINK_ROUNDS,
     SESSION_COLUMNS,
     TURN_COLUMNS,
+    copies_query,
     doc_values,
     hit_of,
+    name_copies,
     open_turns_query,
+    relink_sql,
     session_of,
     session_values,
     stats_query,
@@ -56,12 +60,14 @@ SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE sessions (id TEXT PRIMARY KEY, created INTEGER, cwd TEXT, agent TEXT, title TEXT,
     stamp TEXT, at_seq INTEGER, at_offset INTEGER, at_time INTEGER, at_turn INTEGER, cost REAL,
-    currency TEXT, damaged TEXT, header TEXT, checked INTEGER) WITHOUT ROWID;
+    currency TEXT, damaged TEXT, header TEXT, checked INTEGER, fork_of TEXT, fork_turn INTEGER) WITHOUT ROWID;
+CREATE INDEX sessions_forks ON sessions (fork_of) WHERE fork_of IS NOT NULL;
 CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INTEGER, ended INTEGER,
     model TEXT, mode TEXT, state TEXT, reason TEXT, input INTEGER, output INTEGER, cache_read INTEGER,
     cache_write INTEGER, reasoning INTEGER, steps INTEGER, tools INTEGER, tool_errors INTEGER,
-    cost REAL, currency TEXT, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
+    cost REAL, currency TEXT, origin TEXT, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
 CREATE INDEX turns_started ON turns (started);
+CREATE INDEX turns_origin ON turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, turn INTEGER NOT NULL,
     step INTEGER, kind TEXT, ref TEXT);
 CREATE INDEX docs_turn ON docs (session_id, turn);
@@ -231,22 +237,38 @@ class FtsIndex:
 
     # --- reading -------------------------------------------------------------------
 
+    def relink(self) -> None:
+        with self._writing() as db:
+            sql = relink_sql()
+            for _ in range(RELINK_ROUNDS):
+                if db.execute(sql).rowcount == 0:
+                    break
+
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
         conditions, args = filters.where("?")
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        # One hit per turn as it ran: a fork's copy of it is one with the original. The
+        # text picked is the best the original holds (a copy's only where none of the
+        # original's is kept, or filtered out): the one min() gives the other columns.
         sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ?) "
-               "SELECT d.session_id, d.turn, d.kind, d.step, d.ref, min(h.score) AS score, s.title, s.cwd, s.agent, "
-               "t.started, t.model, t.state, t.reason, d.id FROM h JOIN docs d ON d.id = h.id "
+               "SELECT d.session_id, d.turn, d.kind, d.step, d.ref, "
+               "min(h.score + CASE WHEN t.origin IS NULL THEN 0 ELSE 1e9 END) AS pick, s.title, s.cwd, s.agent, "
+               "t.started, t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) "
+               "FROM h JOIN docs d ON d.id = h.id "
                "JOIN turns t ON t.session_id = d.session_id AND t.turn = d.turn "
-               f"JOIN sessions s ON s.id = d.session_id {where} GROUP BY d.session_id, d.turn "
-               "ORDER BY score, t.started DESC LIMIT ?")
+               f"JOIN sessions s ON s.id = d.session_id {where} GROUP BY coalesce(t.origin, d.session_id), d.turn "
+               "ORDER BY CASE WHEN pick > 5e8 THEN pick - 1e9 ELSE pick END, t.started DESC LIMIT ?")
         db = self._conn()
         with damage_caught():
             rows = db.execute(sql, [fts5_match(query), *args, limit]).fetchall()
-            hits = [hit_of(row, -row[5]) for row in rows]  # bm25: lower is better; a score: higher
+            # bm25: lower is better; a score: higher
+            hits = [hit_of(row, -(row[5] - 1e9 if row[5] > 5e8 else row[5])) for row in rows]
             for hit in hits:
                 body = db.execute("SELECT body FROM texts WHERE rowid = ?", (hit.doc_id,)).fetchone()
                 hit.snippet, hit.marks = snippet(body[0] if body else "", query)
+            origins = sorted({hit.origin for hit in hits})
+            if origins:
+                name_copies(hits, db.execute(copies_query(len(origins), "?"), origins * 2).fetchall())
         return hits
 
     def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:

@@ -37,13 +37,17 @@ from session.search.base import (
 )
 from session.search.query import Query, snippet, tsquery
 from session.search.sql import (
+    RELINK_ROUNDS,
     SESSION_COLUMNS,
     TURN_COLUMNS,
     ReadOnlyBriefs,
     brief_query,
+    copies_query,
     doc_values,
     hit_of,
+    name_copies,
     open_turns_query,
+    relink_sql,
     session_of,
     session_values,
     stats_query,
@@ -57,12 +61,15 @@ CREATE SCHEMA acp_bridge_search;
 CREATE TABLE {S}meta (key text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE {S}sessions (id text PRIMARY KEY, created bigint, cwd text, agent text, title text,
     stamp text, at_seq bigint, at_offset bigint, at_time bigint, at_turn integer,
-    cost double precision, currency text, damaged text, header text, checked integer);
+    cost double precision, currency text, damaged text, header text, checked integer, fork_of text,
+    fork_turn integer);
+CREATE INDEX sessions_forks ON {S}sessions (fork_of) WHERE fork_of IS NOT NULL;
 CREATE TABLE {S}turns (session_id text NOT NULL, turn integer NOT NULL, started bigint, ended bigint,
     model text, mode text, state text, reason text, input bigint, output bigint, cache_read bigint,
     cache_write bigint, reasoning bigint, steps integer, tools integer, tool_errors integer,
-    cost double precision, currency text, PRIMARY KEY (session_id, turn));
+    cost double precision, currency text, origin text, PRIMARY KEY (session_id, turn));
 CREATE INDEX turns_started ON {S}turns (started);
+CREATE INDEX turns_origin ON {S}turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE {S}docs (id bigserial PRIMARY KEY, session_id text NOT NULL, turn integer NOT NULL,
     step integer, kind text, ref text, body text NOT NULL, tsv tsvector NOT NULL);
 CREATE INDEX docs_turn ON {S}docs (session_id, turn);
@@ -208,19 +215,33 @@ class PgIndex:
             for table, column in (("docs", "session_id"), ("turns", "session_id"), ("sessions", "id")):
                 db.execute(f"DELETE FROM {S}{table} WHERE {column} = ANY(%s)", (list(session_ids),))
 
+    def relink(self) -> None:
+        with self._writing() as db:
+            sql = relink_sql(S)
+            for _ in range(RELINK_ROUNDS):
+                if db.execute(sql).rowcount == 0:
+                    break
+
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
         conditions, args = filters.where("%s")
         where = "".join(f" AND {c}" for c in conditions)
-        sql = ("SELECT * FROM (SELECT DISTINCT ON (d.session_id, d.turn) d.session_id, d.turn, d.kind, d.step, "
-               "d.ref, ts_rank_cd(d.tsv, q) AS score, s.title, s.cwd, s.agent, t.started, t.model, t.state, "
-               f"t.reason, d.id FROM {S}docs d JOIN {S}turns t ON t.session_id = d.session_id AND t.turn = d.turn "
+        # One hit per turn as it ran: a fork's copy of it is one with the original (whose
+        # best text is picked where the original holds one the filters keep).
+        sql = ("SELECT * FROM (SELECT DISTINCT ON (coalesce(t.origin, d.session_id), d.turn) d.session_id, "
+               "d.turn, d.kind, d.step, d.ref, ts_rank_cd(d.tsv, q) AS score, s.title, s.cwd, s.agent, t.started, "
+               "t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) AS origin "
+               f"FROM {S}docs d JOIN {S}turns t ON t.session_id = d.session_id AND t.turn = d.turn "
                f"JOIN {S}sessions s ON s.id = d.session_id, to_tsquery('simple', %s) q WHERE d.tsv @@ q{where} "
-               "ORDER BY d.session_id, d.turn, score DESC) best ORDER BY score DESC, started DESC LIMIT %s")
+               "ORDER BY coalesce(t.origin, d.session_id), d.turn, t.origin IS NOT NULL, score DESC) best "
+               "ORDER BY score DESC, started DESC LIMIT %s")
         with self._reading() as db:
             rows = db.execute(sql, [tsquery(query), *args, limit]).fetchall()
             hits = [hit_of(row, float(row[5])) for row in rows]
             bodies = dict(db.execute(f"SELECT id, body FROM {S}docs WHERE id = ANY(%s)",
                                      ([h.doc_id for h in hits],)).fetchall()) if hits else {}
+            origins = sorted({hit.origin for hit in hits})
+            if origins:
+                name_copies(hits, db.execute(copies_query(len(origins), "%s", S), origins * 2).fetchall())
         for hit in hits:
             hit.snippet, hit.marks = snippet(bodies.get(hit.doc_id, ""), query)
         return hits

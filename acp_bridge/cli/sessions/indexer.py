@@ -135,6 +135,8 @@ def _pass(source: Source, index: SearchIndex, report: Report,
         index_session(source, index, sid, stamp, known.get(sid), report)
         if progress is not None:
             progress(done + 1, len(changed))
+    if changed or gone:
+        index.relink()  # the turns forks copied, linked to where they ran (after every log read)
 
 
 def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,

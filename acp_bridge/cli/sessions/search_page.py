@@ -51,6 +51,16 @@ def snippet_html(hit: Hit) -> str:
     return "".join(out)
 
 
+def copies_html(hit: Hit) -> str:
+    """The other sessions that hold the hit's turn (forks that copied it), each a link."""
+    if not hit.copies:
+        return ""
+    links = ", ".join(f'<a class="mono" href="session/{esc(sid)}#turn-{hit.turn}">{esc(sid[:8])}</a>'
+                      for sid in hit.copies[:20])
+    more = f" and {len(hit.copies) - 20} more" if len(hit.copies) > 20 else ""
+    return f'<p class="info">also in {links}{more} (forks: the same turn, copied)</p>'
+
+
 def hits_html(hits: list[Hit], text: str, where: str) -> str:
     """The results, in the page's `<main>`."""
     from acp_bridge.cli.sessions.html import STATES
@@ -74,7 +84,7 @@ def hits_html(hits: list[Hit], text: str, where: str) -> str:
                 f'<span class="list-status st-{state}">{esc(cut(one_line(state_text(hit)), 60))}</span>'
                 f'<div class="callid mono">{esc(hit.session_id[:8])} · {esc(local_time(hit.started, seconds=False))}'
                 f" · {esc(part)}{call} · {agent} · {esc(cut(one_line(hit.model or ''), 40))}</div>"
-                f'<p class="snippet">{snippet_html(hit)}</p></li>')
+                f'<p class="snippet">{snippet_html(hit)}</p>{copies_html(hit)}</li>')
         out.append("</ol>")
     out.append("</main>")
     return "\n".join(out)
