@@ -211,6 +211,11 @@ class Filters:
         return out, args
 
 
+def stamp_text(stamp: Stamp) -> str:
+    """A stamp as the index keeps it."""
+    return ",".join(map(str, stamp))
+
+
 # --- texts -------------------------------------------------------------------------------------
 
 
@@ -260,7 +265,11 @@ class SearchIndex(Protocol):
 
     def unlock(self) -> None: ...
 
-    def sessions(self) -> dict[str, SessionRow]: ...
+    def stamps(self) -> dict[str, str]:
+        """Every session's stamp as last read, as text (`stamp_text`: what a pass
+        compares; the rows of the sessions that changed are then read one by one)."""
+
+    def session(self, session_id: str) -> SessionRow | None: ...
 
     def replace(self, session_id: str, from_turn: int, feed: Feed) -> None:
         """In one transaction: drop the session's turns from `from_turn` on (0: all of

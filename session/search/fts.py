@@ -7,7 +7,8 @@ never wait on an indexer, and a JSONL store has no database at all.
     meta      the index's format and the store it indexes
     sessions  one row per session: its facts, its stamp, where its reading stopped
     turns     one row per turn: model, state, tokens, reported cost
-    docs      one row per indexed text (or piece of one): its turn, step, kind, call
+    docs      one row per indexed text (or piece of one): its turn, step, kind, call, and
+              the turn's start (what orders equal scores, newest first)
     texts     FTS5 (unicode61, no diacritics folded), rowid = docs.id
 
 One indexer at a time writes it (an flock on `search.sqlite3.lock`, see `lock`);
@@ -69,11 +70,12 @@ CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INT
 CREATE INDEX turns_started ON turns (started);
 CREATE INDEX turns_origin ON turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, turn INTEGER NOT NULL,
-    step INTEGER, kind TEXT, ref TEXT);
+    step INTEGER, kind TEXT, ref TEXT, started INTEGER);
 CREATE INDEX docs_turn ON docs (session_id, turn);
 CREATE VIRTUAL TABLE texts USING fts5(body, tokenize = 'unicode61 remove_diacritics 0');
 INSERT INTO meta VALUES ('format', '{FORMAT}');
 """
+CANDIDATES = 256  # texts a search takes first, in bm25's order (at least 8 per hit wanted)
 _TABLES = frozenset({"meta", "sessions", "turns", "docs", "texts"})
 
 
@@ -182,10 +184,16 @@ class FtsIndex:
 
     # --- writing -------------------------------------------------------------------
 
-    def sessions(self) -> dict[str, SessionRow]:
+    def stamps(self) -> dict[str, str]:
         with damage_caught():
-            rows = self._conn().execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions").fetchall()
-        return {row[0]: session_of(row) for row in rows}
+            rows = self._conn().execute("SELECT id, stamp FROM sessions").fetchall()
+        return dict(rows)
+
+    def session(self, session_id: str) -> SessionRow | None:
+        with damage_caught():
+            row = self._conn().execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?",
+                                       (session_id,)).fetchone()
+        return None if row is None else session_of(row)
 
     def _forget(self, db: sqlite3.Connection, session_id: str, from_turn: int) -> None:
         db.execute("DELETE FROM texts WHERE rowid IN (SELECT id FROM docs WHERE session_id = ? AND turn >= ?)",
@@ -213,8 +221,9 @@ class FtsIndex:
             for turn, docs in feed.turns():
                 db.execute(turn_sql, turn_values(session_id, turn))
                 for doc, piece, _ in doc_values(docs):
-                    cursor = db.execute("INSERT INTO docs (session_id, turn, step, kind, ref) VALUES (?, ?, ?, ?, ?)",
-                                        (session_id, doc.turn, doc.step, doc.kind, doc.ref))
+                    cursor = db.execute("INSERT INTO docs (session_id, turn, step, kind, ref, started) "
+                                        "VALUES (?, ?, ?, ?, ?, ?)",
+                                        (session_id, doc.turn, doc.step, doc.kind, doc.ref, turn.started))
                     db.execute("INSERT INTO texts (rowid, body) VALUES (?, ?)", (cursor.lastrowid, piece))
             self._keep(db, feed.row())
 
@@ -247,10 +256,17 @@ class FtsIndex:
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
         conditions, args = filters.where("?")
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        # The best texts first (bm25 over every match is quick; joining every match to
+        # its turn and session is not: a word of 10,000 sessions), equal scores newest
+        # first, then their turns. The turns of the best `wanted` texts hold the best
+        # turns if they are `limit` or more once filtered (a turn left out has no text
+        # better than these, nor as good and newer); else more texts are taken.
         # One hit per turn as it ran: a fork's copy of it is one with the original. The
         # text picked is the best the original holds (a copy's only where none of the
         # original's is kept, or filtered out): the one min() gives the other columns.
-        sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ?) "
+        sql = ("WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ?), "
+               "h AS MATERIALIZED (SELECT m.id, m.score FROM m JOIN docs c ON c.id = m.id "
+               "ORDER BY m.score, c.started DESC LIMIT ?) "
                "SELECT d.session_id, d.turn, d.kind, d.step, d.ref, "
                "min(h.score + CASE WHEN t.origin IS NULL THEN 0 ELSE 1e9 END) AS pick, s.title, s.cwd, s.agent, "
                "t.started, t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) "
@@ -259,8 +275,17 @@ class FtsIndex:
                f"JOIN sessions s ON s.id = d.session_id {where} GROUP BY coalesce(t.origin, d.session_id), d.turn "
                "ORDER BY CASE WHEN pick > 5e8 THEN pick - 1e9 ELSE pick END, t.started DESC LIMIT ?")
         db = self._conn()
+        match = fts5_match(query)
+        wanted = max(CANDIDATES, limit * 8)
         with damage_caught():
-            rows = db.execute(sql, [fts5_match(query), *args, limit]).fetchall()
+            while True:
+                rows = db.execute(sql, [match, wanted, *args, limit]).fetchall()
+                if len(rows) >= limit or limit <= 0:
+                    break
+                (matched,) = db.execute("SELECT count(*) FROM texts WHERE texts MATCH ?", (match,)).fetchone()
+                if matched <= wanted:
+                    break
+                wanted *= 8
             # bm25: lower is better; a score: higher
             hits = [hit_of(row, -(row[5] - 1e9 if row[5] > 5e8 else row[5])) for row in rows]
             for hit in hits:

@@ -173,10 +173,16 @@ class PgIndex:
         except psycopg.Error as exc:
             raise self._fail("write", exc) from None
 
-    def sessions(self) -> dict[str, SessionRow]:
+    def stamps(self) -> dict[str, str]:
         with self._reading() as db:
-            rows = db.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM {S}sessions").fetchall()
-        return {row[0]: session_of(row) for row in rows}
+            rows = db.execute(f"SELECT id, stamp FROM {S}sessions").fetchall()
+        return dict(rows)
+
+    def session(self, session_id: str) -> SessionRow | None:
+        with self._reading() as db:
+            row = db.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM {S}sessions WHERE id = %s",
+                             (session_id,)).fetchone()
+        return None if row is None else session_of(row)
 
     def _forget(self, db: psycopg.Connection[Any], session_id: str, from_turn: int) -> None:
         for table in ("docs", "turns"):

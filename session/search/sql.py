@@ -20,6 +20,7 @@ from session.search.base import (
     StatsRow,
     TurnRow,
     pieces,
+    stamp_text,
 )
 from session.search.query import tokens_of
 
@@ -42,7 +43,7 @@ def _text(values: tuple[Any, ...]) -> tuple[Any, ...]:
 def session_values(row: SessionRow) -> tuple[Any, ...]:
     at = row.at
     # The header is JSON text: a NUL in it is escaped already, and must stay so.
-    return (*_text((row.id, row.created, row.cwd, row.agent, row.title, ",".join(map(str, row.stamp)),
+    return (*_text((row.id, row.created, row.cwd, row.agent, row.title, stamp_text(row.stamp),
                     at.seq if at else None, at.offset if at else None, row.at_time, row.at_turn, row.cost,
                     row.currency, row.damaged)), row.header, int(row.checked), *_text((row.fork_of,)),
             row.fork_turn)
@@ -52,10 +53,14 @@ def session_of(values: Sequence[Any]) -> SessionRow:
     (sid, created, cwd, agent, title, stamp, at_seq, at_offset, at_time, at_turn, cost, currency,
      damaged, header, checked, fork_of, fork_turn) = values
     return SessionRow(sid, int(created), cwd, agent, title,
-                      tuple(int(v) for v in stamp.split(",")) if stamp else (),
+                      stamp_of(stamp),
                       At(int(at_seq), None if at_offset is None else int(at_offset)) if at_seq is not None else None,
                       at_time, at_turn, cost, currency, damaged, header or "{}", bool(checked), fork_of,
                       None if fork_turn is None else int(fork_turn))
+
+
+def stamp_of(text: str | None) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",")) if text else ()
 
 
 def brief_query(ids: str, schema: str = "") -> str:

@@ -123,16 +123,17 @@ def catch_up(source: Source, index: SearchIndex, *, wait: float = WAIT,
 
 def _pass(source: Source, index: SearchIndex, report: Report,
           progress: Callable[[int, int], None] | None) -> None:
+    from session.search.base import stamp_text
+
     stamps = source.reader.stamps()
-    known = index.sessions()
+    known = index.stamps()  # each session's row is read only if its log changed
     gone = sorted(known.keys() - stamps.keys())
     index.drop(gone)
     report.dropped += len(gone)
-    changed = [(sid, stamp) for sid, stamp in stamps.items()
-               if known.get(sid) is None or known[sid].stamp != stamp]
+    changed = [(sid, stamp) for sid, stamp in stamps.items() if known.get(sid) != stamp_text(stamp)]
     report.unchanged = len(stamps) - len(changed)
     for done, (sid, stamp) in enumerate(changed):
-        index_session(source, index, sid, stamp, known.get(sid), report)
+        index_session(source, index, sid, stamp, index.session(sid) if sid in known else None, report)
         if progress is not None:
             progress(done + 1, len(changed))
     if changed or gone:
