@@ -165,3 +165,30 @@ def test_a_turn_forks_copied_is_found_once(root: tuple[str, Path | str], tmp_pat
         assert found[(early, 2)] == [deeper] and found[(deeper, 3)] == []
         (first,) = [sid for sid, turn in found if turn == 1]
         assert sorted([first, *found[(first, 1)]]) == sorted([whole, early, deeper])
+
+
+def test_the_best_texts_first_then_more_when_filters_leave_too_few(root: tuple[str, Path | str], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search takes the best texts first (a few: CANDIDATES, RANKED), then more when
+    the filters leave fewer turns than asked for; equal scores newest first."""
+    import session.search.fts
+    import session.search.pg
+
+    kind, where = root
+    monkeypatch.setattr(session.search.fts, "CANDIDATES", 2)
+    monkeypatch.setattr(session.search.fts, "PER_HIT", 0)
+    monkeypatch.setattr(session.search.pg, "RANKED", 4)
+    monkeypatch.setattr(session.search.pg, "PER_HIT", 0)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    sids = [add_session(where, kind, str(tmp_path / ("b" if i % 4 == 0 else "a")),
+                        Script().text_turn("the heron waits"), DAY0 + i * 60_000) for i in range(12)]
+    newest_first = sids[::-1]
+    in_b = [sid for i, sid in enumerate(sids) if i % 4 == 0][::-1]
+    if kind == "postgres":  # the newest 4 texts ranked (of those the filters keep)
+        assert [h["sessionId"] for h in search(kind, where, "heron", "-n", "12")] == newest_first[:4]
+        assert [h["sessionId"] for h in search(kind, where, "heron", "--cwd", str(tmp_path / "b"))] == in_b
+        return
+    assert [h["sessionId"] for h in search(kind, where, "heron", "-n", "12")] == newest_first
+    assert [h["sessionId"] for h in search(kind, where, "heron", "-n", "3")] == newest_first[:3]
+    assert [h["sessionId"] for h in search(kind, where, "heron", "--cwd", str(tmp_path / "b"))] == in_b

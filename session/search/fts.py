@@ -7,8 +7,8 @@ never wait on an indexer, and a JSONL store has no database at all.
     meta      the index's format and the store it indexes
     sessions  one row per session: its facts, its stamp, where its reading stopped
     turns     one row per turn: model, state, tokens, reported cost
-    docs      one row per indexed text (or piece of one): its turn, step, kind, call, and
-              the turn's start (what orders equal scores, newest first)
+    docs      one row per indexed text (or piece of one): its turn, step, kind, call; its
+              id in the order of its turn's start (`_next_id`: equal scores newest first)
     texts     FTS5 (unicode61, no diacritics folded), rowid = docs.id
 
 One indexer at a time writes it (an flock on `search.sqlite3.lock`, see `lock`);
@@ -70,13 +70,30 @@ CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INT
 CREATE INDEX turns_started ON turns (started);
 CREATE INDEX turns_origin ON turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, turn INTEGER NOT NULL,
-    step INTEGER, kind TEXT, ref TEXT, started INTEGER);
+    step INTEGER, kind TEXT, ref TEXT);
 CREATE INDEX docs_turn ON docs (session_id, turn);
 CREATE VIRTUAL TABLE texts USING fts5(body, tokenize = 'unicode61 remove_diacritics 0');
 INSERT INTO meta VALUES ('format', '{FORMAT}');
 """
-CANDIDATES = 256  # texts a search takes first, in bm25's order (at least 8 per hit wanted)
+CANDIDATES, PER_HIT = 256, 8  # texts a search takes first, in bm25's order: this many, or 8 per hit wanted
 _TABLES = frozenset({"meta", "sessions", "turns", "docs", "texts"})
+
+
+ID_SLOTS = 1 << 16  # ids a millisecond of turn starts has: a text's id is start * ID_SLOTS + n
+
+
+def _next_id(db: sqlite3.Connection, started: int) -> int:
+    """A new text's id, in the order of its turn's start, so that the texts' own order
+    (FTS5's rowid, no join) puts the newest first among equal scores: the next free id
+    of the turn's millisecond, else (65,536 texts of one millisecond) the next of all."""
+    base = min(max(0, started), 1 << 46) * ID_SLOTS  # a log's time is not trusted to fit
+    (last,) = db.execute("SELECT max(id) FROM docs WHERE id >= ? AND id < ?", (base, base + ID_SLOTS)).fetchone()
+    if last is None:
+        return base
+    if last + 1 < base + ID_SLOTS:
+        return int(last) + 1
+    (top,) = db.execute("SELECT max(id) FROM docs").fetchone()
+    return int(top) + 1
 
 
 @contextlib.contextmanager
@@ -221,10 +238,10 @@ class FtsIndex:
             for turn, docs in feed.turns():
                 db.execute(turn_sql, turn_values(session_id, turn))
                 for doc, piece, _ in doc_values(docs):
-                    cursor = db.execute("INSERT INTO docs (session_id, turn, step, kind, ref, started) "
-                                        "VALUES (?, ?, ?, ?, ?, ?)",
-                                        (session_id, doc.turn, doc.step, doc.kind, doc.ref, turn.started))
-                    db.execute("INSERT INTO texts (rowid, body) VALUES (?, ?)", (cursor.lastrowid, piece))
+                    doc_id = _next_id(db, turn.started)
+                    db.execute("INSERT INTO docs (id, session_id, turn, step, kind, ref) VALUES (?, ?, ?, ?, ?, ?)",
+                               (doc_id, session_id, doc.turn, doc.step, doc.kind, doc.ref))
+                    db.execute("INSERT INTO texts (rowid, body) VALUES (?, ?)", (doc_id, piece))
             self._keep(db, feed.row())
 
     def _keep(self, db: sqlite3.Connection, row: SessionRow) -> None:
@@ -264,9 +281,8 @@ class FtsIndex:
         # One hit per turn as it ran: a fork's copy of it is one with the original. The
         # text picked is the best the original holds (a copy's only where none of the
         # original's is kept, or filtered out): the one min() gives the other columns.
-        sql = ("WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ?), "
-               "h AS MATERIALIZED (SELECT m.id, m.score FROM m JOIN docs c ON c.id = m.id "
-               "ORDER BY m.score, c.started DESC LIMIT ?) "
+        sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ? "
+               "ORDER BY bm25(texts), rowid DESC LIMIT ?) "
                "SELECT d.session_id, d.turn, d.kind, d.step, d.ref, "
                "min(h.score + CASE WHEN t.origin IS NULL THEN 0 ELSE 1e9 END) AS pick, s.title, s.cwd, s.agent, "
                "t.started, t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) "
@@ -276,7 +292,7 @@ class FtsIndex:
                "ORDER BY CASE WHEN pick > 5e8 THEN pick - 1e9 ELSE pick END, t.started DESC LIMIT ?")
         db = self._conn()
         match = fts5_match(query)
-        wanted = max(CANDIDATES, limit * 8)
+        wanted = max(CANDIDATES, limit * PER_HIT)
         with damage_caught():
             while True:
                 rows = db.execute(sql, [match, wanted, *args, limit]).fetchall()

@@ -71,11 +71,13 @@ CREATE TABLE {S}turns (session_id text NOT NULL, turn integer NOT NULL, started 
 CREATE INDEX turns_started ON {S}turns (started);
 CREATE INDEX turns_origin ON {S}turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE {S}docs (id bigserial PRIMARY KEY, session_id text NOT NULL, turn integer NOT NULL,
-    step integer, kind text, ref text, body text NOT NULL, tsv tsvector NOT NULL);
+    step integer, kind text, ref text, started bigint, body text NOT NULL, tsv tsvector NOT NULL);
 CREATE INDEX docs_turn ON {S}docs (session_id, turn);
 CREATE INDEX docs_tsv ON {S}docs USING gin (tsv);
 INSERT INTO {S}meta VALUES ('format', '{FORMAT}');
 """
+# Matching texts ranked at most (the newest): ts_rank_cd reads each one's tsvector.
+RANKED, PER_HIT = 500, 8
 # Advisory locks in the two-key space (never the agents' one-key session locks): the
 # schema while it is checked or made (one transaction), and the one indexer.
 LOCK_CLASS = 0x6163_7073  # "acps"
@@ -191,15 +193,15 @@ class PgIndex:
     def replace(self, session_id: str, from_turn: int, feed: Feed) -> None:
         turn_sql = (f"INSERT INTO {S}turns ({', '.join(TURN_COLUMNS)}) "
                     f"VALUES ({', '.join(['%s'] * len(TURN_COLUMNS))})")
-        doc_sql = (f"INSERT INTO {S}docs (session_id, turn, step, kind, ref, body, tsv) "
-                   "VALUES (%s, %s, %s, %s, %s, %s, to_tsvector('simple', %s))")
+        doc_sql = (f"INSERT INTO {S}docs (session_id, turn, step, kind, ref, started, body, tsv) "
+                   "VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s))")
         with self._writing() as db:
             self._forget(db, session_id, from_turn)
             with db.cursor() as cursor:
                 for turn, docs in feed.turns():
                     cursor.execute(turn_sql, turn_values(session_id, turn))
-                    cursor.executemany(doc_sql, [(session_id, doc.turn, doc.step, doc.kind, doc.ref, piece, words)
-                                                 for doc, piece, words in doc_values(docs)])
+                    cursor.executemany(doc_sql, [(session_id, doc.turn, doc.step, doc.kind, doc.ref, turn.started,
+                                                  piece, words) for doc, piece, words in doc_values(docs)])
             self._keep(db, feed.row())
 
     def _keep(self, db: psycopg.Connection[Any], row: SessionRow) -> None:
@@ -231,17 +233,26 @@ class PgIndex:
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
         conditions, args = filters.where("%s")
         where = "".join(f" AND {c}" for c in conditions)
-        # One hit per turn as it ran: a fork's copy of it is one with the original (whose
-        # best text is picked where the original holds one the filters keep).
-        sql = ("SELECT * FROM (SELECT DISTINCT ON (coalesce(t.origin, d.session_id), d.turn) d.session_id, "
+        # The texts that match, found by the GIN index alone (a seq scan would read every
+        # text's tsvector, out of line for a long one: 10,000 sessions' outputs take
+        # seconds), the newest RANKED of them (filters applied) ranked; then one hit per
+        # turn as it ran: a fork's copy of it is one with the original (whose best text is
+        # picked where the original holds one the filters keep).
+        joins = (f" JOIN {S}turns t ON t.session_id = d.session_id AND t.turn = d.turn JOIN {S}sessions s "
+                 "ON s.id = d.session_id") if conditions else ""  # only for the filters: 2 lookups a text
+        sql = (f"WITH c AS MATERIALIZED (SELECT d.id FROM {S}docs d{joins} WHERE d.tsv @@ to_tsquery('simple', %s)"
+               f"{where} ORDER BY d.started DESC, d.id DESC LIMIT %s) "
+               "SELECT * FROM (SELECT DISTINCT ON (coalesce(t.origin, d.session_id), d.turn) d.session_id, "
                "d.turn, d.kind, d.step, d.ref, ts_rank_cd(d.tsv, q) AS score, s.title, s.cwd, s.agent, t.started, "
                "t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) AS origin "
-               f"FROM {S}docs d JOIN {S}turns t ON t.session_id = d.session_id AND t.turn = d.turn "
-               f"JOIN {S}sessions s ON s.id = d.session_id, to_tsquery('simple', %s) q WHERE d.tsv @@ q{where} "
+               f"FROM c JOIN {S}docs d ON d.id = c.id JOIN {S}turns t ON t.session_id = d.session_id "
+               f"AND t.turn = d.turn JOIN {S}sessions s ON s.id = d.session_id, to_tsquery('simple', %s) q "
                "ORDER BY coalesce(t.origin, d.session_id), d.turn, t.origin IS NOT NULL, score DESC) best "
                "ORDER BY score DESC, started DESC LIMIT %s")
-        with self._reading() as db:
-            rows = db.execute(sql, [tsquery(query), *args, limit]).fetchall()
+        match = tsquery(query)
+        with self._reading() as db, db.transaction():
+            db.execute("SET LOCAL enable_seqscan = off")  # the GIN index, however many texts match
+            rows = db.execute(sql, [match, *args, max(RANKED, limit * PER_HIT), match, limit]).fetchall()
             hits = [hit_of(row, float(row[5])) for row in rows]
             bodies = dict(db.execute(f"SELECT id, body FROM {S}docs WHERE id = ANY(%s)",
                                      ([h.doc_id for h in hits],)).fetchall()) if hits else {}
