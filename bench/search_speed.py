@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:  # measure the tree this script is in, not whateve
 from bench import pg_store  # noqa: E402 (needs ROOT on sys.path)
 from bench.common import CWD, table  # noqa: E402
 from bench.sessions_memory import run_command  # noqa: E402
-from bench.sessions_scale import build_jsonl, build_sql  # noqa: E402
+from bench.sessions_scale import build_store  # noqa: E402
 
 QUERIES: list[tuple[str, list[str]]] = [
     ("common (prompt)", ["timeout"]),
@@ -143,14 +143,9 @@ def build(kind: str, folder: Path, n: int, keep: bool) -> tuple[Path | str, floa
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    where = pg_store.location(kind, folder, fresh=True)
-    started = time.perf_counter()
-    if kind == "jsonl":
-        build_jsonl(folder, n)
-    else:
-        build_sql(kind, where, n)
+    where, seconds = build_store(kind, folder, n)
     marker.touch()
-    return where, time.perf_counter() - started
+    return where, seconds
 
 
 def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
