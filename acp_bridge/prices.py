@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acp_bridge.errors import PriceFileError
-from session.events import ASSISTANT_MESSAGE, TURN_START, Event
+from session.events import ASSISTANT_MESSAGE, CONTEXT_COMPACTION, TURN_START, Event
 from session.typed import typed
 
 # Cost figures are kept to this many decimals (a millionth of the currency's unit).
@@ -163,6 +163,8 @@ class CostMeter:
         elif ev["type"] == ASSISTANT_MESSAGE and not ev["data"].get("silent") \
                 and isinstance(usage := ev["data"].get("usage"), dict):
             self.step(usage)
+        elif ev["type"] == CONTEXT_COMPACTION and isinstance(usage := ev["data"].get("usage"), dict):
+            self.step(usage)  # a compaction's summary call (acp_bridge.host.updates counts it live)
 
     def amount(self) -> dict[str, Any] | None:
         """ACP's `Cost` (`{amount, currency}`) of the total so far, or None."""

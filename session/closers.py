@@ -5,8 +5,10 @@ every call (`Unreported`). Pure.
 
 Every ending closes the same frame, in this order: the partial answer of the open step
 (what it streamed that no `assistant/message` holds yet), a failed `tool/result` for
-each call left unanswered (log order), the step's `step/end`, the `turn/end`. What an
-ending says is the rest: the reason, and how a call left open is answered.
+each call left unanswered (log order), a `context/compaction` that ends each compaction
+left in progress (`failed`, or `cancelled` when the client cancelled), the step's
+`step/end`, the `turn/end`. What an ending says is the rest: the reason, how a call
+left open is answered, and why a compaction left open ended.
 
 The open turn comes as an `OpenTurn`: the turn, its open step, its unanswered calls.
 The log's InvariantTracker knows all of that (`open_turn`): crash repair,
@@ -25,7 +27,14 @@ from typing import ClassVar, Literal
 
 from session.events import INTERRUPTED_CODE, AssistantBlock, PermissionRecord, Reason, ToolError
 from session.invariants import InvariantTracker
-from session.items import Item, assistant_message, step_end, tool_result, turn_end
+from session.items import (
+    Item,
+    assistant_message,
+    context_compaction,
+    step_end,
+    tool_result,
+    turn_end,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +49,19 @@ class Unanswered:
 
 
 @dataclass(frozen=True, slots=True)
+class Unended:
+    """A compaction of the open step that has not ended."""
+
+    compaction_id: str
+    replaces: tuple[int, int]  # fromTurn, toTurn
+
+
+@dataclass(frozen=True, slots=True)
 class OpenTurn:
     turn: int
     step: int | None  # the open step; None between steps
     calls: Sequence[Unanswered] = ()  # in log order
+    compactions: Sequence[Unended] = ()  # of the open step (a step ends only once they have), in log order
 
 
 def open_turn(tracker: InvariantTracker) -> OpenTurn | None:
@@ -52,7 +70,9 @@ def open_turn(tracker: InvariantTracker) -> OpenTurn | None:
         return None
     calls = [Unanswered(cid, call.step, call.name, call.may_have_run)
              for cid, call in tracker.calls.items() if not call.answered]
-    return OpenTurn(tracker.turn, tracker.step if tracker.step_open else None, calls)
+    compactions = tuple(Unended(cid, compaction.replaces)
+                        for cid, compaction in tracker.compactions.items() if not compaction.ended)
+    return OpenTurn(tracker.turn, tracker.step if tracker.step_open else None, calls, compactions)
 
 
 @dataclass(frozen=True)
@@ -73,6 +93,9 @@ class Interrupted:
     def answer(self, call: Unanswered) -> tuple[str, ToolError]:
         return interrupted_text(call.name, call.started), {"name": "InterruptedError", "code": INTERRUPTED_CODE}
 
+    def compaction_end(self) -> tuple[str, str | None]:
+        return "failed", f"The agent stopped ({self.cause}) before the compaction finished."
+
 
 @dataclass(frozen=True)
 class EndedEarly:
@@ -91,6 +114,11 @@ class EndedEarly:
         return (f"The tool call {self.verb} ({how}).",
                 {"name": "Cancelled" if kind == "cancelled" else "Error", "code": kind})
 
+    def compaction_end(self) -> tuple[str, str | None]:
+        if self.reason["kind"] == "cancelled":
+            return "cancelled", None
+        return "failed", f"The compaction {self.verb}."
+
 
 @dataclass(frozen=True)
 class Unreported:
@@ -108,6 +136,11 @@ class Unreported:
         return ("The agent ended the turn without reporting this tool call's outcome.",
                 {"name": "Unfinished", "code": "unfinished"})
 
+    def compaction_end(self) -> tuple[str, str | None]:
+        if self.reason.get("kind") == "cancelled":
+            return "cancelled", None
+        return "failed", "The agent ended the turn without finishing the compaction."
+
 
 Ending = Interrupted | EndedEarly | Unreported
 
@@ -124,6 +157,13 @@ def closers(turn: OpenTurn | None, ending: Ending) -> list[Item]:
         text, error = ending.answer(call)
         items.append(tool_result(number, call.step, call.call_id, content=[{"type": "text", "text": text}],
                                  is_error=True, error=error, permission=call.permission))
+    if step is not None and turn.compactions:
+        status, why = ending.compaction_end()
+        for compaction in turn.compactions:  # never the summary it was writing: it ended unfinished
+            first, last = compaction.replaces
+            items.append(context_compaction(number, step, compaction.compaction_id,
+                                            replaces={"fromTurn": first, "toTurn": last}, summary=[],
+                                            status=status, error=why))
     if step is not None:
         items.append(step_end(number, step))
     items.append(turn_end(number, ending.reason))

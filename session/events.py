@@ -36,6 +36,10 @@ TITLE_CONFIG: Final = "session/title"
 # Another: the client's answer that lets a `pending` tool call run, durable before it
 # runs, so a log tells a call that waited for its permission from one that may have run.
 TOOL_PERMISSION: Final = "tool/permission"
+# Another (DESIGN.md section 2, ACP v1.25): a compaction of the model's context, one
+# change of it per event (its status, its summary so far); from a completed one on, the
+# history before `replaces.toTurn + 1` is, for later model calls, its summary.
+CONTEXT_COMPACTION: Final = "context/compaction"
 
 EVENT_TYPES: Final = frozenset(
     {
@@ -51,6 +55,7 @@ EVENT_TYPES: Final = frozenset(
         WRAPPED_UPDATE,
         CONFIG_SET,
         TOOL_PERMISSION,
+        CONTEXT_COMPACTION,
     }
 )
 
@@ -67,6 +72,7 @@ EventType = Literal[
     "wrapped/update",
     "config/set",
     "tool/permission",
+    "context/compaction",
 ]
 
 # The seven turn/end reason kinds: a closed set, one total mapping per consumer.
@@ -88,6 +94,11 @@ CANCELLED_BY: Final = ("session/cancel", "session/close", "$/cancel_request", "s
 CancelledBy = Literal["session/cancel", "session/close", "$/cancel_request", "session/request_permission"]
 INTERRUPT_CAUSES: Final = ("crash", "shutdown")
 InterruptCause = Literal["crash", "shutdown"]
+
+# A compaction's status (ACP's CompactionStatus): `in_progress` until one of the three
+# that end it. ACP leaves the set open: a wrapped agent's own status (any other string)
+# is kept as it came, and does not end the compaction.
+COMPACTION_ENDED: Final = frozenset({"completed", "failed", "cancelled"})
 
 # The error code that marks a synthetic result written by crash/shutdown repair.
 INTERRUPTED_CODE: Final = "interrupted"
@@ -155,6 +166,16 @@ class Usage(TypedDict):
     # agent's ACP `usage_update.size`; ours once a provider's refusal said its window),
     # so a replay shows the window the agent showed.
     contextWindow: NotRequired[int]
+
+
+class Replaces(TypedDict):
+    """The turns a compaction's summary stands for: every turn up to `toTurn` (the
+    summarizer read those from `fromTurn` on as they were, the earlier ones through
+    the summary of an earlier compaction). Empty when `fromTurn` is `toTurn + 1` (a
+    wrapped agent compacted inside the first turn: nothing of our log is replaced)."""
+
+    fromTurn: int
+    toTurn: int
 
 
 class TextBlock(TypedDict):

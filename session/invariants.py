@@ -20,7 +20,9 @@ from session.errors import InvariantError
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
+    COMPACTION_ENDED,
     CONFIG_SET,
+    CONTEXT_COMPACTION,
     EVENT_TYPES,
     STEP_END,
     STEP_START,
@@ -38,7 +40,8 @@ from session.events import (
 )
 
 _BLOCK_TYPES = frozenset({"text", "reasoning", "tool-call"})
-_STEP_EVENTS = frozenset({ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT, STEP_END})
+_STEP_EVENTS = frozenset({ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT, STEP_END,
+                          CONTEXT_COMPACTION})
 _CHUNK_TYPES = ("text", "reasoning")
 
 
@@ -61,6 +64,18 @@ class OpenCall:
         return self.started and not self.held
 
 
+@dataclass(frozen=True)
+class OpenCompaction:
+    """A compaction of the open turn: the step its last event stands in, the turns it
+    replaces (`fromTurn`, `toTurn`: fixed by its first event), and whether its status
+    ended it. A step ends only once its compactions have ended, so one not ended is
+    always of the open step."""
+
+    step: int
+    replaces: tuple[int, int]
+    ended: bool
+
+
 @dataclass
 class InvariantTracker:
     """Where a log stands: the next seq, the last turn, the open turn and step, and the
@@ -73,6 +88,9 @@ class InvariantTracker:
     step: int = 0
     step_open: bool = False
     calls: dict[str, OpenCall] = field(default_factory=dict)
+    # The compactions of the open turn, by id. Replaced, never changed in place, when
+    # an event changes one (a refused batch puts the dict it had back).
+    compactions: dict[str, OpenCompaction] = field(default_factory=dict)
 
     def feed(self, event: Event) -> None:
         """Check `event` and advance. Raises InvariantError (state unchanged) if it
@@ -158,11 +176,16 @@ class InvariantTracker:
                 cid: OpenCall(call.step, call.name, call.started, call.answered, call.held)
                 for cid, call in self.calls.items()
             },
+            compactions=dict(self.compactions),
         )
 
     def unanswered(self) -> list[str]:
         """Call ids of the open turn without a result, in log order."""
         return [cid for cid, call in self.calls.items() if not call.answered]
+
+    def unended(self) -> list[str]:
+        """Ids of the open turn's compactions that have not ended, in log order."""
+        return [cid for cid, compaction in self.compactions.items() if not compaction.ended]
 
     def _problem(self, event: Event) -> str | None:
         if not isinstance(event, dict) or len(event) != 4 or not (
@@ -265,7 +288,11 @@ class InvariantTracker:
             open_calls = [
                 c for c, v in self.calls.items() if v.step == self.step and not v.answered
             ]
-            return f"tool calls without results: {open_calls}" if open_calls else None
+            if open_calls:
+                return f"tool calls without results: {open_calls}"
+            return f"compactions that have not ended: {self.unended()}" if self.unended() else None
+        if etype == CONTEXT_COMPACTION:
+            return self._compaction_problem(data)
         call = self.calls.get(str(data.get("callId")))
         if call is None or call.step != self.step:
             return f"callId {data.get('callId')!r} is not a tool call of step {self.step}"
@@ -287,6 +314,29 @@ class InvariantTracker:
             return "a result needs content (list) and isError (bool)"
         return None
 
+    def _compaction_problem(self, data: dict[str, object]) -> str | None:
+        # Where it stands was checked (the open step of the open turn); what it says of
+        # the compaction is checked here: an id and a status, the turns it replaces
+        # (before the open turn, the same for every event of the id), its summary.
+        cid, status = data.get("compactionId"), data.get("status")
+        if not isinstance(cid, str) or not cid or not isinstance(status, str) or not status:
+            return "compactionId and status must be non-empty strings"
+        replaces = data.get("replaces")
+        if not isinstance(replaces, dict) or type(replaces.get("fromTurn")) is not int \
+                or type(replaces.get("toTurn")) is not int:
+            return "replaces must be {fromTurn, toTurn}, both integers"
+        first, last = replaces["fromTurn"], replaces["toTurn"]
+        if not 1 <= first <= last + 1 or last >= self.turn:
+            return f"replaces turns {first} to {last}: it replaces turns before the open turn {self.turn}, in order"
+        known = self.compactions.get(cid)
+        if known is not None and known.replaces != (first, last):
+            return f"compaction {cid!r} replaces turns {known.replaces[0]} to {known.replaces[1]}"
+        if not isinstance(data.get("summary"), list):
+            return "summary must be a list of content blocks"
+        if "error" in data and not isinstance(data["error"], str):
+            return "error must be a string"
+        return None
+
     def _synthetic_problem(self, data: dict[str, object]) -> str | None:
         # Written by the closers: it may answer a call of any step of the open turn,
         # even after that step ended, but still exactly once and naming the call's step.
@@ -304,9 +354,9 @@ class InvariantTracker:
         self.next_seq += 1
         if etype == TURN_START:
             self.turn, self.in_turn, self.step, self.step_open = data["turn"], True, 0, False
-            self.calls = {}
+            self.calls, self.compactions = {}, {}
         elif etype == TURN_END:
-            self.in_turn, self.calls = False, {}
+            self.in_turn, self.calls, self.compactions = False, {}, {}
         elif etype == STEP_START:
             self.step, self.step_open = data["step"], True
         elif etype == STEP_END:
@@ -321,6 +371,11 @@ class InvariantTracker:
             self.calls[data["callId"]].held = False
         elif etype == TOOL_RESULT:
             self.calls[data["callId"]].answered = True
+        elif etype == CONTEXT_COMPACTION:
+            replaces = data["replaces"]
+            ended = OpenCompaction(self.step, (replaces["fromTurn"], replaces["toTurn"]),
+                                   data["status"] in COMPACTION_ENDED)
+            self.compactions = {**self.compactions, data["compactionId"]: ended}
 
 
 def check_invariants(

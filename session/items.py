@@ -17,6 +17,7 @@ from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     CONFIG_SET,
+    CONTEXT_COMPACTION,
     JSON,
     STEP_END,
     STEP_START,
@@ -31,6 +32,7 @@ from session.events import (
     EventType,
     PermissionRecord,
     Reason,
+    Replaces,
     ToolError,
     Usage,
     WrappedInfo,
@@ -157,6 +159,30 @@ class ConfigSetData(TypedDict):
     wrapped: NotRequired[WrappedInfo]
 
 
+class CompactionData(TypedDict):
+    """`context/compaction` (DESIGN.md section 2): one change of the compaction
+    `compactionId` (unique in the session) of the model's context, standing in the step
+    whose model call needed it. Each event is the compaction as it stands after it: its
+    `status`, its `summary` so far (ACP ContentBlocks; `[]`: none yet, or none), the
+    turns it `replaces`, why it failed (`error`). Once `completed`, the history before
+    `replaces.toTurn + 1` is, for later model calls, the summary (session.transcript);
+    the turns themselves stay in the log and in every replay."""
+
+    turn: int
+    step: int
+    compactionId: str
+    replaces: Replaces
+    summary: list[JSON]
+    status: str
+    error: NotRequired[str]
+    usage: NotRequired[Usage]  # the summary's own model call (our agent's)
+    # A wrapped agent's `compaction_update`, as it sent it (replayed as it came: docs/wrap.md).
+    sent: NotRequired[dict[str, JSON]]
+    # As ToolCallData.silent: the editor was sent nothing for it (the wrapper closed a
+    # compaction its agent left unfinished).
+    silent: NotRequired[bool]
+
+
 def turn_start(
     turn: int, *, trigger: dict[str, JSON], mode: str | None = None, model: str | None = None,
     thought_level: str | None = None, agent: str | None = None,
@@ -273,3 +299,22 @@ def config_set(
     if wrapped is not None:
         data["wrapped"] = wrapped
     return (CONFIG_SET, data)
+
+
+def context_compaction(
+    turn: int, step: int, compaction_id: str, *, replaces: Replaces, summary: list[JSON], status: str,
+    error: str | None = None, usage: Usage | None = None, sent: dict[str, JSON] | None = None,
+    silent: bool = False,
+) -> tuple[Literal["context/compaction"], CompactionData]:
+    """`error`, `usage` and `sent` are left out when there are none, `silent` when it is false."""
+    data: CompactionData = {"turn": turn, "step": step, "compactionId": compaction_id, "replaces": replaces,
+                            "summary": summary, "status": status}
+    if error is not None:
+        data["error"] = error
+    if usage is not None:
+        data["usage"] = usage
+    if sent is not None:
+        data["sent"] = sent
+    if silent:
+        data["silent"] = True
+    return (CONTEXT_COMPACTION, data)

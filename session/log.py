@@ -26,6 +26,7 @@ from session.closers import Interrupted, closers, open_turn
 from session.errors import EventDataError, SessionClosedError, StoreIOError
 from session.events import (
     ASSISTANT_CHUNK,
+    CONTEXT_COMPACTION,
     STEP_END,
     TOOL_CALL,
     TOOL_PERMISSION,
@@ -41,8 +42,10 @@ from session.items import ChunkKind, Item
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable;
 # `tool/permission` precedes the run of a call that waited for it, so a crash while it
-# runs is never taken for one while it waited.
-DURABLE_TYPES: Final = frozenset({TOOL_CALL, TOOL_PERMISSION, STEP_END, TURN_END})
+# runs is never taken for one while it waited. A `context/compaction` changes what later
+# model calls are shown (session.transcript): once the model is shown its summary, a
+# failed write never takes it back.
+DURABLE_TYPES: Final = frozenset({TOOL_CALL, TOOL_PERMISSION, STEP_END, TURN_END, CONTEXT_COMPACTION})
 # Streamed events go to the OS (not fsync'd) once this many are buffered, so memory
 # stays bounded even when nothing is sent meanwhile (the sender's `hand_off` writes
 # them sooner, before their updates are sent).
@@ -388,14 +391,16 @@ def _copy(tracker: InvariantTracker) -> InvariantTracker:
 class _TrackerState:
     """What feeding a batch can change in a tracker, to put it back if the batch is
     refused: the scalar fields, the calls dict (replaced at `turn/start` and
-    `turn/end`, added to by `assistant/message`) and each open call's flags (set by
-    `tool/call`, `tool/permission` and `tool/result`)."""
+    `turn/end`, added to by `assistant/message`), each open call's flags (set by
+    `tool/call`, `tool/permission` and `tool/result`) and the compactions (a dict
+    replaced whole by each `context/compaction`)."""
 
-    __slots__ = ("_calls", "_flags", "_scalars")
+    __slots__ = ("_calls", "_compactions", "_flags", "_scalars")
 
     def __init__(self, tracker: InvariantTracker) -> None:
         self._scalars = (tracker.next_seq, tracker.turn, tracker.in_turn, tracker.step, tracker.step_open)
         self._calls = tracker.calls
+        self._compactions = tracker.compactions  # replaced, never changed in place
         self._flags: list[tuple[str, OpenCall, bool, bool, bool]] = [
             (cid, call, call.started, call.answered, call.held) for cid, call in tracker.calls.items()]
 
@@ -407,3 +412,4 @@ class _TrackerState:
             call.started, call.answered, call.held = started, answered, held
             calls[cid] = call
         tracker.calls = calls
+        tracker.compactions = self._compactions

@@ -7,6 +7,11 @@ empty-content `assistant/message` only hosts usage, so it is skipped too, and so
 `wrapped/update` (a wrapped agent's plan, mode or interim tool update: what the editor
 was shown, never what a model said or was told). Pure.
 
+A completed `context/compaction` replaces, from where it stands on, every message of
+the turns up to its `replaces.toTurn` by one user message holding its summary (the
+transcript's head, before its first turn): what the model is shown is the summary and
+the turns after it. The log keeps the turns; only the transcript forgets them.
+
 Each message is measured in tokens: the provider's count where it gave one (an
 answer's outputTokens), an estimate of the rest, so a model call can be shown the
 newest whole turns that fit its window (`Transcript.fit`; the limit is the runner's:
@@ -23,6 +28,7 @@ import orjson
 
 from session.events import (
     ASSISTANT_MESSAGE,
+    CONTEXT_COMPACTION,
     JSON,
     TOOL_RESULT,
     USER_MESSAGE,
@@ -55,7 +61,12 @@ class ToolMessage(TypedDict):
 Message = UserMessage | AssistantMessage | ToolMessage
 
 
-_MESSAGE_TYPES = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
+_MESSAGE_TYPES = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT, CONTEXT_COMPACTION})
+
+# What the model is told of a compaction's summary, before it: the model never saw the
+# turns it stands for as turns of this conversation any more.
+SUMMARY_INTRO = ("[The earlier part of this conversation was compacted to fit the context window. "
+                 "This is its summary:]")
 
 # What the model is shown is measured in tokens (docs/openai.md, "What the model is
 # shown"). Where the provider counted a message (an assistant message's outputTokens)
@@ -139,12 +150,23 @@ class Transcript:
         self.guess: list[int] = []  # per message: the estimate, or 0 when counted
         self._names: dict[str, str] = {}
         self._turns: list[int] = []  # the index of each turn's first (user) message
+        self._numbers: list[int] = []  # the number of each of those turns in the log
+
+    @property
+    def head(self) -> int:
+        """The messages before the first turn: a compaction's summary (0 or 1)."""
+        return self._turns[0] if self._turns else len(self.messages)
+
+    def turn_starts(self) -> list[tuple[int, int]]:
+        """(index of its first message, its number in the log) of each turn kept."""
+        return list(zip(self._turns, self._numbers, strict=True))
 
     def feed(self, event: Event) -> None:
         if event["type"] not in _MESSAGE_TYPES:  # most events of a log: skipped before the typed view
             return
         ev = typed(event)
         if ev["type"] == USER_MESSAGE:
+            self._numbers.append(ev["data"]["turn"])
             self._add({"role": "user", "content": ev["data"]["content"]}, None)
         elif ev["type"] == ASSISTANT_MESSAGE:
             data = ev["data"]
@@ -165,9 +187,26 @@ class Transcript:
                 },
                 None,
             )
+        elif ev["type"] == CONTEXT_COMPACTION:
+            compaction = ev["data"]
+            if compaction["status"] == "completed" and compaction["summary"]:
+                self._compacted(compaction["replaces"]["toTurn"], compaction["summary"])
+
+    def _compacted(self, to_turn: int, summary: list[JSON]) -> None:
+        """Everything before turn `to_turn + 1` is `summary` from now on (an earlier
+        summary with it). A compaction without a summary (a wrapped agent that showed
+        none) changes nothing: there is nothing to stand for the turns."""
+        cut = next((start for start, number in zip(self._turns, self._numbers, strict=True) if number > to_turn),
+                    len(self.messages))
+        self._forget(cut)
+        content: list[JSON] = [{"type": "text", "text": SUMMARY_INTRO}, *summary]
+        self.messages.insert(0, {"role": "user", "content": content})
+        self.exact.insert(0, 0)
+        self.guess.insert(0, content_tokens(content) + MESSAGE_TOKENS)
+        self._turns = [start + 1 for start in self._turns]
 
     def _add(self, message: Message, counted: int | None) -> None:
-        if message["role"] == "user":
+        if message["role"] == "user":  # a turn's prompt (a summary is inserted, not added)
             self._turns.append(len(self.messages))
         self.messages.append(message)
         if counted is not None:
@@ -184,7 +223,10 @@ class Transcript:
 
     def _forget(self, cut: int) -> None:
         del self.messages[:cut], self.exact[:cut], self.guess[:cut]
-        self._turns = [start - cut for start in self._turns if start >= cut]
+        kept = [(start - cut, number) for start, number in zip(self._turns, self._numbers, strict=True)
+                if start >= cut]
+        self._turns = [start for start, _ in kept]
+        self._numbers = [number for _, number in kept]
         self.dropped += cut
 
     def tokens(self, start: int = 0, scale: float = 1.0) -> float:
@@ -215,7 +257,8 @@ class Transcript:
         """Keep the first `count` messages only (a failed write dropped the rest from
         the log, and the model must not be shown what the log does not hold)."""
         del self.messages[count:], self.exact[count:], self.guess[count:]
-        self._turns = [start for start in self._turns if start < count]
+        kept = len([start for start in self._turns if start < count])
+        del self._turns[kept:], self._numbers[kept:]
 
     def feed_all(self, events: Iterable[Event]) -> None:
         feed, wanted = self.feed, _MESSAGE_TYPES

@@ -23,6 +23,7 @@ from session.events import Event
 from session.items import (
     AssistantChunkData,
     AssistantMessageData,
+    CompactionData,
     ConfigSetData,
     StepData,
     ToolCallData,
@@ -119,9 +120,16 @@ class ConfigSetEvent(TypedDict):
     data: ConfigSetData
 
 
+class CompactionEvent(TypedDict):
+    type: Literal["context/compaction"]
+    seq: int
+    time: int
+    data: CompactionData
+
+
 AnyEvent = (TurnStartEvent | UserMessageEvent | StepStartEvent | StepEndEvent | AssistantChunkEvent
             | AssistantMessageEvent | ToolCallEvent | ToolPermissionEvent | ToolResultEvent | TurnEndEvent
-            | WrappedUpdateEvent | ConfigSetEvent)
+            | WrappedUpdateEvent | ConfigSetEvent | CompactionEvent)
 """A stamped event, typed by its `type` (tests/test_typed_events.py holds it to
 session.events.EVENT_TYPES: one member per type)."""
 

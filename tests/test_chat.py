@@ -171,6 +171,21 @@ def test_load_replays_a_previous_session(first: First) -> None:
 
 
 @pytest.mark.integration
+def test_load_takes_a_prefix_as_sessions_show_does(first: First) -> None:
+    """`chat --load 5f37` and `/load 5f37` demanded all 36 characters (issue 36, point 5)."""
+    model = write_script(first.work.parent / "script3.json", {"text": "Back again."})
+    code, out, err, _ = run_chat(first.store, first.work, ["again"], "--model", model, "--load", first.sid[:6])
+    assert code == 0, err
+    assert f"[loaded session {first.sid}: " in out  # (other tests add turns to `first`)
+    assert out.endswith("> again\nBack again.\n> \n")
+    code, out, err, _ = run_chat(first.store, first.work, [f"/load {first.sid[:5].upper()}", "/load 5f3",
+                                                           "/load zzzz"], "--model", model)
+    assert f"[loaded session {first.sid}: " in out
+    assert "cannot load '5f3': session id prefix '5f3' is too short: a prefix needs at least 4 characters" in err
+    assert "cannot load 'zzzz': invalid session id 'zzzz'" in err
+
+
+@pytest.mark.integration
 def test_load_option_unknown_session(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     code, out, err, _ = run_chat(tmp_path / "store", tmp_path / "work", ["hello"],

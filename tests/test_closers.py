@@ -16,6 +16,7 @@ from session.closers import (
     Interrupted,
     OpenTurn,
     Unanswered,
+    Unended,
     Unreported,
     closers,
     open_turn,
@@ -63,6 +64,19 @@ def end(why: Reason) -> Item:
     return ("turn/end", {"turn": 3, "reason": why})
 
 
+COMPACTING = OpenTurn(3, 2, [READ], [Unended("t3s2-compaction", (1, 2))])
+
+
+def compaction(status: str, error: str | None = None) -> Item:
+    """The `context/compaction` that ends COMPACTING's compaction: no summary (it was
+    not finished), the turns it was to replace."""
+    data: dict[str, Any] = {"turn": 3, "step": 2, "compactionId": "t3s2-compaction",
+                            "replaces": {"fromTurn": 1, "toTurn": 2}, "summary": [], "status": status}
+    if error is not None:
+        data["error"] = error
+    return ("context/compaction", data)
+
+
 CASES: list[tuple[str, OpenTurn | None, Ending, list[Item]]] = [
     ("no open turn", None, Interrupted(), []),
     ("crash between steps", OpenTurn(3, None), Interrupted(), [end({"kind": "interrupted", "cause": "crash"})]),
@@ -106,6 +120,25 @@ CASES: list[tuple[str, OpenTurn | None, Ending, list[Item]]] = [
      [failed("d", 2, "The tool call was cancelled before the agent reported its outcome.",
              "Cancelled", "cancelled", permission=ALLOWED), STEP_END, end(CANCEL)]),
     ("a wrapped turn ended before any step", OpenTurn(3, None), Unreported(FAILED), [end(FAILED)]),
+    # A compaction left in progress ends, after the calls' results, before its step.
+    ("crash during a compaction", COMPACTING, Interrupted(),
+     [interrupted(READ, True), compaction("failed", "The agent stopped (crash) before the compaction finished."),
+      STEP_END, end({"kind": "interrupted", "cause": "crash"})]),
+    ("shutdown during a compaction", COMPACTING, Interrupted("shutdown"),
+     [interrupted(READ, True), compaction("failed", "The agent stopped (shutdown) before the compaction finished."),
+      STEP_END, end(SHUTDOWN)]),
+    ("a compaction cancelled with its turn", COMPACTING, EndedEarly(CANCEL, "was cancelled"),
+     [failed("a", 2, "The tool call was cancelled (while it was running).", "Cancelled", "cancelled"),
+      compaction("cancelled"), STEP_END, end(CANCEL)]),
+    ("a compaction of a turn that failed", COMPACTING, EndedEarly(FAILED, "was not completed because the turn failed"),
+     [failed("a", 2, "The tool call was not completed because the turn failed (while it was running).", "Error",
+             "error"),
+      compaction("failed", "The compaction was not completed because the turn failed."), STEP_END, end(FAILED)]),
+    ("a wrapped agent's compaction it did not finish", OpenTurn(3, 2, (), [Unended("t3s2-compaction", (1, 2))]),
+     Unreported(DONE),
+     [compaction("failed", "The agent ended the turn without finishing the compaction."), STEP_END, end(DONE)]),
+    ("a wrapped agent's compaction of a cancelled turn", OpenTurn(3, 2, (), [Unended("t3s2-compaction", (1, 2))]),
+     Unreported(CANCEL), [compaction("cancelled"), STEP_END, end(CANCEL)]),
 ]
 
 
@@ -125,3 +158,11 @@ def test_open_turn_is_what_the_tracker_knows() -> None:
                                                   Unanswered("z", 1, "read_file", False)])
     assert open_turn(check_invariants(events_of(Script().text_turn()))) is None
 
+
+
+def test_open_turn_knows_the_compactions_that_have_not_ended() -> None:
+    script = Script().text_turn().text_turn().start_turn().start_step()
+    script.compaction("done", "completed").compaction("open", to_turn=1).compaction("other", "_queued", from_turn=2)
+    tracker = check_invariants(events_of(script))
+    # A status of the agent's own (ACP leaves the set open) does not end one.
+    assert open_turn(tracker) == OpenTurn(3, 1, [], (Unended("open", (1, 1)), Unended("other", (2, 2))))

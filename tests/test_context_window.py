@@ -4,8 +4,10 @@ server that enforces its context size as llama.cpp does (tests/support/llama_lik
 What the model is shown is measured in tokens (the provider's counts of earlier
 answers, an estimate for the rest) and leaves room for the prompt and an answer; a
 refusal as too long is answered by sending fewer older turns; the log keeps
-everything, and a `session/load` in a new process measures the same way; and
-`usage_update.used` counts each token once, as the server counted it.
+everything, and a `session/load` in a new process measures the same way; history that
+outgrows the window is summarized by the model (a compaction), unless not even one of
+its turns fits the summary's own call; and `usage_update.used` counts each token once,
+as the server counted it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from acp_bridge.agent.compaction import INSTRUCTION
 from session import derive_messages
 from tests.support.acp_client import AgentError, AgentProcess
 from tests.support.llama_like import LlamaLike
@@ -83,30 +86,44 @@ async def test_an_answer_that_fills_the_window_does_not_wedge_the_session(
 
 
 @pytest.mark.parametrize("llama", [2], indirect=True)  # two characters a token: denser than estimated
-async def test_a_refusal_is_answered_by_sending_fewer_older_turns(
-        tmp_path: Path, work: Path, llama: LlamaLike) -> None:
+async def test_a_history_that_outgrows_the_window_is_compacted_and_a_refusal_answered(
+        tmp_path: Path, work: Path, llama: LlamaLike, monkeypatch: pytest.MonkeyPatch) -> None:
     store, padding = tmp_path / "store", "pad " * 600  # 2,400 characters: 1,200 tokens here, estimated 800
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
-        await agent.initialize()
+        await agent.initialize({"session": {"compaction": {}}})
         sid = await agent.new_session(work)
         for n in range(8):  # 9,600 tokens of prompts: the history outgrows the window
             assert (await agent.prompt(sid, f"{n} {padding}"))["stopReason"] == "end_turn"
-    # What the server counted calibrated the estimates: nothing was refused, and the
-    # window was used, not starved.
+        # The editor that asked for compaction saw each one, its summary the server's answer.
+        completed = [u for u in agent.updates_of(sid)
+                     if u["sessionUpdate"] == "compaction_update" and u["status"] == "completed"]
+        assert completed and all(u["summary"] == [{"type": "text", "text": "Fine, thanks."}] for u in completed)
+    # What the server counted calibrated the estimates: nothing was refused, the window
+    # was used, not starved, and the older turns were summarized (the server's short
+    # answer is the summary), not dropped.
     assert llama.refused == []
     assert max(llama.prompts) > N_CTX // 2
-    # A new process has only the log's counts of the answers and its own estimates of
-    # the prompts, too low here: its first request is refused, and the same step is
-    # tried again with fewer older turns, sized by the numbers the server gave.
+    summaries = [n for n, text in enumerate(llama.asked) if text == INSTRUCTION]
+    assert summaries
+    assert all(llama.asked[n + 1].startswith(f"{turn} pad") for n, turn in zip(summaries, [3, 6], strict=False))
+    # A new process that does not know the window (128,000 assumed): the history grows
+    # until the server refuses a request; the same step goes on with the older turns
+    # compacted, sized by the numbers the server gave (its window, its count).
+    monkeypatch.delenv("ACP_BRIDGE_CONTEXT_WINDOW")
     async with AgentProcess(store, model="openai:gemma-3-270m") as agent:
         await agent.initialize()
         await agent.load_session(sid, work)
-        assert (await agent.prompt(sid, f"8 {padding}"))["stopReason"] == "end_turn"
-        assert len(llama.refused) == 1
-        assert llama.prompts[-1] < N_CTX
-        # From then on the estimates are scaled by what the server counted: no refusal.
-        for n in range(9, 12):
+        n = 8
+        while not llama.refused and n < 16:
             assert (await agent.prompt(sid, f"{n} {padding}"))["stopReason"] == "end_turn"
+            n += 1
+        assert len(llama.refused) == 1
+        refused = llama.prompts.index(llama.refused[0])
+        assert llama.asked[refused + 1] == INSTRUCTION
+        assert llama.prompts[refused + 2] < N_CTX
+        # From then on the estimates are scaled by what the server counted: no refusal.
+        for m in range(n, n + 3):
+            assert (await agent.prompt(sid, f"{m} {padding}"))["stopReason"] == "end_turn"
         assert len(llama.refused) == 1
 
 

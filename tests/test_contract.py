@@ -332,6 +332,26 @@ def test_invariant_breaking_append_refused(store: SessionStore) -> None:
     loaded.log.close()
 
 
+def test_a_refused_batch_leaves_the_compactions_as_they_were(store: SessionStore) -> None:
+    log = store.create(cwd="/w")
+    write(log, Script().text_turn().start_turn().start_step().compaction("k"))
+    before = dict(log.tracker.compactions)
+    done = Script(first_turn=2)
+    done.step = 1
+    done.compaction("k", "completed")
+    with pytest.raises(InvariantError):  # the compaction ended, then a step that is not the next
+        log.extend([*done.items, ("step/start", {"turn": 2, "step": 5})])
+    assert log.tracker.compactions == before and log.tracker.unended() == ["k"]
+    with pytest.raises(InvariantError, match="compactions that have not ended"):
+        log.append("step/end", {"turn": 2, "step": 1})
+    log.close()
+    # A load ends it as crash repair ends any (and it was durable: a durability point).
+    loaded = store.load(log.id)
+    assert [(e["type"], e["data"].get("status")) for e in loaded.log.events[-3:]] == [
+        ("context/compaction", "failed"), ("step/end", None), ("turn/end", None)]
+    loaded.log.close()
+
+
 # --- sessions: ids, ownership, listing, deletion -----------------------------------
 
 
@@ -509,7 +529,7 @@ def test_delete(store: SessionStore) -> None:
 
 
 def test_durability_points(store: SessionStore) -> None:
-    assert DURABLE_TYPES == {"tool/call", "tool/permission", "step/end", "turn/end"}
+    assert DURABLE_TYPES == {"tool/call", "tool/permission", "context/compaction", "step/end", "turn/end"}
     log = store.create(cwd="/w")
     write(log, Script().start_turn().start_step().chunk("a").chunk("b"))
     assert log.pending == 5  # streamed events may wait in the buffer
@@ -525,6 +545,11 @@ def test_durability_points(store: SessionStore) -> None:
     assert log.pending == 0  # durable before the permission is asked
     log.append("tool/permission", Script().start_turn().start_step().grant("d").items[-1][1])
     assert log.pending == 0  # durable before the tool it lets run runs
+    log.append("tool/result", {"turn": 1, "step": 1, "callId": "d", "content": [], "isError": False})
+    assert log.pending == 1
+    log.append("context/compaction", {"turn": 1, "step": 1, "compactionId": "k", "replaces": {
+        "fromTurn": 1, "toTurn": 0}, "summary": [], "status": "completed"})
+    assert log.pending == 0  # what the model is shown from now on: never taken back by a failed write
     log.close()
 
 

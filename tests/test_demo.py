@@ -4,6 +4,7 @@ mid-command, a restart and a load."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,14 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert "answer: stopReason=end_turn {'turn': 4, 'reason': {'kind': 'completed'}}" in text
     assert "Done: the agent exited with 0." in text
     assert (tmp_path / "project" / "NOTES.md").exists()
+    # It ends with the command that shows its session (issue 36, point 3), and it works.
+    last = text.splitlines()[-1]
+    assert last.startswith("Read it again: acp-bridge sessions show "), last
+    argv = shlex.split(last.removeprefix("Read it again: acp-bridge "))
+    shown = subprocess.run([sys.executable, "-m", "acp_bridge", *argv], capture_output=True, text=True,
+                           timeout=60, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "write down what you are" in shown.stdout and "Turn 4" in shown.stdout
 
 
 def test_version_and_serve_on_empty_stdin(tmp_path: Path) -> None:

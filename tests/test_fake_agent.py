@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from acp_bridge.snapshot.fake_recording import option_kind, permission_options
+from tests.support.logs import Script, events_of
 from tests.test_snapshot_harness import FakeAgentClient
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
@@ -183,5 +184,29 @@ def test_a_second_prompt_while_one_runs_is_refused_as_the_agent_refuses_it(tmp_p
         while (message := orjson.loads(client.proc.stdout.readline())).get("id") != "first":
             pass
         assert message["result"]["stopReason"] == "cancelled"
+    finally:
+        assert client.close() == 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("caps", [{"session": {"compaction": {}}}, {}], ids=["compaction", "none"])
+def test_a_recorded_compaction_is_served_to_a_client_that_asked_for_it(tmp_path: Path, caps: dict[str, Any]) -> None:
+    script = Script().text_turn("one", "uno").compacted_turn("Uno.", "two", "dos")
+    header = {"type": "session", "version": 0, "id": "00000000-0000-4000-8000-000000000001", "createdAt": 0,
+              "cwd": str(tmp_path)}
+    path = tmp_path / "compacted.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in [header, *events_of(script)]))
+    client = FakeAgentClient(path)
+    try:
+        client.request("initialize", {"protocolVersion": 1, "clientCapabilities": caps})
+        new, _ = client.request("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        sid = new["result"]["sessionId"]
+        client.request("session/prompt", {"sessionId": sid, "prompt": text("one")})
+        _, seen = client.request("session/prompt", {"sessionId": sid, "prompt": text("two")})
+        live = [(u["sessionUpdate"], u.get("status")) for u in updates(seen) if "compaction" in u["sessionUpdate"]]
+        _, replayed = client.request("session/load", {"sessionId": sid, "cwd": str(tmp_path), "mcpServers": []})
+        again = [(u["sessionUpdate"], u.get("status")) for u in updates(replayed) if "compaction" in u["sessionUpdate"]]
+        expected = [("compaction_update", "in_progress"), ("compaction_update", "completed")] if caps else []
+        assert live == again == expected
     finally:
         assert client.close() == 0

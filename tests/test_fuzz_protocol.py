@@ -43,6 +43,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from acp_bridge.rpc.protocol import nested_deeper
 from session import SessionStore, check_invariants, open_backend
 from tests.support.acp_schema import validate_agent_message, validate_def
 
@@ -252,6 +253,8 @@ def expected_answers(line: bytes) -> list[Expect | list[Expect]]:
         value = json.loads(line)  # exact numbers for the id comparison
     except (ValueError, RecursionError):
         value = orjson.loads(line)
+    if nested_deeper(line, value):
+        return too_deep(value)
     if isinstance(value, list):
         if not value:
             return [Expect("invalid")]
@@ -259,6 +262,23 @@ def expected_answers(line: bytes) -> list[Expect | list[Expect]]:
         return [answered] if answered else []
     single = expect_item(value)
     return [] if single is None else [single]
+
+
+def too_deep(value: Any) -> list[Expect | list[Expect]]:
+    """A message nested deeper than the limit (docs/protocol.md, "Limits") is refused
+    whole, before it is read as a batch or a message: one -32600 answer, with the id of a
+    request that has one that can be read, else id null; an answer or a notification is
+    dropped."""
+    if not isinstance(value, dict):
+        return [Expect("invalid")]
+    if "method" not in value and "id" in value and ("result" in value or "error" in value):
+        return []
+    if "method" in value and "id" not in value:
+        return []
+    kind = id_kind(value.get("id")) if "method" in value and "id" in value else "invalid"
+    if kind in ("id", "either"):
+        return [Expect(kind, value["id"])]
+    return [Expect("invalid")]
 
 
 def refused(line: bytes) -> Expect:

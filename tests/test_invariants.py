@@ -311,6 +311,58 @@ CASES: list[tuple[str, Callable[[], list[Event]], str | None]] = [
                                           .call("c"))[-1]["data"], "pending": False}),
         "pending must be true when present",
     ),
+    # context/compaction: in the open step of a turn, replacing turns before it, ended
+    # before its step ends.
+    ("a compaction, in progress then completed", lambda: events_of(Script().text_turn().compacted_turn("s")), None),
+    ("a compaction that failed, then the step goes on",
+     lambda: events_of(Script().text_turn().start_turn().start_step().compaction().compaction(
+         status="failed", error="the model failed").message("m").end_step().end_turn()), None),
+    ("a compaction that ends at once (only completed is reported)",
+     lambda: events_of(Script().text_turn().start_turn().start_step().compaction(status="completed")
+                       .end_step().end_turn()), None),
+    ("a wrapped agent's compaction inside the first turn replaces nothing",
+     lambda: events_of(Script().start_turn().start_step().compaction(to_turn=0, status="completed")
+                       .end_step().end_turn()), None),
+    ("a compaction updated again after it ended",
+     lambda: events_of(Script().text_turn().start_turn().start_step().compaction(status="completed")
+                       .compaction(status="completed", summary=[{"type": "text", "text": "s"}])
+                       .end_step().end_turn()), None),
+    ("a compaction between turns",
+     lambda: events_of(Script().text_turn().add("context/compaction", {
+         "turn": 1, "step": 1, "compactionId": "k", "replaces": {"fromTurn": 1, "toTurn": 1}, "summary": [],
+         "status": "completed"})), "outside any turn"),
+    ("a compaction between steps",
+     lambda: events_of(Script().text_turn().start_turn().start_step().end_step().compaction()),
+     "names step 1, the open step is none"),
+    ("a compaction in progress when its step ends",
+     lambda: events_of(Script().text_turn().start_turn().start_step().compaction("k9").end_step()),
+     "compactions that have not ended: ['k9']"),
+    ("a compaction with a status of its own does not end",
+     lambda: events_of(Script().text_turn().start_turn().start_step().compaction(status="_paused").end_step()),
+     "compactions that have not ended"),
+    ("a compaction of the open turn",
+     lambda: events_of(Script().text_turn().start_turn().start_step().compaction(to_turn=2)),
+     "replaces turns before the open turn 2"),
+    ("a compaction of turns out of order",
+     lambda: events_of(Script().text_turn().text_turn().start_turn().start_step().compaction(
+         from_turn=3, to_turn=1)), "in order"),
+    ("a compaction that changes the turns it replaces",
+     lambda: events_of(Script().text_turn().text_turn().start_turn().start_step().compaction()
+                       .compaction(status="completed", to_turn=1)), "compaction 'k1' replaces turns 1 to 2"),
+    ("a compaction without an id",
+     lambda: events_of(Script().text_turn().start_turn().start_step().compaction("")),
+     "compactionId and status must be non-empty strings"),
+    ("a compaction whose summary is no list",
+     lambda: changed(Script().text_turn().start_turn().start_step().compaction(), -1, data={
+         "turn": 2, "step": 1, "compactionId": "k", "replaces": {"fromTurn": 1, "toTurn": 1},
+         "summary": "text", "status": "in_progress"}), "summary must be a list"),
+    ("a compaction whose range is no pair of integers",
+     lambda: changed(Script().text_turn().start_turn().start_step().compaction(), -1, data={
+         "turn": 2, "step": 1, "compactionId": "k", "replaces": {"fromTurn": 1}, "summary": [],
+         "status": "in_progress"}), "replaces must be {fromTurn, toTurn}"),
+    ("a compaction whose error is no string",
+     lambda: events_of(Script().text_turn().start_turn().start_step().compaction(status="failed", error=3)),
+     "error must be a string"),
 ]
 
 

@@ -313,3 +313,24 @@ def test_config_option_shapes_match_the_schema() -> None:
             validate_def("ConfigOptionUpdate", {"configOptions": options})
     assert choice_for(models[1], None).effort == "medium" and choice_for(models[1], "high").effort == "high"
     assert choice_for(models[0], "high").effort is None
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("caps", [{"session": {"notices": {}}}, {}], ids=["notices", "none"])
+async def test_a_load_whose_model_is_gone_is_a_notice_before_its_answer(
+        tmp_path: Path, work: Path, caps: dict[str, Any]) -> None:
+    store, model = tmp_path / "store", write_script(tmp_path / "script.json", {"text": "hi"})
+    async with AgentProcess(store, model=model) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.prompt(sid, "hello")
+    async with AgentProcess(store, model="echo") as agent:  # the script is no longer offered
+        await agent.initialize(caps)
+        loaded = await agent.load_session(sid, work)
+        assert loaded["configOptions"][1]["currentValue"] == "echo"
+        notices = [u for u in agent.replayed(sid) if u["sessionUpdate"] == "notice"]
+        assert notices == ([{"sessionUpdate": "notice", "severity": "warning",
+                             "title": "The session's model is not available",
+                             "description": f"{model} is not configured in this agent: the session continues "
+                                            "with echo."}] if caps else [])
+        assert (await agent.prompt(sid, "still here"))["stopReason"] == "end_turn"

@@ -22,6 +22,7 @@ from acp_bridge.models import (
     ModelChunk,
     ModelRequest,
     ReasoningDelta,
+    Retrying,
     TextDelta,
     ToolCallChunk,
     UsageChunk,
@@ -254,8 +255,12 @@ async def test_429_honours_retry_after_then_succeeds(server: SSEServer, model: O
     assert time.monotonic() - started >= 0.9  # the server asked for a second, not our 0.05
     assert texts(out) == "fine" and out[-1] == Finish("stop")
     assert len(server.requests) == 2
+    # Each retry is announced before its wait (the runner tells a client that takes notices).
+    assert [c for c in out if isinstance(c, Retrying)] == [
+        Retrying(2, 3, 1.0, "rate_limit", "rate limited (429 Too Many Requests): Rate limit reached for requests")]
     server.push(*[error_reply(429, "Rate limit reached", headers={"retry-after-ms": "20"})] * 3)
-    (finish,) = await run(model)
+    *retries, finish = await run(model)
+    assert [(r.attempt, r.attempts, r.delay) for r in retries] == [(2, 3, 0.02), (3, 3, 0.02)]  # type: ignore[union-attr]
     assert finish == Finish("error", "rate limited (429 Too Many Requests): Rate limit reached "
                             "(gave up after 3 tries; the server asks to wait 0.02 s)", "rate_limit", True)
 
@@ -287,7 +292,8 @@ async def test_500_then_success(server: SSEServer, model: OpenAIModel) -> None:
 @pytest.mark.integration
 async def test_5xx_until_the_tries_run_out(server: SSEServer, model: OpenAIModel) -> None:
     server.push(*[error_reply(503, "overloaded", type_="server_error")] * 3)
-    (finish,) = await run(model)
+    *retries, finish = await run(model)
+    assert [type(r) for r in retries] == [Retrying, Retrying]
     assert finish == Finish("error", "the API failed (503 Service Unavailable): overloaded (gave up after 3 tries)",
                             "server", True)
     assert len(server.requests) == 3
@@ -327,9 +333,10 @@ async def test_connection_refused(server: SSEServer) -> None:
         url = gone.url
     refused = OpenAIModel("m", base_url=url, attempts=2, backoff_base=0.01)
     try:
-        (finish,) = await run(refused)
+        *retries, finish = await run(refused)
     finally:
         await refused.aclose()
+    assert [(r.attempt, r.code) for r in retries] == [(2, "network")]  # type: ignore[union-attr]
     assert (finish.code, finish.retryable) == ("network", True)  # type: ignore[union-attr]
     assert "cannot connect" in (finish.message or "") and "gave up after 2 tries" in (finish.message or "")  # type: ignore[union-attr]
 

@@ -20,7 +20,7 @@ from acp_bridge.host.prompts import answer_of
 from acp_bridge.host.settlement import turn_usage
 from session import Event
 from tests.support.acp_client import AgentProcess, write_script
-from tests.support.logs import loaded_events
+from tests.support.logs import Script, events_of, loaded_events
 from tests.support.wrapped import WrappedProcess
 
 pytestmark = pytest.mark.anyio
@@ -131,3 +131,9 @@ def test_usage_is_the_turns_own_and_skips_the_window() -> None:
     end = event(3, "turn/end", {"turn": 2, "reason": {"kind": "completed"}})
     assert answer_of(TurnEnd(end), events)["usage"] == turn_usage(events, 2)
     assert answer_of(TurnEnd(end, {"usage": {"x": 1}}), events)["usage"] == {"x": 1}  # an engine's own wins
+
+
+def test_usage_holds_the_turns_compaction_summary_calls() -> None:
+    events = events_of(Script().text_turn().compacted_turn("S"))  # the answer 10/3, the summary call 50/5
+    assert turn_usage(events, 2) == {"totalTokens": 68, "inputTokens": 60, "outputTokens": 8}
+    assert turn_usage(events, 1) == {"totalTokens": 13, "inputTokens": 10, "outputTokens": 3}

@@ -73,6 +73,15 @@ CASES: list[tuple[str, Script, list[Item]]] = [
     ("all calls answered, step open", Script().start_turn().start_step()
      .message("m", calls=("a",)).call("a").result("a"),
      [("step/end", {"turn": 1, "step": 1}), ("turn/end", {"turn": 1, "reason": CRASH})]),
+    ("a compaction in progress: it fails, without the summary it was writing",
+     Script().text_turn().text_turn().start_turn().start_step().compaction("t3s1-compaction"),
+     [("context/compaction", {"turn": 3, "step": 1, "compactionId": "t3s1-compaction",
+                              "replaces": {"fromTurn": 1, "toTurn": 2}, "summary": [], "status": "failed",
+                              "error": "The agent stopped (crash) before the compaction finished."}),
+      ("step/end", {"turn": 3, "step": 1}), ("turn/end", {"turn": 3, "reason": CRASH})]),
+    ("a compaction completed, the step's model call cut off: nothing more to end",
+     Script().text_turn().start_turn().start_step().compaction().compaction(status="completed").chunk("a"),
+     [("step/end", {"turn": 2, "step": 1}), ("turn/end", {"turn": 2, "reason": CRASH})]),
 ]
 
 

@@ -26,7 +26,11 @@ from acp_bridge.models import (
     load_model,
 )
 from acp_bridge.models.replay import ReplayModel, same_up_to_cwd
+from session import SessionStore
+from session.backends.jsonl import JsonlBackend
 from session.transcript import Message
+from tests.support.logs import Script
+from tests.support.logs import write as write_log
 
 pytestmark = pytest.mark.anyio
 RECORDED = Path(__file__).resolve().parent / "recorded"
@@ -298,3 +302,33 @@ def test_replay_and_the_harness_stay_off_the_start_up_path() -> None:
                 f"m = load_model('replay:{RECORDED / 'text_turn' / 'session.jsonl'}'); "
                 "sys.exit('httpx' in sys.modules)")
     subprocess.run([sys.executable, "-c", replayed], check=True)
+
+
+async def test_a_compactions_summary_call_is_served_as_recorded(tmp_path: Path) -> None:
+    store = SessionStore(JsonlBackend(tmp_path / "store"))
+    log = store.create(cwd=str(tmp_path))
+    summary_usage = {"inputTokens": 900, "outputTokens": 12}
+    script = Script().text_turn("one", "uno").text_turn("two", "dos")
+    script.start_turn("three").start_step().compaction("t3s1-compaction", to_turn=2)
+    script.compaction("t3s1-compaction", "completed", to_turn=2, summary=[{"type": "text", "text": "Two turns."}],
+                      usage=summary_usage)
+    script.chunk("tres").message("tres").end_step().end_turn()
+    script.start_turn("four").start_step().compaction("t4s1-compaction", to_turn=3)
+    script.compaction("t4s1-compaction", "failed", to_turn=3, error="The summary could not be made: rate limited.")
+    script.chunk("cuatro").message("cuatro").end_step().end_turn()
+    write_log(log, script)
+    log.close()
+    model = ReplayModel.from_source(log.id, store_dir=tmp_path / "store")
+    store.close()
+
+    async def summarized(turn: int, step: int) -> list[Any]:
+        request = ModelRequest([user("anything")], [], turn=turn, step=step, purpose="compaction")
+        return [chunk async for chunk in model.stream(request)]
+
+    assert await summarized(3, 1) == [TextDelta("Two turns."), UsageChunk(summary_usage), Finish("stop")]  # type: ignore[arg-type]
+    assert await summarized(4, 1) == [Finish("error", message="rate limited")]
+    [overrun] = await summarized(2, 1)
+    assert isinstance(overrun, Finish) and overrun.code == "replay_overrun"
+    assert "no compaction at turn 2 step 1" in (overrun.message or "")
+    # The steps' own calls are served as before, the compaction beside them.
+    assert [c for c in await served(model, [user("three")], 3, 1) if isinstance(c, TextDelta)] == [TextDelta("tres")]

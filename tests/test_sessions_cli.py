@@ -33,7 +33,7 @@ from tests.support.tamper import replace_event
 from tests.support.waiting import wait_until
 from tests.test_runner_crash import CHILD
 
-WRAPPER = "import sys; from acp_bridge.cli.sessions.main import main; sys.exit(main(sys.argv[1:]))"
+WRAPPER = "import sys; from acp_bridge.cli.main import main; sys.exit(main(['sessions', *sys.argv[1:]]))"
 BASE_MS = 1_700_000_000_000
 
 
@@ -292,16 +292,22 @@ def test_list_table_and_json(tmp_path: Path, kind: str, sessions: Recorded) -> N
 @pytest.mark.integration
 def test_empty_or_missing_store_is_not_created(tmp_path: Path, kind: str) -> None:
     missing = tmp_path / "nothing" / "here"
-    res = cli("--store", str(missing), "--backend", kind, "list")
-    assert (res.code, res.out, res.err) == (0, f"No sessions in {missing} ({kind} backend).\n", "")
-    assert cli("--store", str(missing), "--backend", kind, "list", "--json").out == "[]\n"
-    res = cli("--store", str(missing), "--backend", kind, "show", "00000000-0000-4000-8000-000000000000")
-    assert res.code == 1 and "00000000-0000-4000-8000-000000000000 not found" in res.err
+    res = cli("--store", str(missing), "--backend", kind, "list", process=True)
+    assert (res.code, res.out) == (2, "")
+    assert res.err == f"acp-bridge sessions: --store: no store at {missing}: the folder does not exist\n"
     assert not (tmp_path / "nothing").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = cli("--store", str(empty), "--backend", kind, "list")
+    assert (res.code, res.out, res.err) == (0, f"No sessions in {empty} ({kind} backend).\n", "")
+    assert cli("--store", str(empty), "--backend", kind, "list", "--json").out == "[]\n"
+    res = cli("--store", str(empty), "--backend", kind, "show", "00000000-0000-4000-8000-000000000000")
+    assert res.code == 1 and "00000000-0000-4000-8000-000000000000 not found" in res.err
+    assert list(empty.iterdir()) == []
     # The store location defaults like the agent's: $ACP_BRIDGE_HOME, and the backend
     # comes from $ACP_BRIDGE_BACKEND.
-    res = cli("list", env={"ACP_BRIDGE_HOME": str(missing), "ACP_BRIDGE_BACKEND": kind})
-    assert res.out == f"No sessions in {missing} ({kind} backend).\n"
+    res = cli("list", env={"ACP_BRIDGE_HOME": str(empty), "ACP_BRIDGE_BACKEND": kind})
+    assert res.out == f"No sessions in {empty} ({kind} backend).\n"
 
 
 # --- show ----------------------------------------------------------------------------------

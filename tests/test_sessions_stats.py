@@ -147,16 +147,16 @@ def test_cost_from_a_price_file(tmp_path: Path, kind: str, stored: Stored) -> No
     ("models = 3", "table of model names"),
     ("this is = not toml", "prices.toml"),
 ])
-def test_a_bad_price_file_is_a_usage_error(tmp_path: Path, stored: Stored, text: str, said: str) -> None:
+def test_a_bad_price_file_is_a_usage_error(tmp_path: Path, stored: Stored, kind: str, text: str, said: str) -> None:
     path = tmp_path / "prices.toml"
     path.write_text(text)
-    result = cli("--store", str(tmp_path / "store"), "--backend", "jsonl", "stats", "--prices", str(path))
+    result = cli("--store", str(tmp_path / "store"), "--backend", kind, "stats", "--prices", str(path))
     assert result.code == 2 and said in result.err and "--prices" in result.err, result.err
     assert result.out == ""
 
 
-def test_a_missing_price_file(tmp_path: Path, stored: Stored) -> None:
-    result = cli("--store", str(tmp_path / "store"), "--backend", "jsonl", "stats", "--prices",
+def test_a_missing_price_file(tmp_path: Path, stored: Stored, kind: str) -> None:
+    result = cli("--store", str(tmp_path / "store"), "--backend", kind, "stats", "--prices",
                  str(tmp_path / "nope.toml"))
     assert result.code == 2 and "cannot read the price file" in result.err
 

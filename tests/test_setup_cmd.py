@@ -103,11 +103,67 @@ def test_an_openai_entry_carries_the_endpoint_but_never_the_key(here: Path) -> N
     assert "OPENAI_API_KEY" in result.stderr  # the note says how to give it
 
 
-def test_a_command_after_the_dashes_is_recorded_through_wrap(here: Path) -> None:
+def on_path(tmp: Path, *names: str, **extra: str) -> dict[str, str]:
+    """clean_env with programs `names` (that do nothing) first on PATH."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in names:
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    return clean_env(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **extra)
+
+
+def test_a_command_after_the_dashes_is_recorded_through_wrap(here: Path, tmp_path: Path) -> None:
     wrapped = ["npx", "@zed-industries/claude-code-acp", "--flag"]
-    entry = entry_of(setup(["zed", "--name", "claude (recorded)", "--store", "s", "--", *wrapped], here),
-                     "claude (recorded)")
+    entry = entry_of(setup(["zed", "--name", "claude (recorded)", "--store", "s", "--", *wrapped], here,
+                           on_path(tmp_path, "npx")), "claude (recorded)")
     assert entry["args"] == ["wrap", "--store", str(here / "s"), "--", *wrapped]
+
+
+def test_the_command_after_the_dashes_is_checked_as_the_wrapper_will(here: Path) -> None:
+    """It was printed whatever it was (issue 36, point 1): an entry that cannot start."""
+    result = setup(["zed", "--", "no-such-agent-here", "acp"], here)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "acp-bridge setup: --: cannot run 'no-such-agent-here': not found or not executable\n"
+
+
+def test_a_multi_agent_entry(here: Path, tmp_path: Path) -> None:
+    env = on_path(tmp_path, "claude-code-acp", "codex-acp")
+    entry = entry_of(setup(["zed", "--store", "s", "--agent", "claude=claude-code-acp --verbose",
+                            "--agent", "codex=codex-acp"], here, env))
+    assert entry["args"] == ["wrap", "--store", str(here / "s"), "--agent", "claude=claude-code-acp --verbose",
+                             "--agent", "codex=codex-acp"]
+    result = setup(["zed", "--agent", "x=not-a-program-anywhere"], here, env)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "--agent: cannot run 'not-a-program-anywhere' (agent 'x')" in result.stderr
+
+
+def test_a_postgres_store_is_passed_through_unchanged(here: Path) -> None:
+    """It was made a path: "<cwd>/postgresql:/qa:hunter2@127.0.0.1:5439/acp" (issue 36)."""
+    for conninfo in ("postgresql://qa@127.0.0.1:5439/acp", "host=127.0.0.1 port=5439 dbname=acp user=qa"):
+        entry = entry_of(setup(["zed", "--backend", "postgres", "--store", conninfo], here))
+        assert entry["args"] == ["serve", "--store", conninfo, "--backend", "postgres"]
+
+
+@pytest.mark.parametrize("conninfo", ["postgresql://qa:hunter2@127.0.0.1:5439/acp",
+                                      "host=127.0.0.1 dbname=acp password=hunter2",
+                                      "postgresql://qa@127.0.0.1/acp?password=hunter2"])
+def test_a_password_is_never_written(here: Path, conninfo: str) -> None:
+    result = setup(["zed", "--backend", "postgres", "--store", conninfo], here)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "hunter2" not in result.stderr
+    assert result.stderr.startswith("acp-bridge setup: --store: the connection string holds a password")
+    assert "~/.pgpass" in result.stderr
+
+
+def test_libpq_environment_goes_into_the_entry_but_not_its_password(here: Path) -> None:
+    env = clean_env(PGHOST="127.0.0.1", PGPORT="5439", PGDATABASE="acp", PGUSER="qa", PGPASSWORD="hunter2")
+    result = setup(["zed", "--backend", "postgres"], here, env)
+    entry = entry_of(result)
+    assert entry["args"] == ["serve", "--backend", "postgres"]
+    assert entry["env"] == {"PGHOST": "127.0.0.1", "PGPORT": "5439", "PGDATABASE": "acp", "PGUSER": "qa"}
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "PGPASSWORD is not written here" in result.stderr
 
 
 def test_python_dash_m_names_the_installed_executable(here: Path) -> None:
@@ -138,7 +194,7 @@ def test_the_readme_shows_what_setup_prints(here: Path, section: str, args: list
     block = readme.split(section, 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
     shown = orjson.loads(block.replace("/home/you/acp-bridge/.venv/bin/acp-bridge", str(INSTALLED))
                          .replace("/home/you", str(here)))
-    env = {k: v for k, v in clean_env(HOME=str(here)).items() if k != "XDG_STATE_HOME"}
+    env = {k: v for k, v in on_path(here.parent, "npx", HOME=str(here)).items() if k != "XDG_STATE_HOME"}
     result = setup(args, here, env)
     assert result.returncode == 0, result.stderr
     assert orjson.loads(result.stdout) == shown

@@ -232,9 +232,10 @@ def test_sessions_refuses_a_bad_store_or_backend(paths: Paths, args: list[str], 
     check_refused(result, "acp-bridge sessions", start, phrase)
 
 
-def test_sessions_of_a_missing_store_is_still_an_empty_list(paths: Paths) -> None:
+def test_sessions_of_a_missing_store_is_an_error_naming_it(paths: Paths) -> None:
+    """It was "No sessions", exit 0 (issue 36, point 3): a typo looked like an empty store."""
     result = run(["sessions", "list", "--store", str(paths.store)], clean_env(), paths.root)
-    assert (result.returncode, result.stdout) == (0, f"No sessions in {paths.store} (jsonl backend).\n")
+    check_refused(result, "acp-bridge sessions", "--store: ", f"no store at {paths.store}")
 
 
 def test_demo_refuses_a_store_that_is_a_file(paths: Paths) -> None:

@@ -12,7 +12,9 @@ from session.transcript import (
     DEFAULT_HISTORY_TOKENS,
     MEDIA_TOKENS,
     MESSAGE_TOKENS,
+    SUMMARY_INTRO,
     Transcript,
+    content_tokens,
     history_budget,
     unanswered_calls,
 )
@@ -21,6 +23,15 @@ from tests.support.logs import Script, closers_of, events_of, sized_turns
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+def summary(text: str) -> dict[str, Any]:
+    """The message that stands for compacted turns."""
+    return {"role": "user", "content": [{"type": "text", "text": SUMMARY_INTRO}, {"type": "text", "text": text}]}
 
 
 def call_block(call_id: str) -> dict[str, Any]:
@@ -52,6 +63,30 @@ CASES: list[tuple[str, Script, list[dict[str, Any]]]] = [
      Script().text_turn("one", "uno").text_turn("two", "dos"),
      [user("one"), {"role": "assistant", "content": [{"type": "text", "text": "uno"}]},
       user("two"), {"role": "assistant", "content": [{"type": "text", "text": "dos"}]}]),
+    # A completed compaction: the turns it replaces are its summary from then on.
+    ("a compaction replaces the turns before it by its summary",
+     Script().text_turn("one", "uno").text_turn("two", "dos").compacted_turn("S12", "three", "tres"),
+     [summary("S12"), user("three"), answer("tres")]),
+    ("the turns after the range stay",
+     Script().text_turn("one", "uno").text_turn("two", "dos").compacted_turn("S1", "three", "tres", to_turn=1),
+     [summary("S1"), user("two"), answer("dos"), user("three"), answer("tres")]),
+    ("a second compaction replaces the first summary with the turns",
+     Script().text_turn("one", "uno").compacted_turn("S1", "two", "dos").text_turn("three", "tres")
+     .compacted_turn("S123", "four", "cuatro", from_turn=2),
+     [summary("S123"), user("four"), answer("cuatro")]),
+    ("a compaction that failed changes nothing",
+     Script().text_turn("one", "uno").start_turn("two").start_step().compaction().compaction(
+         status="failed", error="no").message("dos").end_step().end_turn(),
+     [user("one"), answer("uno"), user("two"), answer("dos")]),
+    ("a compaction completed without a summary changes nothing (nothing stands for the turns)",
+     Script().text_turn("one", "uno").start_turn("two").start_step().compaction(status="completed")
+     .message("dos").end_step().end_turn(),
+     [user("one"), answer("uno"), user("two"), answer("dos")]),
+    ("a compaction that replaces nothing still stands for what the agent forgot",
+     Script().start_turn("one").start_step().compaction(to_turn=0, status="completed",
+                                                          summary=[{"type": "text", "text": "S0"}])
+     .message("uno").end_step().end_turn(),
+     [summary("S0"), user("one"), answer("uno")]),
 ]
 
 
@@ -188,3 +223,35 @@ def test_budget_drops_oldest_whole_turns(budget: int | None, kept_turns: int) ->
 def test_history_budget_follows_the_context_window() -> None:
     assert history_budget(100_000) == 200_000  # tokens: twice the window
     assert history_budget(None) == history_budget(0) == DEFAULT_HISTORY_TOKENS
+
+
+def test_a_summary_is_the_head_fit_leaves_out_first_and_is_measured() -> None:
+    script = Script().text_turn("one", "uno").compacted_turn("S" * 300, "two", "dos").text_turn("three", "tres")
+    transcript = Transcript()
+    transcript.feed_all(events_of(script))
+    assert transcript.head == 1
+    assert transcript.turn_starts() == [(1, 2), (3, 3)]
+    assert transcript.exact[0] == 0
+    assert transcript.guess[0] == content_tokens(transcript.messages[0]["content"]) + MESSAGE_TOKENS
+    # Not a turn: a limit that holds the turns but not the summary leaves it out first.
+    assert transcript.fit(transcript.tokens(1)) == 1
+    assert transcript.fit(transcript.tokens()) == 0
+
+
+def test_a_compaction_of_turns_the_budget_already_dropped_still_stands_for_them() -> None:
+    script = Script()
+    for n in range(6):
+        _tool_turn(script, n, 1000)
+    script.compacted_turn("S", to_turn=6, from_turn=5)  # what the summarizer was shown
+    transcript = Transcript(budget=1_000)  # two turns kept in memory at most
+    transcript.feed_all(events_of(script))
+    assert transcript.messages[0] == summary("S")
+    assert transcript.turn_starts() == [(1, 7)]
+    assert transcript.messages == derive_messages(events_of(script))
+
+
+def test_a_rolled_back_turn_forgets_its_number() -> None:
+    transcript = Transcript()
+    transcript.feed_all(events_of(Script().text_turn("one").text_turn("two")))
+    transcript.truncate(2)
+    assert transcript.turn_starts() == [(0, 1)]

@@ -68,6 +68,8 @@ CONSTRUCTED: list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = [
     ("turn/end", items.turn_end, (1, {"kind": "completed"}), {}),
     ("wrapped/update", items.wrapped_update, ({"sessionUpdate": "plan", "entries": []},), {}),
     ("config/set", items.config_set, ("model", "echo"), {}),
+    ("context/compaction", items.context_compaction, (2, 1, "k1"),
+     {"replaces": {"fromTurn": 1, "toTurn": 1}, "summary": [], "status": "in_progress"}),
 ]
 
 

@@ -104,6 +104,23 @@ T = {"type": "text", "text": ""}
 ASKED_C7 = {**asked("c7"), "rawInput": {"path": "a.txt"}, "status": "pending", "content": shown("Allow reading a.txt?")}
 END_TURN = ("answer", {"stopReason": "end_turn"})
 
+def compacting(status: str, **more: Any) -> dict[str, Any]:
+    """A `compaction_update` of the agent's (ACP v1.25)."""
+    return {"sessionUpdate": "compaction_update", "compactionId": "cmp_1", "status": status, **more}
+
+
+def summary_chunk(t: str) -> dict[str, Any]:
+    return {"sessionUpdate": "compaction_summary_chunk", "compactionId": "cmp_1", "content": {**T, "text": t}}
+
+
+def compaction(status: str, summary: list[Any], sent: dict[str, Any], step: int = 1, **more: Any) -> Item:
+    """Its `context/compaction`: what it replaces (in turn 1: nothing), the compaction as
+    it stands, the update as it came."""
+    return ("context/compaction", {"turn": 1, "step": step, "compactionId": "cmp_1",
+                                   "replaces": {"fromTurn": 1, "toTurn": 0}, "summary": summary, "status": status,
+                                   **more, "sent": sent})
+
+
 TABLE: list[tuple[str, list[Op], list[Item]]] = [
     ("text only", [("update", text("Hello ")), ("update", text("world")), END_TURN],
      [*start(), step(1, "start"), chunk("Hello "), chunk("world"),
@@ -305,6 +322,48 @@ TABLE: list[tuple[str, list[Op], list[Item]]] = [
       ("tool/result", {"turn": 1, "step": 1, "callId": "c7", "content": [], "isError": False,
                        "permission": ALLOW, "silent": True}),
       step(1, "end"), end("completed")]),
+    ("a compaction: each update recorded as the compaction as it stands, its summary chunks kept as they came"
+     " and counted into its summary",
+     [("update", compacting("in_progress")), ("update", summary_chunk("Kept: ")),
+      ("update", summary_chunk("the plan.")), ("update", compacting("completed", _meta={"ms": 9})),
+      ("update", text("Done.")), END_TURN],
+     [*start(), step(1, "start"), compaction("in_progress", [], compacting("in_progress")),
+      wu(summary_chunk("Kept: ")), wu(summary_chunk("the plan.")),
+      compaction("completed", [{**T, "text": "Kept: "}, {**T, "text": "the plan."}],
+                 compacting("completed", _meta={"ms": 9})),
+      chunk("Done."), message(1, {**T, "text": "Done."}), step(1, "end"), end("completed")]),
+    ("a compaction's patches: a summary replaces, null clears, an error is kept until cleared",
+     [("update", compacting("in_progress", summary=[{**T, "text": "draft"}])),
+      ("update", compacting("in_progress", summary=None, error="slow")),
+      ("update", compacting("failed")), END_TURN],
+     [*start(), step(1, "start"),
+      compaction("in_progress", [{**T, "text": "draft"}], compacting("in_progress", summary=[{**T, "text": "draft"}])),
+      compaction("in_progress", [], compacting("in_progress", summary=None, error="slow"), error="slow"),
+      compaction("failed", [], compacting("failed"), error="slow"), step(1, "end"), end("completed")]),
+    ("a compaction after the calls' results is the next model call: a step of its own",
+     [("update", call("c1")), ("update", done("c1")), ("update", compacting("completed")),
+      ("update", text("On.")), END_TURN],
+     [*start(), step(1, "start"), wu(call("c1")), wu(done("c1")), message(1, block("c1")), tool_call("c1"),
+      result("c1"), step(1, "end"), step(2, "start"), compaction("completed", [], compacting("completed"), 2),
+      chunk("On.", 2), message(2, {**T, "text": "On."}), step(2, "end"), end("completed")]),
+    ("a compaction the agent left in progress: ended failed by the wrapper, silently (the editor saw it as it"
+     " was), and its step stays open until then",
+     [("update", call("c1")), ("update", done("c1")), ("update", compacting("in_progress")),
+      ("update", text("On.")), END_TURN],
+     [*start(), step(1, "start"), wu(call("c1")), wu(done("c1")), message(1, block("c1")), tool_call("c1"),
+      result("c1"), step(1, "end"), step(2, "start"), compaction("in_progress", [], compacting("in_progress"), 2),
+      chunk("On.", 2), message(2, {**T, "text": "On."}),
+      ("context/compaction", {"turn": 1, "step": 2, "compactionId": "cmp_1", "replaces": {"fromTurn": 1, "toTurn": 0},
+                              "summary": [], "status": "failed",
+                              "error": "The agent ended the turn without finishing the compaction.", "silent": True}),
+      step(2, "end"), end("completed")]),
+    ("a compaction update without an id or a status describes none: kept as it came",
+     [("update", {"sessionUpdate": "compaction_update", "status": "completed"}), END_TURN],
+     [*start(), wu({"sessionUpdate": "compaction_update", "status": "completed"}), end("completed")]),
+    ("a notice is kept as it came (the transcript's; never replayed)",
+     [("update", {"sessionUpdate": "notice", "severity": "warning", "title": "MCP server unavailable"}), END_TURN],
+     [*start(), wu({"sessionUpdate": "notice", "severity": "warning", "title": "MCP server unavailable"}),
+      end("completed")]),
     ("a non-text chunk has no chunk event: kept as it came",
      [("update", {"sessionUpdate": "agent_message_chunk",
                   "content": {"type": "image", "data": "00", "mimeType": "image/png"}}), END_TURN],

@@ -12,6 +12,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acp_bridge.host.advertised import ClientSupport
 from acp_bridge.host.replay import ReplayEncoder
 from acp_bridge.host.updates import UpdateContext, updates_for
 from acp_bridge.rpc.protocol import UPDATE_HEAD, UPDATE_TAIL
@@ -20,7 +21,7 @@ from session import Event, check_invariants, derive_messages
 from session.closers import interrupted_text
 from session.items import Item, wrapped_update
 from session.transcript import unanswered_calls
-from tests.support.acp_schema import validate_def
+from tests.support.acp_schema import validate_update
 from tests.support.acp_updates import (
     ALLOW,
     MODE,
@@ -43,7 +44,10 @@ STATUSES = [None, "pending", "in_progress", "completed", "failed"]
 ENDS = ["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "bogus", "failed",
         "cancel", "crash"]
 OP_KINDS = st.sampled_from(["text"] * 4 + ["thought"] * 2 + ["image", "plan", "mode", "usage"]
-                           + ["call"] * 3 + ["call_update"] * 4 + ["permission"] * 2 + ["request"])
+                           + ["call"] * 3 + ["call_update"] * 4 + ["permission"] * 2 + ["request"]
+                           + ["compact", "summary_chunk"])
+COMPACTION_IDS = ["k1", "k2"]
+COMPACTION_STATUSES = ["in_progress", "completed", "failed", "cancelled", "_paused"]
 WORDS = st.sampled_from(["a", "b ", "\n", "é", "😀", ""])
 
 
@@ -61,6 +65,19 @@ def _draw_update(data: st.DataObject, op: str, announced: list[str]) -> dict[str
     if op == "usage":
         return {"sessionUpdate": "usage_update", "used": draw(st.integers(0, 10**6)),
                 "size": draw(st.integers(1, 10**6))}
+    if op == "compact":  # ACP v1.25: a patch of one compaction
+        compacting: dict[str, Any] = {"sessionUpdate": "compaction_update",
+                                      "compactionId": draw(st.sampled_from(COMPACTION_IDS)),
+                                      "status": draw(st.sampled_from(COMPACTION_STATUSES))}
+        summary: Any = draw(st.sampled_from(["absent", None, [], "one"]))
+        if summary != "absent":
+            compacting["summary"] = [{"type": "text", "text": "kept"}] if summary == "one" else summary
+        if draw(st.booleans()):
+            compacting["error"] = draw(st.sampled_from([None, "slow"]))
+        return compacting
+    if op == "summary_chunk":
+        return {"sessionUpdate": "compaction_summary_chunk", "compactionId": draw(st.sampled_from(COMPACTION_IDS)),
+                "content": {"type": "text", "text": draw(WORDS)}}
     update: dict[str, Any]
     if op == "call":
         cid = draw(st.sampled_from(CALL_IDS))
@@ -179,17 +196,25 @@ def test_any_update_stream_keeps_the_invariants_and_replays_what_was_shown(data:
     check_invariants(events, closed=True)
     assert unanswered_calls(derive_messages(events)) == []
 
-    ctx = UpdateContext(replay=True, wrapped=True)
+    # An editor that advertised compaction (the agent sent it its updates: it was sent
+    # the editor's `initialize`).
+    ctx = UpdateContext(replay=True, wrapped=True, support=ClientSupport(compaction=True))
     replayed = [u for e in events for u in updates_for(e, ctx)]
     # Exactly what the editor was sent, in order, after the prompt; then only what
-    # closes the calls the agent never finished, and a crash's notice.
+    # closes the calls and compactions the agent never finished, and a crash's notice.
     assert replayed[0] == {"sessionUpdate": "user_message_chunk", "content": PROMPT[0], "messageId": "t1-user"}
     assert replayed[1:len(sent) + 1] == sent
     closing = replayed[len(sent) + 1:]
     for update in [replayed[0], *closing]:  # ours (the agent's are as it sent them)
-        validate_def("SessionUpdate", update)
+        validate_update(update)
     if end != "end_turn":  # the note that says how the turn ended (and why) comes last
         assert closing.pop()["messageId"] == "t1-end"
+    # A crash ends a compaction left in progress (the wrapper's own end of one is silent:
+    # the editor was sent nothing for it).
+    ended = [u for u in closing if u["sessionUpdate"] == "compaction_update"]
+    closing = [u for u in closing if u["sessionUpdate"] != "compaction_update"]
+    assert all(u["status"] == "failed" and u["error"] == "The agent stopped (crash) before the compaction finished."
+               for u in ended) and (end == "crash" or not ended)
     finished = {u["toolCallId"] for u in sent if u["sessionUpdate"] in ("tool_call", "tool_call_update")
                 and u.get("status") in ("completed", "failed")}
     names = _names(sent, asked_ids)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from acp_bridge.wrap.seed import PREFACE, seed_text
-from session import check_invariants
+from session import check_invariants, derive_messages
 from tests.support.acp_client import AgentProcess
-from tests.support.logs import loaded_events
+from tests.support.logs import Script, events_of, loaded_events
 from tests.support.wrapped import WrappedProcess
 
 pytestmark = pytest.mark.anyio
@@ -134,3 +134,16 @@ def test_the_seed_keeps_the_last_whole_turns_that_fit() -> None:
     assert "question 9" in cut.text and "answer 9" in cut.text and "question 0" not in cut.text
     assert f"The {cut.left_out} earliest turn(s) were left out" in cut.text
     assert len(cut.text) - len(cut.text.split("\n\n", 1)[0]) <= 500 + 2
+
+
+def test_a_compactions_summary_seeds_the_turns_it_stands_for() -> None:
+    script = Script().text_turn("one", "uno").text_turn("two", "dos").compacted_turn("They spoke Spanish.", "three",
+                                                                                      "tres")
+    seeded = seed_text(derive_messages(events_of(script.text_turn("four", "cuatro"))))
+    assert seeded.turns == 2 and seeded.left_out == 0
+    assert seeded.text == (f"{PREFACE}\n\n## Summary of the earlier conversation\nThey spoke Spanish.\n\n"
+                           "## User (turn 1)\nthree\n\n## Agent (turn 1)\ntres\n\n"
+                           "## User (turn 2)\nfour\n\n## Agent (turn 2)\ncuatro\n")
+    # When the turns after it do not all fit, the summary goes with the earliest of them.
+    cut = seed_text(derive_messages(events_of(script)), limit=60)
+    assert "Summary" not in cut.text and cut.left_out == 1

@@ -73,6 +73,12 @@ class Context:
 
     scale: float = 1.0
     windows: dict[str, int] = field(default_factory=dict)
+    # The last turn a call left out that the client was told of (a notice: no
+    # compaction could stand for it), so it is told once, not at every call.
+    told_left_out: int = 0
+    # The turn whose compaction failed: not tried again in that turn (each of its
+    # steps would make the same call), the next turn tries again.
+    failed_compaction: int = 0
 
     def window(self, name: str, context_window: int | None) -> int:
         """The window of the model `name`: the provider's own word if it gave one,

@@ -25,6 +25,7 @@ from acp_bridge.agent import auth
 from acp_bridge.agent.commands import session_commands
 from acp_bridge.content import compact_images, has_images
 from acp_bridge.errors import InvalidParamsError
+from acp_bridge.host.advertised import client_support, notice
 from acp_bridge.host.commands import commands_update
 from acp_bridge.host.engine import OpenAnswer
 from acp_bridge.host.host import Engine, Host
@@ -156,6 +157,7 @@ class AgentEngine(Engine["LiveSession"]):
 
             self._local = LocalServices(task_group=self.host.task_group)
         choice = options.stored_choice(session_log.events, self.config.models)
+        recorded, _ = options.stored_settings(session_log.events)
         live = make_live(session_log, conn=self.host.peer, model=self.model(choice.model), choice=choice,
                          capabilities=self.client_capabilities, local=self._local, admit=self._admit,
                          max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed,
@@ -165,6 +167,12 @@ class AgentEngine(Engine["LiveSession"]):
             switch_mode=lambda s, mode: self.switch_mode(s, s.log.id, mode, "value"),
             switch_model=lambda s, spec: self.switch_model(s, s.log.id, spec), sessions=self.host.store)
         self.host.add(session_log.id, live)
+        if isinstance(recorded, str) and find(self.config.models, recorded) is None and live.ctx.support.notices:
+            # A model no longer configured: the session goes on with the default (before
+            # the answer of the load that opens it: what the client is told then).
+            self.host.peer.notify_update(session_log.id, notice(
+                "warning", "The session's model is not available",
+                f"{recorded} is not configured in this agent: the session continues with {choice.model.spec}."))
         return live
 
     def _meter(self) -> CostMeter | None:
@@ -185,7 +193,8 @@ class AgentEngine(Engine["LiveSession"]):
             self.host.peer.notify_update(live.log.id, update)
 
     def _encoder(self, session_id: str) -> ReplayEncoder:
-        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter())
+        return ReplayEncoder(session_id, self.model().context_window, self.context_window_of, cost=self._meter(),
+                             support=client_support(self.client_capabilities))
 
     def _kept(self) -> KeptOfLog:
         return KeptOfLog(history_budget(self.model().context_window), self.config.prices)

@@ -22,6 +22,7 @@ import anyio.abc
 
 from acp_bridge.agent.client_services import AcpClientServices
 from acp_bridge.agent.runner import TurnRunner
+from acp_bridge.host.advertised import client_support
 from acp_bridge.host.commands import Command, invoked, run_command
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.listing import iso_time
@@ -163,14 +164,18 @@ def make_live(
     async def on_progress(update: dict[str, Any]) -> None:
         conn.notify_update(sid, update)
 
+    def on_notice(update: dict[str, Any]) -> None:
+        if live.ctx.support.notices:  # live only, never recorded: a notice is no history
+            conn.notify_update(sid, update)
+
     if transcript is None:
         transcript = Transcript(budget=history_budget(model.context_window))
     runner = TurnRunner(session_log, model, services, mode=last_mode(session_log.events), max_steps=max_steps,
-                        on_event=on_event, on_progress=on_progress, transcript=transcript,
+                        on_event=on_event, on_progress=on_progress, on_notice=on_notice, transcript=transcript,
                         always_allowed=always_allowed, effort=choice.effort, tuning=tuning)
     # `on_event` reads `live.ctx`: a model switch replaces it (`LiveSession.switch`).
-    live = LiveSession(session_log, runner, choice, UpdateContext(replay=False, context_window=model.context_window,
-                                                                    cost=cost),
-                       admit, elicitation_modes=services.elicitation_modes)
+    context = UpdateContext(replay=False, context_window=model.context_window, cost=cost,
+                            support=client_support(capabilities))
+    live = LiveSession(session_log, runner, choice, context, admit, elicitation_modes=services.elicitation_modes)
     return live
 

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from acp_bridge.agent.context import Context
-from acp_bridge.agent.model_call import StepCall, ask_model, step_end_reason
+from acp_bridge.agent.model_call import Notify, StepCall, ask_model, step_end_reason
 from acp_bridge.agent.tool_calls import DurableFirstServices, ProgressSink, ToolCalls
 from acp_bridge.agent.turn_close import StepText, partial_answer, step_content
 from acp_bridge.agent.turn_writer import EventSink, TurnWriter
@@ -63,6 +63,7 @@ class TurnRunner:
         tools: Sequence[Tool] | None = None,
         on_event: EventSink | None = None,
         on_progress: ProgressSink | None = None,
+        on_notice: Notify | None = None,
         transcript: Transcript | None = None,
         always_allowed: set[permissions.Rule] | None = None,
         effort: str | None = None,
@@ -88,6 +89,7 @@ class TurnRunner:
             transcript.feed_all(log.events)
         self.transcript = transcript
         self.context = Context()  # what a model call is shown, measured in tokens
+        self._notify = on_notice  # a notice for the client (acp_bridge.agent.live decides who takes them)
         # The process's policy (the turns it runs, all sessions); a runner of its own
         # gets its own, neutral one.
         self.tuning = tuning or Tuning()
@@ -294,7 +296,8 @@ class TurnRunner:
         step = self._step = StepText(number)
         call = StepCall(self.log.id, self._turn_model, self._turn_effort, self._calls.specs(), turn,
                         str(self.context_roots[0]))
-        answer = await ask_model(call, step, self.transcript, self.context, self._writer.streamed)
+        answer = await ask_model(call, step, self.transcript, self.context, self._writer.streamed,
+                                 write=self._writer.append, notify=self._notify)
         content = step_content(step, answer.calls)
         if content or answer.usage is not None:
             await self._writer.append(assistant_message(turn, number, content, answer.usage))

@@ -11,6 +11,7 @@ sends is untrusted text: every line is printed with its control characters escap
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -182,4 +183,9 @@ async def _run(store_dir: str | None) -> int:
             await _prompt(agent, sid, "what happened?")
             code = await agent.conn.stop(EXIT_WAIT)
             _say(f"\nDone: the agent exited with {code}. Nothing acknowledged was lost.")
+            if store_dir is None:
+                _say("The store was a temporary folder, now removed; to keep one and read the session "
+                     "after: acp-bridge demo --store DIR, then acp-bridge sessions show ID --store DIR/store")
+            else:
+                _say(f"Read it again: acp-bridge sessions show {sid} --store {shlex.quote(str(store.absolute()))}")
     return 0

@@ -45,10 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program Ctrl-C stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else argv
     try:
         return _run(raw)
+    except KeyboardInterrupt as interrupt:
+        return interrupted(_prog(raw, sessions=True), interrupt)
     except Exception as exc:
         from acp_bridge.errors import ConfigError
 
@@ -56,8 +61,30 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from acp_bridge.cli.startup import refuse, wants_debug
 
-        command = f" {raw[0]}" if raw[:1] and raw[0] in SUBCOMMANDS[1:] else ""
-        return refuse(f"acp-bridge{command}", exc, debug=wants_debug(raw))
+        return refuse(_prog(raw), exc, debug=wants_debug(raw))
+
+
+def _prog(raw: list[str], *, sessions: bool = False) -> str:
+    """`acp-bridge` and the subcommand `raw` runs, for a message (`sessions`: and the
+    sessions command, when it comes first)."""
+    command = f" {raw[0]}" if raw[:1] and raw[0] in SUBCOMMANDS[1:] else ""
+    if sessions and command == " sessions" and len(raw) > 1 and not raw[1].startswith("-"):
+        command += f" {raw[1]}"
+    return f"acp-bridge{command}"
+
+
+def interrupted(prog: str, interrupt: KeyboardInterrupt) -> int:
+    """The one rule for Ctrl-C (docs/cli.md, "Interrupts"): one line on stderr, no
+    traceback, exit status 130. What was written so far is consistent (every write is a
+    transaction or an atomic rename); a command that can say how far it got re-raises
+    KeyboardInterrupt with that as its argument, and it is said here."""
+    said = str(interrupt.args[0]) if interrupt.args else ""
+    import contextlib
+
+    with contextlib.suppress(OSError, ValueError):  # a closed or broken stdout
+        sys.stdout.flush()
+    print(f"\n{prog}: interrupted{'; ' + said if said else ''}", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
 
 
 def _run(raw: list[str]) -> int:
@@ -135,7 +162,9 @@ def _wrap(raw: list[str], early: Early | None) -> int:
     `early`: COMMAND's process, spawned already (stopped here if the options are
     refused)."""
     try:
-        args = _wrap_args(raw)
+        from acp_bridge.cli.wrap_options import wrap_args
+
+        args = wrap_args(raw)
     except BaseException:  # refused (ConfigError, argparse's exit), or --help
         if early is not None:
             early.discard()
@@ -149,41 +178,6 @@ def _wrap(raw: list[str], early: Early | None) -> int:
     else:
         early.release()
     return serve(args, early)
-
-
-def _wrap_args(raw: list[str]) -> argparse.Namespace:
-    """`wrap`'s options, checked."""
-    from acp_bridge.cli.startup import (
-        OneLineParser,
-        agent_settings,
-        cancel_grace,
-        cancel_grace_option,
-        log_options,
-        store_options,
-        wrap_agents,
-    )
-
-    cut = raw.index("--") if "--" in raw else len(raw)
-    parser = OneLineParser(prog="acp-bridge wrap", description="Record any ACP agent's turns in the session log: "
-                           "acp-bridge wrap [options] -- COMMAND [ARGS...]")
-    store_options(parser)
-    log_options(parser)
-    parser.add_argument("--seed-fresh", action="store_true",
-                        help="when a loaded session cannot be loaded or resumed by the wrapped agent, seed its "
-                             "fresh session with the transcript (one prompt: a model call of the wrapped agent)")
-    cancel_grace_option(parser)
-    parser.add_argument("--agent", action="append", metavar="NAME=COMMAND",
-                        help="an agent the editor may hand a session to (COMMAND split as a shell would); give "
-                             "several, the first the default; instead of -- COMMAND")
-    args = parser.parse_args(raw[:cut])
-    args.wrapped = raw[cut + 1:]
-    args.agents = wrap_agents(args.agent, args.wrapped)
-    if not args.wrapped and not args.agents:
-        parser.error("no agent to wrap: acp-bridge wrap [options] -- COMMAND [ARGS...] or --agent NAME=COMMAND ...")
-    settings = agent_settings(args, model=False)
-    args.store, args.backend, args.log_level = str(settings.store), settings.backend, settings.log_level
-    args.cancel_grace = cancel_grace(args)
-    return args
 
 
 if __name__ == "__main__":

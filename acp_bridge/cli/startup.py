@@ -23,6 +23,7 @@ import os
 import sys
 import typing
 
+from acp_bridge.cli.stores import DEFAULT_STORE_LABEL, accessible, check_readable, recognised
 from acp_bridge.errors import ConfigError
 
 TYPE_CHECKING = False
@@ -36,12 +37,6 @@ DEFAULT_MODEL = "echo"
 DEFAULT_BACKEND = "jsonl"
 DEFAULT_LOG_LEVEL = "warning"
 DEFAULT_MAX_STEPS = 50
-# `wrap --cancel-grace`: how long a cancelled prompt waits for the wrapped agent's own
-# answer before the wrapper answers it (docs/wrap.md, "The cancel grace"). Well-behaved
-# agents answer within milliseconds, or a second or two while a tool is stopped; five
-# seconds is long enough for those and short enough for someone waiting on a stop button.
-DEFAULT_CANCEL_GRACE = 5.0
-MAX_CANCEL_GRACE = 600.0
 EXIT_CONFIG = 2
 
 
@@ -94,14 +89,6 @@ def log_options(p: argparse.ArgumentParser, default: object = None) -> None:
     p.add_argument("--log-file", default=default, help="write logs to this file instead of stderr")
 
 
-def cancel_grace_option(p: argparse.ArgumentParser, *, passed: bool = False) -> None:
-    """`--cancel-grace` of `acp-bridge wrap` (`passed`: `chat --wrap`, which hands it on)."""
-    p.add_argument("--cancel-grace", metavar="SECONDS",
-                   help=("with --wrap: " if passed else "") + "how long a cancelled prompt waits for the wrapped "
-                        "agent's answer before acp-bridge answers it `cancelled` itself "
-                        f"(default {DEFAULT_CANCEL_GRACE:g}; $ACP_BRIDGE_CANCEL_GRACE)")
-
-
 def serve_options(p: argparse.ArgumentParser, *, given_only: bool = False) -> None:
     """The options of `acp-bridge serve` (and of `setup`, which writes them out).
     `given_only` (the `serve` subcommand: `acp-bridge [options] serve [options]`): an
@@ -137,7 +124,8 @@ class AgentSettings(typing.NamedTuple):
 def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSettings:
     """Check the options of `serve`, `wrap`, `chat` or `setup` in `args` (flags, else the
     environment, else the defaults); ConfigError for the first that cannot work."""
-    backend = check_backend(*chosen(args, "backend", "ACP_BRIDGE_BACKEND"))
+    given, option = chosen(args, "backend", "ACP_BRIDGE_BACKEND")
+    backend = check_backend(given, option)
     level = check_log_level(*chosen(args, "log_level", "ACP_BRIDGE_LOG_LEVEL"))
     log_file = getattr(args, "log_file", None)
     if log_file:
@@ -148,75 +136,43 @@ def agent_settings(args: argparse.Namespace, *, model: bool = True) -> AgentSett
     if max_steps < 1:
         raise ConfigError("--max-steps", f"must be at least 1, got {max_steps}")
     store, label = store_choice(args, backend)
+    if not isinstance(store, str):
+        backend = recognised(store, backend, given, option)
     specs = check_models(args, store, backend) if model else None
     if not isinstance(store, str):
         check_writable_store(store, label)
     prices = read_prices(getattr(args, "prices", None), backend, store) if model else None
+    if model:
+        check_mcp_timeouts(os.environ)
     return AgentSettings(store, backend, specs, max_steps, level, log_file, prices)
 
 
-def cancel_grace(args: argparse.Namespace) -> float:
-    """The wrapper's cancel grace: `--cancel-grace`, else `$ACP_BRIDGE_CANCEL_GRACE`,
-    else the default; ConfigError unless it is a number of seconds above 0 (a grace of
-    none would end every cancelled turn before the agent could say so) and at most
-    MAX_CANCEL_GRACE."""
-    value, option = chosen(args, "cancel_grace", "ACP_BRIDGE_CANCEL_GRACE")
-    if value is None:
-        return DEFAULT_CANCEL_GRACE
+MAX_COUNT = 1_000_000_000  # far past any store, and an int every backend's LIMIT takes
+
+
+def count(text: str) -> int:
+    """The argparse type of a count a person gives (`-n N`): a whole number from 1 to
+    MAX_COUNT; anything else is one line and exit status 2, not a traceback or a silent
+    "everything" (`-n 0` and `-n -1` were taken)."""
     try:
-        seconds = float(value.strip())
+        value = int(text)
     except ValueError:
-        raise ConfigError(option, f"not a number of seconds: {value!r}") from None
-    if not 0 < seconds <= MAX_CANCEL_GRACE:  # NaN is refused here too
-        raise ConfigError(option, f"must be more than 0 and at most {MAX_CANCEL_GRACE:g} seconds, got {value}")
-    return seconds
-
-
-def wrap_agents(values: list[str] | None, command: list[str]) -> list[tuple[str, list[str]]]:
-    """`wrap --agent NAME=COMMAND ...`, checked: (name, argv) per agent in order, the
-    first the default; COMMAND is one string, split as a POSIX shell splits it (shlex).
-    ConfigError for a value without `=`, an empty or repeated name, an empty or
-    unbalanced COMMAND, a program that is not found, or `--agent` together with `--
-    COMMAND` (the one-agent form)."""
-    import shlex
-    import shutil
-
-    if values and command:
-        raise ConfigError("--agent", "give the agents with --agent NAME=COMMAND or one with -- COMMAND, not both")
-    agents: list[tuple[str, list[str]]] = []
-    for value in values or ():
-        name, eq, line = value.partition("=")
-        name = name.strip()
-        if not eq:
-            raise ConfigError("--agent", f"expected NAME=COMMAND, got {value!r}")
-        if not name or any(c.isspace() or not c.isprintable() for c in name):
-            raise ConfigError("--agent", f"an agent needs a name without spaces before '=': {value!r}")
-        if any(name == other for other, _ in agents):
-            raise ConfigError("--agent", f"agent {name!r} is given twice")
-        try:
-            argv = shlex.split(line)
-        except ValueError as exc:
-            raise ConfigError("--agent", f"cannot split the command of {name!r} ({exc}): {line!r}") from None
-        if not argv:
-            raise ConfigError("--agent", f"agent {name!r} has no command")
-        if shutil.which(argv[0]) is None:
-            raise ConfigError("--agent", f"cannot run {argv[0]!r} (agent {name!r}): not found or not executable")
-        agents.append((name, argv))
-    return agents
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_COUNT:,}, got {text}")
+    return value
 
 
 def reader_settings(args: argparse.Namespace) -> tuple[str, Path | str]:
-    """(backend, store) of `acp-bridge sessions`, checked: a store that is missing is an
-    empty one, but a file or an unreadable folder is an error, not "No sessions"."""
-    backend = check_backend(*chosen(args, "backend", "ACP_BRIDGE_BACKEND"))
+    """(backend, store) of `acp-bridge sessions`, checked: the store found or named, its
+    backend recognised (acp_bridge.cli.stores; docs/cli.md, "The store")."""
+    given, option = chosen(args, "backend", "ACP_BRIDGE_BACKEND")
+    backend = check_backend(given, option)
     store, label = store_choice(args, backend)
     if isinstance(store, str):  # a PostgreSQL connection string, its shape checked
         return backend, store
-    if os.path.lexists(store) and not store.is_dir():
-        raise ConfigError(label, f"store {store} is not a folder")
-    if store.is_dir() and not _access(store, os.R_OK | os.X_OK):
-        raise ConfigError(label, f"store {store} is not readable: {os.strerror(errno.EACCES)}")
-    return backend, store
+    check_readable(store, label)
+    return recognised(store, backend, given, option), store
 
 
 def chosen(args: argparse.Namespace, name: str, env_var: str) -> tuple[str | None, str]:
@@ -252,6 +208,17 @@ def check_backend(value: str | None, option: str) -> str:
     raise ConfigError(option, f"unknown backend {name!r}; use {choices}")
 
 
+def check_mcp_timeouts(env: typing.Mapping[str, str]) -> None:
+    """The MCP timeouts our agent reads (acp_bridge.tools.mcp_spec), checked before it
+    serves: a bad one was logged and replaced at the first MCP server, unseen."""
+    from acp_bridge.tools.mcp_spec import CALL_TIMEOUT_ENV, START_TIMEOUT_ENV, timeout_problem
+
+    for variable in (START_TIMEOUT_ENV, CALL_TIMEOUT_ENV):
+        raw = env.get(variable)
+        if raw and (problem := timeout_problem(raw.strip())) is not None:
+            raise ConfigError(f"${variable}", problem)
+
+
 def check_log_level(value: str | None, option: str) -> str:
     level = (value or DEFAULT_LOG_LEVEL).strip().lower()
     if level not in LOG_LEVELS:
@@ -268,14 +235,14 @@ def check_log_file(path: str) -> None:
     if file.is_dir():
         raise ConfigError("--log-file", f"{file} is a folder")
     if file.exists():
-        if not _access(file, os.W_OK):
+        if not accessible(file, os.W_OK):
             raise ConfigError("--log-file", f"cannot write {file}: {os.strerror(errno.EACCES)}")
         return
     folder = file.parent
     if not folder.is_dir():
         why = "is not a folder" if folder.exists() else "does not exist"
         raise ConfigError("--log-file", f"cannot create {file}: {folder} {why}")
-    if not _access(folder, os.W_OK | os.X_OK):
+    if not accessible(folder, os.W_OK | os.X_OK):
         raise ConfigError("--log-file", f"cannot create {file}: {folder} is not writable: {os.strerror(errno.EACCES)}")
 
 
@@ -334,7 +301,7 @@ def store_choice(args: argparse.Namespace, backend: str = DEFAULT_BACKEND) -> tu
     if value:
         return Path(value), "--store"
     label = ("$ACP_BRIDGE_HOME" if os.environ.get("ACP_BRIDGE_HOME") else
-             "$XDG_STATE_HOME" if os.environ.get("XDG_STATE_HOME") else "the default store (--store)")
+             "$XDG_STATE_HOME" if os.environ.get("XDG_STATE_HOME") else DEFAULT_STORE_LABEL)
     return default_store_dir(), label
 
 
@@ -382,10 +349,6 @@ def read_prices(value: str | None, backend: str, store: Path | str) -> Prices | 
         return parse_prices(data, str(path))
     except (ValueError, PriceFileError) as exc:  # TOML and JSON syntax errors are ValueErrors
         raise ConfigError(option, str(exc) if isinstance(exc, PriceFileError) else f"{path}: {exc}") from None
-
-
-def _access(path: Path, mode: int) -> bool:
-    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
 
 
 def _either(names: typing.Sequence[str]) -> str:

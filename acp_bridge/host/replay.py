@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol
 import anyio
 import orjson
 
+from acp_bridge.host.advertised import NEITHER, ClientSupport
 from acp_bridge.host.engine import S, Send
 from acp_bridge.host.listing import iso_time
 from acp_bridge.host.tuning import Tuning
@@ -59,15 +60,17 @@ class ReplayEncoder:
 
     def __init__(self, session_id: str, context_window: int | None,
                  window_of: Callable[[str], int | None] | None = None, *, wrapped: bool = False,
-                 cost: CostMeter | None = None, shown: Callable[[Any], Any] | None = None) -> None:
+                 cost: CostMeter | None = None, shown: Callable[[Any], Any] | None = None,
+                 support: ClientSupport = NEITHER) -> None:
         # `window_of`: the window of the model a turn ran on (its `turn/start.model`),
         # for `usage_update.size`; without it, every turn's is `context_window`.
         # `wrapped`: a wrapped agent's session (UpdateContext.wrapped); `cost`: a fresh
         # meter, with a price file (UpdateContext.cost); `shown`: what the client is
         # shown of a wrapped agent's update, as the live stream showed it (the wrapper's
-        # own commands added to the agent's: acp_bridge.wrap.commands), else as stored.
+        # own commands added to the agent's: acp_bridge.wrap.commands), else as stored;
+        # `support`: what the client advertised of compaction (UpdateContext.support).
         self.context = UpdateContext(replay=True, context_window=context_window, window_of=window_of,
-                                     wrapped=wrapped, cost=cost)
+                                     wrapped=wrapped, cost=cost, support=support)
         self.wrapped = wrapped
         self.shown = shown
         self.prefix = UPDATE_HEAD + orjson.dumps(session_id) + b',"update":'

@@ -19,7 +19,7 @@ from typing import Any, Final, Literal, TypedDict
 import orjson
 
 from acp_bridge.rpc.protocol import AUTH_REQUIRED, INTERNAL_ERROR
-from session.events import ASSISTANT_MESSAGE, REASON_KINDS, TURN_END, Event
+from session.events import ASSISTANT_MESSAGE, CONTEXT_COMPACTION, REASON_KINDS, TURN_END, Event
 from session.typed import typed
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
@@ -122,12 +122,13 @@ def settle(turn_end: Event) -> Settlement:
 
 def turn_usage(events: Iterable[Event], turn: int) -> dict[str, int] | None:
     """The `usage` of the prompt answer of `turn`: the sum of its `assistant/message`
-    usage in `events` (the log's, as it recorded them), in ACP's `Usage` members; None
-    if the turn recorded none (`echo`; an agent that reports none)."""
+    usage in `events` (the log's, as it recorded them), and of its compactions' summary
+    calls, in ACP's `Usage` members; None if the turn recorded none (`echo`; an agent
+    that reports none)."""
     totals: dict[str, int] = {}
     for event in events:
         ev = typed(event)
-        if ev["type"] != ASSISTANT_MESSAGE or ev["data"]["turn"] != turn:
+        if ev["type"] not in (ASSISTANT_MESSAGE, CONTEXT_COMPACTION) or ev["data"]["turn"] != turn:
             continue
         usage = ev["data"].get("usage")
         if not isinstance(usage, dict):

@@ -48,7 +48,10 @@ as the protocol defines them rather than under `_meta`:
   (their answers and `config_option_update`s said so when they changed);
 - `wrapped/update` -> its `update`, as the wrapped agent sent it (`acp-bridge wrap`
   records there every update of the agent but its text chunks: plans, modes, commands,
-  tool calls and their updates...), so live and replay send the same object;
+  tool calls and their updates...), so live and replay send the same object; never a
+  `notice`, a compaction's only to a client that asked (acp_bridge.host.advertised);
+- `context/compaction` -> `compaction_update` to a client that asked for compaction,
+  live and on replay; live only, a notice to one that asked for notices instead;
 - a wrapped agent's session (`UpdateContext.wrapped`, docs/wrap.md "Replay"): its
   chunks go without our messageId, with the fields the agent sent (`sent`); its
   `silent` events (the meaning of what the agent sent, for the transcript) send
@@ -72,10 +75,12 @@ from typing import Any, Final
 import orjson
 
 from acp_bridge.content import expand_images
+from acp_bridge.host.advertised import NEITHER, ClientSupport, compaction_updates, sent_from_log
 from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     CONFIG_SET,
+    CONTEXT_COMPACTION,
     TITLE_CONFIG,
     TOOL_CALL,
     TOOL_PERMISSION,
@@ -166,6 +171,9 @@ class UpdateContext:
     # session from its start (a replay does; a live session is handed the meter its
     # load fed, acp_bridge.agent.engine.KeptOfLog).
     cost: CostMeter | None = None
+    # What the client advertised in `initialize` of the updates it must ask for
+    # (notices, compaction): nothing of them for a client that did not.
+    support: ClientSupport = NEITHER
 
 
 def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
@@ -202,9 +210,16 @@ def updates_for(event: Event, ctx: UpdateContext) -> list[SessionUpdate]:
                  "_meta": meta}]
     if ev["type"] == WRAPPED_UPDATE:
         update = ev["data"]["update"]
+        if not sent_from_log(update, ctx.support):
+            return []
         if update.get("sessionUpdate") == "tool_call" and isinstance(update.get("toolCallId"), str):
             ctx.state.announced.add(update["toolCallId"])  # the closers' result updates it
         return [update]
+    if ev["type"] == CONTEXT_COMPACTION:
+        usage = ev["data"].get("usage")
+        if ctx.cost is not None and usage is not None:
+            ctx.cost.step(usage)  # the summary call's: the next usage_update's cost holds it
+        return compaction_updates(ev["data"], ctx.support, replay=ctx.replay)
     if ev["type"] == CONFIG_SET and ev["data"]["configId"] == TITLE_CONFIG:
         return [{"sessionUpdate": "session_info_update", "title": ev["data"]["value"]}]
     # step/start, step/end, other settings: nothing to show.

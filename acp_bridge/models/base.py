@@ -66,11 +66,28 @@ class Finish:
     context_tokens: int | None = None
 
 
+# How a compaction's summary call that failed is recorded (acp_bridge.agent.compaction),
+# around what the model failed with, which `replay:` reads back (models.recording).
+SUMMARY_FAILED = ("The summary could not be made: ", ".")
+
 CONTEXT_LENGTH = "context_length"
 """The `code` of a `Finish("error")` for a request longer than the model's context."""
 
 
-ModelChunk = TextDelta | ReasoningDelta | ToolCallChunk | UsageChunk | Finish
+@dataclass(frozen=True)
+class Retrying:
+    """The call failed before anything was streamed and is tried again after `delay`
+    seconds (try `attempt` of `attempts`): what the person may be told (a notice)
+    while the turn waits. `code` and `message` are the failure's, the key redacted."""
+
+    attempt: int
+    attempts: int
+    delay: float
+    code: str | None
+    message: str
+
+
+ModelChunk = TextDelta | ReasoningDelta | ToolCallChunk | UsageChunk | Retrying | Finish
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,10 @@ class ModelRequest:
     turn: int | None = None
     step: int | None = None
     cwd: str | None = None  # the session's, where recorded paths are replayed
+    # What the call is for: a step of the turn, or the summary of a compaction of the
+    # session's context (acp_bridge.agent.compaction; its messages end with what to
+    # summarize and how). A script's summary entries serve only the latter.
+    purpose: Literal["step", "compaction"] = "step"
 
 
 class Model(Protocol):

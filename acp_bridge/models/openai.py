@@ -32,7 +32,7 @@ import anyio
 import httpx
 
 from acp_bridge import __version__
-from acp_bridge.models.base import Finish, ModelChunk, ModelRequest
+from acp_bridge.models.base import Finish, ModelChunk, ModelRequest, Retrying
 from acp_bridge.models.openai_env import DEFAULT_BASE_URL, read_env
 from acp_bridge.models.openai_errors import http_error
 from acp_bridge.models.openai_key import find_key
@@ -168,6 +168,7 @@ class OpenAIModel:
             if failure.retryable and not started and attempt < self.attempts and delay is not None:
                 log.warning("model call failed (%s: %s); try %d of %d in %.1f s",
                             failure.code, self.redacted(failure.message or ""), attempt + 1, self.attempts, delay)
+                yield Retrying(attempt + 1, self.attempts, delay, failure.code, self.redacted(failure.message or ""))
                 await anyio.sleep(delay)
                 continue
             yield self._final(failure, attempt, wait, started)

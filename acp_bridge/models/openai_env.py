@@ -37,15 +37,22 @@ def base_url(env: Mapping[str, str] | None = None) -> str:
     return env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
 
 
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be the provider's endpoint (`OPENAI_BASE_URL`), or None: the
+    agent's start-up and `acp-bridge login` check it alike."""
+    if not url.startswith(("http://", "https://")) or not urlsplit(url).hostname:
+        return f"OPENAI_BASE_URL={url!r} must be an http:// or https:// URL, e.g. http://localhost:11434/v1"
+    return None
+
+
 def read_env(model: str, env: Mapping[str, str]) -> OpenAIEnv:
     """The provider's settings for `openai:{model}` from `env`; ModelSpecError (naming the
     variable) for a value that cannot work."""
     if not model:
         raise ModelSpecError("openai:MODEL needs a model name, e.g. openai:gpt-4o")
     url = base_url(env)
-    if not url.startswith(("http://", "https://")) or not urlsplit(url).hostname:
-        raise ModelSpecError(f"OPENAI_BASE_URL={url!r} must be an http:// or https:// URL, "
-                             "e.g. http://localhost:11434/v1")
+    if (problem := url_problem(url)) is not None:
+        raise ModelSpecError(problem)
     window = _number(env, "ACP_BRIDGE_CONTEXT_WINDOW", int)
     attempts = _number(env, "ACP_BRIDGE_OPENAI_ATTEMPTS", int)
     return OpenAIEnv(base_url=url,

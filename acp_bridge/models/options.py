@@ -74,6 +74,12 @@ def stored_choice(events: Iterable[Event], models: Sequence[ModelEntry]) -> Choi
     """The choice a session's log ends with: the last model and thought level recorded
     (`config/set` or `turn/start`). A model no longer configured gives way to the
     default, the first configured one."""
+    model, effort = stored_settings(events)
+    return choice_for(find(models, model) or models[0], effort)
+
+
+def stored_settings(events: Iterable[Event]) -> tuple[Any, Any]:
+    """The last model and thought level a log recorded (None where it recorded none)."""
     model: Any = None
     effort: Any = None
     for event in reversed(list(events)):
@@ -88,4 +94,4 @@ def stored_choice(events: Iterable[Event], models: Sequence[ModelEntry]) -> Choi
             effort = ev["data"].get("thoughtLevel") if effort is None else effort
         if model is not None and effort is not None:
             break
-    return choice_for(find(models, model) or models[0], effort)
+    return model, effort

@@ -7,6 +7,10 @@ written, nothing created), through the backends' own readers, with the rules of
 damage a later `turn/end` follows is refused, saying where), the invariants, and the
 crash-repair closers of an interrupted last turn, applied in memory.
 
+A compaction's summary call (acp_bridge.agent.compaction) is read from its step's
+`context/compaction`s: a completed one's summary and usage, a failed one's error (what
+the model failed with), one a cancel or a crash ended still being written: it hangs.
+
 What a model call was is derived from the events of its step: the streamed chunks, the
 tool-call blocks and usage of its `assistant/message`s, and how it ended, read from the
 step that followed or from the turn's `turn/end`: a step the turn went on from ended
@@ -27,6 +31,7 @@ import orjson
 
 from acp_bridge.content import has_images
 from acp_bridge.errors import ModelSpecError
+from acp_bridge.models.base import SUMMARY_FAILED
 from session import (
     Event,
     Header,
@@ -41,6 +46,7 @@ from session.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     CONFIG_SET,
+    CONTEXT_COMPACTION,
     STEP_START,
     TOOL_RESULT,
     TURN_END,
@@ -50,7 +56,7 @@ from session.events import (
     Usage,
     tool_calls_of,
 )
-from session.items import ToolResultData
+from session.items import CompactionData, ToolResultData
 from session.loading import invariant_corruption
 from session.typed import typed
 
@@ -78,6 +84,15 @@ class RecordedCall:
 
 
 @dataclass(frozen=True)
+class RecordedSummary:
+    """A compaction's summary call: its text, usage and end ("stop", an error, "hang")."""
+
+    text: str
+    usage: Usage | None
+    end: CallEnd
+
+
+@dataclass(frozen=True)
 class Recording:
     source: str  # what `replay:` was given
     header: Header
@@ -92,6 +107,7 @@ class Recording:
     models: tuple[str, ...] = ()
     reasoning: frozenset[str] = frozenset()  # a turn on it recorded a thought level
     images: frozenset[str] = frozenset()  # a prompt on it held an image
+    summaries: dict[tuple[int, int], RecordedSummary] = field(default_factory=dict)  # by (turn, step)
 
     @property
     def cwd(self) -> str:
@@ -205,6 +221,7 @@ def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Record
     reasoning: set[str] = set()
     images: set[str] = set()
     running: str | None = None  # the model of the open turn
+    summaries: dict[tuple[int, int], RecordedSummary] = {}
     for event in events:
         ev = typed(event)
         if ev["type"] == TURN_START:
@@ -235,6 +252,8 @@ def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Record
                 step.usage = ev["data"]["usage"]
         elif ev["type"] == TOOL_RESULT:
             open_steps[-1].results.append(ev["data"])
+        elif ev["type"] == CONTEXT_COMPACTION:
+            summaries[(ev["data"]["turn"], ev["data"]["step"])] = _summary_of(ev["data"])
         elif ev["type"] == TURN_END:
             turn = ev["data"]["turn"]
             steps[turn] = len(open_steps)
@@ -245,7 +264,20 @@ def derive_calls(source: str, header: Header, events: Iterable[Event]) -> Record
                     turn, step.step, tuple(step.chunks), tuple(step.calls), step.usage, end,
                     tuple(step.results))
     return Recording(source, header, model, prompts, calls, steps, models=tuple(models),
-                     reasoning=frozenset(reasoning), images=frozenset(images))
+                     reasoning=frozenset(reasoning), images=frozenset(images), summaries=summaries)
+
+
+def _summary_of(data: CompactionData) -> RecordedSummary:
+    """A compaction's summary call, from the last of its events."""
+    usage = data.get("usage")
+    if data["status"] == "completed":
+        text = "".join(str(b.get("text", "")) for b in data["summary"] if isinstance(b, dict))
+        return RecordedSummary(text, usage, "stop")
+    error = data.get("error", "")
+    head, tail = SUMMARY_FAILED
+    if data["status"] == "failed" and error.startswith(head) and error.endswith(tail):
+        return RecordedSummary("", usage, CallError(error[len(head):-len(tail)]))
+    return RecordedSummary("", None, "hang")  # in progress, or ended with its turn (a cancel, a crash)
 
 
 def _end_of(step: _Step, reason: Reason) -> CallEnd:

@@ -79,6 +79,10 @@ class ReplayModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         self.calls += 1
         turn, step = position(request)
+        if request.purpose == "compaction":
+            async for chunk in self._summary(turn, step):
+                yield chunk
+            return
         call = self.recording.calls.get((turn, step))
         if call is None:
             yield self._failed(turn, step, "replay_overrun",
@@ -107,6 +111,22 @@ class ReplayModel:
         if call.usage is not None:
             yield UsageChunk(call.usage)
         yield Finish(end)  # type: ignore[arg-type]
+
+    async def _summary(self, turn: int, step: int) -> AsyncIterator[ModelChunk]:
+        """A compaction's summary call, as recorded at (turn, step)."""
+        summary = self.recording.summaries.get((turn, step))
+        if summary is None:
+            yield self._failed(turn, step, "replay_overrun",
+                               f"the recording {self.recording.source} has no compaction at turn {turn} step {step}")
+            return
+        if summary.end == "hang":
+            await anyio.sleep_forever()
+        if summary.text:
+            yield TextDelta(summary.text)
+        if summary.usage is not None:
+            yield UsageChunk(summary.usage)
+        end = summary.end
+        yield Finish("error", message=end.message, code=end.code) if isinstance(end, CallError) else Finish("stop")
 
     def _failed(self, turn: int, step: int, code: str, why: str) -> Finish:
         loosen = f", or set {CHECK_ENV}=loose" if code == "replay_mismatch" else ""

@@ -8,7 +8,8 @@ all optional: `thinking` (streamed as reasoning), `text` (streamed a word at a t
 whitespace kept exactly), `toolCalls` ([{id, name, arguments: object}]), `usage`,
 `finish` (default `tool_calls` with toolCalls, else `stop`), `error` ({message, code?,
 retryable?}: the call fails after streaming what came before), `hang: true` (stream the
-text, then wait until cancelled). Running out of entries is a step error.
+text, then wait until cancelled), `summary` (the entry serves a compaction's summary
+call, and only that: its text). Running out of entries is a step error.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from acp_bridge.models.base import (
 )
 
 _TOP_FIELDS = {"steps", "chunkDelayMs"}
-_FIELDS = {"thinking", "text", "toolCalls", "usage", "finish", "error", "hang"}
+_FIELDS = {"thinking", "text", "toolCalls", "usage", "finish", "error", "hang", "summary"}
 
 
 class ScriptModel:
@@ -67,10 +68,18 @@ class ScriptModel:
             )
             return
         entry = self.steps[index]
+        summary = "summary" in entry
+        if summary != (request.purpose == "compaction"):
+            # A script says which calls summarize: one out of place is a wrong script.
+            asked = "a compaction's summary" if request.purpose == "compaction" else "a step"
+            yield Finish("error", message=f"the model script's entry {index + 1} is "
+                         f"{'a summary' if summary else 'a step'}; call {index + 1} asks for {asked}",
+                         code="script_mismatch", retryable=False)
+            return
         for chunk in word_chunks(str(entry.get("thinking", ""))):
             await self._pause()
             yield ReasoningDelta(chunk)
-        for chunk in word_chunks(str(entry.get("text", ""))):
+        for chunk in word_chunks(str(entry.get("summary" if summary else "text", ""))):
             await self._pause()
             yield TextDelta(chunk)
         if entry.get("hang"):
@@ -138,4 +147,6 @@ def _validate(doc: Any, path: Path) -> tuple[list[dict[str, Any]], int]:
         error = entry.get("error")
         if error is not None and not (isinstance(error, dict) and isinstance(error.get("message"), str)):
             raise bad(f"entry {n}: error must be {{message, code?, retryable?}}")
+        if "summary" in entry and (not isinstance(entry["summary"], str) or "text" in entry or "toolCalls" in entry):
+            raise bad(f"entry {n}: a summary is a string, in an entry without text or toolCalls")
     return doc["steps"], delay

@@ -37,6 +37,7 @@ import anyio
 
 from acp_bridge import __version__
 from acp_bridge.errors import InvalidParamsError, MethodNotFoundError, ReplayError
+from acp_bridge.host.advertised import NEITHER, client_support
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.updates import UpdateContext, updates_for
@@ -72,7 +73,7 @@ class FakeSession:
 
     def __post_init__(self) -> None:
         # A wrapped agent's recording is sent as the agent sent it (UpdateContext.wrapped).
-        self.ctx = UpdateContext(replay=False, wrapped=self.agent.recording.wrapped)
+        self.ctx = UpdateContext(replay=False, wrapped=self.agent.recording.wrapped, support=self.agent.support)
 
     @property
     def log(self) -> SessionLog | None:
@@ -147,6 +148,7 @@ class FakeAgent(Engine[FakeSession]):
         self.check = check
         self.turns = self.recording.turns
         self.between = self.recording.between
+        self.support = NEITHER  # until `initialize` says what the client asked for
 
     # --- the engine ------------------------------------------------------------------
 
@@ -166,7 +168,8 @@ class FakeAgent(Engine[FakeSession]):
         raise MethodNotFoundError(f"method not found: {method} (the fake agent serves {', '.join(served)})",
                                   method=method)
 
-    async def initialize(self, protocolVersion: int, **_: Any) -> dict[str, Any]:
+    async def initialize(self, protocolVersion: int, clientCapabilities: Any = None, **_: Any) -> dict[str, Any]:
+        self.support = client_support(clientCapabilities)  # what it is sent of compaction and notices
         wrapped: dict[str, Any] = dict(self.header.get("wrapped") or {})
         info = wrapped.get("agentInfo") or {"name": "acp-bridge-fake-agent", "version": __version__}
         return {"protocolVersion": 1, "authMethods": [], "agentInfo": info,
@@ -207,7 +210,7 @@ class FakeAgent(Engine[FakeSession]):
             session = self._open(session_id, params["cwd"])
             session.turn = asked
         session.cwd = params["cwd"]
-        ctx = UpdateContext(replay=True, wrapped=self.recording.wrapped)
+        ctx = UpdateContext(replay=True, wrapped=self.recording.wrapped, support=self.support)
         self.send_all(session_id, ctx, self.between.get(0, []))
         for number in range(1, session.turn + 1):
             self.send_all(session_id, ctx, [*self.turns[number], *self.between.get(number, [])])

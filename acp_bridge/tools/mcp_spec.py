@@ -16,7 +16,6 @@ for one tool call.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -37,16 +36,29 @@ MAX_NAME = 64  # OpenAI function names: ^[a-zA-Z0-9_-]{1,64}$
 SEPARATOR = "__"
 
 
+MAX_TIMEOUT_S = 86_400.0  # a day: past it a timeout protects nothing
+
+
+def timeout_problem(raw: str) -> str | None:
+    """Why `raw` cannot be one of the MCP timeouts, or None (the agent's start-up
+    refuses such a value, naming the variable: acp_bridge.cli.startup)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return f"expected a number of seconds, got {raw!r}"
+    if not 0 < value <= MAX_TIMEOUT_S:  # NaN fails this too
+        return f"must be more than 0 and at most {MAX_TIMEOUT_S:g} seconds, got {raw}"
+    return None
+
+
 def timeout_from_env(variable: str, default: float) -> float:
     raw = os.environ.get(variable)
     if not raw:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %s", variable, raw, default)
+    if timeout_problem(raw) is not None:  # checked at start-up; a value set since is logged
+        log.warning("%s=%r is not a usable number of seconds; using %s", variable, raw, default)
         return default
-    return value if value > 0 else default
+    return float(raw)
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,8 @@ def _clean(text: str) -> str:
 def fit_name(name: str) -> str:
     if len(name) <= MAX_NAME:
         return name
+    import hashlib  # here: OpenSSL's load is ~10 ms the agent's start-up checks need not pay
+
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[:MAX_NAME - 9]}_{digest}"
 

@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from acp_bridge.errors import CommandError
+from acp_bridge.host.advertised import NEITHER, ClientSupport
 from acp_bridge.host.commands import (
     Command,
     Outcome,
@@ -85,9 +86,12 @@ def shown(update: Any, ours: Sequence[Command]) -> Any:
     return update if theirs is None else {**update, "availableCommands": merged(theirs, ours)}
 
 
-def replay_encoder(sid: str, commands_of: Callable[[str], list[Command]]) -> ReplayEncoder:
-    """A replay of the wrapped session `sid`: the child's lists shown with ours."""
-    return ReplayEncoder(sid, None, wrapped=True, shown=lambda update: shown(update, commands_of(sid)))
+def replay_encoder(sid: str, commands_of: Callable[[str], list[Command]],
+                   support: ClientSupport = NEITHER) -> ReplayEncoder:
+    """A replay of the wrapped session `sid`: the child's lists shown with ours; its
+    compactions to an editor that advertised them (`support`)."""
+    return ReplayEncoder(sid, None, wrapped=True, shown=lambda update: shown(update, commands_of(sid)),
+                         support=support)
 
 
 def offer(peer: Connection, ws: WrappedSession, ours: Sequence[Command], *, after_answer: bool = True) -> None:

@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 
 from acp_bridge.errors import AgentStartError
+from acp_bridge.host.advertised import notice
 from acp_bridge.wrap.child import ChildAgent
 from acp_bridge.wrap.children import SessionMap, close_child, restore
 from acp_bridge.wrap.initialize import Initialized, initialized
@@ -177,6 +178,8 @@ class ChildDriver:
                     link = await self._new_link(grace=0 if plan == "restart_now" else None)
                 except OSError as exc:
                     raise AgentStartError(f"the wrapped agent cannot be started: {exc}") from None
+                if plan != "start" and turns is not None:
+                    self.side.notice(turns.id, restarted_notice(plan == "restart_now", self.agent_label))
             assert link is not None
             if not link.ready:  # a restart (or one whose `initialize` was given up)
                 if self.init_params is not None:
@@ -231,6 +234,10 @@ class ChildDriver:
         seeded: dict[str, Any] = {}
         if seeds(way, seed_fresh=self.config.seed_fresh, carried=ws.carried):
             seeded = await self.seed(ws, link)
+            if seeded.get("seedError"):
+                self.side.notice(ws.id, notice("warning", "The agent was not given this session's history",
+                                               f"Its fresh session could not be seeded with the transcript: "
+                                               f"{seeded['seedError']}"))
         return Placing(way, result, seeded)
 
     async def seed(self, ws: WrappedSession, link: ChildLink) -> dict[str, Any]:
@@ -246,6 +253,9 @@ class ChildDriver:
         turns.session.to(Bound(child_sid, generation, self.name))
         turns.session.took_state(result)
         self.side.adopt(turns.session)
+
+    def notice(self, sid: str, update: dict[str, Any]) -> None:
+        self.side.notice(sid, update)
 
     def tell_cancel(self, ws: WrappedSession, params: Mapping[str, Any] | None) -> None:
         link = self.link
@@ -278,3 +288,11 @@ class ChildDriver:
 
     def forget(self, turns: WrappedTurns) -> None:
         self.sessions.remove(turns)
+
+
+def restarted_notice(troubled: bool, name: str | None) -> dict[str, Any]:
+    """The notice of a restart of the wrapped agent, for the session whose use needed it."""
+    agent = f"The wrapped agent {name}" if name else "The wrapped agent"
+    why = "did not answer within the cancel grace" if troubled else "had stopped"
+    return notice("warning", "The agent was restarted",
+                  f"{agent} {why} and was restarted; this session's context is restored in it.")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from acp_bridge.host.advertised import client_support
 from acp_bridge.host.commands import Command, commands_update, merged
 from acp_bridge.host.engine import OpenAnswer, Send, TurnEnd
 from acp_bridge.host.host import Engine, Host
@@ -99,8 +100,9 @@ class WrapEngine(Engine[WrappedTurns]):
         """Spawn the default agent (OSError if it cannot be); the others at first use."""
         await super().start(host)
         host.task_group.start_soon(self._prepare)
-        self._opener = StoredOpener(host, encoder=lambda sid: replay_encoder(sid, self.commands_of),
-                                    sink=AgentOfLog, adopt=self._adopt)
+        self._opener = StoredOpener(
+            host, encoder=lambda sid: replay_encoder(sid, self.commands_of, self.default.side.support),
+            sink=AgentOfLog, adopt=self._adopt)
         for driver in self.drivers.values():
             if driver is self.default:
                 await driver.start(host.task_group)
@@ -193,7 +195,9 @@ class WrapEngine(Engine[WrappedTurns]):
         return list(self.drivers) if self.mover is not None else None
 
     def _others_init(self, params: dict[str, Any]) -> None:
+        support = client_support(params.get("clientCapabilities"))
         for other in self.drivers.values():
+            other.side.support = support  # each agent is sent the editor's as it came: it asks no more
             if other is not self.default:
                 other.init_params = params  # what each agent is sent when it starts
 

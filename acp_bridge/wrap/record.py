@@ -29,9 +29,11 @@ from typing import Any, Final
 from acp_bridge.host.settlement import TURN_FAILED, USAGE_FIELDS
 from acp_bridge.rpc.protocol import error_object
 from acp_bridge.wrap.calls import AnnouncedCall, Step, step_items
+from acp_bridge.wrap.compactions import ChildCompactions
 from session.closers import OpenTurn, Unanswered, Unreported, closers
 from session.events import (
     CANCELLED_BY,
+    CONTEXT_COMPACTION,
     JSON,
     TOOL_RESULT,
     PermissionRecord,
@@ -105,6 +107,7 @@ class TurnRecorder:
         self._calls: dict[str, AnnouncedCall] = {}
         self._meta_usage: Usage | None = None  # the sum of the updates' `_meta.usage`
         self._context: Usage | None = None  # the last usage_update's
+        self._compactions = ChildCompactions(turn)  # its compactions (acp_bridge.wrap.compactions)
 
     @property
     def open(self) -> bool:
@@ -135,6 +138,12 @@ class TurnRecorder:
                 return self._chunk(chunk, content["text"], update)
         elif kind in ("tool_call", "tool_call_update"):
             return self._call_update(update)
+        elif kind == "compaction_update" and ChildCompactions.usable(update):
+            items: list[Item] = []
+            step = self._model_step(items)  # a compaction is a model call of its own
+            return [*items, self._compactions.update(update, step.number)]
+        elif kind == "compaction_summary_chunk":
+            self._compactions.chunk(update)
         elif kind == "usage_update":
             used, size = update.get("used"), update.get("size")
             self._context = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
@@ -279,15 +288,21 @@ class TurnRecorder:
             raise RuntimeError(f"turn {self.turn} ended before it was prompted")
         return not self._ended
 
-    def _chunk(self, kind: ChunkKind, text: str, update: dict[str, Any]) -> list[Item]:
-        items: list[Item] = []
+    def _model_step(self, items: list[Item]) -> Step:
+        """The step what the agent's model says next goes on: the open one, unless its
+        calls all have their final status (the agent went back to its model: the next
+        step, once no compaction of it is in progress), else a new one."""
         step = self._step
-        if step is not None and step.calls and all(self._calls[c].answered for c in step.calls):
-            items += self._written(step)  # the agent went back to its model
+        if step is not None and step.calls and all(self._calls[c].answered for c in step.calls) \
+                and not self._compactions.unended():
+            items += self._written(step)
             items.append(step_end(self.turn, step.number))
             self._step = step = None
-        if step is None:
-            step = self._open_step(items)
+        return self._open_step(items) if step is None else step
+
+    def _chunk(self, kind: ChunkKind, text: str, update: dict[str, Any]) -> list[Item]:
+        items: list[Item] = []
+        step = self._model_step(items)
         step.say(kind, text)
         sent: dict[str, Any] | None = None
         if len(update) != 2 or len(update["content"]) != 2:  # more than {sessionUpdate, content: {type, text}}
@@ -344,10 +359,12 @@ class TurnRecorder:
         for _, call in open_calls:
             call.answered = True
         unanswered = [Unanswered(cid, call.step, call.name, True, call.permission) for cid, call in open_calls]
-        # Their failed results tell the transcript; the editor was told nothing (the
-        # agent left the calls as they were), so neither is a replay.
-        return items + [(t, {**d, "silent": True}) if t == TOOL_RESULT else (t, d)
-                        for t, d in closers(OpenTurn(self.turn, step.number, unanswered), Unreported(end))]
+        # Their failed results (and the end of a compaction left in progress) tell the
+        # transcript; the editor was told nothing (the agent left them as they were), so
+        # neither is a replay.
+        left = OpenTurn(self.turn, step.number, unanswered, self._compactions.unended())
+        return items + [(t, {**d, "silent": True}) if t in (TOOL_RESULT, CONTEXT_COMPACTION) else (t, d)
+                        for t, d in closers(left, Unreported(end))]
 
     # --- tool calls ----------------------------------------------------------------
 

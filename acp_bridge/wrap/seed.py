@@ -31,7 +31,7 @@ from acp_bridge.wrap.signals import SeedBegan, SeedEnded
 from session import SessionStore
 from session.events import Event
 from session.scan import Damage
-from session.transcript import DEFAULT_HISTORY_TOKENS, Message, Transcript
+from session.transcript import DEFAULT_HISTORY_TOKENS, SUMMARY_INTRO, Message, Transcript
 
 log = logging.getLogger("acp_bridge.wrap.seed")
 
@@ -78,7 +78,14 @@ def turns_of(messages: list[Message]) -> list[tuple[str, str]]:
 
 def seed_text(messages: list[Message], limit: int = SEED_CHARS) -> SeedText:
     """The seed prompt's text: the preface, then the last whole turns whose text fits
-    `limit` characters (the last turn always, cut to fit if it alone is over it)."""
+    `limit` characters (the last turn always, cut to fit if it alone is over it); the
+    summary of a compaction that stands for the earlier turns first, when it fits too."""
+    summary = ""
+    if messages and messages[0]["role"] == "user" and messages[0]["content"][:1] == [
+            {"type": "text", "text": SUMMARY_INTRO}]:
+        blocks = messages[0]["content"][1:]
+        summary = "## Summary of the earlier conversation\n" + "\n".join(_block_text(b) for b in blocks) + "\n"
+        messages = messages[1:]
     rendered = [f"## User (turn {i})\n{user}\n\n## Agent (turn {i})\n{agent or '(no text)'}\n"
                 for i, (user, agent) in enumerate(turns_of(messages), 1)]
     kept: list[str] = []
@@ -90,6 +97,9 @@ def seed_text(messages: list[Message], limit: int = SEED_CHARS) -> SeedText:
         size += len(part)
     kept.reverse()
     left_out = len(rendered) - len(kept)
+    if summary and not left_out and size + len(summary) <= limit:
+        kept.insert(0, summary)  # the turns it stands for are not in `rendered`: not counted as turns
+        return SeedText(PREFACE + "\n\n" + "\n".join(kept), len(kept) - 1, 0)
     preface = PREFACE
     if left_out:
         preface += f" The {left_out} earliest turn(s) were left out for length; the last {len(kept)} follow."

@@ -36,6 +36,7 @@ from typing import Any, Final, Protocol
 import anyio
 
 from acp_bridge.errors import AcpBridgeError, AgentExitedError
+from acp_bridge.host.advertised import forced_notice
 from acp_bridge.host.commands import Command, invoked, unshadowed
 from acp_bridge.host.engine import TurnEnd
 from acp_bridge.host.errors import relayed
@@ -102,6 +103,9 @@ class Child(Protocol):
 
     def forget(self, turns: WrappedTurns) -> None:
         """The session is no longer live: its child session id maps to nothing."""
+
+    def notice(self, sid: str, update: dict[str, Any]) -> None:
+        """Tell the editor `update` (a notice) about the session `sid`, if it takes notices."""
 
 
 class Agents(Protocol):
@@ -283,6 +287,7 @@ class WrappedTurns:
                     # recorded or shown in between.
                     log.warning("session %s: the wrapped agent did not answer the cancelled turn %d within %.3g s: "
                                 "answered `cancelled` by acp-bridge", ws.id, recorder.turn, self.child.cancel_grace)
+                    self.child.notice(ws.id, forced_notice(self.child.cancel_grace))
                     return ws.log.extend(recorder.cancelled(turn.by or "session/cancel", forced=True))
                 elif act is Act.END_CANCELLED:
                     assert turn.by is not None

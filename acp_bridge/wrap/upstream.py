@@ -3,7 +3,8 @@
 - `session/update` is handled in the connection's reader, in the order it came
   (rpc.Connection's inline notifications): recorded in our log (the running turn's
   `TurnRecorder`, else a `wrapped/update` between turns), then queued for the editor
-  under our session id. The editor connection's `before_write` hands the log's events
+  under our session id; a notice or a compaction's update only if the editor
+  advertised them (it is recorded all the same). The editor connection's `before_write` hands the log's events
   to the OS before the update is written: log before send, as for our own agent. An
   update for a child session we do not know yet (it may come before the answer that
   names the session) waits for it, in a small bounded buffer. What the child sends
@@ -33,6 +34,7 @@ from typing import Any, Final
 import anyio
 
 from acp_bridge.errors import RequestRefusedError
+from acp_bridge.host.advertised import NEITHER, not_asked_for
 from acp_bridge.rpc.connection import Connection, Fallback, Inline
 from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.commands import their_commands
@@ -72,6 +74,9 @@ class ChildSide:
         # A subagent's session of ours, made as the parent's agent announces it
         # (acp_bridge.wrap.subagents); None: not recorded apart.
         self.subagents: Subagents | None = None
+        # What the editor advertised of notices and compaction (the engine sets it when
+        # it has the editor's `initialize`: its own, or the start-up handshake's).
+        self.support = NEITHER
 
     def inline(self) -> dict[str, Inline]:
         return {"session/update": _Updates(self)}
@@ -104,6 +109,9 @@ class ChildSide:
                 and update.get("sessionUpdate") == "subagent_update":
             update = self.subagents.mapped(turns, update)
         self.record(ws, update)
+        if kind := not_asked_for(update, self.support):  # recorded all the same (docs/wrap.md)
+            log.info("session %s: a %s of the wrapped agent the editor did not ask for: not sent", ws.id, kind)
+            return
         if ws.held is not None:  # our load (or resume) of it is answered: until the editor's next request
             if len(ws.held) < HELD_UPDATES:
                 ws.held.append(update)
@@ -121,6 +129,12 @@ class ChildSide:
         editor = self._editor()
         for update in held or ():
             editor.notify_update(ws.id, self._shown(ws, update))
+
+    def notice(self, sid: str, update: dict[str, Any]) -> None:
+        """The wrapper's own notice for the session `sid` (a `notice` update), sent if
+        the editor takes notices; live only, not recorded (docs/wrap.md)."""
+        if self.support.notices:
+            self._editor().notify_update(sid, update)
 
     def on_updates(self, batch: list[Any]) -> None:
         """`on_update` of each of `batch` (the params of `session/update`s read

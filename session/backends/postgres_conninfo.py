@@ -71,6 +71,11 @@ def scrub(message: str, conninfo: str) -> str:
     return redact(message) if "password" in message.lower() or "://" in message else message
 
 
+def has_password(conninfo: str) -> bool:
+    """Whether `conninfo` holds a password (in either syntax)."""
+    return _password(conninfo) is not None
+
+
 def _password(conninfo: str) -> str | None:
     match = _URI.match(conninfo)
     if match is not None:

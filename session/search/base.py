@@ -21,9 +21,10 @@ FORMAT = "3"
 takes its facts from fresh rows). 3: a tool call's text is its arguments' strings,
 not their JSON, with what its edits wrote."""
 
-KINDS = ("prompt", "answer", "thought", "tool", "output")
+KINDS = ("prompt", "answer", "thought", "tool", "output", "summary")
 """What a text of a turn is: the user's prompt, an answer, the model's thinking, a tool
-call (its name, title, arguments, the files it edits), a tool call's output."""
+call (its name, title, arguments, the files it edits), a tool call's output, the summary
+of a compaction of the model's context (`context/compaction`)."""
 
 STATES = ("completed", "cancelled", "error", "interrupted", "max_tokens", "max_steps", "refusal", "open")
 """How a turn ended: a `turn/end` reason kind, or `open` (running, or cut short and not

@@ -40,6 +40,7 @@ class LlamaLike:
     prompts: list[int] = field(default_factory=list)  # prompt tokens of every request, refused ones too
     refused: list[int] = field(default_factory=list)  # the prompt tokens of each refused request
     systems: list[str] = field(default_factory=list)  # the system message of every request
+    asked: list[str] = field(default_factory=list)  # the last user text of every request (a summary's instruction)
     _cache: list[bytes] = field(default_factory=list)  # the messages of the last request, as sent
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -57,8 +58,10 @@ class LlamaLike:
         n_prompt, per_message = self.tokens_of(body)
         messages = [orjson.dumps(m) for m in body.get("messages", [])]
         first = (body.get("messages") or [{}])[0]
+        last: dict[str, Any] = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
         with self._lock:
             self.prompts.append(n_prompt)
+            self.asked.append(_text_of(last))
             if first.get("role") == "system":
                 self.systems.append(str(first.get("content")))
             if n_prompt >= self.n_ctx:
@@ -70,7 +73,6 @@ class LlamaLike:
             self._cache = messages
         tools = n_prompt - sum(per_message)
         cached = tools + sum(per_message[:same]) if same else 0
-        last: dict[str, Any] = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
         asked = WRITE.search(_text_of(last))
         wanted = int(asked.group(1)) if asked else self.text_tokens(SHORT_ANSWER)
         room = self.n_ctx - n_prompt

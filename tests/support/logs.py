@@ -88,6 +88,27 @@ class Script:
              "content": [{"type": "text", "text": text}], "isError": error},
         )
 
+    def compaction(self, compaction_id: str = "k1", status: str = "in_progress", *, to_turn: int | None = None,
+                   from_turn: int = 1, summary: list[dict[str, Any]] | None = None, **extra: Any) -> Script:
+        """A `context/compaction` in the open step: the turns before this one (up to
+        `to_turn`) summarized by `summary`."""
+        last = self.turn - 1 if to_turn is None else to_turn
+        return self.add("context/compaction", {
+            "turn": self.turn, "step": self.step, "compactionId": compaction_id,
+            "replaces": {"fromTurn": from_turn, "toTurn": last}, "summary": summary or [], "status": status,
+            **extra})
+
+    def compacted_turn(self, summary: str, prompt: str = "go on", answer: str = "going on", *,
+                       to_turn: int | None = None, from_turn: int = 1) -> Script:
+        """A turn whose first step compacts the turns before it (in progress, then
+        completed with `summary`), then answers."""
+        cid = f"t{self.turn + 1}s1-compaction"
+        self.start_turn(prompt).start_step()
+        self.compaction(cid, to_turn=to_turn, from_turn=from_turn)
+        self.compaction(cid, "completed", to_turn=to_turn, from_turn=from_turn,
+                        summary=[{"type": "text", "text": summary}], usage={"inputTokens": 50, "outputTokens": 5})
+        return self.chunk(answer).message(answer).end_step().end_turn()
+
     def end_step(self) -> Script:
         return self.add("step/end", {"turn": self.turn, "step": self.step})
 

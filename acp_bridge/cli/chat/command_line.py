@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from acp_bridge.cli.startup import cancel_grace_option
+from acp_bridge.cli.wrap_options import cancel_grace_option
 
 
 def positive_int(text: str) -> int:

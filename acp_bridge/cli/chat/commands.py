@@ -158,7 +158,37 @@ class SlashCommands:
             self.options = result["configOptions"]
         self.write(self.render.line(f"model {value}"))
 
-    async def load(self, sid: str) -> bool:
+    async def resolve(self, given: str) -> str | None:
+        """`given` as a session id: a full one, or a unique prefix of the ids the agent
+        lists (`session/list`, every page), by the one rule of `sessions show`
+        (acp_bridge.cli.sessions.source.match_prefix); None, said, if it names none."""
+        from acp_bridge.cli.sessions.source import match_prefix
+        from acp_bridge.errors import AmbiguousIdError
+        from session import SessionError, SessionNotFoundError
+
+        try:
+            try:
+                return match_prefix(given, ())  # a full id, or refused without a listing
+            except SessionNotFoundError:
+                pass
+            ids: list[str] = []
+            cursor: Any = None
+            while True:
+                page = await self.conn().request("session/list", {} if cursor is None else {"cursor": cursor})
+                ids += [str(item["sessionId"]) for item in page.get("sessions", [])
+                        if isinstance(item, dict) and isinstance(item.get("sessionId"), str)]
+                cursor = page.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    break
+            return match_prefix(given, ids)
+        except (SessionError, AmbiguousIdError) as exc:
+            self.error(f"cannot load {clean(given)!r}: {clean(str(exc))}")
+            return None
+
+    async def load(self, given: str) -> bool:
+        sid = await self.resolve(given)
+        if sid is None:
+            return False
         previous = self.sid
         self.render.new_session()
         self.write(self.render.line(f"[loading session {sid}]"))

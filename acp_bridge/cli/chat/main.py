@@ -44,7 +44,8 @@ from acp_bridge.cli.chat.commands import SlashCommands, error_message
 from acp_bridge.cli.chat.render import DIM, RESET, Renderer
 from acp_bridge.cli.chat.stdio import LineInput, relay_stderr
 from acp_bridge.cli.safe_text import clean, guarded
-from acp_bridge.cli.startup import agent_settings, cancel_grace
+from acp_bridge.cli.startup import agent_settings
+from acp_bridge.cli.wrap_options import cancel_grace
 from acp_bridge.client.connection import AgentConnection
 from acp_bridge.client.methods import ClientMethods
 from acp_bridge.errors import AgentGone

@@ -193,11 +193,13 @@ def _reported_cost(data: WrappedUpdateData, last: tuple[float, str] | None) -> t
 
 def docs_of(turn: Turn) -> list[DocRow]:
     """The texts of a turn, as `show --full` has them: the prompt, then each step's
-    thinking, answer, and tool calls (name, title, the text of their arguments, the
-    files they edit and what they wrote there) and their output."""
+    compactions' summaries, thinking, answer, and tool calls (name, title, the text of
+    their arguments, the files they edit and what they wrote there) and their output."""
     number = turn.number
     docs = [DocRow(number, 0, "prompt", None, blocks_text(turn.prompt))]
     for step in turn.steps:
+        docs += [DocRow(number, step.number, "summary", cid, blocks_text(compaction.summary))
+                 for cid, compaction in step.compactions.items()]
         docs.append(DocRow(number, step.number, "thought", None, step.shown_reasoning()))
         docs.append(DocRow(number, step.number, "answer", None, step.shown_text()))
         for tool in step.tools:

@@ -8,9 +8,11 @@ order). Nothing is fetched: the style sheet is inline and allowed by its hash
 Anchors: each turn (`#turn-N`), step and tool call has an id (`anchor`), which search
 results link to. Per turn: its status (completed, cancelled, failed, interrupted, running: a coloured
 mark and border), when, how long, mode and model; the prompt as the user wrote it; per
-step the thinking (collapsed), the answer as Markdown, each tool call (collapsed: its
+step a compaction of the model's context and its summary (collapsed), the thinking
+(collapsed), the answer as Markdown, each tool call (collapsed: its
 arguments and result; its permission decision, error mark and diff summary on the
-line that stays visible), the diffs of edits (open); the turn's end and its tokens.
+line that stays visible), the diffs of edits (open); a wrapped agent's notices where they
+came; the turn's end and its tokens.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from acp_bridge.cli.sessions.text import (
 )
 from acp_bridge.cli.sessions.transcripts import turn_chunks
 from acp_bridge.cli.sessions.view import (
+    compaction_heading,
+    notice_text,
     result_mark,
     tool_diffs,
     turn_info,
@@ -131,6 +135,7 @@ def _turn(walk: Walk, turn: Turn) -> list[Line]:
         f'<p class="info">{esc(turn_info(turn))}</p>',
         '<div class="prompt"><div class="who">User</div>',
         f'<div class="text">{esc(blocks_text(turn.prompt).strip())}</div></div>',
+        *(f'<p class="info">{esc(notice_text(notice))}</p>' for notice in turn.notices),
     ]
     for step in turn.steps:
         out += _step(step, turn)
@@ -149,6 +154,10 @@ def _step(step: Step, turn: Turn) -> list[Line]:
         head_line += f" · tokens {esc(token_text(step.usage))}"
     out: list[Line] = [f'<div class="step" id="{anchor(turn.number, step.number)}">'
                        f'<div class="step-head">{head_line}</div>']
+    for compaction in step.compactions.values():  # collapsed as thinking is: not the conversation
+        summary = blocks_text(compaction.summary)
+        out += [f'<details class="thinking"><summary>{esc(compaction_heading(compaction))}</summary>',
+                *(model_text(summary) if summary.strip() else ['<p class="info">(no summary)</p>']), "</details>"]
     partial = ' <span class="partial">(partial: streamed, cut short)</span>' if step.partial else ""
     reasoning = step.shown_reasoning()
     if reasoning.strip():
@@ -159,7 +168,8 @@ def _step(step: Step, turn: Turn) -> list[Line]:
         out += [f'<div class="who">Assistant{partial}</div>', *model_text(text)]
     for tool in step.tools:
         out += _tool(tool, turn)
-    if not (reasoning.strip() or text.strip() or step.tools):
+    out += [f'<p class="info">{esc(notice_text(notice))}</p>' for notice in step.notices]
+    if not (reasoning.strip() or text.strip() or step.tools or step.compactions or step.notices):
         out.append('<p class="info">(no output)</p>')
     out.append("</div>")
     return out

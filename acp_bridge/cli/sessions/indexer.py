@@ -132,10 +132,18 @@ def _pass(source: Source, index: SearchIndex, report: Report,
     report.dropped += len(gone)
     changed = [(sid, stamp) for sid, stamp in stamps.items() if known.get(sid) != stamp_text(stamp)]
     report.unchanged = len(stamps) - len(changed)
-    for done, (sid, stamp) in enumerate(changed):
-        index_session(source, index, sid, stamp, index.session(sid) if sid in known else None, report)
-        if progress is not None:
-            progress(done + 1, len(changed))
+    done = 0
+    try:
+        for sid, stamp in changed:
+            index_session(source, index, sid, stamp, index.session(sid) if sid in known else None, report)
+            done += 1
+            if progress is not None:
+                progress(done, len(changed))
+    except KeyboardInterrupt:  # each session's write is a transaction: say how far it got
+        if done:
+            index.relink()  # what was read is searched once, as after a whole pass
+        raise KeyboardInterrupt(f"the index was left at {report.unchanged + done:,} of {len(stamps):,} "
+                                f"sessions; the next search or index goes on from there") from None
     if changed or gone:
         index.relink()  # the turns forks copied, linked to where they ran (after every log read)
 
@@ -244,7 +252,12 @@ def run_index(source: Source, args: Any, prog: str) -> int:
             os.nice(10)
             _stop_on_sigterm()
         while True:
-            report = catch_up(source, index, wait=every if args.watch else WAIT)
+            try:
+                report = catch_up(source, index, wait=every if args.watch else WAIT)
+            except KeyboardInterrupt as interrupt:
+                if not args.watch:
+                    raise
+                return _stopped_watching(prog, index, interrupt)
             for line in notes(prog, report, index):
                 print(line, file=sys.stderr, flush=True)
             if report.read or report.dropped or not args.watch:
@@ -253,6 +266,19 @@ def run_index(source: Source, args: Any, prog: str) -> int:
             if not args.watch:
                 return 1 if report.busy else 0
             index.rebuilt = None
-            time.sleep(every)
+            try:
+                time.sleep(every)
+            except KeyboardInterrupt as interrupt:
+                return _stopped_watching(prog, index, interrupt)
     finally:
         index.close()
+
+
+def _stopped_watching(prog: str, index: SearchIndex, interrupt: KeyboardInterrupt) -> int:
+    """Ctrl-C (or SIGTERM) is how `index --watch` is stopped: its normal end, said, exit 0
+    (every other command takes it as an interrupt: acp_bridge.cli.main.interrupted)."""
+    import sys
+
+    where = f" ({interrupt.args[0]})" if interrupt.args else ""
+    print(f"{prog}: stopped watching {index.where}{where}", file=sys.stderr, flush=True)
+    return 0

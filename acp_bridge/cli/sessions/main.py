@@ -5,14 +5,14 @@
     acp-bridge sessions export ID [--format md|html|jsonl]
     acp-bridge sessions serve [--port N]
     acp-bridge sessions fork ID [--at-turn N]
-
+    acp-bridge sessions delete ID [--yes]
 `--store` and `--backend` are accepted before or after the subcommand; they default as
 for the agent (`$ACP_BRIDGE_HOME` / `$XDG_STATE_HOME/acp-bridge`, for postgres
 `$ACP_BRIDGE_POSTGRES` or libpq's `PG*` variables; `$ACP_BRIDGE_BACKEND` or jsonl). `acp-bridge sessions` alone lists.
 
 Decisions (DESIGN.md section 6 leaves the details open):
 
-- **Read-only, always** (but `fork`, which adds a session: fork.py). Stores are opened with `session.open_reader`, which never
+- **Read-only, always** (but `fork`, which adds a session, and `delete`: fork.py, delete.py). Stores are opened with `session.open_reader`, which never
   takes a session's owner lock, repairs, or creates anything in the store: not the
   store folder, not a lock file, not `torn/`. `show` and `export` work on a session
   that a live agent owns at that moment. Every command streams: `list` reads each
@@ -43,9 +43,8 @@ Decisions (DESIGN.md section 6 leaves the details open):
   does not stop at one damaged session: it lists it with the status "damaged" (and the
   message in `--json`). `export --format jsonl` is the raw stored form and does not
   parse the log, so a damaged log can still be taken out for inspection.
-- **Ids.** A full session id, or a unique prefix of at least 4 characters (as with git).
-  Anything else that is not a UUID is an invalid id: exit 2, no path is built from it.
-  Unknown id: exit 1, naming it and the store. Ambiguous prefix: exit 2, listing them.
+- **Ids** (source.match_prefix): unknown, exit 1 naming the store; invalid, too short or
+  ambiguous, exit 2; no path is ever built from what was typed.
 - **list** columns: id, updated (local time), turns, the status of the last turn,
   input/output tokens, cwd, title; newest first (`updatedAt` as the store defines it:
   the file's mtime for JSONL, the last event's time for SQLite). Status: `completed`,
@@ -73,7 +72,8 @@ Decisions (DESIGN.md section 6 leaves the details open):
   the command line (quoted as a shell reads it, control characters escaped). `list
   --json` carries `wrapped` as stored. The updates that have no event of their own
   (`wrapped/update`: plans, commands, titles) are replayed by `load` but not shown here,
-  and those before the first turn belong to no turn.
+  and those before the first turn belong to no turn; but the agent's notices, never
+  replayed, are shown here, where they came in their turn ("Notice (warning): ...").
 - **export --format md**: the same content as Markdown, nothing cut, results and
   arguments in fences longer than any backtick run inside them, diffs as `diff` blocks.
   **--format jsonl**: the stored lines exactly: for JSONL the file's bytes (as one read
@@ -81,9 +81,7 @@ Decisions (DESIGN.md section 6 leaves the details open):
   `{"type","seq","time","data"}` with the stored data bytes verbatim (the JSONL
   backend's line format).
 
-- **export --format html** and **serve**: the transcript as one self-contained web page,
-  and a local read-only server of the list and those pages (html.py, serve.py;
-  docs/html.md). The page is written as UTF-8 bytes whatever the locale (it says so).
+- **export --format html** and **serve**: html.py, serve.py; docs/html.md.
 
 Only argparse, os and sys are imported at module level: `acp-bridge` builds its parser (and
 so calls `add_parser`) on every start, and the agent's start-up path stays lean. The
@@ -104,7 +102,6 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROG = "acp-bridge sessions"
-
 
 
 # --- the command line ------------------------------------------------------------------
@@ -137,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
+    from acp_bridge.cli.startup import count
+
     _store_options(parser)
     commands = parser.add_subparsers(dest="sessions_command",
-                                     metavar="{list,show,export,serve,fork,search,stats,index}")
+                                     metavar="{list,show,export,serve,fork,delete,search,stats,index}")
     ls = _command(
         commands,
         "list", aliases=["ls"], help="stored sessions, newest first (the default)",
@@ -148,7 +147,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     ls.add_argument("--cwd", metavar="DIR", help="only sessions whose cwd is DIR")
     ls.add_argument("--json", action="store_true", help="machine-readable JSON")
-    ls.add_argument("-n", "--limit", type=int, metavar="N", help="at most N sessions")
+    ls.add_argument("-n", "--limit", type=count, metavar="N", help="at most N sessions")
     show = _command(
         commands,
         "show", help="a session's transcript as readable text",
@@ -186,6 +185,11 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     fork.add_argument("session_id", metavar="ID", help="a session id, or a unique prefix of it")
     fork.add_argument("--at-turn", type=int, metavar="N",
                       help="the last turn the fork holds (default: the last that ended; 0: none)")
+    from acp_bridge.cli.sessions.delete import delete_options
+
+    delete_options(_command(commands, "delete", help="remove a session from the store (asks first)",
+                            description="Remove a session from the store, once confirmed (--yes when not at "
+                                        "a terminal); refused while an agent has it open."))
     _search_parsers(commands)
 
 
@@ -279,6 +283,10 @@ def run(args: argparse.Namespace) -> int:
 
         progress = Progress(f"{PROG} {command}")
         sid = resolve_id(source, args.session_id)
+        if command == "delete":
+            from acp_bridge.cli.sessions.delete import run_delete
+
+            return run_delete(source, backend, root, sid, args, f"{PROG} delete")
         if command == "fork":
             from acp_bridge.cli.sessions.fork import fork
 
@@ -354,8 +362,6 @@ def _indexed(command: str, backend: str, root: Any, args: argparse.Namespace) ->
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_OK
-    except KeyboardInterrupt:  # `index --watch` stops with Ctrl-C
-        return EXIT_OK
     except (OSError, _sqlite_error()) as exc:
         return _fail(f"{command}: cannot read the store {source.root}: {exc}", EXIT_FAIL)
     finally:
@@ -376,11 +382,10 @@ def _sqlite_error() -> type[Exception]:
 
 
 def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+    import contextlib
+
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _write(text: str) -> None:

@@ -46,9 +46,9 @@ def search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ended", action="append", choices=ENDED, metavar="HOW",
                         help=f"only turns that ended so ({', '.join(ENDED)}); repeat it for several")
     parser.add_argument("--in", dest="kinds", action="append", metavar="KIND",
-                        choices=("prompt", "answer", "thought", "tool", "output"),
-                        help="only these texts: prompt, answer, thought, tool (a call), output (a call's); "
-                             "repeat it for several")
+                        choices=("prompt", "answer", "thought", "tool", "output", "summary"),
+                        help="only these texts: prompt, answer, thought, tool (a call), output (a call's), "
+                             "summary (a compaction's); repeat it for several")
     parser.add_argument("-n", "--limit", type=int, default=LIMIT, metavar="N",
                         help=f"at most N turns (default {LIMIT})")
     parser.add_argument("--json", action="store_true", help="machine-readable JSON")

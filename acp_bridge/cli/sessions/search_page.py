@@ -58,7 +58,7 @@ def hit_anchor(hit: Hit) -> str:
 
     if hit.kind in ("tool", "output") and hit.ref is not None:
         return anchor(hit.turn, call_id=hit.ref)
-    return anchor(hit.turn, hit.step if hit.kind in ("thought", "answer") else 0)
+    return anchor(hit.turn, hit.step if hit.kind in ("thought", "answer", "summary") else 0)
 
 
 def copies_html(hit: Hit) -> str:

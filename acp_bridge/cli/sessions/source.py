@@ -118,18 +118,37 @@ def title_of(events: list[Event]) -> str | None:
 
 
 def resolve_id(source: Source, given: str) -> str:
-    """A full id, or the one stored id that starts with a prefix of >= 4 characters.
-    Raises InvalidSessionIdError, SessionNotFoundError or AmbiguousIdError."""
+    """A full id, or the one stored id that starts with a prefix of >= 4 characters
+    (match_prefix; the store is scanned only for a prefix)."""
+    text = given.strip().lower()
+    return match_prefix(given, () if is_full_id(text) else source.ids())
+
+
+def is_full_id(text: str) -> bool:
+    from session import is_session_id
+
+    return is_session_id(text.strip().lower())
+
+
+def match_prefix(given: str, ids: Iterable[str]) -> str:
+    """`given` as a full session id, or the one of `ids` it is a prefix of: the one rule
+    for ids wherever a person types one (`sessions show/export/fork`, the served URLs,
+    `chat --load`, chat's `/load`; docs/cli.md, "Ids"). Raises InvalidSessionIdError (not
+    an id; a prefix shorter than MIN_PREFIX, said so), SessionNotFoundError (no id starts
+    with it) or AmbiguousIdError (several do, listed)."""
     import re
 
-    from session import SessionNotFoundError, is_session_id, validate_session_id
+    from session import InvalidSessionIdError, SessionNotFoundError, validate_session_id
 
     text = given.strip().lower()
-    if is_session_id(text):
+    if is_full_id(text):
         return text
-    if len(text) < MIN_PREFIX or not re.fullmatch(r"[0-9a-f][0-9a-f-]*", text):
+    if not re.fullmatch(r"[0-9a-f][0-9a-f-]*", text):
         return validate_session_id(given)  # raises InvalidSessionIdError
-    matches = sorted(sid for sid in source.ids() if sid.startswith(text))
+    if len(text) < MIN_PREFIX:
+        raise InvalidSessionIdError(f"session id prefix {text!r} is too short: a prefix needs at least "
+                                    f"{MIN_PREFIX} characters", session_id=None, given=text)
+    matches = sorted({sid for sid in ids if sid.startswith(text)})
     if not matches:
         raise SessionNotFoundError(f"no session id starts with {text}", session_id=None)
     if len(matches) > 1:

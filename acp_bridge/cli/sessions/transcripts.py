@@ -21,6 +21,8 @@ from acp_bridge.cli.sessions.text import (
 )
 from acp_bridge.cli.sessions.turns import Step, Tool, Turn
 from acp_bridge.cli.sessions.view import (
+    compaction_heading,
+    notice_text,
     result_mark,
     tool_diffs,
     turn_info,
@@ -127,6 +129,7 @@ def _turn_text(walk: Walk, turn: Turn, full: bool) -> list[Line]:
     out: list[Line] = ["", f"Turn {turn.number} — {walk.turn_status(turn)}", f"  {turn_info(turn)}"]
     out += ["", "  User:"]
     out += indent(blocks_text(turn.prompt).split("\n"), "    ")
+    out += [f"  {notice_text(notice)}" for notice in turn.notices]
     for step in turn.steps:
         label = f"  Step {step.number}"
         if step.usage:
@@ -157,6 +160,11 @@ def _show_tail(walk: Walk) -> list[str]:
 
 def _step_text(step: Step, turn: Turn, full: bool) -> list[Line]:
     out: list[Line] = []
+    for compaction in step.compactions.values():  # before the step's model call: it needed it
+        out.append(f"    {compaction_heading(compaction)}")
+        summary = Lines(blocks_text(compaction.summary), "      ", strip=True)
+        if summary:
+            out += ["    Summary:", summary]
     partial = " (partial: streamed, cut short)" if step.partial else ""
     reasoning = Lines(step.shown_reasoning(), "      | ", strip=True)
     if reasoning:
@@ -166,7 +174,8 @@ def _step_text(step: Step, turn: Turn, full: bool) -> list[Line]:
         out += [f"    Assistant{partial}:", text]
     for tool in step.tools:
         out += _tool_text(tool, turn, full)
-    if not (reasoning or text or step.tools):
+    out += [f"    {notice_text(notice)}" for notice in step.notices]
+    if not (reasoning or text or step.tools or step.compactions or step.notices):
         out.append("    (no output)")
     return out
 
@@ -255,6 +264,8 @@ def _turn_markdown(walk: Walk, turn: Turn) -> list[Line]:
     out: list[Line] = ["", f"## Turn {turn.number} — {_md_escape(walk.turn_status(turn))}", "",
            f"*{_md_escape(turn_info(turn))}*", "", "### User", ""]
     out += blocks_text(turn.prompt).split("\n")
+    for notice in turn.notices:
+        out += ["", f"*{_md_escape(notice_text(notice))}*"]
     for step in turn.steps:
         label = f"### Step {step.number}"
         if step.usage:
@@ -287,6 +298,11 @@ def _markdown_tail(walk: Walk) -> list[str]:
 
 def _step_markdown(step: Step, turn: Turn) -> list[Line]:
     out: list[Line] = []
+    for compaction in step.compactions.values():
+        out += ["", f"**{_md_escape(compaction_heading(compaction))}**"]
+        summary = Lines(blocks_text(compaction.summary), "> ", strip=True, rstrip=True)
+        if summary:
+            out += ["", "> **Summary:**", ">", summary]
     partial = " (partial: streamed, cut short)" if step.partial else ""
     reasoning = Lines(step.shown_reasoning(), "> ", strip=True, rstrip=True)
     if reasoning:
@@ -318,6 +334,8 @@ def _step_markdown(step: Step, turn: Turn) -> list[Line]:
         for path, old, new in tool_diffs(tool):
             out += ["", f"{_md_escape(diff_summary(path, old, new))}:", ""]
             out += fence("\n".join(unified(path, old, new)), "diff")
-    if not (reasoning or text or step.tools):
+    for notice in step.notices:
+        out += ["", f"*{_md_escape(notice_text(notice))}*"]
+    if not (reasoning or text or step.tools or step.compactions or step.notices):
         out += ["", "*(no output)*"]
     return out

@@ -1,6 +1,9 @@
 """A session's turns as built from its events, for `acp-bridge sessions`: the turn, its
 steps and tool calls (`Turn`, `Step`, `Tool`), a step's streamed text kept aside as it
-comes (`Spool`), and `TurnBuilder`, which builds them one event at a time."""
+comes (`Spool`), and `TurnBuilder`, which builds them one event at a time. A wrapped
+agent's notices (`wrapped/update`s of kind `notice`, recorded for the transcript and
+never replayed: docs/wrap.md) are kept where they came: in the turn before its first
+step, else in the step that was open."""
 
 from __future__ import annotations
 
@@ -12,7 +15,13 @@ if TYPE_CHECKING:
     from typing import Any
 
     from session.events import Event, Reason
-    from session.items import AssistantMessageData, ToolCallData, ToolResultData, TurnStartData
+    from session.items import (
+        AssistantMessageData,
+        CompactionData,
+        ToolCallData,
+        ToolResultData,
+        TurnStartData,
+    )
 
 
 class Tool:
@@ -67,9 +76,23 @@ class Spool:
         self.size = 0
 
 
+class Compaction:
+    """A compaction of the model's context in a step, as its last event has it."""
+
+    __slots__ = ("error", "from_turn", "status", "summary", "to_turn")
+
+    def __init__(self, data: CompactionData) -> None:
+        replaces = data.get("replaces") or {}
+        self.from_turn, self.to_turn = replaces.get("fromTurn"), replaces.get("toTurn")
+        self.status = str(data.get("status"))
+        self.summary: list[Any] = data.get("summary") or []
+        error = data.get("error")
+        self.error = error if isinstance(error, str) else None
+
+
 class Step:
-    __slots__ = ("chunk_reasoning", "chunk_text", "has_message", "number", "reasoning", "text",
-                 "tools", "usage")
+    __slots__ = ("chunk_reasoning", "chunk_text", "compactions", "has_message", "notices", "number", "reasoning",
+                 "text", "tools", "usage")
 
     def __init__(self, number: int) -> None:
         self.number = number
@@ -80,6 +103,8 @@ class Step:
         self.text: list[str] = []
         self.tools: list[Tool] = []
         self.usage: dict[str, int] = {}
+        self.compactions: dict[str, Compaction] = {}  # by id, in the order they began
+        self.notices: list[dict[str, Any]] = []  # a wrapped agent's, as it sent them
 
     @property
     def partial(self) -> bool:
@@ -96,7 +121,7 @@ class Step:
 
 
 class Turn:
-    __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "number", "prompt", "reason",
+    __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "notices", "number", "prompt", "reason",
                  "started_at", "steps", "usage")
 
     def __init__(self, number: int, started_at: int, data: TurnStartData) -> None:
@@ -111,6 +136,7 @@ class Turn:
         self.ended_at: int | None = None
         self.end_on_disk = True
         self.usage: dict[str, int] = {}
+        self.notices: list[dict[str, Any]] = []  # a wrapped agent's before the first step
 
     def close(self) -> None:
         """Let go of the steps' streamed text (a temporary file, past SPOOL)."""
@@ -167,6 +193,10 @@ class TurnBuilder:
             turn.end_on_disk = self._stored(ev["seq"])
             self.turn = self._step = None
             return turn
+        elif ev["type"] == "wrapped/update":
+            update = ev["data"].get("update")
+            if isinstance(update, dict) and update.get("sessionUpdate") == "notice":
+                (turn.notices if step is None else step.notices).append(update)
         elif step is None:
             pass
         elif ev["type"] == "assistant/message":
@@ -181,6 +211,13 @@ class TurnBuilder:
             tool = _tool_of(self._tools, step, ev["data"])
             tool.result = ev["data"]
             tool.result_on_disk = self._stored(ev["seq"])
+        elif ev["type"] == "context/compaction":
+            data = ev["data"]
+            step.compactions[str(data.get("compactionId"))] = Compaction(data)
+            usage = data.get("usage")
+            if isinstance(usage, dict):  # the summary's own model call
+                add_usage(step.usage, usage)
+                add_usage(turn.usage, usage)
         return None
 
     def _message(self, turn: Turn, step: Step, data: AssistantMessageData) -> None:

@@ -5,8 +5,11 @@ are built in acp_bridge.cli.sessions.turns."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from acp_bridge.cli.sessions.text import add_usage, cut, json_text, local_time, one_line
-from acp_bridge.cli.sessions.turns import Tool, Turn, TurnBuilder
+from acp_bridge.cli.sessions.turns import Compaction, Tool, Turn, TurnBuilder
 from session.events import checked_reason
 from session.typed import typed
 
@@ -187,6 +190,31 @@ def turn_info(turn: Turn) -> str:
     if turn.model:
         parts.append(f"model {one_line(turn.model)}")
     return " · ".join(parts)
+
+
+def compaction_heading(compaction: Compaction) -> str:
+    """What a compaction of the model's context did, in words (every value from the log
+    shown through one_line)."""
+    status = one_line(compaction.status).replace("_", " ")
+    last = compaction.to_turn
+    if type(last) is not int or last < 1:
+        what = "nothing of this log replaced"
+    else:
+        what = f"the conversation up to turn {last} summarized for the model"
+        if type(compaction.from_turn) is int and compaction.from_turn > 1:
+            what += f" (read from turn {compaction.from_turn} on)"
+    heading = f"Compaction, {status}: {what}"
+    return heading + (f"; error: {one_line(compaction.error)}" if compaction.error else "")
+
+
+def notice_text(notice: Mapping[str, Any]) -> str:
+    """A wrapped agent's notice on one line: its severity, title and description (every
+    value from the log shown through one_line; a malformed one as far as it reads)."""
+    severity, title = notice.get("severity"), notice.get("title")
+    text = f"Notice ({one_line(severity) if isinstance(severity, str) else 'info'}): "
+    text += one_line(title) if isinstance(title, str) else "(untitled)"
+    description = notice.get("description")
+    return text + (f" — {one_line(description)}" if isinstance(description, str) and description else "")
 
 
 def result_mark(tool: Tool) -> str:
