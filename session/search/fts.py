@@ -279,17 +279,18 @@ class FtsIndex:
         # turns if they are `limit` or more once filtered (a turn left out has no text
         # better than these, nor as good and newer); else more texts are taken.
         # One hit per turn as it ran: a fork's copy of it is one with the original. The
-        # text picked is the best the original holds (a copy's only where none of the
-        # original's is kept, or filtered out): the one min() gives the other columns.
+        # text shown is the best the original holds (a copy's only where none of the
+        # original's is kept, or filtered out), the first of the turn among equals.
         sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ? "
-               "ORDER BY bm25(texts), rowid DESC LIMIT ?) "
-               "SELECT d.session_id, d.turn, d.kind, d.step, d.ref, "
-               "min(h.score + CASE WHEN t.origin IS NULL THEN 0 ELSE 1e9 END) AS pick, s.title, s.cwd, s.agent, "
-               "t.started, t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) "
-               "FROM h JOIN docs d ON d.id = h.id "
-               "JOIN turns t ON t.session_id = d.session_id AND t.turn = d.turn "
-               f"JOIN sessions s ON s.id = d.session_id {where} GROUP BY coalesce(t.origin, d.session_id), d.turn "
-               "ORDER BY CASE WHEN pick > 5e8 THEN pick - 1e9 ELSE pick END, t.started DESC LIMIT ?")
+               "ORDER BY bm25(texts), rowid DESC LIMIT ?), "
+               "r AS (SELECT d.session_id, d.turn, d.kind, d.step, d.ref, min(h.score) OVER w AS best, s.title, "
+               "s.cwd, s.agent, t.started, t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) AS k, "
+               "row_number() OVER (w ORDER BY t.origin IS NOT NULL, h.score, d.id) AS n "
+               "FROM h JOIN docs d ON d.id = h.id JOIN turns t ON t.session_id = d.session_id AND t.turn = d.turn "
+               f"JOIN sessions s ON s.id = d.session_id {where} "
+               "WINDOW w AS (PARTITION BY coalesce(t.origin, d.session_id), d.turn)) "
+               "SELECT session_id, turn, kind, step, ref, best, title, cwd, agent, started, model, state, reason, "
+               "id, k FROM r WHERE n = 1 ORDER BY best, started DESC LIMIT ?")
         db = self._conn()
         match = fts5_match(query)
         wanted = max(CANDIDATES, limit * PER_HIT)
@@ -302,8 +303,7 @@ class FtsIndex:
                 if matched <= wanted:
                     break
                 wanted *= 8
-            # bm25: lower is better; a score: higher
-            hits = [hit_of(row, -(row[5] - 1e9 if row[5] > 5e8 else row[5])) for row in rows]
+            hits = [hit_of(row, -row[5]) for row in rows]  # bm25: lower is better; a score: higher
             for hit in hits:
                 body = db.execute("SELECT body FROM texts WHERE rowid = ?", (hit.doc_id,)).fetchone()
                 hit.snippet, hit.marks = snippet(body[0] if body else "", query)

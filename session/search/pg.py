@@ -247,7 +247,7 @@ class PgIndex:
                "t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) AS origin "
                f"FROM c JOIN {S}docs d ON d.id = c.id JOIN {S}turns t ON t.session_id = d.session_id "
                f"AND t.turn = d.turn JOIN {S}sessions s ON s.id = d.session_id, to_tsquery('simple', %s) q "
-               "ORDER BY coalesce(t.origin, d.session_id), d.turn, t.origin IS NOT NULL, score DESC) best "
+               "ORDER BY coalesce(t.origin, d.session_id), d.turn, t.origin IS NOT NULL, score DESC, d.id) best "
                "ORDER BY score DESC, started DESC LIMIT %s")
         match = tsquery(query)
         with self._reading() as db, db.transaction():
