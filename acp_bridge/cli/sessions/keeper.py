@@ -111,7 +111,13 @@ class IndexKeeper:
         told = [] if fresh else [f"{self.prog}: the search index {self.where} is being brought up to date; "
                                  "the last turns may be missing"]
         with self._lock:
-            return find(source, self._open(), query, filters, limit), told + self._said
+            try:
+                return find(source, self._open(), query, filters, limit), told + self._said
+            except Exception:  # the next search opens it again (a dropped connection, a file gone)
+                reader, self._reader = self._reader, None
+                if reader is not None:
+                    reader.close()
+                raise
 
     def _open(self) -> SearchIndex:
         path = index_path(self.backend, self.root, self.option)
