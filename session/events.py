@@ -93,6 +93,10 @@ ReasonKind = Literal[
 CANCELLED_BY: Final = ("session/cancel", "session/close", "$/cancel_request", "session/request_permission")
 CancelledBy = Literal["session/cancel", "session/close", "$/cancel_request", "session/request_permission"]
 INTERRUPT_CAUSES: Final = ("crash", "shutdown")
+# The `error` code of a slash command's turn that could not do what it says (`/mode nope`,
+# `/title` without a title): the command's answer, not a failure of the model's turn
+# (docs/protocol.md, "Slash commands"; `failed_command`).
+COMMAND_FAILED: Final = "command_failed"
 InterruptCause = Literal["crash", "shutdown"]
 
 # A compaction's status (ACP's CompactionStatus): `in_progress` until one of the three
@@ -203,16 +207,32 @@ class ToolError(TypedDict):
     code: str
 
 
+class PermissionRule(TypedDict):
+    """An "always allow" rule: every call of tool `name`, or only its exact `command`."""
+
+    name: str
+    command: NotRequired[str]
+
+
 class PermissionRecord(TypedDict):
-    """The client's answer to a permission request: `selected` (with `optionId`),
+    """A decision about a tool call. Without `by`: the client's answer to a permission
+    request (the person's, as the client asked them): `selected` (with `optionId`),
     `cancelled`, or, when it gave no usable answer, `error` (it answered with a
     JSON-RPC error: its `code` and `message`) or `invalid` (an answer that is not one
-    of the options offered: `message` says what came)."""
+    of the options offered: `message` says what came). With `by`, a decision the agent
+    made without asking, recorded on the call's `tool/call`: `by: "rule"`, an "always
+    allow" answer given earlier in the session (`outcome: "selected"`, `optionId:
+    "allow_always"`, `rule` which one); `by: "mode"`, the session's `mode` let it run
+    (`outcome: "allowed"`: `accept_edits` and an edit) or refused it (`outcome:
+    "refused"`: `read_only`)."""
 
     outcome: str
     optionId: NotRequired[str]
     code: NotRequired[int]
     message: NotRequired[str]
+    by: NotRequired[Literal["rule", "mode"]]
+    rule: NotRequired[PermissionRule]
+    mode: NotRequired[str]
 
 
 class AgentError(TypedDict):
@@ -276,6 +296,12 @@ class InterruptedReason(TypedDict):
 Reason = (CompletedReason | MaxTokensReason | MaxStepsReason | RefusalReason | CancelledReason
           | ErrorReason | InterruptedReason)
 """`turn/end.reason`: one of the seven kinds, each with its own fields."""
+
+
+def failed_command(value: object) -> bool:
+    """Whether a `turn/end` reason (as the log or an index holds it) is a slash command
+    that could not run (`COMMAND_FAILED`)."""
+    return isinstance(value, dict) and value.get("kind") == "error" and value.get("code") == COMMAND_FAILED
 
 
 def reason(kind: ReasonKind, **fields: JSON) -> Reason:

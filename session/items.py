@@ -101,6 +101,10 @@ class ToolCallData(TypedDict):
     # (a `tool/permission` lets it run) or is refused before it runs (its failed
     # `tool/result` follows). Absent: the call runs right after its `tool/call`.
     pending: NotRequired[bool]
+    # A decision the agent made without asking (`by` "rule" or "mode"): who let the call
+    # run, or refused it. A call the client was asked about has its answer on its
+    # `tool/permission` and `tool/result` instead; a read has none (reading never asks).
+    permission: NotRequired[PermissionRecord]
     # True: the editor was sent no update for this event (a wrapped agent's turn keeps
     # what it sent as `wrapped/update`s and chunks; this event is its meaning, for the
     # transcript), so a replay sends none either. Also on `assistant/message` and
@@ -234,8 +238,10 @@ def assistant_message(
 def tool_call(
     turn: int, step: int, call_id: str, *, name: str, arguments: JSON, title: str, kind: str,
     locations: list[JSON] | None = None, pending: bool = False, silent: bool = False,
+    permission: PermissionRecord | None = None,
 ) -> tuple[Literal["tool/call"], ToolCallData]:
-    """`locations` is left out when there are none, `pending` when it is false."""
+    """`locations` is left out when there are none, `pending` when it is false,
+    `permission` (a decision made without asking) when there is none."""
     data: ToolCallData = {"turn": turn, "step": step, "callId": call_id, "name": name,
                           "arguments": arguments, "title": title, "kind": kind}
     if locations:
@@ -244,6 +250,8 @@ def tool_call(
         data["pending"] = True
     if silent:
         data["silent"] = True
+    if permission is not None:
+        data["permission"] = permission
     return (TOOL_CALL, data)
 
 

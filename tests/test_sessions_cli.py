@@ -345,7 +345,7 @@ def test_show_completed_failed_cancelled(tmp_path: Path, kind: str, sessions: Re
         "        … (10 more lines; --full shows all)",
         "    Tool write_file (edit) — Write b.txt [w1]",
         '      arguments: {"path":"b.txt","content":"new\\n"}',
-        "      permission: reject_once",
+        "      permission: reject_once, by the user",
         "      result [error: rejected]:",
         "        The user rejected this tool call.",
         "",
@@ -530,7 +530,7 @@ def test_export_markdown(tmp_path: Path, kind: str, sessions: Recorded) -> None:
     assert lines[i + 2:i + 7] == ["Arguments:", "", "```json", '{"path":"a.txt"}', "```"]
     assert lines[i + 8:i + 12] == ["Result:", "", "```text", "alpha"]
     assert "line 19" in lines  # nothing cut in an export
-    assert "Permission: reject_once" in lines
+    assert "Permission: reject_once, by the user" in lines
     assert "Result **\\[error: rejected\\]**:" in lines
     assert "**End:** completed · tokens 250 in / 25 out" in lines
     assert lines[-1] == "**Total tokens:** 250 in / 25 out"

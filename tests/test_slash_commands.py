@@ -38,6 +38,15 @@ def said(agent: AgentProcess, sid: str, turn: int) -> str:
                    and u.get("messageId", "").startswith(f"t{turn}"))
 
 
+def could_not_run(answer: dict[str, Any]) -> str:
+    """A command that could not run is answered, not failed (issue 35, point 5): `end_turn`,
+    its `turn/end` reason in `_meta` (`command_failed`); what was wrong, its message."""
+    assert "error" not in answer, answer
+    reason = answer["result"]["_meta"]["acpBridge"]["reason"]
+    assert answer["result"]["stopReason"] == "end_turn" and reason["code"] == "command_failed"
+    return str(reason["message"])
+
+
 def of_turn(events: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]:
     return [e for e in events if e["data"].get("turn") == turn]
 
@@ -84,7 +93,7 @@ async def test_title_is_recorded_and_named_live_and_on_load(tmp_path: Path, work
         assert titles[-1] == "Budget review"
         assert "Budget review" in said(agent, sid, 2)
         empty = await command(agent, sid, "/title")
-        assert empty["error"]["data"]["code"] == "command_failed"
+        assert "needs the new title" in could_not_run(empty)
     turn2 = of_turn(loaded_events(store, sid), 2)
     assert [e["type"] for e in turn2] == ["turn/start", "user/message", "config/set", "step/start",
                                           "assistant/chunk", "assistant/message", "step/end", "turn/end"]
@@ -129,7 +138,7 @@ async def test_export_writes_a_new_file_and_never_overwrites(tmp_path: Path, wor
         named = await command(agent, sid, "/export notes")
         assert named["result"]["stopReason"] == "end_turn"
         refused = await command(agent, sid, "/export ../outside.md")
-        assert refused["error"]["data"]["code"] == "command_failed"
+        assert "../outside.md" in could_not_run(refused)
         assert not (tmp_path / "outside.md").exists()
     # the first export held turn 1 exactly as `sessions export` renders it (the
     # command's own turn was recorded after the file was written)
@@ -155,7 +164,8 @@ async def test_mode_and_model_take_the_paths_of_their_methods(tmp_path: Path, wo
         assert any(u["sessionUpdate"] == "current_mode_update" and u["currentModeId"] == "read_only"
                    for u in agent.updates_of(sid))
         bad = await command(agent, sid, "/mode plan")
-        assert bad["error"]["data"]["code"] == "command_failed" and "unknown mode" in bad["error"]["message"]
+        assert "unknown mode" in could_not_run(bad)
+        assert said(agent, sid, 3).strip().startswith("[The command could not run: unknown mode 'plan'")
         await command(agent, sid, f"/model {script}")
         options = [u for u in agent.updates_of(sid) if u["sessionUpdate"] == "config_option_update"]
         assert options[-1]["configOptions"][1]["currentValue"] == script
@@ -216,9 +226,9 @@ async def test_fork_makes_a_stored_fork_to_open(tmp_path: Path, work: Path) -> N
         first = await command(agent, sid, "/fork 1")
         assert first["result"]["stopReason"] == "end_turn"
         bad = await command(agent, sid, "/fork one")
-        assert bad["error"]["data"]["code"] == "command_failed"
+        could_not_run(bad)
         beyond = await command(agent, sid, "/fork 99")
-        assert beyond["error"]["data"]["code"] == "command_failed"
+        could_not_run(beyond)
         text3, text4 = said(agent, sid, 3), said(agent, sid, 4)
         forks = [line.split(" into ")[1].split(",")[0] for line in (text3, text4)]
         assert "turns 1-2" in text3 and "turns 1-1" in text4

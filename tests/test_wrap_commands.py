@@ -18,7 +18,6 @@ import pytest
 
 from acp_bridge.wrap.seed import PREFACE
 from session import check_invariants
-from tests.support.acp_client import AgentError
 from tests.support.acp_schema import validate_def
 from tests.support.logs import loaded_events
 from tests.support.switching import Switching, memory
@@ -133,9 +132,12 @@ async def test_agent_switches_and_the_command_turns_are_recorded(tmp_path: Path,
         assert said.startswith("beta saw: " + PREFACE) and "the apple is red" in said
         assert "alpha (current), beta" in said and said.endswith(" | what colour is it?")
 
-        with pytest.raises(AgentError) as failed:
-            await wrapper.prompt(sid, "/agent gamma")
-        assert failed.value.code == -32603 and "no agent named 'gamma'" in str(failed.value)
+        # A command that cannot run is answered with what was wrong, not failed (issue 35).
+        before = len(wrapper.updates_of(sid))
+        refused = await wrapper.prompt(sid, "/agent gamma")
+        assert refused["stopReason"] == "end_turn"
+        assert refused["_meta"]["acpBridge"]["reason"]["code"] == "command_failed"
+        assert "The command could not run: no agent named 'gamma'" in wrapper.text_of(sid, before)
 
     to_children = [m["params"]["prompt"][0]["text"] for m in received(record) if m.get("method") == "session/prompt"]
     assert not any(text.startswith("/agent") for text in to_children)  # never sent to an agent

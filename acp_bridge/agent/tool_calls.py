@@ -152,9 +152,12 @@ class ToolCalls:
         rule = permissions.always_rule(call.name, kind, arguments)
         mode = self._mode()
         decision = permissions.decide(mode, kind, rule, self._always_allowed) if problem is None else "deny"
+        # Who decided, when nobody is asked: a rule, the mode (shown with the call).
+        decided = permissions.unasked(mode, kind, rule, self._always_allowed) if problem is None else None
         # Durable before anyone is asked or anything runs; `pending` unless it runs now.
         await self._append(tool_call(turn, step, call.id, name=call.name, arguments=arguments, title=title,
-                                     kind=kind, locations=locations, pending=decision != "allow"))
+                                     kind=kind, locations=locations, pending=decision != "allow",
+                                     permission=decided))
         if problem is not None or tool is None:
             await self.result(turn, step, call.id, ToolOutcome.failure(problem or ToolError("no tool")))
             return

@@ -7,7 +7,9 @@ A command is a turn of its own (docs/protocol.md, "Slash commands"): `turn/start
 `trigger {kind: "command", name}`, the prompt as typed (`user/message`), then what it
 did as the agent's answer: one step with its text (`assistant/chunk`, `assistant/
 message`), `turn/end completed`; or, when it could not do what it says, `turn/end error
-{step: 0, message, code: "command_failed"}` (`auth` for a model that needs a key). The
+{step: 0, message, code: "command_failed"}`, which is the command's answer (settled
+`end_turn`, the editor shown what was wrong: acp_bridge.host.settlement, `end_notice`),
+not a failed turn (`auth` for a model that needs a key is one: the client must log in). The
 settings a command changes inside its turn (the title: `config/set session/title`) come
 first. The prompt is answered from that `turn/end` as any prompt, so live, on a reload
 and in `acp-bridge sessions` the command and its result read the same; and the model
@@ -28,7 +30,7 @@ from typing import Any, Final
 
 from acp_bridge.errors import AuthRequiredError, CommandError
 from session.errors import AcpBridgeError
-from session.events import TITLE_CONFIG, Event, reason
+from session.events import COMMAND_FAILED, TITLE_CONFIG, Event, reason
 from session.items import (
     Item,
     assistant_chunk,
@@ -149,7 +151,7 @@ def answer_items(turn: int, outcome: Outcome | AcpBridgeError) -> list[Item]:
     """The events of a command's turn after its prompt: its settings and its answer,
     then its `turn/end` (module docstring)."""
     if isinstance(outcome, AcpBridgeError):
-        code = "auth" if isinstance(outcome, AuthRequiredError) else "command_failed"
+        code = "auth" if isinstance(outcome, AuthRequiredError) else COMMAND_FAILED
         return [turn_end(turn, reason("error", step=0, message=outcome.message or type(outcome).__name__,
                                       code=code, retryable=False))]
     items: list[Item] = [config_set(config_id, value, turn) for config_id, value in outcome.settings]

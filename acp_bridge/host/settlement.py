@@ -5,7 +5,10 @@ Deriving the answer from the durable event, never from in-memory state, is what 
 a prompt's answer and a later `session/load` tell the same story. Success answers carry
 `_meta.acpBridge = {turn, reason}` (the persisted reason verbatim); failed turns become
 JSON-RPC errors: a wrapped agent's own error answer again, as it sent it, or ours, whose
-`data` says which turn and step failed and whether a retry may help. The answer's
+`data` says which turn and step failed and whether a retry may help. A slash command
+that could not run (`error` with code `command_failed`) is no failed turn: it is answered
+`end_turn`, its reason in `_meta`, the editor told what was wrong by the turn's end
+notice (acp_bridge.host.updates.end_notice). The answer's
 `usage` (ACP's `PromptResponse.usage`, unstable in schema-v1.21.0) is the sum of the
 turn's `assistant/message` usage as the log recorded it (`turn_usage`).
 """
@@ -19,7 +22,14 @@ from typing import Any, Final, Literal, TypedDict
 import orjson
 
 from acp_bridge.rpc.protocol import AUTH_REQUIRED, INTERNAL_ERROR
-from session.events import ASSISTANT_MESSAGE, CONTEXT_COMPACTION, REASON_KINDS, TURN_END, Event
+from session.events import (
+    ASSISTANT_MESSAGE,
+    CONTEXT_COMPACTION,
+    REASON_KINDS,
+    TURN_END,
+    Event,
+    failed_command,
+)
 from session.typed import typed
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
@@ -102,7 +112,7 @@ def settle(turn_end: Event) -> Settlement:
     reason = end["data"]["reason"]
     if reason.get("kind") not in REASON_KINDS:  # held by the invariants: no such log is read
         raise ValueError(f"turn {turn}: unknown turn/end reason kind {reason.get('kind')!r}")
-    if reason["kind"] == "error":
+    if reason["kind"] == "error" and not failed_command(reason):
         if "agentError" in reason:
             # A copy (JSON in, JSON out): the answer never aliases the event.
             return TurnFailed(orjson.loads(orjson.dumps(reason["agentError"])))
@@ -117,7 +127,8 @@ def settle(turn_end: Event) -> Settlement:
         else:
             code, message = INTERNAL_ERROR, f"{TURN_FAILED}{reason['message']}"
         return TurnFailed({"code": code, "message": message, "data": dict(data)})
-    return {"stopReason": STOP_REASONS[reason["kind"]], "_meta": {"acpBridge": {"turn": turn, "reason": dict(reason)}}}
+    stop = "end_turn" if reason["kind"] == "error" else STOP_REASONS[reason["kind"]]  # a command's answer
+    return {"stopReason": stop, "_meta": {"acpBridge": {"turn": turn, "reason": dict(reason)}}}
 
 
 def turn_usage(events: Iterable[Event], turn: int) -> dict[str, int] | None:

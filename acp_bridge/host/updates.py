@@ -92,6 +92,7 @@ from session.events import (
     Event,
     Reason,
     ToolCallBlock,
+    failed_command,
     tool_calls_of,
 )
 from session.items import (
@@ -243,7 +244,7 @@ def end_notice(end: Reason) -> str | None:
         text = f"This turn was cancelled: {_CANCEL_WHY.get(end['by'], 'it was stopped before it finished')}."
     elif end["kind"] == "error":
         message = (end["message"] or "an error").rstrip(".")
-        text = f"This turn failed: {message}."
+        text = f"The command could not run: {message}." if failed_command(end) else f"This turn failed: {message}."
     elif end["kind"] == "max_tokens":
         text = "This turn stopped: the model reached its output limit."
     elif end["kind"] == "max_steps":

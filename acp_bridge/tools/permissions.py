@@ -16,7 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from typing import Any, Final, Literal
 
-from session.events import TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT, Event
+from session.events import (
+    TOOL_CALL,
+    TOOL_PERMISSION,
+    TOOL_RESULT,
+    Event,
+    PermissionRecord,
+    PermissionRule,
+)
 from session.typed import typed
 
 Decision = Literal["allow", "ask", "deny"]
@@ -96,6 +103,24 @@ def decide(mode: str, kind: str, rule: Rule, always: Set[Rule]) -> Decision:
     if mode == "accept_edits" and kind in ("edit", "delete", "move"):
         return "allow"
     return "ask"
+
+
+def unasked(mode: str, kind: str, rule: Rule, always: Set[Rule]) -> PermissionRecord | None:
+    """Who decided a call that `decide` does not ask about, as the log records it on the
+    call's `tool/call` (session.events.PermissionRecord): an "always" rule and which, or
+    the mode; None for a read (nothing to decide) and for a call that asks (the client's
+    answer is recorded)."""
+    if kind in ("read", "search", "think"):
+        return None
+    if mode == "read_only":
+        return {"outcome": "refused", "by": "mode", "mode": mode}
+    if rule in always:
+        name, command = rule
+        which: PermissionRule = {"name": name} if command is None else {"name": name, "command": command}
+        return {"outcome": "selected", "optionId": ALLOW_ALWAYS, "by": "rule", "rule": which}
+    if mode == "accept_edits" and kind in ("edit", "delete", "move"):
+        return {"outcome": "allowed", "by": "mode", "mode": mode}
+    return None
 
 
 _CALL_EVENTS = frozenset({TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT})

@@ -15,11 +15,14 @@ from session.errors import IndexDamaged as IndexDamaged  # what a search index a
 from session.errors import Rewound as Rewound
 from session.search.query import Query
 
-FORMAT = "3"
+FORMAT = "5"
 """The index's own format version, stored in it: an index of another is rebuilt.
 2: a session's row keeps its header and whether its log was checked (`sessions list`
-takes its facts from fresh rows). 3: a tool call's text is its arguments' strings,
-not their JSON, with what its edits wrote."""
+takes its facts from fresh rows). 4: a turn's row says what started it (a prompt or a
+command) and whether it is a fork's copy of its original's turn (the stats count it
+once, in the session that ran it). 5: a tool call's text is its arguments' strings,
+not their JSON, with what its edits wrote; a copied turn is linked to the session it
+ran in (`turns.origin`: search finds it once); a text's id orders equal scores."""
 
 KINDS = ("prompt", "answer", "thought", "tool", "output", "summary")
 """What a text of a turn is: the user's prompt, an answer, the model's thinking, a tool
@@ -96,6 +99,10 @@ class TurnRow:
     tool_errors: int
     cost: float | None = None  # what a wrapped agent said this turn cost (usage_update.cost)
     currency: str | None = None
+    kind: str = "prompt"  # what started it (`turn/start.trigger.kind`): "prompt" or "command"
+    # A fork's copy of a turn its original ran (the fork's turns up to `forkedFrom.turn`):
+    # lineage, not new work; the stats count the turn where it ran.
+    copied: bool = False
 
 
 @dataclass
@@ -122,7 +129,10 @@ TOKEN_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteToken
 
 @dataclass
 class StatsRow:
-    """Sums over the turns of one group and model (the model prices them)."""
+    """Sums over the turns of one group and model (the model prices them): each turn
+    once, in the session that ran it (a fork's copies left out); `turns` and `errors`
+    are the prompts', a slash command's turn is counted in `commands` (and, when it
+    could not run, `failed_commands`)."""
 
     key: Any  # the group: a quarter-hour (epoch ms // 900_000), a model, an agent, a cwd
     model: str | None
@@ -134,6 +144,8 @@ class StatsRow:
     reported: dict[str, float]  # currency -> what wrapped agents said their turns cost
     reported_turns: int  # turns with such a figure
     tool_errors: int
+    commands: int = 0
+    failed_commands: int = 0
 
 
 @dataclass
@@ -296,6 +308,6 @@ class SearchIndex(Protocol):
         """(group key, session id) of each open turn the filters keep (see `stats`)."""
 
     def stats(self, filters: Filters, by: str) -> list[StatsRow]:
-        """Sums per group (`by`: day, model, agent, cwd, or "" for one) and model."""
+        """Sums per group (`by`: day, model, agent, cwd, session, or "" for one) and model."""
 
     def close(self) -> None: ...

@@ -66,7 +66,7 @@ CREATE INDEX sessions_forks ON sessions (fork_of) WHERE fork_of IS NOT NULL;
 CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INTEGER, ended INTEGER,
     model TEXT, mode TEXT, state TEXT, reason TEXT, input INTEGER, output INTEGER, cache_read INTEGER,
     cache_write INTEGER, reasoning INTEGER, steps INTEGER, tools INTEGER, tool_errors INTEGER,
-    cost REAL, currency TEXT, origin TEXT, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
+    cost REAL, currency TEXT, kind TEXT, copied INTEGER, origin TEXT, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
 CREATE INDEX turns_started ON turns (started);
 CREATE INDEX turns_origin ON turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, turn INTEGER NOT NULL,

@@ -67,7 +67,7 @@ CREATE INDEX sessions_forks ON {S}sessions (fork_of) WHERE fork_of IS NOT NULL;
 CREATE TABLE {S}turns (session_id text NOT NULL, turn integer NOT NULL, started bigint, ended bigint,
     model text, mode text, state text, reason text, input bigint, output bigint, cache_read bigint,
     cache_write bigint, reasoning bigint, steps integer, tools integer, tool_errors integer,
-    cost double precision, currency text, origin text, PRIMARY KEY (session_id, turn));
+    cost double precision, currency text, kind text, copied integer, origin text, PRIMARY KEY (session_id, turn));
 CREATE INDEX turns_started ON {S}turns (started);
 CREATE INDEX turns_origin ON {S}turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE {S}docs (id bigserial PRIMARY KEY, session_id text NOT NULL, turn integer NOT NULL,

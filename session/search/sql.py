@@ -28,11 +28,15 @@ SESSION_COLUMNS = ("id", "created", "cwd", "agent", "title", "stamp", "at_seq", 
                    "at_turn", "cost", "currency", "damaged", "header", "checked", "fork_of", "fork_turn")
 TURN_COLUMNS = ("session_id", "turn", "started", "ended", "model", "mode", "state", "reason", "input",
                 "output", "cache_read", "cache_write", "reasoning", "steps", "tools", "tool_errors",
-                "cost", "currency")
+                "cost", "currency", "kind", "copied")
 _TOKEN_COLUMNS = ("input", "output", "cache_read", "cache_write", "reasoning")
 # The group of a turn in the stats, by `by`: the quarter-hour it started in (the caller
 # makes local days of them: a time zone's offset is a whole number of quarter hours).
-GROUPS = {"day": "t.started / 900000", "model": "t.model", "agent": "s.agent", "cwd": "s.cwd", "": "''"}
+GROUPS = {"day": "t.started / 900000", "model": "t.model", "agent": "s.agent", "cwd": "s.cwd",
+          "session": "t.session_id", "": "''"}
+# The turns the stats count: each once, where it ran (a fork's copies are lineage).
+_RAN = "t.copied = 0"
+_COMMAND = "t.kind = 'command'"
 
 
 def _text(values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -93,7 +97,7 @@ def turn_values(session_id: str, row: TurnRow) -> tuple[Any, ...]:
     return _text((session_id, row.turn, row.started, row.ended, row.model, row.mode, row.state,
                   None if row.reason is None else orjson.dumps(row.reason).decode(),
                   *(row.tokens.get(key, 0) for key in TOKEN_KEYS), row.steps, row.tools, row.tool_errors,
-                  row.cost, row.currency))
+                  row.cost, row.currency, row.kind, int(row.copied)))
 
 
 def doc_values(docs: Iterable[DocRow]) -> Iterable[tuple[DocRow, str, str]]:
@@ -156,15 +160,20 @@ def reason_of(text: str | None) -> dict[str, Any] | None:
 
 
 def stats_query(filters: Filters, by: str, mark: str, schema: str = "") -> tuple[str, list[Any]]:
+    """Sums per group and model over the turns that ran in their session (`_RAN`): the
+    prompts' turns and states, then the commands' (`StatsRow`)."""
     conditions, args = Filters(filters.cwds, filters.agent, filters.model, filters.since,
                                filters.until, filters.ended).where(mark)
-    counted = ", ".join(f"sum(CASE WHEN t.state = '{state}' THEN 1 ELSE 0 END)"
+    conditions.append(_RAN)
+    counted = ", ".join(f"sum(CASE WHEN t.state = '{state}' AND NOT {_COMMAND} THEN 1 ELSE 0 END)"
                         for state in ("error", "interrupted", "cancelled"))
+    commands = (f"sum(CASE WHEN {_COMMAND} THEN 1 ELSE 0 END), "
+                f"sum(CASE WHEN {_COMMAND} AND t.state = 'error' THEN 1 ELSE 0 END)")
     tokens = ", ".join(f"sum(t.{c})" for c in _TOKEN_COLUMNS)
-    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    where = f" WHERE {' AND '.join(conditions)}"
     sql = (f"SELECT {GROUPS[by]}, t.model, t.currency, count(*), {counted}, {tokens}, sum(t.tool_errors), "
-           f"sum(t.cost), count(t.cost) FROM {schema}turns t JOIN {schema}sessions s ON s.id = t.session_id"
-           f"{where} GROUP BY 1, 2, 3")
+           f"sum(t.cost), count(t.cost), {commands} FROM {schema}turns t JOIN {schema}sessions s "
+           f"ON s.id = t.session_id{where} GROUP BY 1, 2, 3")
     return sql, args
 
 
@@ -172,11 +181,13 @@ def stats_rows(rows: Iterable[Sequence[Any]]) -> list[StatsRow]:
     """The rows of `stats_query`, one per group and model (currencies merged)."""
     out: dict[tuple[Any, str | None], StatsRow] = {}
     for key, model, currency, turns, errors, interrupted, cancelled, *rest in rows:
-        token_sums, tool_errors, cost, costed = rest[:5], rest[5], rest[6], rest[7]
+        token_sums, tool_errors, cost, costed, commands, failed = rest[:5], rest[5], rest[6], rest[7], rest[8], rest[9]
         row = out.get((key, model))
         if row is None:
             row = out[(key, model)] = StatsRow(key, model, 0, 0, 0, 0, dict.fromkeys(TOKEN_KEYS, 0), {}, 0, 0)
-        row.turns += int(turns)
+        row.turns += int(turns) - int(commands or 0)
+        row.commands += int(commands or 0)
+        row.failed_commands += int(failed or 0)
         row.errors += int(errors or 0)
         row.interrupted += int(interrupted or 0)
         row.cancelled += int(cancelled or 0)
@@ -192,7 +203,7 @@ def stats_rows(rows: Iterable[Sequence[Any]]) -> list[StatsRow]:
 def open_turns_query(filters: Filters, by: str, mark: str, schema: str = "") -> tuple[str, list[Any]]:
     conditions, args = Filters(filters.cwds, filters.agent, filters.model, filters.since,
                                filters.until).where(mark)
-    conditions.append("t.state = 'open'")
+    conditions += ["t.state = 'open'", _RAN]
     return (f"SELECT {GROUPS[by]}, t.session_id FROM {schema}turns t JOIN {schema}sessions s "
             f"ON s.id = t.session_id WHERE {' AND '.join(conditions)}", args)
 

@@ -25,7 +25,7 @@ from session.typed import typed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
     from session.backends.base import ReadStream, Stamp
@@ -46,11 +46,19 @@ def session_row(sid: str, stream: ReadStream, stamp: Stamp) -> SessionRow:
                      agent.product if agent is not None else OURS, stream.title, stamp,
                      header=orjson.dumps(header).decode())
     forked = header.get("forkedFrom")
-    if isinstance(forked, dict):  # its turns up to `turn` are copies: found in the original
-        parent, turn = forked.get("sessionId"), forked.get("turn")
-        if isinstance(parent, str) and parent != sid and isinstance(turn, int) and not isinstance(turn, bool):
-            row.fork_of, row.fork_turn = parent, turn
+    parent = forked.get("sessionId") if isinstance(forked, dict) else None
+    if isinstance(parent, str) and parent != sid and copied_turns(header):  # found in the original
+        row.fork_of, row.fork_turn = parent, copied_turns(header)
     return row
+
+
+def copied_turns(header: Mapping[str, object]) -> int:
+    """How many of a session's first turns are a copy of another's (a fork's, up to
+    `forkedFrom.turn`): lineage, counted where they ran (docs/search.md, "How the stats
+    count")."""
+    forked = header.get("forkedFrom")
+    turn = forked.get("turn") if isinstance(forked, dict) else None
+    return turn if isinstance(turn, int) and not isinstance(turn, bool) and turn > 0 else 0
 
 
 def title_after(title: str | None, prompted: bool, event: Event) -> tuple[str | None, bool]:
@@ -73,6 +81,7 @@ class TurnFeed:
         self.sid = sid
         self._stream = stream
         self._row = session_row(sid, stream, stamp)
+        self._copies = copied_turns(stream.header)
         self._previous = previous
         if previous is not None:  # resumed: what was read up to `at` stays as it was
             if previous.created != self._row.created:
@@ -127,6 +136,10 @@ class TurnFeed:
                         row.title, prompted = title_after(row.title, prompted, event)
                     elif ev["type"] == "wrapped/update":
                         turn_cost = _reported_cost(ev["data"], turn_cost)
+                    elif ev["type"] == "config/set" and "wrapped" in ev["data"]:
+                        # Moved to another agent (docs/persistence.md, config/set.wrapped):
+                        # its cost counts from its own session's start, not the last one's.
+                        row.cost = row.currency = None
                     done = builder.feed(event)
                     if done is None:
                         continue
@@ -167,7 +180,9 @@ class TurnFeed:
         facts = TurnRow(turn.number, turn.started_at, turn.ended_at, turn.model, turn.mode,
                         str(reason.get("kind")) if reason else "open", reason, dict(turn.usage),
                         len(turn.steps), len(tools),
-                        sum(1 for t in tools if t.result is not None and t.result.get("isError")))
+                        sum(1 for t in tools if t.result is not None and t.result.get("isError")),
+                        kind="command" if turn.command is not None else "prompt",
+                        copied=turn.number <= self._copies)
         if cost is not None:  # what the agent said the session cost by this turn's end
             amount, currency = cost
             before = self._row.cost if self._row.currency == currency else None

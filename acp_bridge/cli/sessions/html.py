@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from acp_bridge.cli.sessions.source import Source
     from acp_bridge.cli.sessions.turns import Step, Tool, Turn
     from acp_bridge.cli.sessions.walk import Walk
-    from session.items import ToolResultData
 
     Line = str | Lines
 
@@ -175,14 +174,17 @@ def _step(step: Step, turn: Turn) -> list[Line]:
     return out
 
 
-def _permission(result: ToolResultData) -> str:
-    permission = result.get("permission")
+def _permission(tool: Tool) -> str:
+    """The decision about the call and who made it (text.permission_text), whether or
+    not the call completed."""
+    permission = tool.permission
     text = permission_text(permission)
     if text is None:
         return ""
-    option = str(permission.get("optionId", "")) if isinstance(permission, dict) else ""
+    option = str(permission.get("optionId") or permission.get("outcome") or "") \
+        if isinstance(permission, dict) else ""
     kind = "allow" if option.startswith("allow") else \
-        "reject" if option.startswith("reject") else "other"
+        "reject" if option.startswith(("reject", "refused")) else "other"
     return f' <span class="perm perm-{kind}">permission: {esc(text)}</span>'
 
 
@@ -195,11 +197,11 @@ def _tool(tool: Tool, turn: Turn) -> list[Line]:
         summary += f" — {esc(tool.title)}"
     summary += f' <span class="callid mono">{esc(tool.call_id)}</span>'
     diffs = tool_diffs(tool)
+    summary += _permission(tool)
     if result is None:
         summary += ' <span class="synthetic">' + ("no result yet" if turn.reason is None
                                                  else "no result recorded") + "</span>"
     else:
-        summary += _permission(result)
         mark = result_mark(tool)
         if mark:
             summary += f' <span class="mark">{esc(mark)}</span>'

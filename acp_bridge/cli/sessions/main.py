@@ -61,19 +61,14 @@ Decisions (DESIGN.md section 6 leaves the details open):
   (crash)"), when it started, how long it took, mode and model; the prompt; per step the
   reasoning (marked "Thinking:", lines prefixed "| "), the assistant text (from the
   `assistant/message`, else from the streamed chunks, marked partial), each tool call
-  (name, kind, title, id, compact arguments, permission outcome, result with an
-  "[error: CODE]" mark, diffs summarized); then the end reason and the turn's tokens.
+  (name, kind, title, id, compact arguments, the permission decision and who made it,
+  result with an "[error: CODE]" mark, diffs summarized); then the end reason and the turn's tokens.
   Tool arguments and results are cut to their first lines unless `--full`. Control
   characters in text from the log are shown escaped (`\\x1b`), in `show` and in the
   Markdown: an escape sequence in a tool's output must not drive the reader's terminal.
-- **Wrapped sessions** (recorded by `acp-bridge wrap`, docs/wrap.md) are read like any
-  other. `show` and the Markdown name the agent from the header's `wrapped` field: its
-  `agentInfo` name and version (else its command's file name), its own session id, and
-  the command line (quoted as a shell reads it, control characters escaped). `list
-  --json` carries `wrapped` as stored. The updates that have no event of their own
-  (`wrapped/update`: plans, commands, titles) are replayed by `load` but not shown here,
-  and those before the first turn belong to no turn; but the agent's notices, never
-  replayed, are shown here, where they came in their turn ("Notice (warning): ...").
+- **Wrapped sessions** are read like any other; `show` and the Markdown name the agent
+  (name, version, own session id, command line); notices shown, `wrapped/update`s not
+  (docs/wrap.md, "Everything else sees wrapped sessions").
 - **export --format md**: the same content as Markdown, nothing cut, results and
   arguments in fences longer than any backtick run inside them, diffs as `diff` blocks.
   **--format jsonl**: the stored lines exactly: for JSONL the file's bytes (as one read
@@ -83,9 +78,8 @@ Decisions (DESIGN.md section 6 leaves the details open):
 
 - **export --format html** and **serve**: html.py, serve.py; docs/html.md.
 
-Only argparse, os and sys are imported at module level: `acp-bridge` builds its parser (and
-so calls `add_parser`) on every start, and the agent's start-up path stays lean. The
-rest is imported when a command runs.
+Only argparse, os and sys are imported at module level: `acp-bridge` builds its parser on
+every start (the agent's start-up path stays lean); the rest when a command runs.
 """
 from __future__ import annotations
 
@@ -134,8 +128,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
-    from acp_bridge.cli.startup import count
-
     _store_options(parser)
     commands = parser.add_subparsers(dest="sessions_command",
                                      metavar="{list,show,export,serve,fork,delete,search,stats,index}")
@@ -147,7 +139,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     ls.add_argument("--cwd", metavar="DIR", help="only sessions whose cwd is DIR")
     ls.add_argument("--json", action="store_true", help="machine-readable JSON")
-    ls.add_argument("-n", "--limit", type=count, metavar="N", help="at most N sessions")
+    ls.add_argument("-n", "--limit", type=_count, metavar="N", help="at most N sessions")
     show = _command(
         commands,
         "show", help="a session's transcript as readable text",
@@ -206,9 +198,9 @@ def _search_parsers(commands: Any) -> None:
     search_options(search)
     stats = _command(
         commands,
-        "stats", help="turns, tokens, errors and cost, by day, model, agent or cwd",
-        description="Turns, tokens (input, output, cache, reasoning), failed, interrupted and "
-        "cancelled turns, and their cost where prices are known, grouped (docs/search.md).",
+        "stats", help="turns, tokens, errors and cost, by day, model, agent, cwd or session",
+        description="Turns, tokens, failed, interrupted and cancelled turns, slash commands and cost, "
+        "grouped; each turn counted once, where it ran, not again in forks (docs/search.md, \"How it counts\").",
     )
     stats_options(stats)
     index = _command(
@@ -222,6 +214,11 @@ def _search_parsers(commands: Any) -> None:
     index.add_argument("--every", type=float, default=0.5, metavar="SECONDS",
                        help="with --watch: seconds between two passes (default 0.5)")
     index.add_argument("--rebuild", action="store_true", help="make the index again from every log")
+
+
+def _count(text: str) -> int:  # imported when -n is given: the parser is built on every start
+    from acp_bridge.cli.startup import count
+    return count(text)
 
 
 def _command(commands: Any, name: str, **texts: Any) -> argparse.ArgumentParser:

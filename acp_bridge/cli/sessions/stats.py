@@ -3,6 +3,11 @@ read and write, reasoning), failed, interrupted and cancelled turns, grouped by 
 model, wrapped agent or cwd, over any period, as a table or `--json`; with a price file,
 what they cost. Sums come from the store's index (brought up to date first), one query.
 
+Each turn is counted once, in the session that ran it: a fork's copies of its original's
+turns (`TurnRow.copied`) are lineage, left out; a slash command's turn is counted apart
+(`commands`, `failedCommands`), never as a prompt's turn or its error. `--by session`
+gives each session with its forks (and theirs) folded in.
+
 Cost: a turn on a model the price file prices costs its tokens at those prices; one on
 a model it does not price costs what its agent said (a wrapped agent's
 `usage_update.cost`), else nothing is known of it and it is counted apart
@@ -20,8 +25,10 @@ if TYPE_CHECKING:
     from acp_bridge.prices import Prices
     from session.search.base import StatsRow
 
-BY = ("day", "model", "agent", "cwd", "none")
+BY = ("day", "model", "agent", "cwd", "session", "none")
+COUNTS = ("turns", "errors", "interrupted", "cancelled", "toolErrors", "commands", "failedCommands")
 COLUMNS = (("turns", "TURNS"), ("errors", "ERRORS"), ("interrupted", "INTERRUPTED"), ("cancelled", "CANCELLED"),
+           ("commands", "COMMANDS"),
            ("inputTokens", "INPUT"), ("outputTokens", "OUTPUT"), ("cacheReadTokens", "CACHE READ"),
            ("cacheWriteTokens", "CACHE WRITE"), ("reasoningTokens", "REASONING"))
 
@@ -31,7 +38,8 @@ def stats_options(parser: argparse.ArgumentParser) -> None:
 
     filter_options(parser)
     parser.add_argument("--by", choices=BY, default="day",
-                        help="group by day (local time, the default), model, agent, cwd, or none")
+                        help="group by day (local time, the default), model, agent, cwd, session (each with "
+                             "its forks folded in), or none")
     parser.add_argument("--prices", metavar="FILE",
                         help="model prices (TOML or JSON, docs/search.md; default: $ACP_BRIDGE_PRICES, else "
                              "STORE/prices.toml if there is one)")
@@ -45,14 +53,15 @@ class Group:
         from session.search.base import TOKEN_KEYS
 
         self.key = key
-        self.counts = dict.fromkeys(("turns", "errors", "interrupted", "cancelled", "toolErrors"), 0)
+        self.counts = dict.fromkeys(COUNTS, 0)
         self.tokens = dict.fromkeys(TOKEN_KEYS, 0)
         self.cost: dict[str, float] = {}
         self.unknown = 0
 
     def add(self, row: StatsRow, prices: Prices | None) -> None:
         for name, value in (("turns", row.turns), ("errors", row.errors), ("interrupted", row.interrupted),
-                            ("cancelled", row.cancelled), ("toolErrors", row.tool_errors)):
+                            ("cancelled", row.cancelled), ("toolErrors", row.tool_errors),
+                            ("commands", row.commands), ("failedCommands", row.failed_commands)):
             self.counts[name] += value
         for name, value in row.tokens.items():
             self.tokens[name] += value
@@ -91,18 +100,45 @@ def label_of(by: str, key: Any) -> str:
     return "(none)" if key is None else str(key)
 
 
+def roots_of(headers: dict[str, str]) -> dict[str, str]:
+    """Each session's root: the session it was forked from, and so on up, as far as the
+    store still holds them (`headers`: each session's header as JSON)."""
+    import orjson
+
+    parent: dict[str, str] = {}
+    for sid, header in headers.items():
+        try:
+            value = orjson.loads(header)
+        except orjson.JSONDecodeError:
+            continue
+        forked = value.get("forkedFrom") if isinstance(value, dict) else None
+        source = forked.get("sessionId") if isinstance(forked, dict) else None
+        if isinstance(source, str) and source in headers:
+            parent[sid] = source
+    roots: dict[str, str] = {}
+    for sid in headers:
+        root, seen = sid, {sid}
+        while root in parent and parent[root] not in seen:  # a cycle (tampered headers) stops
+            root = parent[root]
+            seen.add(root)
+        roots[sid] = root
+    return roots
+
+
 def groups_of(source: Source, rows: list[StatsRow], opens: list[tuple[Any, str]], by: str,
-              prices: Prices | None) -> dict[str, Group]:
+              prices: Prices | None, roots: dict[str, str] | None = None) -> dict[str, Group]:
     """The groups by their label, an open turn counted interrupted where no agent has
-    its session open (cut short, not yet repaired)."""
+    its session open (cut short, not yet repaired). `roots`: by session, the session
+    each one's turns are folded into."""
     groups: dict[str, Group] = {}
+    fold = roots or {}
     for row in rows:
-        label = label_of(by, row.key)
+        label = label_of(by, fold.get(row.key, row.key))
         groups.setdefault(label, Group(label)).add(row, prices)
     live: dict[str, bool] = {}
     for key, sid in opens:
         if not live.setdefault(sid, source.owner(sid).state == "live"):
-            label = label_of(by, key)
+            label = label_of(by, fold.get(key, key))
             groups.setdefault(label, Group(label)).counts["interrupted"] += 1
     return groups
 
@@ -152,9 +188,10 @@ def run_stats(source: Source, args: argparse.Namespace, prog: str) -> int:
         for line in notes(prog, report, index):
             print(line, file=sys.stderr)
         rows, opens = index.stats(filters, by), index.open_turns(filters, by)
+        roots = roots_of({sid: row.header for sid, row in index.sessions().items()}) if by == "session" else None
     finally:
         index.close()
-    groups = groups_of(source, rows, opens, args.by, prices)
+    groups = groups_of(source, rows, opens, args.by, prices, roots)
     ordered = sorted(groups.values(), key=lambda g: g.key if args.by == "day" else (-g.counts["turns"], g.key))
     total = Group("total")
     for group in ordered:

@@ -116,12 +116,25 @@ def blocks_text(blocks: Any) -> str:
 
 
 def permission_text(permission: Any) -> str | None:
-    """The client's answer in a few words: the option chosen, `cancelled`, or a request
-    that failed with what the client said (`error -32603 (its message)`, `invalid (...)`)."""
+    """A decision about a tool call in a few words, and who made it: the option the
+    person chose (`allow_once, by the user`), `cancelled`, a request that failed with
+    what the client said (`error -32603 (its message)`, `invalid (...)`), or the agent's
+    own without asking: an "always allow" rule and which (`allow_always, by the rule:
+    every write_file call`), the mode (`allowed, by the mode accept_edits`)."""
     if not isinstance(permission, dict):
         return None
+    by = permission.get("by")
+    if by == "rule":
+        rule = permission.get("rule")
+        rule = rule if isinstance(rule, dict) else {}
+        which = f"the command `{rule['command']}`" if isinstance(rule.get("command"), str) \
+            else f"every {rule.get('name', '?')} call"
+        return one_line(f"{permission.get('optionId', 'allow_always')}, by the rule allowing {which} "
+                        "(an earlier answer)")
+    if by == "mode":
+        return one_line(f"{permission.get('outcome')}, by the mode {permission.get('mode', '?')}")
     if permission.get("outcome") == "selected" and permission.get("optionId"):
-        return one_line(str(permission["optionId"]))
+        return one_line(f"{permission['optionId']}, by the user")
     words = [str(permission.get("outcome")), *([str(permission["code"])] if "code" in permission else [])]
     if isinstance(permission.get("message"), str):
         words.append(f"({permission['message']})")

@@ -193,6 +193,9 @@ def _tool_text(tool: Tool, turn: Turn, full: bool) -> list[str]:
     out = [f"    Tool {_tool_heading(tool)}"]
     args = json_text(tool.arguments)
     out.append(f"      arguments: {args if full else cut(args, SHOW_ARG_CHARS)}")
+    permission = permission_text(tool.permission)
+    if permission:
+        out.append(f"      permission: {permission}")
     result = tool.result
     if result is None:
         if turn.reason is None:
@@ -201,9 +204,6 @@ def _tool_text(tool: Tool, turn: Turn, full: bool) -> list[str]:
         else:
             out.append("      result: (none recorded)")
         return out
-    permission = permission_text(result.get("permission"))
-    if permission:
-        out.append(f"      permission: {permission}")
     mark = result_mark(tool)
     label = "      result" + (f" {mark}" if mark else "")
     if not tool.result_on_disk:
@@ -319,12 +319,12 @@ def _step_markdown(step: Step, turn: Turn) -> list[Line]:
         out += fence(json_text(tool.arguments), "json")
         result = tool.result
         out.append("")
+        permission = permission_text(tool.permission)
+        if permission:
+            out += [f"Permission: {_md_escape(permission)}", ""]
         if result is None:
             out.append("Result: *no result yet*" if turn.reason is None else "Result: *none recorded*")
             continue
-        permission = permission_text(result.get("permission"))
-        if permission:
-            out += [f"Permission: {_md_escape(permission)}", ""]
         mark = result_mark(tool)
         label = "Result" + (f" **{_md_escape(mark)}**" if mark else "")
         if not tool.result_on_disk:

@@ -19,13 +19,14 @@ if TYPE_CHECKING:
         AssistantMessageData,
         CompactionData,
         ToolCallData,
+        ToolPermissionData,
         ToolResultData,
         TurnStartData,
     )
 
 
 class Tool:
-    __slots__ = ("arguments", "call_id", "kind", "name", "result", "result_on_disk", "started",
+    __slots__ = ("arguments", "call_id", "kind", "name", "permission", "result", "result_on_disk", "started",
                  "title")
 
     def __init__(self, call_id: str, name: str, arguments: Any) -> None:
@@ -37,6 +38,10 @@ class Tool:
         self.started = False
         self.result: ToolResultData | None = None
         self.result_on_disk = True
+        # The decision about it, whoever made it, as last recorded: the agent's without
+        # asking (`tool/call`), the client's answer that let it run (`tool/permission`,
+        # there even when the call was cut off before its result), its result's.
+        self.permission: Any = None
 
 
 SPOOL = 4 << 20  # characters of streamed text kept in memory; more go to a temporary file
@@ -122,7 +127,7 @@ class Step:
 
 class Turn:
     __slots__ = ("agent", "end_on_disk", "ended_at", "mode", "model", "notices", "number", "prompt", "reason",
-                 "started_at", "steps", "usage")
+                 "started_at", "steps", "trigger", "usage")
 
     def __init__(self, number: int, started_at: int, data: TurnStartData) -> None:
         self.number = number
@@ -130,6 +135,9 @@ class Turn:
         self.mode: str | None = data.get("mode")
         self.model: str | None = data.get("model")
         self.agent: str | None = data.get("agent")  # `wrap --agent`: the agent's name
+        trigger = data.get("trigger")
+        # What started it: "prompt", or "command" (a slash command's turn; `command` its name).
+        self.trigger: dict[str, Any] = dict(trigger) if isinstance(trigger, dict) else {"kind": "prompt"}
         self.prompt: list[Any] = []
         self.steps: list[Step] = []
         self.reason: Reason | None = None
@@ -137,6 +145,13 @@ class Turn:
         self.end_on_disk = True
         self.usage: dict[str, int] = {}
         self.notices: list[dict[str, Any]] = []  # a wrapped agent's before the first step
+
+    @property
+    def command(self) -> str | None:
+        """The slash command this turn ran, or None for a prompt's turn."""
+        if self.trigger.get("kind") != "command":
+            return None
+        return str(self.trigger.get("name") or "?")
 
     def close(self) -> None:
         """Let go of the steps' streamed text (a temporary file, past SPOOL)."""
@@ -207,10 +222,15 @@ class TurnBuilder:
             tool.name = str(call.get("name", tool.name))
             tool.arguments = call.get("arguments", tool.arguments)
             tool.title, tool.kind, tool.started = call.get("title"), call.get("kind"), True
+            tool.permission = call.get("permission", tool.permission)
+        elif ev["type"] == "tool/permission":
+            tool = _tool_of(self._tools, step, ev["data"])
+            tool.permission = ev["data"].get("permission", tool.permission)
         elif ev["type"] == "tool/result":
             tool = _tool_of(self._tools, step, ev["data"])
             tool.result = ev["data"]
             tool.result_on_disk = self._stored(ev["seq"])
+            tool.permission = ev["data"].get("permission", tool.permission)
         elif ev["type"] == "context/compaction":
             data = ev["data"]
             step.compactions[str(data.get("compactionId"))] = Compaction(data)
@@ -240,8 +260,9 @@ class TurnBuilder:
             add_usage(turn.usage, usage)
 
 
-def _tool_of(tools: dict[str, Tool], step: Step, data: ToolCallData | ToolResultData) -> Tool:
-    """The call a tool/call or tool/result names (one without a call block is added)."""
+def _tool_of(tools: dict[str, Tool], step: Step, data: ToolCallData | ToolPermissionData | ToolResultData) -> Tool:
+    """The call a tool/call, tool/permission or tool/result names (one without a call
+    block is added)."""
     call_id = str(data.get("callId"))
     tool = tools.get(call_id)
     if tool is None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from acp_bridge.cli.sessions.text import add_usage, cut, json_text, local_time, one_line
 from acp_bridge.cli.sessions.turns import Compaction, Tool, Turn, TurnBuilder
-from session.events import checked_reason
+from session.events import checked_reason, failed_command
 from session.typed import typed
 
 TYPE_CHECKING = False
@@ -136,6 +136,8 @@ def reason_text(reason: Mapping[str, Any], *, long: bool) -> str:
         return one_line(str(reason.get("kind")))
     # Every value from the log is shown through one_line: control characters escaped. The
     # invariants check a reason's fields are there, not each one's type: str() them.
+    if known["kind"] == "error" and failed_command(known):  # a slash command's answer, not a failed turn
+        return f"the command could not run: {one_line(str(known['message']))}"
     if known["kind"] == "error":
         text = f"error: {one_line(str(known['message']))}"
         if long:
