@@ -278,6 +278,8 @@ class SearchIndex(Protocol):
 
     def unlock(self) -> None: ...
 
+    def sessions(self) -> dict[str, SessionRow]: ...
+
     def stamps(self) -> dict[str, str]:
         """Every session's stamp as last read, as text (`stamp_text`: what a pass
         compares; the rows of the sessions that changed are then read one by one)."""

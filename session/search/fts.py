@@ -201,6 +201,11 @@ class FtsIndex:
 
     # --- writing -------------------------------------------------------------------
 
+    def sessions(self) -> dict[str, SessionRow]:
+        with damage_caught():
+            rows = self._conn().execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions").fetchall()
+        return {row[0]: session_of(row) for row in rows}
+
     def stamps(self) -> dict[str, str]:
         with damage_caught():
             rows = self._conn().execute("SELECT id, stamp FROM sessions").fetchall()

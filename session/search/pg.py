@@ -175,6 +175,11 @@ class PgIndex:
         except psycopg.Error as exc:
             raise self._fail("write", exc) from None
 
+    def sessions(self) -> dict[str, SessionRow]:
+        with self._reading() as db:
+            rows = db.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM {S}sessions").fetchall()
+        return {row[0]: session_of(row) for row in rows}
+
     def stamps(self) -> dict[str, str]:
         with self._reading() as db:
             rows = db.execute(f"SELECT id, stamp FROM {S}sessions").fetchall()
