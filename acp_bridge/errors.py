@@ -9,6 +9,8 @@ persistence layer's family shares it):
     │                           search index and its queries (search_index, search_query)
     ├── IndexDamaged            the search index's own file is damaged: the indexer makes it
     │                           again (session/errors.py; never a failure of a session)
+    ├── IndexUnwritable         the search index cannot be written now (a full disk): the
+    │                           indexer says so and searches read what it holds (likewise)
     ├── Rewound                 a log changed behind what the index read: the indexer reads
     │                           it again (session/errors.py; likewise)
     ├── RpcError                a JSON-RPC error response as it goes on the wire

@@ -14,6 +14,11 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 CWD = "/home/dev/project"
+# The recording of each real agent the benches play (tests/wrapped_agents/): the one
+# their figures in bench/README.md were measured with (later recordings of an agent, for
+# tests, are not benched: a newer version or another mode changes what is measured).
+BENCHED_RECORDINGS = {"codex-acp": "codex-acp-0.16.0", "qwen-code": "qwen-code-0.15.10",
+                      "opencode": "opencode-1.18.33", "gemini-cli": "gemini-cli-0.61.0"}
 FIXED_TIME = 1_700_000_000_000  # the load fixtures use a fixed clock: same bytes in both backends
 
 VOCABULARY = (
@@ -23,6 +28,14 @@ VOCABULARY = (
     "import orjson return value if not isinstance dict raise error else for item in items "
     "class Store backend write sync flush close turn step tool call result message chunk"
 )
+
+
+def recording(agent: str) -> Path | None:
+    """The benched recording of `agent` (its name without the version), None if there
+    is none."""
+    name = BENCHED_RECORDINGS.get(agent)
+    found = ROOT / "tests" / "wrapped_agents" / f"{name}.jsonl" if name else None
+    return found if found is not None and found.exists() else None
 
 
 def filesystem_of(path: str) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT
+from bench.common import recording as benched
 from bench.protocol_agents import AgentError, AgentProc, Ctx, Spec
 from bench.protocol_workloads import stream_text
 
@@ -44,11 +45,11 @@ TARGETS = {"stream": 0.95, "init_added_ms": 20.0, "new_added_ms": 20.0}
 
 
 def recording(agent: str) -> Path:
-    """The recording of `agent` (its name without the version: codex-acp-0.16.0.jsonl)."""
-    found = sorted(RECORDINGS.glob(f"{agent}-[0-9]*.jsonl"))
-    if not found:
+    """The benched recording of `agent` (its name without the version: bench.common)."""
+    found = benched(agent)
+    if found is None:
         raise SystemExit(f"--recorded-agents: no recording of {agent!r} in {RECORDINGS}")
-    return found[-1]
+    return found
 
 
 def specs(agent: str, backend: str, rate: float) -> tuple[Spec, Spec]:

@@ -125,7 +125,7 @@ def served(where: Path | str, kind: str, requests: int) -> dict[str, Any]:
 def command(where: Path | str, kind: str, repeat: int) -> dict[str, Any]:
     out = {}
     for name, argv in QUERIES:
-        runs = [run_command(ROOT, where, kind, ["search", *argv]) for _ in range(repeat)]  # type: ignore[arg-type]
+        runs = [run_command(ROOT, where, kind, ["search", *argv]) for _ in range(repeat)]
         bad = [r for r in runs if r["code"]]
         if bad:
             raise RuntimeError(f"search {argv}: exit {bad[0]['code']}: {bad[0]['stderr']}")
@@ -155,7 +155,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         folder = (Path(args.keep) if args.keep else scratch) / kind
         where, built = build(kind, folder, args.sessions, bool(args.keep))
         started = time.perf_counter()
-        index = run_command(ROOT, where, kind, ["index"])  # type: ignore[arg-type]
+        index = run_command(ROOT, where, kind, ["index"])
         print(f"{kind}: built in {built:.0f} s, indexed in {time.perf_counter() - started:.1f} s "
               f"(exit {index['code']})", file=sys.stderr)
         one: dict[str, Any] = {"served": served(where, kind, args.requests), "command": command(where, kind,

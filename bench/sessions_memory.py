@@ -67,7 +67,7 @@ LAUNCHER = (
 )
 
 
-def run_command(code: Path, store: Path, backend: str, argv: list[str]) -> dict[str, Any]:
+def run_command(code: Path, store: Path | str, backend: str, argv: list[str]) -> dict[str, Any]:
     """One `sessions` command in a fresh interpreter running `code`'s tree, stdout to a
     scratch file: its exit status, peak RSS (MB, 10^6 bytes), wall seconds, output bytes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_BRIDGE_")}

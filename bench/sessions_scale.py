@@ -270,7 +270,7 @@ def timed(code: Path, where: Path | str, kind: str, argv: list[str], repeat: int
     """`run_command` `repeat` times: the median's seconds and peak, every time, the load."""
     runs = []
     for _ in range(repeat):
-        run = run_command(code, where, kind, argv)  # type: ignore[arg-type]
+        run = run_command(code, where, kind, argv)
         run["load1"] = os.getloadavg()[0]
         runs.append(run)
         if run["code"]:

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import recording  # noqa: E402 (needs ROOT on sys.path)
 from bench.protocol_agents import AgentProc  # noqa: E402 (needs ROOT on sys.path)
 
 FIGURES = ("initialize_ms", "session_new_ms", "new_round_trip_ms", "rss_mb")
@@ -67,10 +68,10 @@ def agent_argv(child: str, scratch: Path) -> list[str]:
     if child == "serve":
         return [sys.executable, "-m", "acp_bridge", "serve", "--store", str(scratch / "agent"), "--backend", "jsonl",
                 "--model", "echo"]
-    found = sorted(RECORDINGS.glob(f"{child}-[0-9]*.jsonl"))
-    if not found:
+    found = recording(child)
+    if found is None:
         raise SystemExit(f"--children: no recording of {child!r} in {RECORDINGS}")
-    return [sys.executable, str(RECORDED_AGENT), str(found[-1])]
+    return [sys.executable, str(RECORDED_AGENT), str(found)]
 
 
 def argv(child: str, wrapped: bool, scratch: Path) -> list[str]:

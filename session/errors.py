@@ -148,6 +148,12 @@ class IndexDamaged(AcpBridgeError):
     """The index itself is damaged (its database says so): the indexer makes it again."""
 
 
+class IndexUnwritable(AcpBridgeError):
+    """The index cannot be written now (its disk is full, read-only or failing): each
+    write is one transaction, so it holds what it held before. The indexer ends its
+    pass and says so; a search answers from what the index holds."""
+
+
 class Rewound(AcpBridgeError):
     """The log no longer holds what the index read up to (cut, replaced, rewritten):
     the indexer reads it again from its start. Raised by a feed, caught by the indexer."""

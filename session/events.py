@@ -120,11 +120,14 @@ class Event(TypedDict):
 
 class WrappedInfo(TypedDict):
     """The header of a session recorded by `acp-bridge wrap`: the wrapped agent's command,
-    its own session id and what it said about itself in `initialize` (`agentInfo`)."""
+    its own session id, what it said about itself in `initialize` (`agentInfo`), and
+    `seeded`: the agent's session had the conversation only by the wrapper's seed (an
+    emulated fork), so a fresh one is seeded again."""
 
     command: list[str]
     sessionId: NotRequired[str]
     agentInfo: NotRequired[dict[str, JSON]]
+    seeded: NotRequired[bool]
 
 
 class ForkedFrom(TypedDict):
@@ -143,6 +146,17 @@ class ParentInfo(TypedDict):
     sessionId: str
 
 
+class ImportedInfo(TypedDict):
+    """The header of a session imported from another agent's own transcript
+    (`acp-bridge import`, docs/import.md): the agent, its version as the file says, the
+    file read and the agent's own session id (the import's key)."""
+
+    agent: str
+    file: str
+    sessionId: str
+    version: NotRequired[str]
+
+
 class Header(TypedDict):
     type: Literal["session"]
     version: int
@@ -154,6 +168,7 @@ class Header(TypedDict):
     wrapped: NotRequired[WrappedInfo]
     forkedFrom: NotRequired[ForkedFrom]
     parent: NotRequired[ParentInfo]
+    imported: NotRequired[ImportedInfo]
 
 
 class Usage(TypedDict):

@@ -110,30 +110,77 @@ def write_all(fd: int, data: bytes) -> None:
 def publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str,
             replace: bool = False) -> None:
     """Atomically and durably create `path` holding `content` (bytes, or pieces of it
-    written as they come: a fork copies a log of any size): temp file, fsync, link into
-    place (refusing to replace an existing file), fsync the directory. A reader never
-    sees a partial first write, and a crash leaves no `path` (only the temp file, which
-    no reader takes for a session). With `replace`, an existing `path` is replaced
-    (renamed over: a reader sees the old content or the new, whole)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    written as they come: a fork copies a log of any size): a file written and fsynced
+    first, then linked into place (refusing to replace an existing file), the directory
+    fsynced. A reader never sees a partial first write, and a crash leaves no `path`.
+    With `replace`, an existing `path` is replaced (renamed over: a reader sees the old
+    content or the new, whole).
+
+    The file is written without a name where the system allows (Linux's O_TMPFILE), so
+    that a process killed while it writes (a fork of a large log) leaves nothing behind:
+    the kernel frees a file no name points to. Elsewhere, and for `replace` (a rename
+    needs a name), it is a named temp file (`.NAME.PID.tmp`, which no reader takes for
+    a session), removed on every way out but a kill."""
+    _publish(path, content, session_id=session_id, replace=replace, hold=False)
+
+
+def publish_held(path: Path, content: bytes, *, session_id: str) -> int:
+    """`publish` a new file, and return a descriptor of it holding an exclusive flock,
+    taken before the file had its name: while it is held, whoever takes the lock
+    (`held_by_nobody`) knows its writer is still at work. The caller closes it."""
+    fd = _publish(path, content, session_id=session_id, replace=False, hold=True)
+    assert fd is not None
+    return fd
+
+
+def held_by_nobody(path: Path) -> bool:
+    """Whether no process holds `publish_held`'s lock on the file at `path` (its writer
+    has finished or died); False if it cannot be opened."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str, replace: bool,
+             hold: bool) -> int | None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    kept: int | None = None
+    try:
+        fd = None if replace else _unnamed(path.parent)
+        named = fd is None
+        if fd is None:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
+            if hold:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # a file of ours, not yet named: nobody else has it
             for piece in (content,) if isinstance(content, bytes) else content:
                 write_all(fd, piece)
             os.fsync(fd)
+            try:
+                if replace:
+                    os.replace(tmp, path)
+                elif named:
+                    os.link(tmp, path)
+                else:
+                    _link_unnamed(fd, path)
+            except FileExistsError:
+                raise SessionExistsError(
+                    f"session {session_id} already exists", session_id=session_id
+                ) from None
+            fsync_dir(path.parent)
+            kept, fd = (fd, None) if hold else (None, fd)
         finally:
-            os.close(fd)
-        try:
-            if replace:
-                os.replace(tmp, path)
-            else:
-                os.link(tmp, path)
-        except FileExistsError:
-            raise SessionExistsError(
-                f"session {session_id} already exists", session_id=session_id
-            ) from None
-        fsync_dir(path.parent)
+            if fd is not None:
+                os.close(fd)
+        return kept
     except OSError as exc:
         raise StoreIOError(
             f"session {session_id}: could not {'write' if replace else 'create'} {path.name}: "
@@ -144,6 +191,31 @@ def publish(path: Path, content: bytes | Iterable[bytes], *, session_id: str,
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _unnamed(folder: Path) -> int | None:
+    """A new file in `folder` that has no name yet (O_TMPFILE), to be linked into place
+    through /proc/self/fd; None where the system or the file system has no such file."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.open(folder, flag | os.O_WRONLY, FILE_MODE)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None  # a kernel or file system without it
+        raise
+
+
+def _link_unnamed(fd: int, path: Path) -> None:
+    """Give the O_TMPFILE file `fd` the name `path` (linkat, following /proc's link to
+    the file: a directory fd makes os.link call linkat, where a plain link() would
+    link /proc's symlink itself and fail EXDEV)."""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=folder, follow_symlinks=True)
+    finally:
+        os.close(folder)
 
 
 class OwnerLock:

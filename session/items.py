@@ -51,6 +51,7 @@ class TurnStartData(TypedDict):
     model: NotRequired[str]
     thoughtLevel: NotRequired[str]  # the reasoning effort, for a model that takes one
     agent: NotRequired[str]  # `wrap --agent NAME=...`: the name of the wrapped agent that ran the turn
+    native: NotRequired[JSON]  # an imported session's: what of the native record has no place (docs/import.md)
 
 
 class UserMessageData(TypedDict):
@@ -86,6 +87,8 @@ class AssistantMessageData(TypedDict):
     content: list[AssistantBlock]
     usage: NotRequired[Usage]
     silent: NotRequired[bool]  # see ToolCallData.silent
+    native: NotRequired[JSON]  # an imported session's: what of the native record has no place (docs/import.md)
+    model: NotRequired[str]  # an imported step's model, where it is not its turn's
 
 
 class ToolCallData(TypedDict):
@@ -110,6 +113,7 @@ class ToolCallData(TypedDict):
     # transcript), so a replay sends none either. Also on `assistant/message` and
     # `tool/result`.
     silent: NotRequired[bool]
+    native: NotRequired[JSON]  # an imported session's: what of the native record has no place (docs/import.md)
 
 
 class ToolResultData(TypedDict):
@@ -126,6 +130,7 @@ class ToolResultData(TypedDict):
     # what came back, in order: [{request: {mode, message, requestedSchema | url,
     # elicitationId}, answer: {action, content?}, completed?: true}] (docs/protocol.md, "MCP servers").
     elicitations: NotRequired[list[JSON]]
+    native: NotRequired[JSON]  # an imported session's: what of the native record has no place (docs/import.md)
 
 
 class ToolPermissionData(TypedDict):
@@ -141,6 +146,7 @@ class ToolPermissionData(TypedDict):
 class TurnEndData(TypedDict):
     turn: int
     reason: Reason
+    native: NotRequired[JSON]  # an imported session's: what of the native record has no place (docs/import.md)
 
 
 class WrappedUpdateData(TypedDict):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from uuid import uuid4
 
 from session.backends.base import Backend, SessionSummary, validate_session_id
-from session.events import SESSION_FORMAT_VERSION, Header, ParentInfo, WrappedInfo
+from session.events import SESSION_FORMAT_VERSION, Event, Header, ParentInfo, WrappedInfo
 from session.invariants import InvariantTracker
 from session.log import SessionLog, encode, now_ms
 
@@ -110,6 +110,26 @@ class SessionStore:
         self.backend.copy(plan.source["id"], header, plan.upto, [encode(c) for c in plan.closers],
                           title=plan.title)
         return header
+
+    def publish(self, header: Header, events: Sequence[Event], *, after: tuple[int, int] | None = None) -> None:
+        """Publish a whole session's events (an import), or append whole turns to a
+        stored one that holds `after` = (records, turns) and ends between turns: checked
+        as the live log checks them, then written whole or not at all (Backend.publish).
+        Raises InvariantError for events the log would refuse, the SessionError family."""
+        from session.invariants import InvariantTracker
+        from session.titles import session_title
+
+        sid = validate_session_id(header["id"])
+        records, turns = after if after is not None else (0, 0)
+        tracker = InvariantTracker(session_id=sid, next_seq=records, turn=turns)
+        tracker.feed_all(events)
+        if tracker.in_turn:
+            from session.errors import InvariantError
+
+            raise InvariantError(f"session {sid}: the events end inside turn {tracker.turn}", session_id=sid)
+        title = session_title(header, events) if after is None else None
+        self.backend.publish(header, [encode(e) for e in events],
+                             title=title, after=None if after is None else records)
 
     def _running(self, session_id: str) -> bool:
         """Whether a live owner may be running the session's open turn (held lock; or

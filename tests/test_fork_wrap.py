@@ -166,6 +166,35 @@ async def test_a_child_without_fork_gets_a_fresh_session_seeded_with_the_fork(tm
     assert not any(PREFACE in json.dumps(e) for e in events)  # the seed is no turn of ours
 
 
+async def test_an_emulated_fork_is_seeded_again_when_a_new_wrapper_loads_it(tmp_path: Path, work: Path) -> None:
+    """Its child session had the conversation only by the seed: a new wrapper (no
+    `--seed-fresh`) whose restore of it is fresh (the agent cannot load: gemini-cli's
+    load fails, the echo agent has none) seeds the fresh one again, with the fork's
+    whole transcript, its own turn included (docs/wrap.md, "Fork")."""
+    store, record = tmp_path / "store", tmp_path / "received.jsonl"
+    command = [sys.executable, str(SEED_AGENT), str(record)]
+    async with WrappedProcess(store, command) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.prompt(sid, "alpha beta")
+        fid = (await fork(agent, sid, work))["sessionId"]
+        await agent.prompt(fid, "gamma")
+    assert header_of(store, fid)["wrapped"]["seeded"] is True
+    assert "seeded" not in header_of(store, sid)["wrapped"]  # the original's context is its agent's own
+    async with WrappedProcess(store, command) as again:
+        await again.initialize()
+        loaded = await again.load_session(fid, work)
+        assert loaded["_meta"]["acpBridge"]["wrapped"] == {"restored": "fresh", "seeded": True, "seedTurns": 2,
+                                                           "seedLeftOut": 0}
+        await again.prompt(fid, "delta")
+        original = await again.load_session(sid, work)
+        assert original["_meta"]["acpBridge"]["wrapped"] == {"restored": "fresh"}  # not seeded: no --seed-fresh
+    got = [json.loads(line) for line in record.read_text().splitlines()]
+    seed, after = got[-2], got[-1]
+    assert seed["text"].startswith(PREFACE) and seed["text"].index("alpha beta") < seed["text"].index("gamma")
+    assert after == {"sessionId": seed["sessionId"], "text": "delta"}
+
+
 @pytest.mark.parametrize("mode", ["error", "no-id", "same-id", "not-object"])
 async def test_a_child_that_answers_its_fork_badly_gets_the_fork_emulated(
         mode: str, tmp_path: Path, work: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,65 @@ def test_a_sqlite_reserve_the_disk_had_no_room_for_is_made_once_space_returns(
         assert b"Traceback" not in agent.stderr, agent.stderr.decode()[-3000:]
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+@pytest.mark.parametrize("tiny_fs", ["2m"], indirect=True)
+def test_the_search_index_on_a_full_disk_answers_from_what_it_has_and_the_watcher_waits(
+    tiny_fs: Path, tmp_path: Path, backend: str
+) -> None:
+    """Issue 34, point 5: writing the index hits ENOSPC. `search` answers from the index
+    it has (saying it could not bring it up to date), `index` says it cannot write the
+    index (not "cannot read the store"), and `index --watch` says so once and goes on
+    watching: once there is space it catches up. Nothing of the store is lost."""
+    from tests.support.logs import Script
+    from tests.support.search_store import DAY0, DAY1, add_session
+    from tests.support.waiting import wait_until
+
+    store = tiny_fs / "store"
+    first = add_session(store, backend, str(tmp_path), Script().text_turn("alpha question", "alpha answer"), DAY0)
+    assert cli(store, backend, "index").returncode == 0
+    # A session the index has not read: writing its texts needs room the disk lacks.
+    second = add_session(store, backend, str(tmp_path),
+                         Script().text_turn("omega question", text_of(disk_size(tiny_fs) // 8, "w")), DAY1)
+    filler = fill_up(tiny_fs)
+
+    found = cli(store, backend, "search", "alpha", "--json")
+    assert found.returncode == 0, found.stderr
+    assert [hit["sessionId"] for hit in orjson.loads(found.stdout)] == [first]
+    assert "could not be brought up to date" in found.stderr and "Traceback" not in found.stderr, found.stderr
+    assert any(cause in found.stderr for cause in REAL_CAUSES), found.stderr
+    stats = cli(store, backend, "stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    once = cli(store, backend, "index")
+    assert once.returncode == 1 and "cannot write the search index" in once.stderr, once.stderr
+    assert "cannot read the store" not in once.stderr and "Traceback" not in once.stderr, once.stderr
+
+    watcher = subprocess.Popen([sys.executable, "-m", "acp_bridge", "sessions", "--store", str(store),
+                                "--backend", backend, "index", "--watch", "--every", "0.1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(watcher.stderr.readline, "")),  # type: ignore[union-attr]
+                              daemon=True)
+    reader.start()
+
+    def said(text: str) -> bool:
+        assert watcher.poll() is None, "".join(lines)
+        return any(text in line for line in list(lines))
+
+    try:
+        wait_until(lambda: said("cannot write the search index"), "the watcher to say the disk is full", timeout=30)
+        filler.unlink()
+        wait_until(lambda: said("1 log(s) read"), "the watcher to catch up", timeout=30)
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=30)
+        reader.join(timeout=30)
+        watcher.stderr.close()  # type: ignore[union-attr]
+    text = "".join(lines)
+    assert watcher.returncode == 0, text
+    assert text.count("cannot write the search index") == 1, text  # said once, not every pass
+    assert "Traceback" not in text and "cannot read the store" not in text, text
+    found = cli(store, backend, "search", "omega", "--json")
+    assert found.returncode == 0 and [hit["sessionId"] for hit in orjson.loads(found.stdout)] == [second]
+    assert found.stderr == "", found.stderr

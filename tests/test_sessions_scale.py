@@ -57,7 +57,9 @@ def test_a_first_page_reads_only_its_own_logs(tmp_path: Path, kind: str) -> None
     assert listed("-n", "5") == [(sid, "completed") for sid in ids[:0:-1]]
     assert listed("-n", "6") == everything
     assert listed("-n", "2", "--cwd", "/w/0") == [(ids[4], "completed"), (ids[2], "completed")]
-    assert listed("-n", "0") == []
+    # `-n 0` was taken for "none" (issue 36): a count is 1 or more (docs/cli.md).
+    refused = cli("--store", str(root), "--backend", kind, "list", "-n", "0", process=True)
+    assert refused.code == 2 and "argument -n/--limit: must be 1 to 1,000,000,000, got 0" in refused.err
 
 
 @pytest.mark.integration

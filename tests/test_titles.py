@@ -255,3 +255,40 @@ def test_jsonl_a_failed_write_leaves_the_title_pending_until_a_durable_one(
     assert [x["title"] for x in s.list()] == ["After"]
     handle.close()
     s.close()
+
+
+def test_a_title_file_its_fork_left_behind_is_swept_by_the_next_list(tmp_path: Path) -> None:
+    """A fork's title file is published before its log, locked until the log is out
+    (issue 34, point 11): one left by a fork killed in between (no log, no lock) is
+    removed by the next list (or fork); one whose fork is still copying (locked), and one
+    whose session has its log, stay."""
+    import fcntl
+
+    from session.backends.jsonl_title import keep_for_fork
+
+    root = tmp_path / "store"
+    store = SessionStore(open_backend("jsonl", root))
+    log = store.create(cwd="/w")
+    log.extend(Script().text_turn("first", "answer").items)
+    log.close()
+    store.close()
+    titles = root / "titles"
+    dead, copying = "00000000-0000-4000-8000-0000000000d1", "00000000-0000-4000-8000-0000000000c2"
+    os.close(keep_for_fork(titles, dead, "killed while copying"))  # its lock went with it
+    held = keep_for_fork(titles, copying, "still copying")
+    os.close(keep_for_fork(titles, log.id, "a fork whose log is out"))
+    try:
+        with pytest.raises(BlockingIOError):  # the lock is taken before the file has its name
+            other = os.open(title_path(titles, copying), os.O_RDONLY)
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(other)
+        listing = SessionStore(open_backend("jsonl", root))
+        assert [s["id"] for s in listing.list()] == [log.id]
+        assert sorted(p.name for p in titles.iterdir()) == sorted([f"{copying}.json", f"{log.id}.json"])
+    finally:
+        os.close(held)
+    listing.list()  # its fork gone without its log: swept
+    listing.close()
+    assert [p.name for p in titles.iterdir()] == [f"{log.id}.json"]

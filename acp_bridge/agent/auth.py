@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from acp_bridge.errors import AuthRequiredError
 from acp_bridge.models.base import Model
 from acp_bridge.models.catalog import ModelEntry
+
+if TYPE_CHECKING:
+    from acp_bridge.tools.environment import Secrets
 
 log = logging.getLogger("acp_bridge.agent.auth")
 
@@ -108,6 +111,25 @@ def logout() -> str | None:
     removed = forget_key()
     log.info("logout: %s", f"removed {removed}" if removed is not None else "no key file to remove")
     return str(removed) if removed is not None else None
+
+
+def held_secrets(store: object, backend: str) -> Secrets:
+    """The secrets the agent holds now, which tool output is redacted of before it is
+    recorded (acp_bridge.tools.environment): its withheld variables, the `openai:` key
+    (from its file too: `acp-bridge login` may have stored one since start-up) and a
+    PostgreSQL store's password. Asked for each tool result: a few µs, and a key that
+    came late is covered."""
+    import os
+
+    from acp_bridge.models.openai_key import KEY_ENV, find_key
+    from acp_bridge.tools.environment import Secrets
+
+    others: list[tuple[str, str | None]] = [(KEY_ENV, find_key())]
+    if backend == "postgres" and isinstance(store, str):
+        from session.backends.postgres_conninfo import password
+
+        others.append(("the store's password", password(store)))
+    return Secrets.of(os.environ, others)
 
 
 def _hand_key(key: str, models: Sequence[Model]) -> None:

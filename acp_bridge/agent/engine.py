@@ -161,7 +161,8 @@ class AgentEngine(Engine["LiveSession"]):
         live = make_live(session_log, conn=self.host.peer, model=self.model(choice.model), choice=choice,
                          capabilities=self.client_capabilities, local=self._local, admit=self._admit,
                          max_steps=self.config.max_steps, transcript=transcript, always_allowed=always_allowed,
-                         tuning=self.host.tuning, cost=cost if cost is not None else self._meter())  # new: 0 so far
+                         tuning=self.host.tuning, cost=cost if cost is not None else self._meter(),  # new: 0 so far
+                         secrets=lambda: auth.held_secrets(self.config.store_dir, self.config.backend))
         live.commands = session_commands(
             live, models=self.config.models, store=self.config.store_dir, backend=self.config.backend,
             switch_mode=lambda s, mode: self.switch_mode(s, s.log.id, mode, "value"),

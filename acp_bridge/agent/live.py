@@ -41,6 +41,7 @@ from session.typed import typed
 
 if TYPE_CHECKING:
     from acp_bridge.prices import CostMeter
+    from acp_bridge.tools.environment import Secrets
     from acp_bridge.tools.mcp_servers import McpServers
 
 
@@ -144,6 +145,7 @@ def make_live(
     always_allowed: set[permissions.Rule] | None = None,
     tuning: Tuning | None = None,
     cost: CostMeter | None = None,
+    secrets: Callable[[], Secrets] | None = None,
 ) -> LiveSession:
     """The live session of an opened log: a runner whose events reach the client over
     `conn`. `transcript` and `always_allowed` come from a streamed load (which keeps
@@ -172,7 +174,8 @@ def make_live(
         transcript = Transcript(budget=history_budget(model.context_window))
     runner = TurnRunner(session_log, model, services, mode=last_mode(session_log.events), max_steps=max_steps,
                         on_event=on_event, on_progress=on_progress, on_notice=on_notice, transcript=transcript,
-                        always_allowed=always_allowed, effort=choice.effort, tuning=tuning)
+                        always_allowed=always_allowed, effort=choice.effort, tuning=tuning,
+                        secrets=secrets)
     # `on_event` reads `live.ctx`: a model switch replaces it (`LiveSession.switch`).
     context = UpdateContext(replay=False, context_window=model.context_window, cost=cost,
                             support=client_support(capabilities))

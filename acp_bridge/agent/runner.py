@@ -30,6 +30,7 @@ from acp_bridge.host.tuning import Tuning
 from acp_bridge.models import Model
 from acp_bridge.tools import permissions
 from acp_bridge.tools.base import ClientServices, Tool
+from acp_bridge.tools.environment import Secrets
 from session import Event, SessionLog, StoreIOError, reason
 from session.closers import EndedEarly, closers, open_turn
 from session.events import Reason
@@ -68,6 +69,7 @@ class TurnRunner:
         always_allowed: set[permissions.Rule] | None = None,
         effort: str | None = None,
         tuning: Tuning | None = None,
+        secrets: Callable[[], Secrets] | None = None,
     ) -> None:
         self.log = log
         # The model and reasoning effort of the next turn (a switch never reaches a turn
@@ -100,7 +102,8 @@ class TurnRunner:
         self.context_roots = (cwd, *(Path(p) for p in header.get("additionalDirectories", [])))
         self._calls = ToolCalls(tools=tools, services=self.services, roots=self.context_roots,
                                 append=self._writer.append, mode=lambda: self.mode, cancel=self.cancel,
-                                cancelled=self._cancelled, always_allowed=self.always_allowed, on_progress=on_progress)
+                                cancelled=self._cancelled, always_allowed=self.always_allowed, on_progress=on_progress,
+                                secrets=secrets)
         self._scope: anyio.CancelScope | None = None
         self._cancel_by: str | None = None
         self._stopping = False

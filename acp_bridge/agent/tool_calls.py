@@ -32,6 +32,7 @@ from acp_bridge.tools.base import (
     ToolKind,
     ToolOutcome,
 )
+from acp_bridge.tools.environment import Secrets
 from session import Event, reason
 from session.events import PermissionRecord, Reason
 from session.items import Item, tool_call, tool_permission, tool_result
@@ -55,6 +56,9 @@ class ToolCalls:
     `cancelled` says whether the running turn was cancelled already (a session/cancel,
     a session/close, the agent stopping): a permission answer that comes back after
     that is not acted on (docs/protocol.md, "Cancellation").
+    `secrets` gives the secrets the agent holds (agent.auth.held_secrets): a call's
+    result and interim content are redacted of them before they are recorded or sent,
+    a second line behind the environment the tools' processes are given.
     """
 
     def __init__(
@@ -69,7 +73,9 @@ class ToolCalls:
         cancelled: Callable[[], bool],
         always_allowed: set[permissions.Rule],
         on_progress: ProgressSink | None = None,
+        secrets: Callable[[], Secrets] | None = None,
     ) -> None:
+        self._secrets = secrets or Secrets
         self._tools = {t.name: t for t in tools} if tools is not None else None
         self._specs: list[dict[str, Any]] | None = None  # the same every step: made once
         self._services = services
@@ -237,7 +243,7 @@ class ToolCalls:
             return None
 
         async def progress(content: list[Any]) -> None:
-            await sink(call_progress(call_id, content))
+            await sink(call_progress(call_id, self._secrets().redact_json(content)))
 
         return progress
 
@@ -246,10 +252,12 @@ class ToolCalls:
         """Write the `tool/result` of a call (with what an MCP server asked the person
         during it, and the answers)."""
         error = outcome.error
+        secrets = self._secrets()
         await self._append(tool_result(
-            turn, step, call_id, content=outcome.content, is_error=outcome.is_error,
+            turn, step, call_id, content=secrets.redact_json(outcome.content), is_error=outcome.is_error,
             error=None if error is None else {"name": error["name"], "code": error["code"]},
-            display=outcome.display, permission=permission, elicitations=elicited))
+            display=secrets.redact_json(outcome.display), permission=permission,
+            elicitations=secrets.redact_json(elicited) if elicited else elicited))
 
 
 def _record(answer: PermissionOutcome) -> PermissionRecord:

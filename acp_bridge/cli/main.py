@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from acp_bridge.wrap.serve import Early
 
-SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login", "snapshot")
+SUBCOMMANDS = ("serve", "chat", "sessions", "wrap", "demo", "setup", "login", "snapshot", "import")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     # so their imports stay off the agent's start-up path.
     commands.add_parser("chat", help="a terminal chat with the agent (acp-bridge chat --help)")
     commands.add_parser("sessions", help="list, show, export and serve stored sessions")
+    commands.add_parser("import", help="import other agents' own transcripts (Claude Code, ...) into the store")
     commands.add_parser("login", help="store the API key of openai: models (checked first; file mode 0600)")
     commands.add_parser("wrap", help="record any ACP agent's turns: acp-bridge wrap [options] -- COMMAND [ARGS...]")
     commands.add_parser("setup", help="print an editor's settings entry for this agent: acp-bridge setup zed")
@@ -102,6 +103,10 @@ def _run(raw: list[str]) -> int:
         from acp_bridge.cli.sessions.main import main as sessions_main
 
         return sessions_main(raw[1:])
+    if raw[:1] == ["import"]:
+        from acp_bridge.cli.importer.main import main as import_main
+
+        return import_main(raw[1:])
     if raw[:1] == ["wrap"]:
         return _wrap(raw[1:], _early_child(raw[1:]))
     if raw[:1] == ["setup"]:

@@ -10,7 +10,8 @@ output into a bounded buffer, and waits for it. The process never outlives its o
 task: `release()` (or `kill()`) SIGKILLs the whole process group, and if the task group
 is cancelled first (the session goes away) the owner task kills the group in a shielded
 `finally` and reaps the leader. So a command's background children die with it: a
-terminal is not a way to start daemons.
+terminal is not a way to start daemons. Its environment is the agent's without the
+secrets it holds (tools/environment.py), plus the `env` the caller gives.
 
 The owner task needs this process alive. So that a command dies with the agent however
 the agent dies (SIGKILL included), each group is also listed with the process's
@@ -34,6 +35,7 @@ import anyio
 import anyio.abc
 
 from acp_bridge.tools.base import ExitStatus, TerminalOutput
+from acp_bridge.tools.environment import command_environment
 from acp_bridge.tools.reaper import REAPER
 
 # After the command exits, how long to wait for the output pipe to reach EOF. A
@@ -84,11 +86,12 @@ class LocalTerminal:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """The owner task: spawn, pump, wait, and always kill the group at the end."""
-        environ = {**os.environ, **env} if env else None
+        # Without the agent's secrets (tools/environment.py), with what the client gave.
+        environ = command_environment(os.environ, env)
         try:
             # Before the spawn: a command that could not be reaped is not started.
             REAPER.ensure_running()
-            check_program(argv[0], cwd, (environ or os.environ).get("PATH"))
+            check_program(argv[0], cwd, environ.get("PATH"))
             process = await anyio.open_process(
                 ["/bin/sh", "-c", GATE, "acp-bridge-gate", *argv],
                 cwd=cwd,

@@ -8,8 +8,9 @@ may run, so it dies with the agent however the agent dies (SIGKILL included). Th
 here keeps stdin (the MCP channel): the line that opens it is read by the gate's `read`
 (a shell reads a pipe a byte at a time), so the server sees only MCP messages. On
 close, as the MCP spec says: stdin is closed, then SIGTERM, then SIGKILL of the group.
-Its environment is the SDK's safe default (HOME, PATH, ...) plus the `env` the client
-gave: the agent's own secrets (an API key) are not handed to third-party servers.
+Its environment is the SDK's safe default (HOME, PATH, ...), the variables
+`$ACP_BRIDGE_PASS_ENV` names, and the `env` the client gave: the agent's own secrets (an
+API key) are not handed to third-party servers (tools/environment.py).
 
 Imported only with tools/mcp_session.py (the SDK).
 """
@@ -35,6 +36,7 @@ import mcp_types as types
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
+from acp_bridge.tools.environment import passed_environment
 from acp_bridge.tools.local_terminal import check_program
 from acp_bridge.tools.mcp_spec import McpServerSpec
 from acp_bridge.tools.reaper import REAPER
@@ -94,7 +96,7 @@ async def open_transport(spec: McpServerSpec, cwd: Path) -> AsyncIterator[tuple[
 @asynccontextmanager
 async def gated_stdio(spec: McpServerSpec, cwd: Path) -> AsyncIterator[tuple[Link, Any, Any]]:
     """Spawn the server behind the gate and bridge its pipes to the SDK's streams."""
-    env = {**get_default_environment(), **dict(spec.env)}
+    env = {**get_default_environment(), **passed_environment(os.environ), **dict(spec.env)}
     REAPER.ensure_running()
     if not cwd.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "the session's folder is not a directory", str(cwd))

@@ -10,7 +10,8 @@ last described it (`AnnouncedCall.take`) and written as late as the log allows:
   the agent asks the editor something while the call is open (a permission, a file,
   a terminal): whatever that request lets run has its call on disk first
   (docs/wrap.md, "Recording"), and the call is then written as known at that point;
-- its `tool/result` when the step closes, from its latest content and final status.
+- its `tool/result` when the step closes, from its latest content (else its latest
+  `rawOutput`: codex-acp gives a command's output only there) and final status.
 
 The calls' items are `silent`: the editor was sent the agent's own updates, which the
 log keeps as they came; these items are their meaning, for the transcript.
@@ -40,6 +41,7 @@ class AnnouncedCall:
     raw_input: Any = None  # None: not given
     locations: list[Any] | None = None
     content: list[Any] | None = None  # the latest ToolCallContent: updates replace it
+    raw_output: Any = None  # the latest rawOutput (None: not given)
     failed: bool = False
     permission: PermissionRecord | None = None
     answered: bool = False  # a final status came
@@ -68,6 +70,8 @@ class AnnouncedCall:
             self.locations = locations
         if content and isinstance(update.get("content"), list):
             self.content = update["content"]
+        if content and update.get("rawOutput") is not None:
+            self.raw_output = update["rawOutput"]
         if update.get("status") in FINAL_STATUSES:
             self.answered, self.failed = True, update["status"] == "failed"
 
@@ -129,10 +133,36 @@ def step_items(turn: int, step: Step, calls: Mapping[str, AnnouncedCall], *, res
         call = calls[call_id]
         if call.answered:
             display = call.content or []
-            items.append(tool_result(
-                turn, step.number, call_id,
-                content=[c["content"] for c in display if isinstance(c, dict) and c.get("type") == "content"
-                         and isinstance(c.get("content"), dict)],
-                is_error=call.failed, display=display, permission=call.permission, silent=True))
+            items.append(tool_result(turn, step.number, call_id, content=result_content(call), is_error=call.failed,
+                                     display=display, permission=call.permission, silent=True))
     step.calls = []
     return items
+
+
+# The members of a `rawOutput` object that agents put a command's output in, in order of
+# preference: codex-acp's `formatted_output` (what its model is shown), `aggregated_output`
+# and `stdout`; qwen-code's `output`.
+OUTPUT_MEMBERS: Final = ("formatted_output", "aggregated_output", "output", "stdout")
+
+
+def result_content(call: AnnouncedCall) -> list[Any]:
+    """The content blocks of a call's result: those of its latest ToolCallContent; when
+    it gave no content at all (a diff or a terminal is content: what it showed), its
+    `rawOutput` (codex-acp puts a command's output only there): a
+    string as it is; an object's `content` blocks if it has them (acp-bridge's own
+    `{content, isError}`), else its output member (`OUTPUT_MEMBERS`), else the object as
+    JSON text; nothing for an empty output."""
+    blocks = [c["content"] for c in call.content or [] if isinstance(c, dict) and c.get("type") == "content"
+              and isinstance(c.get("content"), dict)]
+    raw = call.raw_output
+    if call.content or raw is None:
+        return blocks
+    if isinstance(raw, dict):
+        if isinstance(raw.get("content"), list):
+            return [c for c in raw["content"] if isinstance(c, dict) and isinstance(c.get("type"), str)]
+        text = next((raw[m] for m in OUTPUT_MEMBERS if isinstance(raw.get(m), str)), None)
+        if text is None:
+            text = orjson.dumps(raw, option=orjson.OPT_INDENT_2).decode()
+    else:
+        text = raw if isinstance(raw, str) else orjson.dumps(raw).decode()
+    return [{"type": "text", "text": text}] if text else []

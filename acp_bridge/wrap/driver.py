@@ -106,12 +106,14 @@ class ChildDriver:
     def cancel_grace(self) -> float:
         return self.config.cancel_grace
 
-    def wrapped(self, child_sid: str) -> WrappedInfo:
+    def wrapped(self, child_sid: str, *, seeded: bool = False) -> WrappedInfo:
         """The header's (or a move's) `wrapped` of a session whose child session is
-        `child_sid`."""
+        `child_sid`; `seeded`: that session had the conversation only by our seed."""
         wrapped: WrappedInfo = {"command": list(self.config.command), "sessionId": child_sid}
         if self.info is not None:
             wrapped["agentInfo"] = self.info
+        if seeded:
+            wrapped["seeded"] = True
         return wrapped
 
     def took_init(self, answer: Any, agents: list[str] | None = None) -> Initialized:

@@ -236,13 +236,14 @@ class WrapEngine(Engine[WrappedTurns]):
         if theirs is not None:
             result, why = await child_fork(link, {**ask, "sessionId": theirs}, driver.sessions,
                                            driver.side.drop_early)
+        emulated = result is None
         if result is not None:
             child_sid = result["sessionId"]
         else:
             result = obj(await link.call("session/new", {"mcpServers": [], **ask}))
             child_sid = new_session_id(result)
-        try:
-            turns = await make(driver.wrapped(child_sid))
+        try:  # an emulated fork's header says so: a fresh restore of it, by any wrapper, is seeded again
+            turns = await make(driver.wrapped(child_sid, seeded=emulated))
         except BaseException:
             if obj(driver.caps.get("sessionCapabilities")).get("close") is not None:
                 link.ask("session/close", {"sessionId": child_sid}).late = lambda _: None
@@ -250,10 +251,10 @@ class WrapEngine(Engine[WrappedTurns]):
         ws = turns.session
         ws.mcp_servers = list(params.get("mcpServers") or [])
         driver.adopt(turns, child_sid, link.generation, result)
-        ours: dict[str, Any] = {"forked": "child" if theirs is not None and why is None else "emulated"}
+        ours: dict[str, Any] = {"forked": "emulated" if emulated else "child"}
         if why is not None:
             ours["forkError"] = why
-        if ours["forked"] == "emulated":
+        if emulated:
             from acp_bridge.wrap.seed import seed  # (a fork's path only: issue 32)
 
             ours.update(await seed(ws, link, self.host.store()))
@@ -294,7 +295,7 @@ class WrapEngine(Engine[WrappedTurns]):
         header = opened.log.header
         wrapped = header.get("wrapped")
         last = wrapped.get("sessionId") if wrapped is not None else None
-        driver, carried = self.default, False
+        driver, carried = self.default, bool(wrapped and wrapped.get("seeded") is True)  # an emulated fork
         if self.mover is not None:
             name = sink.agent
             if name is not None and name not in self.drivers:

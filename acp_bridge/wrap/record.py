@@ -106,7 +106,6 @@ class TurnRecorder:
         self._steps = 0
         self._calls: dict[str, AnnouncedCall] = {}
         self._meta_usage: Usage | None = None  # the sum of the updates' `_meta.usage`
-        self._context: Usage | None = None  # the last usage_update's
         self._compactions = ChildCompactions(turn)  # its compactions (acp_bridge.wrap.compactions)
 
     @property
@@ -144,11 +143,8 @@ class TurnRecorder:
             return [*items, self._compactions.update(update, step.number)]
         elif kind == "compaction_summary_chunk":
             self._compactions.chunk(update)
-        elif kind == "usage_update":
-            used, size = update.get("used"), update.get("size")
-            self._context = {"inputTokens": used if type(used) is int else 0, "outputTokens": 0}
-            if type(size) is int:
-                self._context["contextWindow"] = size
+        # Anything else (a `usage_update` too: how full the context is, not what the
+        # turn cost) is kept as it came.
         return [wrapped_update(update, self.turn)]
 
     def streamed(self, updates: list[dict[str, Any]]) -> list[StreamedChunk]:
@@ -193,9 +189,9 @@ class TurnRecorder:
         far as it goes (its text and calls so far, silent), before the request is
         passed on, so whatever the editor's answer lets run has its `tool/call` on disk
         (docs/wrap.md, "Ordering and durability"). A call the turn does not know yet is
-        known from now on, as the request describes it (qwen-code and gemini-cli ask
-        before they announce). The calls keep taking their later updates for their results; their
-        arguments and title stay those known now."""
+        known from now on; a known one takes the request's title and input (the
+        agent's latest word on it). The calls keep taking their later updates for their
+        results; their arguments and title stay those known now."""
         if not self.open:
             return []
         items: list[Item] = []
@@ -344,7 +340,7 @@ class TurnRecorder:
     def _close(self, end: Reason, usage: Usage | None = None) -> list[Item]:
         self._ended = True
         step, self._step = self._step, None
-        usage = usage or self._meta_usage or self._context
+        usage = usage or self._meta_usage
         items: list[Item] = []
         if step is None and usage is not None:  # a turn that said nothing still cost something
             step = self._open_step(items)
@@ -376,12 +372,16 @@ class TurnRecorder:
         return call
 
     def _asked_call(self, call_id: str, tool_call: dict[str, Any], items: list[Item]) -> AnnouncedCall:
-        """The call a permission request is about; one the turn does not know yet is
-        known from now on, as the request describes it (not its status: the request's
-        `pending` says nothing of the outcome; not its content: the question asked)."""
+        """The call a permission request is about, as the request describes it: its
+        title and input are the agent's latest word on the call (qwen-code and opencode
+        announce a placeholder, `Shell {}`, `bash {cwd}`, then ask about the command);
+        not its status (the request's `pending` says nothing of the outcome) nor its
+        content (the question asked). One the turn does not know yet is known from now
+        on (qwen-code and gemini-cli may ask before they announce)."""
         call = self._calls.get(call_id)
         if call is None:
             call = self._new_call(call_id, items)
+        if not call.written and self._step is not None and call_id in self._step.calls:
             call.take({k: v for k, v in tool_call.items() if k != "status"}, content=False)
         return call
 

@@ -65,6 +65,22 @@ class WrappedSession:
 
     def took_state(self, result: Any) -> None:
         """Keep what the child said of the session's state (its current mode)."""
-        if isinstance(result, dict) and isinstance(result.get("modes"), dict):
-            mode = result["modes"].get("currentModeId")
-            self.mode = mode if isinstance(mode, str) else self.mode
+        self.mode = mode_of(result) or self.mode
+
+
+def mode_of(said: Any) -> str | None:
+    """The current mode a child's answer (`session/new`, load, resume, fork) or
+    `config_option_update` gives: its `modes.currentModeId`, else the value of its config
+    option of category `mode` (opencode gives its mode only so); None if it gives none."""
+    if not isinstance(said, dict):
+        return None
+    modes = said.get("modes")
+    current = modes.get("currentModeId") if isinstance(modes, dict) else None
+    if isinstance(current, str):
+        return current
+    options = said.get("configOptions")
+    for option in options if isinstance(options, list) else ():
+        value = option.get("currentValue") if isinstance(option, dict) and option.get("category") == "mode" else None
+        if isinstance(value, str):
+            return value
+    return None

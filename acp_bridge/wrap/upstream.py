@@ -40,7 +40,7 @@ from acp_bridge.wrap.children import SessionMap
 from acp_bridge.wrap.commands import their_commands
 from acp_bridge.wrap.link import ChildLink, permission_cancelled
 from acp_bridge.wrap.record import StreamedChunk
-from acp_bridge.wrap.sessions import WrappedSession
+from acp_bridge.wrap.sessions import WrappedSession, mode_of
 from acp_bridge.wrap.signals import Act, ChildRequest, ChildUpdate, PermissionAnswered
 from acp_bridge.wrap.subagents import Subagents
 from acp_bridge.wrap.turns import WrappedTurns
@@ -209,6 +209,8 @@ class ChildSide:
             return
         if update.get("sessionUpdate") == "current_mode_update" and isinstance(update.get("currentModeId"), str):
             ws.mode = update["currentModeId"]
+        elif update.get("sessionUpdate") == "config_option_update":
+            ws.mode = mode_of(update) or ws.mode
         elif (theirs := their_commands(update)) is not None:
             ws.commands = theirs  # shown with ours added (acp_bridge.wrap.commands)
         recorder = ws.recorder

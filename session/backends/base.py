@@ -253,6 +253,18 @@ class Backend(Protocol):
         SessionExistsError, StoreIOError (`changed_while_forked`: the source no longer
         holds `upto` records)."""
 
+    def publish(self, header: Header, records: Sequence[Encoded], *, title: str | None,
+                after: int | None = None) -> None:
+        """Publish `records` as a session's, whole or not at all, a crash included (an
+        import: acp_bridge.cli.importer). With `after` None: a new session (`header`,
+        owned by nobody, as `copy` makes one); SessionExistsError if it exists. With
+        `after` N: appended to the stored session `header["id"]`, which must hold exactly
+        N event records (`records` continue its seqs) and nobody may own (its owner lock
+        is taken for the write); its header stays. `title`: the session's title as
+        `session_title` gives it (the SQL stores list it). Raises SessionNotFoundError,
+        SessionLockedError, StoreIOError (`changed_while_forked`: it holds more or fewer
+        records than N)."""
+
     def list_sessions(self) -> list[SessionSummary]:
         """Every stored session, from headers and index data, not whole logs."""
 
@@ -360,6 +372,13 @@ def changed_while_forked(source_id: str, found: int, upto: int) -> StoreIOError:
     back a failed write in between): nothing was published."""
     return StoreIOError(f"session {source_id} changed while it was forked ({found} of its {upto} events "
                         "were still there): nothing was made; fork it again", session_id=source_id)
+
+
+def changed_while_imported(session_id: str, found: int, after: int) -> StoreIOError:
+    """An import's append found the session holding other records than the import read
+    (continued, or imported again, meanwhile): nothing was appended."""
+    return StoreIOError(f"session {session_id} changed while it was imported (it holds {found} events, "
+                        f"not the {after} read): nothing was added; import it again", session_id=session_id)
 
 
 _LINE: Final = b'{"type":"%s","seq":%d,"time":%d,"data":%s}\n'

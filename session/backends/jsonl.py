@@ -30,6 +30,7 @@ from session.backends.base import (
     SessionSummary,
     StoredLog,
     changed_while_forked,
+    changed_while_imported,
     check_batch_seqs,
     event_line,
     event_lines,
@@ -37,7 +38,7 @@ from session.backends.base import (
     validate_session_id,
 )
 from session.backends.jsonl_read import READ_BLOCK, JsonlReader, JsonlStream, log_opener, summary_of
-from session.backends.jsonl_title import TITLES, TitleKeeper, forget, keep, kept_ids
+from session.backends.jsonl_title import TITLES, TitleKeeper, forget, keep_for_fork, kept_ids, sweep
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.files import (
@@ -110,11 +111,16 @@ class JsonlBackend:
     def copy(self, source_id: str, header: Header, upto: int, closers: Sequence[Encoded], *,
              title: str | None) -> None:
         # The source's lines are copied as stored (bytes, not re-encoded), a block at a
-        # time, into a temp file that is published whole: a crash leaves no fork.
+        # time, into a file that is published whole (written without a name until then:
+        # session.files.publish), so that a crash or a kill leaves no fork and no file.
         sid = header["id"]
         source = self.path_of(source_id)
         if not source.exists():
             raise SessionNotFoundError(f"session {source_id} not found", session_id=source_id)
+        # What forks killed before their log was out left (jsonl_title.sweep): one scan
+        # of each folder, beside a copy that reads a whole log.
+        sweep(self.titles_dir, self.sessions_dir,
+              kept_ids(self.titles_dir) - {n[:-6] for n in os.listdir(self.sessions_dir) if n.endswith(".jsonl")})
 
         def content() -> Iterator[bytes]:
             yield orjson.dumps(header) + b"\n"
@@ -124,24 +130,57 @@ class JsonlBackend:
 
         # A title the fork's header and first prompt would not give (a `/title` it
         # holds) is kept first: a crash before the log is published leaves a title
-        # file that names no session, never a fork that lost its title.
-        kept = title is not None and title != header.get("title")
-        if kept:
-            keep(self.titles_dir, sid, title, pending=None)
+        # file that names no session, never a fork that lost its title; the file is
+        # locked until then, and such a file is swept by the next fork or list.
+        held = keep_for_fork(self.titles_dir, sid, title) if title is not None and title != header.get("title") \
+            else None
         try:
             publish(self.path_of(sid), content(), session_id=sid)
         except BaseException:
-            if kept:
+            if held is not None:
                 forget(self.titles_dir, sid)
             raise
+        finally:
+            if held is not None:
+                os.close(held)
+
+    def publish(self, header: Header, records: Sequence[Encoded], *, title: str | None,
+                after: int | None = None) -> None:
+        # A new log is published as a fork's is (temp file, linked into place); an
+        # append is the stored log's bytes and the new lines in a temp file renamed over
+        # it, under the owner lock: a reader, and a crash, see the old log or the new.
+        # The title is the header's or the first prompt's, which the list reads itself.
+        sid = header["id"]
+        path = self.path_of(sid)
+        if after is None:
+            publish(path, [orjson.dumps(header) + b"\n", event_lines(records)], session_id=sid)
+            _updated(path, records, header["createdAt"])
+            return
+        path, lock = self._own(sid)
+        try:
+            stored = path.read_bytes()
+            found = stored.count(b"\n") - 1
+            if found != after or not stored.endswith(b"\n"):
+                raise changed_while_imported(sid, found, after)
+            publish(path, [stored, event_lines(records)], session_id=sid, replace=True)
+            _updated(path, records, header["createdAt"])
+        except OSError as exc:
+            raise StoreIOError(f"session {sid}: could not read {path.name}: {exc.strerror or exc}",
+                               session_id=sid, errno=exc.errno) from exc
+        finally:
+            lock.release()
 
     def list_sessions(self) -> list[SessionSummary]:
         out: list[SessionSummary] = []
         titled = kept_ids(self.titles_dir)
+        logs = set()
         for path in self.sessions_dir.glob("*.jsonl"):
+            logs.add(path.stem)
             summary = summary_of(path, self.titles_dir if path.stem in titled else None)
             if summary is not None:
                 out.append(summary)
+        if titled - logs:  # a fork's title file, left by a kill before its log was out?
+            sweep(self.titles_dir, self.sessions_dir, titled - logs)
         return out
 
     def delete(self, session_id: str) -> None:
@@ -162,6 +201,15 @@ class JsonlBackend:
 
     def _lock_path(self, session_id: str) -> Path:
         return lock_file(self.locks_dir, validate_session_id(session_id))
+
+
+def _updated(path: Path, records: Sequence[Encoded], created: int) -> None:
+    """A published log's mtime, which the list reads as its `updatedAt`: the time of its
+    last event (an import's are the native times, older than the file), as the SQL
+    stores read it. Best effort: a log whose mtime stays is still whole."""
+    when = max([created, *(item.event["time"] for item in records[-1:])])
+    with contextlib.suppress(OSError):
+        os.utime(path, ns=(time.time_ns(), when * 1_000_000))
 
 
 def _lines(path: Path, source_id: str, upto: int) -> Iterator[bytes]:

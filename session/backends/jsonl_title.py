@@ -17,7 +17,10 @@ it. A write that fails leaves it pending too, until the next durable write. A se
 never titled has no file, and `list` finds the few that do with one scan of `titles/`.
 
 A fork's file is published before its log: a crash in between leaves a file that names
-no session, never a fork whose title is lost.
+no session, never a fork whose title is lost. The fork holds a lock on its file until
+its log is published (`keep_for_fork`), so that such a file, left by a fork killed
+while it copied, is told from one whose fork is still at work, and removed by the next
+fork or list of the store (`sweep`: both scan the folders anyway, an open does not).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import orjson
 from session.backends.base import is_session_id
 from session.errors import StoreIOError
 from session.events import CONFIG_SET, Event
-from session.files import private_dir, publish
+from session.files import held_by_nobody, private_dir, publish, publish_held
 from session.titles import last_set_title, set_title
 
 TITLES = "titles"  # the folder, under the store's
@@ -112,6 +115,27 @@ def keep(titles_dir: Path, session_id: str, title: str | None, *, pending: int |
         content["from"] = pending
     publish(title_path(private_dir(titles_dir), session_id), orjson.dumps(content),
             session_id=session_id, replace=True)
+
+
+def keep_for_fork(titles_dir: Path, session_id: str, title: str) -> int:
+    """Publish a fork's title file, before its log: a descriptor holding a lock on it
+    is returned, to be closed once the log is published (or has failed). Raises
+    StoreIOError."""
+    return publish_held(title_path(private_dir(titles_dir), session_id), orjson.dumps({"title": title}),
+                        session_id=session_id)
+
+
+def sweep(titles_dir: Path, sessions_dir: Path, candidates: set[str]) -> None:
+    """Remove the title files of forks killed before their log was published: of the
+    `candidates` (sessions with a title file and, when looked, no log), each whose
+    session still has no log and whose fork holds no lock on it. Nothing is said of a
+    file that cannot be removed (a read-only store): it names no session."""
+    for session_id in candidates:
+        log = sessions_dir / f"{session_id}.jsonl"
+        path = title_path(titles_dir, session_id)
+        if not log.exists() and held_by_nobody(path) and not log.exists():  # again: done meanwhile?
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def forget(titles_dir: Path, session_id: str) -> None:

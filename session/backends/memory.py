@@ -23,6 +23,7 @@ from session.backends.base import (
     Stamp,
     StoredLog,
     changed_while_forked,
+    changed_while_imported,
     check_batch_seqs,
     event_line,
     read_whole,
@@ -83,6 +84,28 @@ class MemoryBackend:
             updated_at=header["createdAt"],
             title=title if title is not None else header.get("title"),
         )
+
+    def publish(self, header: Header, records: Sequence[Encoded], *, title: str | None,
+                after: int | None = None) -> None:
+        sid = validate_session_id(header["id"])
+        lines = [event_line(item)[:-1] for item in records]
+        updated = records[-1].event["time"] if records else header["createdAt"]
+        if after is None:
+            if sid in self.stored:
+                raise SessionExistsError(f"session {sid} already exists", session_id=sid)
+            self.stored[sid] = _Stored(header=orjson.loads(orjson.dumps(header)), records=lines,
+                                       updated_at=updated, title=title if title is not None else header.get("title"))
+            return
+        self.read_stream(sid)  # not found: raised here
+        stored = self.stored[sid]
+        self._own(sid)
+        try:
+            if len(stored.records) != after:
+                raise changed_while_imported(sid, len(stored.records), after)
+            stored.records.extend(lines)
+            stored.updated_at = max(stored.updated_at, updated)
+        finally:
+            self._owned.discard(sid)
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))

@@ -41,6 +41,7 @@ from session.backends.base import (
     Encoded,
     SessionSummary,
     StoredLog,
+    changed_while_imported,
     read_whole,
     validate_session_id,
 )
@@ -59,6 +60,7 @@ from session.backends.postgres_connect import (
     lock_holder_args,
     lock_key,
     locked_error,
+    nul_free,
     schema_version,
     schema_version_error,
     set_durable,
@@ -70,6 +72,7 @@ from session.backends.postgres_session import (
     OwnedPostgresStream,
     PostgresSession,
     copy_rows,
+    insert_events,
     insert_session,
 )
 from session.backends.postgres_stream import PostgresStream
@@ -264,6 +267,34 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise store_error(self.conninfo, "fork the session", exc, session_id=header["id"]) from None
 
+    def publish(self, header: Header, records: Sequence[Encoded], *, title: str | None,
+                after: int | None = None) -> None:
+        # One synchronous transaction, as a fork's copy; an append under the owner lock,
+        # finding the session holding exactly `after` events.
+        sid = validate_session_id(header["id"])
+        if after is not None:
+            self._header(sid)  # not found: say so before trying the lock
+            self._lock(sid)
+        try:
+            with self._mutex, (db := self._live()).transaction():
+                set_durable(db)
+                if after is None:
+                    insert_session(db, header, title)
+                else:
+                    row = db.execute("SELECT count(*) FROM acp_bridge.events WHERE session_id = %s",
+                                     (sid,)).fetchone()
+                    found = int(row[0]) if row else 0
+                    if found != after:
+                        raise changed_while_imported(sid, found, after)
+                insert_events(db, sid, records)
+        except pg_errors.UniqueViolation:
+            raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
+        except psycopg.Error as exc:
+            raise store_error(self.conninfo, "import the session", exc, session_id=sid) from None
+        finally:
+            if after is not None:
+                self.unlock(sid)
+
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))
 
@@ -300,16 +331,16 @@ class PostgresBackend:
         import orjson
 
         rows = self._query(
-            f"SELECT s.id, s.cwd, s.title, {UPDATED_AT}, s.header -> 'additionalDirectories' "
+            f"SELECT s.id, s.cwd, s.title, {UPDATED_AT}, CASE WHEN {nul_free('s.header')} THEN "
+            "json_build_object('additionalDirectories', s.header -> 'additionalDirectories') ELSE s.header END "
             "FROM acp_bridge.sessions s", ())
         out: list[SessionSummary] = []
         for sid, cwd, title, updated_at, extra in rows:
             summary: SessionSummary = {"id": sid, "cwd": cwd, "title": title,
                                        "updatedAt": int(updated_at)}
-            if extra is not None:
-                dirs = orjson.loads(extra)
-                if dirs:
-                    summary["additionalDirectories"] = list(dirs)
+            dirs = orjson.loads(extra).get("additionalDirectories")
+            if dirs:
+                summary["additionalDirectories"] = list(dirs)
             out.append(summary)
         return out
 

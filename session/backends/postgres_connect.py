@@ -160,11 +160,25 @@ INSERT INTO acp_bridge.schema_version VALUES ({SCHEMA_VERSION});
 {LAST_EVENT_DDL}
 {LAST_EVENT_TRIGGERS}
 {CHANGED_TRIGGER}"""
+
+
+def nul_free(column: str) -> str:
+    r"""SQL: whether the `json` value in `column` holds no escaped NUL. PostgreSQL's json
+    keeps `\u0000` verbatim, but taking such a value apart (`->`) fails ("\u0000 cannot
+    be converted to text") wherever in the value the NUL is; a query reads a field in SQL
+    only where this holds, and takes the whole value back otherwise (the caller reads
+    the field with orjson). An escaped backslash before `u0000` answers false too: the
+    slower, whole path, never a wrong one."""
+    return f"strpos({column}::text, '\\u0000') = 0"
+
+
 # A page of sessions' outlines (PostgresReader.outlines): those checked to their last
-# seq, with their rows of the outline's types (an assistant message cut to its usage).
+# seq, with their rows of the outline's types (an assistant message cut to its usage,
+# here, or by the reader for a message holding a NUL: `nul_free`).
 OUTLINE = f"""
 SELECT s.id, s.header, s.title, coalesce(s.last_seq, -1), {UPDATED_AT}, e.seq, e.type, e.time,
-    CASE WHEN e.type = 'assistant/message' THEN json_build_object('usage', e.data -> 'usage') ELSE e.data END
+    CASE WHEN e.type = 'assistant/message' AND {nul_free("e.data")}
+         THEN json_build_object('usage', e.data -> 'usage') ELSE e.data END
 FROM acp_bridge.sessions s
 LEFT JOIN acp_bridge.events e ON e.session_id = s.id AND e.type = ANY(%s)
 WHERE s.id = ANY(%s) AND s.checked_seq = coalesce(s.last_seq, -1)

@@ -65,18 +65,19 @@ def shown(conninfo: str) -> str:
 def scrub(message: str, conninfo: str) -> str:
     """A driver message with the password of `conninfo` (and any conninfo it quotes)
     taken out: libpq does not print passwords, but a message may echo the string."""
-    password = _password(conninfo)
-    if password:
-        message = message.replace(password, HIDDEN)
+    secret = password(conninfo)
+    if secret:
+        message = message.replace(secret, HIDDEN)
     return redact(message) if "password" in message.lower() or "://" in message else message
 
 
 def has_password(conninfo: str) -> bool:
     """Whether `conninfo` holds a password (in either syntax)."""
-    return _password(conninfo) is not None
+    return password(conninfo) is not None
 
 
-def _password(conninfo: str) -> str | None:
+def password(conninfo: str) -> str | None:
+    """The password `conninfo` holds, in either syntax, or None."""
     match = _URI.match(conninfo)
     if match is not None:
         user = match.group(2).rpartition("@")[0]

@@ -208,9 +208,13 @@ class PostgresReader:
             if seq is None:
                 continue  # no turns
             try:
-                outline.events.append({"type": etype, "seq": seq, "time": time, "data": orjson.loads(data)})
+                value = orjson.loads(data)
             except orjson.JSONDecodeError:
                 bad.add(sid)  # cannot be (a json column): the log will say
+                continue
+            if etype == "assistant/message" and isinstance(value, dict) and set(value) != {"usage"}:
+                value = {"usage": value.get("usage")}  # one holding a NUL comes whole (`nul_free`)
+            outline.events.append({"type": etype, "seq": seq, "time": time, "data": value})
         for sid in bad:
             del out[sid]
         return out

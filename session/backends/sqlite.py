@@ -33,6 +33,7 @@ from session.backends.base import (
     SessionSummary,
     StoredLog,
     changed_while_forked,
+    changed_while_imported,
     read_whole,
     validate_session_id,
 )
@@ -221,6 +222,36 @@ class SqliteBackend:
             raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
         except sqlite3.Error as exc:
             raise io_error(sid, "fork the session", exc) from exc
+
+    def publish(self, header: Header, records: Sequence[Encoded], *, title: str | None,
+                after: int | None = None) -> None:
+        # One transaction, as a fork's copy: the session whole or not at all. An append
+        # takes the owner lock, and finds the session holding exactly `after` events
+        # (its tail file none past the database's rows: nobody continued it unsynced).
+        sid = validate_session_id(header["id"])
+        if after is None:
+            try:
+                with self.transaction(full=True) as db:
+                    db.execute("DELETE FROM events WHERE session_id = ?", (sid,))  # a purge left behind
+                    _insert_session(db, header, title)
+                    _insert_events(db, sid, records)
+            except sqlite3.IntegrityError:
+                raise SessionExistsError(f"session {sid} already exists", session_id=sid) from None
+            except sqlite3.Error as exc:
+                raise io_error(sid, "import the session", exc) from exc
+            return
+        lock = self._own(sid)
+        try:
+            with self.transaction(full=True) as db:
+                found = db.execute("SELECT count(*) FROM events WHERE session_id = ?", (sid,)).fetchone()[0]
+                found += len(tail_rows(tail_path(self.root, sid), found, found + 1)[0])
+                if found != after:
+                    raise changed_while_imported(sid, found, after)
+                _insert_events(db, sid, records)
+        except sqlite3.Error as exc:
+            raise io_error(sid, "import the session", exc) from exc
+        finally:
+            lock.release()
 
     def open(self, session_id: str) -> tuple[BackendSession, StoredLog]:
         return read_whole(self.open_stream(session_id))

@@ -41,6 +41,9 @@ DB_NAME = "sessions.sqlite3"
 # ("file is not a database"). Other failures (locked, I/O, full) are not damage.
 DAMAGE_CODES = frozenset({11, 26})
 SQLITE_CANTOPEN = 14
+# The `-shm` could not be grown: on a full disk (a tmpfs), SQLite's write of a byte per
+# page of a new `-shm` fails with ENOSPC.
+SQLITE_IOERR_SHMSIZE = 10 | 19 << 8
 
 
 class SqliteStream:
@@ -175,11 +178,11 @@ def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
     """A connection in autocommit mode; `read_only` (`mode=ro`) never creates the file.
 
     A WAL database is read through its `-shm` index, which a reader must be able to
-    create: on a read-only mount, or in a folder it may not write, a store with no
-    `-wal`/`-shm` beside it cannot be opened that way. Such a store has no writer and
-    nothing outside the database file, so it is opened `immutable` (read as a plain
-    file). A store with a non-empty `-wal` is never opened so: that would skip what the
-    WAL holds."""
+    create: on a read-only mount, or in a folder it may not write, or on a full disk
+    (the new `-shm` cannot be given its pages), a store with no `-wal`/`-shm` beside it
+    cannot be opened that way. Such a store has no writer and nothing outside the
+    database file, so it is opened `immutable` (read as a plain file). A store with a
+    non-empty `-wal` is never opened so: that would skip what the WAL holds."""
     # `check_same_thread=False`: a stream's connection is opened in one worker thread and
     # read in whichever is free for the next block (host.replay), one at a time (issue 34:
     # concurrent loads failed "SQLite objects created in a thread can only be used in that
@@ -195,7 +198,8 @@ def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
         db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL index
     except sqlite3.OperationalError as exc:
         db.close()
-        if exc.sqlite_errorcode & 0xFF != SQLITE_CANTOPEN or _wal_size(path):
+        if (exc.sqlite_errorcode & 0xFF != SQLITE_CANTOPEN and exc.sqlite_errorcode != SQLITE_IOERR_SHMSIZE) \
+                or _wal_size(path):
             raise
         db = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
     except BaseException:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from session.backends.base import At, Stamp
 from session.errors import IndexDamaged as IndexDamaged  # what a search index and its feeds raise
+from session.errors import IndexUnwritable as IndexUnwritable
 from session.errors import Rewound as Rewound
 from session.search.query import Query
 
@@ -199,12 +200,12 @@ class Filters:
         args: list[Any] = []
         if self.cwds:
             out.append(f"s.cwd IN ({', '.join([mark] * len(self.cwds))})")
-            args += self.cwds
+            args += [without_nul(cwd) for cwd in self.cwds]
         if self.agent is not None:
             out.append(f"lower(s.agent) = {mark}")
-            args.append(self.agent.lower())
+            args.append(without_nul(self.agent).lower())
         if self.model is not None:
-            name = self.model.lower()
+            name = without_nul(self.model).lower()
             like = "%:" + name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             out.append(f"(lower(t.model) = {mark} OR lower(t.model) LIKE {mark} ESCAPE '\\')")
             args += [name, like]
@@ -232,11 +233,18 @@ def stamp_text(stamp: Stamp) -> str:
 # --- texts -------------------------------------------------------------------------------------
 
 
+def without_nul(text: str) -> str:
+    """A text value as both indexes keep it, and as a filter is compared with it:
+    PostgreSQL's text holds no NUL (nor can a parameter of a query carry one), so a NUL
+    is kept as U+FFFD, everywhere alike."""
+    return text.replace("\0", "\ufffd") if "\0" in text else text
+
+
 def clean_text(text: str) -> str:
     """A text as stored: without the snippet marks (and NUL, which PostgreSQL's text refuses)."""
-    if MARK in text or UNMARK in text or "\0" in text:
-        text = text.replace(MARK, " ").replace(UNMARK, " ").replace("\0", "\ufffd")
-    return text
+    if MARK in text or UNMARK in text:
+        text = text.replace(MARK, " ").replace(UNMARK, " ")
+    return without_nul(text)
 
 
 def pieces(text: str) -> list[str]:

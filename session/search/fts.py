@@ -14,11 +14,19 @@ never wait on an indexer, and a JSONL store has no database at all.
 One indexer at a time writes it (an flock on `search.sqlite3.lock`, see `lock`);
 searches read it meanwhile (WAL). A file SQLite finds damaged, of another format or of
 another store is deleted and made again: the index is only ever a copy of the logs.
+
+A full disk: a write that fails for want of space (or on a read-only or failing disk)
+is rolled back and raised as `IndexUnwritable`. Opening the file in WAL mode needs room
+for its `-shm` (SQLITE_IOERR_SHMSIZE on a full tmpfs), so where that fails, the file is
+opened read-only and immutable (no `-shm`, no lock; what the last checkpoint holds) to
+answer searches, and every write is `IndexUnwritable`; the next `lock` (the next pass)
+tries the file writable again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import sqlite3
@@ -36,6 +44,7 @@ from session.search.base import (
     Filters,
     Hit,
     IndexDamaged,
+    IndexUnwritable,
     SessionRow,
     StatsRow,
 )
@@ -106,6 +115,30 @@ def damage_caught() -> Iterator[None]:
         raise
 
 
+# SQLite's primary codes of a write the disk refused: SQLITE_READONLY, SQLITE_IOERR,
+# SQLITE_FULL, SQLITE_CANTOPEN (a -wal or -shm it cannot make).
+_UNWRITABLE = frozenset({8, 10, 13, 14})
+
+
+@contextlib.contextmanager
+def space_caught(path: Path) -> Iterator[None]:
+    """A write the disk refused as IndexUnwritable, saying why: SQLite's words, and the
+    disk's state when it is full (a failed `-shm` is only "disk I/O error")."""
+    try:
+        yield
+    except (sqlite3.OperationalError, OSError) as exc:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(exc, sqlite3.OperationalError) and (code is None or code & 0xFF not in _UNWRITABLE):
+            raise
+        if isinstance(exc, OSError) and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            raise
+        why = str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+        with contextlib.suppress(OSError):
+            if os.statvfs(path.parent).f_bavail == 0 and "full" not in why and "space" not in why:
+                why += f": {os.strerror(errno.ENOSPC)}"
+        raise IndexUnwritable(why) from exc
+
+
 class FtsIndex:
     """The index file at `path`, of the store `identity` names (its backend and
     location: an index copied from another store is not trusted)."""
@@ -117,17 +150,40 @@ class FtsIndex:
         self._db: sqlite3.Connection | None = None
         self._lock: int | None = None
         self.rebuilt: str | None = None  # why the file was made again, if it was
+        self.unwritable: str | None = None  # why the file is open read-only (a full disk)
 
     # --- the file ------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
             try:
-                self._db = self._open()
-            except IndexDamaged as exc:
-                self.rebuild(f"it was damaged ({exc})")
-                self._db = self._open()
+                try:
+                    self._db = self._open()
+                except IndexDamaged as exc:
+                    self.rebuild(f"it was damaged ({exc})")
+                    self._db = self._open()
+            except IndexUnwritable as exc:
+                self._db = self._open_read_only(str(exc))
         return self._db
+
+    def _open_read_only(self, why: str) -> sqlite3.Connection:
+        """The file as it is, to read, where it cannot be opened to write (see the
+        module): SearchIndexError if there is nothing of this store's to read."""
+        cannot = SearchIndexError(f"cannot open the search index {self.path}: {why}; give another place "
+                                  "with --index FILE")
+        if not self.path.is_file():
+            raise cannot
+        db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.Error:
+            db.close()
+            raise cannot from None
+        if meta.get("format") != FORMAT or meta.get("store") != self.identity:
+            db.close()
+            raise cannot
+        self.unwritable = why
+        return db
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -139,7 +195,7 @@ class FtsIndex:
             raise SearchIndexError(f"cannot open the search index {self.path}: {exc}; give another "
                                    "place with --index FILE") from None
         try:
-            with damage_caught():
+            with damage_caught(), space_caught(self.path):
                 db.execute("PRAGMA busy_timeout = 10000")
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")  # a copy: a power cut costs a rebuild
@@ -172,7 +228,11 @@ class FtsIndex:
         self.rebuilt = why
 
     def lock(self, wait: float) -> bool:
-        """Be the one indexer, waiting at most `wait` seconds for another to finish."""
+        """Be the one indexer, waiting at most `wait` seconds for another to finish.
+        An index open read-only (a full disk) is opened again, to write if it can."""
+        if self.unwritable is not None and self._db is not None:
+            self._db.close()
+            self._db, self.unwritable = None, None
         if self._lock is not None:
             return True
         try:
@@ -226,7 +286,9 @@ class FtsIndex:
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
         db = self._conn()
-        with damage_caught():
+        if self.unwritable is not None:
+            raise IndexUnwritable(self.unwritable)
+        with damage_caught(), space_caught(self.path):
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db

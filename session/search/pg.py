@@ -26,7 +26,7 @@ import psycopg
 
 from session.backends.postgres_connect import connect
 from session.backends.postgres_conninfo import scrub, shown
-from session.errors import SearchIndexError, StoreIOError
+from session.errors import IndexUnwritable, SearchIndexError, StoreIOError
 from session.search.base import (
     FORMAT,
     Feed,
@@ -173,6 +173,8 @@ class PgIndex:
             with db.transaction():
                 yield db
         except psycopg.Error as exc:
+            if (exc.sqlstate or "").startswith("53"):  # insufficient resources: a full disk (53100)
+                raise IndexUnwritable(scrub(" ".join(str(exc).split()), self.conninfo)) from None
             raise self._fail("write", exc) from None
 
     def sessions(self) -> dict[str, SessionRow]:

@@ -7,6 +7,17 @@ Texts are tokenized as SQLite's `unicode61` tokenizer does (letters and digits, 
 folded, nothing else), and the PostgreSQL index is given the same tokens, so a query
 finds the same turns in every store: `main.py` is the two words `main py`, found as a
 phrase.
+
+Bounded, so that a search costs time linear in its text whatever the index: FTS5's
+cost grows with the square of a query's terms (20,000 repeats of one word: 4.3 s) and
+PostgreSQL parses a phrase recursively (14,000 words: "stack depth limit exceeded").
+A term given twice in a group, and a group given twice, count once (the same turns
+match); then at most MAX_TOKENS words are searched: the positive terms first, in the
+query's order (a phrase cut to what is left of the budget), then the negations that
+fit whole; an `OR` group left without a word to find is dropped. Within a group, a cut
+finds what the whole group finds and maybe more (fewer words to hold, fewer to be
+without); a dropped group's turns are not found. `Query.cut` says what was left out,
+for the caller to say.
 """
 
 from __future__ import annotations
@@ -17,6 +28,8 @@ from dataclasses import dataclass
 from session.errors import SearchQueryError
 
 _TOKEN = re.compile(r"[^\W_]+")
+MAX_TOKENS = 64
+"""Words a query searches at most, once repeats are dropped (see the module)."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,7 @@ class Query:
 
     groups: tuple[tuple[Term, ...], ...]
     text: str
+    cut: str | None = None  # what the MAX_TOKENS bound left out, said to the person
 
     def positive_tokens(self) -> list[tuple[str, bool]]:
         """(token, is a prefix) of every term that is not negated: what a snippet marks."""
@@ -55,13 +69,13 @@ def tokens_of(text: str) -> list[str]:
 def parse_query(text: str) -> Query:
     """Raises SearchQueryError for a query without anything to find."""
     groups: list[tuple[Term, ...]] = []
-    current: list[Term] = []
+    current: dict[Term, None] = {}  # in order, each term once
     for match in _PART.finditer(text):
         neg, phrase, star, word = match.groups()
         if word is not None:
             if word == "OR":
                 groups.append(tuple(current))
-                current = []
+                current = {}
                 continue
             neg = "-" if word.startswith("-") and len(word) > 1 else ""
             body = word[1:] if neg else word
@@ -69,14 +83,44 @@ def parse_query(text: str) -> Query:
             phrase = body
         tokens = tuple(tokens_of(phrase))
         if tokens:
-            current.append(Term(tokens, bool(star), bool(neg)))
+            current.setdefault(Term(tokens, bool(star), bool(neg)))
     groups.append(tuple(current))
-    kept = tuple(g for g in groups if g)
+    kept = tuple(dict.fromkeys(g for g in groups if g))  # a group given twice, once
     if not kept or any(all(t.negated for t in g) for g in kept):
+        shown = text if len(text) <= 200 else text[:199] + "…"
         raise SearchQueryError(
-            f"nothing to search for in {text!r}: give at least one word (letters or digits) "
+            f"nothing to search for in {shown!r}: give at least one word (letters or digits) "
             "to find in each part, e.g. `timeout -retry` or `\"exact phrase\"`")
-    return Query(kept, text)
+    return bounded(Query(kept, text))
+
+
+def bounded(query: Query) -> Query:
+    """`query` searching at most MAX_TOKENS words (see the module): positive terms
+    first, in order, the last one kept cut to the budget's end; then the negations that
+    fit whole; groups left without a positive term are dropped."""
+    total = sum(len(t.tokens) for group in query.groups for t in group)
+    if total <= MAX_TOKENS:
+        return query
+    budget = MAX_TOKENS
+    kept: dict[tuple[int, int], Term] = {}
+    for g, group in enumerate(query.groups):
+        for i, term in enumerate(group):
+            if not term.negated and budget > 0:
+                head = term.tokens[:budget]
+                kept[(g, i)] = term if len(head) == len(term.tokens) else Term(head, False, False)
+                budget -= len(head)
+    for g, group in enumerate(query.groups):
+        for i, term in enumerate(group):
+            if term.negated and len(term.tokens) <= budget and any(k[0] == g for k in kept):
+                kept[(g, i)] = term
+                budget -= len(term.tokens)
+    groups = tuple(tuple(kept[(g, i)] for i in range(len(group)) if (g, i) in kept)
+                   for g, group in enumerate(query.groups))
+    groups = tuple(group for group in groups if group)
+    searched = sum(len(t.tokens) for group in groups for t in group)
+    said = (f"the query has {total:,} words (repeats counted once); only {searched:,} were searched "
+            f"(at most {MAX_TOKENS}): its first words, then exclusions that fit")
+    return Query(groups, query.text, said)
 
 
 def fts5_match(query: Query) -> str:

@@ -21,6 +21,7 @@ from session.search.base import (
     TurnRow,
     pieces,
     stamp_text,
+    without_nul,
 )
 from session.search.query import tokens_of
 
@@ -41,7 +42,7 @@ _COMMAND = "t.kind = 'command'"
 
 def _text(values: tuple[Any, ...]) -> tuple[Any, ...]:
     """Text values as both databases take them: PostgreSQL's text holds no NUL."""
-    return tuple(v.replace("\0", "\ufffd") if isinstance(v, str) and "\0" in v else v for v in values)
+    return tuple(without_nul(v) if isinstance(v, str) else v for v in values)
 
 
 def session_values(row: SessionRow) -> tuple[Any, ...]:

@@ -1,8 +1,10 @@
 """A model that decides by what it is asked, for real third-party agents run against
 127.0.0.1 (tests/support/record_agent.py): OpenAI Chat Completions (`/chat/completions`),
-the Responses API (`/responses`) and the Gemini API (`models/M:streamGenerateContent`,
-`:generateContent`, `:countTokens`: gemini-cli with `GOOGLE_GEMINI_BASE_URL`), streamed
-as the real endpoints stream them.
+the Responses API (`/responses`), the Gemini API (`models/M:streamGenerateContent`,
+`:generateContent`, `:countTokens`: gemini-cli with `GOOGLE_GEMINI_BASE_URL`) and
+Anthropic's Messages API (`/v1/messages`, `/v1/messages/count_tokens`: Claude Code with
+`ANTHROPIC_BASE_URL`; a text answer comes after a thinking block, as a model that
+thinks answers), streamed as the real endpoints stream them.
 
 What it answers, read from the request:
 
@@ -39,6 +41,10 @@ def respond(request: Received) -> Reply:
     path = request.path.partition("?")[0].rstrip("/")
     if path.endswith("/responses"):
         return _responses(body)
+    if path.endswith("/messages/count_tokens"):
+        return _json_reply({"input_tokens": 120})
+    if path.endswith("/messages"):
+        return _anthropic(body)
     if ":" in path.rpartition("/")[2]:  # .../models/NAME:method
         return _gemini(path.rpartition(":")[2], body)
     return _chat(body)
@@ -150,6 +156,67 @@ def _responses(body: dict[str, Any]) -> Reply:
     payloads = [f"event: {e['type']}\ndata: {orjson.dumps(e).decode()}" for e in events]
     return Reply(200, {"Content-Type": "text/event-stream"},
                  [p.encode() + b"\n\n" for p in payloads])
+
+
+# --- Anthropic Messages -------------------------------------------------------------------
+
+ANTHROPIC_USAGE = {"input_tokens": 100, "cache_creation_input_tokens": 15, "cache_read_input_tokens": 5,
+                   "output_tokens": 1}
+
+
+def _anthropic(body: dict[str, Any]) -> Reply:
+    messages = body.get("messages") or [{}]
+    last = messages[-1] if isinstance(messages[-1], dict) else {}
+    content = last.get("content")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+    results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+    if results:
+        kind, text = "tool", _text_of(results[-1].get("content"))
+    else:
+        kind, text = "user", "\n".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
+    tools = [{"name": t.get("name"), "parameters": t.get("input_schema")} for t in body.get("tools") or []
+             if isinstance(t, dict)]
+    said, what = _decide(kind, text, tools)
+    if said == "text":
+        made: list[tuple[dict[str, Any], list[dict[str, Any]]]] = [
+            ({"type": "thinking", "thinking": "", "signature": ""},
+             [{"type": "thinking_delta", "thinking": "The user wants a short answer."},
+              {"type": "signature_delta", "signature": "fake-signature"}]),
+            ({"type": "text", "text": ""}, [{"type": "text_delta", "text": piece} for piece in what])]
+        stop, output = "end_turn", 9
+    else:
+        name, arguments = what
+        made = [({"type": "tool_use", "id": "toolu_fake_1", "name": name, "input": {}},
+                 [{"type": "input_json_delta", "partial_json": orjson.dumps(arguments).decode()}])]
+        stop, output = "tool_use", 21
+    model = body.get("model") or "fake-model"
+    if not body.get("stream"):  # not streamed: the blocks as one answer
+        whole = []
+        for start, deltas in made:
+            block = dict(start)
+            for delta in deltas:
+                if delta["type"] == "text_delta":
+                    block["text"] += delta["text"]
+                elif delta["type"] == "thinking_delta":
+                    block["thinking"] += delta["thinking"]
+                elif delta["type"] == "input_json_delta":
+                    block["input"] = orjson.loads(delta["partial_json"])
+            whole.append(block)
+        return _json_reply({"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+                            "content": whole, "stop_reason": stop, "stop_sequence": None,
+                            "usage": {**ANTHROPIC_USAGE, "output_tokens": output}})
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": {
+        "id": f"msg_fake_{len(messages)}", "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": ANTHROPIC_USAGE}}]
+    for index, (start, deltas) in enumerate(made):
+        events.append({"type": "content_block_start", "index": index, "content_block": start})
+        events += [{"type": "content_block_delta", "index": index, "delta": delta} for delta in deltas]
+        events.append({"type": "content_block_stop", "index": index})
+    events.append({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                   "usage": {"output_tokens": output}})
+    events.append({"type": "message_stop"})
+    return Reply(200, {"Content-Type": "text/event-stream"},
+                 [f"event: {e['type']}\ndata: {orjson.dumps(e).decode()}\n\n".encode() for e in events])
 
 
 # --- Gemini -----------------------------------------------------------------------------------

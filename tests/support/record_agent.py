@@ -136,9 +136,13 @@ def main() -> int:
     parser.add_argument("--mode")
     parser.add_argument("--env", action="append", default=[])
     parser.add_argument("--prompt", action="append", help="the prompts, in order (default: the two above)")
+    parser.add_argument("--home", help="the agent's HOME (kept afterwards: the native files it wrote, "
+                                       "tests/recorded/native/); default: a temporary folder")
     parser.add_argument("command", nargs="+")
     args = parser.parse_args()
-    with SSEServer(respond) as server, tempfile.TemporaryDirectory() as home:
+    with SSEServer(respond) as server, tempfile.TemporaryDirectory() as temp:
+        home = args.home or temp
+        Path(home).mkdir(parents=True, exist_ok=True)
         fill = {"model": server.url.removesuffix("/v1"), "home": home}
         env = {**os.environ, "HOME": home}
         for pair in args.env:

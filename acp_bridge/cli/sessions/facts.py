@@ -42,9 +42,12 @@ def session_row(sid: str, stream: ReadStream, stamp: Stamp) -> SessionRow:
 
     header: dict[str, Any] = dict(stream.header)
     agent = wrapped_agent(header)
-    row = SessionRow(sid, int(header.get("createdAt") or 0), str(header.get("cwd", "")),
-                     agent.product if agent is not None else OURS, stream.title, stamp,
-                     header=orjson.dumps(header).decode())
+    name = agent.product if agent is not None else OURS
+    imported = header.get("imported")
+    if isinstance(imported, dict) and isinstance(imported.get("agent"), str):
+        name = imported["agent"]  # `acp-bridge import`'s: the agent that wrote it (docs/import.md)
+    row = SessionRow(sid, int(header.get("createdAt") or 0), str(header.get("cwd", "")), name, stream.title,
+                     stamp, header=orjson.dumps(header).decode())
     forked = header.get("forkedFrom")
     parent = forked.get("sessionId") if isinstance(forked, dict) else None
     if isinstance(parent, str) and parent != sid and copied_turns(header):  # found in the original

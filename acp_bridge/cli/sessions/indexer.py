@@ -15,6 +15,11 @@ again; one its database finds damaged is deleted and made again (once per pass);
 log whose stamp changed is read from where the index stopped only if the record there
 is still the one the index read (else from its start: `Rewound`); a log that cannot
 be read is kept as damaged, and read again when it changes.
+
+An index that cannot be written (a full disk: `IndexUnwritable`) ends the pass where it
+is, each session's write being a transaction of its own: what the index holds is
+searched (the report says it could not be brought up to date), `index` exits 1 saying
+so, and `index --watch` says it once and tries again at each pass.
 """
 
 from __future__ import annotations
@@ -95,13 +100,14 @@ class Report:
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (id, why), this pass
     rebuilt: str | None = None  # why the index was made again, if it was
     busy: bool = False  # another indexer was at work: nothing was done
+    unwritable: str | None = None  # why the index could not be written: the pass ended there
     seconds: float = 0.0
 
 
 def catch_up(source: Source, index: SearchIndex, *, wait: float = WAIT,
              progress: Callable[[int, int], None] | None = None) -> Report:
     """Bring `index` up to date with `source` (see the module's docstring)."""
-    from session.search.base import IndexDamaged
+    from session.search.base import IndexDamaged, IndexUnwritable
 
     report = Report()
     start = time.monotonic()
@@ -110,10 +116,13 @@ def catch_up(source: Source, index: SearchIndex, *, wait: float = WAIT,
         return report
     try:
         try:
-            _pass(source, index, report, progress)
-        except IndexDamaged as exc:
-            index.rebuild(f"it was damaged ({exc})")
-            _pass(source, index, report, progress)
+            try:
+                _pass(source, index, report, progress)
+            except IndexDamaged as exc:
+                index.rebuild(f"it was damaged ({exc})")
+                _pass(source, index, report, progress)
+        except IndexUnwritable as exc:
+            report.unwritable = str(exc)
         report.rebuilt = index.rebuilt
     finally:
         index.unlock()
@@ -153,7 +162,7 @@ def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
     """Read one log into the index: from where it stopped, or (no usable previous row,
     or the log changed behind it) from the start."""
     from acp_bridge.cli.sessions.facts import TurnFeed
-    from session import SessionError, SessionNotFoundError
+    from session import SearchIndexError, SessionError, SessionNotFoundError
     from session.search.base import Rewound
 
     resume = previous if previous is not None and previous.at is not None and not previous.damaged else None
@@ -176,6 +185,8 @@ def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
     except SessionNotFoundError:  # deleted meanwhile
         index.drop([sid])
         report.dropped += 1
+    except SearchIndexError:  # the index's own failure, not the log's
+        raise
     except (SessionError, OSError) as exc:
         message = exc.message if isinstance(exc, SessionError) else f"cannot read: {exc}"
         row = _damaged_row(source, sid, stamp, message)
@@ -203,8 +214,9 @@ def _damaged_row(source: Source, sid: str, stamp: Stamp, message: str) -> Sessio
     return row
 
 
-def notes(prog: str, report: Report, index: SearchIndex) -> list[str]:
-    """What a reader of the results should know about the index (for stderr)."""
+def notes(prog: str, report: Report, index: SearchIndex, *, unwritable: bool = True) -> list[str]:
+    """What a reader of the results should know about the index (for stderr); that it
+    cannot be written only with `unwritable` (a watcher says it once)."""
     from acp_bridge.cli.sessions.text import one_line
 
     out = []
@@ -212,6 +224,9 @@ def notes(prog: str, report: Report, index: SearchIndex) -> list[str]:
         out.append(f"{prog}: the search index {index.where} was made again: {report.rebuilt}")
     if report.busy:
         out.append(f"{prog}: another indexer is updating {index.where}; the last turns may be missing")
+    if report.unwritable and unwritable:
+        out.append(f"{prog}: cannot write the search index {index.where} ({one_line(report.unwritable)}): "
+                   "it could not be brought up to date; the last turns may be missing from it")
     for sid, why in report.damaged[:5]:
         out.append(f"{prog}: session {sid} cannot be read, so it is not searched: {one_line(why)}")
     if len(report.damaged) > 5:
@@ -251,6 +266,7 @@ def run_index(source: Source, args: Any, prog: str) -> int:
         if args.watch:
             os.nice(10)
             _stop_on_sigterm()
+        told = False  # that the index cannot be written: said once until it can again
         while True:
             try:
                 report = catch_up(source, index, wait=every if args.watch else WAIT)
@@ -258,13 +274,16 @@ def run_index(source: Source, args: Any, prog: str) -> int:
                 if not args.watch:
                     raise
                 return _stopped_watching(prog, index, interrupt)
-            for line in notes(prog, report, index):
+            for line in notes(prog, report, index, unwritable=not told):
                 print(line, file=sys.stderr, flush=True)
+            if told and not report.unwritable:
+                print(f"{prog}: the search index {index.where} is written again", file=sys.stderr, flush=True)
+            told = report.unwritable is not None
             if report.read or report.dropped or not args.watch:
                 print(f"{prog}: {index.where}: {report.read} log(s) read, {report.unchanged} unchanged, "
                       f"{report.dropped} gone, in {report.seconds:.2f} s", file=sys.stderr, flush=True)
             if not args.watch:
-                return 1 if report.busy else 0
+                return 1 if report.busy or report.unwritable else 0
             index.rebuilt = None
             try:
                 time.sleep(every)

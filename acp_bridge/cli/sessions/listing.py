@@ -100,6 +100,8 @@ def _list_json(row: Row) -> dict[str, Any]:
         out["additionalDirectories"] = header["additionalDirectories"]
     if isinstance(header.get("wrapped"), dict):  # recorded by `acp-bridge wrap`: as stored
         out["wrapped"] = header["wrapped"]
+    if isinstance(header.get("imported"), dict):  # imported by `acp-bridge import` (docs/import.md): as stored
+        out["imported"] = header["imported"]
     if isinstance(header.get("forkedFrom"), dict):  # a fork (docs/persistence.md, "Forks"): as stored
         out["forkedFrom"] = header["forkedFrom"]
     if isinstance(header.get("parent"), dict):  # a subagent's session (docs/wrap.md, "Subagents")

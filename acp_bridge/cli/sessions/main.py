@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
+    from acp_bridge.cli.sessions.search import count  # its check imported when -n is given
+
     _store_options(parser)
     commands = parser.add_subparsers(dest="sessions_command",
                                      metavar="{list,show,export,serve,fork,delete,search,stats,index}")
@@ -139,7 +141,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     ls.add_argument("--cwd", metavar="DIR", help="only sessions whose cwd is DIR")
     ls.add_argument("--json", action="store_true", help="machine-readable JSON")
-    ls.add_argument("-n", "--limit", type=_count, metavar="N", help="at most N sessions")
+    ls.add_argument("-n", "--limit", type=count, metavar="N", help="at most N sessions")
     show = _command(
         commands,
         "show", help="a session's transcript as readable text",
@@ -214,11 +216,6 @@ def _search_parsers(commands: Any) -> None:
     index.add_argument("--every", type=float, default=0.5, metavar="SECONDS",
                        help="with --watch: seconds between two passes (default 0.5)")
     index.add_argument("--rebuild", action="store_true", help="make the index again from every log")
-
-
-def _count(text: str) -> int:  # imported when -n is given: the parser is built on every start
-    from acp_bridge.cli.startup import count
-    return count(text)
 
 
 def _command(commands: Any, name: str, **texts: Any) -> argparse.ArgumentParser:

@@ -21,6 +21,14 @@ ENDED = ("completed", "cancelled", "error", "interrupted", "running", "max_token
 LIMIT = 20
 # `--since 7d`: a number and a unit, back from now.
 UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# The times a filter may name (epoch ms): from 1970, before which no session started, to
+# the end of year 9999. A date outside, or not convertible from local time here
+# (`0001-01-01` in a zone ahead of UTC), is a usage error (docs/cli.md: one line, exit 2),
+# never a traceback; a span back past 1970 is from the start.
+EARLIEST_MS, LATEST_MS = 0, 253_402_300_799_999
+MAX_NAME = 1_000
+"""Characters of `--agent` or `--model` at most (SQLite refuses a LIKE pattern over
+50,000 bytes; no agent or model is named so): a longer one is a usage error."""
 
 
 def filter_options(parser: argparse.ArgumentParser) -> None:
@@ -49,9 +57,17 @@ def search_options(parser: argparse.ArgumentParser) -> None:
                         choices=("prompt", "answer", "thought", "tool", "output", "summary"),
                         help="only these texts: prompt, answer, thought, tool (a call), output (a call's), "
                              "summary (a compaction's); repeat it for several")
-    parser.add_argument("-n", "--limit", type=int, default=LIMIT, metavar="N",
+    parser.add_argument("-n", "--limit", type=count, default=LIMIT, metavar="N",
                         help=f"at most N turns (default {LIMIT})")
     parser.add_argument("--json", action="store_true", help="machine-readable JSON")
+
+
+def count(text: str) -> int:
+    """`-n N` of `list` and `search`: acp_bridge.cli.startup.count, imported when -n is
+    given (the parser is built on every start, and startup is not light)."""
+    from acp_bridge.cli.startup import count
+
+    return count(text)
 
 
 def parse_when(text: str, option: str, now_ms: int) -> int:
@@ -62,26 +78,39 @@ def parse_when(text: str, option: str, now_ms: int) -> int:
     from acp_bridge.errors import ConfigError
 
     value = text.strip()
-    relative = re.fullmatch(r"(\d+)\s*([mhdw])", value)
-    if relative:
-        return now_ms - int(relative.group(1)) * UNITS[relative.group(2)] * 1000
-    try:
-        when = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise ConfigError(option, f"not a time: {text!r}; give YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] "
-                                  "(local time) or a span back from now: 30m, 12h, 7d, 2w") from None
-    if when.tzinfo is None:
-        when = when.astimezone()  # local time
-    return int(when.timestamp() * 1000)
+    shown = text if len(text) <= 60 else text[:59] + "…"
+    relative = re.fullmatch(r"(\d{1,30})\s*([mhdw])", value)
+    when_ms: int | None = None
+    if relative:  # a span back past 1970 is "from the start" (`--since 100000d`)
+        when_ms = max(EARLIEST_MS, now_ms - int(relative.group(1)) * UNITS[relative.group(2)] * 1000)
+    else:
+        try:
+            when = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            raise ConfigError(option, f"not a time: {shown!r}; give YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] "
+                                      "(local time) or a span back from now: 30m, 12h, 7d, 2w") from None
+        try:
+            if when.tzinfo is None:
+                when = when.astimezone()  # local time
+            when_ms = int(when.timestamp() * 1000)
+        except (ValueError, OverflowError, OSError):  # year 1, year 9999 in a zone ahead of UTC
+            pass
+    if when_ms is None or not EARLIEST_MS <= when_ms <= LATEST_MS:
+        raise ConfigError(option, f"{shown!r} is not a time from 1970 to 9999, when sessions can have run")
+    return when_ms
 
 
 def filters_of(args: argparse.Namespace, *, kinds: bool = False) -> Filters:
     import os
     import time
 
+    from acp_bridge.errors import ConfigError
     from session.search.base import Filters
 
     now = int(time.time() * 1000)
+    for name in ("agent", "model"):
+        if len(getattr(args, name, None) or "") > MAX_NAME:
+            raise ConfigError(f"--{name}", f"at most {MAX_NAME:,} characters, not {len(getattr(args, name)):,}")
     cwd = getattr(args, "cwd", None)
     since, until = getattr(args, "since", None), getattr(args, "until", None)
     ended = tuple("open" if e == "running" else e for e in (getattr(args, "ended", None) or ()))
@@ -184,7 +213,9 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
         report = catch_up(source, index)
         for line in notes(prog, report, index):
             print(line, file=sys.stderr)
-        hits = find(source, index, query, filters, max(0, args.limit))
+        if query.cut is not None:
+            print(f"{prog}: {query.cut}", file=sys.stderr)
+        hits = find(source, index, query, filters, args.limit)
     finally:
         index.close()
     if args.json:
@@ -192,7 +223,9 @@ def run_search(source: Source, args: argparse.Namespace, prog: str) -> int:
 
         sys.stdout.write(orjson.dumps([hit_json(h) for h in hits], option=orjson.OPT_INDENT_2).decode() + "\n")
     elif not hits:
-        sys.stdout.write(f"No turns match {text!r} in {source.root} ({source.name} backend).\n")
+        from acp_bridge.cli.sessions.text import cut
+
+        sys.stdout.write(f"No turns match {cut(text, 200)!r} in {source.root} ({source.name} backend).\n")
     else:
         sys.stdout.write(hits_text(hits, bold=sys.stdout.isatty()))
     return 0

@@ -5,14 +5,16 @@
 - **Only here, only for you.** One listening socket, on 127.0.0.1 (a random free port
   unless `--port`). Every URL starts with a random token (`secrets.token_urlsafe`, 128
   bits), printed once on stderr; a request without it, or for a Host other than
-  127.0.0.1 or localhost at that port (a DNS-rebinding page), is refused 403, whatever
-  its method. The token is compared in constant time and is never logged.
+  127.0.0.1 or localhost at that port (a DNS-rebinding page), or with two Hosts, is
+  refused 403, whatever its method. The token is compared in constant time and is
+  never logged.
 - **Read-only.** Every request opens the store through `Source` (`session.open_reader`:
-  no lock, no repair, nothing created), in its own thread (the standard library's
-  `ThreadingHTTPServer`), and closes it; a session an agent has open is shown as far as
-  it is on disk. GET only (HEAD too); any other method is 405.
-- **Headers.** The page's Content-Security-Policy (page.py) as a header, with
-  `frame-ancestors 'none'`; `nosniff`, `no-referrer`, `no-store`.
+  no lock, no repair, nothing created), in a worker of server.py's bounded pool, and
+  closes it; a session an agent has open is shown as far as it is on disk. GET only
+  (HEAD too); any other method, once the token is checked, is 405.
+- **Headers.** server.py's on every answer, errors included: the page's
+  Content-Security-Policy (page.py) as a header, with `frame-ancestors 'none'`;
+  `nosniff`, `no-referrer`, `no-store`. A query string of more than 64 fields is 400.
 - **Streamed.** A transcript is sent as the walk produces it (HTTP/1.0, the end of the
   body is the end of the connection), so a long session costs a turn's memory here too.
   An error before the first piece (an unknown id, a log damaged in its first block) is
@@ -32,18 +34,19 @@ import sys
 
 from acp_bridge.cli.sessions.html import STATES
 from acp_bridge.cli.sessions.markup import esc
-from acp_bridge.cli.sessions.page import CSP_HEADER, FOOT, SERVED_CSP, head
+from acp_bridge.cli.sessions.page import FOOT, SERVED_CSP, head
+from acp_bridge.cli.sessions.server import PROG
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Iterator, Mapping
-    from http.server import BaseHTTPRequestHandler
     from pathlib import Path
     from typing import Any
 
     from acp_bridge.cli.sessions.keeper import IndexKeeper
     from acp_bridge.cli.sessions.rows import Row
+    from acp_bridge.cli.sessions.server import Handler, Limits
 
     Page = tuple[int, Iterator[str]]
     Params = Mapping[str, list[str]]  # a request's query string, parsed
@@ -51,16 +54,6 @@ if TYPE_CHECKING:
 HOST = "127.0.0.1"
 LIST_PAGE = 200  # sessions on the list page, the newest: a page of 10,000 would read every log
 BACK = '<a href="../">← All sessions</a>'  # from /TOKEN/session/ID
-PROG = "acp-bridge sessions serve"
-HEADERS = {
-    "Content-Security-Policy": CSP_HEADER,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-    "X-Frame-Options": "DENY",
-    "Cross-Origin-Opener-Policy": "same-origin",
-    "Cross-Origin-Resource-Policy": "same-origin",
-}
 
 
 class Site:
@@ -168,7 +161,8 @@ class Site:
             where = f"{source.root} ({source.name} backend)"
         finally:
             source.close()
-        told = "".join(f'<p class="note">{esc(line)}</p>' for line in lines)
+        said = [*lines, *([f"{PROG}: {query.cut}"] if query.cut is not None else [])]
+        told = "".join(f'<p class="note">{esc(line)}</p>' for line in said)
         page = head(f"Search: {text}", nav=nav, csp=SERVED_CSP) + told + hits_html(hits, text, where) + FOOT
         return 200, iter([page])
 
@@ -255,99 +249,70 @@ def _list_html(rows: list[Row], where: str, total: int) -> str:
 # --- the server ---------------------------------------------------------------------------
 
 
-def make_handler(site: Site, port_of: Callable[[], int]) -> type[BaseHTTPRequestHandler]:
+def make_handler(site: Site, port_of: Callable[[], int], limits: Limits) -> type[Handler]:
     import hmac
-    from http.server import BaseHTTPRequestHandler
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "acp-bridge"
-        sys_version = ""
+    from acp_bridge.cli.sessions.server import Handler
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # a request line holds the token: nothing is logged per request
-
-        def _route(self, send_body: bool) -> None:
+    class SiteHandler(Handler):
+        def answer(self, send_body: bool) -> None:
             port = port_of()
-            host = self.headers.get("Host", "")
+            hosts = self.headers.get_all("Host") or []  # two are refused: which one would a proxy have read?
             path, _, query = self.path.split("#", 1)[0].partition("?")
             parts = path.split("/", 2)  # "", token, rest
             given = parts[1] if len(parts) > 1 else ""
-            if host not in (f"{HOST}:{port}", f"localhost:{port}") or \
+            if len(hosts) != 1 or hosts[0] not in (f"{HOST}:{port}", f"localhost:{port}") or \
                     not hmac.compare_digest(given.encode(), site.token.encode()):
-                self._send(403, iter(["Forbidden.\n"]), "text/plain", send_body)
+                self.reply(403, iter(["Forbidden.\n"]), "text/plain", send_body)
                 return
             if self.command not in ("GET", "HEAD"):
-                self._send(*error_page(405, "This server only reads."), "text/html", send_body)
+                self.reply(*error_page(405, "This server only reads."), "text/html", send_body)
                 return
             if len(parts) == 2:  # /TOKEN: relative links need the slash
-                self.send_response(301)
-                self.send_header("Location", f"/{site.token}/")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self.reply(301, iter([""]), "text/html", send_body, location=f"/{site.token}/")
                 return
             route, _, rest = parts[2].partition("/")
             handler = ROUTES.get(route)
             try:
                 from urllib.parse import parse_qs
 
-                params = parse_qs(query, max_num_fields=64)
-                page = handler(site, rest, params) if handler is not None else not_found()
-            except Exception as exc:  # a store that cannot be read: said, and the server goes on
-                print(f"{PROG}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-                page = error_page(500, f"cannot read the store: {exc}")
-            self._send(*page, "text/html", send_body)
+                params = parse_qs(query, max_num_fields=limits.fields)
+            except ValueError:
+                page = error_page(400, f"The query string has more than {limits.fields} fields.")
+            else:
+                try:
+                    page = handler(site, rest, params) if handler is not None else not_found()
+                except Exception as exc:  # a store that cannot be read: said, and the server goes on
+                    print(f"{PROG}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                    page = error_page(500, f"cannot read the store: {exc}")
+            self.reply(*page, "text/html", send_body)
 
-        def _send(self, status: int, body: Iterator[str], kind: str, send_body: bool) -> None:
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", f"{kind}; charset=utf-8")
-                for name, value in HEADERS.items():
-                    self.send_header(name, value)
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for piece in body:
-                    if send_body:
-                        self.wfile.write(piece.encode("utf-8", "replace"))
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the reader went away
-            finally:
-                close = getattr(body, "close", None)
-                if close is not None:
-                    close()  # a transcript's generator lets its store go
-
-        def do_GET(self) -> None:
-            self._route(True)
-
-        def do_HEAD(self) -> None:
-            self._route(False)
-
-        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET
-
-    return Handler
+    SiteHandler.limits = limits
+    return SiteHandler
 
 
-def serve(backend: str, root: Path | str, args: argparse.Namespace) -> int:
+def serve(backend: str, root: Path | str, args: argparse.Namespace, limits: Limits | None = None) -> int:
     """Serve until SIGINT or SIGTERM. Returns the exit code."""
     import secrets
     import signal
     import threading
-    from http.server import ThreadingHTTPServer
 
+    from acp_bridge.cli.sessions.server import Limits, PooledServer
     from session import shown_store
 
+    limits = limits or Limits()
     port = getattr(args, "port", 0) or 0
     if not 0 <= port <= 65535:
         print(f"{PROG}: --port must be 0-65535, not {port}", file=sys.stderr)
         return 2
     site = Site(backend, root, secrets.token_urlsafe(16), getattr(args, "index", None))
     holder: list[int] = [port]
-    handler = make_handler(site, lambda: holder[0])
+    handler = make_handler(site, lambda: holder[0], limits)
     try:
-        server = ThreadingHTTPServer((HOST, port), handler)
+        server = PooledServer((HOST, port), handler, limits)
     except OSError as exc:
         print(f"{PROG}: cannot listen on {HOST}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    server.daemon_threads = True  # a reader still being sent a page does not hold the exit
     holder[0] = server.server_address[1]
 
     def stop(signum: int, frame: object) -> None:

@@ -113,6 +113,12 @@ def _show_head(walk: Walk, source: Source) -> list[str]:
     if wrapped is not None:
         its = f" (its session {wrapped.session_id})" if wrapped.session_id else ""
         fields += [("agent", f"{wrapped.name}, wrapped{its}"), ("command", wrapped.command)]
+    imported = header.get("imported")
+    if isinstance(imported, dict):  # `acp-bridge import`'s (docs/import.md): whatever it holds, on one line
+        version = f" {one_line(str(imported['version']))}" if imported.get("version") else ""
+        fields += [("agent", f"{one_line(str(imported.get('agent')))}{version}, imported (its session "
+                             f"{one_line(str(imported.get('sessionId')))})"),
+                   ("file", one_line(str(imported.get("file"))))]
     forked = header.get("forkedFrom")
     if isinstance(forked, dict):  # whatever the header holds, on one line
         fields.append(("forked", f"from {one_line(str(forked.get('sessionId')))} at turn "
