@@ -3,6 +3,7 @@ validate_agent_message accepts and refuses."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from tests.support.acp_schema import (
     defs,
     extended_by_unstable,
     method_table,
+    schema_path,
     validate_agent_message,
 )
 
@@ -25,6 +27,34 @@ def test_unstable_schema_is_the_same_release() -> None:
     assert not extended_by_unstable("SessionNotification")
     assert method_table(unstable=True)["session/fork"].result == "ForkSessionResponse"
     assert "session/fork" not in method_table()
+
+
+@pytest.mark.parametrize("unstable", [False, True], ids=["stable", "unstable"])
+def test_meta_files_name_the_annotated_methods(unstable: bool) -> None:
+    """meta.json and meta.unstable.json (one of them rebuilt, SOURCE.txt) list, side by side,
+    exactly the methods the schema's `x-method` / `x-side` annotations give."""
+    meta_file = schema_path(unstable=unstable).with_name("meta.unstable.json" if unstable else "meta.json")
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    assert meta["version"] == 1
+    sides = {"agent": "agentMethods", "client": "clientMethods", "protocol": "protocolMethods"}
+    annotated: dict[str, set[str]] = {key: set() for key in sides.values()}
+    for definition in defs(unstable=unstable).values():
+        if "x-method" in definition:
+            annotated[sides[definition["x-side"]]].add(definition["x-method"])
+    assert {key: set(meta[key].values()) for key in sides.values()} == annotated
+    assert set().union(*annotated.values()) == set(method_table(unstable=unstable))
+
+
+def test_vendored_release_is_1_25() -> None:
+    """What v1.25 made stable is in the stable file; what it left unstable is not."""
+    stable, unstable = defs(), defs(unstable=True)
+    assert "name" in stable["ToolCall"]["properties"] and "name" in stable["ToolCallUpdate"]["properties"]
+    assert {"notices", "compaction"} <= set(stable["ClientSessionCapabilities"]["properties"])
+    assert {"Notice", "CompactionUpdate", "CompactionSummaryChunk"} <= set(stable)
+    assert "SubagentUpdate" in unstable and "SubagentUpdate" not in stable
+    # 1.24 made MCP-over-ACP request-scoped: mcp/connect is gone, mcp/message both ways.
+    assert "mcp/connect" not in method_table(unstable=True)
+    assert method_table(unstable=True)["mcp/message"].result == "MessageMcpResponse"
 
 
 def test_method_table_from_annotations() -> None:
@@ -88,6 +118,16 @@ ACCEPTED: list[tuple[str, dict[str, Any], str]] = [
         "sessionUpdate": "available_commands_update", "availableCommands": [
             {"name": "title", "description": "Rename", "input": {"hint": "the new title"}}]}}),
      "SessionNotification"),
+    # Stable since v1.22 / v1.25.
+    ("tool call with its name", msg(method="session/update", params={"sessionId": "s", "update": {
+        "sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Read a", "name": "read_file"}}),
+     "SessionNotification"),
+    ("notice", msg(method="session/update", params={"sessionId": "s", "update": {
+        "sessionUpdate": "notice", "severity": "warning", "title": "Restarted"}}),
+     "SessionNotification"),
+    ("compaction", msg(method="session/update", params={"sessionId": "s", "update": {
+        "sessionUpdate": "compaction_update", "compactionId": "k1", "status": "completed"}}),
+     "SessionNotification"),
 ]
 PENDING: dict[RequestId, str] = {1: "session/prompt", "n": "session/new", "out": "logout"}
 
@@ -118,6 +158,10 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
     ("usage without its totals", msg(id=1, result={"stopReason": "end_turn", "usage": {"inputTokens": 5}})),
     ("usage of negative tokens", msg(id=1, result={"stopReason": "end_turn", "usage": {
         "totalTokens": -1, "inputTokens": 0, "outputTokens": 0}})),
+    ("tool call name not a string", msg(method="session/update", params={"sessionId": "s", "update": {
+        "sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Read a", "name": 7}})),
+    ("notice without a title", msg(method="session/update", params={"sessionId": "s", "update": {
+        "sessionUpdate": "notice", "severity": "warning"}})),
     ("elicitation without a scope", msg(id=6, method="elicitation/create", params={
         "mode": "form", "message": "?", "requestedSchema": {"type": "object"}})),
 ]

@@ -227,7 +227,7 @@ def test_auth_method_shapes_match_the_schema() -> None:
 
 @pytest.mark.integration
 async def test_logout_forgets_the_key_until_a_login(tmp_path: Path, work: Path, env: SSEServer) -> None:
-    """`logout` (stable in schema-v1.21.0, advertised as agentCapabilities.auth.logout)
+    """`logout` (stable since schema-v1.21.0, advertised as agentCapabilities.auth.logout)
     removes the key `acp-bridge login` stored: the next prompt needs a key again, and a
     login plus `authenticate` brings it back."""
     save_key(GOOD_KEY)

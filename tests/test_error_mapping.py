@@ -31,6 +31,7 @@ from acp_bridge.errors import (
     TurnFailedError,
 )
 from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.params import check_client_params
 from acp_bridge.rpc.protocol import ClientError, RpcError, is_bug
 from acp_bridge.snapshot.driver import AgentProcess, Run, answers_or_fails
 from session.errors import (
@@ -138,7 +139,7 @@ def client_cases(tmp: Path) -> list[tuple[str, dict[str, Any], type[Exception], 
 @pytest.mark.anyio
 async def test_the_clients_services_raise_domain_errors_answered_as_before(tmp_path: Path) -> None:
     async with anyio.create_task_group() as tg:
-        methods = ClientMethods(tg, _refuse_permission)
+        methods = ClientMethods(tg, _refuse_permission, check=check_client_params)
         for method, params, kind, wire in client_cases(tmp_path):
             with pytest.raises(kind) as raised:
                 await methods.serve(method, params)
@@ -151,7 +152,7 @@ async def test_the_clients_services_raise_domain_errors_answered_as_before(tmp_p
 async def test_a_service_that_cannot_run_says_why_in_its_own_words(tmp_path: Path) -> None:
     target = tmp_path / "no-folder" / "f.txt"
     async with anyio.create_task_group() as tg:
-        methods = ClientMethods(tg, _refuse_permission)
+        methods = ClientMethods(tg, _refuse_permission, check=check_client_params)
         with pytest.raises(ClientServiceError) as wrote:
             await methods.serve("fs/write_text_file", {"path": str(target), "content": "x"})
         with pytest.raises(ClientServiceError) as started:
@@ -171,7 +172,7 @@ async def test_a_tool_error_of_a_handler_is_answered_in_its_words_not_as_a_bug(t
         raise ToolError("the editor has no terminal", code="no_terminal")
 
     async with anyio.create_task_group() as tg:
-        methods = ClientMethods(tg, refuses)
+        methods = ClientMethods(tg, refuses, check=check_client_params)
         with pytest.raises(ClientServiceError) as raised:
             await methods.serve("session/request_permission", {})
     assert to_rpc_error(raised.value).to_json() == {"code": -32603, "message": "ToolError: the editor has no terminal"}

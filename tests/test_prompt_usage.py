@@ -1,4 +1,4 @@
-"""`PromptResponse.usage` (unstable in schema-v1.21.0; tests/support/acp_schema.py checks
+"""`PromptResponse.usage` (unstable in schema-v1.25.0; tests/support/acp_schema.py checks
 every answer against the unstable schema too): the sum of the turn's `assistant/message`
 usage as the log recorded it, settled with the rest of the answer (docs/protocol.md,
 "Settlement"). Through `wrap`: the child's own `usage` as it sent it, else ours from the

@@ -41,6 +41,10 @@ CASES: list[tuple[str, Reason, Settlement]] = [
      success(3, "cancelled", {"kind": "cancelled", "by": "session/cancel"})),
     ("cancelled by $/cancel_request", reason("cancelled", by="$/cancel_request"),
      success(3, "cancelled", {"kind": "cancelled", "by": "$/cancel_request"})),
+    # A wrapped agent that had the cancel and answered a stop reason of its own (issue 33):
+    # the answer is `cancelled`, its own kept beside in the reason.
+    ("cancelled, the agent said end_turn", reason("cancelled", by="session/close", agentStopReason="end_turn"),
+     success(3, "cancelled", {"kind": "cancelled", "by": "session/close", "agentStopReason": "end_turn"})),
     ("interrupted crash", reason("interrupted", cause="crash"),
      success(3, "cancelled", {"kind": "interrupted", "cause": "crash"})),
     ("interrupted shutdown", reason("interrupted", cause="shutdown"),

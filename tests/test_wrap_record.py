@@ -169,6 +169,12 @@ TABLE: list[tuple[str, list[Op], list[Item]]] = [
       wu({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "cat a.txt (ran)",
           "rawInput": {"command": "cat a.txt", "cwd": "/w"}}),
       wu(done("c1")), result("c1"), step(1, "end"), end("completed")]),
+    ("a call that names its tool (ACP ToolCall.name, v1.22): the tool's own name in the message and the"
+     " tool/call, its title beside (issue 33); a later update's name too",
+     [("update", call("c1", name="read")), ("update", {**done("c1"), "name": "read_text"}), END_TURN],
+     [*start(), step(1, "start"), wu(call("c1", name="read")), wu({**done("c1"), "name": "read_text"}),
+      message(1, block("c1", name="read_text")), tool_call("c1", name="read_text"), result("c1"),
+      step(1, "end"), end("completed")]),
     ("a rejected permission: the failed result carries it",
      [("update", call("c1")), ("asking", asked("c1")), ("permission", asked("c1"), REJECT),
       ("update", done("c1", "The user rejected it.", "failed")), ("update", text("OK, not reading.")),

@@ -27,8 +27,6 @@ def sessions(store: Path, *args: str) -> str:
                           capture_output=True, text=True, timeout=60, check=True).stdout
 
 
-@pytest.mark.xfail(strict=True, reason="subagent_update is in ACP's unstable schema from v1.25; the tests vendor "
-                   "v1.21 until issue 33's v1.25 vendoring lands (the messages are checked against it)")
 async def test_a_subagent_is_a_session_of_ours_under_its_parent(tmp_path: Path, work: Path) -> None:
     store = tmp_path / "store"
     policy = ClientPolicy(permissions=["allow"])

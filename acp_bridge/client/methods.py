@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ from acp_bridge.tools.local import read_text, write_text
 from acp_bridge.tools.local_terminal import LocalTerminal, start_terminal
 
 Handler = Callable[..., Awaitable[Any]]
+# The params check of the agent's requests, handed in by the owner (acp_bridge.host.params.
+# check_client_params: this layer may not import the host); raises ClientParamsError.
+ParamsCheck = Callable[[str, Mapping[str, Any]], None]
 
 # --- fs/* ----------------------------------------------------------------------------
 
@@ -125,9 +128,12 @@ class Terminals:
 
 class ClientMethods:
     """The agent's requests to the client, each to its handler with its params checked
-    against the handler's signature; `ask_permission` is the client's question."""
+    (`check`: ACP's definition of the method, a malformed value refused rather than
+    taken for a default, as schema v1.25 has it) and bound to the handler's signature;
+    `ask_permission` is the client's question."""
 
-    def __init__(self, tg: anyio.abc.TaskGroup, ask_permission: Handler) -> None:
+    def __init__(self, tg: anyio.abc.TaskGroup, ask_permission: Handler, *, check: ParamsCheck) -> None:
+        self._check = check
         self.terminals = terminals = Terminals(tg)
         self._handlers: dict[str, Handler] = {
             "session/request_permission": ask_permission,
@@ -141,6 +147,7 @@ class ClientMethods:
         handler = self._handlers.get(method)
         if handler is None:
             raise MethodNotFoundError(f"method not found: {method}")
+        self._check(method, params)
         try:
             inspect.signature(handler).bind(**params)
         except TypeError as exc:

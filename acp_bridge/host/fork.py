@@ -1,4 +1,4 @@
-"""`session/fork` (unstable in the ACP schema v1.21.0: `ForkSessionRequest`, answered
+"""`session/fork` (unstable in the ACP schema v1.25.0: `ForkSessionRequest`, answered
 like `session/new`) for every engine with a store, once (docs/protocol.md, "Fork").
 
 The store copies the original's turns (`SessionStore.plan_fork`, `SessionStore.fork`:

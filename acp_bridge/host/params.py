@@ -5,6 +5,13 @@ fast, imports nothing, and its errors name the offending field (`-32602` with
 `data.field`). Unknown fields are allowed, as the protocol's extensibility asks. The
 e2e tests hold these specs to the official schema.
 
+Since schema v1.25.0 ("reject malformed values receivers act on") a receiver refuses a
+malformed value instead of putting a default in its place (tests/support/acp/SOURCE.txt
+lists the fields): `null` for an optional field counts as absent only where the schema
+allows null, and the requests a client serves its agent (`fs/*`, `terminal/*`) are
+checked here too, for the client side (`check_client_params`, which its owner hands to
+acp_bridge.client: that layer may not import this one).
+
 Beside the checks, the params the host and the engines act on as TypedDicts, written
 once here after the vendored schema's definitions of the same name
 (tests/support/acp/schema.json; tests/test_acp_types.py holds them to it and to
@@ -17,7 +24,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NotRequired, TypedDict, overload
 
-from acp_bridge.errors import InvalidParamsError
+from acp_bridge.errors import ClientParamsError, InvalidParamsError
 
 Check = Callable[[Any, str], None]  # raises InvalidParamsError naming the field
 
@@ -49,6 +56,10 @@ ARRAY = _type("an array", lambda v: isinstance(v, list))
 UINT16 = _type("an integer 0..65535", lambda v: type(v) is int and 0 <= v <= 65535)
 OPT_STRING = _type("a string or null", lambda v: v is None or isinstance(v, str))
 OPT_OBJECT = _type("an object or null", lambda v: v is None or isinstance(v, dict))
+OPT_UINT32 = _type("an integer 0..4294967295 or null",
+                   lambda v: v is None or (type(v) is int and 0 <= v <= 0xFFFF_FFFF))
+OPT_UINT64 = _type("an integer 0..18446744073709551615 or null",
+                   lambda v: v is None or (type(v) is int and 0 <= v <= 0xFFFF_FFFF_FFFF_FFFF))
 
 
 def absolute_path(value: Any, field: str) -> None:
@@ -181,9 +192,11 @@ def mcp_servers(value: Any, field: str) -> None:
         seen.add(server["name"])
 
 
-# method -> {field: (check, required)}
+# method -> {field: (check, required)}. An optional field's check says whether it takes
+# null: only where the schema's type does (or, `clientCapabilities`, where the schema
+# still puts its default in place of a malformed value).
 SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
-    "initialize": {"protocolVersion": (UINT16, True), "clientCapabilities": (OBJECT, False),
+    "initialize": {"protocolVersion": (UINT16, True), "clientCapabilities": (OPT_OBJECT, False),
                    "clientInfo": (OPT_OBJECT, False)},
     "authenticate": {"methodId": (STRING, True)},
     "session/new": {"cwd": (absolute_path, True), "mcpServers": (mcp_servers, True),
@@ -203,6 +216,20 @@ SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
                                                   lambda v: isinstance(v, str | bool)), True)},
     "session/prompt": {"sessionId": (STRING, True), "prompt": (prompt_blocks, True)},
     "session/cancel": {"sessionId": (STRING, True)},
+}
+
+# What an agent asks of its client (`check_client_params`): the fields the client acts
+# on, each checked when present. Which must be there is the handler's signature
+# (acp_bridge.client.methods binds the params to it, and says which one is missing as it
+# always has); `sessionId` is not acted on by a client of ours.
+_TERMINAL = {"terminalId": (STRING, False)}
+CLIENT_SPECS: dict[str, dict[str, tuple[Check, bool]]] = {
+    "fs/read_text_file": {"path": (STRING, False), "line": (OPT_UINT32, False), "limit": (OPT_UINT32, False)},
+    "fs/write_text_file": {"path": (STRING, False), "content": (STRING, False)},
+    "terminal/create": {"command": (STRING, False), "args": (array_of(STRING), False), "env": (_pairs, False),
+                        "cwd": (OPT_STRING, False), "outputByteLimit": (OPT_UINT64, False)},
+    "terminal/output": _TERMINAL, "terminal/wait_for_exit": _TERMINAL,
+    "terminal/kill": _TERMINAL, "terminal/release": _TERMINAL,
 }
 
 
@@ -284,13 +311,24 @@ def checked(method: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
 def check_params(method: str, params: Mapping[str, Any]) -> None:
     """Raise InvalidParamsError (-32602) naming the first field of `params` that breaks `method`'s
     definition. `_meta` must be an object or null wherever it appears."""
-    spec = SPECS.get(method, {})
+    _check(SPECS.get(method, {}), params)
+
+
+def check_client_params(method: str, params: Mapping[str, Any]) -> None:
+    """`check_params` for a request an agent sends its client (`CLIENT_SPECS`): raise
+    ClientParamsError (-32602 with the words naming the field and no `data`, as a client
+    answers its agent)."""
+    try:
+        _check(CLIENT_SPECS.get(method, {}), params)
+    except InvalidParamsError as exc:
+        raise ClientParamsError(f"{exc.message} ({method})") from None
+
+
+def _check(spec: Mapping[str, tuple[Check, bool]], params: Mapping[str, Any]) -> None:
     for name, (check, required) in spec.items():
         if name not in params:
             if required:
                 raise InvalidParamsError(f"invalid params: {name} is required", field=name)
             continue
-        if params[name] is None and not required and name not in ("clientInfo", "cwd", "cursor"):
-            continue  # an optional field sent as null counts as absent
         check(params[name], name)
     OPT_OBJECT(params.get("_meta"), "_meta")

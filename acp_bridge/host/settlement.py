@@ -9,7 +9,7 @@ JSON-RPC errors: a wrapped agent's own error answer again, as it sent it, or our
 that could not run (`error` with code `command_failed`) is no failed turn: it is answered
 `end_turn`, its reason in `_meta`, the editor told what was wrong by the turn's end
 notice (acp_bridge.host.updates.end_notice). The answer's
-`usage` (ACP's `PromptResponse.usage`, unstable in schema-v1.21.0) is the sum of the
+`usage` (ACP's `PromptResponse.usage`, unstable in schema-v1.25.0) is the sum of the
 turn's `assistant/message` usage as the log recorded it (`turn_usage`).
 """
 

@@ -17,7 +17,7 @@ decided by `ctx.replay`:
 One `tool_call_update` is live only, because no event records it: `call_progress` (a
 running tool's interim content, such as a terminal embed).
 
-Shapes, checked against the stable `schema.json` (schema-v1.21.0), where both
+Shapes, checked against the stable `schema.json` (schema-v1.25.0), where both
 `ContentChunk.messageId` and the `usage_update` variant are stable, so both are sent
 as the protocol defines them rather than under `_meta`:
 

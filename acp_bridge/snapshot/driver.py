@@ -33,6 +33,7 @@ from acp_bridge.errors import (
     ScenarioError,
 )
 from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.params import check_client_params
 from acp_bridge.models.replay_models import MODELS_ENV as REPLAY_MODELS_ENV
 from acp_bridge.rpc.protocol import ClientError, RpcError
 from acp_bridge.rpc.transport import LineReader, StreamLineReader, StreamWriter, TooLong, Writer
@@ -106,7 +107,7 @@ class AgentProcess:
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         # `terminal/*` served as `acp-bridge chat` serves them: commands run here, in
         # the run's task group (none outlives the run).
-        self.client = ClientMethods(tg, ask_permission=self._no_permission)
+        self.client = ClientMethods(tg, ask_permission=self._no_permission, check=check_client_params)
         self.proc = proc = await anyio.open_process(self.command, cwd=self.run.root, env=self.env)
         assert proc.stdout is not None and proc.stdin is not None
         tap = Tap(self.run.traffic, StreamLineReader(proc.stdout), StreamWriter(proc.stdin))
@@ -135,6 +136,7 @@ class AgentProcess:
                 self.cancel()
             return {"outcome": _outcome(answer, params)}
         if method in ("fs/read_text_file", "fs/write_text_file"):
+            check_client_params(method, params)
             return self._file(method, params)
         if method.startswith("terminal/") and self.serves_terminal and self.client is not None:
             return await self.client.serve(method, params)

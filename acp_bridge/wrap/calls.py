@@ -36,6 +36,7 @@ class AnnouncedCall:
     """A tool call of the turn, as the agent last described it."""
 
     step: int
+    tool: str | None = None  # the tool's own name (ACP ToolCall.name, v1.22), if the agent gave one
     title: str | None = None
     kind: str | None = None
     raw_input: Any = None  # None: not given
@@ -48,8 +49,14 @@ class AnnouncedCall:
     written: bool = False  # its `tool/call` (and message block) is in the log
 
     @property
-    def name(self) -> str:
+    def label(self) -> str:
+        """What the call is shown as: its title, else its kind."""
         return self.title or self.kind or "tool"
+
+    @property
+    def name(self) -> str:
+        """The tool's own name, else the label (agents before ACP v1.22 name none)."""
+        return self.tool or self.label
 
     @property
     def arguments(self) -> Any:
@@ -60,6 +67,9 @@ class AnnouncedCall:
         null says nothing (ACP). `content` False: a permission request's, whose content
         is the question, not the call's."""
         title, kind, locations = update.get("title"), update.get("kind"), update.get("locations")
+        tool = update.get("name")
+        if isinstance(tool, str) and tool:
+            self.tool = tool
         if isinstance(title, str) and title:
             self.title = title
         if isinstance(kind, str) and kind:
@@ -125,7 +135,7 @@ def step_items(turn: int, step: Step, calls: Mapping[str, AnnouncedCall], *, res
         if not call.written:
             call.written = True
             items.append(tool_call(turn, step.number, call_id, name=call.name, arguments=call.arguments,
-                                   title=call.name, kind=call.kind or "other", locations=call.locations,
+                                   title=call.label, kind=call.kind or "other", locations=call.locations,
                                    silent=True))
     if not results:
         return items

@@ -101,19 +101,21 @@ class MethodDefs:
 def method_table(*, unstable: bool = False) -> dict[str, MethodDefs]:
     """method name -> its definitions, from every def that carries `x-method` (in the
     unstable schema with `unstable`)."""
+    annotated = [(name, d) for name, d in defs(unstable=unstable).items() if "x-method" in d]
+    requested = {d["x-method"] for name, d in annotated if name.endswith("Request")}
     found: dict[str, dict[str, str]] = {}
-    for name, definition in defs(unstable=unstable).items():
-        method = definition.get("x-method")
-        if method is None:
+    for name, definition in annotated:
+        method = definition["x-method"]
+        if unstable and method in requested and name.endswith("Notification"):
+            # unstable `mcp/message` (1.24) is a request the agent sends and a notification
+            # the client sends: its request and response are kept, with their side.
             continue
         entry = found.setdefault(method, {"side": definition["x-side"]})
         if entry["side"] != definition["x-side"]:
             raise ValueError(f"{method}: defs disagree on x-side")
         for suffix, slot in (("Request", "params"), ("Notification", "params"), ("Response", "result")):
             if name.endswith(suffix):
-                if unstable and suffix == "Notification" and "params" in entry:
-                    break  # unstable `mcp/message` is a request and a notification: its request is kept
-                if slot in entry and not (unstable and entry[slot].endswith("Notification")):
+                if slot in entry:
                     raise ValueError(f"{method}: two {slot} definitions ({entry[slot]}, {name})")
                 entry[slot] = name
                 break

@@ -31,6 +31,7 @@ import anyio.abc
 import orjson
 
 from acp_bridge.client.methods import ClientMethods
+from acp_bridge.host.params import check_client_params
 from tests.support.fake_model import respond
 from tests.support.sse_server import SSEServer
 
@@ -47,7 +48,7 @@ class Recorder:
         self.next_id = 0
         self.waiting: dict[int, anyio.Event] = {}
         self.answers: dict[int, dict[str, Any]] = {}
-        self.methods = ClientMethods(tg, self.permission)
+        self.methods = ClientMethods(tg, self.permission, check=check_client_params)
         self.tg = tg
 
     async def send(self, msg: dict[str, Any]) -> None:

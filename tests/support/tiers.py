@@ -32,7 +32,8 @@ from tests.support.unit_guard import forbidden
 PROCESS_FIXTURES = frozenset({"pg_server", "pg_database", "pg_dsn"})
 # Markers of tests that run a third-party program (.ci/run runs each as a step of its
 # own): integration tests too, even where they skip for want of the program.
-EXTERNAL_MARKERS = ("fast_agent", "opencode", "codex_acp", "qwen_code", "gemini_cli", "mcp_everything", "browser")
+EXTERNAL_MARKERS = ("fast_agent", "opencode", "codex_acp", "qwen_code", "gemini_cli", "mcp_everything", "browser",
+                    "sdk_clients")
 
 # What the unit guard saw during a test's set-up and call (test_unit_guard.py reads it).
 SEEN = pytest.StashKey[list[str]]()

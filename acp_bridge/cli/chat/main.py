@@ -50,6 +50,7 @@ from acp_bridge.client.connection import AgentConnection
 from acp_bridge.client.methods import ClientMethods
 from acp_bridge.errors import AgentGone
 from acp_bridge.host.errors import to_rpc_error
+from acp_bridge.host.params import check_client_params
 from acp_bridge.rpc.protocol import ClientError
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class Chat(SlashCommands):
             return 1
         code = 1
         async with anyio.create_task_group() as tg:
-            methods = ClientMethods(tg, self._permission)
+            methods = ClientMethods(tg, self._permission, check=check_client_params)
             self._conn = conn = AgentConnection(process, methods.serve, error_for=to_rpc_error,
                                                 inline={"session/update": self._on_update})
             tg.start_soon(conn.run)
