@@ -197,6 +197,18 @@ def build_sql(kind: str, where: Path | str, n: int) -> None:
         _copy_in_postgres(pg, sid, rows)
 
 
+def build_store(kind: str, folder: Path, n: int) -> tuple[Path | str, float]:
+    """The store of `n` copies in `folder` (PostgreSQL: the folder's database, made
+    afresh): where it is, and the seconds it took."""
+    where = pg_store.location(kind, folder, fresh=True)
+    started = time.perf_counter()
+    if kind == "jsonl":
+        build_jsonl(folder, n)
+    else:
+        build_sql(kind, where, n)
+    return where, time.perf_counter() - started
+
+
 def _copy_in_postgres(db: Any, sid: str, rows: list[tuple[str, int, str, str]]) -> None:
     """The copies of the template `sid` (PostgreSQL: a COPY of their ids, then one INSERT ... SELECT)."""
     # The copies are written as the agent's own connections write (CHECKED_WRITER): each
@@ -285,13 +297,7 @@ def measure(n: int, backends: list[str], scratch: Path, baseline: Path | None,
     for kind in backends:
         folder = scratch / kind
         folder.mkdir()
-        where = pg_store.location(kind, folder, fresh=True)
-        started = time.perf_counter()
-        if kind == "jsonl":
-            build_jsonl(folder, n)
-        else:
-            build_sql(kind, where, n)
-        built = time.perf_counter() - started
+        where, built = build_store(kind, folder, n)
         size = store_bytes(kind, where, folder)
         results["stores"][kind] = {"bytes": size, "build_seconds": built}
         print(f"{kind}: {n:,} sessions, {size / 1e6:,.0f} MB, written in {built:.0f} s", file=sys.stderr)

@@ -16,12 +16,14 @@ from session.errors import IndexUnwritable as IndexUnwritable
 from session.errors import Rewound as Rewound
 from session.search.query import Query
 
-FORMAT = "4"
+FORMAT = "5"
 """The index's own format version, stored in it: an index of another is rebuilt.
 2: a session's row keeps its header and whether its log was checked (`sessions list`
 takes its facts from fresh rows). 4: a turn's row says what started it (a prompt or a
 command) and whether it is a fork's copy of its original's turn (the stats count it
-once, in the session that ran it)."""
+once, in the session that ran it). 5: a tool call's text is its arguments' strings,
+not their JSON, with what its edits wrote; a copied turn is linked to the session it
+ran in (`turns.origin`: search finds it once); a text's id orders equal scores."""
 
 KINDS = ("prompt", "answer", "thought", "tool", "output", "summary")
 """What a text of a turn is: the user's prompt, an answer, the model's thinking, a tool
@@ -65,6 +67,9 @@ class SessionRow:
     # Whether every event read, from seq 0 to where the reading stopped, kept the log
     # invariants as a load checks them: only then may `list` show the row's facts.
     checked: bool = False
+    # A fork's `forkedFrom`: its turns up to `fork_turn` are copies of that session's.
+    fork_of: str | None = None
+    fork_turn: int | None = None
 
 
 @dataclass
@@ -166,6 +171,8 @@ class Hit:
     doc_id: int = 0
     snippet: str = ""
     marks: list[tuple[int, int]] = field(default_factory=list)
+    origin: str = ""  # the session the turn ran in (the hit's own, unless that is gone or filtered out)
+    copies: list[str] = field(default_factory=list)  # the other sessions that hold it: forks, or the original
 
 
 # --- filters ---------------------------------------------------------------------------------
@@ -216,6 +223,11 @@ class Filters:
             out.append(f"d.kind IN ({', '.join([mark] * len(self.kinds))})")
             args += self.kinds
         return out, args
+
+
+def stamp_text(stamp: Stamp) -> str:
+    """A stamp as the index keeps it."""
+    return ",".join(map(str, stamp))
 
 
 # --- texts -------------------------------------------------------------------------------------
@@ -276,6 +288,16 @@ class SearchIndex(Protocol):
 
     def sessions(self) -> dict[str, SessionRow]: ...
 
+    def stamps(self) -> dict[str, str]:
+        """Every session's stamp as last read, as text (`stamp_text`: what a pass
+        compares; the rows of the sessions that changed are then read one by one)."""
+
+    def unreadable(self) -> dict[str, tuple[str, str]]:
+        """Each session kept as unreadable: (its stamp as text, why), without reading
+        every row (a pass compares stamps alone)."""
+
+    def session(self, session_id: str) -> SessionRow | None: ...
+
     def replace(self, session_id: str, from_turn: int, feed: Feed) -> None:
         """In one transaction: drop the session's turns from `from_turn` on (0: all of
         them), add the feed's, and keep its row. Raises what the feed raises, having
@@ -286,8 +308,15 @@ class SearchIndex(Protocol):
 
     def drop(self, session_ids: Sequence[str]) -> None: ...
 
+    def relink(self) -> None:
+        """Mark each turn a fork copied with the session it ran in (`turns.origin`, after
+        the fork's `forkedFrom` chain as far as the index knows it): a search finds it
+        once. A pass that read or dropped a log ends with it."""
+
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
-        """The best `limit` turns, best first, one hit each (its best text), snippets made."""
+        """The best `limit` turns, best first, one hit each (its best text), snippets made:
+        a turn that forks copied is one hit, the original's where it is kept, naming the
+        other sessions that hold it."""
 
     def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:
         """(group key, session id) of each open turn the filters keep (see `stats`)."""

@@ -7,7 +7,8 @@ never wait on an indexer, and a JSONL store has no database at all.
     meta      the index's format and the store it indexes
     sessions  one row per session: its facts, its stamp, where its reading stopped
     turns     one row per turn: model, state, tokens, reported cost
-    docs      one row per indexed text (or piece of one): its turn, step, kind, call
+    docs      one row per indexed text (or piece of one): its turn, step, kind, call; its
+              id in the order of its turn's start (`_next_id`: equal scores newest first)
     texts     FTS5 (unicode61, no diacritics folded), rowid = docs.id
 
 One indexer at a time writes it (an flock on `search.sqlite3.lock`, see `lock`);
@@ -49,11 +50,15 @@ from session.search.base import (
 )
 from session.search.query import Query, fts5_match, snippet
 from session.search.sql import (
+    RELINK_ROUNDS,
     SESSION_COLUMNS,
     TURN_COLUMNS,
+    copies_query,
     doc_values,
     hit_of,
+    name_copies,
     open_turns_query,
+    relink_sql,
     session_of,
     session_values,
     stats_query,
@@ -65,19 +70,39 @@ SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE sessions (id TEXT PRIMARY KEY, created INTEGER, cwd TEXT, agent TEXT, title TEXT,
     stamp TEXT, at_seq INTEGER, at_offset INTEGER, at_time INTEGER, at_turn INTEGER, cost REAL,
-    currency TEXT, damaged TEXT, header TEXT, checked INTEGER) WITHOUT ROWID;
+    currency TEXT, damaged TEXT, header TEXT, checked INTEGER, fork_of TEXT, fork_turn INTEGER) WITHOUT ROWID;
+CREATE INDEX sessions_forks ON sessions (fork_of) WHERE fork_of IS NOT NULL;
 CREATE TABLE turns (session_id TEXT NOT NULL, turn INTEGER NOT NULL, started INTEGER, ended INTEGER,
     model TEXT, mode TEXT, state TEXT, reason TEXT, input INTEGER, output INTEGER, cache_read INTEGER,
     cache_write INTEGER, reasoning INTEGER, steps INTEGER, tools INTEGER, tool_errors INTEGER,
-    cost REAL, currency TEXT, kind TEXT, copied INTEGER, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
+    cost REAL, currency TEXT, kind TEXT, copied INTEGER, origin TEXT, PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
 CREATE INDEX turns_started ON turns (started);
+CREATE INDEX turns_origin ON turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, turn INTEGER NOT NULL,
     step INTEGER, kind TEXT, ref TEXT);
 CREATE INDEX docs_turn ON docs (session_id, turn);
 CREATE VIRTUAL TABLE texts USING fts5(body, tokenize = 'unicode61 remove_diacritics 0');
 INSERT INTO meta VALUES ('format', '{FORMAT}');
 """
+CANDIDATES, PER_HIT = 256, 8  # texts a search takes first, in bm25's order: this many, or 8 per hit wanted
 _TABLES = frozenset({"meta", "sessions", "turns", "docs", "texts"})
+
+
+ID_SLOTS = 1 << 16  # ids a millisecond of turn starts has: a text's id is start * ID_SLOTS + n
+
+
+def _next_id(db: sqlite3.Connection, started: int) -> int:
+    """A new text's id, in the order of its turn's start, so that the texts' own order
+    (FTS5's rowid, no join) puts the newest first among equal scores: the next free id
+    of the turn's millisecond, else (65,536 texts of one millisecond) the next of all."""
+    base = min(max(0, started), 1 << 46) * ID_SLOTS  # a log's time is not trusted to fit
+    (last,) = db.execute("SELECT max(id) FROM docs WHERE id >= ? AND id < ?", (base, base + ID_SLOTS)).fetchone()
+    if last is None:
+        return base
+    if last + 1 < base + ID_SLOTS:
+        return int(last) + 1
+    (top,) = db.execute("SELECT max(id) FROM docs").fetchone()
+    return int(top) + 1
 
 
 @contextlib.contextmanager
@@ -241,6 +266,22 @@ class FtsIndex:
             rows = self._conn().execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions").fetchall()
         return {row[0]: session_of(row) for row in rows}
 
+    def stamps(self) -> dict[str, str]:
+        with damage_caught():
+            rows = self._conn().execute("SELECT id, stamp FROM sessions").fetchall()
+        return dict(rows)
+
+    def unreadable(self) -> dict[str, tuple[str, str]]:
+        with damage_caught():
+            rows = self._conn().execute("SELECT id, stamp, damaged FROM sessions WHERE damaged IS NOT NULL").fetchall()
+        return {sid: (stamp, why) for sid, stamp, why in rows}
+
+    def session(self, session_id: str) -> SessionRow | None:
+        with damage_caught():
+            row = self._conn().execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?",
+                                       (session_id,)).fetchone()
+        return None if row is None else session_of(row)
+
     def _forget(self, db: sqlite3.Connection, session_id: str, from_turn: int) -> None:
         db.execute("DELETE FROM texts WHERE rowid IN (SELECT id FROM docs WHERE session_id = ? AND turn >= ?)",
                    (session_id, from_turn))
@@ -269,9 +310,10 @@ class FtsIndex:
             for turn, docs in feed.turns():
                 db.execute(turn_sql, turn_values(session_id, turn))
                 for doc, piece, _ in doc_values(docs):
-                    cursor = db.execute("INSERT INTO docs (session_id, turn, step, kind, ref) VALUES (?, ?, ?, ?, ?)",
-                                        (session_id, doc.turn, doc.step, doc.kind, doc.ref))
-                    db.execute("INSERT INTO texts (rowid, body) VALUES (?, ?)", (cursor.lastrowid, piece))
+                    doc_id = _next_id(db, turn.started)
+                    db.execute("INSERT INTO docs (id, session_id, turn, step, kind, ref) VALUES (?, ?, ?, ?, ?, ?)",
+                               (doc_id, session_id, doc.turn, doc.step, doc.kind, doc.ref))
+                    db.execute("INSERT INTO texts (rowid, body) VALUES (?, ?)", (doc_id, piece))
             self._keep(db, feed.row())
 
     def _keep(self, db: sqlite3.Connection, row: SessionRow) -> None:
@@ -293,22 +335,53 @@ class FtsIndex:
 
     # --- reading -------------------------------------------------------------------
 
+    def relink(self) -> None:
+        with self._writing() as db:
+            sql = relink_sql()
+            for _ in range(RELINK_ROUNDS):
+                if db.execute(sql).rowcount == 0:
+                    break
+
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
         conditions, args = filters.where("?")
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ?) "
-               "SELECT d.session_id, d.turn, d.kind, d.step, d.ref, min(h.score) AS score, s.title, s.cwd, s.agent, "
-               "t.started, t.model, t.state, t.reason, d.id FROM h JOIN docs d ON d.id = h.id "
-               "JOIN turns t ON t.session_id = d.session_id AND t.turn = d.turn "
-               f"JOIN sessions s ON s.id = d.session_id {where} GROUP BY d.session_id, d.turn "
-               "ORDER BY score, t.started DESC LIMIT ?")
+        # The best texts first (bm25 over every match is quick; joining every match to
+        # its turn and session is not: a word of 10,000 sessions), equal scores newest
+        # first, then their turns. The turns of the best `wanted` texts hold the best
+        # turns if they are `limit` or more once filtered (a turn left out has no text
+        # better than these, nor as good and newer); else more texts are taken.
+        # One hit per turn as it ran: a fork's copy of it is one with the original. The
+        # text shown is the best the original holds (a copy's only where none of the
+        # original's is kept, or filtered out), the first of the turn among equals.
+        sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ? "
+               "ORDER BY bm25(texts), rowid DESC LIMIT ?), "
+               "r AS (SELECT d.session_id, d.turn, d.kind, d.step, d.ref, min(h.score) OVER w AS best, s.title, "
+               "s.cwd, s.agent, t.started, t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) AS k, "
+               "row_number() OVER (w ORDER BY t.origin IS NOT NULL, h.score, d.id) AS n "
+               "FROM h JOIN docs d ON d.id = h.id JOIN turns t ON t.session_id = d.session_id AND t.turn = d.turn "
+               f"JOIN sessions s ON s.id = d.session_id {where} "
+               "WINDOW w AS (PARTITION BY coalesce(t.origin, d.session_id), d.turn)) "
+               "SELECT session_id, turn, kind, step, ref, best, title, cwd, agent, started, model, state, reason, "
+               "id, k FROM r WHERE n = 1 ORDER BY best, started DESC LIMIT ?")
         db = self._conn()
+        match = fts5_match(query)
+        wanted = max(CANDIDATES, limit * PER_HIT)
         with damage_caught():
-            rows = db.execute(sql, [fts5_match(query), *args, limit]).fetchall()
+            while True:
+                rows = db.execute(sql, [match, wanted, *args, limit]).fetchall()
+                if len(rows) >= limit or limit <= 0:
+                    break
+                (matched,) = db.execute("SELECT count(*) FROM texts WHERE texts MATCH ?", (match,)).fetchone()
+                if matched <= wanted:
+                    break
+                wanted *= 8
             hits = [hit_of(row, -row[5]) for row in rows]  # bm25: lower is better; a score: higher
             for hit in hits:
                 body = db.execute("SELECT body FROM texts WHERE rowid = ?", (hit.doc_id,)).fetchone()
                 hit.snippet, hit.marks = snippet(body[0] if body else "", query)
+            origins = sorted({hit.origin for hit in hits})
+            if origins:
+                name_copies(hits, db.execute(copies_query(len(origins), "?"), origins * 2).fetchall())
         return hits
 
     def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:

@@ -37,13 +37,17 @@ from session.search.base import (
 )
 from session.search.query import Query, snippet, tsquery
 from session.search.sql import (
+    RELINK_ROUNDS,
     SESSION_COLUMNS,
     TURN_COLUMNS,
     ReadOnlyBriefs,
     brief_query,
+    copies_query,
     doc_values,
     hit_of,
+    name_copies,
     open_turns_query,
+    relink_sql,
     session_of,
     session_values,
     stats_query,
@@ -57,18 +61,23 @@ CREATE SCHEMA acp_bridge_search;
 CREATE TABLE {S}meta (key text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE {S}sessions (id text PRIMARY KEY, created bigint, cwd text, agent text, title text,
     stamp text, at_seq bigint, at_offset bigint, at_time bigint, at_turn integer,
-    cost double precision, currency text, damaged text, header text, checked integer);
+    cost double precision, currency text, damaged text, header text, checked integer, fork_of text,
+    fork_turn integer);
+CREATE INDEX sessions_forks ON {S}sessions (fork_of) WHERE fork_of IS NOT NULL;
 CREATE TABLE {S}turns (session_id text NOT NULL, turn integer NOT NULL, started bigint, ended bigint,
     model text, mode text, state text, reason text, input bigint, output bigint, cache_read bigint,
     cache_write bigint, reasoning bigint, steps integer, tools integer, tool_errors integer,
-    cost double precision, currency text, kind text, copied integer, PRIMARY KEY (session_id, turn));
+    cost double precision, currency text, kind text, copied integer, origin text, PRIMARY KEY (session_id, turn));
 CREATE INDEX turns_started ON {S}turns (started);
+CREATE INDEX turns_origin ON {S}turns (origin) WHERE origin IS NOT NULL;
 CREATE TABLE {S}docs (id bigserial PRIMARY KEY, session_id text NOT NULL, turn integer NOT NULL,
-    step integer, kind text, ref text, body text NOT NULL, tsv tsvector NOT NULL);
+    step integer, kind text, ref text, started bigint, body text NOT NULL, tsv tsvector NOT NULL);
 CREATE INDEX docs_turn ON {S}docs (session_id, turn);
 CREATE INDEX docs_tsv ON {S}docs USING gin (tsv);
 INSERT INTO {S}meta VALUES ('format', '{FORMAT}');
 """
+# Matching texts ranked at most (the newest): ts_rank_cd reads each one's tsvector.
+RANKED, PER_HIT = 500, 8
 # Advisory locks in the two-key space (never the agents' one-key session locks): the
 # schema while it is checked or made (one transaction), and the one indexer.
 LOCK_CLASS = 0x6163_7073  # "acps"
@@ -173,6 +182,22 @@ class PgIndex:
             rows = db.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM {S}sessions").fetchall()
         return {row[0]: session_of(row) for row in rows}
 
+    def stamps(self) -> dict[str, str]:
+        with self._reading() as db:
+            rows = db.execute(f"SELECT id, stamp FROM {S}sessions").fetchall()
+        return dict(rows)
+
+    def unreadable(self) -> dict[str, tuple[str, str]]:
+        with self._reading() as db:
+            rows = db.execute(f"SELECT id, stamp, damaged FROM {S}sessions WHERE damaged IS NOT NULL").fetchall()
+        return {sid: (stamp, why) for sid, stamp, why in rows}
+
+    def session(self, session_id: str) -> SessionRow | None:
+        with self._reading() as db:
+            row = db.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM {S}sessions WHERE id = %s",
+                             (session_id,)).fetchone()
+        return None if row is None else session_of(row)
+
     def _forget(self, db: psycopg.Connection[Any], session_id: str, from_turn: int) -> None:
         for table in ("docs", "turns"):
             db.execute(f"DELETE FROM {S}{table} WHERE session_id = %s AND turn >= %s", (session_id, from_turn))
@@ -180,15 +205,15 @@ class PgIndex:
     def replace(self, session_id: str, from_turn: int, feed: Feed) -> None:
         turn_sql = (f"INSERT INTO {S}turns ({', '.join(TURN_COLUMNS)}) "
                     f"VALUES ({', '.join(['%s'] * len(TURN_COLUMNS))})")
-        doc_sql = (f"INSERT INTO {S}docs (session_id, turn, step, kind, ref, body, tsv) "
-                   "VALUES (%s, %s, %s, %s, %s, %s, to_tsvector('simple', %s))")
+        doc_sql = (f"INSERT INTO {S}docs (session_id, turn, step, kind, ref, started, body, tsv) "
+                   "VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s))")
         with self._writing() as db:
             self._forget(db, session_id, from_turn)
             with db.cursor() as cursor:
                 for turn, docs in feed.turns():
                     cursor.execute(turn_sql, turn_values(session_id, turn))
-                    cursor.executemany(doc_sql, [(session_id, doc.turn, doc.step, doc.kind, doc.ref, piece, words)
-                                                 for doc, piece, words in doc_values(docs)])
+                    cursor.executemany(doc_sql, [(session_id, doc.turn, doc.step, doc.kind, doc.ref, turn.started,
+                                                  piece, words) for doc, piece, words in doc_values(docs)])
             self._keep(db, feed.row())
 
     def _keep(self, db: psycopg.Connection[Any], row: SessionRow) -> None:
@@ -210,19 +235,42 @@ class PgIndex:
             for table, column in (("docs", "session_id"), ("turns", "session_id"), ("sessions", "id")):
                 db.execute(f"DELETE FROM {S}{table} WHERE {column} = ANY(%s)", (list(session_ids),))
 
+    def relink(self) -> None:
+        with self._writing() as db:
+            sql = relink_sql(S)
+            for _ in range(RELINK_ROUNDS):
+                if db.execute(sql).rowcount == 0:
+                    break
+
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
         conditions, args = filters.where("%s")
         where = "".join(f" AND {c}" for c in conditions)
-        sql = ("SELECT * FROM (SELECT DISTINCT ON (d.session_id, d.turn) d.session_id, d.turn, d.kind, d.step, "
-               "d.ref, ts_rank_cd(d.tsv, q) AS score, s.title, s.cwd, s.agent, t.started, t.model, t.state, "
-               f"t.reason, d.id FROM {S}docs d JOIN {S}turns t ON t.session_id = d.session_id AND t.turn = d.turn "
-               f"JOIN {S}sessions s ON s.id = d.session_id, to_tsquery('simple', %s) q WHERE d.tsv @@ q{where} "
-               "ORDER BY d.session_id, d.turn, score DESC) best ORDER BY score DESC, started DESC LIMIT %s")
-        with self._reading() as db:
-            rows = db.execute(sql, [tsquery(query), *args, limit]).fetchall()
+        # The texts that match, found by the GIN index alone (a seq scan would read every
+        # text's tsvector, out of line for a long one: 10,000 sessions' outputs take
+        # seconds), the newest RANKED of them (filters applied) ranked; then one hit per
+        # turn as it ran: a fork's copy of it is one with the original (whose best text is
+        # picked where the original holds one the filters keep).
+        joins = (f" JOIN {S}turns t ON t.session_id = d.session_id AND t.turn = d.turn JOIN {S}sessions s "
+                 "ON s.id = d.session_id") if conditions else ""  # only for the filters: 2 lookups a text
+        sql = (f"WITH c AS MATERIALIZED (SELECT d.id FROM {S}docs d{joins} WHERE d.tsv @@ to_tsquery('simple', %s)"
+               f"{where} ORDER BY d.started DESC, d.id DESC LIMIT %s) "
+               "SELECT * FROM (SELECT DISTINCT ON (coalesce(t.origin, d.session_id), d.turn) d.session_id, "
+               "d.turn, d.kind, d.step, d.ref, ts_rank_cd(d.tsv, q) AS score, s.title, s.cwd, s.agent, t.started, "
+               "t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) AS origin "
+               f"FROM c JOIN {S}docs d ON d.id = c.id JOIN {S}turns t ON t.session_id = d.session_id "
+               f"AND t.turn = d.turn JOIN {S}sessions s ON s.id = d.session_id, to_tsquery('simple', %s) q "
+               "ORDER BY coalesce(t.origin, d.session_id), d.turn, t.origin IS NOT NULL, score DESC, d.id) best "
+               "ORDER BY score DESC, started DESC LIMIT %s")
+        match = tsquery(query)
+        with self._reading() as db, db.transaction():
+            db.execute("SET LOCAL enable_seqscan = off")  # the GIN index, however many texts match
+            rows = db.execute(sql, [match, *args, max(RANKED, limit * PER_HIT), match, limit]).fetchall()
             hits = [hit_of(row, float(row[5])) for row in rows]
             bodies = dict(db.execute(f"SELECT id, body FROM {S}docs WHERE id = ANY(%s)",
                                      ([h.doc_id for h in hits],)).fetchall()) if hits else {}
+            origins = sorted({hit.origin for hit in hits})
+            if origins:
+                name_copies(hits, db.execute(copies_query(len(origins), "%s", S), origins * 2).fetchall())
         for hit in hits:
             hit.snippet, hit.marks = snippet(bodies.get(hit.doc_id, ""), query)
         return hits

@@ -159,13 +159,18 @@ def snippet(text: str, query: Query) -> tuple[str, list[tuple[int, int]]]:
     """`text` around its first match (whitespace folded), at most about SNIPPET
     characters, with the (start, end) of every match in it. One copy for every index,
     so a hit reads the same whatever the store."""
-    folded = " ".join(text.split())
     wanted = query.positive_tokens()
     if not wanted:
-        return folded[:SNIPPET], []
+        return " ".join(text[:SNIPPET * 4].split())[:SNIPPET], []
     alternatives = sorted({re.escape(t) + (r"[^\W_]*" if prefix else "") for t, prefix in wanted},
                           key=len, reverse=True)
     pattern = re.compile(r"(?<![^\W_])(?:" + "|".join(alternatives) + r")(?![^\W_])", re.IGNORECASE)
+    if len(text) > SNIPPET * 8:  # a long text (a piece is up to 32,000 characters): fold only around its match
+        near = pattern.search(text)
+        at = near.start() if near is not None else 0
+        head = max(0, at - SNIPPET * 2)
+        text = ("… " if head else "") + text[head:at + SNIPPET * 4]
+    folded = " ".join(text.split())
     first = pattern.search(folded)
     start = 0 if first is None else max(0, first.start() - SNIPPET // 4)
     if start:

@@ -20,12 +20,13 @@ from session.search.base import (
     StatsRow,
     TurnRow,
     pieces,
+    stamp_text,
     without_nul,
 )
 from session.search.query import tokens_of
 
 SESSION_COLUMNS = ("id", "created", "cwd", "agent", "title", "stamp", "at_seq", "at_offset", "at_time",
-                   "at_turn", "cost", "currency", "damaged", "header", "checked")
+                   "at_turn", "cost", "currency", "damaged", "header", "checked", "fork_of", "fork_turn")
 TURN_COLUMNS = ("session_id", "turn", "started", "ended", "model", "mode", "state", "reason", "input",
                 "output", "cache_read", "cache_write", "reasoning", "steps", "tools", "tool_errors",
                 "cost", "currency", "kind", "copied")
@@ -47,18 +48,24 @@ def _text(values: tuple[Any, ...]) -> tuple[Any, ...]:
 def session_values(row: SessionRow) -> tuple[Any, ...]:
     at = row.at
     # The header is JSON text: a NUL in it is escaped already, and must stay so.
-    return (*_text((row.id, row.created, row.cwd, row.agent, row.title, ",".join(map(str, row.stamp)),
+    return (*_text((row.id, row.created, row.cwd, row.agent, row.title, stamp_text(row.stamp),
                     at.seq if at else None, at.offset if at else None, row.at_time, row.at_turn, row.cost,
-                    row.currency, row.damaged)), row.header, int(row.checked))
+                    row.currency, row.damaged)), row.header, int(row.checked), *_text((row.fork_of,)),
+            row.fork_turn)
 
 
 def session_of(values: Sequence[Any]) -> SessionRow:
     (sid, created, cwd, agent, title, stamp, at_seq, at_offset, at_time, at_turn, cost, currency,
-     damaged, header, checked) = values
+     damaged, header, checked, fork_of, fork_turn) = values
     return SessionRow(sid, int(created), cwd, agent, title,
-                      tuple(int(v) for v in stamp.split(",")) if stamp else (),
+                      stamp_of(stamp),
                       At(int(at_seq), None if at_offset is None else int(at_offset)) if at_seq is not None else None,
-                      at_time, at_turn, cost, currency, damaged, header or "{}", bool(checked))
+                      at_time, at_turn, cost, currency, damaged, header or "{}", bool(checked), fork_of,
+                      None if fork_turn is None else int(fork_turn))
+
+
+def stamp_of(text: str | None) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",")) if text else ()
 
 
 def brief_query(ids: str, schema: str = "") -> str:
@@ -103,9 +110,44 @@ def doc_values(docs: Iterable[DocRow]) -> Iterable[tuple[DocRow, str, str]]:
 
 def hit_of(row: Sequence[Any], score: float) -> Hit:
     """A row of a search (the columns both indexes select, in this order) as a Hit."""
-    sid, turn, kind, step, ref, _, title, cwd, agent, started, model, state, reason, doc_id = row
+    sid, turn, kind, step, ref, _, title, cwd, agent, started, model, state, reason, doc_id, origin = row
     return Hit(sid, int(turn), kind, int(step or 0), ref, score, title, cwd, agent, int(started or 0),
-               model, state, reason_of(reason), doc_id=int(doc_id))
+               model, state, reason_of(reason), doc_id=int(doc_id), origin=origin)
+
+
+# --- forks: a copied turn is found once ---------------------------------------------------------
+# `turns.origin` is NULL for a turn that ran in its own session, else the session it ran
+# in. `relink` moves it one `forkedFrom` up at a time (a fork of a fork: two steps),
+# where the session it names is a fork that holds turn `turn` as a copy; what is known
+# is never undone (a deleted fork in the middle of a chain does not split it again).
+RELINK_ROUNDS = 32  # a chain of forks deeper than this is linked by the next passes
+
+
+def relink_sql(schema: str = "") -> str:
+    """One step up every chain, for the turns of forks (and of what they point at)."""
+    forks = f"(SELECT id FROM {schema}sessions WHERE fork_of IS NOT NULL)"
+    via = f"(SELECT {{}} FROM {schema}sessions h WHERE h.id = coalesce(t.origin, t.session_id))"
+    return (f"UPDATE {schema}turns AS t SET origin = {via.format('h.fork_of')} "
+            f"WHERE ((t.origin IS NULL AND t.session_id IN {forks}) OR t.origin IN {forks}) "
+            f"AND t.turn <= {via.format('h.fork_turn')} "
+            f"AND {via.format('h.fork_of')} <> t.session_id")
+
+
+def copies_query(count: int, mark: str, schema: str = "") -> str:
+    """(origin, turn, session) of every turn held as a copy of, or by, the `count`
+    origins given (as parameters)."""
+    keys = ", ".join([mark] * count)
+    return (f"SELECT coalesce(origin, session_id), turn, session_id FROM {schema}turns "
+            f"WHERE origin IN ({keys}) OR (session_id IN ({keys}) AND origin IS NULL)")
+
+
+def name_copies(hits: list[Hit], rows: Iterable[Sequence[Any]]) -> None:
+    """Each hit's `copies`: the other sessions holding its turn (rows of `copies_query`)."""
+    holders: dict[tuple[str, int], set[str]] = {}
+    for origin, turn, sid in rows:
+        holders.setdefault((origin, int(turn)), set()).add(sid)
+    for hit in hits:
+        hit.copies = sorted(holders.get((hit.origin, hit.turn), set()) - {hit.session_id})
 
 
 def reason_of(text: str | None) -> dict[str, Any] | None:

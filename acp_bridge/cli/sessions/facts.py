@@ -17,7 +17,7 @@ reads the log itself (and shows it as damaged, as a load would refuse it).
 
 from __future__ import annotations
 
-from acp_bridge.cli.sessions.text import blocks_text, json_text
+from acp_bridge.cli.sessions.text import blocks_text
 from acp_bridge.cli.sessions.turns import Turn, TurnBuilder
 from acp_bridge.cli.sessions.view import tool_diffs, wrapped_agent
 from session.search.base import DocRow, Rewound, SessionRow, TurnRow
@@ -46,8 +46,13 @@ def session_row(sid: str, stream: ReadStream, stamp: Stamp) -> SessionRow:
     imported = header.get("imported")
     if isinstance(imported, dict) and isinstance(imported.get("agent"), str):
         name = imported["agent"]  # `acp-bridge import`'s: the agent that wrote it (docs/import.md)
-    return SessionRow(sid, int(header.get("createdAt") or 0), str(header.get("cwd", "")), name, stream.title,
-                      stamp, header=orjson.dumps(header).decode())
+    row = SessionRow(sid, int(header.get("createdAt") or 0), str(header.get("cwd", "")), name, stream.title,
+                     stamp, header=orjson.dumps(header).decode())
+    forked = header.get("forkedFrom")
+    parent = forked.get("sessionId") if isinstance(forked, dict) else None
+    if isinstance(parent, str) and parent != sid and copied_turns(header):  # found in the original
+        row.fork_of, row.fork_turn = parent, copied_turns(header)
+    return row
 
 
 def copied_turns(header: Mapping[str, object]) -> int:
@@ -206,8 +211,8 @@ def _reported_cost(data: WrappedUpdateData, last: tuple[float, str] | None) -> t
 
 def docs_of(turn: Turn) -> list[DocRow]:
     """The texts of a turn, as `show --full` has them: the prompt, then each step's
-    compactions' summaries, thinking, answer, and tool calls (name, title, arguments,
-    the files they edit) and their output."""
+    compactions' summaries, thinking, answer, and tool calls (name, title, the text of
+    their arguments, the files they edit and what they wrote there) and their output."""
     number = turn.number
     docs = [DocRow(number, 0, "prompt", None, blocks_text(turn.prompt))]
     for step in turn.steps:
@@ -216,10 +221,12 @@ def docs_of(turn: Turn) -> list[DocRow]:
         docs.append(DocRow(number, step.number, "thought", None, step.shown_reasoning()))
         docs.append(DocRow(number, step.number, "answer", None, step.shown_text()))
         for tool in step.tools:
-            paths = " ".join(path for path, _, _ in tool_diffs(tool))
-            words = [tool.name, tool.title or "", json_text(tool.arguments) if tool.arguments is not None else "",
-                     paths]
-            docs.append(DocRow(number, step.number, "tool", tool.call_id, " ".join(w for w in words if w)))
+            words = [tool.name, tool.title or "", *argument_texts(tool.arguments)]
+            for path, _, new in tool_diffs(tool):
+                words.append(path)
+                if new not in words:  # a write's content is most often its argument already
+                    words.append(new)
+            docs.append(DocRow(number, step.number, "tool", tool.call_id, "\n".join(w for w in words if w)))
             if tool.result is not None:
                 output = blocks_text(tool.result.get("content"))
                 error = tool.result.get("error")
@@ -227,3 +234,31 @@ def docs_of(turn: Turn) -> list[DocRow]:
                     output += f"\n{error.get('name', '')} {error.get('code', '')}"
                 docs.append(DocRow(number, step.number, "output", tool.call_id, output))
     return [doc for doc in docs if doc.text.strip()]
+
+
+def argument_texts(arguments: object) -> list[str]:
+    """The text of a tool call's arguments: every string (and number) in them, as text,
+    in order, never their JSON (whose escapes would glue a line's first word to `n`, and
+    whose keys and quotes are not what anyone searches for). Arguments given as JSON
+    text are parsed first; text that is not JSON is itself the text."""
+    import orjson
+
+    value: object = arguments
+    if isinstance(arguments, str):
+        try:
+            value = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return [arguments]
+    out: list[str] = []
+    stack = [value]
+    while stack:  # depth first, in order, without recursion (a log's nesting is not ours)
+        value = stack.pop()
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out.append(str(value))
+        elif isinstance(value, dict):
+            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+    return out

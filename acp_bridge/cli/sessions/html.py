@@ -5,7 +5,8 @@ model in turns.py and view.py; `transcripts.turn_chunks` puts head, turns and ta
 order). Nothing is fetched: the style sheet is inline and allowed by its hash
 (page.py), the page has no script, and every value from the log is escaped (markup.py).
 
-Per turn: its status (completed, cancelled, failed, interrupted, running: a coloured
+Anchors: each turn (`#turn-N`), step and tool call has an id (`anchor`), which search
+results link to. Per turn: its status (completed, cancelled, failed, interrupted, running: a coloured
 mark and border), when, how long, mode and model; the prompt as the user wrote it; per
 step a compaction of the model's context and its summary (collapsed), the thinking
 (collapsed), the answer as Markdown, each tool call (collapsed: its
@@ -119,6 +120,17 @@ def _tail(walk: Walk) -> list[str]:
     return [*out, "</main>", '<footer class="page">', fields(items), "</footer>", FOOT]
 
 
+def anchor(turn: int, step: int = 0, call_id: str | None = None) -> str:
+    """The id of a turn's section (`turn-3`), of one of its steps (`turn-3-step-2`) or
+    of a tool call's part (`turn-3-call-ID`, the call's id percent-encoded: an id holds
+    no space, and a link's fragment finds it as it is). Search results link to them."""
+    if call_id is not None:
+        from urllib.parse import quote
+
+        return f"turn-{turn}-call-{quote(call_id, safe='')}"
+    return f"turn-{turn}-step-{step}" if step else f"turn-{turn}"
+
+
 def _turn(walk: Walk, turn: Turn) -> list[Line]:
     anchor = f"turn-{turn.number}"
     out: list[Line] = [
@@ -145,7 +157,8 @@ def _step(step: Step, turn: Turn) -> list[Line]:
     head_line = f"Step {step.number}"
     if step.usage:
         head_line += f" · tokens {esc(token_text(step.usage))}"
-    out: list[Line] = [f'<div class="step"><div class="step-head">{head_line}</div>']
+    out: list[Line] = [f'<div class="step" id="{anchor(turn.number, step.number)}">'
+                       f'<div class="step-head">{head_line}</div>']
     for compaction in step.compactions.values():  # collapsed as thinking is: not the conversation
         summary = blocks_text(compaction.summary)
         out += [f'<details class="thinking"><summary>{esc(compaction_heading(compaction))}</summary>',
@@ -202,7 +215,8 @@ def _tool(tool: Tool, turn: Turn) -> list[Line]:
             summary += ' <span class="synthetic">(synthetic, not yet on disk)</span>'
     for path, old, new in diffs:
         summary += f' <span class="info">{esc(diff_summary(path, old, new))}</span>'
-    out: list[Line] = [f'<details class="tool"><summary>{summary}</summary>',
+    out: list[Line] = [f'<details class="tool" id="{anchor(turn.number, call_id=tool.call_id)}">'
+                       f"<summary>{summary}</summary>",
                        '<div class="label">Arguments</div>',
                        f"<pre>{esc(json_text(tool.arguments))}</pre>"]
     if result is not None:

@@ -161,26 +161,31 @@ def indexed_text(prog: str, report: Report, where: str) -> str:
 
 def _pass(source: Source, index: SearchIndex, report: Report,
           progress: Callable[[int, int], None] | None) -> None:
+    from session.search.base import stamp_text
+
     stamps = source.reader.stamps()
-    known = index.sessions()
+    known = index.stamps()  # each session's row is read only if its log changed
     gone = sorted(known.keys() - stamps.keys())
     index.drop(gone)
     report.dropped += len(gone)
-    changed = [(sid, stamp) for sid, stamp in stamps.items()
-               if known.get(sid) is None or known[sid].stamp != stamp]
+    changed = [(sid, stamp) for sid, stamp in stamps.items() if known.get(sid) != stamp_text(stamp)]
     report.unchanged = len(stamps) - len(changed)
-    report.still_damaged = sorted((sid, row.damaged) for sid, row in known.items()
-                                  if row.damaged is not None and stamps.get(sid) == row.stamp)
+    report.still_damaged = sorted((sid, why) for sid, (stamp, why) in index.unreadable().items()
+                                  if sid in stamps and stamp_text(stamps[sid]) == stamp)
     done = 0
     try:
         for sid, stamp in changed:
-            index_session(source, index, sid, stamp, known.get(sid), report)
+            index_session(source, index, sid, stamp, index.session(sid) if sid in known else None, report)
             done += 1
             if progress is not None:
                 progress(done, len(changed))
     except KeyboardInterrupt:  # each session's write is a transaction: say how far it got
+        if done:
+            index.relink()  # what was read is searched once, as after a whole pass
         raise KeyboardInterrupt(f"the index was left at {report.unchanged + done:,} of {len(stamps):,} "
                                 f"sessions; the next search or index goes on from there") from None
+    if changed or gone:
+        index.relink()  # the turns forks copied, linked to where they ran (after every log read)
 
 
 def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,

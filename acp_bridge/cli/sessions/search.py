@@ -149,7 +149,7 @@ def hit_json(hit: Hit) -> dict[str, Any]:
             "callId": hit.ref, "score": round(hit.score, 6), "snippet": hit.snippet,
             "marks": [list(m) for m in hit.marks], "title": hit.title, "cwd": hit.cwd, "agent": hit.agent,
             "model": hit.model, "startedAt": hit.started, "started": iso_time(hit.started),
-            "state": hit.state, "reason": hit.reason}
+            "state": hit.state, "reason": hit.reason, "forks": hit.copies}
 
 
 def state_text(hit: Hit) -> str:
@@ -171,7 +171,17 @@ def hits_text(hits: list[Hit], *, bold: bool) -> str:
         lines.append(f"{local_time(hit.started, seconds=False)}  {hit.session_id[:8]}  turn {hit.turn}  "
                      f"{cut(one_line(state_text(hit)), 40)}  {where}  {cut(one_line(hit.title or ''), 60)}")
         lines.append("    " + marked(hit, bold))
+        if hit.copies:
+            lines.append(f"    {copies_text(hit)}")
     return "\n".join(lines) + "\n"
+
+
+def copies_text(hit: Hit) -> str:
+    """The other sessions that hold the hit's turn: the forks that copied it (or, where
+    the hit is a copy, the original too)."""
+    shown = ", ".join(sid[:8] for sid in hit.copies[:5])
+    more = f" and {len(hit.copies) - 5} more" if len(hit.copies) > 5 else ""
+    return f"also in {shown}{more} (forks: the same turn, copied)"
 
 
 def marked(hit: Hit, bold: bool) -> str:

@@ -1,7 +1,7 @@
 """The search of `acp-bridge sessions serve` (docs/html.md, "Search"): the form in the
 `nav` of the list and of the results, and the results page, `/TOKEN/search?q=...`:
 the turns `sessions search` finds, best first, each a link to its turn in the
-transcript (`session/ID#turn-N`) with its facts and a snippet, the matches marked.
+transcript (`session/ID#turn-N`, or the step's or tool call's anchor in it) with its facts and a snippet, the matches marked.
 
 Every value from the log or the request (the query, titles, snippets, call ids) goes
 through `markup.esc`; the only markup is ours (`<mark>` around a match, the form).
@@ -51,6 +51,26 @@ def snippet_html(hit: Hit) -> str:
     return "".join(out)
 
 
+def hit_anchor(hit: Hit) -> str:
+    """Where in the transcript a hit's text is: its tool call, its step, or its turn (the
+    prompt)."""
+    from acp_bridge.cli.sessions.html import anchor
+
+    if hit.kind in ("tool", "output") and hit.ref is not None:
+        return anchor(hit.turn, call_id=hit.ref)
+    return anchor(hit.turn, hit.step if hit.kind in ("thought", "answer", "summary") else 0)
+
+
+def copies_html(hit: Hit) -> str:
+    """The other sessions that hold the hit's turn (forks that copied it), each a link."""
+    if not hit.copies:
+        return ""
+    links = ", ".join(f'<a class="mono" href="session/{esc(sid)}#{hit_anchor(hit)}">{esc(sid[:8])}</a>'
+                      for sid in hit.copies[:20])
+    more = f" and {len(hit.copies) - 20} more" if len(hit.copies) > 20 else ""
+    return f'<p class="info">also in {links}{more} (forks: the same turn, copied)</p>'
+
+
 def hits_html(hits: list[Hit], text: str, where: str) -> str:
     """The results, in the page's `<main>`."""
     from acp_bridge.cli.sessions.html import STATES
@@ -70,11 +90,11 @@ def hits_html(hits: list[Hit], text: str, where: str) -> str:
             call = f" · call {esc(cut(one_line(hit.ref), 40))}" if hit.ref else ""
             agent = esc(cut(one_line(hit.agent), 40))
             out.append(
-                f'<li><a href="session/{esc(hit.session_id)}#turn-{hit.turn}">{title} · turn {hit.turn}</a> '
+                f'<li><a href="session/{esc(hit.session_id)}#{hit_anchor(hit)}">{title} · turn {hit.turn}</a> '
                 f'<span class="list-status st-{state}">{esc(cut(one_line(state_text(hit)), 60))}</span>'
                 f'<div class="callid mono">{esc(hit.session_id[:8])} · {esc(local_time(hit.started, seconds=False))}'
                 f" · {esc(part)}{call} · {agent} · {esc(cut(one_line(hit.model or ''), 40))}</div>"
-                f'<p class="snippet">{snippet_html(hit)}</p></li>')
+                f'<p class="snippet">{snippet_html(hit)}</p>{copies_html(hit)}</li>')
         out.append("</ol>")
     out.append("</main>")
     return "\n".join(out)

@@ -25,9 +25,10 @@
 - **Paged.** The list is a page of 200 sessions, `?page=N` the older ones (list_page.py).
 
 - **Search.** `/TOKEN/search?q=...` (the form in the list's `nav`, search_page.py): the
-  turns `sessions search` finds, each a link to its turn. It brings the store's search
-  index up to date first, as `sessions search` does: the index is written (its own file
-  or tables, docs/search.md), never the store. The pages with the form carry
+  turns `sessions search` finds, each a link to its message. The store's search index
+  is kept up to date by a thread from the first search on (keeper.py), as `sessions
+  index --watch` keeps it: the index is written (its own file or tables,
+  docs/search.md), never the store. The pages with the form carry
   `form-action 'self'`; the rest allow no form.
 """
 
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+    from acp_bridge.cli.sessions.keeper import IndexKeeper
     from acp_bridge.cli.sessions.server import Handler, Limits
 
     Page = tuple[int, Iterator[str]]  # (status, an HTML body)
@@ -61,8 +63,24 @@ class Site:
     """What the handler serves: the store (opened per request) and the token."""
 
     def __init__(self, backend: str, root: Path | str, token: str, index: str | None = None) -> None:
+        import threading
+
         self.backend, self.root, self.token = backend, root, token
         self.index = index  # `--index FILE`, if given
+        self.keeper: IndexKeeper | None = None  # the search index, kept up to date from the first search
+        self._starting = threading.Lock()
+
+    def keep_index(self) -> IndexKeeper:
+        from acp_bridge.cli.sessions.keeper import IndexKeeper
+
+        with self._starting:
+            if self.keeper is None:
+                self.keeper = IndexKeeper(self.backend, self.root, self.index, PROG)
+            return self.keeper
+
+    def close(self) -> None:
+        if self.keeper is not None:
+            self.keeper.close()
 
     def source(self) -> Any:
         from acp_bridge.cli.sessions.source import Source
@@ -148,8 +166,7 @@ class Site:
     def search_page(self, rest: str, params: Params) -> Page:
         import argparse
 
-        from acp_bridge.cli.sessions.indexer import catch_up, notes, open_index
-        from acp_bridge.cli.sessions.search import ENDED, filters_of, find
+        from acp_bridge.cli.sessions.search import ENDED, filters_of
         from acp_bridge.cli.sessions.search_page import LIMIT, MAX_LIMIT, form, hits_html
         from acp_bridge.errors import ConfigError
         from session import SearchQueryError
@@ -178,15 +195,12 @@ class Site:
         except (SearchQueryError, ConfigError, ValueError) as exc:
             return error_page(400, str(exc), nav=nav, csp=SERVED_CSP)
         source = self.source()
-        index = open_index(self.backend, self.root, self.index)
         try:
-            report = catch_up(source, index)
-            hits = find(source, index, query, filters, max(0, min(limit, MAX_LIMIT)))
+            hits, lines = self.keep_index().search(source, query, filters, max(0, min(limit, MAX_LIMIT)))
             where = f"{source.root} ({source.name} backend)"
         finally:
-            index.close()
             source.close()
-        said = [*notes(PROG, report, index), *([f"{PROG}: {query.cut}"] if query.cut is not None else [])]
+        said = [*lines, *([f"{PROG}: {query.cut}"] if query.cut is not None else [])]
         told = "".join(f'<p class="note">{esc(line)}</p>' for line in said)
         page = head(f"Search: {text}", nav=nav, csp=SERVED_CSP) + told + hits_html(hits, text, where) + FOOT
         return 200, iter([page])
@@ -315,4 +329,5 @@ def serve(backend: str, root: Path | str, args: argparse.Namespace, limits: Limi
         server.serve_forever()
     finally:
         server.server_close()
+        site.close()
     return 0
