@@ -106,7 +106,8 @@ def test_the_page_shows_what_happened(kind: str, stores: tuple[Path, dict[str, s
     (tool,) = first.find_all("details", "tool")
     assert "open" not in tool.attrs
     summary = html.unescape(tool.find_all("summary")[0].all_text())
-    assert summary.startswith(f"Tool edit {TAGS} (edit) — edit {TAGS}")
+    # The permission request's title is the agent's last word on the call (issue 35).
+    assert summary.startswith(f"Tool asks {TAGS} (edit) — asks {TAGS}"), summary
     assert "permission: allow_once" in summary
     assert tool.find_all("span", "perm-allow")
     assert f"output {TAGS}" in html.unescape(tool.find_all("pre", "result")[0].all_text())

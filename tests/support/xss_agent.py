@@ -90,7 +90,9 @@ def finish_turn(sid: str, prompt_id: Any) -> None:
     update(sid, {"sessionUpdate": "usage_update", "used": 1234, "size": 200000})
     update(sid, {"sessionUpdate": "agent_message_chunk",
                  "content": {"type": "text", "text": f"Done [here](javascript:{RUN})."}})
-    answer(prompt_id, {"stopReason": "end_turn"})
+    # The turn's tokens come from the answer (a usage_update is the context's size: issue 35).
+    answer(prompt_id, {"stopReason": "end_turn",
+                       "usage": {"inputTokens": 1234, "outputTokens": 0, "totalTokens": 1234}})
 
 
 def main() -> None:
