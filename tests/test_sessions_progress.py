@@ -83,3 +83,25 @@ def test_a_fork_shows_its_time_on_a_terminal(tmp_path: Path, monkeypatch: pytest
     assert shown.code == 0
     assert f"\r\x1b[Kacp-bridge sessions fork: copying session {sid} (0 s)" in shown.err
     assert shown.err.endswith("\r\x1b[K")  # erased before the id is printed
+
+
+def test_an_import_shows_its_files_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`acp-bridge import` of many files (issue 36, point 7): "N of M files" on a terminal's
+    stderr when stdout (its line per session) is not one; nothing in a pipe."""
+    import shutil
+
+    from acp_bridge.cli.importer.main import main as import_main
+
+    fixture = next((Path(__file__).parent / "recorded" / "native" / "claude-code-2.1.197").glob("*.jsonl"))
+    native = tmp_path / "native"
+    native.mkdir()
+    shutil.copy(fixture, native / fixture.name)
+    assert import_main([str(native), "--store", str(tmp_path / "piped")]) == 0
+    assert "files" not in capsys.readouterr().err
+    monkeypatch.setattr(progress_module, "_isatty", lambda stream: stream is progress_module.sys.stderr)
+    monkeypatch.setattr(progress_module, "SHOW_AFTER", 0.0)
+    monkeypatch.setattr(progress_module, "EVERY", 0.0)
+    assert import_main([str(native), "--store", str(tmp_path / "shown")]) == 0
+    err = capsys.readouterr().err
+    assert "\r\x1b[Kacp-bridge import: 1 of 1 files done (0 s)" in err and err.endswith("\r\x1b[K"), err

@@ -56,15 +56,24 @@ def main(argv: list[str]) -> int:
     settings = agent_settings(args, model=False)
     store = SessionStore(open_backend(settings.backend, settings.store))
     from acp_bridge.cli.importer.store import recorded_live
+    from acp_bridge.cli.sessions.progress import Progress
 
     imported = 0
+    progress = Progress("acp-bridge import")  # on a terminal's stderr when stdout is not one
     try:
         live = recorded_live(store)  # the sessions wrap recorded: not imported again
         seen: dict[Path, tuple[int, int]] = {}
-        for path in args.paths:
-            for file in _files(Path(path)):
+        files = [file for path in args.paths for file in _files(Path(path))]
+        try:
+            for done, file in enumerate(files):
                 seen[file] = _stamp(file)
                 imported += _import(store, live, file, args.source)
+                progress.set(done + 1, "files", len(files))
+        except KeyboardInterrupt:  # each session is written whole or not at all
+            raise KeyboardInterrupt(f"{len(seen) - 1:,} of {len(files):,} files imported, each session "
+                                    f"whole; importing again goes on from there") from None
+        finally:
+            progress.done()
         if args.watch:
             return _watch(store, live, args, seen)
     finally:
