@@ -7,6 +7,7 @@ imported session's turn 3 (docs/import.md, docs/wrap.md "Load")."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -24,17 +25,26 @@ ROLLOUT = next((Path(__file__).parent / "recorded" / "native" / "codex-0.171.0")
 AGENT = Path(__file__).resolve().parent / "support" / "wrap_seed_agent.py"
 
 
+@pytest.mark.parametrize("how", ["--seed-fresh", "--agent"])
 async def test_an_imported_codex_session_goes_on_in_another_agent(
-        tmp_path: Path, work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, work: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+    """Seeded as a hand-over is, with or without --seed-fresh: its context is another
+    agent's (the `--agent` case failed before: the fresh child was not shown it)."""
     store, record = tmp_path / "store", tmp_path / "received.jsonl"
     assert import_main([str(ROLLOUT), "--store", str(store)]) == 0
     sid = capsys.readouterr().out.split("imported as session ")[1].split()[0]
     child = [sys.executable, str(AGENT), str(record), "--ask"]
-    async with WrappedProcess(store, child, wrap_args=("--seed-fresh",)) as wrapped:
+    if how == "--agent":
+        spec = (f"--agent=other={shlex.join(child)}",)
+        agent: list[str] = []
+    else:
+        spec, agent = ("--seed-fresh",), child
+    async with WrappedProcess(store, agent, wrap_args=spec) as wrapped:
         await wrapped.initialize()
         loaded = await wrapped.load_session(sid, work)
         assert loaded["_meta"]["acpBridge"]["wrapped"] == {
-            "restored": "fresh", "seeded": True, "seedTurns": 2, "seedLeftOut": 0}
+            "restored": "fresh", "seeded": True, "seedTurns": 2, "seedLeftOut": 0,
+            **({"agent": "other"} if how == "--agent" else {})}
         after = await wrapped.prompt(sid, "and now?")
         assert after["_meta"]["acpBridge"]["turn"] == 3
     got = [json.loads(line) for line in record.read_text().splitlines()]

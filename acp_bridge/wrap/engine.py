@@ -295,7 +295,9 @@ class WrapEngine(Engine[WrappedTurns]):
         header = opened.log.header
         wrapped = header.get("wrapped")
         last = wrapped.get("sessionId") if wrapped is not None else None
-        driver, carried = self.default, bool(wrapped and wrapped.get("seeded") is True)  # an emulated fork
+        # Seeded when fresh: an emulated fork; an imported history (another agent's context,
+        # handed over as a move is: docs/import.md), without --seed-fresh.
+        driver, carried = self.default, bool(wrapped and wrapped.get("seeded") is True) or "imported" in header
         if self.mover is not None:
             name = sink.agent
             if name is not None and name not in self.drivers:
