@@ -98,7 +98,8 @@ async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
             sid = (await editor.request("session/new", {"cwd": str(work), "mcpServers": []}, timeout=START))["sessionId"]
             hello = await editor.prompt(sid, "Say hello.", timeout=START)
             ran = await editor.prompt(sid, "RUN: cat notes.txt", timeout=START)
-            live = await settled(editor, sid)
+            await settled(editor, sid)
+        live = editor.updates_of(sid)  # all the editor was sent (read to the end of the wrapper's stdout)
         assert hello["stopReason"] == ran["stopReason"] == "end_turn"
         said = "".join(u["content"]["text"] for u in live if u["sessionUpdate"] == "agent_message_chunk")
         assert said.startswith("Hello from the fake model.")
@@ -110,7 +111,12 @@ async def test_opencode_wrapped_turns_replay_as_sent_and_record_what_it_said(
             await second.request("session/load", {"sessionId": sid, "cwd": str(work), "mcpServers": []},
                                  timeout=START)
             replayed = second.replayed(sid)
-    assert without_prompts(replayed) == without_offers(live)
+    # What opencode says after the editor hung up (it may name the session only as it is
+    # stopped) is recorded, so a load replays it, but it was never sent to that editor:
+    # the replay is the live stream and, after it, at most such late titles and commands.
+    shown, again = without_offers(live), without_prompts(replayed)
+    assert again[:len(shown)] == shown
+    assert {u["sessionUpdate"] for u in again[len(shown):]} <= {"session_info_update", "available_commands_update"}
     events = loaded_events(store, sid)
     check_invariants(events, closed=True)  # type: ignore[arg-type]
     usage = [e["data"]["usage"] for e in events if e["type"] == "assistant/message" and "usage" in e["data"]]

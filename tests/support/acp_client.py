@@ -142,6 +142,7 @@ class AgentProcess:
         self._requested: dict[Any, str] = {}  # our request ids -> method, for validation
         self.stderr = b""
         self.stderr_closed = anyio.Event()  # the agent's stderr read to its end
+        self.stdout_closed = anyio.Event()  # and its stdout: every message it sent was taken
         self.returncode: int | None = None
         self.violations: list[str] = []  # schema violations in what the agent sent
         # Methods not checked: a wrapped agent's own that ACP lacks, passed on as it sent
@@ -165,6 +166,8 @@ class AgentProcess:
             if self.proc.returncode is None:
                 self.proc.kill()
         self.returncode = await self.proc.wait()
+        with anyio.move_on_after(5):  # what it wrote before it exited is read, not cut off by the cancel
+            await self.stdout_closed.wait()
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
         await self.proc.aclose()
@@ -192,6 +195,7 @@ class AgentProcess:
                 message = orjson.loads(line)  # stdout carries protocol messages only
                 self.transcript.append(("<-", message))
                 self._on_message(message)
+        self.stdout_closed.set()
 
     def _validate(self, item: Any) -> None:
         if isinstance(item, dict) and item.get("method") in self.unchecked:
