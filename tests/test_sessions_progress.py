@@ -4,6 +4,7 @@ line on a terminal's stderr, erased when they end, and nothing in a pipe."""
 from __future__ import annotations
 
 import io
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ def test_an_import_shows_its_files_on_a_terminal(tmp_path: Path, monkeypatch: py
     shutil.copy(fixture, native / fixture.name)
     assert import_main([str(native), "--store", str(tmp_path / "piped")]) == 0
     assert "files" not in capsys.readouterr().err
-    monkeypatch.setattr(progress_module, "_isatty", lambda stream: stream is progress_module.sys.stderr)
+    monkeypatch.setattr(progress_module, "_isatty", lambda stream: stream is sys.stderr)
     monkeypatch.setattr(progress_module, "SHOW_AFTER", 0.0)
     monkeypatch.setattr(progress_module, "EVERY", 0.0)
     assert import_main([str(native), "--store", str(tmp_path / "shown")]) == 0
