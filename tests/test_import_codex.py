@@ -19,6 +19,7 @@ from acp_bridge.cli.sessions.main import main as sessions_main
 from session import open_backend
 from session.backends.base import read_stored
 from session.invariants import check_invariants
+from tests.test_import_claude import same_story
 
 FIXTURE = next((Path(__file__).parent / "recorded" / "native" / "codex-0.171.0").glob("*.jsonl"))
 RECORDS = [orjson.loads(line) for line in FIXTURE.read_bytes().splitlines()]
@@ -30,25 +31,6 @@ def read(path: Path = FIXTURE) -> NativeSession:
 
 def flat(session: NativeSession) -> list[Any]:
     return [(kind, data) for turn in session.turns for _, (kind, data) in turn.items]
-
-
-def same_story(stored: list[Any], whole: list[Any]) -> None:
-    """An import made of appends holds what one import of the whole file holds: the same
-    events, and every record kept raw once; only where a record the agent wrote after a
-    turn sits may differ (on that turn's end, or the next turn's start: docs/import.md)."""
-    def bare(events: list[Any]) -> list[Any]:
-        return [(k, {f: v for f, v in d.items() if f != "native"}) for k, d in events]
-
-    def kept(events: list[Any]) -> Counter[bytes]:
-        out: Counter[bytes] = Counter()
-        for _, d in events:
-            value = d.get("native")
-            for item in value if isinstance(value, list) else [value] if value is not None else []:
-                out[orjson.dumps(item, option=orjson.OPT_SORT_KEYS)] += 1
-        return out
-
-    assert bare(stored) == bare(whole)
-    assert kept(stored) == kept(whole)
 
 
 def test_the_record_types_codex_wrote_and_what_each_became() -> None:

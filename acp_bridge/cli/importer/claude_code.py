@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from acp_bridge.cli.importer.native import Builder, NativeSession, Source, text_blocks
+from acp_bridge.cli.importer.native import Builder, NativeSession, from_first, text_blocks
 from acp_bridge.cli.importer.records import json_lines, ms, tool_kind, tool_title
 from session.events import Usage
 
@@ -64,13 +64,7 @@ def read(lines: Iterable[bytes], file: str) -> NativeSession:
             builder.keep(record)
         else:
             builder.unknown(str(kind), record)
-    session = builder.finish()
-    if "sessionId" in first:
-        session.source = Source(AGENT, first.get("version"), file, first["sessionId"], first.get("cwd", ""),
-                                first.get("created", 0))
-    else:
-        session.problems.append(f"{file}: no Claude Code session id in any record; not imported")
-    return session
+    return from_first(builder.finish(), AGENT, "Claude Code", file, first)
 
 
 def _user(builder: Builder, record: dict[str, Any], time: int) -> None:

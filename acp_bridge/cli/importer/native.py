@@ -14,6 +14,7 @@ vocabulary is kept beside the event it belongs to, under `native`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -54,6 +55,18 @@ class Source:
         if self.version is not None:
             out["version"] = self.version
         return out
+
+
+def from_first(session: NativeSession, agent: str, shown: str, file: str, first: Mapping[str, Any]) -> NativeSession:
+    """`session` named by the fields its records gave first (`sessionId`, `version`,
+    `cwd`, `created`), as Claude Code's and qwen-code's JSONL give them on every record;
+    without a session id it is not imported, said."""
+    if "sessionId" in first:
+        session.source = Source(agent, first.get("version"), file, first["sessionId"], first.get("cwd", ""),
+                                first.get("created", 0))
+    else:
+        session.problems.append(f"{file}: no {shown} session id in any record; not imported")
+    return session
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from acp_bridge.cli.importer.gemini import gemini_usage, model_part, prompt_blocks, response_blocks
-from acp_bridge.cli.importer.native import Builder, NativeSession, Source
+from acp_bridge.cli.importer.native import Builder, NativeSession, from_first
 from acp_bridge.cli.importer.records import json_lines, ms
 
 AGENT: Final = "qwen"
@@ -71,10 +71,4 @@ def read(lines: Iterable[bytes], file: str) -> NativeSession:
             builder.keep(record)
         else:
             builder.unknown(str(kind), record)
-    session = builder.finish()
-    if "sessionId" in first:
-        session.source = Source(AGENT, first.get("version"), file, first["sessionId"], first.get("cwd", ""),
-                                first.get("created", 0))
-    else:
-        session.problems.append(f"{file}: no qwen-code session id in any record; not imported")
-    return session
+    return from_first(builder.finish(), AGENT, "qwen-code", file, first)
