@@ -160,6 +160,12 @@ class StoreReader(Protocol):
     def stamps(self) -> dict[str, Stamp]:
         """Every stored session's `Stamp`, in one cheap pass (no log is read)."""
 
+    def fingerprint(self) -> str | None:
+        """What the whole store holds, as one value that every write changes, or None
+        where the store has none or it cannot be trusted yet (a write that may share its
+        file time with a later one): when it is the one a pass over every stamp began
+        with, nothing changed since. SQLite's: its files' identities, sizes and times."""
+
     def unstamped(self) -> set[str]:
         """The sessions holding events their stamp does not count yet, in one cheap pass:
         SQLite's streamed events in a tail file, which its next durable commit moves into

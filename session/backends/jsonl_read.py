@@ -240,6 +240,9 @@ class JsonlReader(FileReader):
         (jsonl_time.tail_time) where it matters."""
         return {sid: (st.st_size, st.st_mtime_ns, st.st_ino) for sid, st in session_files(self.sessions_dir)}
 
+    def fingerprint(self) -> str | None:
+        return None  # a log's append changes its file's times, not its folder's: stamps it is
+
     def unstamped(self) -> set[str]:
         return set()  # every write changes the stamp
 

@@ -265,6 +265,9 @@ class MemoryReader(FileReader):
     def stamps(self) -> dict[str, Stamp]:
         return {sid: (len(stored.records), stored.updated_at) for sid, stored in self._backend.stored.items()}
 
+    def fingerprint(self) -> str | None:
+        return None
+
     def unstamped(self) -> set[str]:
         return set()  # every write changes the stamp
 

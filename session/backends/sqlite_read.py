@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,7 @@ UPDATED_AT = (
     "ORDER BY seq DESC LIMIT 1), 0))"
 )
 DB_NAME = "sessions.sqlite3"
+SETTLED_NS = 2_000_000_000  # a file untouched this long has a time no later write can share
 # SQLite's primary result codes for a damaged database file (the low byte of an
 # extended code): SQLITE_CORRUPT ("database disk image is malformed") and SQLITE_NOTADB
 # ("file is not a database"). Other failures (locked, I/O, full) are not damage.
@@ -335,6 +337,34 @@ class SqliteReader(FileReader):
                 "LEFT JOIN events e ON e.session_id = s.id AND e.seq = (SELECT seq FROM events "
                 "WHERE session_id = s.id ORDER BY seq DESC LIMIT 1)").fetchall()
         return {row[0]: (int(row[1]), int(row[2])) for row in rows}
+
+    def fingerprint(self) -> str | None:
+        """The database file's and its WAL's identity, size and times (a commit writes
+        one or the other). None while either changed in the last SETTLED_NS: a file's
+        times move in clock ticks, so a write in the same tick as the one before could
+        leave all of them as they were (git's "racily clean" entries, the same
+        answer). The WAL's change time is left out: SQLite, run as root, gives the WAL
+        its database's owner each time a connection opens it, which moves that time
+        and nothing else. The tail files are not in it: nothing in them is in a stamp."""
+        parts = []
+        now = time.time_ns()
+        for path in (self.path, Path(f"{self.path}-wal")):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                parts.append("-")
+                continue
+            except OSError:
+                return None
+            wal = path != self.path
+            if wal and st.st_size == 0:  # an empty WAL holds nothing (each reader's last
+                parts.append("-")  # close may remove it, the next open make it again)
+                continue
+            changed = st.st_mtime_ns if wal else max(st.st_mtime_ns, st.st_ctime_ns)
+            if now - changed < SETTLED_NS:
+                return None
+            parts.append(f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}" + ("" if wal else f":{st.st_ctime_ns}"))
+        return "sqlite " + " ".join(parts)
 
     def unstamped(self) -> set[str]:
         """The sessions whose tail file holds streamed events (an empty one does not)."""

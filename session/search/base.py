@@ -296,6 +296,13 @@ class SearchIndex(Protocol):
         """Each session kept as unreadable: (its stamp as text, why), without reading
         every row (a pass compares stamps alone)."""
 
+    def fingerprint(self) -> str | None:
+        """The store's fingerprint (`StoreReader.fingerprint`) the last whole pass began
+        with, if it had one."""
+
+    def keep_fingerprint(self, fingerprint: str | None) -> None:
+        """Keep (None: forget) the fingerprint a whole pass began with."""
+
     def session(self, session_id: str) -> SessionRow | None: ...
 
     def replace(self, session_id: str, from_turn: int, feed: Feed) -> None:

@@ -277,6 +277,19 @@ class FtsIndex:
             rows = self._conn().execute("SELECT id, stamp, damaged FROM sessions WHERE damaged IS NOT NULL").fetchall()
         return {sid: (stamp, why) for sid, stamp, why in rows}
 
+    def fingerprint(self) -> str | None:
+        with damage_caught():
+            row = self._conn().execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
+        return None if row is None else str(row[0])
+
+    def keep_fingerprint(self, fingerprint: str | None) -> None:
+        if fingerprint == self.fingerprint():
+            return
+        with self._writing() as db:
+            db.execute("DELETE FROM meta WHERE key = 'fingerprint'")
+            if fingerprint is not None:
+                db.execute("INSERT INTO meta VALUES ('fingerprint', ?)", (fingerprint,))
+
     def session(self, session_id: str) -> SessionRow | None:
         with damage_caught():
             row = self._conn().execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?",

@@ -187,6 +187,12 @@ class PgIndex:
             rows = db.execute(f"SELECT id, stamp FROM {S}sessions").fetchall()
         return dict(rows)
 
+    def fingerprint(self) -> str | None:
+        return None  # a PostgreSQL store has none (StoreReader.fingerprint)
+
+    def keep_fingerprint(self, fingerprint: str | None) -> None:
+        pass
+
     def unreadable(self) -> dict[str, tuple[str, str]]:
         with self._reading() as db:
             rows = db.execute(f"SELECT id, stamp, damaged FROM {S}sessions WHERE damaged IS NOT NULL").fetchall()

@@ -163,6 +163,13 @@ def _pass(source: Source, index: SearchIndex, report: Report,
           progress: Callable[[int, int], None] | None) -> None:
     from session.search.base import stamp_text
 
+    fingerprint = source.reader.fingerprint()  # before the stamps: a write after it changes it
+    if fingerprint is not None and fingerprint == index.fingerprint():
+        # Nothing written since a whole pass began with this: no stamp to compare.
+        unreadable = index.unreadable()
+        report.unchanged = len(index.stamps())
+        report.still_damaged = sorted((sid, why) for sid, (_, why) in unreadable.items())
+        return
     stamps = source.reader.stamps()
     known = index.stamps()  # each session's row is read only if its log changed
     gone = sorted(known.keys() - stamps.keys())
@@ -186,6 +193,7 @@ def _pass(source: Source, index: SearchIndex, report: Report,
                                 f"sessions; the next search or index goes on from there") from None
     if changed or gone:
         index.relink()  # the turns forks copied, linked to where they ran (after every log read)
+    index.keep_fingerprint(fingerprint)  # a whole pass: the next may skip it if nothing changed
 
 
 def index_session(source: Source, index: SearchIndex, sid: str, stamp: Stamp,
