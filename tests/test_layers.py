@@ -284,7 +284,8 @@ def test_tests_and_bench_take_no_private_names() -> None:
 # The pure parts take data and return data: no I/O, no clock, no tasks. Besides our own
 # pure modules they may use only these.
 PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.host.settlement",
-                "acp_bridge.wrap.record", "acp_bridge.wrap.calls", "acp_bridge.wrap.compactions",
+                "acp_bridge.wrap.record", "acp_bridge.wrap.prompt_answers", "acp_bridge.wrap.calls",
+                "acp_bridge.wrap.compactions",
                 "acp_bridge.snapshot.normalize", "acp_bridge.host.updates", "acp_bridge.host.advertised",
                 "acp_bridge.tools.permissions", "session.events",
                 "acp_bridge.models.base", "acp_bridge.models.catalog", "acp_bridge.models.options",
