@@ -292,6 +292,7 @@ PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.hos
                 "session.invariants", "session.repair", "session.transcript", "session.scan",
                 "session.items", "session.typed", "session.closers", "session.titles", "acp_bridge.prices",
                 "acp_bridge.wrap.state", "acp_bridge.wrap.signals", "acp_bridge.wrap.lifecycle",
+                "acp_bridge.wrap.child_runs",
                 "acp_bridge.wrap.initialize", "acp_bridge.cli.importer.native", "acp_bridge.cli.importer.records",
                 "acp_bridge.cli.importer.formats", "acp_bridge.cli.importer.claude_code",
                 "acp_bridge.cli.importer.codex", "acp_bridge.cli.importer.gemini", "acp_bridge.cli.importer.qwen",

@@ -27,8 +27,8 @@ import anyio
 from acp_bridge.errors import AgentProtocolError
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.protocol import ClientError
+from acp_bridge.wrap.child_runs import restore_ways
 from acp_bridge.wrap.initialize import obj
-from acp_bridge.wrap.lifecycle import restore_ways
 from acp_bridge.wrap.link import Call, ChildLink
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import (
@@ -121,7 +121,7 @@ class SessionMap:
 async def restore(turns: WrappedTurns, link: ChildLink, caps: dict[str, Any],
                   sessions: SessionMap) -> tuple[Way, dict[str, Any]]:
     """Give the session a session on the child's current run, the ways tried in the
-    order `lifecycle.restore_ways` gives; which way, and the child's answer (its modes,
+    order `child_runs.restore_ways` gives; which way, and the child's answer (its modes,
     config options...). A child that refuses to load or resume its old session gets a
     fresh one (it lost it): AgentExitedError and nothing else goes out."""
     ws, generation = turns.session, link.generation
