@@ -318,8 +318,8 @@ def test_config_option_shapes_match_the_schema() -> None:
 @pytest.mark.integration
 async def test_a_mode_switch_survives_a_reload_as_a_model_switch_does(tmp_path: Path, work: Path) -> None:
     """A `/mode` switch (session/set_mode) was lost on reload while `/model` was kept:
-    both are recorded (`config/set`; the mode's when the session closes before a turn
-    records it) and the last one recorded wins (issue 36, point 6)."""
+    both are recorded at the switch (`config/set`) and the last one recorded wins
+    (issue 36, point 6)."""
     fast, strong = two_scripts(tmp_path)
     strong_spec = strong.removesuffix("#reasoning")
     store = tmp_path / "store"
@@ -333,21 +333,68 @@ async def test_a_mode_switch_survives_a_reload_as_a_model_switch_does(tmp_path: 
     events = loaded_events(store, sid)
     check_invariants(cast("list[Event]", events), closed=True)
     assert [e["data"] for e in events if e["type"] == "config/set"] == [
-        {"configId": "model", "value": strong_spec}, {"configId": "mode", "value": "read_only"}]
+        {"configId": "mode", "value": "read_only"}, {"configId": "model", "value": strong_spec}]
     async with AgentProcess(store, model=fast, args=("--model", strong)) as again:
         await again.initialize()
         loaded = await again.load_session(sid, work)
         assert loaded["modes"]["currentModeId"] == "read_only"
         assert options_of(loaded)["mode"]["currentValue"] == "read_only"
         assert options_of(loaded)["model"]["currentValue"] == strong_spec
-        # A mode the session's next turn ran with is what a later reload keeps.
+        # The switch is recorded once, at the switch: the turn after it and the close add none.
         await again.request("session/set_config_option", {"sessionId": sid, "configId": "mode", "value": "ask"})
         assert (await again.prompt(sid, "again"))["stopReason"] == "end_turn"
-    # the turn recorded it: nothing more was written at the close
-    assert sum(e["type"] == "config/set" for e in loaded_events(store, sid)) == 2
+    assert sum(e["type"] == "config/set" for e in loaded_events(store, sid)) == 3
     async with AgentProcess(store, model=fast, args=("--model", strong)) as third:
         await third.initialize()
         assert (await third.load_session(sid, work))["modes"]["currentModeId"] == "ask"
+
+
+@pytest.mark.integration
+async def test_a_mode_switch_is_durable_when_it_is_answered(tmp_path: Path, work: Path) -> None:
+    """A mode switch was written when the next turn started or the session closed: a
+    kill -9 between the switch's answer and either lost it, while a model switch was
+    kept (issue 36). Now both are durable before their answer, by one rule."""
+    fast, strong = two_scripts(tmp_path)
+    store = tmp_path / "store"
+    async with AgentProcess(store, model=fast, args=("--model", strong)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        assert (await agent.prompt(sid, "hi"))["stopReason"] == "end_turn"
+        await agent.request("session/set_mode", {"sessionId": sid, "modeId": "read_only"})
+        agent.kill9()
+    events = loaded_events(store, sid)
+    assert [e["data"] for e in events if e["type"] == "config/set"] == [{"configId": "mode", "value": "read_only"}]
+    async with AgentProcess(store, model=fast, args=("--model", strong)) as again:
+        await again.initialize()
+        loaded = await again.load_session(sid, work)
+    assert loaded["modes"]["currentModeId"] == "read_only"
+    assert options_of(loaded)["mode"]["currentValue"] == "read_only"
+
+
+@pytest.mark.integration
+async def test_a_mode_switched_while_a_turn_runs_is_recorded_when_it_ends(tmp_path: Path, work: Path) -> None:
+    """The log has one writer: a switch during a turn applies to it at once and is
+    written right after its `turn/end`, before the prompt's answer."""
+    store = tmp_path / "store"
+    slow = write_script(tmp_path / "slow.json", {"text": "a slow answer in several words"}, chunk_delay_ms=150)
+    async with AgentProcess(store, model=slow) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        async with anyio.create_task_group() as tg:
+            answers: list[Any] = []
+
+            async def run() -> None:
+                answers.append(await agent.prompt(sid, "take your time"))
+            tg.start_soon(run)
+            await agent.wait_for(lambda: any(u["sessionUpdate"] == "agent_message_chunk"
+                                             for u in agent.updates_of(sid)))
+            await agent.request("session/set_mode", {"sessionId": sid, "modeId": "read_only"})
+        assert answers[0]["stopReason"] == "end_turn"
+        agent.kill9()
+    events = loaded_events(store, sid)
+    kinds = [e["type"] for e in events]
+    assert kinds[kinds.index("turn/end") + 1] == "config/set"
+    assert [e["data"] for e in events if e["type"] == "config/set"] == [{"configId": "mode", "value": "read_only"}]
 
 
 @pytest.mark.integration

@@ -176,7 +176,8 @@ async def test_mode_and_model_take_the_paths_of_their_methods(tmp_path: Path, wo
     starts = {e["data"]["turn"]: e["data"] for e in events if e["type"] == "turn/start"}
     assert starts[2]["mode"] == "read_only"  # the mode's own turn already runs in it
     assert starts[5]["mode"] == "read_only" and starts[5]["model"] == script
-    assert [e["data"] for e in events if e["type"] == "config/set"] == [{"configId": "model", "value": script}]
+    assert [e["data"] for e in events if e["type"] == "config/set"] == [  # each durable at its switch
+        {"configId": "mode", "value": "read_only"}, {"configId": "model", "value": script}]
     # a reload takes them back as `session/set_mode` and `set_config_option` would leave them
     async with AgentProcess(store, args=("--model", script)) as agent:
         await agent.initialize()

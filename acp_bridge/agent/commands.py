@@ -29,7 +29,7 @@ from session import SessionStore
 if TYPE_CHECKING:
     from acp_bridge.agent.live import LiveSession
 
-ModeSwitch = Callable[["LiveSession", str], None]
+ModeSwitch = Callable[["LiveSession", str], Awaitable[None]]
 ModelSwitch = Callable[["LiveSession", str], Awaitable[None]]
 
 
@@ -42,7 +42,7 @@ def session_commands(live: LiveSession, *, models: tuple[ModelEntry, ...], store
         if not given:
             choices = "; ".join(f"{m} ({name}: {text})" for m, (name, text) in permissions.MODES.items())
             return Outcome(f"The mode is {live.runner.mode}. Modes: {choices}")
-        switch_mode(live, given)  # an unknown mode: InvalidParamsError, the command's error
+        await switch_mode(live, given)  # an unknown mode: InvalidParamsError, the command's error
         name, text = permissions.MODES[given]
         return Outcome(f"Mode: {given} ({name}: {text})")
 

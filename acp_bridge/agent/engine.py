@@ -288,14 +288,14 @@ class AgentEngine(Engine["LiveSession"]):
 
     async def set_mode(self, **params: Unpack[SetSessionModeRequest]) -> dict[str, Any]:
         sid = params["sessionId"]
-        self.switch_mode(self.host.session(sid), sid, params["modeId"], "modeId")
+        await self.switch_mode(self.host.session(sid), sid, params["modeId"], "modeId")
         return {}
 
     async def set_config_option(self, **params: Unpack[SetSessionConfigOptionRequest]) -> dict[str, Any]:
         sessionId, configId, value = params["sessionId"], params["configId"], params["value"]
         live = self.host.session(sessionId)
         if configId == permissions.MODE_OPTION:
-            self.switch_mode(live, sessionId, value, "value")
+            await self.switch_mode(live, sessionId, value, "value")
         elif configId == options.MODEL_OPTION:
             await self.switch_model(live, sessionId, value)
         elif configId == options.THOUGHT_OPTION and live.choice.effort is not None:
@@ -327,14 +327,20 @@ class AgentEngine(Engine["LiveSession"]):
         self.host.peer.notify_update(sid, {"sessionUpdate": "config_option_update",
                                            "configOptions": self._options(live)})
 
-    def switch_mode(self, live: LiveSession, sid: str, mode: Any, field_name: str) -> None:
-        """`session/set_mode` (and the `mode` option, `/mode`): the next turn's mode, told.
-        It is recorded on that turn's `turn/start`, or, when the session closes before
-        one, as a `config/set mode` (`LiveSession.close`): a reload keeps it either way."""
+    async def switch_mode(self, live: LiveSession, sid: str, mode: Any, field_name: str) -> None:
+        """`session/set_mode` (and the `mode` option, `/mode`): recorded (`config/set
+        mode`, durable before the answer, as a model switch is), then told. A switch
+        while a turn runs applies to it at once and is recorded when it ends
+        (`LiveSession.keep_mode`)."""
         if mode not in permissions.MODES:
             raise InvalidParamsError(f"unknown mode {mode!r}: use one of {', '.join(permissions.MODES)}",
                                      field=field_name)
-        live.runner.mode = mode
+        before, live.runner.mode = live.runner.mode, mode
+        try:
+            await live.keep_mode()
+        except BaseException:
+            live.runner.mode = before  # not recorded: not switched
+            raise
         # The mode and the `mode` config option are one setting: tell the client both.
         self.host.peer.notify_update(sid, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
         self._options_changed(live, sid)

@@ -23,7 +23,7 @@ import anyio.abc
 
 from acp_bridge.agent.client_services import AcpClientServices
 from acp_bridge.agent.runner import TurnRunner
-from acp_bridge.errors import AcpBridgeError
+from acp_bridge.errors import AcpBridgeError, PromptInProgressError
 from acp_bridge.host.advertised import client_support
 from acp_bridge.host.commands import Command, invoked, run_command
 from acp_bridge.host.engine import TurnEnd
@@ -72,7 +72,10 @@ class LiveSession:
         found = invoked(prompt, self.commands)
         if found is not None:  # a slash command: a turn of its own, without the model
             return TurnEnd(await run_command(found, lambda how, body: self.runner.record_turn(how, prompt, body)))
-        return TurnEnd(await self.runner.prompt(self.admit(self, prompt)))
+        end = TurnEnd(await self.runner.prompt(self.admit(self, prompt)))
+        with contextlib.suppress(AcpBridgeError):  # the turn is answered as it ended, whatever
+            await self.keep_mode()  # a switch made while it ran: durable before the answer
+        return end
 
     def cancel(self, by: str, params: Mapping[str, Any] | None) -> bool:
         return self.runner.cancel(by)
@@ -90,23 +93,26 @@ class LiveSession:
         """Keep a mode switch no turn recorded, close the log, then stop the session's
         MCP servers."""
         try:
-            await self._keep_mode()
+            with contextlib.suppress(AcpBridgeError):  # the close's to log, as any write of it
+                await self.keep_mode()
             await self.runner.close()
         finally:
             if self.mcp is not None:
                 await self.mcp.close()
                 self.mcp = None
 
-    async def _keep_mode(self) -> None:
-        """A mode switched since the log last recorded one (no turn ran with it) is
-        recorded now, `config/set mode`, so a reload carries on in it as it carries on
-        with a switched model (`last_mode`). Written here rather than at the switch:
-        the next turn's `turn/start` records it as it always did, so a log whose
-        session goes on is byte for byte what it was. A store failure is the close's to
-        log: the switch is lost, as any write after it would be."""
+    async def keep_mode(self) -> None:
+        """Record the mode if it differs from the one the log last recorded
+        (`recorded_mode`): a `config/set mode`, durable, so a reload carries on in it as
+        it carries on with a switched model (`last_mode`). Called at the switch; a switch
+        made while a turn runs (the turn's permissions follow it at once) cannot be
+        written then, the log having one writer, and is written when that turn ends or,
+        at the latest, when the session closes. A store failure here loses the switch as
+        it would lose any write: the caller's error (the switch's answer), or the
+        close's to log."""
         recorded = recorded_mode(self.log.events) or self.loaded_mode
         if self.runner.mode != recorded and not self.log.closed and not self.log.tracker.in_turn:
-            with contextlib.suppress(AcpBridgeError):
+            with contextlib.suppress(PromptInProgressError):
                 await self.runner.record_setting(permissions.MODE_OPTION, self.runner.mode)
 
     async def connect_mcp(self, servers: list[Any] | None, task_group: anyio.abc.TaskGroup) -> dict[str, Any]:

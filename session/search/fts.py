@@ -85,6 +85,7 @@ CREATE VIRTUAL TABLE texts USING fts5(body, tokenize = 'unicode61 remove_diacrit
 INSERT INTO meta VALUES ('format', '{FORMAT}');
 """
 CANDIDATES, PER_HIT = 256, 8  # texts a search takes first, in bm25's order: this many, or 8 per hit wanted
+FEW_SESSIONS = 4  # the sessions' filters keep at most a quarter of them: their texts are found first
 _TABLES = frozenset({"meta", "sessions", "turns", "docs", "texts"})
 
 
@@ -353,8 +354,10 @@ class FtsIndex:
         # One hit per turn as it ran: a fork's copy of it is one with the original. The
         # text shown is the best the original holds (a copy's only where none of the
         # original's is kept, or filtered out), the first of the turn among equals.
+        db = self._conn()
+        narrow, narrow_args = self._narrowing(db, filters)
         sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ? "
-               "ORDER BY bm25(texts), rowid DESC LIMIT ?), "
+               f"{narrow}ORDER BY bm25(texts), rowid DESC LIMIT ?), "
                "r AS (SELECT d.session_id, d.turn, d.kind, d.step, d.ref, min(h.score) OVER w AS best, s.title, "
                "s.cwd, s.agent, t.started, t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) AS k, "
                "row_number() OVER (w ORDER BY t.origin IS NOT NULL, h.score, d.id) AS n "
@@ -363,15 +366,15 @@ class FtsIndex:
                "WINDOW w AS (PARTITION BY coalesce(t.origin, d.session_id), d.turn)) "
                "SELECT session_id, turn, kind, step, ref, best, title, cwd, agent, started, model, state, reason, "
                "id, k FROM r WHERE n = 1 ORDER BY best, started DESC LIMIT ?")
-        db = self._conn()
         match = fts5_match(query)
         wanted = max(CANDIDATES, limit * PER_HIT)
         with damage_caught():
             while True:
-                rows = db.execute(sql, [match, wanted, *args, limit]).fetchall()
+                rows = db.execute(sql, [match, *narrow_args, wanted, *args, limit]).fetchall()
                 if len(rows) >= limit or limit <= 0:
                     break
-                (matched,) = db.execute("SELECT count(*) FROM texts WHERE texts MATCH ?", (match,)).fetchone()
+                (matched,) = db.execute(f"SELECT count(*) FROM texts WHERE texts MATCH ? {narrow}",
+                                        (match, *narrow_args)).fetchone()
                 if matched <= wanted:
                     break
                 wanted *= 8
@@ -383,6 +386,33 @@ class FtsIndex:
             if origins:
                 name_copies(hits, db.execute(copies_query(len(origins), "?"), origins * 2).fetchall())
         return hits
+
+    @staticmethod
+    def _narrowing(db: sqlite3.Connection, filters: Filters) -> tuple[str, list[Any]]:
+        """Conditions the scan of the texts itself takes, so that fewer matches are
+        scored (bm25 over every match of a phrase is most of a search): `since` as a
+        least id (a text's id is at least its turn's start * ID_SLOTS, see `_next_id`),
+        and, when the sessions' own filters (folder, agent) keep few sessions, the texts
+        every filter keeps, found from those sessions (`+rowid`: looked up as each match
+        is read, not a seek of the texts per id, which costs far more). Both only leave
+        out texts the join's filters would: the hits are the same."""
+        sql, args = "", []
+        if filters.since is not None:
+            sql, args = "AND rowid >= ? ", [min(max(0, filters.since), 1 << 46) * ID_SLOTS]
+        if not filters.cwds and filters.agent is None:
+            return sql, args
+        own, own_args = Filters(cwds=filters.cwds, agent=filters.agent).where("?")
+        (kept,) = db.execute(f"SELECT count(*) FROM sessions s WHERE {' AND '.join(own)}", own_args).fetchone()
+        (total,) = db.execute("SELECT count(*) FROM sessions").fetchone()
+        if kept * FEW_SESSIONS > total:
+            return sql, args  # the scan would read most texts' ids for little
+        conditions, kept_args = filters.where("?")
+        # CROSS JOIN: from the kept sessions to their turns and texts (by the keys), not
+        # every text to its session.
+        sql += ("AND +rowid IN (SELECT d.id FROM sessions s CROSS JOIN turns t ON t.session_id = s.id "
+                "CROSS JOIN docs d ON d.session_id = t.session_id AND d.turn = t.turn "
+                f"WHERE {' AND '.join(conditions)}) ")
+        return sql, [*args, *kept_args]
 
     def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:
         sql, args = open_turns_query(filters, by, "?")
