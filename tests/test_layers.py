@@ -284,13 +284,15 @@ def test_tests_and_bench_take_no_private_names() -> None:
 # The pure parts take data and return data: no I/O, no clock, no tasks. Besides our own
 # pure modules they may use only these.
 PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.host.settlement",
-                "acp_bridge.wrap.record", "acp_bridge.wrap.calls", "acp_bridge.wrap.compactions",
+                "acp_bridge.wrap.record", "acp_bridge.wrap.prompt_answers", "acp_bridge.wrap.calls",
+                "acp_bridge.wrap.compactions",
                 "acp_bridge.snapshot.normalize", "acp_bridge.host.updates", "acp_bridge.host.advertised",
                 "acp_bridge.tools.permissions", "session.events",
                 "acp_bridge.models.base", "acp_bridge.models.catalog", "acp_bridge.models.options",
                 "session.invariants", "session.repair", "session.transcript", "session.scan",
                 "session.items", "session.typed", "session.closers", "session.titles", "acp_bridge.prices",
                 "acp_bridge.wrap.state", "acp_bridge.wrap.signals", "acp_bridge.wrap.lifecycle",
+                "acp_bridge.wrap.child_runs",
                 "acp_bridge.wrap.initialize", "acp_bridge.cli.importer.native", "acp_bridge.cli.importer.records",
                 "acp_bridge.cli.importer.formats", "acp_bridge.cli.importer.claude_code",
                 "acp_bridge.cli.importer.codex", "acp_bridge.cli.importer.gemini", "acp_bridge.cli.importer.qwen",

@@ -2,7 +2,8 @@
 the wrapper fixed (the commit log, docs/wrap.md) is a row, from a state and an event to
 the state after and what the driver does. The subprocess tests of the same races stay
 (tests/test_wrap_cancel*.py, test_wrap_child_death.py, test_wrap_switch.py ...): these
-say what is decided, those that it is done."""
+say what is decided, those that it is done. The child's runs (acp_bridge.wrap.child_runs)
+are tables too, at the end."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from itertools import product
 import pytest
 
 from acp_bridge.errors import LifecycleError
-from acp_bridge.wrap.lifecycle import link_plan, restore_ways, seeds, step
+from acp_bridge.wrap.child_runs import link_plan, restore_ways, seeds
+from acp_bridge.wrap.lifecycle import step
 from acp_bridge.wrap.signals import (
     Act,
     Answered,

@@ -9,7 +9,8 @@ The reader parses each line and hands each request (or batch) to a task of its o
 a proxy's `fallback`, `inline` notifications handled in the reader, in order,
 `$/cancel_request`, jsonrpcserver for what none of them serves) is
 acp_bridge.rpc.incoming's. Requests we make of the peer go through our own correlator
-here (ids `acp-bridge:N` by default, which no client id is mistaken for). Every
+(ids `acp-bridge:N` by default, which no client id is mistaken for:
+acp_bridge.rpc.correlator), the reader handing it every answer it reads. Every
 outgoing message goes through one queue to one writer task (acp_bridge.rpc.outgoing):
 what is queued first is written first.
 """
@@ -18,20 +19,20 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
 import anyio
 import anyio.abc
 import orjson
 
+from acp_bridge.rpc.correlator import Correlator
 from acp_bridge.rpc.incoming import Fallback, Incoming, Inline, current_request_id
 from acp_bridge.rpc.outgoing import BeforeWrite, Outgoing
 from acp_bridge.rpc.protocol import (
     INVALID_REQUEST,
     MAX_DEPTH,
     PARSE_ERROR,
-    ClientError,
     ErrorMapper,
     Handler,
     RpcError,
@@ -41,7 +42,6 @@ from acp_bridge.rpc.protocol import (
     nested_deeper,
     own_request_id,
     request_key,
-    request_message,
     response,
     salvaged_id,
 )
@@ -130,11 +130,13 @@ class Connection:
         self.notify_updates = self._out.notify_updates
         self.send_raw = self._out.send_raw
         self.drain = self._out.drain
-        self._ids = ids if ids is not None else map(own_request_id, itertools.count(1))
-        self._pending: dict[tuple[str, Any], tuple[anyio.Event, list[Any]]] = {}
-        # Our requests whose answer is acted on in the reader as it is read, before the
-        # messages after it (`ask(..., on_answer=)`): key -> the hook, told if it is a result.
-        self._on_answer: dict[tuple[str, Any], Callable[[bool], None]] = {}
+        # Our requests to the peer are the correlator's, bound here as sending is.
+        self._ours = Correlator(self.send, self.notify,
+                                ids if ids is not None else map(own_request_id, itertools.count(1)))
+        self.request = self._ours.request
+        self.ask = self._ours.ask
+        self.sent_before = self._ours.sent_before
+        self.fail_requests = self._ours.fail_requests
         self._after: dict[Any, list[Any]] = {}  # request id -> messages to send after its answer
         self._active = 0  # requests (or batches) handed to a task and not finished
         self._workers: list[_Slot] = []  # idle worker tasks, waiting for a request
@@ -145,69 +147,7 @@ class Connection:
         """Bytes of messages queued for the client and not yet written."""
         return self._out.queued_bytes
 
-    # --- our requests to the client ---------------------------------------------------
-
-    async def request(self, method: str, params: Any) -> Any:
-        """Ask the client; returns its result or raises ClientError. If the wait is
-        cancelled while the request is still open, the client is told with
-        `$/cancel_request`; not once its answer has been read (the two often come in
-        one read: a session/cancel and the `cancelled` answer ACP asks for after it)."""
-        return await self.ask(method, params)
-
-    def ask(self, method: str, params: Any, *,
-            on_answer: Callable[[bool], None] | None = None) -> Coroutine[Any, Any, Any]:
-        """`request`, queued before this returns (so what the caller sends next goes
-        after it, whoever waits for the answer, and when): await what it returns for
-        the answer. `on_answer(is_result)` runs in the reader as the answer is read,
-        before the messages read after it (the awaiting task runs later)."""
-        request_id = next(self._ids)
-        key, done, slot = self._pend(request_id)
-        if on_answer is not None:
-            self._on_answer[key] = on_answer
-        self.send(request_message(request_id, method, params))
-        return self._answer(method, request_id, key, done, slot)
-
-    def sent_before(self, method: str, request_id: Any) -> Coroutine[Any, Any, Any]:
-        """The answer to our request `request_id`, sent to the peer by someone else
-        before this connection read anything (the wrapper's start-up handshake,
-        acp_bridge.wrap.handshake), to await as `ask`'s: its answer is matched from
-        now on. `ids` must not give that id again."""
-        return self._answer(method, request_id, *self._pend(request_id))
-
-    def _pend(self, request_id: Any) -> tuple[tuple[str, Any], anyio.Event, list[tuple[str, Any]]]:
-        """Our request `request_id` waits for its answer: its key, the event its answer
-        sets and the slot it is put in."""
-        key = request_key(request_id)
-        done, slot = anyio.Event(), list[tuple[str, Any]]()
-        self._pending[key] = (done, slot)
-        return key, done, slot
-
-    async def _answer(self, method: str, request_id: Any, key: tuple[str, Any], done: anyio.Event,
-                      slot: list[tuple[str, Any]]) -> Any:
-        try:
-            await done.wait()
-        except anyio.get_cancelled_exc_class():
-            if not done.is_set():
-                self.notify("$/cancel_request", {"requestId": request_id})
-            raise
-        finally:
-            self._pending.pop(key, None)
-            self._on_answer.pop(key, None)
-        kind, value = slot[0]
-        if kind == "error":
-            raise ClientError(method, value)
-        if kind == "failed":
-            raise value()
-        return value
-
-    def fail_requests(self, error: Callable[[], Exception]) -> None:
-        """Every request of ours still waiting for its answer raises `error()` (the
-        peer has gone: a client's agent exited), without a `$/cancel_request`; one
-        whose answer has been read still returns it."""
-        for done, slot in self._pending.values():
-            if not done.is_set():
-                slot.append(("failed", error))
-                done.set()
+    # --- what goes out after an answer, and the end of output ------------------------
 
     def notify_update_after_answer(self, session_id: str, update: Any) -> None:
         """Queue the `session/update` of `update` for `session_id` to go out right after
@@ -321,7 +261,7 @@ class Connection:
                 return
             error = RpcError(PARSE_ERROR, "Parse error", {"code": "parse_error", "detail": str(exc)})
             ours = salvaged_id(line, ours=True)
-            if ours is not None and self._failed(ours, error):
+            if ours is not None and self._ours.failed(ours, error):
                 return  # the peer's answer to a request of ours that cannot be read: it failed
             # Answered with the request's id where it can still be read, so a client
             # waiting on that id is not left hanging (acp_bridge.rpc.protocol.salvaged_id).
@@ -341,25 +281,13 @@ class Connection:
         if type(message) is not dict:  # a batch, a bare value: no one id to answer with
             self.send(response(None, error=error))
         elif is_response(message):
-            if not self._failed(message.get("id"), error):
+            if not self._ours.failed(message.get("id"), error):
                 log.warning("an answer nested deeper than %d levels to no request of ours: dropped", MAX_DEPTH)
         elif "method" in message and "id" not in message:
             log.warning("a %s notification nested deeper than %d levels: dropped", message.get("method"), MAX_DEPTH)
         else:  # a request (answered with its id), or no message at all (with id null)
             request_id = message.get("id")
             self.send(response(request_id if "method" in message and is_id(request_id) else None, error=error))
-
-    def _failed(self, request_id: Any, error: RpcError) -> bool:
-        """The peer's answer to our request `request_id` could not be taken (`error`
-        says why): the request fails with that error, as an error answer would. False
-        if no request of ours waits for that id."""
-        key = request_key(request_id) if is_id(request_id) else None
-        entry = self._pending.get(key) if key is not None else None
-        if entry is None or entry[0].is_set():
-            return False
-        log.warning("the answer to our request %r could not be taken: %s", request_id, error.message)
-        self._response({"id": request_id, "error": error.to_json()})
-        return True
 
     def _on_message(self, message: Any, tg: anyio.abc.TaskGroup) -> None:
         if type(message) is dict and "method" in message:  # a request or notification (most of a stream)
@@ -371,7 +299,7 @@ class Connection:
                 return
             self._spawn(tg, self._batch(message))
         elif is_response(message):
-            self._response(message)
+            self._ours.answered(message)
         elif self._in.run_inline(message):  # `$/cancel_request` among them
             return
         else:
@@ -408,27 +336,12 @@ class Connection:
             self._workers.append(slot)
             work = await slot.wait()
 
-    def _response(self, message: dict[str, Any]) -> None:
-        key = request_key(message["id"]) if is_id(message["id"]) else None
-        entry = self._pending.get(key) if key is not None else None
-        if entry is None:
-            log.debug("ignoring a response to unknown id %r", message["id"])
-            return
-        done, slot = entry
-        if done.is_set():
-            return  # answered twice: the first answer stands
-        slot.append(("error", message["error"]) if "error" in message else ("result", message.get("result")))
-        done.set()
-        hook = self._on_answer.pop(key, None) if self._on_answer and key is not None else None
-        if hook is not None:
-            hook("error" not in message)
-
     async def _batch(self, messages: list[Any]) -> None:
         answers: list[Any] = []
 
         async def one(message: Any) -> None:
             if is_response(message):
-                self._response(message)
+                self._ours.answered(message)
                 return
             answer = await self._in.answer(message, batched=True)
             if answer is not None:

@@ -27,8 +27,8 @@ import anyio
 from acp_bridge.errors import AgentProtocolError
 from acp_bridge.host.errors import to_rpc_error
 from acp_bridge.rpc.protocol import ClientError
+from acp_bridge.wrap.child_runs import restore_ways
 from acp_bridge.wrap.initialize import obj
-from acp_bridge.wrap.lifecycle import restore_ways
 from acp_bridge.wrap.link import Call, ChildLink
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import (
@@ -121,7 +121,7 @@ class SessionMap:
 async def restore(turns: WrappedTurns, link: ChildLink, caps: dict[str, Any],
                   sessions: SessionMap) -> tuple[Way, dict[str, Any]]:
     """Give the session a session on the child's current run, the ways tried in the
-    order `lifecycle.restore_ways` gives; which way, and the child's answer (its modes,
+    order `child_runs.restore_ways` gives; which way, and the child's answer (its modes,
     config options...). A child that refuses to load or resume its old session gets a
     fresh one (it lost it): AgentExitedError and nothing else goes out."""
     ws, generation = turns.session, link.generation
@@ -208,8 +208,8 @@ async def close_child(link: ChildLink | None, child_sid: str | None, caps: dict[
 
 
 # --- the child's side of a fork (docs/wrap.md, "Fork"): whether the child can fork the
-# original's session itself, its `session/fork` asked and its answer checked;
-# `WrapEngine.fork` emulates the fork (a fresh session, seeded) otherwise.
+# original's session itself, its `session/fork` asked and its answer checked; else a
+# fresh session, and `WrapEngine.fork` emulates the fork (seeds it).
 
 def fork_ask(params: Mapping[str, Any]) -> dict[str, Any]:
     """What the child is asked for the fork (its `session/fork` or `session/new`): the
@@ -230,6 +230,22 @@ def child_source(caps: Mapping[str, Any], live: WrappedSession | None, plan: For
         return None
     theirs = live.state.child_sid if live is not None else plan.source.get("wrapped", {}).get("sessionId")
     return None if children.is_stuck(theirs) else theirs
+
+
+async def fork_in_child(link: ChildLink, ask: dict[str, Any], theirs: str | None, children: SessionMap,
+                        drop_early: Callable[[str], None]) -> tuple[dict[str, Any], str, bool, str | None]:
+    """The child's session of a fork, as `ask` (`fork_ask`) asks: its own fork of
+    `theirs` (the original's child session, if `child_source` found one) if it makes
+    one, else a fresh one (the fork emulated: seeded). The child's answer, its session
+    id, whether the fork is emulated, and why the child did not fork (None if it was not
+    asked to, or did)."""
+    result, why = None, None
+    if theirs is not None:
+        result, why = await child_fork(link, {**ask, "sessionId": theirs}, children, drop_early)
+    if result is not None:
+        return result, result["sessionId"], False, why
+    result = obj(await link.call("session/new", {"mcpServers": [], **ask}))
+    return result, new_session_id(result), True, why
 
 
 async def child_fork(link: ChildLink, ask: dict[str, Any], children: SessionMap,

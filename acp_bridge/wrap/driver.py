@@ -31,9 +31,9 @@ import anyio.abc
 from acp_bridge.errors import AgentStartError
 from acp_bridge.host.advertised import notice
 from acp_bridge.wrap.child import ChildAgent
+from acp_bridge.wrap.child_runs import link_plan, seeds
 from acp_bridge.wrap.children import SessionMap, close_child, restore
 from acp_bridge.wrap.initialize import Initialized, initialized
-from acp_bridge.wrap.lifecycle import link_plan, seeds
 from acp_bridge.wrap.link import Call, ChildLink
 from acp_bridge.wrap.sessions import WrappedSession
 from acp_bridge.wrap.signals import Bound

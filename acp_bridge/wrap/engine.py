@@ -34,7 +34,13 @@ from acp_bridge.host.host import Engine, Host
 from acp_bridge.host.replay import Opened, StoredOpener
 from acp_bridge.rpc.connection import Fallback
 from acp_bridge.rpc.protocol import Handler
-from acp_bridge.wrap.children import SessionMap, child_fork, child_source, fork_ask, new_session_id
+from acp_bridge.wrap.children import (
+    SessionMap,
+    child_source,
+    fork_ask,
+    fork_in_child,
+    new_session_id,
+)
 from acp_bridge.wrap.commands import (
     agent_command,
     command_turn,
@@ -231,17 +237,8 @@ class WrapEngine(Engine[WrappedTurns]):
             self._driver_of_stored, source)
         link = await driver.ensure_link(live)
         theirs = child_source(driver.caps, live.session if live is not None else None, plan, driver.sessions)
-        ask, why = fork_ask(params), None
-        result: dict[str, Any] | None = None
-        if theirs is not None:
-            result, why = await child_fork(link, {**ask, "sessionId": theirs}, driver.sessions,
-                                           driver.side.drop_early)
-        emulated = result is None
-        if result is not None:
-            child_sid = result["sessionId"]
-        else:
-            result = obj(await link.call("session/new", {"mcpServers": [], **ask}))
-            child_sid = new_session_id(result)
+        result, child_sid, emulated, why = await fork_in_child(link, fork_ask(params), theirs, driver.sessions,
+                                                               driver.side.drop_early)
         try:  # an emulated fork's header says so: a fresh restore of it, by any wrapper, is seeded again
             turns = await make(driver.wrapped(child_sid, seeded=emulated))
         except BaseException:
@@ -268,26 +265,8 @@ class WrapEngine(Engine[WrappedTurns]):
                           ours={"wrapped": self._made(turns, ours)})
 
     def _driver_of_stored(self, session_id: str) -> ChildDriver:
-        """The agent a load of the stored `session_id` would place it in (its log read
-        as stored, without its lock)."""
-        if self.mover is None:
-            return self.default
-        from session.backends.base import read_stored
-
-        stored = read_stored(self.host.store().backend.read_stream(session_id))  # closes it
-        sink = AgentOfLog()
-        for event in stored.events:
-            sink.feed(event)
-        return self._placed(sink.agent, stored.header.get("wrapped"))
-
-    def _placed(self, name: str | None, wrapped: WrappedInfo | None) -> ChildDriver:
-        """The agent named `name` (the log's last turn's or move's), else the one with the
-        header's command, else the default."""
-        driver = self.drivers.get(name or "")
-        if driver is not None:
-            return driver
-        command = wrapped.get("command") if wrapped is not None else None
-        return next((d for d in self.drivers.values() if d.config.command == command), self.default)
+        """The agent a load of the stored `session_id` would place it in (`Mover.of_stored`)."""
+        return self.default if self.mover is None else self.mover.of_stored(self.host.store(), session_id)
 
     def _adopt(self, opened: Opened) -> WrappedTurns:
         sink = opened.sink
@@ -298,14 +277,8 @@ class WrapEngine(Engine[WrappedTurns]):
         # Seeded when fresh: an emulated fork; an imported history (another agent's context,
         # handed over as a move is: docs/import.md), without --seed-fresh.
         driver, carried = self.default, bool(wrapped and wrapped.get("seeded") is True) or "imported" in header
-        if self.mover is not None:
-            name = sink.agent
-            if name is not None and name not in self.drivers:
-                log.warning("session %s: its agent %r is not configured here: placed in the default, %r",
-                            header["id"], name, self.default.name)
-            driver = self._placed(name, wrapped)
-            if sink.moved:  # its child sessions are its moves' (a fresh one is seeded)
-                last, carried = sink.session_of(driver.name, list(driver.config.command), header), True
+        if self.mover is not None:  # the agent of its log (acp_bridge.wrap.moves)
+            driver, last, carried = self.mover.placement(sink, header, last, carried)
         state = State(driver.name, Unplaced(last))
         ws = WrappedSession(opened.log, header["cwd"], state, [], header.get("additionalDirectories"),
                             commands=sink.theirs, carried=carried)

@@ -22,8 +22,9 @@ A move is a move of the session's lifecycle (acp_bridge.wrap.lifecycle):
 A failure before 3 (the agent cannot be started, refuses `session/new`) is `MoveFailed`:
 the session goes back to where `Moving` says it was, as it was, and the error is the
 answer. A load places the session in the agent of its last turn (`turn/start.agent`)
-or of a later move (`AgentOfLog`); an agent no longer configured gives way to the
-default.
+or of a later move (`AgentOfLog`, `Mover.placement`); an agent no longer configured
+gives way to the default; a fork of a stored session is made by the agent a load would
+place it in (`Mover.of_stored`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import logging
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
@@ -44,8 +45,11 @@ from acp_bridge.wrap.initialize import obj
 from acp_bridge.wrap.signals import Act, Moved, MoveFailed, SwitchAsked
 from acp_bridge.wrap.state import Moving, Place, Unplaced
 from acp_bridge.wrap.turns import WrappedTurns
-from session.events import CONFIG_SET, TURN_START, Event, Header
+from session.events import CONFIG_SET, TURN_START, Event, Header, WrappedInfo
 from session.items import config_set
+
+if TYPE_CHECKING:
+    from session import SessionStore
 
 log = logging.getLogger("acp_bridge.wrap.moves")
 
@@ -119,6 +123,7 @@ class Mover:
 
     def __init__(self, drivers: Mapping[str, ChildDriver]) -> None:
         self.drivers = drivers
+        self.default = next(iter(drivers.values()))  # the first: the engine's default
         self.commands = {name: list(d.config.command) for name, d in drivers.items()}
         # The child's config options of each live session, as it last gave them.
         self._options: weakref.WeakKeyDictionary[WrappedTurns, list[Any]] = weakref.WeakKeyDictionary()
@@ -128,6 +133,45 @@ class Mover:
             raise InvalidParamsError(f"no agent named {name!r}: this wrapper has {', '.join(self.drivers)}",
                                      field="value")
         return name
+
+    # --- the agent a stored session is placed in ------------------------------------
+
+    def placed(self, name: str | None, wrapped: WrappedInfo | None) -> ChildDriver:
+        """The agent named `name` (the log's last turn's or move's), else the one with the
+        header's command, else the default."""
+        driver = self.drivers.get(name or "")
+        if driver is not None:
+            return driver
+        command = wrapped.get("command") if wrapped is not None else None
+        return next((d for d in self.drivers.values() if d.config.command == command), self.default)
+
+    def of_stored(self, store: SessionStore, session_id: str) -> ChildDriver:
+        """The agent a load of the stored `session_id` would place it in (its log read
+        as stored, without its lock)."""
+        from session.backends.base import read_stored
+
+        stored = read_stored(store.backend.read_stream(session_id))  # closes it
+        sink = AgentOfLog()
+        for event in stored.events:
+            sink.feed(event)
+        return self.placed(sink.agent, stored.header.get("wrapped"))
+
+    def placement(self, sink: AgentOfLog, header: Header, last: str | None,
+                  carried: bool) -> tuple[ChildDriver, str | None, bool]:
+        """Where a session a load opened (`sink`: its log read, `header`) is placed: the
+        agent `placed` gives, and the child session of it to take again and whether its
+        context came there by a move (`last` and `carried`, the header's, unless it ever
+        moved: then its moves' own, and carried: a fresh one is seeded)."""
+        name = sink.agent
+        if name is not None and name not in self.drivers:
+            log.warning("session %s: its agent %r is not configured here: placed in the default, %r",
+                        header["id"], name, self.default.name)
+        driver = self.placed(name, header.get("wrapped"))
+        if sink.moved:  # its child sessions are its moves' (a fresh one is seeded)
+            last, carried = sink.session_of(driver.name, list(driver.config.command), header), True
+        return driver, last, carried
+
+    # --- the `agent` option and a move ------------------------------------------------
 
     def is_ours(self, turns: WrappedTurns, config_id: Any) -> bool:
         """Whether `config_id` is our option's id beside the session's child options."""

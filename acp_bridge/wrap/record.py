@@ -20,16 +20,17 @@ Two things are recorded of every turn (docs/wrap.md, "Recording"):
   run has its call on disk (acp_bridge/wrap/calls.py).
 
 Steps, the turn's usage and unfinished calls: docs/wrap.md, "How a turn is recorded".
+How the agent's answer to the prompt (or its error) is read as the turn's end reason
+and usage: acp_bridge/wrap/prompt_answers.py.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from acp_bridge.host.settlement import TURN_FAILED, USAGE_FIELDS
-from acp_bridge.rpc.protocol import error_object
 from acp_bridge.wrap.calls import AnnouncedCall, Step, step_items
 from acp_bridge.wrap.compactions import ChildCompactions
+from acp_bridge.wrap.prompt_answers import added_usage, answer_end, error_end
 from session.closers import OpenTurn, Unanswered, Unreported, closers
 from session.events import (
     CANCELLED_BY,
@@ -38,7 +39,6 @@ from session.events import (
     TOOL_RESULT,
     PermissionRecord,
     Reason,
-    ReasonKind,
     Usage,
     reason,
 )
@@ -53,32 +53,6 @@ from session.items import (
     user_message,
     wrapped_update,
 )
-
-# ACP StopReason -> turn/end reason kind and fields (DESIGN.md section 5, read
-# backwards). A wrapped agent's `max_turn_requests` names no limit, hence `limit: null`;
-# `cancelled` follows the editor's `session/cancel`, the one way ACP cancels a turn.
-_STOP_REASONS: Final[dict[str, tuple[ReasonKind, dict[str, Any]]]] = {
-    "end_turn": ("completed", {}),
-    "max_tokens": ("max_tokens", {}),
-    "max_turn_requests": ("max_steps", {"limit": None}),
-    "refusal": ("refusal", {}),
-    "cancelled": ("cancelled", {"by": "session/cancel"}),
-}
-
-# JSON-RPC error code -> the `code` word of an `error` reason, when the error's data
-# names none. `auth` is the word settlement answers with -32000 again.
-_ERROR_WORDS: Final[dict[int, str]] = {
-    -32000: "auth",
-    -32002: "not_found",
-    -32600: "invalid_request",
-    -32601: "method_not_found",
-    -32602: "invalid_params",
-    -32603: "internal_error",
-    -32700: "parse_error",
-    -32800: "cancelled",
-}
-OTHER_ERROR: Final = "agent_error"
-"""The `code` of an error answer whose JSON-RPC code and data name no known word."""
 
 _CHUNKS: Final[dict[str, ChunkKind]] = {"agent_message_chunk": "text", "agent_thought_chunk": "reasoning"}
 
@@ -219,39 +193,18 @@ class TurnRecorder:
         return items
 
     def answer(self, result: dict[str, Any]) -> list[Item]:
-        """The wrapped agent's PromptResponse."""
+        """The wrapped agent's PromptResponse (its reason and usage:
+        acp_bridge.wrap.prompt_answers.answer_end)."""
         if not self._starts_end():
             return []
-        stop = result.get("stopReason")
-        known = _STOP_REASONS.get(stop) if isinstance(stop, str) else None
-        usage = acp_usage(result.get("usage")) or quota_usage(result.get("_meta"))
-        if known is None:  # not an ACP stop reason: the turn cannot be said to have succeeded
-            return self._close(reason("error", step=self._steps, code="invalid_answer",
-                                      message=f"the wrapped agent answered an unknown stopReason {stop!r}"), usage)
-        kind, fields = known
-        return self._close(reason(kind, **fields), usage)
+        return self._close(*answer_end(result, self._steps))
 
     def failed(self, error: dict[str, Any]) -> list[Item]:
-        """The wrapped agent's JSON-RPC error answer to the prompt. The reason keeps it
-        whole (`agentError`: settlement answers the editor with it again, as it came) and,
-        for everything else that reads a reason, its words: `code` (`data.code` if a
-        string, else a word for the JSON-RPC code), `message`, `retryable`."""
+        """The wrapped agent's JSON-RPC error answer to the prompt (its reason, the error
+        kept whole and named in our words: acp_bridge.wrap.prompt_answers.error_end)."""
         if not self._starts_end():
             return []
-        sent = error_object(error)
-        data = sent.get("data")
-        data = data if isinstance(data, dict) else {}
-        code = data.get("code")
-        if not isinstance(code, str):
-            code = _ERROR_WORDS.get(sent["code"], OTHER_ERROR)
-        # An agent that settles as we do (a wrapped acp-bridge) starts its message so:
-        # the reason's message is what failed, as our own agent records it.
-        text = sent["message"].removeprefix(TURN_FAILED) or f"the wrapped agent failed ({sent['code']})"
-        fields: dict[str, Any] = {"step": self._steps, "code": code, "message": text}
-        if isinstance(data.get("retryable"), bool):
-            fields["retryable"] = data["retryable"]
-        fields["agentError"] = sent
-        return self._close(reason("error", **fields))
+        return self._close(error_end(error, self._steps))
 
     def cancelled(self, by: str, *, forced: bool = False, agent_stop: str | None = None) -> list[Item]:
         """The editor cancelled (`by`: the ACP message that did); `forced`: the agent
@@ -316,17 +269,8 @@ class TurnRecorder:
         if len(content) != 2:
             sent["content"] = content
         if "_meta" in sent:
-            self._add_meta_usage(sent["_meta"])
+            self._meta_usage = added_usage(self._meta_usage, sent["_meta"])
         return sent
-
-    def _add_meta_usage(self, meta: Any) -> None:
-        usage = acp_usage(meta.get("usage")) if isinstance(meta, dict) else None
-        if usage is None:
-            return
-        total: dict[str, Any] = {**(self._meta_usage or {})}
-        for name, value in usage.items():
-            total[name] = total.get(name, 0) + value
-        self._meta_usage = total  # type: ignore[assignment]
 
     def _open_step(self, items: list[Item]) -> Step:
         self._steps += 1
@@ -402,30 +346,3 @@ class TurnRecorder:
         if call is not None:
             call.take(update)
         return items
-
-
-def quota_usage(meta: Any) -> Usage | None:
-    """gemini-cli's count of the turn's tokens in its prompt answer's `_meta` (`quota.
-    token_count: {input_tokens, output_tokens}`: it sends no ACP `usage`), or None."""
-    quota = meta.get("quota") if isinstance(meta, dict) else None
-    count = quota.get("token_count") if isinstance(quota, dict) else None
-    if not isinstance(count, dict):
-        return None
-    return acp_usage({"inputTokens": count.get("input_tokens"), "outputTokens": count.get("output_tokens")})
-
-
-def acp_usage(value: Any) -> Usage | None:
-    """ACP's Usage (`inputTokens`, `outputTokens`, `cachedReadTokens`, ...) as ours, or
-    None if `value` holds none of its counts."""
-    if not isinstance(value, dict):
-        return None
-    usage: dict[str, int] = {}
-    for theirs, ours in USAGE_FIELDS:
-        count = value.get(theirs)
-        if type(count) is int and count >= 0:
-            usage[ours] = count
-    if not usage:
-        return None
-    usage.setdefault("inputTokens", 0)
-    usage.setdefault("outputTokens", 0)
-    return usage  # type: ignore[return-value]
