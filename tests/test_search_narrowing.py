@@ -1,5 +1,5 @@
-"""A search scores fewer matches when its filters allow (session.search.fts,
-`FtsIndex._narrowing`: `since` as a least text id, a folder or agent that keeps few
+"""A search scores fewer matches when its filters allow (session.search.fts_search,
+`narrowing`: `since` as a least text id, a folder or agent that keeps few
 sessions as the texts those sessions hold), and finds exactly what it found without:
 a table of filters over one store, each compared with the same search unnarrowed."""
 
@@ -11,8 +11,10 @@ import pytest
 
 from acp_bridge.cli.sessions.indexer import catch_up, open_index
 from acp_bridge.cli.sessions.source import Source
+from session.search import fts
 from session.search.base import Filters, Hit
 from session.search.fts import FtsIndex
+from session.search.fts_search import narrowing
 from session.search.query import parse_query
 from tests.support.logs import Script
 from tests.support.search_store import DAY0, add_session
@@ -67,7 +69,7 @@ def test_narrowed_searches_find_what_unnarrowed_ones_do(index: FtsIndex, filters
     query = parse_query(text)
     narrowed = index.search(query, filters, limit)
     with monkeypatch.context() as m:
-        m.setattr(FtsIndex, "_narrowing", staticmethod(lambda db, f: ("", [])))
+        m.setattr(fts, "narrowing", lambda db, f: ("", []))
         whole = index.search(query, filters, limit)
     assert shown(narrowed) == shown(whole)
     assert [h.snippet for h in narrowed] == [h.snippet for h in whole]
@@ -75,12 +77,12 @@ def test_narrowed_searches_find_what_unnarrowed_ones_do(index: FtsIndex, filters
 
 def test_what_is_narrowed(index: FtsIndex) -> None:
     db = index._conn()
-    assert FtsIndex._narrowing(db, Filters()) == ("", [])
-    sql, args = FtsIndex._narrowing(db, Filters(since=DAY0))
+    assert narrowing(db, Filters()) == ("", [])
+    sql, args = narrowing(db, Filters(since=DAY0))
     assert sql.strip() == "AND rowid >= ?" and args == [DAY0 << 16]
-    sql, _ = FtsIndex._narrowing(db, Filters(cwds=("/work/p3",)))
+    sql, _ = narrowing(db, Filters(cwds=("/work/p3",)))
     assert "+rowid IN" in sql  # 2 of 24 sessions
-    sql, _ = FtsIndex._narrowing(db, Filters(cwds=("/work/p0",)))
+    sql, _ = narrowing(db, Filters(cwds=("/work/p0",)))
     assert "+rowid IN" not in sql  # 7 of 24: more than a quarter
 
 
@@ -90,6 +92,6 @@ def test_a_narrowed_search_scores_fewer_texts(index: FtsIndex) -> None:
     match = '"connection refused"'
     (every,) = db.execute("SELECT count(*) FROM texts WHERE texts MATCH ?", (match,)).fetchone()
     for filters in (Filters(cwds=("/work/p3",)), Filters(since=DAY0 + 20 * HOUR)):
-        sql, args = FtsIndex._narrowing(db, filters)
+        sql, args = narrowing(db, filters)
         (scored,) = db.execute(f"SELECT count(*) FROM texts WHERE texts MATCH ? {sql}", (match, *args)).fetchone()
         assert 0 < scored < every / 4

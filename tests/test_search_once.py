@@ -171,12 +171,12 @@ def test_the_best_texts_first_then_more_when_filters_leave_too_few(root: tuple[s
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A search takes the best texts first (a few: CANDIDATES, RANKED), then more when
     the filters leave fewer turns than asked for; equal scores newest first."""
-    import session.search.fts
+    import session.search.fts_search
     import session.search.pg
 
     kind, where = root
-    monkeypatch.setattr(session.search.fts, "CANDIDATES", 2)
-    monkeypatch.setattr(session.search.fts, "PER_HIT", 0)
+    monkeypatch.setattr(session.search.fts_search, "CANDIDATES", 2)
+    monkeypatch.setattr(session.search.fts_search, "PER_HIT", 0)
     monkeypatch.setattr(session.search.pg, "RANKED", 4)
     monkeypatch.setattr(session.search.pg, "PER_HIT", 0)
     (tmp_path / "a").mkdir()

@@ -12,7 +12,7 @@ never wait on an indexer, and a JSONL store has no database at all.
     texts     FTS5 (unicode61, no diacritics folded), rowid = docs.id
 
 One indexer at a time writes it (an flock on `search.sqlite3.lock`, see `lock`);
-searches read it meanwhile (WAL). A file SQLite finds damaged, of another format or of
+searches read it meanwhile (WAL; a search's query is session.search.fts_search's). A file SQLite finds damaged, of another format or of
 another store is deleted and made again: the index is only ever a copy of the logs.
 
 A full disk: a write that fails for want of space (or on a read-only or failing disk)
@@ -48,15 +48,13 @@ from session.search.base import (
     SessionRow,
     StatsRow,
 )
-from session.search.query import Query, fts5_match, snippet
+from session.search.fts_search import ID_SLOTS, best_hits, least_id, narrowing
+from session.search.query import Query
 from session.search.sql import (
     RELINK_ROUNDS,
     SESSION_COLUMNS,
     TURN_COLUMNS,
-    copies_query,
     doc_values,
-    hit_of,
-    name_copies,
     open_turns_query,
     relink_sql,
     session_of,
@@ -84,19 +82,14 @@ CREATE INDEX docs_turn ON docs (session_id, turn);
 CREATE VIRTUAL TABLE texts USING fts5(body, tokenize = 'unicode61 remove_diacritics 0');
 INSERT INTO meta VALUES ('format', '{FORMAT}');
 """
-CANDIDATES, PER_HIT = 256, 8  # texts a search takes first, in bm25's order: this many, or 8 per hit wanted
-FEW_SESSIONS = 4  # the sessions' filters keep at most a quarter of them: their texts are found first
 _TABLES = frozenset({"meta", "sessions", "turns", "docs", "texts"})
-
-
-ID_SLOTS = 1 << 16  # ids a millisecond of turn starts has: a text's id is start * ID_SLOTS + n
 
 
 def _next_id(db: sqlite3.Connection, started: int) -> int:
     """A new text's id, in the order of its turn's start, so that the texts' own order
     (FTS5's rowid, no join) puts the newest first among equal scores: the next free id
     of the turn's millisecond, else (65,536 texts of one millisecond) the next of all."""
-    base = min(max(0, started), 1 << 46) * ID_SLOTS  # a log's time is not trusted to fit
+    base = least_id(started)
     (last,) = db.execute("SELECT max(id) FROM docs WHERE id >= ? AND id < ?", (base, base + ID_SLOTS)).fetchone()
     if last is None:
         return base
@@ -357,75 +350,10 @@ class FtsIndex:
                     break
 
     def search(self, query: Query, filters: Filters, limit: int) -> list[Hit]:
-        conditions, args = filters.where("?")
-        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        # The best texts first (bm25 over every match is quick; joining every match to
-        # its turn and session is not: a word of 10,000 sessions), equal scores newest
-        # first, then their turns. The turns of the best `wanted` texts hold the best
-        # turns if they are `limit` or more once filtered (a turn left out has no text
-        # better than these, nor as good and newer); else more texts are taken.
-        # One hit per turn as it ran: a fork's copy of it is one with the original. The
-        # text shown is the best the original holds (a copy's only where none of the
-        # original's is kept, or filtered out), the first of the turn among equals.
         db = self._conn()
-        narrow, narrow_args = self._narrowing(db, filters)
-        sql = ("WITH h AS MATERIALIZED (SELECT rowid AS id, bm25(texts) AS score FROM texts WHERE texts MATCH ? "
-               f"{narrow}ORDER BY bm25(texts), rowid DESC LIMIT ?), "
-               "r AS (SELECT d.session_id, d.turn, d.kind, d.step, d.ref, min(h.score) OVER w AS best, s.title, "
-               "s.cwd, s.agent, t.started, t.model, t.state, t.reason, d.id, coalesce(t.origin, d.session_id) AS k, "
-               "row_number() OVER (w ORDER BY t.origin IS NOT NULL, h.score, d.id) AS n "
-               "FROM h JOIN docs d ON d.id = h.id JOIN turns t ON t.session_id = d.session_id AND t.turn = d.turn "
-               f"JOIN sessions s ON s.id = d.session_id {where} "
-               "WINDOW w AS (PARTITION BY coalesce(t.origin, d.session_id), d.turn)) "
-               "SELECT session_id, turn, kind, step, ref, best, title, cwd, agent, started, model, state, reason, "
-               "id, k FROM r WHERE n = 1 ORDER BY best, started DESC LIMIT ?")
-        match = fts5_match(query)
-        wanted = max(CANDIDATES, limit * PER_HIT)
+        narrow = narrowing(db, filters)
         with damage_caught():
-            while True:
-                rows = db.execute(sql, [match, *narrow_args, wanted, *args, limit]).fetchall()
-                if len(rows) >= limit or limit <= 0:
-                    break
-                (matched,) = db.execute(f"SELECT count(*) FROM texts WHERE texts MATCH ? {narrow}",
-                                        (match, *narrow_args)).fetchone()
-                if matched <= wanted:
-                    break
-                wanted *= 8
-            hits = [hit_of(row, -row[5]) for row in rows]  # bm25: lower is better; a score: higher
-            for hit in hits:
-                body = db.execute("SELECT body FROM texts WHERE rowid = ?", (hit.doc_id,)).fetchone()
-                hit.snippet, hit.marks = snippet(body[0] if body else "", query)
-            origins = sorted({hit.origin for hit in hits})
-            if origins:
-                name_copies(hits, db.execute(copies_query(len(origins), "?"), origins * 2).fetchall())
-        return hits
-
-    @staticmethod
-    def _narrowing(db: sqlite3.Connection, filters: Filters) -> tuple[str, list[Any]]:
-        """Conditions the scan of the texts itself takes, so that fewer matches are
-        scored (bm25 over every match of a phrase is most of a search): `since` as a
-        least id (a text's id is at least its turn's start * ID_SLOTS, see `_next_id`),
-        and, when the sessions' own filters (folder, agent) keep few sessions, the texts
-        every filter keeps, found from those sessions (`+rowid`: looked up as each match
-        is read, not a seek of the texts per id, which costs far more). Both only leave
-        out texts the join's filters would: the hits are the same."""
-        sql, args = "", []
-        if filters.since is not None:
-            sql, args = "AND rowid >= ? ", [min(max(0, filters.since), 1 << 46) * ID_SLOTS]
-        if not filters.cwds and filters.agent is None:
-            return sql, args
-        own, own_args = Filters(cwds=filters.cwds, agent=filters.agent).where("?")
-        (kept,) = db.execute(f"SELECT count(*) FROM sessions s WHERE {' AND '.join(own)}", own_args).fetchone()
-        (total,) = db.execute("SELECT count(*) FROM sessions").fetchone()
-        if kept * FEW_SESSIONS > total:
-            return sql, args  # the scan would read most texts' ids for little
-        conditions, kept_args = filters.where("?")
-        # CROSS JOIN: from the kept sessions to their turns and texts (by the keys), not
-        # every text to its session.
-        sql += ("AND +rowid IN (SELECT d.id FROM sessions s CROSS JOIN turns t ON t.session_id = s.id "
-                "CROSS JOIN docs d ON d.session_id = t.session_id AND d.turn = t.turn "
-                f"WHERE {' AND '.join(conditions)}) ")
-        return sql, [*args, *kept_args]
+            return best_hits(db, query, filters, limit, narrow)
 
     def open_turns(self, filters: Filters, by: str) -> list[tuple[Any, str]]:
         sql, args = open_turns_query(filters, by, "?")
