@@ -216,7 +216,7 @@ def _copy_in_postgres(db: Any, sid: str, rows: list[tuple[str, int, str, str]]) 
     # a load checks as it checked the template; so the store vouches for them
     # (`checked_seq`), as for every session an agent wrote. "list -n 50 (logs)" measures
     # the list of a store that cannot (written before schema version 3, or by hand).
-    from session.backends.postgres_connect import CHECKED_WRITER
+    from session.backends.postgres_schema import CHECKED_WRITER
 
     db.execute("SELECT set_config(%s, 'on', true)", (CHECKED_WRITER,))
     db.execute("CREATE TEMP TABLE c (id text, shift bigint, word text, cwd text)")

@@ -1,5 +1,5 @@
 """A PostgreSQL store's stamps from `sessions.last_seq`/`last_time` (schema version 2:
-session/backends/postgres_connect.py), kept by a trigger on `events` whoever writes
+session/backends/postgres_schema.py), kept by a trigger on `events` whoever writes
 (an append, a COPY of a batch, a rollback's or a repair's delete, a fork's copy, a
 deletion), so that `PostgresReader.stamps()` is one scan of `sessions` instead of an
 index seek per session into the events; and a store of version 1, read as it is, then

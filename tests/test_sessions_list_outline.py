@@ -24,7 +24,7 @@ if not required():
 import psycopg
 
 from session import SessionStore, open_backend
-from session.backends.postgres_connect import CHECKED_WRITER
+from session.backends.postgres_schema import CHECKED_WRITER
 from tests.support.logs import Script, write
 from tests.test_sessions_list_index import list_both, write_five
 

@@ -21,7 +21,8 @@ checks through the owners row that no other agent held a session meanwhile (one 
 did is lost to this agent: its writes fail until it is loaded again). The owned
 session (appends, rollback, repair) is in session.backends.postgres_session; reading
 in session.backends.postgres_stream (the row stream) and postgres_read (the read-only
-`PostgresReader`); connecting, errors and the lock key in postgres_connect.
+`PostgresReader`); connecting, errors and the lock key in postgres_connect; the schema,
+its version and migrations in postgres_schema.
 """
 
 from __future__ import annotations
@@ -46,13 +47,9 @@ from session.backends.base import (
     validate_session_id,
 )
 from session.backends.postgres_connect import (
-    DDL,
     DURABLE_LEVEL,
     HOST,
     LOCK_HOLDER,
-    MIGRATE_FROM_1,
-    MIGRATE_FROM_2,
-    SCHEMA_VERSION,
     UPDATED_AT,
     Spares,
     connect,
@@ -61,13 +58,19 @@ from session.backends.postgres_connect import (
     lock_key,
     locked_error,
     nul_free,
-    schema_version,
-    schema_version_error,
     set_durable,
     store_error,
 )
 from session.backends.postgres_conninfo import shown
 from session.backends.postgres_read import PostgresReader
+from session.backends.postgres_schema import (
+    DDL,
+    MIGRATE_FROM_1,
+    MIGRATE_FROM_2,
+    SCHEMA_VERSION,
+    schema_version,
+    schema_version_error,
+)
 from session.backends.postgres_session import (
     OwnedPostgresStream,
     PostgresSession,

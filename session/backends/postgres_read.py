@@ -1,8 +1,9 @@
 """Reading a PostgreSQL store: its read-only open (`PostgresReader`, see
 session.backends.base.StoreReader). Nothing here writes; the owned side (the schema,
 appends, repair, the lock) is in session.backends.postgres, the connection and what
-both sides share in session.backends.postgres_connect, a session's event rows read as
-records in session.backends.postgres_stream.
+both sides share in session.backends.postgres_connect (the schema's version in
+postgres_schema), a session's event rows read as records in
+session.backends.postgres_stream.
 """
 
 from __future__ import annotations
@@ -28,18 +29,20 @@ from session.backends.postgres_connect import (
     LOCK_HOLDER,
     LOCK_HOLDERS,
     OUTLINE,
-    READABLE,
-    SCHEMA_VERSION,
     UPDATED_AT,
     UPDATED_AT_V1,
     Spares,
     connect,
     lock_holder_args,
-    schema_version,
-    schema_version_error,
     store_error,
 )
 from session.backends.postgres_conninfo import shown
+from session.backends.postgres_schema import (
+    READABLE,
+    SCHEMA_VERSION,
+    schema_version,
+    schema_version_error,
+)
 from session.backends.postgres_stream import PostgresStream
 from session.errors import SessionNotFoundError
 from session.files import Owner
@@ -195,7 +198,7 @@ class PostgresReader:
 
     def outlines(self, session_ids: Sequence[str]) -> dict[str, Outline]:
         """One query: the sessions whose `checked_seq` is their last seq (every row
-        written by a checked writer, or checked by the last load: postgres_connect's
+        written by a checked writer, or checked by the last load: postgres_schema's
         CHECKED_WRITER), with their rows of the outline's types (found by the events'
         key: about 8 ms for a page of 50 sessions of 627 events each, bench/README.md).
         A store of version 1 or 2 keeps no `checked_seq`: none."""

@@ -178,7 +178,7 @@ class OwnedPostgresStream(PostgresStream):
         sid = self.header["id"]
         # The load checked every row before `next_seq`: a session written before schema
         # version 3, or touched by another writer, is known checked again (so `list` may
-        # read its facts from its outline: postgres_connect.CHECKED_WRITER). Only a
+        # read its facts from its outline: postgres_schema.CHECKED_WRITER). Only a
         # shortcut for `list`: a failure here is the next write's to meet.
         with contextlib.suppress(psycopg.Error, StoreIOError), \
                 self._backend.owned(sid, sync=False, atomic=False) as db:
