@@ -36,8 +36,9 @@ from session.events import (
     EventType,
     Header,
 )
-from session.invariants import InvariantTracker, OpenCall
+from session.invariants import InvariantTracker
 from session.items import ChunkKind, Item
+from session.tracker_state import TrackerState, copy_tracker
 
 # Events after which everything appended so far is on disk. `tool/call` precedes both
 # the permission request and the tool run, so no tool runs without its call durable;
@@ -115,7 +116,7 @@ class SessionLog:
         # Where a failed write rolls back to: the tracker at the last durable point,
         # and (without history) the events before the last `turn/start` until that
         # `turn/start` is durable.
-        self._durable_tracker = _copy(tracker)
+        self._durable_tracker = copy_tracker(tracker)
         self._prior_events: list[Event] | None = None
         # A failed hand-off, kept for the log's owner (the turn that wrote the events):
         # raised by its next append, flush or sync.
@@ -177,7 +178,7 @@ class SessionLog:
         # single event is refused before it changes anything (encode, then `feed`, which
         # leaves the tracker as it was on a refusal), a longer batch puts back the
         # tracker's state from before the batch.
-        saved = None if _single(items) else _TrackerState(tracker)
+        saved = None if _single(items) else TrackerState(tracker)
         batch: list[Encoded] = []
         try:
             for etype, data in items:
@@ -318,7 +319,7 @@ class SessionLog:
             raise
         if sync:
             self._unsynced = 0
-            self._durable_tracker = _copy(self._tracker)
+            self._durable_tracker = copy_tracker(self._tracker)
             self._prior_events = None
         else:
             self._unsynced += len(batch)
@@ -337,7 +338,7 @@ class SessionLog:
         while events and events[-1]["seq"] >= cut:  # in seq order (with gaps, if chunks are not kept)
             events.pop()
         self._events, self._prior_events = events, None
-        self._tracker = _copy(durable)
+        self._tracker = copy_tracker(durable)
         self._unwritten, self._unwritten_bytes, self._unsynced = [], 0, 0
 
     def close_interrupted(self, *, cause: Literal["crash", "shutdown"] = "shutdown") -> list[Event]:
@@ -378,38 +379,3 @@ class SessionLog:
 
 def _single(items: Iterable[Item]) -> bool:
     return isinstance(items, list | tuple) and len(items) == 1
-
-
-
-
-def _copy(tracker: InvariantTracker) -> InvariantTracker:
-    """A copy that can be fed without touching `tracker` (its own `__deepcopy__`,
-    without `copy.deepcopy`'s memo machinery: nothing in it is shared)."""
-    return tracker.__deepcopy__({})
-
-
-class _TrackerState:
-    """What feeding a batch can change in a tracker, to put it back if the batch is
-    refused: the scalar fields, the calls dict (replaced at `turn/start` and
-    `turn/end`, added to by `assistant/message`), each open call's flags (set by
-    `tool/call`, `tool/permission` and `tool/result`) and the compactions (a dict
-    replaced whole by each `context/compaction`)."""
-
-    __slots__ = ("_calls", "_compactions", "_flags", "_scalars")
-
-    def __init__(self, tracker: InvariantTracker) -> None:
-        self._scalars = (tracker.next_seq, tracker.turn, tracker.in_turn, tracker.step, tracker.step_open)
-        self._calls = tracker.calls
-        self._compactions = tracker.compactions  # replaced, never changed in place
-        self._flags: list[tuple[str, OpenCall, bool, bool, bool]] = [
-            (cid, call, call.started, call.answered, call.held) for cid, call in tracker.calls.items()]
-
-    def restore(self, tracker: InvariantTracker) -> None:
-        tracker.next_seq, tracker.turn, tracker.in_turn, tracker.step, tracker.step_open = self._scalars
-        calls = self._calls
-        calls.clear()
-        for cid, call, started, answered, held in self._flags:
-            call.started, call.answered, call.held = started, answered, held
-            calls[cid] = call
-        tracker.calls = calls
-        tracker.compactions = self._compactions
