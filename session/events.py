@@ -262,8 +262,9 @@ class AgentError(TypedDict):
 
 # `turn/end.reason`: `kind` plus the fields of that kind (DESIGN.md section 2), one
 # TypedDict per kind so that a reader's `if reason["kind"] == "error":` narrows to the
-# fields that kind has. `_REASON_FIELDS` below is the same table for the checks at run
-# time (tests/test_typed_events.py holds the two equal).
+# fields that kind has. `REASON_FIELDS` below is the same table for `reason()` and the
+# checks at run time (session.reason_checks; tests/test_typed_events.py holds the two
+# equal).
 
 
 class CompletedReason(TypedDict):
@@ -321,7 +322,7 @@ def failed_command(value: object) -> bool:
 
 def reason(kind: ReasonKind, **fields: JSON) -> Reason:
     """Build a `turn/end` reason, checking that its fields belong to its kind."""
-    allowed = _REASON_FIELDS[kind]
+    allowed = REASON_FIELDS[kind]
     extra = set(fields) - allowed[0] - allowed[1]
     missing = allowed[0] - set(fields)
     if extra or missing:
@@ -331,7 +332,7 @@ def reason(kind: ReasonKind, **fields: JSON) -> Reason:
 
 
 # kind -> (required fields, optional fields)
-_REASON_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
+REASON_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "completed": (frozenset(), frozenset()),
     "max_tokens": (frozenset(), frozenset()),
     "max_steps": (frozenset({"limit"}), frozenset()),
@@ -340,51 +341,6 @@ _REASON_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "error": (frozenset({"step", "message"}), frozenset({"code", "retryable", "agentError"})),
     "interrupted": (frozenset({"cause"}), frozenset()),
 }
-
-
-def reason_problem(value: JSON) -> str | None:
-    """Why `value` is not a valid reason, or None. Used by the invariant checker."""
-    if not isinstance(value, dict):
-        return "reason is not an object"
-    kind = value.get("kind")
-    if kind not in _REASON_FIELDS:
-        return f"unknown reason kind {kind!r}"
-    required, optional = _REASON_FIELDS[kind]
-    keys = set(value) - {"kind"}
-    if required - keys:
-        return f"reason {kind!r} lacks {sorted(required - keys)}"
-    if keys - required - optional:
-        return f"reason {kind!r} has unexpected {sorted(keys - required - optional)}"
-    if kind == "cancelled" and value["by"] not in CANCELLED_BY:
-        return f"cancelled by {value['by']!r} is not one of {list(CANCELLED_BY)}"
-    if kind == "cancelled" and "forced" in value and value["forced"] is not True:
-        return f"cancelled forced {value['forced']!r} is not true (absent when the agent complied)"
-    if kind == "cancelled" and "agentStopReason" in value and not (
-            isinstance(value["agentStopReason"], str) and value["agentStopReason"]):
-        return f"cancelled agentStopReason {value['agentStopReason']!r} is not a non-empty string"
-    if kind == "interrupted" and value["cause"] not in INTERRUPT_CAUSES:
-        return f"interrupted cause {value['cause']!r} is not one of {list(INTERRUPT_CAUSES)}"
-    if "agentError" in value:
-        return _agent_error_problem(value["agentError"])
-    return None
-
-
-def checked_reason(value: JSON) -> Reason | None:
-    """`value` typed as the reason it is, or None if it is none (`reason_problem`): for
-    a reason read from outside a checked log (the search index keeps those of logs the
-    invariants refused)."""
-    return cast("Reason", value) if reason_problem(value) is None else None
-
-
-def _agent_error_problem(error: JSON) -> str | None:
-    """Why `error` cannot be answered again as a JSON-RPC error object, or None."""
-    if not isinstance(error, dict):
-        return "agentError is not an object"
-    if type(error.get("code")) is not int or not isinstance(error.get("message"), str):
-        return "agentError needs an integer code and a string message"
-    if set(error) - {"code", "message", "data"}:
-        return f"agentError has unexpected {sorted(set(error) - {'code', 'message', 'data'})}"
-    return None
 
 
 def tool_calls_of(message_data: Mapping[str, JSON]) -> list[ToolCallBlock]:

@@ -35,9 +35,9 @@ from session.events import (
     WRAPPED_UPDATE,
     Event,
     is_synthetic_result,
-    reason_problem,
     tool_calls_of,
 )
+from session.reason_checks import reason_problem
 
 _BLOCK_TYPES = frozenset({"text", "reasoning", "tool-call"})
 _STEP_EVENTS = frozenset({ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TOOL_CALL, TOOL_PERMISSION, TOOL_RESULT, STEP_END,

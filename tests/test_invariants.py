@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from session import Event, InvariantError, check_invariants, reason
-from session.events import REASON_KINDS, reason_problem
+from session.events import REASON_KINDS
+from session.reason_checks import reason_problem
 from tests.support.logs import Item, Script, events_of
 
 

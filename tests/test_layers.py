@@ -291,6 +291,7 @@ PURE_MODULES = ("acp_bridge.rpc.protocol", "acp_bridge.content", "acp_bridge.hos
                 "acp_bridge.models.base", "acp_bridge.models.catalog", "acp_bridge.models.options",
                 "session.invariants", "session.repair", "session.transcript", "session.scan",
                 "session.items", "session.typed", "session.closers", "session.titles", "session.tracker_state",
+                "session.reason_checks",
                 "acp_bridge.prices",
                 "acp_bridge.wrap.state", "acp_bridge.wrap.signals", "acp_bridge.wrap.lifecycle",
                 "acp_bridge.wrap.child_runs",

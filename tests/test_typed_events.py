@@ -2,10 +2,10 @@
 
 The union has one member per event type of the vocabulary, each typed by the data its
 constructor in session.items builds; each reason kind's TypedDict has the fields the
-run-time check (`reason_problem`) admits. The last tests are for mypy as much as for
-pytest (mypy checks tests/, strictly): `assert_type` is checked statically, and each
-`type: ignore[...]` is a read mypy must refuse, since an ignore that silences nothing
-fails the strict run (warn_unused_ignores).
+run-time check (session.reason_checks, `reason_problem`) admits. The last tests are
+for mypy as much as for pytest (mypy checks tests/, strictly): `assert_type` is
+checked statically, and each `type: ignore[...]` is a read mypy must refuse, since an
+ignore that silences nothing fails the strict run (warn_unused_ignores).
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from session.events import (
     Event,
     Reason,
     ToolCallBlock,
-    checked_reason,
     reason,
-    reason_problem,
 )
 from session.invariants import check_invariants
 from session.items import Item, ToolResultData, TurnEndData
+from session.reason_checks import checked_reason, reason_problem
 from session.typed import AnyEvent, typed, typed_all
 
 MEMBERS: list[type] = list(get_args(AnyEvent))

@@ -10,7 +10,8 @@ from typing import Any
 
 from acp_bridge.cli.sessions.text import add_usage, cut, json_text, local_time, one_line
 from acp_bridge.cli.sessions.turns import Compaction, Tool, Turn, TurnBuilder
-from session.events import checked_reason, failed_command
+from session.events import failed_command
+from session.reason_checks import checked_reason
 from session.typed import typed
 
 TYPE_CHECKING = False
