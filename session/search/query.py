@@ -136,14 +136,15 @@ def fts5_match(query: Query) -> str:
     return " OR ".join(parts)
 
 
-def tsquery(query: Query) -> str:
+def tsquery(query: Query, *, near: str = " <-> ") -> str:
     """The query as PostgreSQL `to_tsquery('simple', ...)` text (tokens are letters and
-    digits only: nothing to quote)."""
+    digits only: nothing to quote); with `near=" & "`, a phrase as its words anywhere
+    (what the GIN index answers alone, without reading a text)."""
     def term(t: Term) -> str:
         words = [f"'{tok}'" for tok in t.tokens]
         if t.prefix:
             words[-1] += ":*"
-        inner = " <-> ".join(words)
+        inner = near.join(words)
         return ("!" if t.negated else "") + (f"({inner})" if len(words) > 1 else inner)
 
     return " | ".join("(" + " & ".join(term(t) for t in group) + ")" for group in query.groups)
