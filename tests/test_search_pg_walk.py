@@ -80,3 +80,38 @@ def test_the_words_of_a_phrase() -> None:
     query = parse_query('"connection refused" -timeout port*')
     assert tsquery(query) == "(('connection' <-> 'refused') & !'timeout' & 'port':*)"
     assert tsquery(query, near=" & ") == "(('connection' & 'refused') & !'timeout' & 'port':*)"
+
+
+def test_the_changes_found_in_the_database_are_the_stamps_compared(pg_dsn: str, index: Any) -> None:
+    """A pass over a PostgreSQL store compares the stamps where the store and the index
+    are (`PgIndex.changes`: one query, not 2 x 10,000 rows sent here): what it finds is
+    what comparing every stamp finds, for a session changed, one gone, one new, and the
+    rest unchanged."""
+    from session import SessionStore, open_backend
+    from session.search.base import stamp_text
+    from tests.support.search_store import append_turn
+
+    source = Source("postgres", pg_dsn)
+    try:
+        ids = sorted(source.reader.stamps())
+        assert index.changes(pg_dsn) is not None and index.changes(pg_dsn).changed == []
+        append_turn(pg_dsn, "postgres", ids[0], "one more", "turn", DAY0 + 100 * HOUR)
+        store = SessionStore(open_backend("postgres", pg_dsn))
+        try:
+            store.delete(ids[1])
+        finally:
+            store.close()
+        new = add_session(pg_dsn, "postgres", "/work/p9", Script().text_turn("new", "one"), DAY0 + 101 * HOUR)
+        found = index.changes(pg_dsn)
+        stamps, known = source.reader.stamps(), index.stamps()
+        assert sorted(found.changed) == sorted((sid, stamp, sid in known) for sid, stamp in stamps.items()
+                                               if known.get(sid) != stamp_text(stamp))
+        assert {sid for sid, _, _ in found.changed} == {ids[0], new}
+        assert found.gone == [ids[1]] == sorted(known.keys() - stamps.keys())
+        assert found.stored == len(stamps) == 16
+        assert index.changes("postgresql:///another") is None  # not its store's: stamps compared here
+        report = catch_up(source, index)
+        assert sorted(report.indexed) == sorted([ids[0], new]) and report.dropped == 1
+        assert index.changes(pg_dsn).changed == []
+    finally:
+        source.close()

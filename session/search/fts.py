@@ -40,6 +40,7 @@ from session.errors import SearchIndexError
 from session.files import FILE_MODE, private_dir
 from session.search.base import (
     FORMAT,
+    Changes,
     Feed,
     Filters,
     Hit,
@@ -269,6 +270,9 @@ class FtsIndex:
         with damage_caught():
             rows = self._conn().execute("SELECT id, stamp, damaged FROM sessions WHERE damaged IS NOT NULL").fetchall()
         return {sid: (stamp, why) for sid, stamp, why in rows}
+
+    def changes(self, conninfo: str | None) -> Changes | None:
+        return None  # a file of its own: the pass compares the stamps
 
     def fingerprint(self) -> str | None:
         with damage_caught():

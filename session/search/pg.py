@@ -24,11 +24,13 @@ from typing import Any
 
 import psycopg
 
-from session.backends.postgres_connect import connect
+from session.backends.postgres_connect import UPDATED_AT, connect
 from session.backends.postgres_conninfo import scrub, shown
+from session.backends.postgres_schema import schema_version
 from session.errors import IndexUnwritable, SearchIndexError, StoreIOError
 from session.search.base import (
     FORMAT,
+    Changes,
     Feed,
     Filters,
     Hit,
@@ -187,6 +189,23 @@ class PgIndex:
         with self._reading() as db:
             rows = db.execute(f"SELECT id, stamp FROM {S}sessions").fetchall()
         return dict(rows)
+
+    def changes(self, conninfo: str | None) -> Changes | None:
+        if conninfo != self.conninfo:
+            return None
+        stamp = f"coalesce(s.last_seq, -1), {UPDATED_AT}"
+        with self._reading() as db, db.transaction():
+            if schema_version(db) in (None, 1):  # no store, or no `last_seq` kept: stamps read one by one
+                return None
+            changed = db.execute(
+                f"SELECT s.id, {stamp}, i.id IS NOT NULL FROM acp_bridge.sessions s "
+                f"LEFT JOIN {S}sessions i ON i.id = s.id "
+                f"WHERE i.stamp IS DISTINCT FROM concat_ws(',', {stamp})").fetchall()  # stamp_text's
+            gone = db.execute(f"SELECT i.id FROM {S}sessions i WHERE NOT EXISTS "
+                              "(SELECT 1 FROM acp_bridge.sessions s WHERE s.id = i.id)").fetchall()
+            stored = db.execute("SELECT count(*) FROM acp_bridge.sessions").fetchone()
+        return Changes([(sid, (int(seq), int(updated)), known) for sid, seq, updated, known in changed],
+                       sorted(row[0] for row in gone), int(stored[0]) if stored else 0)
 
     def fingerprint(self) -> str | None:
         return None  # a PostgreSQL store has none (StoreReader.fingerprint)

@@ -161,7 +161,7 @@ def indexed_text(prog: str, report: Report, where: str) -> str:
 
 def _pass(source: Source, index: SearchIndex, report: Report,
           progress: Callable[[int, int], None] | None) -> None:
-    from session.search.base import stamp_text
+    from session.search.base import Changes, stamp_text
 
     fingerprint = source.reader.fingerprint()  # before the stamps: a write after it changes it
     if fingerprint is not None and fingerprint == index.fingerprint():
@@ -170,26 +170,30 @@ def _pass(source: Source, index: SearchIndex, report: Report,
         report.unchanged = len(index.stamps())
         report.still_damaged = sorted((sid, why) for sid, (_, why) in unreadable.items())
         return
-    stamps = source.reader.stamps()
-    known = index.stamps()  # each session's row is read only if its log changed
-    gone = sorted(known.keys() - stamps.keys())
+    found = index.changes(str(source.location) if source.name == "postgres" else None)
+    if found is None:
+        stamps = source.reader.stamps()
+        known = index.stamps()  # each session's row is read only if its log changed
+        found = Changes([(sid, stamp, sid in known) for sid, stamp in stamps.items()
+                         if known.get(sid) != stamp_text(stamp)], sorted(known.keys() - stamps.keys()), len(stamps))
+    changed, gone = found.changed, found.gone
     index.drop(gone)
     report.dropped += len(gone)
-    changed = [(sid, stamp) for sid, stamp in stamps.items() if known.get(sid) != stamp_text(stamp)]
-    report.unchanged = len(stamps) - len(changed)
-    report.still_damaged = sorted((sid, why) for sid, (stamp, why) in index.unreadable().items()
-                                  if sid in stamps and stamp_text(stamps[sid]) == stamp)
+    report.unchanged = found.stored - len(changed)
+    again = {sid for sid, _, _ in changed}
+    report.still_damaged = sorted((sid, why) for sid, (_, why) in index.unreadable().items()
+                                  if sid not in again and sid not in gone)
     done = 0
     try:
-        for sid, stamp in changed:
-            index_session(source, index, sid, stamp, index.session(sid) if sid in known else None, report)
+        for sid, stamp, known_row in changed:
+            index_session(source, index, sid, stamp, index.session(sid) if known_row else None, report)
             done += 1
             if progress is not None:
                 progress(done, len(changed))
     except KeyboardInterrupt:  # each session's write is a transaction: say how far it got
         if done:
             index.relink()  # what was read is searched once, as after a whole pass
-        raise KeyboardInterrupt(f"the index was left at {report.unchanged + done:,} of {len(stamps):,} "
+        raise KeyboardInterrupt(f"the index was left at {report.unchanged + done:,} of {found.stored:,} "
                                 f"sessions; the next search or index goes on from there") from None
     if changed or gone:
         index.relink()  # the turns forks copied, linked to where they ran (after every log read)
