@@ -12,14 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from session.backends.base import (
-        Backend,
-        SessionPeek,
-        SessionSummary,
-        StoreReader,
-        is_session_id,
-        validate_session_id,
-    )
+    from session.backends.base import Backend, SessionPeek, SessionSummary, StoreReader
+    from session.backends.session_ids import is_session_id, validate_session_id
     from session.errors import (
         EventDataError,
         InvalidSessionIdError,
@@ -84,9 +78,9 @@ _ON_FIRST_USE = {
     "check_invariants": "session.invariants",
     "derive_messages": "session.transcript",
     "interrupted_turn_closers": "session.repair",
-    "is_session_id": "session.backends.base",
+    "is_session_id": "session.backends.session_ids",
     "reason": "session.events",
-    "validate_session_id": "session.backends.base",
+    "validate_session_id": "session.backends.session_ids",
 }
 
 

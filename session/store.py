@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 from uuid import uuid4
 
-from session.backends.base import Backend, SessionSummary, validate_session_id
+from session.backends.base import Backend, SessionSummary
+from session.backends.session_ids import validate_session_id
 from session.events import SESSION_FORMAT_VERSION, Event, Header, ParentInfo, WrappedInfo
 from session.invariants import InvariantTracker
 from session.log import SessionLog, encode, now_ms

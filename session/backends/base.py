@@ -4,20 +4,19 @@ A backend stores headers and ordered events, holds one live owner per session, a
 implements the durability and repair primitives. Ordering, buffering, validation and
 the decision of *when* to be durable live in the live log (session.log), so a backend
 (memory, JSONL, SQLite, PostgreSQL) only has to get these few methods right and pass
-the shared contract suite in tests/.
+the shared contract suite in tests/. The ids a store issues, and the files named by
+them, are session.backends.session_ids's.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, NotRequired, Protocol, TypedDict
 
 import orjson
 
-from session.errors import InvalidSessionIdError, SequenceError, StoreIOError
+from session.errors import SequenceError, StoreIOError
 from session.events import Event, Header
 from session.files import Owner
 from session.scan import Damage, Locate, TailSplitter, TornTail
@@ -286,9 +285,6 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-_SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
 def read_whole(stream: OwnedStream) -> tuple[BackendSession, StoredLog]:
     """Read an owned stream to the end and keep every event (tools, tests, small logs;
     the agent streams instead). Raises what `blocks` raises, releasing ownership."""
@@ -320,44 +316,6 @@ def with_size(torn: TornTail | None, stream: StoredStream) -> TornTail | None:
     if torn is None:
         return None
     return TornTail(torn.index, torn.where, torn.reason, torn.records, stream.size_from(torn.index))
-
-
-def is_session_id(value: object) -> bool:
-    """Whether `value` is an id this store issues (a lowercase UUID)."""
-    return isinstance(value, str) and _SESSION_ID.fullmatch(value) is not None
-
-
-def session_files(folder: os.PathLike[str] | str) -> Iterator[tuple[str, os.stat_result]]:
-    """Each `<id>.jsonl` in `folder` (a JSONL store's logs, a SQLite store's tail files)
-    and its stat, one scan: nothing when the folder is missing; a file gone between
-    the scan and its stat is passed over."""
-    try:
-        entries = os.scandir(folder)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    with entries:
-        for entry in entries:
-            sid = entry.name[:-6]
-            if entry.name.endswith(".jsonl") and is_session_id(sid):
-                try:
-                    yield sid, entry.stat()
-                except FileNotFoundError:  # deleted, or moved into the database, meanwhile
-                    continue
-
-
-def validate_session_id(session_id: object) -> str:
-    """Return `session_id` if it is an id this store issues (a lowercase UUID): such an
-    id can never name a path outside the store. Raises InvalidSessionIdError."""
-    if not isinstance(session_id, str) or not is_session_id(session_id):
-        shown = repr(session_id)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        raise InvalidSessionIdError(
-            f"invalid session id {shown}: session ids are lowercase UUIDs issued by the agent",
-            session_id=None,
-            given=shown,
-        )
-    return session_id
 
 
 def check_batch_seqs(session_id: str, batch: Sequence[Encoded], next_seq: int) -> None:

@@ -35,10 +35,10 @@ from session.backends.base import (
     event_line,
     event_lines,
     read_whole,
-    validate_session_id,
 )
 from session.backends.jsonl_read import READ_BLOCK, JsonlReader, JsonlStream, log_opener, summary_of
 from session.backends.jsonl_title import TITLES, TitleKeeper, forget, keep_for_fork, kept_ids, sweep
+from session.backends.session_ids import validate_session_id
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.files import (

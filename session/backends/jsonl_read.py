@@ -13,18 +13,10 @@ from typing import BinaryIO
 
 import orjson
 
-from session.backends.base import (
-    At,
-    FileReader,
-    SessionPeek,
-    SessionSummary,
-    Stamp,
-    is_session_id,
-    session_files,
-    validate_session_id,
-)
+from session.backends.base import At, FileReader, SessionPeek, SessionSummary, Stamp
 from session.backends.jsonl_time import last_time, last_time_in
 from session.backends.jsonl_title import TITLES, kept_title
+from session.backends.session_ids import is_session_id, session_files, validate_session_id
 from session.errors import SessionCorruptError, SessionNotFoundError
 from session.events import USER_MESSAGE, Event
 from session.files import LockTable, Owner, lock_file

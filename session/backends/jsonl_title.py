@@ -32,7 +32,7 @@ from typing import BinaryIO, NamedTuple
 
 import orjson
 
-from session.backends.base import is_session_id
+from session.backends.session_ids import is_session_id
 from session.errors import StoreIOError
 from session.events import CONFIG_SET, Event
 from session.files import held_by_nobody, private_dir, publish, publish_held

@@ -27,8 +27,8 @@ from session.backends.base import (
     check_batch_seqs,
     event_line,
     read_whole,
-    validate_session_id,
 )
+from session.backends.session_ids import validate_session_id
 from session.errors import SessionExistsError, SessionLockedError, SessionNotFoundError
 from session.events import Event, Header
 from session.files import Owner

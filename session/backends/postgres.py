@@ -44,7 +44,6 @@ from session.backends.base import (
     StoredLog,
     changed_while_imported,
     read_whole,
-    validate_session_id,
 )
 from session.backends.postgres_connect import (
     DURABLE_LEVEL,
@@ -79,6 +78,7 @@ from session.backends.postgres_session import (
     insert_session,
 )
 from session.backends.postgres_stream import PostgresStream
+from session.backends.session_ids import validate_session_id
 from session.errors import SessionExistsError, SessionNotFoundError, StoreIOError
 from session.events import Header
 from session.log import now_ms

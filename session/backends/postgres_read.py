@@ -15,15 +15,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from session.backends.base import (
-    OUTLINE_TYPES,
-    At,
-    Outline,
-    SessionPeek,
-    Stamp,
-    peek_of,
-    validate_session_id,
-)
+from session.backends.base import OUTLINE_TYPES, At, Outline, SessionPeek, Stamp, peek_of
 from session.backends.event_rows import raw_pieces
 from session.backends.postgres_connect import (
     LOCK_HOLDER,
@@ -44,6 +36,7 @@ from session.backends.postgres_schema import (
     schema_version_error,
 )
 from session.backends.postgres_stream import PostgresStream
+from session.backends.session_ids import validate_session_id
 from session.errors import SessionNotFoundError
 from session.files import Owner
 from session.scan import parse_header

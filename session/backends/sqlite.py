@@ -35,8 +35,8 @@ from session.backends.base import (
     changed_while_forked,
     changed_while_imported,
     read_whole,
-    validate_session_id,
 )
+from session.backends.session_ids import validate_session_id
 
 # The store's file name and schema version, re-exported: tools and tests address them here.
 from session.backends.sqlite_read import DB_NAME as DB_NAME

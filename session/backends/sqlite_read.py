@@ -12,16 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from session.backends.base import (
-    At,
-    FileReader,
-    SessionPeek,
-    Stamp,
-    peek_of,
-    session_files,
-    validate_session_id,
-)
+from session.backends.base import At, FileReader, SessionPeek, Stamp, peek_of
 from session.backends.event_rows import as_bytes, raw_pieces, row_events
+from session.backends.session_ids import session_files, validate_session_id
 from session.backends.sqlite_tail import TAILS_DIR, tail_after, tail_path, tail_records
 from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
 from session.events import Event, Header
