@@ -13,7 +13,8 @@ every frame before it; streamed batches go to the tail file, where they survive 
 killed process (not a power cut) and a failure undoes them with a truncate. The
 repair is one transaction. The schema version lives in `user_version`; other versions
 are refused. The owned session is in session.backends.sqlite_session; reading (the row
-stream, the read-only `SqliteReader`) in session.backends.sqlite_read.
+stream, the read-only `SqliteReader`) in session.backends.sqlite_read; connecting, damage
+and the schema version in session.backends.sqlite_connect.
 """
 
 from __future__ import annotations
@@ -38,16 +39,11 @@ from session.backends.base import (
 )
 from session.backends.session_ids import validate_session_id
 
-# The store's file name and schema version, re-exported: tools and tests address them here.
+# The store's schema version and file name, re-exported: tools and tests address them here.
+from session.backends.sqlite_connect import SCHEMA_VERSION as SCHEMA_VERSION
+from session.backends.sqlite_connect import damage_as_corrupt, schema_version_error
 from session.backends.sqlite_read import DB_NAME as DB_NAME
-from session.backends.sqlite_read import SCHEMA_VERSION as SCHEMA_VERSION
-from session.backends.sqlite_read import (
-    UPDATED_AT,
-    SqliteReader,
-    SqliteStream,
-    damage_as_corrupt,
-    schema_version_error,
-)
+from session.backends.sqlite_read import UPDATED_AT, SqliteReader, SqliteStream
 from session.backends.sqlite_session import OwnedSqliteStream, SqliteSession, io_error
 from session.backends.sqlite_space import (
     PAGE,

@@ -1,11 +1,11 @@
-"""Reading a SQLite store: the schema version, the event rows as a stream of records,
-and the read-only open of a store (`SqliteReader`). Nothing here writes; the owned side
-(the schema, appends, repair, the lock) is in session.backends.sqlite.
+"""Reading a SQLite store: the event rows as a stream of records, and the read-only open
+of a store (`SqliteReader`). Nothing here writes; the owned side (the schema, appends,
+repair, the lock) is in session.backends.sqlite, and the connection, damage and the
+schema version both use in session.backends.sqlite_connect.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import time
@@ -15,13 +15,19 @@ from pathlib import Path
 from session.backends.base import At, FileReader, SessionPeek, Stamp, peek_of
 from session.backends.event_rows import as_bytes, raw_pieces, row_events
 from session.backends.session_ids import session_files, validate_session_id
+from session.backends.sqlite_connect import (
+    SCHEMA_VERSION,
+    connect,
+    damage_as_corrupt,
+    file_size,
+    schema_version_error,
+)
 from session.backends.sqlite_tail import TAILS_DIR, tail_after, tail_path, tail_records
-from session.errors import SessionCorruptError, SessionNotFoundError, SessionVersionError
+from session.errors import SessionCorruptError, SessionNotFoundError
 from session.events import Event, Header
 from session.files import LockTable, Owner, lock_file
 from session.scan import Damage, parse_header
 
-SCHEMA_VERSION = 1
 # A session's `updatedAt`: the time of its last event (an index seek on the events key),
 # or of its creation. `sessions.updated_at` holds the creation time; stores written
 # before it stopped being updated at every write still have a later time there.
@@ -31,14 +37,6 @@ UPDATED_AT = (
 )
 DB_NAME = "sessions.sqlite3"
 SETTLED_NS = 2_000_000_000  # a file untouched this long has a time no later write can share
-# SQLite's primary result codes for a damaged database file (the low byte of an
-# extended code): SQLITE_CORRUPT ("database disk image is malformed") and SQLITE_NOTADB
-# ("file is not a database"). Other failures (locked, I/O, full) are not damage.
-DAMAGE_CODES = frozenset({11, 26})
-SQLITE_CANTOPEN = 14
-# The `-shm` could not be grown: on a full disk (a tmpfs), SQLite's write of a byte per
-# page of a new `-shm` fails with ENOSPC.
-SQLITE_IOERR_SHMSIZE = 10 | 19 << 8
 
 
 class SqliteStream:
@@ -150,7 +148,7 @@ class SqliteStream:
         return {"seq": row[0] if row is not None else index}
 
     def size_from(self, index: int) -> int:
-        tail_size = _file_size(self.tail)
+        tail_size = file_size(self.tail)
         tail = self._in_tail(index)
         if tail is not None:
             return tail_size - self._tail_starts[tail]
@@ -167,88 +165,6 @@ class SqliteStream:
         if self._db is not None:
             self._db.close()
             self._db = None
-
-
-def connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
-    """A connection in autocommit mode; `read_only` (`mode=ro`) never creates the file.
-
-    A WAL database is read through its `-shm` index, which a reader must be able to
-    create: on a read-only mount, or in a folder it may not write, or on a full disk
-    (the new `-shm` cannot be given its pages), a store with no `-wal`/`-shm` beside it
-    cannot be opened that way. Such a store has no writer and nothing outside the
-    database file, so it is opened `immutable` (read as a plain file). A store with a
-    non-empty `-wal` is never opened so: that would skip what the WAL holds."""
-    # `check_same_thread=False`: a stream's connection is opened in one worker thread and
-    # read in whichever is free for the next block (host.replay), one at a time (issue 34:
-    # concurrent loads failed "SQLite objects created in a thread can only be used in that
-    # same thread", and kept their locks).
-    if not read_only:
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout = 10000")
-        return db
-    uri = path.resolve().as_uri() + "?mode=ro"
-    db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-    try:
-        db.execute("PRAGMA busy_timeout = 10000")
-        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL index
-    except sqlite3.OperationalError as exc:
-        db.close()
-        if (exc.sqlite_errorcode & 0xFF != SQLITE_CANTOPEN and exc.sqlite_errorcode != SQLITE_IOERR_SHMSIZE) \
-                or _wal_size(path):
-            raise
-        db = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def _wal_size(path: Path) -> int:
-    return _file_size(Path(f"{path}-wal"))
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
-
-
-def is_damage(exc: sqlite3.Error) -> bool:
-    """Whether SQLite failed because the database file is damaged."""
-    return exc.sqlite_errorcode & 0xFF in DAMAGE_CODES
-
-
-def damage_error(path: Path, exc: sqlite3.Error, session_id: str | None) -> SessionCorruptError:
-    """A damaged database as the damaged log of `session_id`, or of the whole store
-    (the sessions table itself cannot be read), worded as JSONL damage is."""
-    what = f"session {session_id}" if session_id is not None else f"the store {path.parent}"
-    return SessionCorruptError(
-        f"{what} is damaged: SQLite cannot read {path} ({exc})",
-        session_id=session_id,
-        reason=str(exc),
-    )
-
-
-@contextlib.contextmanager
-def damage_as_corrupt(path: Path, session_id: str | None = None) -> Iterator[None]:
-    """Raise a damaged database (see `is_damage`) as SessionCorruptError, as a damaged
-    JSONL log is: the session (or the store) cannot be read, nothing else is wrong."""
-    try:
-        yield
-    except sqlite3.DatabaseError as exc:
-        if is_damage(exc):
-            raise damage_error(path, exc, session_id) from exc
-        raise
-
-
-def schema_version_error(path: Path, version: int) -> SessionVersionError:
-    return SessionVersionError(
-        f"store {path} has schema version {version}; this build reads only "
-        f"version {SCHEMA_VERSION} (pre-release: no migration)",
-        version=version,
-        supported=SCHEMA_VERSION,
-    )
 
 
 class SqliteReader(FileReader):

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from session.backends.sqlite_read import is_damage
+from session.backends.sqlite_connect import is_damage
 from session.errors import SearchIndexError
 from session.files import FILE_MODE, private_dir
 from session.search.base import (
