@@ -107,3 +107,35 @@ def test_stores_without_one(tmp_path: Path, kind: str) -> None:
         assert source.reader.fingerprint() is None
     finally:
         source.close()
+
+
+def test_a_pass_with_nothing_to_write_does_not_fail_for_its_fingerprint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fingerprint is kept at the end of a pass; on a full disk (the index's writes
+    refused) a pass that found nothing new must not report the index unwritable for it."""
+    import contextlib
+
+    from session.search.base import IndexUnwritable
+    from session.search.fts import FtsIndex
+
+    monkeypatch.setattr(sqlite_read, "SETTLED_NS", 0)
+    root = tmp_path / "store"
+    add_session(root, "sqlite", "/w", Script().text_turn("the heron waits"), DAY0)
+    index = open_index("sqlite", root, None)
+    source = Source("sqlite", root)
+    try:
+        index.keep_fingerprint = lambda fingerprint: None  # type: ignore[method-assign]
+        catch_up(source, index)  # indexed, its fingerprint not kept
+        del index.keep_fingerprint
+
+        @contextlib.contextmanager
+        def refused(self: FtsIndex) -> Any:
+            raise IndexUnwritable("database or disk is full")
+            yield
+        monkeypatch.setattr(FtsIndex, "_writing", refused)
+        report = catch_up(source, index)
+        assert (report.unwritable, report.indexed, report.unchanged) == (None, [], 1)
+        assert found(index, "heron")
+    finally:
+        source.close()
+        index.close()

@@ -280,9 +280,11 @@ class FtsIndex:
         return None if row is None else str(row[0])
 
     def keep_fingerprint(self, fingerprint: str | None) -> None:
+        """Best effort: a pass that had nothing to write does not fail for want of
+        room to keep this (a full disk: the next pass compares the stamps again)."""
         if fingerprint == self.fingerprint():
             return
-        with self._writing() as db:
+        with contextlib.suppress(IndexUnwritable), self._writing() as db:
             db.execute("DELETE FROM meta WHERE key = 'fingerprint'")
             if fingerprint is not None:
                 db.execute("INSERT INTO meta VALUES ('fingerprint', ?)", (fingerprint,))
