@@ -10,7 +10,8 @@
   until it says otherwise.
 - `soak` and `long`: the long runs. `soak` (crash, fuzz and soak runs of minutes) is
   run by hand; `long` (the crash matrices' CI samples, the benches' smoke runs, the
-  kill-during-a-fork loop: seconds each) is run by `.ci/run` as a step of its own.
+  kill-during-a-fork loop, every kill point of an import: seconds each) is run by
+  `.ci/run` as a step of its own.
   The default run (pyproject's addopts) leaves both out.
 
 A unit test runs under tests/support/unit_guard.py: while it sets up and runs, a
