@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from tests.support.acp_client import AgentProcess, ClientErrorAnswer, ClientPolicy, write_script
@@ -128,10 +127,7 @@ async def test_a_cancelled_turn_withdraws_its_question(tmp_path: Path, work: Pat
         await agent.initialize(BOTH)
         new = await agent.request("session/new", {"cwd": str(work), "mcpServers": [test_server()]}, timeout=60)
         sid = new["sessionId"]
-        async with anyio.create_task_group() as tg:
-            answer = agent.prompt_soon(tg, sid, "go", timeout=60)
-            await agent.wait_for(lambda: bool(policy.elicited), timeout=30)
-            await agent.notify("session/cancel", {"sessionId": sid})
+        answer = await agent.cancelled_when(sid, "go", lambda: bool(policy.elicited), wait=30, timeout=60)
         assert answer["result"]["stopReason"] == "cancelled"
         withdrawn = [m for d, m in agent.transcript if d == "<-" and m.get("method") == "$/cancel_request"]
         elicit_id = next(m["id"] for d, m in agent.transcript if d == "<-" and m.get("method") == "elicitation/create")

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import orjson
 import pytest
 
@@ -70,10 +69,7 @@ async def test_a_cancelled_turn_answers_what_it_cost_so_far(tmp_path: Path, work
         agent.policy.hang_permissions = True
         await agent.initialize()
         sid = await agent.new_session(work)
-        async with anyio.create_task_group() as tg:
-            answer = agent.prompt_soon(tg, sid, "run it")
-            await agent.wait_for(lambda: bool(agent.policy.asked))
-            await agent.notify("session/cancel", {"sessionId": sid})
+        answer = await agent.cancelled_when(sid, "run it", lambda: bool(agent.policy.asked))
     assert answer["result"]["stopReason"] == "cancelled"
     assert answer["result"]["usage"] == {"totalTokens": 55, "inputTokens": 50, "outputTokens": 5}
 

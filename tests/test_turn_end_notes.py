@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import orjson
 import pytest
 
@@ -68,10 +67,7 @@ async def four_ends(tmp_path: Path, work: Path) -> tuple[Path, str, AgentProcess
     async with agent:
         await agent.initialize()
         sid = await agent.new_session(work)
-        async with anyio.create_task_group() as tg:
-            answer = agent.prompt_soon(tg, sid, "Count slowly")
-            await agent.wait_for(lambda: len(agent.updates_of(sid)) >= 3)
-            await agent.notify("session/cancel", {"sessionId": sid})
+        answer = await agent.cancelled_when(sid, "Count slowly", lambda: len(agent.updates_of(sid)) >= 3)
         assert answer["result"]["stopReason"] == "cancelled"
         assert (await agent.prompt(sid, "write it"))["stopReason"] == "cancelled"
         with pytest.raises(AgentError):

@@ -163,11 +163,8 @@ async def test_an_error_answer_to_a_cancelled_prompt_is_the_cancel(tmp_path: Pat
     async with WrappedProcess(store, unruly_command(record)) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
-        async with anyio.create_task_group() as tg:
-            answer = agent.prompt_soon(tg, sid, "fail-on-cancel", request_id="p1")
-            await agent.wait_for(lambda: len(chunks(agent, sid)) >= 1)
-            await agent.notify("session/cancel", {"sessionId": sid})
-            await agent.wait_for(lambda: bool(answer), timeout=10)
+        answer = await agent.cancelled_when(sid, "fail-on-cancel", lambda: len(chunks(agent, sid)) >= 1,
+                                            request_id="p1")
         assert answer["result"]["stopReason"] == "cancelled"
         assert answer["result"]["_meta"]["acpBridge"]["reason"] == {"kind": "cancelled", "by": "session/cancel"}
     assert ends_of(store, sid) == [{"kind": "cancelled", "by": "session/cancel"}]
@@ -206,10 +203,8 @@ async def test_a_child_that_answers_late_is_in_step_again_and_its_late_turn_is_d
         await agent.initialize()
         sid = await agent.new_session(work)
         child = one_agent(agent.proc.pid)
-        async with anyio.create_task_group() as tg:
-            answer = agent.prompt_soon(tg, sid, "stream 12 100")  # 1.2 s, then end_turn
-            await agent.wait_for(lambda: len(chunks(agent, sid)) >= 1)
-            await agent.notify("session/cancel", {"sessionId": sid})
+        answer = await agent.cancelled_when(sid, "stream 12 100",  # 1.2 s, then end_turn
+                                            lambda: len(chunks(agent, sid)) >= 1)
         assert answer["result"]["_meta"]["acpBridge"]["reason"]["forced"] is True
         shown = len(agent.updates_of(sid))
         await agent.wait_for(lambda: LATE in agent.stderr, why="the child's late answer to the cancelled turn")

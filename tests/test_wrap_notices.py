@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import orjson
 import pytest
 
@@ -138,11 +137,8 @@ async def test_a_cancel_the_agent_did_not_honour_is_a_notice_before_the_answer(
     async with WrappedProcess(tmp_path / "store", unruly_command(tmp_path / "read.jsonl")) as editor:
         await editor.initialize(caps)
         sid = await editor.new_session(work)
-        async with anyio.create_task_group() as tg:
-            answer = editor.prompt_soon(tg, sid, "stream 400 10", request_id="p1")
-            await editor.wait_for(lambda: len(chunks(editor, sid)) >= 3)
-            await editor.notify("session/cancel", {"sessionId": sid})
-            await editor.wait_for(lambda: bool(answer), timeout=10)
+        answer = await editor.cancelled_when(sid, "stream 400 10", lambda: len(chunks(editor, sid)) >= 3,
+                                             request_id="p1")
         assert answer["result"]["stopReason"] == "cancelled"
         notices = [u for u in editor.updates_of(sid) if u["sessionUpdate"] == "notice"]
         assert notices == ([{"sessionUpdate": "notice", "severity": "warning",

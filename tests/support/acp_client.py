@@ -271,6 +271,16 @@ class AgentProcess:
         tg.start_soon(run)
         return answer
 
+    async def cancelled_when(self, sid: str, text: str, ready: Callable[[], bool], *,
+                             wait: float = 10, **kw: Any) -> dict[str, Any]:
+        """Prompt `text`, send `session/cancel` once `ready()` holds (within `wait`
+        seconds), and return the prompt's raw answer (`request_raw` keywords apply)."""
+        async with anyio.create_task_group() as tg:
+            answer = self.prompt_soon(tg, sid, text, **kw)
+            await self.wait_for(ready, timeout=wait)
+            await self.notify("session/cancel", {"sessionId": sid})
+        return answer
+
     async def notify(self, method: str, params: Any) -> None:
         await self.send({"jsonrpc": "2.0", "method": method, "params": params})
 
